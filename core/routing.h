@@ -1,0 +1,49 @@
+/* routing.h - which experts each token goes to: seeded generators, the real-gate mode and traces. */
+#ifndef MP_ROUTING_H
+#define MP_ROUTING_H
+
+#include <stdint.h>
+
+enum mp_routing_kind {
+    MP_ROUTE_UNIFORM,      /* "uniform" */
+    MP_ROUTE_ZIPF,         /* "zipf:S": p_e ∝ 1/(e+1)^S */
+    MP_ROUTE_HOT,          /* "hot:N:F": experts 0..N-1 F times as likely as the others */
+    MP_ROUTE_LOGNORMAL,    /* "lognormal:SIGMA": p_e ∝ exp(SIGMA·z_e), z_e ~ N(0,1) from the seed */
+    MP_ROUTE_GATE,         /* "gate" or "gate:TAU": softmax(x·Wg + TAU·Gumbel) → top-k, by the backend */
+    MP_ROUTE_TRACE_COUNTS, /* "trace:FILE" with header "expert,count" */
+    MP_ROUTE_TRACE_TOKENS, /* "trace:FILE" with header "token,expert0,...,expert{K-1}" */
+};
+
+struct mp_routing {
+    enum mp_routing_kind kind;
+    char spec[512];  /* as given (CSV column) */
+    int experts, topk;
+    double a, b;     /* zipf S | hot N,F | lognormal SIGMA | gate TAU */
+    double *prob;    /* [experts] expected share of each expert, sums to 1; NULL for gate/trace tokens */
+    long ntrace;     /* per-token trace: rows */
+    int32_t *trace;  /* per-token trace: [ntrace * topk] expert ids */
+};
+
+/* Parse `spec` for a model with `experts` experts and top-`topk` routing. Trace files are read
+ * here. Errors print one line naming --routing or the file (with line number) and what is accepted,
+ * and return MP_ERR_USAGE. */
+int mp_routing_parse(const char *spec, int experts, int topk, uint64_t seed, struct mp_routing *r);
+void mp_routing_free(struct mp_routing *r);
+
+/* 1 if routing is decided by the compute backend's gate (MP_ROUTE_GATE), else 0. */
+int mp_routing_is_gate(const struct mp_routing *r);
+
+/* Draw the routing of global tokens [tok0, tok0+ntok) for draw number `draw` of a point with
+ * `batch` tokens: ids[t*topk + k] are distinct expert ids, w[t*topk + k] > 0 sum to 1 per token.
+ * Pure function of (seed, draw, token): any slice on any rank agrees with the whole.
+ * Generated kinds sample top-k without replacement by p (Efraimidis-Spirakis keys); trace tokens
+ * use row (draw*batch + token) mod ntrace with equal weights 1/K. Not valid for gate routing. */
+void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long batch, long tok0,
+                     long ntok, int32_t *ids, float *w);
+
+/* Gumbel noise for the gate: noise[t*experts + e] = TAU·g, g ~ Gumbel(0,1), for global tokens
+ * [tok0, tok0+ntok) of draw `draw`; all zeros when TAU = 0. */
+void mp_routing_gate_noise(const struct mp_routing *r, uint64_t seed, int draw, long tok0, long ntok,
+                           float *noise);
+
+#endif

@@ -1,0 +1,35 @@
+/* stats.h - running moments (Welford), percentiles from kept samples and the order-statistic
+ * confidence interval of the median. */
+#ifndef MP_STATS_H
+#define MP_STATS_H
+
+struct mp_welford {
+    long n;
+    double mean, m2;
+};
+
+/* Welford's online update (Welford 1962; Knuth TAOCP vol. 2, 4.2.2). */
+void mp_welford_add(struct mp_welford *w, double x);
+/* Merge two streams (Chan, Golub, LeVeque 1979, parallel variance): a ← a ∪ b. */
+void mp_welford_merge(struct mp_welford *a, const struct mp_welford *b);
+/* Sample standard deviation (n−1 denominator); 0 when n < 2. */
+double mp_welford_stdev(const struct mp_welford *w);
+
+struct mp_summary {
+    long n;
+    double p50, p99, mean, stdev, min, max;
+    double ci_lo, ci_hi; /* 95% confidence interval of the median */
+};
+
+/* Nearest-rank percentile of sorted x[0..n): x[ceil(p/100·n) − 1], p in (0, 100]; NAN if n == 0. */
+double mp_percentile(const double *sorted, long n, double p);
+
+/* Distribution-free 95% CI of the median from order statistics: the largest j with
+ * P(Binomial(n, 1/2) < j) ≤ 0.025 gives [x_(j), x_(n−j+1)] (1-based). Exact binomial sums for every n
+ * (in log space). For n < 6 no j qualifies and the interval is [min, max]. */
+void mp_median_ci95(const double *sorted, long n, double *lo, double *hi);
+
+/* Sort x in place and fill every field of s (p50 is the nearest-rank median). NAN fields if n == 0. */
+void mp_summarize(double *x, long n, struct mp_summary *s);
+
+#endif

@@ -1,0 +1,14 @@
+/* topo.h - a summary of this host's hardware (sockets, cores, NUMA, memory, NICs, GPUs) for run.json. */
+#ifndef MP_TOPO_H
+#define MP_TOPO_H
+
+struct cJSON;
+
+/* A JSON object describing this host from hwloc: {"hwloc": version, "packages", "cores", "pus",
+ * "numa_nodes", "memory_bytes", "nics": [names], "gpus": [names]}; {"hwloc": null} without hwloc. */
+struct cJSON *mp_topo_summary(void);
+
+/* Bytes of memory available to a new allocation on this host (MemAvailable), or -1 if unknown. */
+long long mp_mem_available(void);
+
+#endif

@@ -1,0 +1,59 @@
+/* check.h - the assertions every C unit test uses: a failing check prints file:line and the values,
+ * counts the failure, and the test's exit status is the failure count (0 = pass). */
+#ifndef MP_TEST_CHECK_H
+#define MP_TEST_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);               \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_INT(a, b)                                                                            \
+    do {                                                                                           \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
+        if (check_a_ != check_b_) {                                                                \
+            fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a,    \
+                    check_a_, #b, check_b_);                                                       \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* |a − b| <= tol·max(1, |b|) */
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                                     \
+        double check_s_ = fabs(check_b_) > 1.0 ? fabs(check_b_) : 1.0;                             \
+        if (!(fabs(check_a_ - check_b_) <= (tol) * check_s_)) {                                    \
+            fprintf(stderr, "%s:%d: %s == %.10g, expected %s == %.10g (tol %g)\n", __FILE__,       \
+                    __LINE__, #a, check_a_, #b, check_b_, (double)(tol));                          \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *check_a_ = (a), *check_b_ = (b);                                               \
+        if (!check_a_ || !check_b_ || strcmp(check_a_, check_b_) != 0) {                           \
+            fprintf(stderr, "%s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a,      \
+                    check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)");               \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_DONE()                                                                               \
+    do {                                                                                           \
+        if (check_failures)                                                                        \
+            fprintf(stderr, "%d check(s) failed\n", check_failures);                               \
+        return check_failures ? 1 : 0;                                                             \
+    } while (0)
+
+#endif
