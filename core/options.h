@@ -50,7 +50,12 @@ struct mp_opt {
  * name NULL). Accepts "--name value" and "--name=value"; "--help" and "--version" print and return
  * MP_HELP. Every error prints one line naming the flag, the value and what is accepted, and returns
  * MP_ERR_USAGE. Positional arguments are refused unless `positional` is non-NULL, in which case
- * they are collected there (heap array, NULL-terminated; count in *npositional). */
+ * they are collected there (heap array, NULL-terminated; count in *npositional).
+ * Details: every field of `opts` is overwritten first (nothing it held is freed). A flag's value
+ * is the next argument unless that starts with "--" ("--batch --check" is a missing value); a FLAG
+ * takes no value; a repeated flag keeps the last value; "--" ends the flags. On MP_HELP and on
+ * errors the parser frees what it stored (mp_opts_free stays safe to call). Positional entries
+ * point into argv: free only the array. */
 int mp_opts_parse(const struct mp_opt *table, void *opts, int argc, char **argv,
                   const char *summary, char ***positional, int *npositional);
 

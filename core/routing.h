@@ -19,7 +19,8 @@ struct mp_routing {
     char spec[512];  /* as given (CSV column) */
     int experts, topk;
     double a, b;     /* zipf S | hot N,F | lognormal SIGMA | gate TAU */
-    double *prob;    /* [experts] expected share of each expert, sums to 1; NULL for gate/trace tokens */
+    double *prob;    /* [experts] expected share of each expert, sums to 1; NULL for gate; a
+                      * per-token trace gives each expert's frequency in the trace */
     long ntrace;     /* per-token trace: rows */
     int32_t *trace;  /* per-token trace: [ntrace * topk] expert ids */
 };

@@ -1,0 +1,342 @@
+/* moeperf-layer - measures a whole MoE layer (route, dispatch, expert FFN, TP reduce, combine) over
+ * a sweep of batch sizes, layouts, routings and placements, and writes layer.csv. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_opts.h"
+#include "console.h"
+#include "error.h"
+#include "layer.h"
+#include "results.h"
+#include "session.h"
+#include "stats.h"
+
+static const struct mp_opt options[] = {
+    MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
+    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
+    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
+    MP_OPT_END,
+};
+
+static const char summary[] =
+    "Measure one MoE layer per point: route | dispatch | expert FFN | tp-reduce | combine.\n"
+    "Run under mpirun with tp·ep ranks (a single process is tp1ep1). Medians on stdout;\n"
+    "layer.csv, layer_samples.csv, layer_ranks.csv and run.json in --out.";
+
+/* Relative error above which --check fails (fp32 against a double-precision reference). */
+#define CHECK_TOLERANCE 1e-5
+
+/* Columns that identify a point (its workload); every file starts with them. */
+static const char *const key_cols[] = {
+    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
+    "tp", "ep", "world", "routing", "placement", "batch", "seq", "seed",
+};
+#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
+
+static const char *const summary_cols[] = {
+    "tokens_per_rank", "iters", "layer_us", "layer_p99_us", "layer_mean_us", "layer_stdev_us",
+    "layer_min_us", "layer_max_us", "layer_ci_lo_us", "layer_ci_hi_us", "ffn_us", "ffn_p99_us",
+    "ffn_mean_us", "comm_us", "comm_p99_us", "route_us", "dispatch_us", "tp_reduce_us",
+    "combine_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance", "local_hit_rate",
+    "bytes_rank_max", "bytes_internode", "check_error",
+};
+static const char *const rank_cols[] = {
+    "rank", "node", "ep_rank", "tp_rank", "tokens", "rows", "ffn_rows", "bytes_sent",
+    "route_us", "dispatch_us", "ffn_us", "tp_reduce_us", "combine_us", "layer_us",
+};
+#define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
+#define NRANK ((int)(sizeof rank_cols / sizeof rank_cols[0]))
+
+struct files {
+    struct mp_csv layer, samples, ranks;
+    const char **layer_cols, **sample_cols, **rank_all;
+};
+
+static const char **concat(const char *const *a, int na, const char *const *b, int nb)
+{
+    const char **v = malloc((size_t)(na + nb) * sizeof *v);
+    if (!v)
+        return NULL;
+    memcpy(v, a, (size_t)na * sizeof *v);
+    memcpy(v + na, b, (size_t)nb * sizeof *v);
+    return v;
+}
+
+static int files_open(struct files *f, const char *dir, int resume)
+{
+    const char *it[1 + MP_ITER_METRICS];
+    it[0] = "iter";
+    for (size_t i = 0; i < MP_ITER_METRICS; i++)
+        it[1 + i] = mp_iter_metric_names[i];
+    f->layer_cols = concat(key_cols, NKEY, summary_cols, NSUM);
+    f->sample_cols = concat(key_cols, NKEY, it, 1 + (int)MP_ITER_METRICS);
+    f->rank_all = concat(key_cols, NKEY, rank_cols, NRANK);
+    if (!f->layer_cols || !f->sample_cols || !f->rank_all) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = mp_csv_open(&f->layer, dir, "layer.csv", f->layer_cols, NKEY + NSUM, resume);
+    if (rc == MP_OK)
+        rc = mp_csv_open(&f->samples, dir, "layer_samples.csv", f->sample_cols,
+                         NKEY + 1 + (int)MP_ITER_METRICS, resume);
+    if (rc == MP_OK)
+        rc = mp_csv_open(&f->ranks, dir, "layer_ranks.csv", f->rank_all, NKEY + NRANK, resume);
+    return rc;
+}
+
+static void files_close(struct files *f)
+{
+    mp_csv_close(&f->layer);
+    mp_csv_close(&f->samples);
+    mp_csv_close(&f->ranks);
+    free(f->layer_cols);
+    free(f->sample_cols);
+    free(f->rank_all);
+}
+
+/* The workload cells of a point. */
+static void put_key(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
+                    const char *routing, const char *placement, long batch)
+{
+    const struct mp_model *m = &s->model;
+    mp_row_reset(r);
+    mp_row_str(r, "measured");
+    mp_row_str(r, s->o.backend);
+    mp_row_str(r, s->o.comm);
+    mp_row_str(r, m->name);
+    mp_row_int(r, m->hidden);
+    mp_row_int(r, m->ffn);
+    mp_row_int(r, m->experts);
+    mp_row_int(r, m->topk);
+    mp_row_int(r, m->shared);
+    mp_row_str(r, lay->name);
+    mp_row_int(r, lay->tp);
+    mp_row_int(r, lay->ep);
+    mp_row_int(r, s->comm->size);
+    mp_row_str(r, routing);
+    mp_row_str(r, placement);
+    mp_row_int(r, batch);
+    mp_row_int(r, s->o.seq);
+    mp_row_int(r, s->o.seed);
+}
+
+/* Median over iterations of field `f` (an offset in doubles) of a strided array. */
+static double median_of(const double *base, size_t stride, int n, double *scratch)
+{
+    for (int i = 0; i < n; i++)
+        scratch[i] = base[(size_t)i * stride];
+    struct mp_summary s;
+    mp_summarize(scratch, n, &s);
+    return s.p50;
+}
+
+/* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
+ * is only ever present with its samples) and print its table line. */
+static int write_point(struct mp_session *s, struct files *f, const struct mp_layout *lay,
+                       const char *routing, const char *placement, long batch,
+                       const struct mp_point_result *res)
+{
+    int n = res->iters, N = res->nranks, rc = MP_OK;
+    const size_t MN = MP_ITER_METRICS, RF = MP_RANK_ITER_FIELDS;
+    double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
+    struct mp_summary sm[MP_ITER_METRICS];
+    struct mp_row row = {0};
+    if (!scratch) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (size_t k = 0; k < MN; k++) {
+        for (int i = 0; i < n; i++)
+            scratch[i] = ((const double *)&res->metrics[i])[k];
+        mp_summarize(scratch, n, &sm[k]);
+    }
+    if (s->o.out) {
+        for (int i = 0; i < n && rc == MP_OK; i++) {
+            put_key(&row, s, lay, routing, placement, batch);
+            mp_row_int(&row, i);
+            for (size_t k = 0; k < MN; k++)
+                mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
+            rc = mp_csv_write(&f->samples, &row);
+        }
+        for (int r = 0; r < N && rc == MP_OK; r++) {
+            const double *base = (const double *)&res->ranks[r];
+            size_t stride = (size_t)N * RF;
+            put_key(&row, s, lay, routing, placement, batch);
+            mp_row_int(&row, r);
+            mp_row_int(&row, s->comm->node_of[r]);
+            mp_row_int(&row, r / lay->tp);
+            mp_row_int(&row, r % lay->tp);
+            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, tokens) / 8, stride, n, scratch));
+            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, rows) / 8, stride, n, scratch));
+            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, ffn_rows) / 8, stride, n, scratch));
+            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, bytes_sent) / 8, stride, n, scratch));
+            for (int ph = 0; ph < 5; ph++) /* route, dispatch, ffn, tp_reduce, combine */
+                mp_row_dbl(&row, median_of(base + ph, stride, n, scratch));
+            for (int i = 0; i < n; i++) {
+                const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
+                scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
+            }
+            struct mp_summary ls;
+            mp_summarize(scratch, n, &ls);
+            mp_row_dbl(&row, ls.p50);
+            rc = mp_csv_write(&f->ranks, &row);
+        }
+        if (rc == MP_OK) {
+            const struct mp_summary *L = &sm[0];
+            put_key(&row, s, lay, routing, placement, batch);
+            mp_row_int(&row, res->tokens_per_rank);
+            mp_row_int(&row, n);
+            double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
+                           sm[1].p50, sm[1].p99, sm[2].p50, sm[3].p50, sm[3].p99};
+            for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
+                mp_row_dbl(&row, lv[k]);
+            for (size_t k = 4; k < MN; k++)
+                mp_row_dbl(&row, sm[k].p50);
+            mp_row_dbl(&row, res->check_error);
+            rc = mp_csv_write(&f->layer, &row);
+        }
+    }
+    if (!s->o.quiet) {
+        mp_progress_clear();
+        char chk[24] = "-";
+        if (!isnan(res->check_error))
+            snprintf(chk, sizeof chk, "%.1e", res->check_error);
+        printf("%9s %-16s %-16s %7ld %11.1f %11.1f %10.1f %10.1f %7.2f %7.3f %7.2f %6.3f %9s\n",
+               lay->name, routing, placement, batch, sm[0].p50, sm[0].p99, sm[1].p50, sm[3].p50,
+               sm[8].p50, sm[9].p50, sm[10].p50, sm[11].p50, chk);
+        fflush(stdout);
+    }
+    mp_row_free(&row);
+    free(scratch);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct mp_session s;
+    struct files f = {0};
+    struct mp_layout *layouts = NULL;
+    struct mp_routing *routings = NULL;
+    struct mp_keyset done = {0};
+    int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-layer", options, summary, argc, argv);
+    if (rc != MP_OK)
+        goto out;
+    struct mp_comm *c = s.comm;
+    const struct mp_model *m = &s.model;
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    routings = calloc((size_t)s.o.routing.n, sizeof *routings);
+    if (!routings) {
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (nrout = 0; nrout < s.o.routing.n; nrout++)
+        MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], m->experts, m->topk, (uint64_t)s.o.seed,
+                                  &routings[nrout]));
+    for (int i = 0; i < nlayouts; i++) /* refuse bad placements before measuring anything */
+        for (int p = 0; p < s.o.placement.n; p++) {
+            struct mp_placement pl;
+            MP_CHECK(mp_placement_build(s.o.placement.v[p], m->experts, layouts[i].ep, NULL, &pl));
+            mp_placement_free(&pl);
+        }
+    long max_batch = 0;
+    for (int b = 0; b < s.o.batch.n; b++)
+        max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
+
+    if (s.o.out && c->rank == 0) {
+        if (s.o.resume) {
+            MP_CHECK(mp_keyset_load(s.o.out, "layer.csv", NKEY, &done));
+            MP_CHECK(mp_csv_filter(s.o.out, "layer_samples.csv", NKEY, &done));
+            MP_CHECK(mp_csv_filter(s.o.out, "layer_ranks.csv", NKEY, &done));
+        }
+        rc = files_open(&f, s.o.out, s.o.resume);
+    }
+    int ok = rc == MP_OK;
+    c->ops->bcast(c, &ok, sizeof ok);
+    if (!ok) {
+        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
+        s.agreed = 1;
+        goto out;
+    }
+
+    if (!s.o.quiet && c->rank == 0) {
+        printf("# moeperf-layer: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
+               "node(s), backend %s, comm %s\n",
+               m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, c->size, c->nnodes,
+               s.o.backend, s.o.comm);
+        printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
+               s.o.iters);
+        printf("%9s %-16s %-16s %7s %11s %11s %10s %10s %7s %7s %7s %6s %9s\n", "layout",
+               "routing", "placement", "batch", "layer_p50", "layer_p99", "ffn", "comm", "ratio",
+               "bubble", "imbal", "hit", "check");
+    }
+    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n, npoint = 0;
+    for (int li = 0; li < nlayouts; li++) {
+        const struct mp_layout *lay = &layouts[li];
+        struct mp_layer *L = NULL;
+        MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
+        MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed, max_batch * s.o.seq));
+        for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
+            for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
+                struct mp_placement pl;
+                rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
+                for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
+                    long batch = s.o.batch.v[bi];
+                    struct mp_row key = {0};
+                    int skip = 0;
+                    npoint++;
+                    if (c->rank == 0 && s.o.resume) {
+                        put_key(&key, &s, lay, s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                        char *k = mp_row_key(&key, NKEY);
+                        skip = k && mp_keyset_has(&done, k);
+                        free(k);
+                        mp_row_free(&key);
+                    }
+                    c->ops->bcast(c, &skip, sizeof skip);
+                    if (skip)
+                        continue;
+                    if (c->rank == 0) {
+                        char label[256];
+                        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name,
+                                 s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                        mp_progress(npoint, total, label);
+                    }
+                    struct mp_point pt = {.batch = batch, .seq = s.o.seq, .routing = &routings[ri],
+                                          .placement = &pl, .warmup = s.o.warmup,
+                                          .iters = s.o.iters, .check = s.o.check};
+                    struct mp_point_result res;
+                    rc = mp_layer_run(L, &pt, &res);
+                    if (rc == MP_OK && c->rank == 0)
+                        rc = write_point(&s, &f, lay, s.o.routing.v[ri], s.o.placement.v[pi],
+                                         batch, &res);
+                    if (rc == MP_OK && s.o.check && !(res.check_error <= CHECK_TOLERANCE)) {
+                        mp_usage("--check failed at layout %s routing %s placement %s batch %ld: "
+                                 "relative error %.3g exceeds %.0e",
+                                 lay->name, s.o.routing.v[ri], s.o.placement.v[pi], batch,
+                                 res.check_error, CHECK_TOLERANCE);
+                        rc = MP_ERR_RUNTIME;
+                        s.agreed = 1;
+                    }
+                    mp_point_result_free(&res);
+                }
+                mp_placement_free(&pl);
+            }
+        }
+        mp_layer_destroy(L);
+        if (rc != MP_OK)
+            goto out;
+    }
+out:
+    files_close(&f);
+    mp_keyset_free(&done);
+    for (int i = 0; i < nrout; i++)
+        mp_routing_free(&routings[i]);
+    free(routings);
+    free(layouts);
+    if (rc == MP_ERR_USAGE)
+        s.agreed = 1;
+    return mp_session_end(&s, rc);
+}

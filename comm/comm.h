@@ -1,0 +1,59 @@
+/* comm.h - the communication backend ops table (mpi, nccl, model): the world, its split into
+ * tp × ep groups, the dispatch/combine all-to-all, the TP allreduce, and host-side collectives. */
+#ifndef MP_COMM_H
+#define MP_COMM_H
+
+#include <stddef.h>
+
+struct mp_comm_ops;
+
+/* Facts every backend fills in; `priv` is the backend's own state. Rank r of a tp×ep layout has
+ * ep_rank = r / tp and tp_rank = r mod tp, so a TP group is tp consecutive ranks (one node when
+ * ranks are packed by node). The EP group of r is the ranks with the same tp_rank. */
+struct mp_comm {
+    const struct mp_comm_ops *ops;
+    int rank, size;       /* world */
+    int local_rank, local_size; /* within this host */
+    int nnodes;
+    int *node_of;         /* [size] node index of every world rank */
+    int tp, ep, tp_rank, ep_rank; /* the current layout, after split() */
+    double inject_delay_us; /* debug: added to every dispatch/combine exchange (0: off) */
+    void *priv;
+};
+
+struct mp_comm_ops {
+    const char *name;
+    /* join the world (MPI_Init where needed); fills rank, size, local_*, nodes */
+    int (*init)(struct mp_comm **out, int *argc, char ***argv);
+    void (*fini)(struct mp_comm *c);
+    /* library version text for run.json ("Open MPI v4.1.4, ...") */
+    const char *(*version)(struct mp_comm *c);
+    /* make the tp × ep groups of a layout current; tp·ep must equal size */
+    int (*split)(struct mp_comm *c, int tp, int ep);
+
+    /* EP group: every rank sends n ints to every peer (count exchange) */
+    int (*alltoall_int)(struct mp_comm *c, const int *send, int *recv, int n);
+    /* EP group: rows of row_bytes bytes; counts and displacements in rows, per peer */
+    int (*alltoallv)(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
+                     void *recv, const int *rcount, const int *rdispl, size_t row_bytes);
+    /* TP group: in-place sum of n fp32 (cpu) or elem-typed (device) values */
+    int (*allreduce_sum)(struct mp_comm *c, void *buf, size_t n);
+    /* world */
+    int (*barrier)(struct mp_comm *c);
+
+    /* host-side world collectives on plain memory, for results and checks */
+    int (*gather)(struct mp_comm *c, const void *send, size_t bytes, void *recv_root);
+    int (*gatherv)(struct mp_comm *c, const void *send, size_t bytes, void *recv_root,
+                   const size_t *bytes_of);
+    int (*bcast)(struct mp_comm *c, void *buf, size_t bytes);
+    /* max of a double over the world (to every rank) */
+    int (*max_double)(struct mp_comm *c, double *v);
+};
+
+extern const struct mp_comm_ops *const mp_comm_backends[];
+extern const struct mp_comm_ops mp_comm_mpi;
+
+/* Find a backend by name; NULL and a usage message naming --comm if absent. */
+const struct mp_comm_ops *mp_comm_find(const char *name);
+
+#endif

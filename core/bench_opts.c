@@ -1,0 +1,99 @@
+/* bench_opts.c - layouts, model resolution and choice lists shared by the benchmark binaries. */
+#include "bench_opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal:", "gate",
+                                          "gate:", "trace:", NULL};
+const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", NULL};
+const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
+const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
+
+/* Parse a positive integer at *p, advancing it; -1 when there is none. */
+static long take_int(const char **p)
+{
+    char *end;
+    if (**p < '0' || **p > '9')
+        return -1;
+    long v = strtol(*p, &end, 10);
+    *p = end;
+    return v;
+}
+
+int mp_layout_parse(const char *text, struct mp_layout *out)
+{
+    const char *p = text;
+    long tp = 1, ep = 1;
+    int seen = 0;
+    if (strncmp(p, "tp", 2) == 0) {
+        p += 2;
+        tp = take_int(&p);
+        seen = 1;
+    }
+    if (tp >= 1 && strncmp(p, "ep", 2) == 0) {
+        p += 2;
+        ep = take_int(&p);
+        seen = 1;
+    }
+    if (!seen || *p != '\0' || tp < 1 || ep < 1 || tp > 65536 || ep > 65536) {
+        mp_usage("--layout: '%s' is not a layout (accepted: tpXepY, epY or tpX with X, Y >= 1, "
+                 "e.g. tp2ep4)", text);
+        return MP_ERR_USAGE;
+    }
+    out->tp = (int)tp;
+    out->ep = (int)ep;
+    snprintf(out->name, sizeof out->name, "tp%ldep%ld", tp, ep);
+    return MP_OK;
+}
+
+int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layout **out, int *n)
+{
+    int count = list->n > 0 ? list->n : 1;
+    struct mp_layout *l = calloc((size_t)count, sizeof *l);
+    if (!l) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    if (list->n == 0) {
+        l[0].tp = 1;
+        l[0].ep = world;
+        snprintf(l[0].name, sizeof l[0].name, "tp1ep%d", world);
+    }
+    for (int i = 0; i < list->n; i++) {
+        if (mp_layout_parse(list->v[i], &l[i]) != MP_OK) {
+            free(l);
+            return MP_ERR_USAGE;
+        }
+        if (l[i].tp * l[i].ep != world) {
+            mp_usage("--layout: %s needs tp·ep = %d ranks, but %d ranks are running (start it with "
+                     "mpirun -np %d, or pick layouts whose tp·ep is %d)",
+                     list->v[i], l[i].tp * l[i].ep, world, l[i].tp * l[i].ep, world);
+            free(l);
+            return MP_ERR_USAGE;
+        }
+    }
+    *out = l;
+    *n = count;
+    return MP_OK;
+}
+
+int mp_bench_model(const struct mp_bench_opts *o, struct mp_model *m)
+{
+    int rc = mp_model_resolve(o->model, m);
+    if (rc != MP_OK)
+        return rc;
+    return mp_model_override(m, o->experts, o->topk, o->shared, o->hidden, o->ffn, o->layers);
+}
+
+const char *mp_bench_help(const char *summary)
+{
+    static char buf[8192];
+    char list[4096];
+    mp_model_list(list, sizeof list);
+    snprintf(buf, sizeof buf, "%s\n\nModel presets:\n%s", summary, list);
+    return buf;
+}

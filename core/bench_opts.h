@@ -1,0 +1,78 @@
+/* bench_opts.h - the option entries the benchmark binaries share, as table rows a binary lists, and
+ * the resolution of model, layouts and backends every binary repeats. */
+#ifndef MP_BENCH_OPTS_H
+#define MP_BENCH_OPTS_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "options.h"
+
+#define MP_O(field) offsetof(struct mp_bench_opts, field)
+#define MP_NOLIMIT 1.0, 0.0
+
+extern const char *const mp_routing_choices[];
+extern const char *const mp_placement_choices[];
+extern const char *const mp_backend_choices[];
+extern const char *const mp_comm_choices[];
+
+/* Workload: model shape */
+#define MP_OPT_MODEL(def)                                                                          \
+    {"model", MP_OPT_STRING, MP_O(model), def, MP_NOLIMIT, NULL, "NAME|FILE",                      \
+     "model preset (see the list below) or a key=value model file"}
+#define MP_OPT_EXPERTS {"experts", MP_OPT_INT, MP_O(experts), NULL, 1, 65536, NULL, NULL, "override the expert count E"}
+#define MP_OPT_TOPK {"topk", MP_OPT_INT, MP_O(topk), NULL, 1, 1024, NULL, NULL, "override top-k K"}
+#define MP_OPT_SHARED {"shared", MP_OPT_INT, MP_O(shared), NULL, 0, 64, NULL, NULL, "override the shared-expert count"}
+#define MP_OPT_HIDDEN {"hidden", MP_OPT_INT, MP_O(hidden), NULL, 1, 1 << 20, NULL, NULL, "override the hidden size H"}
+#define MP_OPT_FFN {"ffn", MP_OPT_INT, MP_O(ffn), NULL, 1, 1 << 22, NULL, NULL, "override the expert FFN dimension D"}
+#define MP_OPT_LAYERS {"layers", MP_OPT_INT, MP_O(layers), NULL, 1, 1024, NULL, NULL, "override the MoE layer count"}
+/* Workload: the sweep */
+#define MP_OPT_BATCH(def)                                                                          \
+    {"batch", MP_OPT_INT_LIST, MP_O(batch), def, 1, 1 << 24, NULL, "LIST",                         \
+     "tokens per step for the whole EP instance: 1,16,64 or 1:128:x2"}
+#define MP_OPT_SEQ {"seq", MP_OPT_INT, MP_O(seq), "1", 1, 1 << 20, NULL, NULL, "sequence length (prefill): multiplies --batch"}
+#define MP_OPT_LAYOUT(def)                                                                         \
+    {"layout", MP_OPT_STRING_LIST, MP_O(layout), def, MP_NOLIMIT, NULL, "LIST",                    \
+     "tpXepY layouts to sweep (tp·ep = ranks); default: ep = ranks"}
+#define MP_OPT_ROUTING                                                                             \
+    {"routing", MP_OPT_STRING_LIST, MP_O(routing), "uniform", MP_NOLIMIT, mp_routing_choices,      \
+     "LIST", "uniform, zipf:S, hot:N:F, lognormal:SIGMA, gate[:TAU], trace:FILE"}
+#define MP_OPT_PLACEMENT                                                                           \
+    {"placement", MP_OPT_STRING_LIST, MP_O(placement), "contiguous", MP_NOLIMIT,                   \
+     mp_placement_choices, "LIST", "contiguous, round-robin, replicate-hot:R"}
+#define MP_OPT_SEED {"seed", MP_OPT_LLONG, MP_O(seed), "1", MP_NOLIMIT, NULL, NULL, "seed of weights, inputs and routing"}
+/* Protocol */
+#define MP_OPT_WARMUP(def) {"warmup", MP_OPT_INT, MP_O(warmup), def, 0, 1000000, NULL, NULL, "untimed iterations per point"}
+#define MP_OPT_ITERS(def) {"iters", MP_OPT_INT, MP_O(iters), def, 1, 10000000, NULL, NULL, "timed iterations per point"}
+#define MP_OPT_BACKEND                                                                             \
+    {"backend", MP_OPT_STRING, MP_O(backend), "cpu", MP_NOLIMIT, mp_backend_choices, NULL,         \
+     "compute backend"}
+#define MP_OPT_COMM                                                                                \
+    {"comm", MP_OPT_STRING, MP_O(comm), "mpi", MP_NOLIMIT, mp_comm_choices, NULL,                  \
+     "communication backend"}
+#define MP_OPT_OUT {"out", MP_OPT_STRING, MP_O(out), NULL, MP_NOLIMIT, NULL, "DIR", "write CSV, samples and run.json into DIR"}
+#define MP_OPT_RESUME {"resume", MP_OPT_FLAG, MP_O(resume), NULL, MP_NOLIMIT, NULL, NULL, "skip points already in --out"}
+#define MP_OPT_CHECK {"check", MP_OPT_FLAG, MP_O(check), NULL, MP_NOLIMIT, NULL, NULL, "compare every point's output with the single-process reference"}
+#define MP_OPT_QUIET {"quiet", MP_OPT_FLAG, MP_O(quiet), NULL, MP_NOLIMIT, NULL, NULL, "no table on stdout"}
+#define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
+
+/* A parsed layout. */
+struct mp_layout {
+    int tp, ep;
+    char name[32]; /* canonical "tpXepY" */
+};
+
+/* Parse "tpXepY", "epY" (tp 1) or "tpX" (ep 1). Errors name --layout; MP_ERR_USAGE. */
+int mp_layout_parse(const char *text, struct mp_layout *out);
+
+/* Parse every --layout for a world of `world` ranks (an empty list means ep = world), refusing a
+ * layout whose tp·ep differs from the world. Heap array in *out. */
+int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layout **out, int *n);
+
+/* Resolve --model and the per-field overrides. */
+int mp_bench_model(const struct mp_bench_opts *o, struct mp_model *m);
+
+/* The help text listing model presets, appended to a binary's summary (static buffer). */
+const char *mp_bench_help(const char *summary);
+
+#endif

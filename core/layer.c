@@ -1,0 +1,536 @@
+/* layer.c - the MoE layer pipeline of one rank (see layer.h). */
+#include "layer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "error.h"
+#include "plan.h"
+#include "reference.h"
+#include "topo.h"
+#include "weights.h"
+
+volatile int mp_in_timed_loop;
+
+/* Routing draws made before timing and cycled through the iterations. */
+#define POOL_DRAWS 8
+
+enum { MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE };
+
+struct mp_layer {
+    const struct mp_compute_ops *ops;
+    struct mp_compute *dev;
+    struct mp_comm *comm;
+    struct mp_model m;
+    uint64_t seed;
+    int tp, ep, Dl, S;
+    long max_tokens, max_tok_rank, max_rows;
+    size_t row_bytes;
+
+    /* device buffers */
+    void *x;        /* [max_tok_rank × H] this rank's tokens */
+    void *sendbuf;  /* [max_tok_rank·K × H] dispatch out / combine in */
+    void *recvbuf;  /* [max_rows × H] dispatch in (source-major) / combine out */
+    void *expbuf;   /* [max_rows × H] dispatch in, expert-major */
+    void *outbuf;   /* [(max_rows + S·max_tok_rank) × H] FFN out: routed rows, then shared rows */
+    void *work;     /* [max(max_rows, max_tok_rank) × 2·Dl] */
+    void *y;        /* [max_tok_rank × H] layer output */
+    void *wg;       /* [H × E] router weights (gate routing), uploaded on first use */
+    float *wg_host;
+
+    /* local expert weights, cached while the set of local experts stays the same */
+    int nlocal, cap_local;
+    int *local_ids;
+    void **wgu, **wd;       /* [nlocal + S] */
+    long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
+
+    struct mp_plan plan;
+    float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
+};
+
+static long tokens_of(long total, int ep, int e, long *tok0)
+{
+    long base = total / ep, extra = total % ep;
+    *tok0 = e * base + (e < extra ? e : extra);
+    return base + (e < extra ? 1 : 0);
+}
+
+double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
+                               long max_tokens, size_t elem)
+{
+    double H = m->hidden, Dl = (double)m->ffn / tp, K = m->topk, S = m->shared;
+    double tok = (double)((max_tokens + ep - 1) / ep), rows = (double)max_tokens * K;
+    double weights = (max_local + S) * 3.0 * H * Dl * elem;
+    double bufs = (tok * 2 + tok * K + rows * 3 + S * tok) * H * elem + (rows > tok ? rows : tok) * 2 * Dl * elem;
+    return weights + bufs;
+}
+
+int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
+                    struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
+                    long max_tokens)
+{
+    int tp = comm->tp, ep = comm->ep;
+    if (model->ffn % tp != 0) {
+        mp_usage("--layout: tp%d needs --ffn (%d) divisible by %d", tp, model->ffn, tp);
+        return MP_ERR_USAGE;
+    }
+    /* the most experts any rank can hold: its contiguous share plus every replica */
+    int max_local = model->experts;
+    double need = mp_layer_bytes_estimate(model, tp, ep, (model->experts + ep - 1) / ep,
+                                          max_tokens, ops->elem_size);
+    long long avail = mp_mem_available();
+    if (avail > 0 && need * comm->local_size > (double)avail * 0.9) {
+        mp_usage("--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to %ld tokens needs "
+                 "about %.2f GB per rank (%d ranks on this host), %.2f GB is available; lower "
+                 "--hidden/--ffn/--experts/--batch or use more ranks",
+                 model->name, model->hidden, model->ffn, model->experts, ep, max_tokens, need / 1e9,
+                 comm->local_size, (double)avail / 1e9);
+        return MP_ERR_USAGE;
+    }
+    struct mp_layer *L = calloc(1, sizeof *L);
+    if (!L)
+        goto oom;
+    L->ops = ops;
+    L->dev = dev;
+    L->comm = comm;
+    L->m = *model;
+    L->seed = seed;
+    L->tp = tp;
+    L->ep = ep;
+    L->Dl = model->ffn / tp;
+    L->S = model->shared;
+    L->max_tokens = max_tokens;
+    L->max_tok_rank = (max_tokens + ep - 1) / ep;
+    L->max_rows = max_tokens * model->topk;
+    L->row_bytes = (size_t)model->hidden * ops->elem_size;
+    size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank, rows = (size_t)L->max_rows;
+    size_t wrows = rows > tok ? rows : tok;
+    L->x = ops->alloc(dev, tok * H);
+    L->sendbuf = ops->alloc(dev, tok * model->topk * H);
+    L->recvbuf = ops->alloc(dev, rows * H);
+    L->expbuf = ops->alloc(dev, rows * H);
+    L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * tok) * H);
+    L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
+    L->y = ops->alloc(dev, tok * H);
+    L->host_tok = malloc(tok * H * sizeof(float));
+    if (!L->x || !L->sendbuf || !L->recvbuf || !L->expbuf || !L->outbuf || !L->work || !L->y ||
+        !L->host_tok)
+        goto oom;
+    if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
+        goto oom;
+    *out = L;
+    return MP_OK;
+oom:
+    mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
+    mp_layer_destroy(L);
+    return MP_ERR_RUNTIME;
+}
+
+static void free_weights(struct mp_layer *L)
+{
+    for (int i = 0; i < L->nlocal + L->S && L->wgu; i++) {
+        L->ops->free(L->dev, L->wgu[i]);
+        L->ops->free(L->dev, L->wd[i]);
+    }
+    free(L->wgu);
+    free(L->wd);
+    free(L->local_ids);
+    L->wgu = L->wd = NULL;
+    L->local_ids = NULL;
+    L->nlocal = 0;
+}
+
+void mp_layer_destroy(struct mp_layer *L)
+{
+    if (!L)
+        return;
+    const struct mp_compute_ops *o = L->ops;
+    free_weights(L);
+    o->free(L->dev, L->x);
+    o->free(L->dev, L->sendbuf);
+    o->free(L->dev, L->recvbuf);
+    o->free(L->dev, L->expbuf);
+    o->free(L->dev, L->outbuf);
+    o->free(L->dev, L->work);
+    o->free(L->dev, L->y);
+    o->free(L->dev, L->wg);
+    free(L->wg_host);
+    free(L->host_tok);
+    mp_plan_free(&L->plan);
+    free(L);
+}
+
+/* Generate and upload one expert's weight shard. */
+static int load_expert(struct mp_layer *L, int expert, void **wgu, void **wd, float *hgu, float *hd)
+{
+    size_t H = (size_t)L->m.hidden, Dl = (size_t)L->Dl;
+    mp_weights_expert(L->seed, expert, L->m.hidden, L->m.ffn, L->tp, L->comm->tp_rank, hgu, hd);
+    *wgu = L->ops->alloc(L->dev, H * 2 * Dl);
+    *wd = L->ops->alloc(L->dev, Dl * H);
+    if (!*wgu || !*wd) {
+        mp_error("out of memory for the weights of expert %d", expert);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = L->ops->upload(L->dev, *wgu, hgu, H * 2 * Dl);
+    if (rc == MP_OK)
+        rc = L->ops->upload(L->dev, *wd, hd, Dl * H);
+    return rc;
+}
+
+/* Make this rank's expert weights match the placement (no work when the set is unchanged). */
+static int setup_weights(struct mp_layer *L, const struct mp_placement *pl)
+{
+    int e = L->comm->ep_rank;
+    int n = mp_placement_nlocal(pl, e);
+    const int *ids = pl->local_ids + pl->local_off[e];
+    if (L->wgu && n == L->nlocal && memcmp(ids, L->local_ids, (size_t)n * sizeof *ids) == 0)
+        return MP_OK;
+    free_weights(L);
+    int rc = MP_ERR_RUNTIME;
+    size_t H = (size_t)L->m.hidden, Dl = (size_t)L->Dl;
+    float *hgu = malloc(H * 2 * Dl * sizeof(float)), *hd = malloc(Dl * H * sizeof(float));
+    L->wgu = calloc((size_t)n + L->S, sizeof(void *));
+    L->wd = calloc((size_t)n + L->S, sizeof(void *));
+    L->local_ids = malloc(((size_t)n + 1) * sizeof(int));
+    if (!hgu || !hd || !L->wgu || !L->wd || !L->local_ids) {
+        mp_error("out of memory for expert weights");
+        goto out;
+    }
+    L->nlocal = n;
+    memcpy(L->local_ids, ids, (size_t)n * sizeof *ids);
+    for (int i = 0; i < n + L->S; i++) {
+        int expert = i < n ? ids[i] : L->m.experts + (i - n);
+        rc = load_expert(L, expert, &L->wgu[i], &L->wd[i], hgu, hd);
+        if (rc != MP_OK)
+            goto out;
+    }
+    rc = MP_OK;
+out:
+    free(hgu);
+    free(hd);
+    return rc;
+}
+
+static int setup_gate(struct mp_layer *L)
+{
+    if (L->wg)
+        return MP_OK;
+    size_t n = (size_t)L->m.hidden * L->m.experts;
+    L->wg_host = malloc(n * sizeof(float));
+    L->wg = L->ops->alloc(L->dev, n);
+    if (!L->wg_host || !L->wg) {
+        mp_error("out of memory for the router weights");
+        return MP_ERR_RUNTIME;
+    }
+    mp_weights_gate(L->seed, L->m.hidden, L->m.experts, L->wg_host);
+    return L->ops->upload(L->dev, L->wg, L->wg_host, n);
+}
+
+/* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */
+struct pool {
+    int n;
+    int32_t *ids;  /* [n][ntok·K] */
+    float *w;      /* [n][ntok·K] */
+    float *noise;  /* [n][ntok·E], gate only */
+    int32_t *gate_ids; /* [ntok·K] gate output */
+    float *gate_w;
+};
+
+static void pool_free(struct pool *p)
+{
+    free(p->ids);
+    free(p->w);
+    free(p->noise);
+    free(p->gate_ids);
+    free(p->gate_w);
+}
+
+static int pool_make(struct pool *p, const struct mp_point *pt, uint64_t seed, long batch_tokens,
+                     long tok0, long ntok, int K, int E)
+{
+    memset(p, 0, sizeof *p);
+    p->n = pt->warmup + pt->iters < POOL_DRAWS ? pt->warmup + pt->iters : POOL_DRAWS;
+    if (p->n < 1)
+        p->n = 1;
+    size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
+    if (mp_routing_is_gate(pt->routing)) {
+        p->noise = malloc((size_t)p->n * (ntok > 0 ? ntok : 1) * E * sizeof(float));
+        p->gate_ids = malloc(pairs * sizeof(int32_t));
+        p->gate_w = malloc(pairs * sizeof(float));
+        if (!p->noise || !p->gate_ids || !p->gate_w)
+            goto oom;
+        for (int d = 0; d < p->n; d++)
+            mp_routing_gate_noise(pt->routing, seed, d, tok0, ntok, p->noise + (size_t)d * ntok * E);
+        return MP_OK;
+    }
+    p->ids = malloc((size_t)p->n * pairs * sizeof(int32_t));
+    p->w = malloc((size_t)p->n * pairs * sizeof(float));
+    if (!p->ids || !p->w)
+        goto oom;
+    for (int d = 0; d < p->n; d++)
+        mp_routing_draw(pt->routing, seed, d, batch_tokens, tok0, ntok, p->ids + (size_t)d * ntok * K,
+                        p->w + (size_t)d * ntok * K);
+    return MP_OK;
+oom:
+    pool_free(p);
+    mp_error("out of memory for the routing pool");
+    return MP_ERR_RUNTIME;
+}
+
+/* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
+static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
+                     long tok0, long ntok, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    struct mp_plan *pl = &L->plan;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, me = c->ep_rank;
+    int rc = MP_OK;
+
+    /* every timed iteration starts with the device drained and all ranks synchronized */
+    MP_CHECK(o->sync(dev));
+    MP_CHECK(c->ops->barrier(c));
+    MP_CHECK(o->mark(dev, MARK_START));
+
+    /* route: gate (real routing) or the pooled draw, then the dispatch plan */
+    const int32_t *ids;
+    const float *w;
+    if (pool->noise) {
+        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
+                         pool->gate_ids, pool->gate_w));
+        ids = pool->gate_ids;
+        w = pool->gate_w;
+    } else {
+        ids = pool->ids + (size_t)d * ntok * K;
+        w = pool->w + (size_t)d * ntok * K;
+    }
+    mp_plan_send(pl, pt->placement, me, tok0, ntok, ids, w);
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
+
+    /* dispatch: count exchange, permute, all-to-all, regroup by expert */
+    MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
+    mp_plan_recv(pl, L->nlocal);
+    MP_CHECK(o->permute(dev, L->x, pl->src_tok, pl->nsend, H, L->sendbuf));
+    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
+                               pl->recv_rows, pl->recv_displ, L->row_bytes));
+    MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
+    MP_CHECK(o->mark(dev, MARK_DISPATCH));
+
+    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
+    struct mp_ffn_args a = {.in = L->expbuf, .out = L->outbuf, .row_off = pl->expert_off,
+                            .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
+                            .work = L->work};
+    MP_CHECK(o->expert_ffn(dev, &a));
+    L->shared_off[0] = 0;
+    L->shared_off[1] = ntok;
+    for (int s = 0; s < L->S; s++) {
+        struct mp_ffn_args sa = a;
+        sa.in = L->x;
+        sa.out = (char *)L->outbuf + ((size_t)pl->nrecv + (size_t)s * ntok) * L->row_bytes;
+        sa.row_off = L->shared_off;
+        sa.nexp = 1;
+        sa.wgu = L->wgu + L->nlocal + s;
+        sa.wd = L->wd + L->nlocal + s;
+        MP_CHECK(o->expert_ffn(dev, &sa));
+    }
+    MP_CHECK(o->mark(dev, MARK_FFN));
+
+    /* TP reduce: sum the D-shards of every routed and shared row */
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)pl->nrecv + (size_t)L->S * ntok) * H));
+    MP_CHECK(o->mark(dev, MARK_TP));
+
+    /* combine: back to source order, all-to-all back, weighted sum into token order */
+    MP_CHECK(o->copy_rows(dev, L->outbuf, L->recvbuf, pl->to_source, pl->nchunks, H));
+    MP_CHECK(c->ops->alltoallv(c, L->recvbuf, pl->recv_rows, pl->recv_displ, L->sendbuf,
+                               pl->send_rows, pl->send_displ, L->row_bytes));
+    MP_CHECK(o->combine(dev, L->sendbuf, pl->src_tok, pl->row_w, pl->nsend,
+                        L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
+                        ntok, H, L->y));
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_CHECK(o->sync(dev));
+
+    rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
+    rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
+    rec->ffn = o->elapsed_us(dev, MARK_DISPATCH, MARK_FFN);
+    rec->tp_reduce = o->elapsed_us(dev, MARK_FFN, MARK_TP);
+    rec->combine = o->elapsed_us(dev, MARK_TP, MARK_COMBINE);
+    rec->tokens = (double)ntok;
+    rec->rows = (double)pl->nrecv;
+    rec->ffn_rows = (double)pl->nrecv + (double)L->S * ntok;
+    rec->pairs = (double)pl->nsend;
+    rec->local_pairs = (double)pl->local_pairs;
+    double sent = 0, inter = 0;
+    for (int p = 0; p < L->ep; p++) {
+        if (p == me)
+            continue;
+        double b = ((double)pl->send_rows[p] + pl->recv_rows[p]) * (double)L->row_bytes;
+        sent += b;
+        int peer = p * L->tp + c->tp_rank;
+        if (c->node_of[peer] != c->node_of[c->rank])
+            inter += b;
+    }
+    rec->bytes_sent = sent;
+    rec->bytes_internode = inter;
+out:
+    return rc;
+}
+
+/* Gather every rank's output to rank 0 and compare with the reference forward of draw 0. */
+static int check_output(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                        long batch_tokens, long ntok, double *err)
+{
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    int rc = MP_ERR_RUNTIME;
+    size_t mine = c->tp_rank == 0 ? (size_t)ntok * H * sizeof(float) : 0;
+    float *y = malloc(mine ? mine : 1), *yall = NULL, *ref = NULL, *xall = NULL, *wall = NULL,
+          *noise = NULL;
+    int32_t *ids = NULL;
+    size_t *bytes_of = NULL;
+    if (!y)
+        goto oom;
+    if (mine)
+        MP_CHECK(L->ops->download(L->dev, y, L->y, (size_t)ntok * H));
+    if (c->rank == 0) {
+        size_t all = (size_t)batch_tokens * H;
+        yall = malloc(all * sizeof(float));
+        ref = malloc(all * sizeof(float));
+        xall = malloc(all * sizeof(float));
+        ids = malloc((size_t)batch_tokens * K * sizeof(int32_t));
+        wall = malloc((size_t)batch_tokens * K * sizeof(float));
+        bytes_of = malloc((size_t)c->size * sizeof(size_t));
+        if (!yall || !ref || !xall || !ids || !wall || !bytes_of)
+            goto oom;
+        for (int r = 0; r < c->size; r++) {
+            long t0;
+            long n = tokens_of(batch_tokens, L->ep, r / L->tp, &t0);
+            bytes_of[r] = r % L->tp == 0 ? (size_t)n * H * sizeof(float) : 0;
+        }
+    }
+    MP_CHECK(c->ops->gatherv(c, y, mine, yall, bytes_of));
+    if (c->rank == 0) {
+        mp_activations(L->seed, 0, batch_tokens, H, xall);
+        if (pool->noise) {
+            noise = malloc((size_t)batch_tokens * E * sizeof(float));
+            if (!noise)
+                goto oom;
+            mp_routing_gate_noise(pt->routing, L->seed, 0, 0, batch_tokens, noise);
+            mp_reference_gate(xall, L->wg_host, noise, batch_tokens, H, E, K, ids, wall);
+        } else {
+            mp_routing_draw(pt->routing, L->seed, 0, batch_tokens, 0, batch_tokens, ids, wall);
+        }
+        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, batch_tokens, K, ids,
+                                      wall, ref));
+        *err = mp_rel_error(yall, ref, (long)batch_tokens * H);
+    }
+    MP_CHECK(c->ops->bcast(c, err, sizeof *err));
+    rc = MP_OK;
+    goto out;
+oom:
+    mp_error("out of memory for --check with %ld tokens", batch_tokens);
+    rc = MP_ERR_RUNTIME;
+out:
+    free(y);
+    free(yall);
+    free(ref);
+    free(xall);
+    free(ids);
+    free(wall);
+    free(noise);
+    free(bytes_of);
+    return rc;
+}
+
+int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res)
+{
+    struct mp_comm *c = L->comm;
+    int rc = MP_OK;
+    double t_begin = mp_now_us();
+    struct pool pool = {0};
+    struct mp_rank_iter *mine = NULL;
+    memset(res, 0, sizeof *res);
+    res->check_error = NAN;
+    long total = pt->batch * pt->seq, tok0;
+    if (total > L->max_tokens) {
+        mp_error("point of %ld tokens exceeds the %ld the layout was sized for", total, L->max_tokens);
+        return MP_ERR_RUNTIME;
+    }
+    long ntok = tokens_of(total, L->ep, c->ep_rank, &tok0);
+    res->tokens_per_rank = (total + L->ep - 1) / L->ep;
+    res->iters = pt->iters;
+    res->nranks = c->size;
+
+    MP_CHECK(setup_weights(L, pt->placement));
+    if (mp_routing_is_gate(pt->routing))
+        MP_CHECK(setup_gate(L));
+    mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
+    MP_CHECK(L->ops->upload(L->dev, L->x, L->host_tok, (size_t)ntok * L->m.hidden));
+    MP_CHECK(pool_make(&pool, pt, L->seed, total, tok0, ntok, L->m.topk, L->m.experts));
+    mine = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *mine);
+    if (!mine) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+
+    struct mp_rank_iter scratch;
+    for (int i = 0; i < pt->warmup; i++)
+        MP_CHECK(iteration(L, pt, &pool, i % pool.n, tok0, ntok, &scratch));
+    double t_timed = 0;
+    for (int i = 0; i < pt->iters; i++) {
+        double t0 = mp_now_us();
+        mp_in_timed_loop = 1;
+        rc = iteration(L, pt, &pool, (pt->warmup + i) % pool.n, tok0, ntok, &mine[i]);
+        mp_in_timed_loop = 0;
+        t_timed += mp_now_us() - t0;
+        if (rc != MP_OK)
+            goto out;
+    }
+    res->timed_us = t_timed;
+
+    if (pt->check) {
+        MP_CHECK(iteration(L, pt, &pool, 0, tok0, ntok, &scratch));
+        MP_CHECK(check_output(L, pt, &pool, total, ntok, &res->check_error));
+    }
+
+    /* gather every rank's records to rank 0: [rank][iter] there, then transpose */
+    size_t bytes = (size_t)pt->iters * sizeof *mine;
+    struct mp_rank_iter *byrank = NULL;
+    if (c->rank == 0) {
+        byrank = malloc(bytes * c->size + 1);
+        res->ranks = malloc(bytes * c->size + 1);
+        res->metrics = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * sizeof *res->metrics);
+        if (!byrank || !res->ranks || !res->metrics) {
+            free(byrank);
+            mp_error("out of memory for the results");
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+    }
+    rc = c->ops->gather(c, mine, bytes, byrank);
+    if (rc == MP_OK && c->rank == 0) {
+        for (int i = 0; i < pt->iters; i++) {
+            for (int r = 0; r < c->size; r++)
+                res->ranks[(size_t)i * c->size + r] = byrank[(size_t)r * pt->iters + i];
+            mp_metrics_iter(res->ranks + (size_t)i * c->size, c->size, &res->metrics[i]);
+        }
+    }
+    free(byrank);
+out:
+    pool_free(&pool);
+    free(mine);
+    res->wall_us = mp_now_us() - t_begin;
+    return rc;
+}
+
+void mp_point_result_free(struct mp_point_result *res)
+{
+    free(res->ranks);
+    free(res->metrics);
+    res->ranks = NULL;
+    res->metrics = NULL;
+}

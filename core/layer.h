@@ -1,0 +1,60 @@
+/* layer.h - the MoE layer pipeline of one rank: route | dispatch | expert FFN | tp-reduce | combine,
+ * run through a compute and a comm backend under DESIGN.md's measurement protocol. */
+#ifndef MP_LAYER_H
+#define MP_LAYER_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "compute.h"
+#include "metrics.h"
+#include "model.h"
+#include "placement.h"
+#include "routing.h"
+
+/* One point of a sweep, as every rank sees it. */
+struct mp_point {
+    long batch;  /* tokens per decode step for the whole EP instance */
+    int seq;     /* multiplies batch (prefill) */
+    const struct mp_routing *routing;
+    const struct mp_placement *placement;
+    int warmup, iters;
+    int check;   /* compare the output with the single-process reference */
+};
+
+/* What a point produced. `ranks` and `metrics` are filled on world rank 0 only. */
+struct mp_point_result {
+    int iters, nranks;
+    struct mp_rank_iter *ranks;      /* [iters·nranks], iteration-major */
+    struct mp_iter_metrics *metrics; /* [iters] */
+    long tokens_per_rank;            /* the most tokens any EP rank holds */
+    double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked */
+    double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
+};
+
+struct mp_layer; /* one layout's buffers, plan and weights */
+
+/* Prepare a layout (the comm must already be split for it) for points of at most `max_tokens`
+ * tokens (batch·seq) in total. Buffers are sized here, once; points reuse them. Refuses with
+ * MP_ERR_USAGE (message naming the flags and the bytes) when the estimate exceeds this host's
+ * available memory shared by its ranks. */
+int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
+                    struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
+                    long max_tokens);
+void mp_layer_destroy(struct mp_layer *L);
+
+/* Run one point on every rank: set up weights (cached across points with the same local experts),
+ * inputs and the routing pool, then warmup + iters synchronized iterations, then the check.
+ * Collective: every rank of the world calls it with the same point. */
+int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
+void mp_point_result_free(struct mp_point_result *res);
+
+/* Bytes the layer will allocate per rank for a layout (weights + buffers), for the memory guard. */
+double mp_layer_bytes_estimate(const struct mp_model *model, int tp, int ep, int max_local,
+                               long max_tokens, size_t elem);
+
+/* 1 while this rank is inside a timed iteration: a test's malloc interposer reads it to prove the
+ * timed loop allocates nothing. */
+extern volatile int mp_in_timed_loop;
+
+#endif

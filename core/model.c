@@ -1,0 +1,307 @@
+/* model.c - MoE model presets, key=value model files and per-field overrides (model.h). */
+#include "model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+/* Facts from each model's public config (DESIGN.md, Workload vocabulary). */
+const struct mp_model mp_model_presets[] = {
+    {"deepseek-v3", 7168, 2048, 256, 8, 1, 58, NULL},
+    {"kimi-k2", 7168, 2048, 384, 8, 1, 60, NULL},
+    {"qwen3-235b-a22b", 4096, 1536, 128, 8, 0, 94, NULL},
+    {"qwen3-30b-a3b", 2048, 768, 128, 8, 0, 48, NULL},
+    {"mixtral-8x7b", 4096, 14336, 8, 2, 0, 32, NULL},
+    {"mixtral-8x22b", 6144, 16384, 8, 2, 0, 56, NULL},
+    {"gpt-oss-120b", 2880, 2880, 128, 4, 0, 36, NULL},
+    {"seed-k3", 4096, 2048, 128, 8, 1, 60,
+     "128 experts, top-8, 1 shared and H 4096 from the first seed document; D 2048 and 60 layers "
+     "are assumptions"},
+};
+const int mp_model_npresets = (int)(sizeof mp_model_presets / sizeof mp_model_presets[0]);
+
+/* The keys of a model file, in the order "missing" errors report them. */
+enum { K_HIDDEN, K_FFN, K_EXPERTS, K_TOPK, K_SHARED, K_LAYERS, K_NUMERIC, K_NAME = K_NUMERIC,
+       K_BASE, K_COUNT };
+static const char *const key_names[K_COUNT] = {"hidden", "ffn",    "experts", "topk",
+                                               "shared", "layers", "name",    "base"};
+static const char accepted_keys[] = "name, base, hidden, ffn, experts, topk, shared, layers";
+
+static const struct mp_model *find_preset(const char *name)
+{
+    for (int i = 0; i < mp_model_npresets; i++)
+        if (strcmp(mp_model_presets[i].name, name) == 0)
+            return &mp_model_presets[i];
+    return NULL;
+}
+
+/* "a|b|c" of every preset name. */
+static void preset_names(char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < mp_model_npresets && used < len; i++) {
+        int n = snprintf(buf + used, len - used, "%s%s", i ? "|" : "", mp_model_presets[i].name);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}
+
+static int *model_field(struct mp_model *m, int key)
+{
+    switch (key) {
+    case K_HIDDEN: return &m->hidden;
+    case K_FFN: return &m->ffn;
+    case K_EXPERTS: return &m->experts;
+    case K_TOPK: return &m->topk;
+    case K_SHARED: return &m->shared;
+    case K_LAYERS: return &m->layers;
+    default: return NULL;
+    }
+}
+
+/* Strict decimal int >= `min`; -1 when `s` is not one. */
+static int parse_count(const char *s, int min, int *out)
+{
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < min || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/* The file's basename without its extension, as the default model name. */
+static void default_name(const char *path, char *out, size_t len)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, len, "%s", base);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out)
+        *dot = '\0';
+    if (!out[0])
+        snprintf(out, len, "custom");
+}
+
+/* Parse a key=value model file. Keys may come in any order: "base" is applied first, then every
+ * other key overrides the base's field. Each key may appear once. */
+static int read_model_file(const char *path, struct mp_model *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mp_usage("model file %s: cannot open it", path);
+        return MP_ERR_USAGE;
+    }
+    int have[K_COUNT] = {0};
+    int val[K_NUMERIC] = {0};
+    char name[sizeof out->name] = "";
+    const struct mp_model *base = NULL;
+    char line[1024];
+    int lineno = 0, rc = MP_OK;
+
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
+            mp_usage("model file %s line %d: line longer than %zu characters", path, lineno,
+                     sizeof line - 2);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            mp_usage("model file %s line %d: expected key=value, got '%s'", path, lineno, s);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        int k = 0;
+        while (k < K_COUNT && strcmp(key_names[k], key) != 0)
+            k++;
+        if (k == K_COUNT) {
+            mp_usage("model file %s line %d: unknown key '%s' (accepted: %s)", path, lineno, key,
+                     accepted_keys);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        if (have[k]) {
+            mp_usage("model file %s line %d: key '%s' appears twice", path, lineno, key);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        have[k] = 1;
+        if (k == K_BASE) {
+            base = find_preset(value);
+            if (!base) {
+                char names[512];
+                preset_names(names, sizeof names);
+                mp_usage("model file %s line %d: base '%s' is not a preset (%s)", path, lineno,
+                         value, names);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+        } else if (k == K_NAME) {
+            if (!*value || strlen(value) >= sizeof name) {
+                mp_usage("model file %s line %d: name '%s' must have 1 to %zu characters", path,
+                         lineno, value, sizeof name - 1);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+            snprintf(name, sizeof name, "%s", value);
+        } else {
+            int min = k == K_SHARED ? 0 : 1;
+            if (parse_count(value, min, &val[k])) {
+                mp_usage("model file %s line %d: '%s' is not a %s integer for '%s'", path, lineno,
+                         value, min ? "positive" : "non-negative", key);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+        }
+    }
+    if (ferror(f)) {
+        mp_usage("model file %s: cannot read it", path);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+
+    struct mp_model m = {0};
+    if (base) {
+        m = *base;
+    } else {
+        for (int k = 0; k < K_NUMERIC; k++) {
+            if (!have[k] && k != K_SHARED) {
+                mp_usage("model file %s: missing '%s' (give it, or start from a preset with "
+                         "base=NAME)",
+                         path, key_names[k]);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+        }
+    }
+    for (int k = 0; k < K_NUMERIC; k++) {
+        if (have[k]) {
+            *model_field(&m, k) = val[k];
+            m.note = NULL; /* the base's caveats may no longer hold */
+        }
+    }
+    if (m.topk > m.experts) {
+        mp_usage("model file %s: topk %d is larger than the expert count %d", path, m.topk,
+                 m.experts);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    if (name[0])
+        snprintf(m.name, sizeof m.name, "%s", name);
+    else
+        default_name(path, m.name, sizeof m.name);
+    *out = m;
+out:
+    fclose(f);
+    return rc;
+}
+
+int mp_model_resolve(const char *spec, struct mp_model *out)
+{
+    if (!spec)
+        spec = "";
+    const struct mp_model *p = find_preset(spec);
+    if (p) {
+        *out = *p;
+        return MP_OK;
+    }
+    struct stat st;
+    if (!*spec || stat(spec, &st) != 0 || !S_ISREG(st.st_mode) || access(spec, R_OK) != 0) {
+        char names[512];
+        preset_names(names, sizeof names);
+        mp_usage("--model: '%s' is neither a preset (%s) nor a readable file", spec, names);
+        return MP_ERR_USAGE;
+    }
+    return read_model_file(spec, out);
+}
+
+int mp_model_override(struct mp_model *m, int experts, int topk, int shared, int hidden, int ffn,
+                      int layers)
+{
+    static const struct {
+        const char *flag;
+        int min;
+    } spec[K_NUMERIC] = {
+        [K_HIDDEN] = {"--hidden", 1}, [K_FFN] = {"--ffn", 1},       [K_EXPERTS] = {"--experts", 1},
+        [K_TOPK] = {"--topk", 1},     [K_SHARED] = {"--shared", 0}, [K_LAYERS] = {"--layers", 1},
+    };
+    int given[K_NUMERIC];
+    given[K_HIDDEN] = hidden;
+    given[K_FFN] = ffn;
+    given[K_EXPERTS] = experts;
+    given[K_TOPK] = topk;
+    given[K_SHARED] = shared;
+    given[K_LAYERS] = layers;
+
+    struct mp_model r = *m;
+    for (int k = 0; k < K_NUMERIC; k++) {
+        if (given[k] == -1)
+            continue;
+        if (given[k] < spec[k].min) {
+            mp_usage("%s: %d is out of range (>= %d)", spec[k].flag, given[k], spec[k].min);
+            return MP_ERR_USAGE;
+        }
+        *model_field(&r, k) = given[k];
+    }
+    if (r.topk > r.experts) {
+        if (topk != -1)
+            mp_usage("--topk: %d is larger than the expert count %d", r.topk, r.experts);
+        else
+            mp_usage("--experts: %d is smaller than the top-k %d of %s", r.experts, r.topk,
+                     r.name);
+        return MP_ERR_USAGE;
+    }
+    *m = r;
+    return MP_OK;
+}
+
+void mp_model_list(char *buf, unsigned long len)
+{
+    if (!buf || !len)
+        return;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < mp_model_npresets && used < len; i++) {
+        const struct mp_model *p = &mp_model_presets[i];
+        int n = snprintf(buf + used, len - used,
+                         "%-16s H=%d D=%d E=%d K=%d shared=%d layers=%d%s%s%s\n", p->name,
+                         p->hidden, p->ffn, p->experts, p->topk, p->shared, p->layers,
+                         p->note ? "  (" : "", p->note ? p->note : "", p->note ? ")" : "");
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}

@@ -1,0 +1,138 @@
+/* plan.c - building the dispatch plan (see plan.h): counting sort of token-expert pairs by
+ * destination and expert, then prefix sums on both sides of the count exchange. */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+int mp_plan_alloc(struct mp_plan *p, int ep, int max_local, long max_tok, int K)
+{
+    memset(p, 0, sizeof *p);
+    p->ep = ep;
+    p->max_local = max_local > 0 ? max_local : 1;
+    p->K = K;
+    p->max_tok = max_tok;
+    size_t cells = (size_t)ep * p->max_local, pairs = (size_t)(max_tok > 0 ? max_tok : 1) * K;
+    p->send_cnt = calloc(cells, sizeof(int));
+    p->recv_cnt = calloc(cells, sizeof(int));
+    p->cursor = calloc(cells, sizeof(int));
+    p->send_rows = calloc((size_t)ep, sizeof(int));
+    p->send_displ = calloc((size_t)ep, sizeof(int));
+    p->recv_rows = calloc((size_t)ep, sizeof(int));
+    p->recv_displ = calloc((size_t)ep, sizeof(int));
+    p->expert_off = calloc((size_t)p->max_local + 1, sizeof(long));
+    p->to_expert = calloc(cells, sizeof(struct mp_chunk));
+    p->to_source = calloc(cells, sizeof(struct mp_chunk));
+    p->src_tok = calloc(pairs, sizeof(int32_t));
+    p->row_w = calloc(pairs, sizeof(float));
+    p->pair_dest = calloc(pairs, sizeof(int32_t));
+    p->pair_li = calloc(pairs, sizeof(int32_t));
+    if (!p->send_cnt || !p->recv_cnt || !p->cursor || !p->send_rows || !p->send_displ ||
+        !p->recv_rows || !p->recv_displ || !p->expert_off || !p->to_expert || !p->to_source ||
+        !p->src_tok || !p->row_w || !p->pair_dest || !p->pair_li) {
+        mp_plan_free(p);
+        mp_error("out of memory for the dispatch plan (%ld tokens × top-%d)", max_tok, K);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+void mp_plan_free(struct mp_plan *p)
+{
+    free(p->send_cnt);
+    free(p->recv_cnt);
+    free(p->cursor);
+    free(p->send_rows);
+    free(p->send_displ);
+    free(p->recv_rows);
+    free(p->recv_displ);
+    free(p->expert_off);
+    free(p->to_expert);
+    free(p->to_source);
+    free(p->src_tok);
+    free(p->row_w);
+    free(p->pair_dest);
+    free(p->pair_li);
+    memset(p, 0, sizeof *p);
+}
+
+void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
+                  long ntok, const int32_t *ids, const float *w)
+{
+    int L = p->max_local, K = p->K;
+    size_t cells = (size_t)p->ep * L;
+    memset(p->send_cnt, 0, cells * sizeof(int));
+    p->ntok = ntok;
+    p->nsend = ntok * K;
+    p->local_pairs = 0;
+    /* pass 1: destination and expert index of every pair */
+    for (long i = 0; i < ntok * K; i++) {
+        int expert = ids[i];
+        int dest = mp_placement_dest(pl, ep_rank, expert, tok0 + i / K);
+        int li = mp_placement_local_index(pl, dest, expert);
+        p->pair_dest[i] = dest;
+        p->pair_li[i] = li;
+        p->send_cnt[dest * L + li]++;
+        p->local_pairs += dest == ep_rank;
+    }
+    /* prefix sums: rows ordered by (peer, expert) */
+    int off = 0;
+    for (int d = 0; d < p->ep; d++) {
+        p->send_displ[d] = off;
+        for (int l = 0; l < L; l++) {
+            p->cursor[d * L + l] = off;
+            off += p->send_cnt[d * L + l];
+        }
+        p->send_rows[d] = off - p->send_displ[d];
+    }
+    /* pass 2: place each pair (stable: token order within a block) */
+    for (long i = 0; i < ntok * K; i++) {
+        int pos = p->cursor[p->pair_dest[i] * L + p->pair_li[i]]++;
+        p->src_tok[pos] = (int32_t)(i / K);
+        p->row_w[pos] = w[i];
+    }
+}
+
+void mp_plan_recv(struct mp_plan *p, int nlocal)
+{
+    int L = p->max_local;
+    int off = 0;
+    for (int s = 0; s < p->ep; s++) {
+        p->recv_displ[s] = off;
+        for (int l = 0; l < L; l++)
+            off += p->recv_cnt[s * L + l];
+        p->recv_rows[s] = off - p->recv_displ[s];
+    }
+    p->nrecv = off;
+    /* expert-major blocks: expert l holds every source's rows for l, sources in order */
+    long eoff = 0;
+    for (int l = 0; l < L; l++) {
+        p->expert_off[l] = eoff;
+        for (int s = 0; s < p->ep; s++)
+            eoff += p->recv_cnt[s * L + l];
+    }
+    p->expert_off[L] = eoff;
+    for (int l = nlocal; l < L; l++) /* ranks with fewer experts: empty trailing blocks */
+        p->expert_off[l] = eoff;
+    /* walk sources in order; cursor[l] is the fill point of expert l's block */
+    for (int l = 0; l < L; l++)
+        p->cursor[l] = (int)p->expert_off[l];
+    int n = 0;
+    for (int s = 0; s < p->ep; s++) {
+        long src = p->recv_displ[s];
+        for (int l = 0; l < L; l++) {
+            long cnt = p->recv_cnt[s * L + l];
+            if (cnt == 0)
+                continue;
+            long dst = p->cursor[l];
+            p->cursor[l] += (int)cnt;
+            p->to_expert[n] = (struct mp_chunk){.src = src, .dst = dst, .n = cnt};
+            p->to_source[n] = (struct mp_chunk){.src = dst, .dst = src, .n = cnt};
+            n++;
+            src += cnt;
+        }
+    }
+    p->nchunks = n;
+}

@@ -1,0 +1,51 @@
+/* plan.h - the dispatch plan of one iteration on one rank: where each token-expert pair goes, the
+ * per-peer counts and displacements for the all-to-all, and the reordering of received rows into
+ * per-expert blocks. All arrays are allocated once and reused, so building a plan allocates nothing. */
+#ifndef MP_PLAN_H
+#define MP_PLAN_H
+
+#include <stdint.h>
+
+#include "compute.h"
+#include "placement.h"
+
+struct mp_plan {
+    int ep, max_local, K;
+    long max_tok;
+
+    /* send side: this rank's tokens, one row per token-expert pair, ordered by (peer, expert) */
+    long ntok, nsend, local_pairs;
+    int *send_cnt;   /* [ep·max_local] rows to each (peer, local expert index at that peer) */
+    int *send_rows;  /* [ep] */
+    int *send_displ; /* [ep] */
+    int32_t *src_tok; /* [nsend] local token index of send row i */
+    float *row_w;     /* [nsend] routing weight of send row i */
+
+    /* receive side, after the count exchange filled recv_cnt */
+    long nrecv;
+    int *recv_cnt;   /* [ep·max_local] rows from each (source, my local expert) */
+    int *recv_rows;  /* [ep] */
+    int *recv_displ; /* [ep] */
+    long *expert_off; /* [max_local+1] block of each local expert in expert-major order */
+    struct mp_chunk *to_expert; /* source-major → expert-major, one chunk per (source, expert) */
+    struct mp_chunk *to_source; /* the inverse */
+    int nchunks;
+
+    int32_t *pair_dest, *pair_li; /* scratch [max_tok·K] */
+    int *cursor;                  /* scratch [ep·max_local] */
+};
+
+/* Allocate for up to `max_tok` tokens per rank, top-`K`, `ep` peers holding ≤ `max_local` experts.
+ * Returns MP_OK or MP_ERR_RUNTIME. */
+int mp_plan_alloc(struct mp_plan *p, int ep, int max_local, long max_tok, int K);
+void mp_plan_free(struct mp_plan *p);
+
+/* Send side for `ntok` tokens of EP rank `ep_rank` whose global indices start at `tok0`, routed to
+ * ids/w ([ntok·K]). Pairs go to mp_placement_dest(). */
+void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
+                  long ntok, const int32_t *ids, const float *w);
+
+/* Receive side from recv_cnt (filled by the count exchange) for a rank holding `nlocal` experts. */
+void mp_plan_recv(struct mp_plan *p, int nlocal);
+
+#endif

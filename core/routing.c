@@ -1,0 +1,538 @@
+/* routing.c - parses --routing specs, reads routing traces and draws each token's top-k experts. */
+#include "routing.h"
+
+#include "error.h"
+#include "rng.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ACCEPTED "accepted: uniform, zipf:S, hot:N:F, lognormal:SIGMA, gate[:TAU], trace:FILE"
+
+/* Stream constants mixed into the seed so that the draws of one purpose never reuse another's. */
+#define STREAM_KEYS 0x65732d6b657973ull    /* "es-keys": Efraimidis-Spirakis keys */
+#define STREAM_WEIGHTS 0x77656967687473ull /* "weights": combine weights */
+#define STREAM_GUMBEL 0x67756d62656cull    /* "gumbel": gate noise */
+#define STREAM_LOGNORMAL 0x4c4e            /* "LN": lognormal expert scores */
+
+/* Strict number parsers: the whole string must be consumed and the value finite. */
+static int parse_double(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_ll(const char *s, long long *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Normalise w[0..n) in place to sum 1; returns the number of non-zero entries. */
+static int normalise(double *w, int n)
+{
+    double sum = 0;
+    int nz = 0;
+    for (int e = 0; e < n; e++)
+        sum += w[e];
+    for (int e = 0; e < n; e++) {
+        w[e] /= sum;
+        nz += w[e] > 0;
+    }
+    return nz;
+}
+
+/* ---- traces ---------------------------------------------------------------------------------- */
+
+/* Strip surrounding blanks (and a trailing CR) in place. */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Split `line` at commas into at most `max` trimmed fields; returns the field count (may exceed
+ * `max`, in which case only the first `max` are stored). */
+static int split_csv(char *line, char **f, int max)
+{
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        char *c = strchr(p, ',');
+        if (c)
+            *c = '\0';
+        if (n < max)
+            f[n] = trim(p);
+        n++;
+        if (!c)
+            return n;
+        p = c + 1;
+    }
+}
+
+/* Count commas + 1 without modifying the line. */
+static int count_fields(const char *line)
+{
+    int n = 1;
+    for (; *line; line++)
+        n += *line == ',';
+    return n;
+}
+
+/* Next line that is neither blank nor a '#' comment; returns its trimmed text or NULL at EOF.
+ * `lineno` counts every physical line read. */
+static char *next_line(FILE *f, char **buf, size_t *cap, long *lineno)
+{
+    while (getline(buf, cap, f) >= 0) {
+        (*lineno)++;
+        char *s = trim(*buf);
+        if (*s && *s != '#')
+            return s;
+    }
+    return NULL;
+}
+
+/* Read a "expert,count" trace (header already consumed) into r->prob. */
+static int read_counts(FILE *f, const char *path, char **buf, size_t *cap, long *lineno,
+                       struct mp_routing *r)
+{
+    int E = r->experts;
+    long *first = calloc((size_t)E, sizeof *first); /* line where each expert was listed */
+    r->prob = calloc((size_t)E, sizeof *r->prob);
+    if (!first || !r->prob) {
+        free(first);
+        mp_error("out of memory reading trace %s", path);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = MP_ERR_USAGE;
+    char *s;
+    while ((s = next_line(f, buf, cap, lineno))) {
+        char *fld[2];
+        int n = split_csv(s, fld, 2);
+        long long id, count;
+        if (n != 2) {
+            mp_usage("trace %s line %ld: expected 2 fields 'expert,count', got %d", path, *lineno,
+                     n);
+            goto out;
+        }
+        if (parse_ll(fld[0], &id) || id < 0 || id >= E) {
+            mp_usage("trace %s line %ld: expert '%s' must be an integer in 0..%d", path, *lineno,
+                     fld[0], E - 1);
+            goto out;
+        }
+        if (parse_ll(fld[1], &count) || count < 0) {
+            mp_usage("trace %s line %ld: count '%s' must be an integer >= 0", path, *lineno,
+                     fld[1]);
+            goto out;
+        }
+        if (first[id]) {
+            mp_usage("trace %s line %ld: expert %lld already listed on line %ld", path, *lineno,
+                     id, first[id]);
+            goto out;
+        }
+        first[id] = *lineno;
+        r->prob[id] = (double)count;
+    }
+    double total = 0;
+    int nz = 0;
+    for (int e = 0; e < E; e++) {
+        total += r->prob[e];
+        nz += r->prob[e] > 0;
+    }
+    if (total <= 0) {
+        mp_usage("trace %s: the counts sum to 0 (at least %d experts need a count > 0)", path,
+                 r->topk);
+        goto out;
+    }
+    if (nz < r->topk) {
+        mp_usage("trace %s: only %d expert(s) have a count > 0, the model routes top-%d", path, nz,
+                 r->topk);
+        goto out;
+    }
+    normalise(r->prob, E);
+    rc = MP_OK;
+out:
+    free(first);
+    return rc;
+}
+
+/* Read a "token,expert0,...,expert{K-1}" trace (header already consumed) into r->trace and the
+ * per-expert frequency into r->prob. */
+static int read_tokens(FILE *f, const char *path, char **buf, size_t *cap, long *lineno,
+                       struct mp_routing *r)
+{
+    int E = r->experts, K = r->topk;
+    long rows_cap = 1024;
+    char **fld = malloc((size_t)(K + 1) * sizeof *fld);
+    r->trace = malloc((size_t)rows_cap * (size_t)K * sizeof *r->trace);
+    r->prob = calloc((size_t)E, sizeof *r->prob);
+    if (!fld || !r->trace || !r->prob) {
+        free(fld);
+        mp_error("out of memory reading trace %s", path);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = MP_ERR_USAGE;
+    char *s;
+    while ((s = next_line(f, buf, cap, lineno))) {
+        int n = split_csv(s, fld, K + 1);
+        long long tok;
+        if (n != K + 1) {
+            mp_usage("trace %s line %ld: expected %d fields 'token,expert0,...,expert%d', got %d",
+                     path, *lineno, K + 1, K - 1, n);
+            goto out;
+        }
+        if (parse_ll(fld[0], &tok)) {
+            mp_usage("trace %s line %ld: token '%s' is not an integer", path, *lineno, fld[0]);
+            goto out;
+        }
+        if (r->ntrace == rows_cap) {
+            rows_cap *= 2;
+            int32_t *t = realloc(r->trace, (size_t)rows_cap * (size_t)K * sizeof *t);
+            if (!t) {
+                mp_error("out of memory reading trace %s", path);
+                rc = MP_ERR_RUNTIME;
+                goto out;
+            }
+            r->trace = t;
+        }
+        int32_t *row = r->trace + r->ntrace * K;
+        for (int k = 0; k < K; k++) {
+            long long id;
+            if (parse_ll(fld[k + 1], &id) || id < 0 || id >= E) {
+                mp_usage("trace %s line %ld: expert%d '%s' must be an integer in 0..%d", path,
+                         *lineno, k, fld[k + 1], E - 1);
+                goto out;
+            }
+            for (int j = 0; j < k; j++)
+                if (row[j] == id) {
+                    mp_usage("trace %s line %ld: expert %lld appears twice in one token", path,
+                             *lineno, id);
+                    goto out;
+                }
+            row[k] = (int32_t)id;
+        }
+        r->ntrace++;
+    }
+    if (r->ntrace == 0) {
+        mp_usage("trace %s: no token rows after the header", path);
+        goto out;
+    }
+    for (long i = 0; i < r->ntrace * K; i++)
+        r->prob[r->trace[i]] += 1.0;
+    normalise(r->prob, E);
+    rc = MP_OK;
+out:
+    free(fld);
+    return rc;
+}
+
+/* Open `path`, decide the format from its header and read it. */
+static int read_trace(const char *path, struct mp_routing *r)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mp_usage("--routing: 'trace:%s' — cannot read %s: %s", path, path, strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    char *buf = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    int rc = MP_ERR_USAGE;
+    char *s = next_line(f, &buf, &cap, &lineno);
+    if (!s) {
+        mp_usage("trace %s: empty (expected a header 'expert,count' or "
+                 "'token,expert0,...,expert%d')",
+                 path, r->topk - 1);
+        goto out;
+    }
+    int n = count_fields(s);
+    char **fld = malloc((size_t)n * sizeof *fld);
+    if (!fld) {
+        mp_error("out of memory reading trace %s", path);
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    split_csv(s, fld, n);
+    int counts = n == 2 && !strcmp(fld[0], "expert") && !strcmp(fld[1], "count");
+    int tokens = n >= 2 && !strcmp(fld[0], "token");
+    for (int k = 1; tokens && k < n; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "expert%d", k - 1);
+        tokens = !strcmp(fld[k], want);
+    }
+    free(fld);
+    if (counts) {
+        r->kind = MP_ROUTE_TRACE_COUNTS;
+        rc = read_counts(f, path, &buf, &cap, &lineno, r);
+    } else if (tokens && n - 1 != r->topk) {
+        mp_usage("trace %s line %ld: header has %d expert columns, the model routes top-%d", path,
+                 lineno, n - 1, r->topk);
+    } else if (tokens) {
+        r->kind = MP_ROUTE_TRACE_TOKENS;
+        rc = read_tokens(f, path, &buf, &cap, &lineno, r);
+    } else {
+        mp_usage("trace %s line %ld: header must be 'expert,count' or "
+                 "'token,expert0,...,expert%d'",
+                 path, lineno, r->topk - 1);
+    }
+out:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* ---- parsing --------------------------------------------------------------------------------- */
+
+/* Fill r->prob for the generated kinds from r->kind, r->a, r->b. */
+static int generated_prob(struct mp_routing *r, uint64_t seed)
+{
+    int E = r->experts;
+    r->prob = malloc((size_t)E * sizeof *r->prob);
+    if (!r->prob) {
+        mp_error("out of memory for %d routing probabilities", E);
+        return MP_ERR_RUNTIME;
+    }
+    double zmax = -INFINITY;
+    for (int e = 0; e < E; e++) {
+        switch (r->kind) {
+        case MP_ROUTE_ZIPF: /* in logs, relative to expert 0, so large S underflows gracefully */
+            r->prob[e] = exp(-r->a * log(e + 1.0));
+            break;
+        case MP_ROUTE_HOT:
+            r->prob[e] = (e < (int)r->a && (int)r->a < E) ? r->b : 1.0;
+            break;
+        case MP_ROUTE_LOGNORMAL:
+            r->prob[e] = mp_normal(mp_hash4(seed, STREAM_LOGNORMAL, (uint64_t)e, 1),
+                                   mp_hash4(seed, STREAM_LOGNORMAL, (uint64_t)e, 2));
+            if (r->prob[e] > zmax)
+                zmax = r->prob[e];
+            break;
+        default:
+            r->prob[e] = 1.0;
+        }
+    }
+    if (r->kind == MP_ROUTE_LOGNORMAL) /* exp(SIGMA·(z − max z)): no overflow */
+        for (int e = 0; e < E; e++)
+            r->prob[e] = exp(r->a * (r->prob[e] - zmax));
+    int nz = normalise(r->prob, E);
+    if (nz < r->topk) {
+        mp_usage("--routing: '%s' — leaves only %d expert(s) with a probability > 0 in double "
+                 "precision, the model routes top-%d (%s)",
+                 r->spec, nz, r->topk, ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* Parse the kind and its parameters; prints the error itself. */
+static int parse_spec(const char *spec, struct mp_routing *r)
+{
+    int E = r->experts;
+    const char *arg = strchr(spec, ':');
+    arg = arg ? arg + 1 : NULL;
+    size_t klen = arg ? (size_t)(arg - 1 - spec) : strlen(spec);
+#define KIND_IS(name) (klen == strlen(name) && !strncmp(spec, name, klen))
+    if (KIND_IS("uniform") && !arg) {
+        r->kind = MP_ROUTE_UNIFORM;
+    } else if (KIND_IS("zipf")) {
+        r->kind = MP_ROUTE_ZIPF;
+        if (parse_double(arg, &r->a) || !(r->a > 0)) {
+            mp_usage("--routing: '%s' — S must be a number > 0 (%s)", spec, ACCEPTED);
+            return MP_ERR_USAGE;
+        }
+    } else if (KIND_IS("hot")) {
+        r->kind = MP_ROUTE_HOT;
+        char nbuf[64];
+        const char *colon = arg ? strchr(arg, ':') : NULL;
+        long long n = 0;
+        int ok = colon && (size_t)(colon - arg) < sizeof nbuf;
+        if (ok) {
+            memcpy(nbuf, arg, (size_t)(colon - arg));
+            nbuf[colon - arg] = '\0';
+            ok = !parse_ll(nbuf, &n) && n >= 1 && n <= E && !parse_double(colon + 1, &r->b) &&
+                 r->b >= 1;
+        }
+        if (!ok) {
+            mp_usage("--routing: '%s' — N must be an integer in 1..%d (experts) and F a number "
+                     ">= 1 (%s)",
+                     spec, E, ACCEPTED);
+            return MP_ERR_USAGE;
+        }
+        r->a = (double)n;
+    } else if (KIND_IS("lognormal")) {
+        r->kind = MP_ROUTE_LOGNORMAL;
+        if (parse_double(arg, &r->a) || !(r->a >= 0)) {
+            mp_usage("--routing: '%s' — SIGMA must be a number >= 0 (%s)", spec, ACCEPTED);
+            return MP_ERR_USAGE;
+        }
+    } else if (KIND_IS("gate")) {
+        r->kind = MP_ROUTE_GATE;
+        r->a = 0;
+        if (arg && (parse_double(arg, &r->a) || !(r->a >= 0))) {
+            mp_usage("--routing: '%s' — TAU must be a number >= 0 (%s)", spec, ACCEPTED);
+            return MP_ERR_USAGE;
+        }
+    } else if (KIND_IS("trace")) {
+        if (!arg || !*arg) {
+            mp_usage("--routing: '%s' — FILE is missing (%s)", spec, ACCEPTED);
+            return MP_ERR_USAGE;
+        }
+        r->kind = MP_ROUTE_TRACE_COUNTS; /* read_trace decides */
+    } else {
+        mp_usage("--routing: '%s' is not a known routing (%s)", spec, ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+#undef KIND_IS
+    return MP_OK;
+}
+
+int mp_routing_parse(const char *spec, int experts, int topk, uint64_t seed, struct mp_routing *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!spec)
+        spec = "";
+    if (strlen(spec) >= sizeof r->spec) {
+        mp_usage("--routing: '%.40s...' is longer than %zu characters", spec, sizeof r->spec - 1);
+        return MP_ERR_USAGE;
+    }
+    if (experts < 1 || topk < 1 || topk > experts) {
+        mp_usage("--routing: '%s' needs 1 <= top-k <= experts, got top-%d of %d experts", spec,
+                 topk, experts);
+        return MP_ERR_USAGE;
+    }
+    strcpy(r->spec, spec);
+    r->experts = experts;
+    r->topk = topk;
+    int rc = parse_spec(spec, r);
+    if (rc == MP_OK) {
+        if (r->kind == MP_ROUTE_TRACE_COUNTS)
+            rc = read_trace(strchr(spec, ':') + 1, r);
+        else if (r->kind != MP_ROUTE_GATE)
+            rc = generated_prob(r, seed);
+    }
+    if (rc != MP_OK)
+        mp_routing_free(r);
+    return rc;
+}
+
+void mp_routing_free(struct mp_routing *r)
+{
+    free(r->prob);
+    free(r->trace);
+    r->prob = NULL;
+    r->trace = NULL;
+    r->ntrace = 0;
+}
+
+int mp_routing_is_gate(const struct mp_routing *r) { return r->kind == MP_ROUTE_GATE; }
+
+/* ---- drawing --------------------------------------------------------------------------------- */
+
+/* Top-k by weighted sampling without replacement (Efraimidis & Spirakis, "Weighted random sampling
+ * with a reservoir", Inf. Process. Lett. 97(5), 2006): key_e = ln(u_e)/p_e, keep the K largest.
+ * `prob` NULL means uniform. Chosen ids land in ids[0..K) by descending key (ties: lower id). */
+static void sample_topk(const double *prob, int E, int K, uint64_t seed, uint64_t draw,
+                        uint64_t tok, int32_t *ids, double *key)
+{
+    int filled = 0;
+    for (int e = 0; e < E; e++) {
+        double p = prob ? prob[e] : 1.0;
+        if (!(p > 0))
+            continue; /* never chosen */
+        double k = log(mp_u01(mp_hash4(seed ^ STREAM_KEYS, draw, tok, (uint64_t)e))) / p;
+        if (filled == K && !(k > key[K - 1]))
+            continue;
+        int j = filled < K ? filled++ : K - 1;
+        while (j > 0 && k > key[j - 1]) {
+            key[j] = key[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        key[j] = k;
+        ids[j] = (int32_t)e;
+    }
+}
+
+/* Random combine weights: g_k = 0.5 + u_k ∈ (0.5, 1.5), w_k = g_k / Σ g, so every w_k > 0. */
+static void random_weights(int K, uint64_t seed, uint64_t draw, uint64_t tok, float *w)
+{
+    double sum = 0;
+    for (int k = 0; k < K; k++)
+        sum += 0.5 + mp_u01(mp_hash4(seed ^ STREAM_WEIGHTS, draw, tok, 1000 + (uint64_t)k));
+    for (int k = 0; k < K; k++)
+        w[k] = (float)((0.5 + mp_u01(mp_hash4(seed ^ STREAM_WEIGHTS, draw, tok,
+                                               1000 + (uint64_t)k))) /
+                       sum);
+}
+
+void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long batch, long tok0,
+                     long ntok, int32_t *ids, float *w)
+{
+    int E = r->experts, K = r->topk;
+    if (r->kind == MP_ROUTE_TRACE_TOKENS) {
+        for (long i = 0; i < ntok; i++) {
+            long long row = ((long long)draw * batch + tok0 + i) % r->ntrace;
+            if (row < 0)
+                row += r->ntrace;
+            for (int k = 0; k < K; k++) {
+                ids[i * K + k] = r->trace[row * K + k];
+                w[i * K + k] = 1.0f / (float)K;
+            }
+        }
+        return;
+    }
+    /* Gate routing has prob NULL: it gets uniform samples here (the backend's gate decides). */
+    double kbuf[64], *key = kbuf;
+    if (K > 64) {
+        key = malloc((size_t)K * sizeof *key);
+        if (!key) {
+            mp_error("out of memory for %d routing keys", K);
+            abort();
+        }
+    }
+    for (long i = 0; i < ntok; i++) {
+        uint64_t t = (uint64_t)(tok0 + i);
+        sample_topk(r->prob, E, K, seed, (uint64_t)draw, t, ids + i * K, key);
+        random_weights(K, seed, (uint64_t)draw, t, w + i * K);
+    }
+    if (key != kbuf)
+        free(key);
+}
+
+void mp_routing_gate_noise(const struct mp_routing *r, uint64_t seed, int draw, long tok0,
+                           long ntok, float *noise)
+{
+    int E = r->experts;
+    double tau = r->kind == MP_ROUTE_GATE ? r->a : 0.0;
+    for (long i = 0; i < ntok; i++)
+        for (int e = 0; e < E; e++) {
+            float g = 0.0f;
+            if (tau > 0) { /* Gumbel(0,1) by inversion: −ln(−ln u) */
+                double u = mp_u01(mp_hash4(seed ^ STREAM_GUMBEL, (uint64_t)draw,
+                                           (uint64_t)(tok0 + i), (uint64_t)e));
+                g = (float)(tau * -log(-log(u)));
+            }
+            noise[i * E + e] = g;
+        }
+}

@@ -1,0 +1,134 @@
+/* session.c - start-up and shut-down shared by the benchmark binaries (see session.h). */
+#include "session.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "console.h"
+#include "error.h"
+#include "results.h"
+
+#define NAME_BYTES 128
+
+/* Per-rank host and device into run.json (gathered to rank 0). */
+static int note_ranks(struct mp_session *s)
+{
+    struct mp_comm *c = s->comm;
+    char mine[2 * NAME_BYTES] = {0};
+    gethostname(mine, NAME_BYTES - 1);
+    strncpy(mine + NAME_BYTES, s->cops->device_name(s->dev), NAME_BYTES - 1);
+    char *all = c->rank == 0 ? calloc((size_t)c->size, sizeof mine) : NULL;
+    if (c->rank == 0 && !all) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = c->ops->gather(c, mine, sizeof mine, all);
+    if (rc == MP_OK && s->run) {
+        cJSON *ranks = cJSON_AddArrayToObject(s->run, "ranks");
+        for (int r = 0; r < c->size; r++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "rank", r);
+            cJSON_AddStringToObject(o, "host", all + (size_t)r * sizeof mine);
+            cJSON_AddNumberToObject(o, "node", c->node_of[r]);
+            cJSON_AddStringToObject(o, "device", all + (size_t)r * sizeof mine + NAME_BYTES);
+            cJSON_AddItemToArray(ranks, o);
+        }
+        cJSON_AddNumberToObject(s->run, "world", c->size);
+        cJSON_AddNumberToObject(s->run, "nodes", c->nnodes);
+        cJSON *lib = cJSON_AddObjectToObject(s->run, "libraries");
+        cJSON_AddStringToObject(lib, "comm", c->ops->name);
+        cJSON_AddStringToObject(lib, "comm_version", c->ops->version(c));
+        cJSON_AddStringToObject(lib, "compute", s->cops->name);
+    }
+    free(all);
+    return rc;
+}
+
+int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
+                     const char *summary, int argc, char **argv)
+{
+    memset(s, 0, sizeof *s);
+    s->tool = tool;
+    s->table = table;
+    mp_log_init(tool, mp_launcher_rank());
+    int rc = mp_opts_parse(table, &s->o, argc, argv, mp_bench_help(summary), NULL, NULL);
+    if (rc != MP_OK)
+        return rc;
+    if (mp_bench_model(&s->o, &s->model) != MP_OK)
+        return MP_ERR_USAGE;
+    s->cops = mp_compute_find(s->o.backend);
+    if (!s->cops)
+        return MP_ERR_USAGE;
+    const struct mp_comm_ops *mops = mp_comm_find(s->o.comm);
+    if (!mops)
+        return MP_ERR_USAGE;
+    rc = mops->init(&s->comm, &argc, &argv);
+    if (rc != MP_OK)
+        return rc;
+    s->started_comm = 1;
+    mp_log_init(tool, s->comm->rank);
+    if (s->o.out) {
+        rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+        int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
+        s->comm->ops->bcast(s->comm, &ok, sizeof ok);
+        if (!ok)
+            return MP_ERR_USAGE;
+        if (s->comm->rank == 0)
+            s->run = mp_runjson_new(tool, argc, argv);
+    }
+    rc = s->cops->init(&s->dev, s->comm->local_rank);
+    if (rc != MP_OK)
+        return rc;
+    rc = note_ranks(s);
+    if (rc == MP_OK && s->run) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "name", s->model.name);
+        cJSON_AddNumberToObject(m, "hidden", s->model.hidden);
+        cJSON_AddNumberToObject(m, "ffn", s->model.ffn);
+        cJSON_AddNumberToObject(m, "experts", s->model.experts);
+        cJSON_AddNumberToObject(m, "topk", s->model.topk);
+        cJSON_AddNumberToObject(m, "shared", s->model.shared);
+        cJSON_AddNumberToObject(m, "layers", s->model.layers);
+        mp_session_note(s, "model", m);
+        rc = mp_runjson_write(s->run, s->o.out, 0);
+    }
+    return rc;
+}
+
+void mp_session_note(struct mp_session *s, const char *key, cJSON *value)
+{
+    if (!s->run) {
+        cJSON_Delete(value);
+        return;
+    }
+    cJSON_DeleteItemFromObject(s->run, key);
+    cJSON_AddItemToObject(s->run, key, value);
+}
+
+int mp_session_end(struct mp_session *s, int rc)
+{
+    mp_progress_clear();
+    if (s->run) {
+        mp_runjson_write(s->run, s->o.out, rc == MP_OK);
+        cJSON_Delete(s->run);
+    }
+    if (s->dev)
+        s->cops->fini(s->dev);
+    if (s->started_comm) {
+        if (rc != MP_OK && rc != MP_HELP && s->comm->size > 1) {
+            /* one rank failing alone would leave the others waiting in a collective */
+            fflush(stdout);
+            fflush(stderr);
+            if (rc == MP_ERR_USAGE || s->agreed)
+                s->comm->ops->fini(s->comm);
+            else
+                _exit(rc);
+        } else {
+            s->comm->ops->fini(s->comm);
+        }
+    }
+    mp_opts_free(s->table, &s->o);
+    return rc == MP_HELP ? 0 : rc;
+}

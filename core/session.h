@@ -1,0 +1,39 @@
+/* session.h - what every benchmark binary does around its sweep: parse options, pick and start the
+ * backends, resolve the model, prepare --out and run.json, and shut down with the right exit code. */
+#ifndef MP_SESSION_H
+#define MP_SESSION_H
+
+#include "bench_opts.h"
+#include "comm.h"
+#include "compute.h"
+#include "model.h"
+
+struct cJSON;
+
+struct mp_session {
+    const char *tool;
+    struct mp_bench_opts o;
+    const struct mp_opt *table;
+    struct mp_model model;
+    const struct mp_compute_ops *cops;
+    struct mp_compute *dev;
+    struct mp_comm *comm;
+    struct cJSON *run; /* rank 0 only, when --out is set */
+    int started_comm;
+    int agreed; /* set when every rank reached the same error (MPI can finalize cleanly) */
+};
+
+/* Parse argv with `table`, start the comm and compute backends, resolve the model and create --out
+ * with a first run.json (rank 0). Returns MP_OK, MP_HELP (exit 0), or an error status; on error the
+ * message is printed and mp_session_end still must be called. */
+int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
+                     const char *summary, int argc, char **argv);
+
+/* Add the resolved workload (model fields and any tool-specific object) to run.json. */
+void mp_session_note(struct mp_session *s, const char *key, struct cJSON *value);
+
+/* Finish: rewrite run.json with the end time and whether the sweep finished (rc == MP_OK), stop the
+ * backends, free options. Returns the process exit code for `rc`. */
+int mp_session_end(struct mp_session *s, int rc);
+
+#endif

@@ -1,0 +1,60 @@
+/* weights.c - generation of the layer's weights and activations from the seed (see weights.h). */
+#include "weights.h"
+
+#include <math.h>
+
+#include "rng.h"
+
+/* Stream tags keep weights, router and activations independent of each other. */
+enum { TAG_EXPERT = 0x6578, TAG_GATE = 0x6761, TAG_ACT = 0x6163 };
+
+static inline float sym_uniform(uint64_t h) { return (float)(2.0 * mp_u01(h) - 1.0); }
+
+/* One hash per matrix row; elements of the row are SplitMix64 steps from it (one mix each). */
+static inline uint64_t row_hash(uint64_t seed, int expert, int which, long i)
+{
+    return mp_hash4(seed ^ TAG_EXPERT, ((uint64_t)expert << 2) | (uint64_t)which, (uint64_t)i, 0);
+}
+
+float mp_weight_at(uint64_t seed, int expert, int which, int H, int D, long i, long j)
+{
+    float scale = which == 2 ? (float)(1.0 / sqrt((double)D)) : (float)(1.0 / sqrt((double)H));
+    return scale * sym_uniform(mp_mix64(row_hash(seed, expert, which, i) + (uint64_t)j));
+}
+
+void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_rank, float *wgu,
+                       float *wd)
+{
+    int Dl = D / tp;
+    long c0 = (long)tp_rank * Dl;
+    float su = (float)(1.0 / sqrt((double)H)), sd = (float)(1.0 / sqrt((double)D));
+    for (long i = 0; i < H; i++) {
+        float *row = wgu + i * 2L * Dl;
+        uint64_t hg = row_hash(seed, expert, 0, i), hu = row_hash(seed, expert, 1, i);
+        for (long j = 0; j < Dl; j++) {
+            row[j] = su * sym_uniform(mp_mix64(hg + (uint64_t)(c0 + j)));
+            row[Dl + j] = su * sym_uniform(mp_mix64(hu + (uint64_t)(c0 + j)));
+        }
+    }
+    for (long i = 0; i < Dl; i++) {
+        uint64_t hd = row_hash(seed, expert, 2, c0 + i);
+        for (long j = 0; j < H; j++)
+            wd[i * H + j] = sd * sym_uniform(mp_mix64(hd + (uint64_t)j));
+    }
+}
+
+void mp_weights_gate(uint64_t seed, int H, int E, float *wg)
+{
+    float scale = (float)(4.0 / sqrt((double)H));
+    for (long i = 0; i < (long)H * E; i++)
+        wg[i] = scale * sym_uniform(mp_hash4(seed ^ TAG_GATE, (uint64_t)i, 0, 0));
+}
+
+void mp_activations(uint64_t seed, long tok0, long ntok, int H, float *x)
+{
+    for (long t = 0; t < ntok; t++) {
+        uint64_t ht = mp_hash4(seed ^ TAG_ACT, (uint64_t)(tok0 + t), 0, 0);
+        for (long h = 0; h < H; h++)
+            x[t * H + h] = sym_uniform(mp_mix64(ht + (uint64_t)h));
+    }
+}

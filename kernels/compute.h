@@ -1,0 +1,79 @@
+/* compute.h - the compute backend ops table: every kernel the layer pipeline runs, behind one small
+ * static table per backend (cpu, cuda, model). */
+#ifndef MP_COMPUTE_H
+#define MP_COMPUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A block of whole rows moved by copy_rows: rows [src, src+n) → [dst, dst+n). */
+struct mp_chunk {
+    long src, dst, n;
+};
+
+/* Per-call shapes of the expert FFN: `nexp` experts, expert i owns rows [row_off[i], row_off[i+1])
+ * of `in`/`out`, with weights wgu[i] (H × 2·Dl: gate | up) and wd[i] (Dl × H). */
+struct mp_ffn_args {
+    const void *in;
+    void *out;
+    const long *row_off;
+    int nexp;
+    void *const *wgu;
+    void *const *wd;
+    int H, Dl;
+    void *work; /* at least max_rows · 2·Dl elements */
+};
+
+struct mp_compute; /* a backend instance */
+
+struct mp_compute_ops {
+    const char *name;
+    size_t elem_size; /* bytes per activation/weight element in buffers (4 cpu, 2 cuda) */
+
+    /* lifecycle: `local_rank` picks the device where there are several */
+    int (*init)(struct mp_compute **out, int local_rank);
+    void (*fini)(struct mp_compute *c);
+    /* one-line description of the device ("cpu: 1 BLAS thread", "NVIDIA H100 80GB HBM3 ...") */
+    const char *(*device_name)(struct mp_compute *c);
+
+    /* buffers: backend memory of `n` elements; upload/download convert from/to host fp32 */
+    void *(*alloc)(struct mp_compute *c, size_t n);
+    void (*free)(struct mp_compute *c, void *p);
+    int (*upload)(struct mp_compute *c, void *dst, const float *src, size_t n);
+    int (*download)(struct mp_compute *c, float *dst, const void *src, size_t n);
+
+    /* gate: logits = x·wg (+ noise) over E experts, softmax, top-k, weights renormalised over the
+     * chosen k. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. */
+    int (*gate)(struct mp_compute *c, const void *x, const void *wg, const float *noise, long ntok,
+                int H, int E, int K, int32_t *ids, float *w);
+    /* permute: out[i] = x[src_row[i]] for i < nrows (src_row: host array) */
+    int (*permute)(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows, int H,
+                   void *out);
+    /* copy_rows: move blocks of rows between two buffers of row width H */
+    int (*copy_rows)(struct mp_compute *c, const void *src, void *dst, const struct mp_chunk *ch,
+                     int nch, int H);
+    /* expert FFN, SwiGLU: out = (silu(in·Wg) ⊙ (in·Wu))·Wd for every expert's rows */
+    int (*expert_ffn)(struct mp_compute *c, const struct mp_ffn_args *a);
+    /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i: tok[i]=t} w[i]·rows[i] (shared may be NULL,
+     * nshared blocks of ntok rows); tok/w are host arrays [nrows] */
+    int (*combine)(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
+                   long nrows, const void *shared, int nshared, long ntok, int H, void *y);
+
+    /* timing: mark(slot) records a point in the backend's stream; after sync, elapsed_us(a, b) is
+     * the time from mark a to mark b. Slots 0..MP_TIMER_SLOTS-1. */
+    int (*mark)(struct mp_compute *c, int slot);
+    double (*elapsed_us)(struct mp_compute *c, int a, int b);
+    /* sync: wait until all queued work is done */
+    int (*sync)(struct mp_compute *c);
+};
+
+#define MP_TIMER_SLOTS 16
+
+/* The backends built into this binary, NULL-terminated. */
+extern const struct mp_compute_ops *const mp_compute_backends[];
+extern const struct mp_compute_ops mp_compute_cpu;
+
+/* Find a backend by name; NULL (and a usage message naming --backend and the built ones) if absent. */
+const struct mp_compute_ops *mp_compute_find(const char *name);
+
+#endif

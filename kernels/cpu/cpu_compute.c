@@ -1,0 +1,194 @@
+/* cpu_compute.c - the cpu compute backend: fp32 buffers in host memory, OpenBLAS sgemm on one
+ * thread per rank, plain loops for gate selection, permutation and combine. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "compute.h"
+#include "error.h"
+#include "topk.h"
+
+struct mp_compute {
+    double marks[MP_TIMER_SLOTS];
+    float *logits; /* gate scratch, grown on the first call that needs more */
+    size_t logits_cap;
+    char name[64];
+};
+
+/* OpenBLAS exports this; declared here since not every cblas.h does. */
+void openblas_set_num_threads(int num_threads);
+
+static int cpu_init(struct mp_compute **out, int local_rank)
+{
+    struct mp_compute *c = calloc(1, sizeof *c);
+    if (!c) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    openblas_set_num_threads(1); /* one BLAS thread per rank: ranks are the parallelism */
+    strcpy(c->name, "cpu (fp32, OpenBLAS, 1 thread)");
+    *out = c;
+    return MP_OK;
+}
+
+static void cpu_fini(struct mp_compute *c)
+{
+    if (!c)
+        return;
+    free(c->logits);
+    free(c);
+}
+
+static const char *cpu_device_name(struct mp_compute *c) { return c->name; }
+
+static void *cpu_alloc(struct mp_compute *c, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n * sizeof(float) : 64) != 0)
+        return NULL;
+    return p;
+}
+
+static void cpu_free(struct mp_compute *c, void *p) { free(p); }
+
+static int cpu_upload(struct mp_compute *c, void *dst, const float *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof(float));
+    return MP_OK;
+}
+
+static int cpu_download(struct mp_compute *c, float *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof(float));
+    return MP_OK;
+}
+
+static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
+                    long ntok, int H, int E, int K, int32_t *ids, float *w)
+{
+    size_t need = (size_t)ntok * E;
+    if (need > c->logits_cap) {
+        float *p = realloc(c->logits, need * sizeof(float));
+        if (!p) {
+            mp_error("out of memory for %zu gate logits", need);
+            return MP_ERR_RUNTIME;
+        }
+        c->logits = p;
+        c->logits_cap = need;
+    }
+    if (ntok > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ntok, E, H, 1.0f, x, H, wg, E,
+                    0.0f, c->logits, E);
+    for (long t = 0; t < ntok; t++) {
+        float *l = c->logits + (size_t)t * E;
+        if (noise)
+            for (int e = 0; e < E; e++)
+                l[e] += noise[(size_t)t * E + e];
+        mp_topk_select(l, E, K, ids + t * K);
+        mp_topk_weights(l, K, ids + t * K, w + t * K);
+    }
+    return MP_OK;
+}
+
+static int cpu_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows,
+                       int H, void *out)
+{
+    const float *xs = x;
+    float *o = out;
+    for (long i = 0; i < nrows; i++)
+        memcpy(o + i * H, xs + (size_t)src_row[i] * H, (size_t)H * sizeof(float));
+    return MP_OK;
+}
+
+static int cpu_copy_rows(struct mp_compute *c, const void *src, void *dst,
+                         const struct mp_chunk *ch, int nch, int H)
+{
+    const float *s = src;
+    float *d = dst;
+    for (int i = 0; i < nch; i++)
+        if (ch[i].n > 0)
+            memcpy(d + ch[i].dst * H, s + ch[i].src * H, (size_t)ch[i].n * H * sizeof(float));
+    return MP_OK;
+}
+
+static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    const float *in = a->in;
+    float *out = a->out, *g = a->work;
+    int H = a->H, Dl = a->Dl;
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m <= 0)
+            continue;
+        /* [gate | up] = in · [Wg | Wu]: m × 2Dl */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, 2 * Dl, H, 1.0f,
+                    in + r0 * H, H, a->wgu[e], 2 * Dl, 0.0f, g, 2 * Dl);
+        /* SwiGLU (Shazeer 2020): silu(gate) ⊙ up, silu(z) = z / (1 + e^−z), in place */
+        for (long i = 0; i < m; i++) {
+            float *row = g + i * 2L * Dl;
+            for (int j = 0; j < Dl; j++) {
+                float z = row[j];
+                row[j] = z / (1.0f + expf(-z)) * row[Dl + j];
+            }
+        }
+        /* out = act · Wd: m × H */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, H, Dl, 1.0f, g, 2 * Dl,
+                    a->wd[e], H, 0.0f, out + r0 * H, H);
+    }
+    return MP_OK;
+}
+
+static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
+                       long nrows, const void *shared, int nshared, long ntok, int H, void *y)
+{
+    const float *r = rows, *sh = shared;
+    float *out = y;
+    if (sh && nshared > 0) {
+        memcpy(out, sh, (size_t)ntok * H * sizeof(float));
+        for (int s = 1; s < nshared; s++)
+            for (size_t i = 0; i < (size_t)ntok * H; i++)
+                out[i] += sh[(size_t)s * ntok * H + i];
+    } else {
+        memset(out, 0, (size_t)ntok * H * sizeof(float));
+    }
+    for (long i = 0; i < nrows; i++) {
+        float *dst = out + (size_t)tok[i] * H;
+        const float *src = r + (size_t)i * H;
+        float wi = w[i];
+        for (int h = 0; h < H; h++)
+            dst[h] += wi * src[h];
+    }
+    return MP_OK;
+}
+
+static int cpu_mark(struct mp_compute *c, int slot)
+{
+    c->marks[slot] = mp_now_us();
+    return MP_OK;
+}
+
+static double cpu_elapsed_us(struct mp_compute *c, int a, int b) { return c->marks[b] - c->marks[a]; }
+
+static int cpu_sync(struct mp_compute *c) { return MP_OK; }
+
+const struct mp_compute_ops mp_compute_cpu = {
+    .name = "cpu",
+    .elem_size = sizeof(float),
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .device_name = cpu_device_name,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .gate = cpu_gate,
+    .permute = cpu_permute,
+    .copy_rows = cpu_copy_rows,
+    .expert_ffn = cpu_expert_ffn,
+    .combine = cpu_combine,
+    .mark = cpu_mark,
+    .elapsed_us = cpu_elapsed_us,
+    .sync = cpu_sync,
+};

@@ -1,0 +1,128 @@
+/* reference.c - the single-process reference MoE forward (see reference.h). */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "weights.h"
+
+struct scored {
+    double v;
+    int id;
+};
+
+static int by_value_desc(const void *pa, const void *pb)
+{
+    const struct scored *a = pa, *b = pb;
+    if (a->v != b->v)
+        return a->v > b->v ? -1 : 1;
+    return a->id - b->id;
+}
+
+void mp_reference_gate(const float *x, const float *wg, const float *noise, long ntok, int H, int E,
+                       int K, int32_t *ids, float *w)
+{
+    struct scored *s = malloc((size_t)E * sizeof *s);
+    if (!s)
+        abort();
+    for (long t = 0; t < ntok; t++) {
+        for (int e = 0; e < E; e++) {
+            double acc = 0.0;
+            for (int i = 0; i < H; i++)
+                acc += (double)x[t * H + i] * wg[(size_t)i * E + e];
+            /* the backends add noise to fp32 logits; do the same rounding so choices agree */
+            float l = (float)acc;
+            if (noise)
+                l += noise[t * E + e];
+            s[e].v = l;
+            s[e].id = e;
+        }
+        qsort(s, (size_t)E, sizeof *s, by_value_desc);
+        double sum = 0.0;
+        for (int k = 0; k < K; k++)
+            sum += exp(s[k].v - s[0].v);
+        for (int k = 0; k < K; k++) {
+            ids[t * K + k] = s[k].id;
+            w[t * K + k] = (float)(exp(s[k].v - s[0].v) / sum);
+        }
+    }
+    free(s);
+}
+
+/* y_t += scale · FFN(x_t) with the full weights of one expert, accumulated in double. */
+static void ffn_token(const float *xt, const float *wgu, const float *wd, int H, int D, double scale,
+                      double *gate, double *up, double *yt)
+{
+    memset(gate, 0, (size_t)D * sizeof *gate);
+    memset(up, 0, (size_t)D * sizeof *up);
+    for (int i = 0; i < H; i++) {
+        const float *row = wgu + (size_t)i * 2 * D;
+        double xi = xt[i];
+        for (int j = 0; j < D; j++) {
+            gate[j] += xi * row[j];
+            up[j] += xi * row[D + j];
+        }
+    }
+    for (int j = 0; j < D; j++) {
+        double a = gate[j] / (1.0 + exp(-gate[j])) * up[j] * scale;
+        const float *row = wd + (size_t)j * H;
+        for (int h = 0; h < H; h++)
+            yt[h] += a * row[h];
+    }
+}
+
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x, long ntok,
+                         int K, const int32_t *ids, const float *w, float *y)
+{
+    int rc = MP_ERR_RUNTIME;
+    float *wgu = malloc((size_t)H * 2 * D * sizeof *wgu);
+    float *wd = malloc((size_t)D * H * sizeof *wd);
+    double *acc = calloc((size_t)ntok * H, sizeof *acc);
+    double *gate = malloc((size_t)D * sizeof *gate), *up = malloc((size_t)D * sizeof *up);
+    if (!wgu || !wd || !acc || !gate || !up) {
+        mp_error("reference: out of memory for H=%d D=%d tokens=%ld", H, D, ntok);
+        goto out;
+    }
+    for (int e = 0; e < E + nshared; e++) {
+        int used = e >= E; /* shared experts serve every token */
+        for (long p = 0; !used && p < ntok * K; p++)
+            used = ids[p] == e;
+        if (!used)
+            continue;
+        mp_weights_expert(seed, e, H, D, 1, 0, wgu, wd);
+        for (long t = 0; t < ntok; t++) {
+            if (e >= E) {
+                ffn_token(x + t * H, wgu, wd, H, D, 1.0, gate, up, acc + t * H);
+                continue;
+            }
+            for (int k = 0; k < K; k++)
+                if (ids[t * K + k] == e)
+                    ffn_token(x + t * H, wgu, wd, H, D, w[t * K + k], gate, up, acc + t * H);
+        }
+    }
+    for (long i = 0; i < ntok * H; i++)
+        y[i] = (float)acc[i];
+    rc = MP_OK;
+out:
+    free(wgu);
+    free(wd);
+    free(acc);
+    free(gate);
+    free(up);
+    return rc;
+}
+
+double mp_rel_error(const float *a, const float *b, long n)
+{
+    double num = 0.0, den = 0.0;
+    for (long i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (den == 0.0)
+        return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}

@@ -1,0 +1,22 @@
+/* reference.h - the single-process reference MoE forward, plain loops in double precision, that
+ * --check compares the distributed layer against. */
+#ifndef MP_REFERENCE_H
+#define MP_REFERENCE_H
+
+#include <stdint.h>
+
+/* Reference gate: logits in double, top-k by value (ties: lower id), softmax over the chosen k.
+ * noise: [ntok·E] or NULL. Written independently of the backends' gate. */
+void mp_reference_gate(const float *x, const float *wg, const float *noise, long ntok, int H, int E,
+                       int K, int32_t *ids, float *w);
+
+/* y[t] = Σ_k w[t,k]·FFN_{ids[t,k]}(x_t) + Σ_s FFN_{E+s}(x_t) for ntok tokens, with the full
+ * (unsharded) weights of weights.h rebuilt from `seed`. FFN is SwiGLU: (silu(x·Wg) ⊙ x·Wu)·Wd.
+ * Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x, long ntok,
+                         int K, const int32_t *ids, const float *w, float *y);
+
+/* ‖a − b‖₂ / ‖b‖₂ over n elements, in double (0 when both are zero). */
+double mp_rel_error(const float *a, const float *b, long n);
+
+#endif
