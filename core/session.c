@@ -53,6 +53,9 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     s->tool = tool;
     s->table = table;
     mp_log_init(tool, mp_launcher_rank());
+    /* fields a binary's table leaves out keep neutral values */
+    s->o.experts = s->o.topk = s->o.shared = s->o.hidden = s->o.ffn = s->o.layers = -1;
+    s->o.seq = 1;
     int rc = mp_opts_parse(table, &s->o, argc, argv, mp_bench_help(summary), NULL, NULL);
     if (rc != MP_OK)
         return rc;

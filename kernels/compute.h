@@ -65,6 +65,10 @@ struct mp_compute_ops {
     double (*elapsed_us)(struct mp_compute *c, int a, int b);
     /* sync: wait until all queued work is done */
     int (*sync)(struct mp_compute *c);
+
+    /* roofline of this device, measured now: the best of a few runs of a large GEMM in the
+     * backend's arithmetic (FLOP/s) and of a large device-memory copy (bytes/s, read + written) */
+    int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *bytes_per_s);
 };
 
 #define MP_TIMER_SLOTS 16

@@ -1,0 +1,419 @@
+/* moeperf-a2a - measures the isolated All-to-All: a uniform pattern over a --bytes sweep
+ * (comparable with nccl-tests, OSU and IMB) or the MoE dispatch pattern from routing. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_opts.h"
+#include "clock.h"
+#include "console.h"
+#include "error.h"
+#include "plan.h"
+#include "results.h"
+#include "routing.h"
+#include "session.h"
+#include "stats.h"
+
+static const char *const pattern_choices[] = {"uniform", "moe", NULL};
+
+static const struct mp_opt options[] = {
+    {"pattern", MP_OPT_STRING, MP_O(pattern), "uniform", MP_NOLIMIT, pattern_choices, NULL,
+     "uniform: equal --bytes to every peer; moe: counts from --routing/--placement at --batch"},
+    {"bytes", MP_OPT_SIZE_LIST, MP_O(bytes), "1K:16M:x4", 1, 1 << 30, NULL, "LIST",
+     "uniform: bytes per peer, e.g. 64K or 1K:16M:x4 (K/M/G = 1024^n)"},
+    MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_HIDDEN,
+    MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_PLACEMENT,
+    MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT,
+    MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_END,
+};
+
+static const char summary[] =
+    "Measure the All-to-All alone: barrier, then one alltoallv, timed on every rank; the slowest\n"
+    "rank's time counts. algbw = bytes_per_rank / time, busbw = algbw·(n−1)/n (nccl-tests).\n"
+    "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.";
+
+static const char *const key_cols[] = {
+    "source", "backend", "comm", "pattern", "layout", "tp", "ep", "world", "model", "hidden",
+    "experts", "topk", "routing", "placement", "batch", "seq", "seed", "bytes_per_peer",
+};
+#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
+static const char *const value_cols[] = {
+    "bytes_per_rank", "iters", "time_us", "time_p99_us", "time_mean_us", "time_stdev_us",
+    "time_min_us", "time_max_us", "time_ci_lo_us", "time_ci_hi_us", "algbw_GBps", "busbw_GBps",
+};
+#define NVAL ((int)(sizeof value_cols / sizeof value_cols[0]))
+
+/* One point: for uniform, routing/placement are NULL and batch 0. */
+struct a2a_point {
+    const struct mp_layout *lay;
+    const char *routing, *placement;
+    long batch;
+    long long bytes_per_peer;
+};
+
+static void put_key(struct mp_row *r, const struct mp_session *s, const struct a2a_point *p)
+{
+    int moe = p->routing != NULL;
+    mp_row_reset(r);
+    mp_row_str(r, "measured");
+    mp_row_str(r, s->o.backend);
+    mp_row_str(r, s->o.comm);
+    mp_row_str(r, s->o.pattern);
+    mp_row_str(r, p->lay->name);
+    mp_row_int(r, p->lay->tp);
+    mp_row_int(r, p->lay->ep);
+    mp_row_int(r, s->comm->size);
+    mp_row_str(r, moe ? s->model.name : "");
+    if (moe) {
+        mp_row_int(r, s->model.hidden);
+        mp_row_int(r, s->model.experts);
+        mp_row_int(r, s->model.topk);
+    } else {
+        mp_row_str(r, "");
+        mp_row_str(r, "");
+        mp_row_str(r, "");
+    }
+    mp_row_str(r, moe ? p->routing : "");
+    mp_row_str(r, moe ? p->placement : "");
+    mp_row_int(r, moe ? p->batch : 0);
+    mp_row_int(r, moe ? s->o.seq : 0);
+    mp_row_int(r, s->o.seed);
+    mp_row_int(r, p->bytes_per_peer);
+}
+
+/* Per-iteration send/receive counts in rows of `row_bytes`, one set per draw. */
+struct counts {
+    int ndraws, ep;
+    int *scount, *sdispl, *rcount, *rdispl; /* [ndraws][ep] */
+    size_t row_bytes;
+    double bytes_per_rank; /* mean over draws of the largest per-rank send (self included) */
+};
+
+static void counts_free(struct counts *c)
+{
+    free(c->scount);
+    free(c->sdispl);
+    free(c->rcount);
+    free(c->rdispl);
+    memset(c, 0, sizeof *c);
+}
+
+static int counts_alloc(struct counts *c, int ndraws, int ep)
+{
+    size_t n = (size_t)ndraws * ep;
+    c->ndraws = ndraws;
+    c->ep = ep;
+    c->scount = calloc(n, sizeof(int));
+    c->sdispl = calloc(n, sizeof(int));
+    c->rcount = calloc(n, sizeof(int));
+    c->rdispl = calloc(n, sizeof(int));
+    if (!c->scount || !c->sdispl || !c->rcount || !c->rdispl) {
+        counts_free(c);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* Uniform: one row of bytes_per_peer... counted in bytes so the datatype is MPI_BYTE-sized. */
+static int counts_uniform(struct counts *c, int ep, long long bytes_per_peer)
+{
+    if (counts_alloc(c, 1, ep) != MP_OK)
+        return MP_ERR_RUNTIME;
+    c->row_bytes = 1;
+    for (int p = 0; p < ep; p++) {
+        c->scount[p] = c->rcount[p] = (int)bytes_per_peer;
+        c->sdispl[p] = c->rdispl[p] = (int)(bytes_per_peer * p);
+    }
+    c->bytes_per_rank = (double)bytes_per_peer * ep;
+    return MP_OK;
+}
+
+/* MoE: the dispatch counts of `ndraws` routing draws, exchanged now (untimed). */
+static int counts_moe(struct counts *c, struct mp_session *s, const struct mp_routing *rt,
+                      const struct mp_placement *pl, long total, int ndraws)
+{
+    struct mp_comm *cm = s->comm;
+    int ep = cm->ep, K = s->model.topk, rc;
+    long base = total / ep, extra = total % ep, e = cm->ep_rank;
+    long tok0 = e * base + (e < extra ? e : extra), ntok = base + (e < extra ? 1 : 0);
+    struct mp_plan plan;
+    int32_t *ids = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *ids);
+    float *w = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *w);
+    if (!ids || !w || counts_alloc(c, ndraws, ep) != MP_OK) {
+        free(ids);
+        free(w);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    rc = mp_plan_alloc(&plan, ep, pl->max_local, ntok, K);
+    c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size;
+    double sum_max = 0;
+    for (int d = 0; d < ndraws && rc == MP_OK; d++) {
+        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, tok0, ntok, ids, w);
+        mp_plan_send(&plan, pl, (int)e, tok0, ntok, ids, w);
+        rc = cm->ops->alltoall_int(cm, plan.send_cnt, plan.recv_cnt, plan.max_local);
+        if (rc != MP_OK)
+            break;
+        mp_plan_recv(&plan, mp_placement_nlocal(pl, (int)e));
+        memcpy(c->scount + (size_t)d * ep, plan.send_rows, (size_t)ep * sizeof(int));
+        memcpy(c->sdispl + (size_t)d * ep, plan.send_displ, (size_t)ep * sizeof(int));
+        memcpy(c->rcount + (size_t)d * ep, plan.recv_rows, (size_t)ep * sizeof(int));
+        memcpy(c->rdispl + (size_t)d * ep, plan.recv_displ, (size_t)ep * sizeof(int));
+        double mine = (double)plan.nsend * (double)c->row_bytes;
+        rc = cm->ops->max_double(cm, &mine);
+        sum_max += mine;
+    }
+    c->bytes_per_rank = sum_max / ndraws;
+    mp_plan_free(&plan);
+    free(ids);
+    free(w);
+    return rc;
+}
+
+/* Time `iters` exchanges (after `warmup`); on rank 0 times[i] = the slowest rank's time. */
+static int run_point(struct mp_session *s, const struct counts *c, void *sendbuf, void *recvbuf,
+                     double *mine, double *all, double *times)
+{
+    struct mp_comm *cm = s->comm;
+    int rc = MP_OK;
+    for (int i = 0; i < s->o.warmup + s->o.iters && rc == MP_OK; i++) {
+        int d = i % c->ndraws;
+        size_t o = (size_t)d * c->ep;
+        MP_CHECK(s->cops->sync(s->dev));
+        MP_CHECK(cm->ops->barrier(cm));
+        MP_CHECK(s->cops->mark(s->dev, 0));
+        MP_CHECK(cm->ops->alltoallv(cm, sendbuf, c->scount + o, c->sdispl + o, recvbuf,
+                                    c->rcount + o, c->rdispl + o, c->row_bytes));
+        MP_CHECK(s->cops->mark(s->dev, 1));
+        MP_CHECK(s->cops->sync(s->dev));
+        if (i >= s->o.warmup)
+            mine[i - s->o.warmup] = s->cops->elapsed_us(s->dev, 0, 1);
+    }
+    MP_CHECK(cm->ops->gather(cm, mine, (size_t)s->o.iters * sizeof *mine, all));
+    if (cm->rank == 0)
+        for (int i = 0; i < s->o.iters; i++) {
+            times[i] = 0;
+            for (int r = 0; r < cm->size; r++)
+                times[i] = fmax(times[i], all[(size_t)r * s->o.iters + i]);
+        }
+out:
+    return rc;
+}
+
+static int write_point(struct mp_session *s, struct mp_csv *main_csv, struct mp_csv *samples,
+                       const struct a2a_point *p, double bytes_per_rank, double *times)
+{
+    int n = s->o.iters, rc = MP_OK;
+    struct mp_row row = {0};
+    if (s->o.out) {
+        for (int i = 0; i < n && rc == MP_OK; i++) {
+            put_key(&row, s, p);
+            mp_row_int(&row, i);
+            mp_row_dbl(&row, times[i]);
+            rc = mp_csv_write(samples, &row);
+        }
+    }
+    struct mp_summary sm;
+    mp_summarize(times, n, &sm);
+    int ep = p->lay->ep;
+    double algbw = sm.p50 > 0 ? bytes_per_rank / (sm.p50 * 1e3) : 0; /* bytes/µs/1e3 = GB/s */
+    double busbw = algbw * (ep - 1) / ep;
+    if (s->o.out && rc == MP_OK) {
+        put_key(&row, s, p);
+        mp_row_dbl(&row, bytes_per_rank);
+        mp_row_int(&row, n);
+        double v[] = {sm.p50, sm.p99, sm.mean, sm.stdev, sm.min, sm.max, sm.ci_lo, sm.ci_hi,
+                      algbw, busbw};
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            mp_row_dbl(&row, v[k]);
+        rc = mp_csv_write(main_csv, &row);
+    }
+    if (!s->o.quiet) {
+        mp_progress_clear();
+        printf("%9s %-14s %-14s %6ld %12lld %12.0f %10.2f %10.2f %10.2f %9.3f %9.3f\n",
+               p->lay->name, p->routing ? p->routing : "-", p->placement ? p->placement : "-",
+               p->batch, p->bytes_per_peer, bytes_per_rank, sm.p50, sm.p99, sm.min, algbw, busbw);
+        fflush(stdout);
+    }
+    mp_row_free(&row);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct mp_session s;
+    struct mp_layout *layouts = NULL;
+    struct mp_routing *routings = NULL;
+    struct mp_keyset done = {0};
+    struct mp_csv csv = {0}, samples = {0};
+    double *mine = NULL, *all = NULL, *times = NULL;
+    void *sendbuf = NULL, *recvbuf = NULL;
+    int nlayouts = 0, nrout = 0;
+    int rc = mp_session_start(&s, "moeperf-a2a", options, summary, argc, argv);
+    if (rc != MP_OK)
+        goto out;
+    struct mp_comm *c = s.comm;
+    int moe = strcmp(s.o.pattern, "moe") == 0;
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    if (moe) {
+        routings = calloc((size_t)s.o.routing.n, sizeof *routings);
+        if (!routings) {
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+        for (nrout = 0; nrout < s.o.routing.n; nrout++) {
+            MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], s.model.experts, s.model.topk,
+                                      (uint64_t)s.o.seed, &routings[nrout]));
+            if (mp_routing_is_gate(&routings[nrout])) {
+                mp_usage("--routing: gate routing needs the layer's activations; use moeperf-layer, "
+                         "or a generated routing or trace with --pattern moe");
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+        }
+    }
+    /* buffers sized once for the largest point */
+    size_t max_bytes = 0;
+    long max_batch = 0;
+    for (int b = 0; b < s.o.batch.n; b++)
+        max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
+    for (int li = 0; li < nlayouts; li++) {
+        size_t need;
+        if (moe)
+            need = (size_t)max_batch * s.o.seq * s.model.topk * s.model.hidden * s.cops->elem_size;
+        else
+            need = 0;
+        for (int b = 0; !moe && b < s.o.bytes.n; b++)
+            need = (size_t)s.o.bytes.v[b] * layouts[li].ep > need ? (size_t)s.o.bytes.v[b] * layouts[li].ep : need;
+        max_bytes = need > max_bytes ? need : max_bytes;
+    }
+    size_t elems = (max_bytes + s.cops->elem_size - 1) / s.cops->elem_size + 1;
+    sendbuf = s.cops->alloc(s.dev, elems);
+    recvbuf = s.cops->alloc(s.dev, elems);
+    mine = calloc((size_t)s.o.iters, sizeof *mine);
+    times = calloc((size_t)s.o.iters, sizeof *times);
+    all = c->rank == 0 ? calloc((size_t)s.o.iters * c->size, sizeof *all) : NULL;
+    if (!sendbuf || !recvbuf || !mine || !times || (c->rank == 0 && !all)) {
+        mp_error("out of memory for %zu-byte buffers", max_bytes);
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    float *fill = malloc(elems * sizeof(float)); /* touch the pages before timing */
+    if (fill) {
+        for (size_t i = 0; i < elems; i++)
+            fill[i] = (float)(i % 251);
+        s.cops->upload(s.dev, sendbuf, fill, elems);
+        s.cops->upload(s.dev, recvbuf, fill, elems);
+        free(fill);
+    }
+
+    if (s.o.out && c->rank == 0) {
+        const char *cols[NKEY + NVAL], *scols[NKEY + 2];
+        memcpy(cols, key_cols, sizeof key_cols);
+        memcpy(cols + NKEY, value_cols, sizeof value_cols);
+        memcpy(scols, key_cols, sizeof key_cols);
+        scols[NKEY] = "iter";
+        scols[NKEY + 1] = "time_us";
+        if (s.o.resume) {
+            rc = mp_keyset_load(s.o.out, "a2a.csv", NKEY, &done);
+            if (rc == MP_OK)
+                rc = mp_csv_filter(s.o.out, "a2a_samples.csv", NKEY, &done);
+        }
+        if (rc == MP_OK)
+            rc = mp_csv_open(&csv, s.o.out, "a2a.csv", cols, NKEY + NVAL, s.o.resume);
+        if (rc == MP_OK)
+            rc = mp_csv_open(&samples, s.o.out, "a2a_samples.csv", scols, NKEY + 2, s.o.resume);
+    }
+    int ok = rc == MP_OK;
+    c->ops->bcast(c, &ok, sizeof ok);
+    if (!ok) {
+        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
+        s.agreed = 1;
+        goto out;
+    }
+    if (!s.o.quiet && c->rank == 0) {
+        printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
+               "iterations, slowest rank\n", s.o.pattern, c->size, c->nnodes, s.o.comm, s.o.iters);
+        printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "layout", "routing",
+               "placement", "batch", "bytes/peer", "bytes/rank", "time_p50", "time_p99",
+               "time_min", "algbw", "busbw");
+        printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "", "", "", "", "(B)",
+               "(B)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)");
+    }
+    int npoints = nlayouts * (moe ? s.o.routing.n * s.o.placement.n * s.o.batch.n : s.o.bytes.n);
+    int np = 0;
+    for (int li = 0; li < nlayouts && rc == MP_OK; li++) {
+        MP_CHECK(c->ops->split(c, layouts[li].tp, layouts[li].ep));
+        int nr = moe ? s.o.routing.n : 1, npl = moe ? s.o.placement.n : 1;
+        int nb = moe ? s.o.batch.n : s.o.bytes.n;
+        for (int ri = 0; ri < nr && rc == MP_OK; ri++)
+            for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
+                struct mp_placement pl = {0};
+                if (moe)
+                    MP_CHECK(mp_placement_build(s.o.placement.v[pi], s.model.experts,
+                                                layouts[li].ep, routings[ri].prob, &pl));
+                for (int bi = 0; bi < nb && rc == MP_OK; bi++) {
+                    struct a2a_point p = {.lay = &layouts[li]};
+                    struct counts cn = {0};
+                    if (moe) {
+                        p.routing = s.o.routing.v[ri];
+                        p.placement = s.o.placement.v[pi];
+                        p.batch = s.o.batch.v[bi];
+                        rc = counts_moe(&cn, &s, &routings[ri], &pl, p.batch * s.o.seq,
+                                        s.o.iters + s.o.warmup < 8 ? s.o.iters + s.o.warmup : 8);
+                        p.bytes_per_peer = (long long)llround(cn.bytes_per_rank / layouts[li].ep);
+                    } else {
+                        p.bytes_per_peer = s.o.bytes.v[bi];
+                        rc = counts_uniform(&cn, layouts[li].ep, p.bytes_per_peer);
+                    }
+                    np++;
+                    int skip = 0;
+                    if (rc == MP_OK && c->rank == 0 && s.o.resume) {
+                        struct mp_row key = {0};
+                        put_key(&key, &s, &p);
+                        char *k = mp_row_key(&key, NKEY);
+                        skip = k && mp_keyset_has(&done, k);
+                        free(k);
+                        mp_row_free(&key);
+                    }
+                    if (rc == MP_OK)
+                        c->ops->bcast(c, &skip, sizeof skip);
+                    if (rc == MP_OK && !skip) {
+                        if (c->rank == 0) {
+                            char label[128];
+                            snprintf(label, sizeof label, "%s %lld B/peer", layouts[li].name,
+                                     p.bytes_per_peer);
+                            mp_progress(np, npoints, label);
+                        }
+                        rc = run_point(&s, &cn, sendbuf, recvbuf, mine, all, times);
+                        if (rc == MP_OK && c->rank == 0)
+                            rc = write_point(&s, &csv, &samples, &p, cn.bytes_per_rank, times);
+                    }
+                    counts_free(&cn);
+                }
+                if (moe)
+                    mp_placement_free(&pl);
+            }
+    }
+out:
+    mp_csv_close(&csv);
+    mp_csv_close(&samples);
+    mp_keyset_free(&done);
+    if (s.dev) {
+        s.cops->free(s.dev, sendbuf);
+        s.cops->free(s.dev, recvbuf);
+    }
+    free(mine);
+    free(all);
+    free(times);
+    for (int i = 0; i < nrout; i++)
+        mp_routing_free(&routings[i]);
+    free(routings);
+    free(layouts);
+    if (rc == MP_ERR_USAGE)
+        s.agreed = 1;
+    return mp_session_end(&s, rc);
+}
