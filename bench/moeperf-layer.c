@@ -236,12 +236,19 @@ int main(int argc, char **argv)
     for (nrout = 0; nrout < s.o.routing.n; nrout++)
         MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], m->experts, m->topk, (uint64_t)s.o.seed,
                                   &routings[nrout]));
-    for (int i = 0; i < nlayouts; i++) /* refuse bad placements before measuring anything */
+    for (int i = 0; i < nlayouts; i++) { /* refuse bad combinations before measuring anything */
+        if (m->ffn % layouts[i].tp != 0) {
+            mp_usage("--layout: %s splits each expert's FFN over %d ranks, which needs --ffn (%d) "
+                     "divisible by %d", layouts[i].name, layouts[i].tp, m->ffn, layouts[i].tp);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
         for (int p = 0; p < s.o.placement.n; p++) {
             struct mp_placement pl;
             MP_CHECK(mp_placement_build(s.o.placement.v[p], m->experts, layouts[i].ep, NULL, &pl));
             mp_placement_free(&pl);
         }
+    }
     long max_batch = 0;
     for (int b = 0; b < s.o.batch.n; b++)
         max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;

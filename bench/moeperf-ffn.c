@@ -1,0 +1,718 @@
+/* moeperf-ffn - measures the expert FFN alone (each rank's routed rows through its local experts,
+ * plus the shared experts on its own tokens) over a sweep, against the roofline measured on the
+ * device at start-up, and writes ffn.csv. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_opts.h"
+#include "console.h"
+#include "error.h"
+#include "placement.h"
+#include "results.h"
+#include "roofline.h"
+#include "routing.h"
+#include "session.h"
+#include "stats.h"
+#include "topo.h"
+#include "weights.h"
+
+static const struct mp_opt options[] = {
+    MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
+    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
+    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
+    MP_OPT_END,
+};
+
+static const char summary[] =
+    "Measure the expert FFN alone per point: each rank runs the token-expert rows the routing\n"
+    "sends it through its local experts, plus the shared experts on its own tokens. Reports\n"
+    "FLOP/s, weight bytes/s and the fraction of the roofline measured at start-up. Run under\n"
+    "mpirun with tp·ep ranks (a single process is tp1ep1). ffn.csv, ffn_samples.csv and\n"
+    "run.json in --out.";
+
+/* Columns that identify a point (its workload); both files start with them. */
+static const char *const key_cols[] = {
+    "source", "backend", "model", "hidden", "ffn", "experts", "topk", "shared", "layout", "tp",
+    "ep", "world", "routing", "placement", "batch", "seq", "seed",
+};
+#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
+
+static const char *const summary_cols[] = {
+    "tokens_per_rank", "rows", "active_experts", "flops", "weight_bytes", "iters", "ffn_us",
+    "ffn_p99_us", "ffn_mean_us", "ffn_stdev_us", "ffn_min_us", "ffn_max_us", "ffn_ci_lo_us",
+    "ffn_ci_hi_us", "achieved_GFLOPs", "achieved_GBps", "peak_GFLOPs", "peak_GBps", "bound",
+    "roofline_fraction",
+};
+#define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
+static const char *const sample_extra[] = {"iter", "ffn_us"};
+#define NSAMPLE 2
+
+enum { MARK_START, MARK_FFN };
+
+struct files {
+    struct mp_csv ffn, samples;
+    const char **ffn_cols, **sample_cols;
+};
+
+/* One point's rows: the critical rank's counts (every rank computes them alike) and this rank's
+ * row layout. */
+struct work {
+    long total, tokens_per_rank;
+    long crit_rows;   /* rows of the EP rank with the most rows, shared rows included */
+    int crit_active;  /* its experts with at least one row, shared included */
+    long tok0, ntok;  /* this rank's own tokens */
+    int nact;         /* this rank's local experts with at least one row */
+    int *act_ids;     /* [nact] their global ids */
+    long *row_off;    /* [nact+1] expert-major row offsets */
+    int32_t *row_tok; /* [row_off[nact]] the global token of every routed row */
+};
+
+/* This layout's expert weights on the device, generated on first use and kept across points. */
+struct wcache {
+    int n;            /* experts + shared */
+    void **wgu, **wd; /* [n], NULL until loaded */
+    float *hgu, *hd;  /* host scratch of one shard */
+};
+
+/* Device buffers of one point, allocated before timing. */
+struct bufs {
+    void *in, *xs, *out, *work;
+    void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
+};
+
+static const char **concat(const char *const *a, int na, const char *const *b, int nb)
+{
+    const char **v = malloc((size_t)(na + nb) * sizeof *v);
+    if (!v)
+        return NULL;
+    memcpy(v, a, (size_t)na * sizeof *v);
+    memcpy(v + na, b, (size_t)nb * sizeof *v);
+    return v;
+}
+
+static int files_open(struct files *f, const char *dir, int resume)
+{
+    f->ffn_cols = concat(key_cols, NKEY, summary_cols, NSUM);
+    f->sample_cols = concat(key_cols, NKEY, sample_extra, NSAMPLE);
+    if (!f->ffn_cols || !f->sample_cols) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = mp_csv_open(&f->ffn, dir, "ffn.csv", f->ffn_cols, NKEY + NSUM, resume);
+    if (rc == MP_OK)
+        rc = mp_csv_open(&f->samples, dir, "ffn_samples.csv", f->sample_cols, NKEY + NSAMPLE,
+                         resume);
+    return rc;
+}
+
+static void files_close(struct files *f)
+{
+    mp_csv_close(&f->ffn);
+    mp_csv_close(&f->samples);
+    free(f->ffn_cols);
+    free(f->sample_cols);
+}
+
+/* The workload cells of a point. */
+static void put_key(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
+                    const char *routing, const char *placement, long batch)
+{
+    const struct mp_model *m = &s->model;
+    mp_row_reset(r);
+    mp_row_str(r, "measured");
+    mp_row_str(r, s->o.backend);
+    mp_row_str(r, m->name);
+    mp_row_int(r, m->hidden);
+    mp_row_int(r, m->ffn);
+    mp_row_int(r, m->experts);
+    mp_row_int(r, m->topk);
+    mp_row_int(r, m->shared);
+    mp_row_str(r, lay->name);
+    mp_row_int(r, lay->tp);
+    mp_row_int(r, lay->ep);
+    mp_row_int(r, s->comm->size);
+    mp_row_str(r, routing);
+    mp_row_str(r, placement);
+    mp_row_int(r, batch);
+    mp_row_int(r, s->o.seq);
+    mp_row_int(r, s->o.seed);
+}
+
+/* Tokens of EP rank e when `total` are spread as evenly as possible over `ep` ranks, the first
+ * total mod ep ranks holding one more (the split of core/layer.c); first global token in *tok0. */
+static long tokens_of(long total, int ep, int e, long *tok0)
+{
+    long base = total / ep, extra = total % ep;
+    *tok0 = e * base + (e < extra ? e : extra);
+    return base + (e < extra ? 1 : 0);
+}
+
+static void work_free(struct work *w)
+{
+    free(w->act_ids);
+    free(w->row_off);
+    free(w->row_tok);
+    memset(w, 0, sizeof *w);
+}
+
+/* Route the whole batch (draw 0), serve every token-expert pair where the placement says (a token
+ * lives on the EP rank that holds it), and count the rows of every rank's local experts. Fills
+ * the critical rank's rows and active experts and this rank's row layout. */
+static int work_plan(struct work *w, const struct mp_session *s, const struct mp_layout *lay,
+                     const struct mp_routing *r, const struct mp_placement *pl, long batch)
+{
+    const struct mp_model *m = &s->model;
+    int K = m->topk, S = m->shared, ep = lay->ep, ml = pl->max_local > 0 ? pl->max_local : 1;
+    int me = s->comm->ep_rank, rc = MP_ERR_RUNTIME;
+    memset(w, 0, sizeof *w);
+    w->total = batch * s->o.seq;
+    w->tokens_per_rank = (w->total + ep - 1) / ep;
+    size_t pairs = (size_t)w->total * K;
+    int32_t *ids = malloc(pairs * sizeof *ids);
+    float *wt = malloc(pairs * sizeof *wt);
+    long *cnt = calloc((size_t)ep * ml, sizeof *cnt);
+    int *slot = malloc((size_t)ml * sizeof *slot);
+    long *pos = NULL;
+    if (!ids || !wt || !cnt || !slot)
+        goto oom;
+    mp_routing_draw(r, (uint64_t)s->o.seed, 0, w->total, 0, w->total, ids, wt);
+
+    for (int e = 0; e < ep; e++) {
+        long t0, n = tokens_of(w->total, ep, e, &t0);
+        for (long t = t0; t < t0 + n; t++)
+            for (int k = 0; k < K; k++) {
+                int x = ids[t * K + k], d = mp_placement_dest(pl, e, x, t);
+                int li = mp_placement_local_index(pl, d, x);
+                if (li < 0) {
+                    mp_error("placement %s sent expert %d to rank %d, which holds no copy",
+                             pl->spec, x, d);
+                    goto out;
+                }
+                cnt[(size_t)d * ml + li]++;
+            }
+    }
+    w->crit_rows = -1;
+    for (int e = 0; e < ep; e++) {
+        long t0, n = tokens_of(w->total, ep, e, &t0), rows = (long)S * n;
+        int active = n > 0 ? S : 0;
+        for (int i = 0; i < mp_placement_nlocal(pl, e); i++) {
+            rows += cnt[(size_t)e * ml + i];
+            active += cnt[(size_t)e * ml + i] > 0;
+        }
+        if (rows > w->crit_rows) {
+            w->crit_rows = rows;
+            w->crit_active = active;
+        }
+    }
+
+    /* this rank: its active experts, expert-major offsets and the token of every row */
+    w->ntok = tokens_of(w->total, ep, me, &w->tok0);
+    int nl = mp_placement_nlocal(pl, me);
+    const int *lids = pl->local_ids + pl->local_off[me];
+    w->act_ids = malloc(((size_t)nl + 1) * sizeof *w->act_ids);
+    w->row_off = malloc(((size_t)nl + 1) * sizeof *w->row_off);
+    pos = malloc(((size_t)nl + 1) * sizeof *pos);
+    if (!w->act_ids || !w->row_off || !pos)
+        goto oom;
+    w->row_off[0] = 0;
+    for (int i = 0; i < nl; i++) {
+        long c = cnt[(size_t)me * ml + i];
+        slot[i] = c > 0 ? w->nact : -1;
+        if (c > 0) {
+            w->act_ids[w->nact] = lids[i];
+            w->row_off[w->nact + 1] = w->row_off[w->nact] + c;
+            pos[w->nact] = w->row_off[w->nact];
+            w->nact++;
+        }
+    }
+    w->row_tok = malloc(((size_t)w->row_off[w->nact] + 1) * sizeof *w->row_tok);
+    if (!w->row_tok)
+        goto oom;
+    for (int e = 0; e < ep; e++) {
+        long t0, n = tokens_of(w->total, ep, e, &t0);
+        for (long t = t0; t < t0 + n; t++)
+            for (int k = 0; k < K; k++) {
+                int x = ids[t * K + k];
+                if (mp_placement_dest(pl, e, x, t) == me)
+                    w->row_tok[pos[slot[mp_placement_local_index(pl, me, x)]]++] = (int32_t)t;
+            }
+    }
+    rc = MP_OK;
+    goto out;
+oom:
+    mp_error("out of memory planning %ld tokens", w->total);
+out:
+    free(ids);
+    free(wt);
+    free(cnt);
+    free(slot);
+    free(pos);
+    if (rc != MP_OK)
+        work_free(w);
+    return rc;
+}
+
+static void wcache_free(struct wcache *wc, const struct mp_session *s)
+{
+    for (int i = 0; i < wc->n && wc->wgu; i++) {
+        if (wc->wgu[i])
+            s->cops->free(s->dev, wc->wgu[i]);
+        if (wc->wd[i])
+            s->cops->free(s->dev, wc->wd[i]);
+    }
+    free(wc->wgu);
+    free(wc->wd);
+    free(wc->hgu);
+    free(wc->hd);
+    memset(wc, 0, sizeof *wc);
+}
+
+static int wcache_init(struct wcache *wc, const struct mp_session *s, int tp)
+{
+    size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / tp);
+    memset(wc, 0, sizeof *wc);
+    wc->n = s->model.experts + s->model.shared;
+    wc->wgu = calloc((size_t)wc->n, sizeof(void *));
+    wc->wd = calloc((size_t)wc->n, sizeof(void *));
+    wc->hgu = malloc(H * 2 * Dl * sizeof(float));
+    wc->hd = malloc(Dl * H * sizeof(float));
+    if (!wc->wgu || !wc->wd || !wc->hgu || !wc->hd) {
+        mp_error("out of memory for expert weights");
+        wcache_free(wc, s);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* Generate and upload this rank's TP shard of `expert` unless it is already on the device. */
+static int wcache_load(struct wcache *wc, const struct mp_session *s, int expert)
+{
+    const struct mp_comm *c = s->comm;
+    size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / c->tp);
+    if (wc->wgu[expert])
+        return MP_OK;
+    mp_weights_expert((uint64_t)s->o.seed, expert, s->model.hidden, s->model.ffn, c->tp,
+                      c->tp_rank, wc->hgu, wc->hd);
+    wc->wgu[expert] = s->cops->alloc(s->dev, H * 2 * Dl);
+    wc->wd[expert] = s->cops->alloc(s->dev, Dl * H);
+    if (!wc->wgu[expert] || !wc->wd[expert]) {
+        mp_error("out of memory for the weights of expert %d", expert);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = s->cops->upload(s->dev, wc->wgu[expert], wc->hgu, H * 2 * Dl);
+    if (rc == MP_OK)
+        rc = s->cops->upload(s->dev, wc->wd[expert], wc->hd, Dl * H);
+    return rc;
+}
+
+static void bufs_free(struct bufs *b, const struct mp_session *s)
+{
+    const struct mp_compute_ops *o = s->cops;
+    if (b->in)
+        o->free(s->dev, b->in);
+    if (b->xs)
+        o->free(s->dev, b->xs);
+    if (b->out)
+        o->free(s->dev, b->out);
+    if (b->work)
+        o->free(s->dev, b->work);
+    free(b->wgu);
+    free(b->wd);
+    memset(b, 0, sizeof *b);
+}
+
+/* Refuse (on every rank alike) a point whose new weights and buffers would not fit in the memory
+ * this host has left, shared by its ranks. */
+static int memory_guard(const struct mp_session *s, const struct wcache *wc, const struct work *w,
+                        long batch)
+{
+    const struct mp_model *m = &s->model;
+    struct mp_comm *c = s->comm;
+    double H = m->hidden, Dl = (double)m->ffn / c->tp, elem = (double)s->cops->elem_size;
+    int fresh = 0;
+    for (int i = 0; i < w->nact; i++)
+        fresh += !wc->wgu[w->act_ids[i]];
+    for (int i = 0; i < m->shared; i++)
+        fresh += w->ntok > 0 && !wc->wgu[m->experts + i];
+    double routed = (double)w->row_off[w->nact], tok = (double)w->ntok;
+    double need = fresh * 3.0 * H * Dl * elem +
+                  (routed * 2 + tok * (1 + m->shared)) * H * elem +
+                  (routed > tok ? routed : tok) * (2 * Dl * elem + H * sizeof(float));
+    long long avail = mp_mem_available();
+    double ratio = avail > 0 ? need * c->local_size / (0.9 * (double)avail) : 0;
+    int rc = c->ops->max_double(c, &ratio);
+    if (rc != MP_OK)
+        return rc;
+    if (ratio > 1) {
+        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs about %.0f%% "
+                 "of the memory left for %d rank(s) on a host; lower --hidden/--ffn/--batch or "
+                 "use more ranks",
+                 batch, m->hidden, m->ffn, m->experts, c->ep, ratio * 90, c->local_size);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* Weights, inputs and buffers of this rank for point `w`, all before timing. */
+static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *wc,
+                     const struct work *w)
+{
+    const struct mp_compute_ops *o = s->cops;
+    const struct mp_model *m = &s->model;
+    size_t H = (size_t)m->hidden, Dl = (size_t)(m->ffn / s->comm->tp), S = (size_t)m->shared;
+    size_t routed = (size_t)w->row_off[w->nact], tok = (size_t)w->ntok;
+    size_t maxrows = S && tok ? tok : 0;
+    int rc = MP_OK;
+    float *host = NULL;
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < w->nact; i++) {
+        size_t n = (size_t)(w->row_off[i + 1] - w->row_off[i]);
+        maxrows = n > maxrows ? n : maxrows;
+    }
+    b->wgu = calloc((size_t)w->nact + S + 1, sizeof(void *));
+    b->wd = calloc((size_t)w->nact + S + 1, sizeof(void *));
+    b->in = o->alloc(s->dev, (routed ? routed : 1) * H);
+    b->xs = o->alloc(s->dev, (tok ? tok : 1) * H);
+    b->out = o->alloc(s->dev, (routed + S * tok + 1) * H);
+    b->work = o->alloc(s->dev, (maxrows ? maxrows : 1) * 2 * Dl);
+    host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
+    if (!b->wgu || !b->wd || !b->in || !b->xs || !b->out || !b->work || !host) {
+        mp_error("out of memory for the buffers of %zu rows", routed + S * tok);
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int i = 0; i < w->nact; i++) {
+        MP_CHECK(wcache_load(wc, s, w->act_ids[i]));
+        b->wgu[i] = wc->wgu[w->act_ids[i]];
+        b->wd[i] = wc->wd[w->act_ids[i]];
+    }
+    for (size_t i = 0; i < S && tok > 0; i++) {
+        MP_CHECK(wcache_load(wc, s, m->experts + (int)i));
+        b->wgu[w->nact + i] = wc->wgu[m->experts + i];
+        b->wd[w->nact + i] = wc->wd[m->experts + i];
+    }
+    /* routed rows hold their tokens' activations; the shared experts read the rank's own tokens */
+    for (size_t i = 0; i < routed; i++)
+        mp_activations((uint64_t)s->o.seed, w->row_tok[i], 1, (int)H, host + i * H);
+    if (routed)
+        MP_CHECK(o->upload(s->dev, b->in, host, routed * H));
+    if (tok) {
+        mp_activations((uint64_t)s->o.seed, w->tok0, (long)tok, (int)H, host);
+        MP_CHECK(o->upload(s->dev, b->xs, host, tok * H));
+    }
+out:
+    free(host);
+    return rc;
+}
+
+/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): device drained,
+ * barrier, then every active local expert and every shared expert; duration in *us. */
+static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
+                         double *us)
+{
+    const struct mp_compute_ops *o = s->cops;
+    struct mp_compute *dev = s->dev;
+    struct mp_comm *c = s->comm;
+    int H = s->model.hidden, Dl = s->model.ffn / c->tp, S = s->model.shared, rc = MP_OK;
+    long shared_off[2] = {0, w->ntok};
+    size_t row_bytes = (size_t)H * o->elem_size;
+
+    MP_CHECK(o->sync(dev));
+    MP_CHECK(c->ops->barrier(c));
+    MP_CHECK(o->mark(dev, MARK_START));
+    struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
+                            .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work};
+    if (w->nact > 0)
+        MP_CHECK(o->expert_ffn(dev, &a));
+    for (int i = 0; i < S && w->ntok > 0; i++) {
+        struct mp_ffn_args sa = a;
+        sa.in = b->xs;
+        sa.out = (char *)b->out + ((size_t)w->row_off[w->nact] + (size_t)i * w->ntok) * row_bytes;
+        sa.row_off = shared_off;
+        sa.nexp = 1;
+        sa.wgu = b->wgu + w->nact + i;
+        sa.wd = b->wd + w->nact + i;
+        MP_CHECK(o->expert_ffn(dev, &sa));
+    }
+    MP_CHECK(o->mark(dev, MARK_FFN));
+    MP_CHECK(o->sync(dev));
+    *us = o->elapsed_us(dev, MARK_START, MARK_FFN);
+out:
+    return rc;
+}
+
+/* Run one point on every rank; on rank 0, ffn[i] = max over ranks of iteration i's FFN time. */
+static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w,
+                     double *ffn)
+{
+    struct mp_comm *c = s->comm;
+    int n = s->o.iters, rc = MP_OK;
+    struct bufs b = {0};
+    double *mine = calloc((size_t)n, sizeof *mine), *all = NULL, scratch;
+    if (c->rank == 0)
+        all = malloc((size_t)n * c->size * sizeof *all);
+    if (!mine || (c->rank == 0 && !all)) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    MP_CHECK(bufs_make(&b, s, wc, w));
+    for (int i = 0; i < s->o.warmup; i++)
+        MP_CHECK(ffn_iteration(s, &b, w, &scratch));
+    for (int i = 0; i < n; i++)
+        MP_CHECK(ffn_iteration(s, &b, w, &mine[i]));
+    MP_CHECK(c->ops->gather(c, mine, (size_t)n * sizeof *mine, all));
+    if (c->rank == 0)
+        for (int i = 0; i < n; i++) {
+            ffn[i] = all[i];
+            for (int r = 1; r < c->size; r++)
+                ffn[i] = all[(size_t)r * n + i] > ffn[i] ? all[(size_t)r * n + i] : ffn[i];
+        }
+out:
+    bufs_free(&b, s);
+    free(mine);
+    free(all);
+    return rc;
+}
+
+/* Write the point's samples, then its summary row (so a summary row is only ever present with its
+ * samples), and print its table line. Rank 0 only. */
+static int write_point(const struct mp_session *s, struct files *f, const struct mp_layout *lay,
+                       const char *routing, const char *placement, long batch,
+                       const struct work *w, const double *ffn, const double *peak)
+{
+    const struct mp_model *m = &s->model;
+    int n = s->o.iters, rc = MP_OK;
+    double *x = malloc((size_t)n * sizeof *x);
+    struct mp_row row = {0};
+    if (!x) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    memcpy(x, ffn, (size_t)n * sizeof *x);
+    struct mp_summary sm;
+    mp_summarize(x, n, &sm);
+    double flops = mp_ffn_flops(m->hidden, m->ffn, lay->tp, (double)w->crit_rows);
+    double bytes = mp_ffn_weight_bytes(m->hidden, m->ffn, lay->tp, w->crit_active,
+                                       s->cops->elem_size);
+    double t = sm.p50 * 1e-6; /* s */
+    double gflops = t > 0 ? flops / t / 1e9 : NAN, gbps = t > 0 ? bytes / t / 1e9 : NAN;
+    struct mp_roofline rf;
+    mp_roofline(peak[0], peak[1], flops, bytes, gflops * 1e9, &rf);
+
+    if (s->o.out) {
+        for (int i = 0; i < n && rc == MP_OK; i++) {
+            put_key(&row, s, lay, routing, placement, batch);
+            mp_row_int(&row, i);
+            mp_row_dbl(&row, ffn[i]);
+            rc = mp_csv_write(&f->samples, &row);
+        }
+        if (rc == MP_OK) {
+            put_key(&row, s, lay, routing, placement, batch);
+            mp_row_int(&row, w->tokens_per_rank);
+            mp_row_int(&row, w->crit_rows);
+            mp_row_int(&row, w->crit_active);
+            mp_row_int(&row, (long long)flops); /* integers: 6·H·Dl·rows, 3·H·Dl·active·elem */
+            mp_row_int(&row, (long long)bytes);
+            mp_row_int(&row, n);
+            double v[] = {sm.p50,   sm.p99,   sm.mean, sm.stdev, sm.min,        sm.max,
+                          sm.ci_lo, sm.ci_hi, gflops,  gbps,     peak[0] / 1e9, peak[1] / 1e9};
+            for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+                mp_row_dbl(&row, v[k]);
+            mp_row_str(&row, rf.bound);
+            mp_row_dbl(&row, rf.fraction);
+            rc = mp_csv_write(&f->ffn, &row);
+        }
+    }
+    if (!s->o.quiet) {
+        mp_progress_clear();
+        printf("%9s %-16s %-16s %7ld %8ld %11.1f %11.1f %9.2f %8.2f %-8s %6.3f\n", lay->name,
+               routing, placement, batch, w->crit_rows, sm.p50, sm.p99, gflops, gbps,
+               rf.bound[0] ? rf.bound : "-", rf.fraction);
+        fflush(stdout);
+    }
+    mp_row_free(&row);
+    free(x);
+    return rc;
+}
+
+/* Measure the roofline on every rank at once (ranks share the host's memory bandwidth as they do
+ * while measuring); rank 0's numbers go into peak[0] (FLOP/s) and peak[1] (bytes/s), NAN where the
+ * backend cannot measure. */
+static int measure_peaks(struct mp_session *s, double *peak)
+{
+    struct mp_comm *c = s->comm;
+    peak[0] = peak[1] = NAN;
+    if (!s->cops->measure_peak)
+        return MP_OK;
+    int rc = c->ops->barrier(c);
+    if (rc != MP_OK)
+        return rc;
+    rc = s->cops->measure_peak(s->dev, &peak[0], &peak[1]);
+    double failed = rc != MP_OK;
+    int rc2 = c->ops->max_double(c, &failed);
+    if (rc2 != MP_OK)
+        return rc2;
+    if (failed > 0) {
+        s->agreed = 1;
+        return MP_ERR_RUNTIME;
+    }
+    if (s->run) {
+        cJSON *j = cJSON_CreateObject();
+        if (isfinite(peak[0]) && isfinite(peak[1])) {
+            cJSON_AddNumberToObject(j, "peak_gflops", peak[0] / 1e9);
+            cJSON_AddNumberToObject(j, "peak_GBps", peak[1] / 1e9);
+        } else { /* a backend without a roofline measurement */
+            cJSON_AddNullToObject(j, "peak_gflops");
+            cJSON_AddNullToObject(j, "peak_GBps");
+        }
+        mp_session_note(s, "roofline", j);
+        rc = mp_runjson_write(s->run, s->o.out, 0);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct mp_session s;
+    struct files f = {0};
+    struct mp_layout *layouts = NULL;
+    struct mp_routing *routings = NULL;
+    struct mp_keyset done = {0};
+    double peak[2] = {NAN, NAN}, *ffn = NULL;
+    int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-ffn", options, summary, argc, argv);
+    if (rc != MP_OK)
+        goto out;
+    struct mp_comm *c = s.comm;
+    const struct mp_model *m = &s.model;
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    for (int i = 0; i < nlayouts; i++)
+        if (m->ffn % layouts[i].tp != 0) {
+            mp_usage("--layout: %s needs --ffn (%d) divisible by %d", layouts[i].name, m->ffn,
+                     layouts[i].tp);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    routings = calloc((size_t)s.o.routing.n, sizeof *routings);
+    ffn = malloc((size_t)s.o.iters * sizeof *ffn);
+    if (!routings || !ffn) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (nrout = 0; nrout < s.o.routing.n; nrout++) {
+        MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], m->experts, m->topk, (uint64_t)s.o.seed,
+                                  &routings[nrout]));
+        if (mp_routing_is_gate(&routings[nrout])) {
+            mp_usage("--routing gate is measured by moeperf-layer; moeperf-ffn needs a generated "
+                     "routing or a trace");
+            nrout++;
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    }
+    for (int i = 0; i < nlayouts; i++) /* refuse bad placements before measuring anything */
+        for (int p = 0; p < s.o.placement.n; p++) {
+            struct mp_placement pl;
+            MP_CHECK(mp_placement_build(s.o.placement.v[p], m->experts, layouts[i].ep, NULL, &pl));
+            mp_placement_free(&pl);
+        }
+
+    if (s.o.out && c->rank == 0) {
+        if (s.o.resume) {
+            MP_CHECK(mp_keyset_load(s.o.out, "ffn.csv", NKEY, &done));
+            MP_CHECK(mp_csv_filter(s.o.out, "ffn_samples.csv", NKEY, &done));
+        }
+        rc = files_open(&f, s.o.out, s.o.resume);
+    }
+    int ok = rc == MP_OK;
+    c->ops->bcast(c, &ok, sizeof ok);
+    if (!ok) {
+        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
+        s.agreed = 1;
+        goto out;
+    }
+    MP_CHECK(measure_peaks(&s, peak));
+
+    if (!s.o.quiet && c->rank == 0) {
+        printf("# moeperf-ffn: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
+               "node(s), backend %s\n",
+               m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, c->size, c->nnodes,
+               s.o.backend);
+        printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
+               peak[1] / 1e9);
+        printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
+               "iterations, max over ranks\n",
+               s.o.iters);
+        printf("%9s %-16s %-16s %7s %8s %11s %11s %9s %8s %-8s %6s\n", "layout", "routing",
+               "placement", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound",
+               "roof");
+    }
+    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n, npoint = 0;
+    for (int li = 0; li < nlayouts; li++) {
+        const struct mp_layout *lay = &layouts[li];
+        struct wcache wc = {0};
+        MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
+        MP_CHECK(wcache_init(&wc, &s, lay->tp));
+        for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
+            for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
+                struct mp_placement pl;
+                rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
+                if (rc != MP_OK)
+                    break;
+                for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
+                    long batch = s.o.batch.v[bi];
+                    const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
+                    int skip = 0;
+                    npoint++;
+                    if (c->rank == 0 && s.o.resume) {
+                        struct mp_row key = {0};
+                        put_key(&key, &s, lay, rname, pname, batch);
+                        char *k = mp_row_key(&key, NKEY);
+                        skip = k && mp_keyset_has(&done, k);
+                        free(k);
+                        mp_row_free(&key);
+                    }
+                    c->ops->bcast(c, &skip, sizeof skip);
+                    if (skip)
+                        continue;
+                    if (c->rank == 0) {
+                        char label[256];
+                        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name, rname,
+                                 pname, batch);
+                        mp_progress(npoint, total, label);
+                    }
+                    struct work w;
+                    rc = work_plan(&w, &s, lay, &routings[ri], &pl, batch);
+                    if (rc == MP_OK)
+                        rc = memory_guard(&s, &wc, &w, batch);
+                    if (rc == MP_OK)
+                        rc = run_point(&s, &wc, &w, ffn);
+                    if (rc == MP_OK && c->rank == 0)
+                        rc = write_point(&s, &f, lay, rname, pname, batch, &w, ffn, peak);
+                    work_free(&w);
+                }
+                mp_placement_free(&pl);
+            }
+        }
+        wcache_free(&wc, &s);
+        if (rc != MP_OK)
+            goto out;
+    }
+out:
+    files_close(&f);
+    mp_keyset_free(&done);
+    for (int i = 0; i < nrout; i++)
+        mp_routing_free(&routings[i]);
+    free(routings);
+    free(layouts);
+    free(ffn);
+    if (rc == MP_ERR_USAGE)
+        s.agreed = 1;
+    return mp_session_end(&s, rc);
+}

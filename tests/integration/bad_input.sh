@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bad_input.sh - bad input exits 2 with one line naming the flag or file and what is accepted, and
+# leaves no CSV row behind.
+. "$(dirname "$0")/lib.sh"
+
+printf 'expert,count\n0,5\n1,x\n' >"$TMP/bad-trace.csv"
+printf 'token,expert0\n0,1\n' >"$TMP/narrow-trace.csv"
+printf 'hidden=1024\nffn=512\nexperts=8\ntopk=2\nlayers=4\nflavour=vanilla\n' >"$TMP/bad-model.ini"
+printf 'base=mixtral-8x7b\nhidden=abc\n' >"$TMP/nan-model.ini"
+touch "$TMP/file"
+SMALL="--hidden 32 --ffn 32 --batch 1 --iters 1 --warmup 0"
+
+# expect WORD ARGS...: exit 2, exactly one stderr line, mentioning WORD
+expect() {
+    word=$1
+    shift
+    set +e
+    "$BIN/moeperf-layer" "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "'$*' exited $rc, expected 2: $(cat "$TMP/err")"
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "'$*' printed $(wc -l <"$TMP/err") lines: $(cat "$TMP/err")"
+    grep -q -- "$word" "$TMP/err" || fail "'$*' did not name $word: $(cat "$TMP/err")"
+    printf '%-40s -> %s\n' "$*" "$(cat "$TMP/err")" | cut -c1-160
+}
+
+expect --frobnicate --frobnicate 3
+expect --iters $SMALL --iters 0
+expect --batch $SMALL --batch abc
+expect --batch $SMALL --batch 8:2
+expect --backend $SMALL --backend gpu
+expect --layout $SMALL --layout tp2ep2
+expect --layout $SMALL --layout tp0ep1
+expect --topk $SMALL --experts 4 --topk 8
+expect --routing $SMALL --routing zipf:abc
+expect --routing $SMALL --routing hot:20:3 --experts 8
+expect --placement $SMALL --placement replicate-hot:99 --experts 8
+expect --placement $SMALL --placement sideways
+expect /nonexistent $SMALL --routing trace:/nonexistent/trace.csv
+expect bad-trace.csv $SMALL --routing trace:$TMP/bad-trace.csv
+expect narrow-trace.csv $SMALL --topk 2 --experts 8 --routing trace:$TMP/narrow-trace.csv
+expect flavour --model "$TMP/bad-model.ini"
+expect nan-model.ini --model "$TMP/nan-model.ini"
+expect --model --model no-such-model
+expect --out $SMALL --out "$TMP/file/sub"
+expect --seq $SMALL --seq -1
+
+# under mpirun the message is printed once, and tp·ep must match the ranks
+set +e
+mpi 2 "$BIN/moeperf-layer" $SMALL --layout tp1ep4 --out "$TMP/mpi" >/dev/null 2>"$TMP/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "mpirun with a mismatched layout exited $rc"
+[ "$(grep -c '^moeperf-layer:' "$TMP/err")" -eq 1 ] || fail "expected one message: $(cat "$TMP/err")"
+# D not divisible by tp is refused before anything is measured, even when it is the second layout
+set +e
+mpi 2 "$BIN/moeperf-layer" $SMALL --ffn 31 --layout tp1ep2,tp2ep1 --out "$TMP/mpi" >/dev/null 2>"$TMP/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q -- '--ffn (31)' "$TMP/err" || fail "D % tp != 0: exit $rc: $(cat "$TMP/err")"
+# nothing measured, so no CSV rows
+[ ! -e "$TMP/mpi/layer.csv" ] || [ "$(rows "$TMP/mpi/layer.csv")" -eq 0 ] || fail "rows written"
+echo PASS

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# ffn.sh - moeperf-ffn on one process: one summary row per point, rows and FLOPs as DESIGN.md
+# counts them (top-8 of 8 experts: every token is a row of every expert), a roofline bound and a
+# plausible roofline fraction, and exit 2 on a bad flag.
+. "$(dirname "$0")/lib.sh"
+
+out="$TMP/ffn"
+"$BIN/moeperf-ffn" --experts 8 --topk 8 --shared 0 --hidden 256 --ffn 256 --batch 4,64 \
+    --warmup 1 --iters 5 --quiet --out "$out" || fail "moeperf-ffn exited $?"
+[ -f "$out/ffn.csv" ] || fail "no ffn.csv in $out"
+[ "$(rows "$out/ffn.csv")" -eq 2 ] || fail "ffn.csv has $(rows "$out/ffn.csv") data rows, expected 2"
+[ "$(rows "$out/ffn_samples.csv")" -eq 10 ] ||
+    fail "ffn_samples.csv has $(rows "$out/ffn_samples.csv") data rows, expected 10"
+grep -q '"peak_gflops"' "$out/run.json" || fail "run.json has no peak_gflops"
+
+awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    {
+        b = $c["batch"]; r = $c["rows"]; f = $c["flops"]; x = $c["roofline_fraction"]
+        if (r != b * 8) { print "FAIL: batch " b ": rows " r ", expected " b * 8; bad = 1 }
+        if (f != 6 * 256 * 256 * r) { print "FAIL: batch " b ": flops " f ", expected " 6 * 256 * 256 * r; bad = 1 }
+        if (x !~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ || x + 0 <= 0 || x + 0 >= 1.5) {
+            print "FAIL: batch " b ": roofline_fraction \"" x "\" is not a number in (0, 1.5)"; bad = 1
+        }
+        if ($c["bound"] != "memory" && $c["bound"] != "compute") {
+            print "FAIL: batch " b ": bound \"" $c["bound"] "\""; bad = 1
+        }
+        printf "batch %s: rows %s, %s bound, roofline fraction %s\n", b, r, $c["bound"], x
+    }
+    END { exit bad }' "$out/ffn.csv" >&2 || fail "ffn.csv checks"
+
+rc=0
+"$BIN/moeperf-ffn" --iters 0 --quiet 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "--iters 0 exited $rc, expected 2"
+rc=0
+"$BIN/moeperf-ffn" --no-such-flag 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "--no-such-flag exited $rc, expected 2"
+rc=0
+"$BIN/moeperf-ffn" --routing gate --quiet 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "--routing gate exited $rc, expected 2"
+echo "PASS"

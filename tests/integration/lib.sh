@@ -1,0 +1,32 @@
+# lib.sh - what every integration test sources: the build paths, a scratch directory removed on
+# exit, mpirun with the settings tests need, and CSV column access by name.
+set -eu
+BUILD=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+BIN=$BUILD/bench
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/moeperf-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# mpi NP CMD...: mpirun for tests: root allowed (CI runs as root), more ranks than cores, ranks
+# that yield while waiting so oversubscribed runs stay usable.
+mpi() {
+    np=$1
+    shift
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np "$np" "$@"
+}
+
+# col FILE NAME: the values of column NAME, one per line (exit 3 if there is no such column).
+col() {
+    awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == n) c = i; if (!c) exit 3; next }
+                       { print $c }' "$1"
+}
+
+# rows FILE: number of data rows.
+rows() {
+    echo $(($(wc -l <"$1") - 1))
+}
