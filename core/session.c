@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +47,30 @@ static int note_ranks(struct mp_session *s)
     return rc;
 }
 
+/* A run directory belongs to one tool: refuse to mix another tool's files and run.json into it. */
+static int check_owner(const char *dir, const char *tool)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return MP_OK;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "tool") : NULL;
+    int rc = MP_OK;
+    if (cJSON_IsString(t) && strcmp(t->valuestring, tool) != 0) {
+        mp_usage("--out: '%s' holds a run of %s; give %s a directory of its own", dir,
+                 t->valuestring, tool);
+        rc = MP_ERR_USAGE;
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv)
 {
@@ -74,6 +99,8 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     mp_log_init(tool, s->comm->rank);
     if (s->o.out) {
         rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+        if (rc == MP_OK && s->comm->rank == 0)
+            rc = check_owner(s->o.out, tool);
         int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
         s->comm->ops->bcast(s->comm, &ok, sizeof ok);
         if (!ok)
