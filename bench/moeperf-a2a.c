@@ -12,6 +12,7 @@
 #include "error.h"
 #include "plan.h"
 #include "results.h"
+#include "runfiles.h"
 #include "routing.h"
 #include "session.h"
 #include "stats.h"
@@ -45,6 +46,13 @@ static const char *const value_cols[] = {
     "time_min_us", "time_max_us", "time_ci_lo_us", "time_ci_hi_us", "algbw_GBps", "busbw_GBps",
 };
 #define NVAL ((int)(sizeof value_cols / sizeof value_cols[0]))
+static const char *const sample_cols[] = {"iter", "time_us"};
+
+enum { FILE_A2A, FILE_SAMPLES };
+static const struct mp_runfile_spec files[] = {
+    {"a2a.csv", value_cols, NVAL},
+    {"a2a_samples.csv", sample_cols, 2},
+};
 
 /* One point: for uniform, routing/placement are NULL and batch 0. */
 struct a2a_point {
@@ -138,8 +146,7 @@ static int counts_moe(struct counts *c, struct mp_session *s, const struct mp_ro
 {
     struct mp_comm *cm = s->comm;
     int ep = cm->ep, K = s->model.topk, rc;
-    long base = total / ep, extra = total % ep, e = cm->ep_rank;
-    long tok0 = e * base + (e < extra ? e : extra), ntok = base + (e < extra ? 1 : 0);
+    long e = cm->ep_rank, tok0, ntok = mp_token_split(total, ep, (int)e, &tok0);
     struct mp_plan plan;
     int32_t *ids = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *w);
@@ -204,25 +211,23 @@ out:
     return rc;
 }
 
-static int write_point(struct mp_session *s, struct mp_csv *main_csv, struct mp_csv *samples,
+static int write_point(struct mp_session *s, struct mp_runfiles *f,
                        const struct a2a_point *p, double bytes_per_rank, double *times)
 {
     int n = s->o.iters, rc = MP_OK;
     struct mp_row row = {0};
-    if (s->o.out) {
-        for (int i = 0; i < n && rc == MP_OK; i++) {
-            put_key(&row, s, p);
-            mp_row_int(&row, i);
-            mp_row_dbl(&row, times[i]);
-            rc = mp_csv_write(samples, &row);
-        }
+    for (int i = 0; i < n && rc == MP_OK && f->open; i++) {
+        put_key(&row, s, p);
+        mp_row_int(&row, i);
+        mp_row_dbl(&row, times[i]);
+        rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
     }
     struct mp_summary sm;
     mp_summarize(times, n, &sm);
     int ep = p->lay->ep;
     double algbw = sm.p50 > 0 ? bytes_per_rank / (sm.p50 * 1e3) : 0; /* bytes/µs/1e3 = GB/s */
     double busbw = algbw * (ep - 1) / ep;
-    if (s->o.out && rc == MP_OK) {
+    if (f->open && rc == MP_OK) {
         put_key(&row, s, p);
         mp_row_dbl(&row, bytes_per_rank);
         mp_row_int(&row, n);
@@ -230,7 +235,7 @@ static int write_point(struct mp_session *s, struct mp_csv *main_csv, struct mp_
                       algbw, busbw};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
             mp_row_dbl(&row, v[k]);
-        rc = mp_csv_write(main_csv, &row);
+        rc = mp_runfiles_write(f, FILE_A2A, &row);
     }
     if (!s->o.quiet) {
         mp_progress_clear();
@@ -248,8 +253,7 @@ int main(int argc, char **argv)
     struct mp_session s;
     struct mp_layout *layouts = NULL;
     struct mp_routing *routings = NULL;
-    struct mp_keyset done = {0};
-    struct mp_csv csv = {0}, samples = {0};
+    struct mp_runfiles f = {0};
     double *mine = NULL, *all = NULL, *times = NULL;
     void *sendbuf = NULL, *recvbuf = NULL;
     int nlayouts = 0, nrout = 0;
@@ -259,23 +263,11 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     int moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
-    if (moe) {
-        routings = calloc((size_t)s.o.routing.n, sizeof *routings);
-        if (!routings) {
-            rc = MP_ERR_RUNTIME;
-            goto out;
-        }
-        for (nrout = 0; nrout < s.o.routing.n; nrout++) {
-            MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], s.model.experts, s.model.topk,
-                                      (uint64_t)s.o.seed, &routings[nrout]));
-            if (mp_routing_is_gate(&routings[nrout])) {
-                mp_usage("--routing: gate routing needs the layer's activations; use moeperf-layer, "
-                         "or a generated routing or trace with --pattern moe");
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        }
-    }
+    if (moe)
+        MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
+                                   "gate routing needs the layer's activations; use moeperf-layer, "
+                                   "or a generated routing or a trace with --pattern moe",
+                                   &routings, &nrout));
     /* buffers sized once for the largest point */
     size_t max_bytes = 0;
     long max_batch = 0;
@@ -311,30 +303,7 @@ int main(int argc, char **argv)
         free(fill);
     }
 
-    if (s.o.out && c->rank == 0) {
-        const char *cols[NKEY + NVAL], *scols[NKEY + 2];
-        memcpy(cols, key_cols, sizeof key_cols);
-        memcpy(cols + NKEY, value_cols, sizeof value_cols);
-        memcpy(scols, key_cols, sizeof key_cols);
-        scols[NKEY] = "iter";
-        scols[NKEY + 1] = "time_us";
-        if (s.o.resume) {
-            rc = mp_keyset_load(s.o.out, "a2a.csv", NKEY, &done);
-            if (rc == MP_OK)
-                rc = mp_csv_filter(s.o.out, "a2a_samples.csv", NKEY, &done);
-        }
-        if (rc == MP_OK)
-            rc = mp_csv_open(&csv, s.o.out, "a2a.csv", cols, NKEY + NVAL, s.o.resume);
-        if (rc == MP_OK)
-            rc = mp_csv_open(&samples, s.o.out, "a2a_samples.csv", scols, NKEY + 2, s.o.resume);
-    }
-    int ok = rc == MP_OK;
-    c->ops->bcast(c, &ok, sizeof ok);
-    if (!ok) {
-        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
-        s.agreed = 1;
-        goto out;
-    }
+    MP_CHECK(mp_runfiles_open(&f, &s, key_cols, NKEY, files, 2));
     if (!s.o.quiet && c->rank == 0) {
         printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
                "iterations, slowest rank\n", s.o.pattern, c->size, c->nnodes, s.o.comm, s.o.iters);
@@ -372,16 +341,12 @@ int main(int argc, char **argv)
                     }
                     np++;
                     int skip = 0;
-                    if (rc == MP_OK && c->rank == 0 && s.o.resume) {
+                    if (rc == MP_OK) {
                         struct mp_row key = {0};
                         put_key(&key, &s, &p);
-                        char *k = mp_row_key(&key, NKEY);
-                        skip = k && mp_keyset_has(&done, k);
-                        free(k);
+                        skip = mp_runfiles_done(&f, &s, &key);
                         mp_row_free(&key);
                     }
-                    if (rc == MP_OK)
-                        c->ops->bcast(c, &skip, sizeof skip);
                     if (rc == MP_OK && !skip) {
                         if (c->rank == 0) {
                             char label[128];
@@ -391,7 +356,7 @@ int main(int argc, char **argv)
                         }
                         rc = run_point(&s, &cn, sendbuf, recvbuf, mine, all, times);
                         if (rc == MP_OK && c->rank == 0)
-                            rc = write_point(&s, &csv, &samples, &p, cn.bytes_per_rank, times);
+                            rc = write_point(&s, &f, &p, cn.bytes_per_rank, times);
                     }
                     counts_free(&cn);
                 }
@@ -400,9 +365,7 @@ int main(int argc, char **argv)
             }
     }
 out:
-    mp_csv_close(&csv);
-    mp_csv_close(&samples);
-    mp_keyset_free(&done);
+    mp_runfiles_close(&f);
     if (s.dev) {
         s.cops->free(s.dev, sendbuf);
         s.cops->free(s.dev, recvbuf);
@@ -410,9 +373,7 @@ out:
     free(mine);
     free(all);
     free(times);
-    for (int i = 0; i < nrout; i++)
-        mp_routing_free(&routings[i]);
-    free(routings);
+    mp_routings_free(routings, nrout);
     free(layouts);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;

@@ -12,7 +12,9 @@
 #include "console.h"
 #include "error.h"
 #include "placement.h"
+#include "plan.h"
 #include "results.h"
+#include "runfiles.h"
 #include "roofline.h"
 #include "routing.h"
 #include "session.h"
@@ -35,12 +37,6 @@ static const char summary[] =
     "mpirun with tp·ep ranks (a single process is tp1ep1). ffn.csv, ffn_samples.csv and\n"
     "run.json in --out.";
 
-/* Columns that identify a point (its workload); both files start with them. */
-static const char *const key_cols[] = {
-    "source", "backend", "model", "hidden", "ffn", "experts", "topk", "shared", "layout", "tp",
-    "ep", "world", "routing", "placement", "batch", "seq", "seed",
-};
-#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
 
 static const char *const summary_cols[] = {
     "tokens_per_rank", "rows", "active_experts", "flops", "weight_bytes", "iters", "ffn_us",
@@ -52,12 +48,13 @@ static const char *const summary_cols[] = {
 static const char *const sample_extra[] = {"iter", "ffn_us"};
 #define NSAMPLE 2
 
-enum { MARK_START, MARK_FFN };
-
-struct files {
-    struct mp_csv ffn, samples;
-    const char **ffn_cols, **sample_cols;
+enum { FILE_FFN, FILE_SAMPLES };
+static const struct mp_runfile_spec files[] = {
+    {"ffn.csv", summary_cols, NSUM},
+    {"ffn_samples.csv", sample_extra, NSAMPLE},
 };
+
+enum { MARK_START, MARK_FFN };
 
 /* One point's rows: the critical rank's counts (every rank computes them alike) and this rank's
  * row layout. */
@@ -85,72 +82,7 @@ struct bufs {
     void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
 };
 
-static const char **concat(const char *const *a, int na, const char *const *b, int nb)
-{
-    const char **v = malloc((size_t)(na + nb) * sizeof *v);
-    if (!v)
-        return NULL;
-    memcpy(v, a, (size_t)na * sizeof *v);
-    memcpy(v + na, b, (size_t)nb * sizeof *v);
-    return v;
-}
 
-static int files_open(struct files *f, const char *dir, int resume)
-{
-    f->ffn_cols = concat(key_cols, NKEY, summary_cols, NSUM);
-    f->sample_cols = concat(key_cols, NKEY, sample_extra, NSAMPLE);
-    if (!f->ffn_cols || !f->sample_cols) {
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
-    int rc = mp_csv_open(&f->ffn, dir, "ffn.csv", f->ffn_cols, NKEY + NSUM, resume);
-    if (rc == MP_OK)
-        rc = mp_csv_open(&f->samples, dir, "ffn_samples.csv", f->sample_cols, NKEY + NSAMPLE,
-                         resume);
-    return rc;
-}
-
-static void files_close(struct files *f)
-{
-    mp_csv_close(&f->ffn);
-    mp_csv_close(&f->samples);
-    free(f->ffn_cols);
-    free(f->sample_cols);
-}
-
-/* The workload cells of a point. */
-static void put_key(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
-                    const char *routing, const char *placement, long batch)
-{
-    const struct mp_model *m = &s->model;
-    mp_row_reset(r);
-    mp_row_str(r, "measured");
-    mp_row_str(r, s->o.backend);
-    mp_row_str(r, m->name);
-    mp_row_int(r, m->hidden);
-    mp_row_int(r, m->ffn);
-    mp_row_int(r, m->experts);
-    mp_row_int(r, m->topk);
-    mp_row_int(r, m->shared);
-    mp_row_str(r, lay->name);
-    mp_row_int(r, lay->tp);
-    mp_row_int(r, lay->ep);
-    mp_row_int(r, s->comm->size);
-    mp_row_str(r, routing);
-    mp_row_str(r, placement);
-    mp_row_int(r, batch);
-    mp_row_int(r, s->o.seq);
-    mp_row_int(r, s->o.seed);
-}
-
-/* Tokens of EP rank e when `total` are spread as evenly as possible over `ep` ranks, the first
- * total mod ep ranks holding one more (the split of core/layer.c); first global token in *tok0. */
-static long tokens_of(long total, int ep, int e, long *tok0)
-{
-    long base = total / ep, extra = total % ep;
-    *tok0 = e * base + (e < extra ? e : extra);
-    return base + (e < extra ? 1 : 0);
-}
 
 static void work_free(struct work *w)
 {
@@ -183,7 +115,7 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
     mp_routing_draw(r, (uint64_t)s->o.seed, 0, w->total, 0, w->total, ids, wt);
 
     for (int e = 0; e < ep; e++) {
-        long t0, n = tokens_of(w->total, ep, e, &t0);
+        long t0, n = mp_token_split(w->total, ep, e, &t0);
         for (long t = t0; t < t0 + n; t++)
             for (int k = 0; k < K; k++) {
                 int x = ids[t * K + k], d = mp_placement_dest(pl, e, x, t);
@@ -198,7 +130,7 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
     }
     w->crit_rows = -1;
     for (int e = 0; e < ep; e++) {
-        long t0, n = tokens_of(w->total, ep, e, &t0), rows = (long)S * n;
+        long t0, n = mp_token_split(w->total, ep, e, &t0), rows = (long)S * n;
         int active = n > 0 ? S : 0;
         for (int i = 0; i < mp_placement_nlocal(pl, e); i++) {
             rows += cnt[(size_t)e * ml + i];
@@ -211,7 +143,7 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
     }
 
     /* this rank: its active experts, expert-major offsets and the token of every row */
-    w->ntok = tokens_of(w->total, ep, me, &w->tok0);
+    w->ntok = mp_token_split(w->total, ep, me, &w->tok0);
     int nl = mp_placement_nlocal(pl, me);
     const int *lids = pl->local_ids + pl->local_off[me];
     w->act_ids = malloc(((size_t)nl + 1) * sizeof *w->act_ids);
@@ -234,7 +166,7 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
     if (!w->row_tok)
         goto oom;
     for (int e = 0; e < ep; e++) {
-        long t0, n = tokens_of(w->total, ep, e, &t0);
+        long t0, n = mp_token_split(w->total, ep, e, &t0);
         for (long t = t0; t < t0 + n; t++)
             for (int k = 0; k < K; k++) {
                 int x = ids[t * K + k];
@@ -482,7 +414,7 @@ out:
 
 /* Write the point's samples, then its summary row (so a summary row is only ever present with its
  * samples), and print its table line. Rank 0 only. */
-static int write_point(const struct mp_session *s, struct files *f, const struct mp_layout *lay,
+static int write_point(const struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *placement, long batch,
                        const struct work *w, const double *ffn, const double *peak)
 {
@@ -505,15 +437,15 @@ static int write_point(const struct mp_session *s, struct files *f, const struct
     struct mp_roofline rf;
     mp_roofline(peak[0], peak[1], flops, bytes, gflops * 1e9, &rf);
 
-    if (s->o.out) {
+    if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
-            put_key(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, batch);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
-            rc = mp_csv_write(&f->samples, &row);
+            rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
-            put_key(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, batch);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
@@ -526,7 +458,7 @@ static int write_point(const struct mp_session *s, struct files *f, const struct
                 mp_row_dbl(&row, v[k]);
             mp_row_str(&row, rf.bound);
             mp_row_dbl(&row, rf.fraction);
-            rc = mp_csv_write(&f->ffn, &row);
+            rc = mp_runfiles_write(f, FILE_FFN, &row);
         }
     }
     if (!s->o.quiet) {
@@ -580,10 +512,9 @@ static int measure_peaks(struct mp_session *s, double *peak)
 int main(int argc, char **argv)
 {
     struct mp_session s;
-    struct files f = {0};
+    struct mp_runfiles f = {0};
     struct mp_layout *layouts = NULL;
     struct mp_routing *routings = NULL;
-    struct mp_keyset done = {0};
     double peak[2] = {NAN, NAN}, *ffn = NULL;
     int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-ffn", options, summary, argc, argv);
     if (rc != MP_OK)
@@ -591,52 +522,17 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
-    for (int i = 0; i < nlayouts; i++)
-        if (m->ffn % layouts[i].tp != 0) {
-            mp_usage("--layout: %s needs --ffn (%d) divisible by %d", layouts[i].name, m->ffn,
-                     layouts[i].tp);
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
-    routings = calloc((size_t)s.o.routing.n, sizeof *routings);
+    MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed,
+                               "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
+                               "generated routing or a trace", &routings, &nrout));
+    MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
     ffn = malloc((size_t)s.o.iters * sizeof *ffn);
-    if (!routings || !ffn) {
+    if (!ffn) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    for (nrout = 0; nrout < s.o.routing.n; nrout++) {
-        MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], m->experts, m->topk, (uint64_t)s.o.seed,
-                                  &routings[nrout]));
-        if (mp_routing_is_gate(&routings[nrout])) {
-            mp_usage("--routing gate is measured by moeperf-layer; moeperf-ffn needs a generated "
-                     "routing or a trace");
-            nrout++;
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
-    }
-    for (int i = 0; i < nlayouts; i++) /* refuse bad placements before measuring anything */
-        for (int p = 0; p < s.o.placement.n; p++) {
-            struct mp_placement pl;
-            MP_CHECK(mp_placement_build(s.o.placement.v[p], m->experts, layouts[i].ep, NULL, &pl));
-            mp_placement_free(&pl);
-        }
-
-    if (s.o.out && c->rank == 0) {
-        if (s.o.resume) {
-            MP_CHECK(mp_keyset_load(s.o.out, "ffn.csv", NKEY, &done));
-            MP_CHECK(mp_csv_filter(s.o.out, "ffn_samples.csv", NKEY, &done));
-        }
-        rc = files_open(&f, s.o.out, s.o.resume);
-    }
-    int ok = rc == MP_OK;
-    c->ops->bcast(c, &ok, sizeof ok);
-    if (!ok) {
-        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
-        s.agreed = 1;
-        goto out;
-    }
+    MP_CHECK(mp_runfiles_open(&f, &s, mp_workload_key, MP_WORKLOAD_NKEY, files, 2));
     MP_CHECK(measure_peaks(&s, peak));
 
     if (!s.o.quiet && c->rank == 0) {
@@ -668,17 +564,11 @@ int main(int argc, char **argv)
                 for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
                     long batch = s.o.batch.v[bi];
                     const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
-                    int skip = 0;
+                    struct mp_row key = {0};
                     npoint++;
-                    if (c->rank == 0 && s.o.resume) {
-                        struct mp_row key = {0};
-                        put_key(&key, &s, lay, rname, pname, batch);
-                        char *k = mp_row_key(&key, NKEY);
-                        skip = k && mp_keyset_has(&done, k);
-                        free(k);
-                        mp_row_free(&key);
-                    }
-                    c->ops->bcast(c, &skip, sizeof skip);
+                    mp_workload_key_row(&key, &s, lay, rname, pname, batch);
+                    int skip = mp_runfiles_done(&f, &s, &key);
+                    mp_row_free(&key);
                     if (skip)
                         continue;
                     if (c->rank == 0) {
@@ -705,11 +595,8 @@ int main(int argc, char **argv)
             goto out;
     }
 out:
-    files_close(&f);
-    mp_keyset_free(&done);
-    for (int i = 0; i < nrout; i++)
-        mp_routing_free(&routings[i]);
-    free(routings);
+    mp_runfiles_close(&f);
+    mp_routings_free(routings, nrout);
     free(layouts);
     free(ffn);
     if (rc == MP_ERR_USAGE)

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "layer.h"
 #include "results.h"
+#include "runfiles.h"
 #include "session.h"
 #include "stats.h"
 
@@ -31,12 +32,6 @@ static const char summary[] =
 /* Relative error above which --check fails (fp32 against a double-precision reference). */
 #define CHECK_TOLERANCE 1e-5
 
-/* Columns that identify a point (its workload); every file starts with them. */
-static const char *const key_cols[] = {
-    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
-    "tp", "ep", "world", "routing", "placement", "batch", "seq", "seed",
-};
-#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
 
 static const char *const summary_cols[] = {
     "tokens_per_rank", "iters", "layer_us", "layer_p99_us", "layer_mean_us", "layer_stdev_us",
@@ -51,79 +46,15 @@ static const char *const rank_cols[] = {
 };
 #define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
 #define NRANK ((int)(sizeof rank_cols / sizeof rank_cols[0]))
+static const char *sample_cols[1 + MP_ITER_METRICS] = {"iter"}; /* + the metric names, at start-up */
 
-struct files {
-    struct mp_csv layer, samples, ranks;
-    const char **layer_cols, **sample_cols, **rank_all;
+enum { FILE_LAYER, FILE_SAMPLES, FILE_RANKS };
+static const struct mp_runfile_spec files[] = {
+    {"layer.csv", summary_cols, NSUM},
+    {"layer_samples.csv", sample_cols, 1 + (int)MP_ITER_METRICS},
+    {"layer_ranks.csv", rank_cols, NRANK},
 };
 
-static const char **concat(const char *const *a, int na, const char *const *b, int nb)
-{
-    const char **v = malloc((size_t)(na + nb) * sizeof *v);
-    if (!v)
-        return NULL;
-    memcpy(v, a, (size_t)na * sizeof *v);
-    memcpy(v + na, b, (size_t)nb * sizeof *v);
-    return v;
-}
-
-static int files_open(struct files *f, const char *dir, int resume)
-{
-    const char *it[1 + MP_ITER_METRICS];
-    it[0] = "iter";
-    for (size_t i = 0; i < MP_ITER_METRICS; i++)
-        it[1 + i] = mp_iter_metric_names[i];
-    f->layer_cols = concat(key_cols, NKEY, summary_cols, NSUM);
-    f->sample_cols = concat(key_cols, NKEY, it, 1 + (int)MP_ITER_METRICS);
-    f->rank_all = concat(key_cols, NKEY, rank_cols, NRANK);
-    if (!f->layer_cols || !f->sample_cols || !f->rank_all) {
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
-    int rc = mp_csv_open(&f->layer, dir, "layer.csv", f->layer_cols, NKEY + NSUM, resume);
-    if (rc == MP_OK)
-        rc = mp_csv_open(&f->samples, dir, "layer_samples.csv", f->sample_cols,
-                         NKEY + 1 + (int)MP_ITER_METRICS, resume);
-    if (rc == MP_OK)
-        rc = mp_csv_open(&f->ranks, dir, "layer_ranks.csv", f->rank_all, NKEY + NRANK, resume);
-    return rc;
-}
-
-static void files_close(struct files *f)
-{
-    mp_csv_close(&f->layer);
-    mp_csv_close(&f->samples);
-    mp_csv_close(&f->ranks);
-    free(f->layer_cols);
-    free(f->sample_cols);
-    free(f->rank_all);
-}
-
-/* The workload cells of a point. */
-static void put_key(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
-                    const char *routing, const char *placement, long batch)
-{
-    const struct mp_model *m = &s->model;
-    mp_row_reset(r);
-    mp_row_str(r, "measured");
-    mp_row_str(r, s->o.backend);
-    mp_row_str(r, s->o.comm);
-    mp_row_str(r, m->name);
-    mp_row_int(r, m->hidden);
-    mp_row_int(r, m->ffn);
-    mp_row_int(r, m->experts);
-    mp_row_int(r, m->topk);
-    mp_row_int(r, m->shared);
-    mp_row_str(r, lay->name);
-    mp_row_int(r, lay->tp);
-    mp_row_int(r, lay->ep);
-    mp_row_int(r, s->comm->size);
-    mp_row_str(r, routing);
-    mp_row_str(r, placement);
-    mp_row_int(r, batch);
-    mp_row_int(r, s->o.seq);
-    mp_row_int(r, s->o.seed);
-}
 
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
 static double median_of(const double *base, size_t stride, int n, double *scratch)
@@ -137,7 +68,7 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
  * is only ever present with its samples) and print its table line. */
-static int write_point(struct mp_session *s, struct files *f, const struct mp_layout *lay,
+static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *placement, long batch,
                        const struct mp_point_result *res)
 {
@@ -155,18 +86,18 @@ static int write_point(struct mp_session *s, struct files *f, const struct mp_la
             scratch[i] = ((const double *)&res->metrics[i])[k];
         mp_summarize(scratch, n, &sm[k]);
     }
-    if (s->o.out) {
+    if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
-            put_key(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, batch);
             mp_row_int(&row, i);
             for (size_t k = 0; k < MN; k++)
                 mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
-            rc = mp_csv_write(&f->samples, &row);
+            rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         for (int r = 0; r < N && rc == MP_OK; r++) {
             const double *base = (const double *)&res->ranks[r];
             size_t stride = (size_t)N * RF;
-            put_key(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, batch);
             mp_row_int(&row, r);
             mp_row_int(&row, s->comm->node_of[r]);
             mp_row_int(&row, r / lay->tp);
@@ -184,11 +115,11 @@ static int write_point(struct mp_session *s, struct files *f, const struct mp_la
             struct mp_summary ls;
             mp_summarize(scratch, n, &ls);
             mp_row_dbl(&row, ls.p50);
-            rc = mp_csv_write(&f->ranks, &row);
+            rc = mp_runfiles_write(f, FILE_RANKS, &row);
         }
         if (rc == MP_OK) {
             const struct mp_summary *L = &sm[0];
-            put_key(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, batch);
             mp_row_int(&row, res->tokens_per_rank);
             mp_row_int(&row, n);
             double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
@@ -198,7 +129,7 @@ static int write_point(struct mp_session *s, struct files *f, const struct mp_la
             for (size_t k = 4; k < MN; k++)
                 mp_row_dbl(&row, sm[k].p50);
             mp_row_dbl(&row, res->check_error);
-            rc = mp_csv_write(&f->layer, &row);
+            rc = mp_runfiles_write(f, FILE_LAYER, &row);
         }
     }
     if (!s->o.quiet) {
@@ -221,56 +152,23 @@ int main(int argc, char **argv)
     double t_main = mp_now_us(), timed_us = 0;
     int measured = 0;
     struct mp_session s;
-    struct files f = {0};
+    struct mp_runfiles f = {0};
     struct mp_layout *layouts = NULL;
     struct mp_routing *routings = NULL;
-    struct mp_keyset done = {0};
     int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-layer", options, summary, argc, argv);
     if (rc != MP_OK)
         goto out;
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
-    routings = calloc((size_t)s.o.routing.n, sizeof *routings);
-    if (!routings) {
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
-    for (nrout = 0; nrout < s.o.routing.n; nrout++)
-        MP_CHECK(mp_routing_parse(s.o.routing.v[nrout], m->experts, m->topk, (uint64_t)s.o.seed,
-                                  &routings[nrout]));
-    for (int i = 0; i < nlayouts; i++) { /* refuse bad combinations before measuring anything */
-        if (m->ffn % layouts[i].tp != 0) {
-            mp_usage("--layout: %s splits each expert's FFN over %d ranks, which needs --ffn (%d) "
-                     "divisible by %d", layouts[i].name, layouts[i].tp, m->ffn, layouts[i].tp);
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
-        for (int p = 0; p < s.o.placement.n; p++) {
-            struct mp_placement pl;
-            MP_CHECK(mp_placement_build(s.o.placement.v[p], m->experts, layouts[i].ep, NULL, &pl));
-            mp_placement_free(&pl);
-        }
-    }
+    MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed, NULL, &routings, &nrout));
+    MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
     long max_batch = 0;
     for (int b = 0; b < s.o.batch.n; b++)
         max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
-
-    if (s.o.out && c->rank == 0) {
-        if (s.o.resume) {
-            MP_CHECK(mp_keyset_load(s.o.out, "layer.csv", NKEY, &done));
-            MP_CHECK(mp_csv_filter(s.o.out, "layer_samples.csv", NKEY, &done));
-            MP_CHECK(mp_csv_filter(s.o.out, "layer_ranks.csv", NKEY, &done));
-        }
-        rc = files_open(&f, s.o.out, s.o.resume);
-    }
-    int ok = rc == MP_OK;
-    c->ops->bcast(c, &ok, sizeof ok);
-    if (!ok) {
-        rc = rc != MP_OK ? rc : MP_ERR_USAGE;
-        s.agreed = 1;
-        goto out;
-    }
+    for (size_t i = 0; i < MP_ITER_METRICS; i++)
+        sample_cols[1 + i] = mp_iter_metric_names[i];
+    MP_CHECK(mp_runfiles_open(&f, &s, mp_workload_key, MP_WORKLOAD_NKEY, files, 3));
 
     if (!s.o.quiet && c->rank == 0) {
         printf("# moeperf-layer: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
@@ -296,16 +194,10 @@ int main(int argc, char **argv)
                 for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
                     long batch = s.o.batch.v[bi];
                     struct mp_row key = {0};
-                    int skip = 0;
                     npoint++;
-                    if (c->rank == 0 && s.o.resume) {
-                        put_key(&key, &s, lay, s.o.routing.v[ri], s.o.placement.v[pi], batch);
-                        char *k = mp_row_key(&key, NKEY);
-                        skip = k && mp_keyset_has(&done, k);
-                        free(k);
-                        mp_row_free(&key);
-                    }
-                    c->ops->bcast(c, &skip, sizeof skip);
+                    mp_workload_key_row(&key, &s, lay, s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                    int skip = mp_runfiles_done(&f, &s, &key);
+                    mp_row_free(&key);
                     if (skip)
                         continue;
                     if (c->rank == 0) {
@@ -349,11 +241,8 @@ out:
         cJSON_AddNumberToObject(sw, "timed_s", timed_us * 1e-6);
         mp_session_note(&s, "sweep", sw);
     }
-    files_close(&f);
-    mp_keyset_free(&done);
-    for (int i = 0; i < nrout; i++)
-        mp_routing_free(&routings[i]);
-    free(routings);
+    mp_runfiles_close(&f);
+    mp_routings_free(routings, nrout);
     free(layouts);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "placement.h"
+#include "routing.h"
 
 const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal:", "gate",
                                           "gate:", "trace:", NULL};
@@ -96,4 +98,58 @@ const char *mp_bench_help(const char *summary)
     mp_model_list(list, sizeof list);
     snprintf(buf, sizeof buf, "%s\n\nModel presets:\n%s", summary, list);
     return buf;
+}
+
+int mp_routings_parse(const struct mp_strlist *list, const struct mp_model *m, long long seed,
+                      const char *gate_refusal, struct mp_routing **out, int *n)
+{
+    struct mp_routing *r = calloc((size_t)(list->n > 0 ? list->n : 1), sizeof *r);
+    if (!r) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = MP_OK, i;
+    for (i = 0; i < list->n && rc == MP_OK; i++) {
+        rc = mp_routing_parse(list->v[i], m->experts, m->topk, (uint64_t)seed, &r[i]);
+        if (rc == MP_OK && gate_refusal && mp_routing_is_gate(&r[i])) {
+            mp_usage("--routing: %s", gate_refusal);
+            rc = MP_ERR_USAGE;
+            i++; /* parsed: free it below */
+            break;
+        }
+    }
+    if (rc != MP_OK) {
+        mp_routings_free(r, i);
+        return rc;
+    }
+    *out = r;
+    *n = list->n;
+    return MP_OK;
+}
+
+void mp_routings_free(struct mp_routing *r, int n)
+{
+    for (int i = 0; r && i < n; i++)
+        mp_routing_free(&r[i]);
+    free(r);
+}
+
+int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
+                      const struct mp_strlist *placements)
+{
+    for (int i = 0; i < nlayouts; i++) {
+        if (m->ffn % layouts[i].tp != 0) {
+            mp_usage("--layout: %s splits each expert's FFN over %d ranks, which needs --ffn (%d) "
+                     "divisible by %d", layouts[i].name, layouts[i].tp, m->ffn, layouts[i].tp);
+            return MP_ERR_USAGE;
+        }
+        for (int p = 0; p < placements->n; p++) {
+            struct mp_placement pl;
+            int rc = mp_placement_build(placements->v[p], m->experts, layouts[i].ep, NULL, &pl);
+            if (rc != MP_OK)
+                return rc;
+            mp_placement_free(&pl);
+        }
+    }
+    return MP_OK;
 }

@@ -69,6 +69,19 @@ int mp_layout_parse(const char *text, struct mp_layout *out);
  * layout whose tp·ep differs from the world. Heap array in *out. */
 int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layout **out, int *n);
 
+struct mp_routing;
+
+/* Parse every --routing for model `m`. `gate_refusal`, when not NULL, is the message printed if a
+ * gate routing is given (tools that have no activations to route). Heap array in *out. */
+int mp_routings_parse(const struct mp_strlist *list, const struct mp_model *m, long long seed,
+                      const char *gate_refusal, struct mp_routing **out, int *n);
+void mp_routings_free(struct mp_routing *r, int n);
+
+/* Refuse, before anything is measured, layouts whose tp does not divide D and placements that
+ * cannot be built for a layout's EP size. */
+int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
+                      const struct mp_strlist *placements);
+
 /* Resolve --model and the per-field overrides. */
 int mp_bench_model(const struct mp_bench_opts *o, struct mp_model *m);
 

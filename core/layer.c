@@ -50,13 +50,6 @@ struct mp_layer {
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
 };
 
-static long tokens_of(long total, int ep, int e, long *tok0)
-{
-    long base = total / ep, extra = total % ep;
-    *tok0 = e * base + (e < extra ? e : extra);
-    return base + (e < extra ? 1 : 0);
-}
-
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
                                long max_tokens, size_t elem)
 {
@@ -407,7 +400,7 @@ static int check_output(struct mp_layer *L, const struct mp_point *pt, struct po
             goto oom;
         for (int r = 0; r < c->size; r++) {
             long t0;
-            long n = tokens_of(batch_tokens, L->ep, r / L->tp, &t0);
+            long n = mp_token_split(batch_tokens, L->ep, r / L->tp, &t0);
             bytes_of[r] = r % L->tp == 0 ? (size_t)n * H * sizeof(float) : 0;
         }
     }
@@ -459,7 +452,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         mp_error("point of %ld tokens exceeds the %ld the layout was sized for", total, L->max_tokens);
         return MP_ERR_RUNTIME;
     }
-    long ntok = tokens_of(total, L->ep, c->ep_rank, &tok0);
+    long ntok = mp_token_split(total, L->ep, c->ep_rank, &tok0);
     res->tokens_per_rank = (total + L->ep - 1) / L->ep;
     res->iters = pt->iters;
     res->nranks = c->size;

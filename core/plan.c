@@ -7,6 +7,13 @@
 
 #include "error.h"
 
+long mp_token_split(long total, int ep, int e, long *tok0)
+{
+    long base = total / ep, extra = total % ep;
+    *tok0 = e * base + (e < extra ? e : extra);
+    return base + (e < extra ? 1 : 0);
+}
+
 int mp_plan_alloc(struct mp_plan *p, int ep, int max_local, long max_tok, int K)
 {
     memset(p, 0, sizeof *p);

@@ -35,6 +35,10 @@ struct mp_plan {
     int *cursor;                  /* scratch [ep·max_local] */
 };
 
+/* Tokens of EP rank `e` when `total` tokens are spread as evenly as possible over `ep` ranks (the
+ * first total mod ep ranks hold one more); the rank's first global token index in *tok0. */
+long mp_token_split(long total, int ep, int e, long *tok0);
+
 /* Allocate for up to `max_tok` tokens per rank, top-`K`, `ep` peers holding ≤ `max_local` experts.
  * Returns MP_OK or MP_ERR_RUNTIME. */
 int mp_plan_alloc(struct mp_plan *p, int ep, int max_local, long max_tok, int K);

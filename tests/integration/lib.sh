@@ -12,12 +12,14 @@ fail() {
 }
 
 # mpi NP CMD...: mpirun for tests: root allowed (CI runs as root), more ranks than cores, ranks
-# that yield while waiting so oversubscribed runs stay usable.
+# that yield while waiting when there are more ranks than cores, so oversubscribed runs stay usable.
 mpi() {
     np=$1
     shift
+    yield=0
+    [ "$np" -le "$(nproc)" ] || yield=1
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np "$np" "$@"
+        mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle $yield -np "$np" "$@"
 }
 
 # col FILE NAME: the values of column NAME, one per line (exit 3 if there is no such column).

@@ -1,0 +1,108 @@
+/* runfiles.c - opening, resuming and writing a tool's result files (see runfiles.h). */
+#include "runfiles.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+static int open_all(struct mp_runfiles *rf, const struct mp_session *s, const char *const *key,
+                    const struct mp_runfile_spec *files)
+{
+    int rc;
+    if (s->o.resume) {
+        rc = mp_keyset_load(s->o.out, files[0].name, rf->nkey, &rf->done);
+        for (int i = 1; i < rf->nfiles && rc == MP_OK; i++)
+            rc = mp_csv_filter(s->o.out, files[i].name, rf->nkey, &rf->done);
+        if (rc != MP_OK)
+            return rc;
+    }
+    for (int i = 0; i < rf->nfiles; i++) {
+        int n = rf->nkey + files[i].ncols;
+        rf->cols[i] = malloc((size_t)n * sizeof *rf->cols[i]);
+        if (!rf->cols[i]) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        memcpy(rf->cols[i], key, (size_t)rf->nkey * sizeof *key);
+        memcpy(rf->cols[i] + rf->nkey, files[i].cols, (size_t)files[i].ncols * sizeof *key);
+        rc = mp_csv_open(&rf->csv[i], s->o.out, files[i].name, rf->cols[i], n, s->o.resume);
+        if (rc != MP_OK)
+            return rc;
+    }
+    rf->open = 1;
+    return MP_OK;
+}
+
+int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s, const char *const *key, int nkey,
+                     const struct mp_runfile_spec *files, int nfiles)
+{
+    memset(rf, 0, sizeof *rf);
+    rf->nkey = nkey;
+    rf->nfiles = nfiles < MP_RUNFILES_MAX ? nfiles : MP_RUNFILES_MAX;
+    if (!s->o.out)
+        return MP_OK;
+    int rc = s->comm->rank == 0 ? open_all(rf, s, key, files) : MP_OK;
+    int status = rc; /* every rank takes rank 0's verdict */
+    s->comm->ops->bcast(s->comm, &status, sizeof status);
+    if (status != MP_OK)
+        s->agreed = 1;
+    return status;
+}
+
+int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct mp_row *key)
+{
+    int done = 0;
+    if (s->comm->rank == 0 && rf->open && s->o.resume) {
+        char *k = mp_row_key(key, rf->nkey);
+        done = k && mp_keyset_has(&rf->done, k);
+        free(k);
+    }
+    s->comm->ops->bcast(s->comm, &done, sizeof done);
+    return done;
+}
+
+int mp_runfiles_write(struct mp_runfiles *rf, int i, const struct mp_row *row)
+{
+    return rf->open ? mp_csv_write(&rf->csv[i], row) : MP_OK;
+}
+
+void mp_runfiles_close(struct mp_runfiles *rf)
+{
+    for (int i = 0; i < rf->nfiles; i++) {
+        mp_csv_close(&rf->csv[i]);
+        free(rf->cols[i]);
+    }
+    mp_keyset_free(&rf->done);
+    memset(rf, 0, sizeof *rf);
+}
+
+const char *const mp_workload_key[MP_WORKLOAD_NKEY] = {
+    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
+    "tp", "ep", "world", "routing", "placement", "batch", "seq", "seed",
+};
+
+void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
+                         const char *routing, const char *placement, long batch)
+{
+    const struct mp_model *m = &s->model;
+    mp_row_reset(r);
+    mp_row_str(r, "measured");
+    mp_row_str(r, s->o.backend);
+    mp_row_str(r, s->o.comm);
+    mp_row_str(r, m->name);
+    mp_row_int(r, m->hidden);
+    mp_row_int(r, m->ffn);
+    mp_row_int(r, m->experts);
+    mp_row_int(r, m->topk);
+    mp_row_int(r, m->shared);
+    mp_row_str(r, lay->name);
+    mp_row_int(r, lay->tp);
+    mp_row_int(r, lay->ep);
+    mp_row_int(r, s->comm->size);
+    mp_row_str(r, routing);
+    mp_row_str(r, placement);
+    mp_row_int(r, batch);
+    mp_row_int(r, s->o.seq);
+    mp_row_int(r, s->o.seed);
+}

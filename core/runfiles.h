@@ -1,0 +1,49 @@
+/* runfiles.h - a tool's CSV files in --out: one summary file and its companions (samples, per-rank
+ * rows), all starting with the same workload key columns, opened with --resume handled, and the
+ * collective "is this point already done?" question. */
+#ifndef MP_RUNFILES_H
+#define MP_RUNFILES_H
+
+#include "results.h"
+#include "session.h"
+
+#define MP_RUNFILES_MAX 4
+
+/* One file: its name and the columns that follow the key columns. */
+struct mp_runfile_spec {
+    const char *name;
+    const char *const *cols;
+    int ncols;
+};
+
+struct mp_runfiles {
+    int nkey, nfiles, open;
+    struct mp_csv csv[MP_RUNFILES_MAX];
+    const char **cols[MP_RUNFILES_MAX];
+    struct mp_keyset done;
+};
+
+/* Collective. Without --out: nothing to open, MP_OK. With --out, rank 0 opens files[0] (the summary,
+ * whose rows mark points done) and the companions, each with header key ++ spec cols; with
+ * --resume it first loads the done keys and drops companion rows of points without a summary row.
+ * Every rank returns the same status (s->agreed is set on failure). */
+int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s, const char *const *key, int nkey,
+                     const struct mp_runfile_spec *files, int nfiles);
+
+/* Collective: 1 when --resume found the point whose key cells are `key` (rank 0's row) done. */
+int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct mp_row *key);
+
+/* The key columns of a layer or FFN point (its workload), and the cells of one point: source,
+ * backend, comm, the model's shape, layout, world, routing, placement, batch, seq, seed. */
+#define MP_WORKLOAD_NKEY 18
+extern const char *const mp_workload_key[MP_WORKLOAD_NKEY];
+struct mp_layout;
+void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
+                         const char *routing, const char *placement, long batch);
+
+/* Write a row to file i (rank 0). */
+int mp_runfiles_write(struct mp_runfiles *rf, int i, const struct mp_row *row);
+
+void mp_runfiles_close(struct mp_runfiles *rf);
+
+#endif
