@@ -19,7 +19,7 @@ extern const char *const mp_comm_choices[];
 /* Workload: model shape */
 #define MP_OPT_MODEL(def)                                                                          \
     {"model", MP_OPT_STRING, MP_O(model), def, MP_NOLIMIT, NULL, "NAME|FILE",                      \
-     "model preset (see the list below) or a key=value model file"}
+     "model preset (listed above) or a key=value model file"}
 #define MP_OPT_EXPERTS {"experts", MP_OPT_INT, MP_O(experts), NULL, 1, 65536, NULL, NULL, "override the expert count E"}
 #define MP_OPT_TOPK {"topk", MP_OPT_INT, MP_O(topk), NULL, 1, 1024, NULL, NULL, "override top-k K"}
 #define MP_OPT_SHARED {"shared", MP_OPT_INT, MP_O(shared), NULL, 0, 64, NULL, NULL, "override the shared-expert count"}
