@@ -54,6 +54,9 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_RESUME {"resume", MP_OPT_FLAG, MP_O(resume), NULL, MP_NOLIMIT, NULL, NULL, "skip points already in --out"}
 #define MP_OPT_CHECK {"check", MP_OPT_FLAG, MP_O(check), NULL, MP_NOLIMIT, NULL, NULL, "compare every point's output with the single-process reference"}
 #define MP_OPT_QUIET {"quiet", MP_OPT_FLAG, MP_O(quiet), NULL, MP_NOLIMIT, NULL, NULL, "no table on stdout"}
+#define MP_OPT_INJECT_DELAY                                                                        \
+    {"inject-delay-us", MP_OPT_DOUBLE, MP_O(inject_delay_us), "0", 0, 1e9, NULL, "US",             \
+     "debug: busy-wait US µs before every dispatch/combine all-to-all (emulates a slower link)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

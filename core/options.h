@@ -93,6 +93,7 @@ struct mp_bench_opts {
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;
+    double inject_delay_us; /* debug: added to every dispatch/combine exchange */
 };
 
 #endif

@@ -96,6 +96,7 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     if (rc != MP_OK)
         return rc;
     s->started_comm = 1;
+    s->comm->inject_delay_us = s->o.inject_delay_us > 0 ? s->o.inject_delay_us : 0;
     mp_log_init(tool, s->comm->rank);
     if (s->o.out) {
         rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
@@ -122,6 +123,11 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         cJSON_AddNumberToObject(m, "shared", s->model.shared);
         cJSON_AddNumberToObject(m, "layers", s->model.layers);
         mp_session_note(s, "model", m);
+        if (s->comm->inject_delay_us > 0) { /* a deliberately slowed run must say so */
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);
+            mp_session_note(s, "debug", d);
+        }
         rc = mp_runjson_write(s->run, s->o.out, 0);
     }
     return rc;
