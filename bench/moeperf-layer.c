@@ -15,12 +15,13 @@
 #include "runfiles.h"
 #include "session.h"
 #include "stats.h"
+#include "vlayer.h"
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
-    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
+    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
     MP_OPT_INJECT_DELAY,
     MP_OPT_END,
 };
@@ -164,6 +165,11 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed, NULL, &routings, &nrout));
     MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
+    if (s.modelled && s.o.check) {
+        mp_usage("--check compares data, and the model backends move none; drop --check");
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
     long max_batch = 0;
     for (int b = 0; b < s.o.batch.n; b++)
         max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
@@ -187,7 +193,9 @@ int main(int argc, char **argv)
         const struct mp_layout *lay = &layouts[li];
         struct mp_layer *L = NULL;
         MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
-        MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed, max_batch * s.o.seq));
+        if (!s.modelled)
+            MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed,
+                                     max_batch * s.o.seq));
         for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
             for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
                 struct mp_placement pl;
@@ -211,7 +219,9 @@ int main(int argc, char **argv)
                                           .placement = &pl, .warmup = s.o.warmup,
                                           .iters = s.o.iters, .check = s.o.check};
                     struct mp_point_result res;
-                    rc = mp_layer_run(L, &pt, &res);
+                    rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
+                                                    (uint64_t)s.o.seed, &pt, &res)
+                                    : mp_layer_run(L, &pt, &res);
                     timed_us += res.timed_us;
                     measured++;
                     if (rc == MP_OK && c->rank == 0)

@@ -8,6 +8,7 @@
 
 const struct mp_comm_ops *const mp_comm_backends[] = {
     &mp_comm_mpi,
+    &mp_comm_model,
     NULL,
 };
 

@@ -21,10 +21,17 @@ struct mp_comm {
     void *priv;
 };
 
+/* What a backend that does not discover its world needs to build one (the model backend). */
+struct mp_comm_params {
+    int world;         /* virtual ranks */
+    int gpus_per_node; /* ranks per node, packed */
+};
+
 struct mp_comm_ops {
     const char *name;
-    /* join the world (MPI_Init where needed); fills rank, size, local_*, nodes */
-    int (*init)(struct mp_comm **out, int *argc, char ***argv);
+    /* join the world (MPI_Init where needed); fills rank, size, local_*, nodes. `p` describes a
+     * virtual world for backends that have no launcher (ignored by mpi and nccl). */
+    int (*init)(struct mp_comm **out, int *argc, char ***argv, const struct mp_comm_params *p);
     void (*fini)(struct mp_comm *c);
     /* library version text for run.json ("Open MPI v4.1.4, ...") */
     const char *(*version)(struct mp_comm *c);
@@ -52,6 +59,7 @@ struct mp_comm_ops {
 
 extern const struct mp_comm_ops *const mp_comm_backends[];
 extern const struct mp_comm_ops mp_comm_mpi;
+extern const struct mp_comm_ops mp_comm_model;
 
 /* Find a backend by name; NULL and a usage message naming --comm if absent. */
 const struct mp_comm_ops *mp_comm_find(const char *name);

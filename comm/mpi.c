@@ -67,7 +67,8 @@ static int find_nodes(struct mp_comm *c)
     return MP_OK;
 }
 
-static int mpi_init(struct mp_comm **out, int *argc, char ***argv)
+static int mpi_init(struct mp_comm **out, int *argc, char ***argv,
+                    const struct mp_comm_params *params)
 {
     struct mp_comm *c = calloc(1, sizeof *c);
     struct mpi_state *s = calloc(1, sizeof *s);

@@ -50,6 +50,12 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_COMM                                                                                \
     {"comm", MP_OPT_STRING, MP_O(comm), "mpi", MP_NOLIMIT, mp_comm_choices, NULL,                  \
      "communication backend"}
+#define MP_OPT_CLUSTER                                                                             \
+    {"cluster", MP_OPT_STRING, MP_O(cluster), NULL, MP_NOLIMIT, NULL, "NAME|FILE",                 \
+     "cluster profile for --backend model: h100-ndr, h200-ndr, a100-hdr, b200-xdr or a file"}
+#define MP_OPT_WORLD                                                                               \
+    {"world", MP_OPT_INT, MP_O(world), NULL, 1, 1 << 20, NULL, NULL,                               \
+     "virtual ranks for --backend model (default: the first --layout's tp·ep)"}
 #define MP_OPT_OUT {"out", MP_OPT_STRING, MP_O(out), NULL, MP_NOLIMIT, NULL, "DIR", "write CSV, samples and run.json into DIR"}
 #define MP_OPT_RESUME {"resume", MP_OPT_FLAG, MP_O(resume), NULL, MP_NOLIMIT, NULL, NULL, "skip points already in --out"}
 #define MP_OPT_CHECK {"check", MP_OPT_FLAG, MP_O(check), NULL, MP_NOLIMIT, NULL, NULL, "compare every point's output with the single-process reference"}

@@ -431,6 +431,17 @@ int mp_routing_parse(const char *spec, int experts, int topk, uint64_t seed, str
         else if (r->kind != MP_ROUTE_GATE)
             rc = generated_prob(r, seed);
     }
+    if (rc == MP_OK && r->prob) {
+        r->cdf = malloc(((size_t)experts + 1) * sizeof *r->cdf);
+        if (!r->cdf) {
+            mp_error("out of memory");
+            rc = MP_ERR_RUNTIME;
+        } else {
+            r->cdf[0] = 0;
+            for (int e = 0; e < experts; e++)
+                r->cdf[e + 1] = r->cdf[e] + r->prob[e];
+        }
+    }
     if (rc != MP_OK)
         mp_routing_free(r);
     return rc;
@@ -439,8 +450,10 @@ int mp_routing_parse(const char *spec, int experts, int topk, uint64_t seed, str
 void mp_routing_free(struct mp_routing *r)
 {
     free(r->prob);
+    free(r->cdf);
     free(r->trace);
     r->prob = NULL;
+    r->cdf = NULL;
     r->trace = NULL;
     r->ntrace = 0;
 }
@@ -449,28 +462,69 @@ int mp_routing_is_gate(const struct mp_routing *r) { return r->kind == MP_ROUTE_
 
 /* ---- drawing --------------------------------------------------------------------------------- */
 
-/* Top-k by weighted sampling without replacement (Efraimidis & Spirakis, "Weighted random sampling
- * with a reservoir", Inf. Process. Lett. 97(5), 2006): key_e = ln(u_e)/p_e, keep the K largest.
- * `prob` NULL means uniform. Chosen ids land in ids[0..K) by descending key (ties: lower id). */
-static void sample_topk(const double *prob, int E, int K, uint64_t seed, uint64_t draw,
-                        uint64_t tok, int32_t *ids, double *key)
+/* Rejected picks (an expert already chosen) after which one step falls back to an exact scan. */
+#define MAX_REJECTS 32
+
+/* Top-k by successive sampling without replacement: each pick is proportional to p among the
+ * experts not yet picked (the distribution of Efraimidis & Spirakis, "Weighted random sampling with
+ * a reservoir", Inf. Process. Lett. 97(5), 2006). A pick draws from the whole CDF by binary search
+ * and is rejected while it hits a chosen expert, which leaves the conditional distribution exact;
+ * after MAX_REJECTS it scans the remaining mass instead. `cdf` NULL means uniform. */
+static void sample_topk(const double *cdf, int E, int K, uint64_t seed, uint64_t draw, uint64_t tok,
+                        int32_t *ids)
 {
-    int filled = 0;
-    for (int e = 0; e < E; e++) {
-        double p = prob ? prob[e] : 1.0;
-        if (!(p > 0))
-            continue; /* never chosen */
-        double k = log(mp_u01(mp_hash4(seed ^ STREAM_KEYS, draw, tok, (uint64_t)e))) / p;
-        if (filled == K && !(k > key[K - 1]))
-            continue;
-        int j = filled < K ? filled++ : K - 1;
-        while (j > 0 && k > key[j - 1]) {
-            key[j] = key[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
+    struct mp_rng rng;
+    mp_rng_seed(&rng, mp_hash4(seed ^ STREAM_KEYS, draw, tok, 0));
+    double total = cdf ? cdf[E] : (double)E;
+    for (int k = 0; k < K; k++) {
+        int e = -1;
+        for (int tries = 0; tries < MAX_REJECTS && e < 0; tries++) {
+            double u = mp_rng_u01(&rng) * total;
+            int c;
+            if (cdf) { /* first e with cdf[e+1] > u */
+                int lo = 0, hi = E - 1;
+                while (lo < hi) {
+                    int mid = (lo + hi) / 2;
+                    if (cdf[mid + 1] > u)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                c = lo;
+            } else {
+                c = (int)u < E ? (int)u : E - 1;
+            }
+            if (cdf && !(cdf[c + 1] > cdf[c]))
+                continue; /* zero-probability expert: only rounding lands here */
+            e = c;
+            for (int j = 0; j < k; j++)
+                if (ids[j] == c)
+                    e = -1;
         }
-        key[j] = k;
-        ids[j] = (int32_t)e;
+        if (e < 0) { /* exact scan over the experts not yet chosen */
+            double rest = 0;
+            for (int c = 0; c < E; c++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++)
+                    taken |= ids[j] == c;
+                if (!taken)
+                    rest += cdf ? cdf[c + 1] - cdf[c] : 1.0;
+            }
+            double u = mp_rng_u01(&rng) * rest;
+            for (int c = 0; c < E; c++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++)
+                    taken |= ids[j] == c;
+                double p = cdf ? cdf[c + 1] - cdf[c] : 1.0;
+                if (taken || !(p > 0))
+                    continue;
+                e = c;
+                if (u < p)
+                    break;
+                u -= p;
+            }
+        }
+        ids[k] = (int32_t)e;
     }
 }
 
@@ -502,22 +556,12 @@ void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long b
         }
         return;
     }
-    /* Gate routing has prob NULL: it gets uniform samples here (the backend's gate decides). */
-    double kbuf[64], *key = kbuf;
-    if (K > 64) {
-        key = malloc((size_t)K * sizeof *key);
-        if (!key) {
-            mp_error("out of memory for %d routing keys", K);
-            abort();
-        }
-    }
+    /* Gate routing has no prob: it gets uniform samples here (the backend's gate decides). */
     for (long i = 0; i < ntok; i++) {
         uint64_t t = (uint64_t)(tok0 + i);
-        sample_topk(r->prob, E, K, seed, (uint64_t)draw, t, ids + i * K, key);
+        sample_topk(r->cdf, E, K, seed, (uint64_t)draw, t, ids + i * K);
         random_weights(K, seed, (uint64_t)draw, t, w + i * K);
     }
-    if (key != kbuf)
-        free(key);
 }
 
 void mp_routing_gate_noise(const struct mp_routing *r, uint64_t seed, int draw, long tok0,

@@ -21,6 +21,7 @@ struct mp_routing {
     double a, b;     /* zipf S | hot N,F | lognormal SIGMA | gate TAU */
     double *prob;    /* [experts] expected share of each expert, sums to 1; NULL for gate; a
                       * per-token trace gives each expert's frequency in the trace */
+    double *cdf;     /* [experts+1] prefix sums of prob (cdf[0] = 0), when prob is set */
     long ntrace;     /* per-token trace: rows */
     int32_t *trace;  /* per-token trace: [ntrace * topk] expert ids */
 };
@@ -37,8 +38,11 @@ int mp_routing_is_gate(const struct mp_routing *r);
 /* Draw the routing of global tokens [tok0, tok0+ntok) for draw number `draw` of a point with
  * `batch` tokens: ids[t*topk + k] are distinct expert ids, w[t*topk + k] > 0 sum to 1 per token.
  * Pure function of (seed, draw, token): any slice on any rank agrees with the whole.
- * Generated kinds sample top-k without replacement by p (Efraimidis-Spirakis keys); trace tokens
- * use row (draw*batch + token) mod ntrace with equal weights 1/K. Not valid for gate routing. */
+ * Generated kinds and counts traces sample top-k without replacement by p, successively (each pick
+ * proportional to p among the experts not yet picked: the distribution Efraimidis-Spirakis keys
+ * also give), in O(K log E) per token; ids come in the order they were picked. Trace tokens use
+ * row (draw*batch + token) mod ntrace with equal weights 1/K. For gate routing the ids are uniform
+ * samples (the backend's gate decides the real routing). */
 void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long batch, long tok0,
                      long ntok, int32_t *ids, float *w);
 

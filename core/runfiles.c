@@ -87,7 +87,7 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
 {
     const struct mp_model *m = &s->model;
     mp_row_reset(r);
-    mp_row_str(r, "measured");
+    mp_row_str(r, s->modelled ? "model" : "measured");
     mp_row_str(r, s->o.backend);
     mp_row_str(r, s->o.comm);
     mp_row_str(r, m->name);

@@ -71,6 +71,46 @@ static int check_owner(const char *dir, const char *tool)
     return rc;
 }
 
+/* The model backends replace compute and communication together; they need a cluster profile and
+ * a virtual world (--world, or the first --layout's tp·ep). */
+static int model_setup(struct mp_session *s, struct mp_comm_params *params)
+{
+    int cm = strcmp(s->o.backend, "model") == 0, mm = strcmp(s->o.comm, "model") == 0;
+    if (!cm && !mm)
+        return MP_OK;
+    if (cm != mm) {
+        mp_usage("--backend model needs --comm model and the reverse: the model replaces the "
+                 "hardware as a whole");
+        return MP_ERR_USAGE;
+    }
+    int has_cluster = 0;
+    for (int i = 0; s->table[i].name; i++)
+        has_cluster |= strcmp(s->table[i].name, "cluster") == 0;
+    if (!has_cluster) {
+        mp_usage("--backend model: %s measures hardware only; model runs are made by "
+                 "moeperf-layer and moeperf-plan", s->tool);
+        return MP_ERR_USAGE;
+    }
+    if (mp_cluster_resolve(s->o.cluster, &s->cluster) != MP_OK)
+        return MP_ERR_USAGE;
+    int world = s->o.world;
+    if (world < 1 && s->o.layout.n > 0) {
+        struct mp_layout first;
+        if (mp_layout_parse(s->o.layout.v[0], &first) != MP_OK)
+            return MP_ERR_USAGE;
+        world = first.tp * first.ep;
+    }
+    if (world < 1) {
+        mp_usage("--world: the model backends need the number of virtual ranks (--world N or "
+                 "--layout tpXepY)");
+        return MP_ERR_USAGE;
+    }
+    s->modelled = 1;
+    params->world = world;
+    params->gpus_per_node = s->cluster.gpus_per_node;
+    return MP_OK;
+}
+
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv)
 {
@@ -92,7 +132,11 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     const struct mp_comm_ops *mops = mp_comm_find(s->o.comm);
     if (!mops)
         return MP_ERR_USAGE;
-    rc = mops->init(&s->comm, &argc, &argv);
+    struct mp_comm_params params = {0};
+    rc = model_setup(s, &params);
+    if (rc != MP_OK)
+        return rc;
+    rc = mops->init(&s->comm, &argc, &argv, &params);
     if (rc != MP_OK)
         return rc;
     s->started_comm = 1;
@@ -123,6 +167,16 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         cJSON_AddNumberToObject(m, "shared", s->model.shared);
         cJSON_AddNumberToObject(m, "layers", s->model.layers);
         mp_session_note(s, "model", m);
+        if (s->modelled) {
+            cJSON *cl = cJSON_CreateObject();
+            cJSON_AddStringToObject(cl, "name", s->cluster.name);
+            for (int i = 0; i < mp_cluster_nparams; i++) {
+                double *v = mp_cluster_param_ptr(&s->cluster, i);
+                cJSON_AddNumberToObject(cl, mp_cluster_params[i].key,
+                                        v ? *v : (double)s->cluster.gpus_per_node);
+            }
+            mp_session_note(s, "cluster", cl);
+        }
         if (s->comm->inject_delay_us > 0) { /* a deliberately slowed run must say so */
             cJSON *d = cJSON_CreateObject();
             cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);

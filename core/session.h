@@ -4,6 +4,7 @@
 #define MP_SESSION_H
 
 #include "bench_opts.h"
+#include "cluster.h"
 #include "comm.h"
 #include "compute.h"
 #include "model.h"
@@ -19,6 +20,8 @@ struct mp_session {
     struct mp_compute *dev;
     struct mp_comm *comm;
     struct cJSON *run; /* rank 0 only, when --out is set */
+    int modelled;      /* --backend model --comm model: virtual ranks, durations from `cluster` */
+    struct mp_cluster cluster;
     int started_comm;
     int agreed; /* set when every rank reached the same error (MPI can finalize cleanly) */
 };

@@ -8,6 +8,7 @@
 
 const struct mp_compute_ops *const mp_compute_backends[] = {
     &mp_compute_cpu,
+    &mp_compute_model,
     NULL,
 };
 

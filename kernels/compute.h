@@ -76,6 +76,7 @@ struct mp_compute_ops {
 /* The backends built into this binary, NULL-terminated. */
 extern const struct mp_compute_ops *const mp_compute_backends[];
 extern const struct mp_compute_ops mp_compute_cpu;
+extern const struct mp_compute_ops mp_compute_model;
 
 /* Find a backend by name; NULL (and a usage message naming --backend and the built ones) if absent. */
 const struct mp_compute_ops *mp_compute_find(const char *name);

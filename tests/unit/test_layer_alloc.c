@@ -87,7 +87,7 @@ int main(int argc, char **argv)
     struct mp_comm *c;
     struct mp_compute *dev;
     const struct mp_compute_ops *ops = &mp_compute_cpu;
-    CHECK_INT(mp_comm_mpi.init(&c, &argc, &argv), MP_OK);
+    CHECK_INT(mp_comm_mpi.init(&c, &argc, &argv, NULL), MP_OK);
     mp_log_init("test_layer_alloc", c->rank);
     CHECK_INT(ops->init(&dev, 0), MP_OK);
     CHECK_INT(c->ops->split(c, 1, c->size), MP_OK);

@@ -1,0 +1,273 @@
+/* cluster.c - cluster profiles and the model's equations (see cluster.h, docs/planning.md). */
+#include "cluster.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define P(field) offsetof(struct mp_cluster, field)
+const struct mp_cluster_param mp_cluster_params[] = {
+    {"flops", P(flops), "FLOP/s", "dense peak per GPU in the compute type", 0},
+    {"hbm_bw", P(hbm_bw), "bytes/s", "device memory bandwidth per GPU", 0},
+    {"gpus_per_node", P(gpus_per_node), "GPUs", "GPUs (ranks) per node", 0},
+    {"intra_bw", P(intra_bw), "bytes/s", "intra-node bandwidth per GPU per direction", 0},
+    {"inter_bw", P(inter_bw), "bytes/s", "inter-node (NIC) bandwidth per GPU per direction", 0},
+    {"elem_bytes", P(elem_bytes), "bytes", "bytes per activation and weight element", 0},
+    {"flops_eff", P(flops_eff), "fraction", "achieved fraction of the FLOP/s peak", 1},
+    {"hbm_eff", P(hbm_eff), "fraction", "achieved fraction of the memory bandwidth", 1},
+    {"intra_eff", P(intra_eff), "fraction", "achieved fraction of the intra-node bandwidth", 1},
+    {"inter_eff", P(inter_eff), "fraction", "achieved fraction of the inter-node bandwidth", 1},
+    {"intra_lat_us", P(intra_lat_us), "µs", "latency of one exchange round inside a node", 1},
+    {"inter_lat_us", P(inter_lat_us), "µs", "latency of one exchange round across nodes", 1},
+    {"launch_us", P(launch_us), "µs", "overhead per active expert and per phase", 1},
+    {"congestion", P(congestion), "-", "γ in 1 + γ·log2(incast flows) on inter-node time", 1},
+};
+const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
+
+/* Hardware figures: vendor datasheets (dense, without sparsity); behaviour figures are starting
+ * assumptions that calibration replaces (docs/planning.md). */
+#define BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.8, .intra_eff = 0.7, .inter_eff = 0.85,            \
+                  .intra_lat_us = 8, .inter_lat_us = 20, .launch_us = 4, .congestion = 0.15
+const struct mp_cluster mp_cluster_presets[] = {
+    {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, BEHAVIOUR},
+    {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, BEHAVIOUR},
+    {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
+     .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, BEHAVIOUR},
+    {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
+     .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, BEHAVIOUR},
+};
+const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
+
+double *mp_cluster_param_ptr(struct mp_cluster *c, int i)
+{
+    return i == 2 ? NULL : (double *)((char *)c + mp_cluster_params[i].offset);
+}
+
+static double get(const struct mp_cluster *c, int i)
+{
+    const char *base = (const char *)c + mp_cluster_params[i].offset;
+    return i == 2 ? (double)*(const int *)base : *(const double *)base;
+}
+
+static int set(struct mp_cluster *c, int i, double v)
+{
+    char *base = (char *)c + mp_cluster_params[i].offset;
+    if (i == 2) {
+        if (v != floor(v) || v < 1 || v > 1e6)
+            return -1;
+        *(int *)base = (int)v;
+    } else {
+        *(double *)base = v;
+    }
+    return 0;
+}
+
+int mp_cluster_validate(const struct mp_cluster *c, const char *what)
+{
+    for (int i = 0; i < mp_cluster_nparams; i++) {
+        const char *k = mp_cluster_params[i].key;
+        double v = get(c, i);
+        int ok = isfinite(v);
+        if (strstr(k, "_eff"))
+            ok = ok && v > 0 && v <= 1;
+        else if (strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion"))
+            ok = ok && v >= 0;
+        else
+            ok = ok && v > 0;
+        if (!ok) {
+            mp_usage("%s: %s = %g is out of range (%s)", what, k, v,
+                     strstr(k, "_eff") ? "a fraction in (0, 1]"
+                     : (strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion"))
+                         ? ">= 0" : "> 0");
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
+}
+
+static int find_preset(const char *name, struct mp_cluster *out)
+{
+    for (int i = 0; i < mp_cluster_npresets; i++)
+        if (!strcmp(mp_cluster_presets[i].name, name)) {
+            *out = mp_cluster_presets[i];
+            return 1;
+        }
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int read_file(const char *path, struct mp_cluster *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        char names[256] = "";
+        for (int i = 0; i < mp_cluster_npresets; i++) {
+            if (i)
+                strcat(names, "|");
+            strcat(names, mp_cluster_presets[i].name);
+        }
+        mp_usage("--cluster: '%s' is neither a preset (%s) nor a readable file: %s", path, names,
+                 strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    struct mp_cluster c;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < mp_cluster_nparams; i++)
+        set(&c, i, NAN);
+    c.gpus_per_node = 0;
+    int seen[32] = {0}, has_base = 0, rc = MP_OK;
+    char line[1024], base[64] = "", name[64] = "";
+    /* first pass: base, so keys may come in any order */
+    for (int pass = 0; pass < 2 && rc == MP_OK; pass++) {
+        rewind(f);
+        for (int ln = 1; fgets(line, sizeof line, f) && rc == MP_OK; ln++) {
+            char *hash = strchr(line, '#');
+            if (hash)
+                *hash = '\0';
+            char *s = trim(line);
+            if (!*s)
+                continue;
+            char *eq = strchr(s, '=');
+            if (!eq) {
+                mp_usage("cluster file %s line %d: expected key=value", path, ln);
+                rc = MP_ERR_USAGE;
+                break;
+            }
+            *eq = '\0';
+            char *key = trim(s), *val = trim(eq + 1);
+            if (!strcmp(key, "base")) {
+                if (pass == 0 && !find_preset(val, &c)) {
+                    mp_usage("cluster file %s line %d: base '%s' is not a preset", path, ln, val);
+                    rc = MP_ERR_USAGE;
+                }
+                has_base = 1;
+                snprintf(base, sizeof base, "%s", val);
+                continue;
+            }
+            if (!strcmp(key, "name")) {
+                snprintf(name, sizeof name, "%s", val);
+                continue;
+            }
+            if (pass == 0)
+                continue;
+            int idx = -1;
+            for (int i = 0; i < mp_cluster_nparams; i++)
+                if (!strcmp(mp_cluster_params[i].key, key))
+                    idx = i;
+            if (idx < 0) {
+                mp_usage("cluster file %s line %d: unknown key '%s' (accepted: name, base, flops, "
+                         "hbm_bw, gpus_per_node, intra_bw, inter_bw, elem_bytes, flops_eff, "
+                         "hbm_eff, intra_eff, inter_eff, intra_lat_us, inter_lat_us, launch_us, "
+                         "congestion)", path, ln, key);
+                rc = MP_ERR_USAGE;
+                break;
+            }
+            char *end;
+            errno = 0;
+            double v = strtod(val, &end);
+            if (!*val || *end || errno || !isfinite(v) || set(&c, idx, v) != 0) {
+                mp_usage("cluster file %s line %d: '%s' is not a valid number for '%s' (%s)", path,
+                         ln, val, key, mp_cluster_params[idx].unit);
+                rc = MP_ERR_USAGE;
+                break;
+            }
+            seen[idx] = 1;
+        }
+    }
+    fclose(f);
+    if (rc != MP_OK)
+        return rc;
+    for (int i = 0; i < mp_cluster_nparams && !has_base; i++)
+        if (!seen[i]) {
+            mp_usage("cluster file %s: missing '%s' (%s; or start from a preset with base=NAME)",
+                     path, mp_cluster_params[i].key, mp_cluster_params[i].meaning);
+            return MP_ERR_USAGE;
+        }
+    if (name[0])
+        snprintf(c.name, sizeof c.name, "%s", name);
+    else {
+        const char *b = strrchr(path, '/');
+        snprintf(c.name, sizeof c.name, "%s", b ? b + 1 : path);
+        char *dot = strrchr(c.name, '.');
+        if (dot && dot != c.name)
+            *dot = '\0';
+    }
+    char what[1100];
+    snprintf(what, sizeof what, "cluster file %s", path);
+    rc = mp_cluster_validate(&c, what);
+    if (rc == MP_OK)
+        *out = c;
+    return rc;
+}
+
+int mp_cluster_resolve(const char *spec, struct mp_cluster *out)
+{
+    if (!spec || !*spec) {
+        mp_usage("--cluster: a preset or profile file is needed (h100-ndr, h200-ndr, a100-hdr, "
+                 "b200-xdr, or a key=value file)");
+        return MP_ERR_USAGE;
+    }
+    if (find_preset(spec, out))
+        return MP_OK;
+    return read_file(spec, out);
+}
+
+int mp_cluster_write(const struct mp_cluster *c, FILE *f)
+{
+    fprintf(f, "# moeperf cluster profile\nname = %s\n", c->name);
+    for (int i = 0; i < mp_cluster_nparams; i++)
+        fprintf(f, "%-14s = %.9g    # %s, %s%s\n", mp_cluster_params[i].key, get(c, i),
+                mp_cluster_params[i].unit, mp_cluster_params[i].meaning,
+                mp_cluster_params[i].fit ? " (fitted)" : "");
+    return ferror(f) ? MP_ERR_RUNTIME : MP_OK;
+}
+
+/* ---- equations ---- */
+
+double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active)
+{
+    if (active <= 0 && flops <= 0)
+        return 0;
+    double compute = flops / (c->flops * c->flops_eff);
+    double memory = weight_bytes / (c->hbm_bw * c->hbm_eff);
+    return (compute > memory ? compute : memory) * 1e6 + c->launch_us * active;
+}
+
+double mp_model_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
+                            double inter_max_bytes, int uses_intra, int uses_inter, int incast)
+{
+    double intra = uses_intra ? c->intra_lat_us + intra_max_bytes / (c->intra_bw * c->intra_eff) * 1e6
+                              : 0;
+    double inter = 0;
+    if (uses_inter) {
+        double cong = 1 + c->congestion * log2(incast > 1 ? incast : 1);
+        inter = c->inter_lat_us + inter_max_bytes / (c->inter_bw * c->inter_eff) * 1e6 * cong;
+    }
+    return intra > inter ? intra : inter;
+}
+
+double mp_model_allreduce_us(const struct mp_cluster *c, double bytes, int tp)
+{
+    if (tp <= 1)
+        return 0;
+    int inside = tp <= c->gpus_per_node;
+    double lat = inside ? c->intra_lat_us : c->inter_lat_us;
+    double bw = inside ? c->intra_bw * c->intra_eff : c->inter_bw * c->inter_eff;
+    return 2.0 * lat + 2.0 * (tp - 1) / tp * bytes / bw * 1e6;
+}

@@ -1,0 +1,72 @@
+/* cluster.h - cluster profiles for the model backends: per-GPU compute and memory rates, the two
+ * link classes (intra-node, inter-node), efficiencies and a congestion term; presets from public
+ * figures and key=value profile files (docs/planning.md gives each figure's meaning and source). */
+#ifndef MP_CLUSTER_H
+#define MP_CLUSTER_H
+
+#include <stdio.h>
+
+struct mp_cluster {
+    char name[64];
+    /* hardware (peak figures) */
+    double flops;         /* dense FLOP/s per GPU in the compute type (bf16) */
+    double hbm_bw;        /* device memory bytes/s per GPU */
+    int gpus_per_node;
+    double intra_bw;      /* bytes/s per GPU per direction inside a node (NVLink) */
+    double inter_bw;      /* bytes/s per GPU per direction across nodes (its NIC) */
+    double elem_bytes;    /* bytes per activation/weight element (2 for bf16) */
+    /* fitted or assumed behaviour */
+    double flops_eff, hbm_eff, intra_eff, inter_eff; /* achieved fraction of each peak, (0, 1] */
+    double intra_lat_us, inter_lat_us; /* per exchange round on each link class */
+    double launch_us;     /* per active expert (kernel launch and tail) and per phase */
+    double congestion;    /* γ: inter-node time × (1 + γ·log2(incast flows)), ≥ 0 */
+};
+
+/* The parameters calibration may fit, by name, with their place in the struct. */
+struct mp_cluster_param {
+    const char *key;
+    size_t offset;
+    const char *unit;
+    const char *meaning;
+    int fit; /* 1: a behaviour parameter calibration adjusts; 0: a hardware fact */
+};
+extern const struct mp_cluster_param mp_cluster_params[];
+extern const int mp_cluster_nparams;
+
+extern const struct mp_cluster mp_cluster_presets[];
+extern const int mp_cluster_npresets;
+
+/* Resolve `spec`: a preset name, or a key=value file ("base=NAME" starts from a preset; '#'
+ * comments; keys as in mp_cluster_params plus name and base). Unknown keys, missing or negative or
+ * non-numeric values and efficiencies outside (0, 1] print one line naming --cluster or the file and
+ * line, and return MP_ERR_USAGE. */
+int mp_cluster_resolve(const char *spec, struct mp_cluster *out);
+
+/* Check every field is present and in range; `what` names the source in the message. */
+int mp_cluster_validate(const struct mp_cluster *c, const char *what);
+
+/* Write `c` as a key=value profile that mp_cluster_resolve reads back (all keys, with comments). */
+int mp_cluster_write(const struct mp_cluster *c, FILE *f);
+
+/* Access a parameter by its table index. */
+double *mp_cluster_param_ptr(struct mp_cluster *c, int i);
+
+/* ---- the model's equations (docs/planning.md) ---- */
+
+/* Expert FFN of one rank: max(flops / (F·e_F), bytes / (M·e_M)) + launch·active  [µs] */
+double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active);
+
+/* One exchange round of an all-to-all for one rank: latency of each link class it uses, plus the
+ * largest volume any rank sends or receives on that class over the class bandwidth; the
+ * inter-node part times 1 + γ·log2(incast) where incast is the most senders on other nodes any
+ * receiving rank has. Volumes in bytes; the classes run concurrently, so the time is the larger. */
+double mp_model_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
+                            double inter_max_bytes, int uses_intra, int uses_inter, int incast);
+
+/* Ring allreduce of `bytes` over `tp` ranks: 2(tp−1)/tp · bytes over the link bandwidth
+ * (reduce-scatter then all-gather, Patarasuk & Yuan 2009) plus two rounds of latency (the steps of
+ * each half are pipelined), on the intra-node link when the group fits in a node, else on the
+ * inter-node one. 0 when tp = 1. */
+double mp_model_allreduce_us(const struct mp_cluster *c, double bytes, int tp);
+
+#endif

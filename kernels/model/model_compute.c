@@ -1,0 +1,37 @@
+/* model_compute.c - the model compute backend: moves no data; the layer's FFN, gate and permute
+ * durations come from the cluster model (core/vlayer.c, core/cluster.c). The table exists so that
+ * --backend model is chosen, named and recorded like any other backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "error.h"
+
+struct mp_compute {
+    char name[64];
+};
+
+static int model_init(struct mp_compute **out, int local_rank)
+{
+    struct mp_compute *c = calloc(1, sizeof *c);
+    if (!c) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    strcpy(c->name, "model (durations from the cluster profile)");
+    *out = c;
+    return MP_OK;
+}
+
+static void model_fini(struct mp_compute *c) { free(c); }
+static const char *model_device_name(struct mp_compute *c) { return c->name; }
+static int model_sync(struct mp_compute *c) { return MP_OK; }
+
+const struct mp_compute_ops mp_compute_model = {
+    .name = "model",
+    .elem_size = 2, /* the profile's element size governs; bf16 by default */
+    .init = model_init,
+    .fini = model_fini,
+    .device_name = model_device_name,
+    .sync = model_sync,
+};

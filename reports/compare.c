@@ -1,0 +1,956 @@
+/* compare.c - loads two run directories of one tool, matches their points by the key columns,
+ * compares the per-iteration samples of each metric and collects what run.json says about both. */
+#define _GNU_SOURCE /* asprintf, vasprintf */
+#include "compare.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "error.h"
+#include "results.h"
+#include "stats.h"
+
+/* The tools whose run directories can be compared, and the samples columns compared. */
+struct tool_spec {
+    const char *name; /* --tool value */
+    const char *tool; /* run.json "tool" */
+    const char *summary, *samples;
+    int nmetrics;
+    struct mp_cmp_metric metrics[3];
+};
+
+static const struct tool_spec tools[] = {
+    {"layer", "moeperf-layer", "layer.csv", "layer_samples.csv", 3,
+     {{"layer_us", 1}, {"ffn_us", 0}, {"comm_us", 0}}},
+    {"a2a", "moeperf-a2a", "a2a.csv", "a2a_samples.csv", 1, {{"time_us", 1}}},
+    {"ffn", "moeperf-ffn", "ffn.csv", "ffn_samples.csv", 1, {{"ffn_us", 1}}},
+};
+#define NTOOLS ((int)(sizeof tools / sizeof tools[0]))
+
+const char *mp_cmp_verdict_name(enum mp_cmp_verdict v)
+{
+    switch (v) {
+    case MP_CMP_UNCHANGED: return "unchanged";
+    case MP_CMP_REGRESSION: return "regression";
+    case MP_CMP_IMPROVEMENT: return "improvement";
+    case MP_CMP_INCONCLUSIVE: return "inconclusive";
+    }
+    return "?";
+}
+
+enum mp_cmp_verdict mp_cmp_verdict(long n_base, long n_new, double change, double p,
+                                   double threshold, double alpha, const char **reason)
+{
+    const char *why = NULL;
+    if (n_base < MP_CMP_MIN_SAMPLES || n_new < MP_CMP_MIN_SAMPLES) {
+        why = n_base == 0 || n_new == 0 ? "no samples on one side" : "too few samples";
+    } else {
+        /* the smallest two-sided p any arrangement of n_base + n_new values can give */
+        double log_c = lgamma((double)(n_base + n_new) + 1.0) - lgamma((double)n_base + 1.0) -
+                       lgamma((double)n_new + 1.0);
+        if (log(2.0) - log_c >= log(alpha))
+            why = "too few samples for this alpha";
+        else if (isnan(change))
+            why = "base median <= 0";
+        else if (isnan(p))
+            why = "no test";
+    }
+    if (reason)
+        *reason = why;
+    if (why)
+        return MP_CMP_INCONCLUSIVE;
+    if (p < alpha && change >= threshold)
+        return MP_CMP_REGRESSION;
+    if (p < alpha && change <= -threshold)
+        return MP_CMP_IMPROVEMENT;
+    return MP_CMP_UNCHANGED;
+}
+
+/* ---- small helpers ---- */
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d)
+        mp_error("out of memory");
+    return d;
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (!p) {
+        mp_error("out of memory");
+        return NULL;
+    }
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char *p = path_join(dir, name);
+    struct stat st;
+    int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
+}
+
+/* Append a formatted warning to c->warn and print it to stderr. Returns MP_OK or MP_ERR_RUNTIME. */
+__attribute__((format(printf, 2, 3))) static int add_warn(struct mp_cmp *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    char **w = n >= 0 ? realloc(c->warn, (size_t)(c->nwarn + 1) * sizeof *w) : NULL;
+    if (!w) {
+        free(s);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    c->warn = w;
+    c->warn[c->nwarn++] = s;
+    mp_warn("%s", s);
+    return MP_OK;
+}
+
+/* ---- one side: its samples grouped by point ---- */
+
+struct point {
+    char *key;
+    long nrows, cap;
+    long *rows; /* sample rows of this point, in file order */
+};
+
+struct side {
+    const char *dir;
+    struct mp_table t;
+    long npts;
+    struct point *pts; /* in order of first appearance */
+    long *order;       /* indices into pts sorted by key, for lookups */
+    long cut;          /* points dropped: samples without a summary row */
+};
+
+static int cmp_key_at(const struct side *s, long idx, const char *key)
+{
+    return strcmp(s->pts[s->order[idx]].key, key);
+}
+
+/* Position of `key` in s->order, or -(insertion point) − 1. */
+static long side_find(const struct side *s, const char *key)
+{
+    long lo = 0, hi = s->npts;
+    while (lo < hi) {
+        long mid = lo + (hi - lo) / 2;
+        int c = cmp_key_at(s, mid, key);
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -lo - 1;
+}
+
+/* The point index of `key` or -1. */
+static long side_point(const struct side *s, const char *key)
+{
+    long at = side_find(s, key);
+    return at >= 0 ? s->order[at] : -1;
+}
+
+/* Add sample row `row` to the point of `key` (taking ownership of key). */
+static int side_add(struct side *s, char *key, long row)
+{
+    long at = side_find(s, key);
+    struct point *p;
+    if (at >= 0) {
+        p = &s->pts[s->order[at]];
+        free(key);
+    } else {
+        at = -at - 1;
+        struct point *np = realloc(s->pts, (size_t)(s->npts + 1) * sizeof *np);
+        long *no = np ? realloc(s->order, (size_t)(s->npts + 1) * sizeof *no) : NULL;
+        if (np)
+            s->pts = np;
+        if (!np || !no) {
+            free(key);
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        s->order = no;
+        memmove(s->order + at + 1, s->order + at, (size_t)(s->npts - at) * sizeof *s->order);
+        s->order[at] = s->npts;
+        p = &s->pts[s->npts++];
+        *p = (struct point){key, 0, 0, NULL};
+    }
+    if (p->nrows == p->cap) {
+        long cap = p->cap ? 2 * p->cap : 16;
+        long *r = realloc(p->rows, (size_t)cap * sizeof *r);
+        if (!r) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        p->rows = r;
+        p->cap = cap;
+    }
+    p->rows[p->nrows++] = row;
+    return MP_OK;
+}
+
+static void side_free(struct side *s)
+{
+    for (long i = 0; i < s->npts; i++) {
+        free(s->pts[i].key);
+        free(s->pts[i].rows);
+    }
+    free(s->pts);
+    free(s->order);
+    mp_table_free(&s->t);
+}
+
+/* Read dir/samples and group its rows by the first nkey cells; rows of points missing from the
+ * summary file (when there is one) are dropped and counted in s->cut. */
+static int side_load(struct side *s, const char *dir, const struct tool_spec *ts)
+{
+    int rc;
+    memset(s, 0, sizeof *s);
+    s->dir = dir;
+    if (!file_exists(dir, ts->samples)) {
+        mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s writes "
+                 "next to %s",
+                 dir, ts->samples, ts->tool, ts->summary);
+        return MP_ERR_USAGE;
+    }
+    char *path = path_join(dir, ts->samples);
+    if (!path)
+        return MP_ERR_RUNTIME;
+    rc = mp_table_read(path, &s->t);
+    free(path);
+    if (rc != MP_OK)
+        return rc;
+    int nkey = mp_table_col(&s->t, "iter");
+    if (nkey <= 0) {
+        mp_usage("%s: no \"iter\" column after the key columns; expected the samples file of %s",
+                 s->t.path, ts->tool);
+        return MP_ERR_USAGE;
+    }
+    struct mp_keyset have = {0, NULL};
+    int use_summary = file_exists(dir, ts->summary);
+    if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
+        return rc;
+    for (long i = 0; i < s->t.nrows && rc == MP_OK; i++) {
+        char *key = mp_table_key(&s->t, i, nkey);
+        if (!key) {
+            mp_error("out of memory");
+            rc = MP_ERR_RUNTIME;
+            break;
+        }
+        if (use_summary && !mp_keyset_has(&have, key)) {
+            if (side_point(s, key) < 0)
+                s->cut++;
+            free(key);
+            continue;
+        }
+        rc = side_add(s, key, i);
+    }
+    mp_keyset_free(&have);
+    return rc;
+}
+
+/* Sample values of point `pt` in column `col` (empty cells skipped) into a new array. A cell that
+ * is not a number is a usage error naming the file. */
+static int side_values(const struct side *s, long pt, int col, double **out, long *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (pt < 0)
+        return MP_OK;
+    const struct point *p = &s->pts[pt];
+    double *v = malloc((size_t)(p->nrows > 0 ? p->nrows : 1) * sizeof *v);
+    if (!v) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    long k = 0;
+    for (long i = 0; i < p->nrows; i++) {
+        const char *cell = s->t.cells[p->rows[i]][col];
+        if (!cell[0])
+            continue;
+        char *end;
+        errno = 0;
+        double x = strtod(cell, &end);
+        if (*end || errno || isnan(x)) {
+            mp_usage("%s: data row %ld, column %s: '%s' is not a number", s->t.path,
+                     p->rows[i] + 1, s->t.cols[col], cell);
+            free(v);
+            return MP_ERR_USAGE;
+        }
+        v[k++] = x;
+    }
+    *out = v;
+    *n = k;
+    return MP_OK;
+}
+
+/* Median and 95 % CI of v[0..n) (sorted in place); NAN when n == 0. */
+static void median_ci(double *v, long n, double *med, double *lo, double *hi)
+{
+    struct mp_summary s;
+    mp_summarize(v, n, &s);
+    *med = s.p50;
+    *lo = s.ci_lo;
+    *hi = s.ci_hi;
+}
+
+/* ---- run.json ---- */
+
+static struct cJSON *load_runjson(struct mp_cmp *c, const char *dir)
+{
+    char *path = path_join(dir, "run.json");
+    if (!path)
+        return NULL;
+    FILE *f = fopen(path, "rb");
+    cJSON *j = NULL;
+    if (f) {
+        char *buf = NULL;
+        size_t len = 0, cap = 0, got;
+        char chunk[8192];
+        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+            if (len + got + 1 > cap) {
+                cap = 2 * (len + got + 1);
+                char *nb = realloc(buf, cap);
+                if (!nb) {
+                    free(buf);
+                    buf = NULL;
+                    break;
+                }
+                buf = nb;
+            }
+            memcpy(buf + len, chunk, got);
+            len += got;
+        }
+        fclose(f);
+        if (buf) {
+            buf[len] = '\0';
+            j = cJSON_Parse(buf);
+            free(buf);
+        }
+    }
+    if (!j)
+        add_warn(c, "%s: missing or not valid JSON; the run's libraries and configuration are unknown",
+                 path);
+    free(path);
+    return j;
+}
+
+/* A JSON value as text: strings as they are, numbers with %.15g, anything else unformatted JSON;
+ * "-" when absent. Heap string. */
+static char *json_text(const cJSON *v)
+{
+    if (!v || cJSON_IsNull(v))
+        return xstrdup("-");
+    if (cJSON_IsString(v))
+        return xstrdup(v->valuestring);
+    if (cJSON_IsNumber(v)) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.15g", v->valuedouble);
+        return xstrdup(buf);
+    }
+    if (cJSON_IsBool(v))
+        return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s)
+        mp_error("out of memory");
+    return s;
+}
+
+static const cJSON *jget(const cJSON *o, const char *name)
+{
+    return o ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+}
+
+/* A growable string. */
+struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_put(struct sbuf *b, const char *t)
+{
+    size_t n = strlen(t);
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = 2 * (b->len + n + 1);
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, t, n + 1);
+    b->len += n;
+}
+
+/* Finish: the string, "-" when empty, NULL (and message) when out of memory. */
+static char *sb_done(struct sbuf *b)
+{
+    if (b->oom) {
+        free(b->s);
+        mp_error("out of memory");
+        return NULL;
+    }
+    if (!b->s)
+        return xstrdup("-");
+    return b->s;
+}
+
+/* "build": "type, compiler, features". */
+static char *build_text(const cJSON *run)
+{
+    const cJSON *b = jget(run, "build");
+    if (!b)
+        return xstrdup("-");
+    struct sbuf sb = {0};
+    const char *parts[] = {"type", "compiler", "features"};
+    for (int i = 0; i < 3; i++) {
+        char *t = json_text(jget(b, parts[i]));
+        if (!t)
+            return NULL;
+        if (i)
+            sb_put(&sb, ", ");
+        sb_put(&sb, t);
+        free(t);
+    }
+    return sb_done(&sb);
+}
+
+/* ranks[].FIELD, consecutive repeats run-length compressed: "vm×2,node7". */
+static char *ranks_text(const cJSON *run, const char *field)
+{
+    const cJSON *ranks = jget(run, "ranks");
+    if (!cJSON_IsArray(ranks))
+        return xstrdup("-");
+    struct sbuf sb = {0};
+    int n = cJSON_GetArraySize(ranks);
+    for (int i = 0; i < n;) {
+        const cJSON *v = jget(cJSON_GetArrayItem(ranks, i), field);
+        const char *s = cJSON_IsString(v) ? v->valuestring : "?";
+        int j = i + 1;
+        while (j < n) {
+            const cJSON *w = jget(cJSON_GetArrayItem(ranks, j), field);
+            if (strcmp(cJSON_IsString(w) ? w->valuestring : "?", s) != 0)
+                break;
+            j++;
+        }
+        if (i)
+            sb_put(&sb, ", ");
+        sb_put(&sb, s);
+        if (j - i > 1) {
+            char cnt[32];
+            snprintf(cnt, sizeof cnt, " ×%d", j - i);
+            sb_put(&sb, cnt);
+        }
+        i = j;
+    }
+    return sb_done(&sb);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The NCCL_* and UCX_* variables (sorted "K=V" words): they configure the communication library.
+ * OMPI_* is left out, as mpirun puts per-job identifiers there. */
+static char *env_text(const cJSON *run)
+{
+    const cJSON *env = jget(run, "env");
+    if (!cJSON_IsObject(env))
+        return xstrdup("-");
+    int n = cJSON_GetArraySize(env), k = 0;
+    char **words = calloc((size_t)(n > 0 ? n : 1), sizeof *words);
+    if (!words) {
+        mp_error("out of memory");
+        return NULL;
+    }
+    const cJSON *v;
+    int oom = 0;
+    cJSON_ArrayForEach(v, env)
+    {
+        if (!v->string || !cJSON_IsString(v))
+            continue;
+        if (strncmp(v->string, "NCCL_", 5) != 0 && strncmp(v->string, "UCX_", 4) != 0)
+            continue;
+        if (asprintf(&words[k], "%s=%s", v->string, v->valuestring) < 0) {
+            words[k] = NULL;
+            oom = 1;
+            break;
+        }
+        k++;
+    }
+    qsort(words, (size_t)k, sizeof *words, cmp_str);
+    struct sbuf sb = {0};
+    for (int i = 0; i < k; i++) {
+        if (i)
+            sb_put(&sb, " ");
+        sb_put(&sb, words[i]);
+        free(words[i]);
+    }
+    free(words);
+    if (oom)
+        sb.oom = 1;
+    return sb_done(&sb);
+}
+
+/* argv without the program's directory and without the flags that do not change what is measured
+ * (--out, --resume, --quiet) or that "debug" already shows (--inject-delay-us). */
+static char *argv_text(const cJSON *run)
+{
+    const cJSON *argv = jget(run, "argv");
+    if (!cJSON_IsArray(argv))
+        return xstrdup("-");
+    static const char *const drop_with_value[] = {"--out", "--inject-delay-us"};
+    static const char *const drop_alone[] = {"--resume", "--quiet"};
+    struct sbuf sb = {0};
+    int n = cJSON_GetArraySize(argv);
+    for (int i = 0; i < n; i++) {
+        const cJSON *a = cJSON_GetArrayItem(argv, i);
+        const char *s = cJSON_IsString(a) ? a->valuestring : "?";
+        if (i == 0) {
+            const char *slash = strrchr(s, '/');
+            sb_put(&sb, slash ? slash + 1 : s);
+            continue;
+        }
+        int skip = 0;
+        for (size_t d = 0; d < sizeof drop_with_value / sizeof *drop_with_value; d++) {
+            size_t l = strlen(drop_with_value[d]);
+            if (strcmp(s, drop_with_value[d]) == 0) {
+                skip = 2;
+            } else if (strncmp(s, drop_with_value[d], l) == 0 && s[l] == '=') {
+                skip = 1;
+            }
+        }
+        for (size_t d = 0; d < sizeof drop_alone / sizeof *drop_alone; d++)
+            if (strcmp(s, drop_alone[d]) == 0)
+                skip = 1;
+        if (skip) {
+            i += skip - 1;
+            continue;
+        }
+        sb_put(&sb, " ");
+        sb_put(&sb, s);
+    }
+    return sb_done(&sb);
+}
+
+static int add_fact(struct mp_cmp *c, const char *label, char *b, char *n,
+                    enum mp_cmp_fact_kind kind)
+{
+    char *l = xstrdup(label);
+    struct mp_cmp_fact *f = realloc(c->facts, (size_t)(c->nfacts + 1) * sizeof *f);
+    if (!b || !n || !l || !f) {
+        free(b);
+        free(n);
+        free(l);
+        if (f)
+            c->facts = f;
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    c->facts = f;
+    f[c->nfacts++] = (struct mp_cmp_fact){l, b, n, kind, strcmp(b, n) != 0};
+    return MP_OK;
+}
+
+/* What run.json says about each side, side by side, and a warning for every difference outside
+ * the libraries under test. */
+static int collect_facts(struct mp_cmp *c)
+{
+    const cJSON *rb = c->run[0], *rn = c->run[1];
+    int rc = MP_OK;
+    MP_CHECK(add_fact(c, "tool", json_text(jget(rb, "tool")), json_text(jget(rn, "tool")),
+                      MP_FACT_SAME));
+    /* every field of "libraries" on either side */
+    const cJSON *lib[2] = {jget(rb, "libraries"), jget(rn, "libraries")};
+    for (int side = 0; side < 2; side++) {
+        const cJSON *v;
+        cJSON_ArrayForEach(v, lib[side])
+        {
+            if (!v->string || (side == 1 && jget(lib[0], v->string)))
+                continue;
+            char label[96];
+            snprintf(label, sizeof label, "libraries.%s", v->string);
+            MP_CHECK(add_fact(c, label, json_text(jget(lib[0], v->string)),
+                              json_text(jget(lib[1], v->string)), MP_FACT_LIBRARY));
+        }
+    }
+    MP_CHECK(add_fact(c, "git_revision", json_text(jget(rb, "git_revision")),
+                      json_text(jget(rn, "git_revision")), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "build", build_text(rb), build_text(rn), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "world (ranks)", json_text(jget(rb, "world")),
+                      json_text(jget(rn, "world")), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "nodes", json_text(jget(rb, "nodes")), json_text(jget(rn, "nodes")),
+                      MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "hosts (per rank)", ranks_text(rb, "host"), ranks_text(rn, "host"),
+                      MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "devices (per rank)", ranks_text(rb, "device"), ranks_text(rn, "device"),
+                      MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "cpu_model", json_text(jget(jget(rb, "topology"), "cpu_model")),
+                      json_text(jget(jget(rn, "topology"), "cpu_model")), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "NCCL_/UCX_ environment", env_text(rb), env_text(rn), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "command line", argv_text(rb), argv_text(rn), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "debug", json_text(jget(rb, "debug")), json_text(jget(rn, "debug")),
+                      MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "finished", json_text(jget(rb, "finished")),
+                      json_text(jget(rn, "finished")), MP_FACT_SAME));
+    MP_CHECK(add_fact(c, "start", json_text(jget(rb, "start")), json_text(jget(rn, "start")),
+                      MP_FACT_INFO));
+
+    for (int side = 0; side < 2; side++) {
+        const cJSON *run = c->run[side];
+        const cJSON *dbg = jget(run, "debug");
+        if (dbg && !cJSON_IsNull(dbg)) {
+            char *t = json_text(dbg);
+            MP_CHECK(add_warn(c, "%s was deliberately slowed down (run.json debug: %s)",
+                              c->dir[side], t ? t : "?"));
+            free(t);
+        }
+        if (run && !cJSON_IsTrue(jget(run, "finished")))
+            MP_CHECK(add_warn(c, "%s: run.json says the sweep did not finish", c->dir[side]));
+    }
+    if (c->run[0] && c->run[1])
+        for (int i = 0; i < c->nfacts; i++) {
+            const struct mp_cmp_fact *f = &c->facts[i];
+            if (f->kind == MP_FACT_SAME && f->differs && strcmp(f->label, "debug") != 0 &&
+                strcmp(f->label, "finished") != 0)
+                MP_CHECK(add_warn(c, "the runs differ in more than the library under test: %s is "
+                                     "'%s' in base, '%s' in new",
+                                  f->label, f->base, f->new_));
+        }
+out:
+    return rc;
+}
+
+/* ---- loading ---- */
+
+/* The tool whose files are in `dir` (only `which` considered when not NULL): the count of tools
+ * found in *nfound and the last one found. Prints nothing. -1 in *nfound when dir is not a
+ * directory. */
+static const struct tool_spec *find_tool(const char *dir, const char *which, int *nfound)
+{
+    struct stat st;
+    const struct tool_spec *found = NULL;
+    *nfound = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        *nfound = -1;
+        return NULL;
+    }
+    for (int i = 0; i < NTOOLS; i++) {
+        if (which && strcmp(which, tools[i].name) != 0)
+            continue;
+        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
+            found = &tools[i];
+            (*nfound)++;
+        }
+    }
+    return found;
+}
+
+/* The tool of one side: exactly one tool's files (or those of `which`). Usage errors name dir. */
+static const struct tool_spec *detect_tool(const char *dir, const char *which, int *rc)
+{
+    int nfound;
+    const struct tool_spec *ts = find_tool(dir, which, &nfound);
+    *rc = MP_ERR_USAGE;
+    if (nfound < 0) {
+        struct stat st;
+        mp_usage("%s: %s; expected a run directory (the --out of moeperf-layer, moeperf-a2a or "
+                 "moeperf-ffn)",
+                 dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return NULL;
+    }
+    if (nfound == 0) {
+        const struct tool_spec *w = NULL;
+        for (int i = 0; which && i < NTOOLS; i++)
+            if (strcmp(which, tools[i].name) == 0)
+                w = &tools[i];
+        if (w)
+            mp_usage("%s: no %s or %s (--tool %s)", dir, w->samples, w->summary, which);
+        else
+            mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv; expected a "
+                     "run directory of moeperf-layer, moeperf-a2a or moeperf-ffn",
+                     dir);
+        return NULL;
+    }
+    if (nfound > 1) {
+        mp_usage("%s: holds the results of several tools; choose one with --tool layer|a2a|ffn",
+                 dir);
+        return NULL;
+    }
+    *rc = MP_OK;
+    return ts;
+}
+
+char *mp_cmp_point_label(const struct mp_cmp *c, long point)
+{
+    struct sbuf sb = {0};
+    int any = 0;
+    for (int k = 0; k < c->nkey; k++)
+        if (c->key_varies[k]) {
+            if (any)
+                sb_put(&sb, " ");
+            sb_put(&sb, c->key_cols[k]);
+            sb_put(&sb, "=");
+            sb_put(&sb, c->key_cells[point][k]);
+            any = 1;
+        }
+    if (!any)
+        for (int k = 0; k < c->nkey; k++) {
+            if (k)
+                sb_put(&sb, ",");
+            sb_put(&sb, c->key_cells[point][k]);
+        }
+    return sb_done(&sb);
+}
+
+/* The first key column in which two points differ, for the "different workloads" message. */
+static int first_diff(const struct side *a, const struct side *b, int nkey)
+{
+    const char *const *ra = (const char *const *)a->t.cells[a->pts[0].rows[0]];
+    const char *const *rb = (const char *const *)b->t.cells[b->pts[0].rows[0]];
+    for (int k = 0; k < nkey; k++)
+        if (strcmp(ra[k], rb[k]) != 0)
+            return k;
+    return -1;
+}
+
+int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_opts *opts,
+                struct mp_cmp *c)
+{
+    int rc = MP_OK, metric_col[4];
+    struct side sd[2];
+    long *pt_side[2] = {NULL, NULL};
+    memset(c, 0, sizeof *c);
+    memset(sd, 0, sizeof sd);
+    const char *dirs[2] = {base_dir, new_dir};
+    const struct tool_spec *ts = detect_tool(base_dir, opts->tool, &rc);
+    if (!ts)
+        return rc;
+    /* NEW must hold the base's tool; if it holds only another tool's files, the workloads differ */
+    int nnew;
+    const struct tool_spec *tn = find_tool(new_dir, ts->name, &nnew);
+    if (!tn) {
+        const struct tool_spec *other = nnew < 0 ? NULL : find_tool(new_dir, NULL, &nnew);
+        if (!other) {
+            detect_tool(new_dir, ts->name, &rc); /* prints why */
+            return rc;
+        }
+        tn = other;
+    }
+    if (tn != ts) {
+        mp_usage("%s and %s are runs of different workloads: %s holds %s results, %s holds %s "
+                 "results",
+                 base_dir, new_dir, base_dir, ts->tool, new_dir, tn->tool);
+        return MP_ERR_USAGE;
+    }
+    c->tool = ts->tool;
+    c->samples_file = ts->samples;
+    c->nmetrics = ts->nmetrics;
+    memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
+    for (int s = 0; s < 2; s++)
+        if (!(c->dir[s] = xstrdup(dirs[s])))
+            return MP_ERR_RUNTIME;
+    for (int s = 0; s < 2; s++)
+        MP_CHECK(side_load(&sd[s], dirs[s], ts));
+
+    /* same columns on both sides */
+    const struct mp_table *tb = &sd[0].t, *tw = &sd[1].t;
+    int same = tb->ncols == tw->ncols;
+    for (int k = 0; same && k < tb->ncols; k++)
+        same = strcmp(tb->cols[k], tw->cols[k]) == 0;
+    if (!same) {
+        mp_usage("%s and %s have different columns; both must come from the same moeperf version",
+                 tb->path, tw->path);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    for (int m = 0; m < c->nmetrics; m++)
+        if ((metric_col[m] = mp_table_col(tb, c->metrics[m].name)) < 0) {
+            mp_usage("%s: no column %s", tb->path, c->metrics[m].name);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    c->nkey = mp_table_col(tb, "iter");
+    c->key_cols = calloc((size_t)c->nkey, sizeof *c->key_cols);
+    c->key_varies = calloc((size_t)c->nkey, sizeof *c->key_varies);
+    if (!c->key_cols || !c->key_varies) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int k = 0; k < c->nkey; k++)
+        if (!(c->key_cols[k] = xstrdup(tb->cols[k]))) {
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+    for (int s = 0; s < 2; s++)
+        if (sd[s].cut)
+            MP_CHECK(add_warn(c, "%s/%s: %ld point(s) with samples but no row in the summary file "
+                                 "(cut short) are ignored",
+                              dirs[s], ts->samples, sd[s].cut));
+    for (int s = 0; s < 2; s++)
+        if (sd[s].npts == 0) {
+            mp_usage("%s/%s: no complete point to compare", dirs[s], ts->samples);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+
+    /* points: the base's in its order, then those only the new run has */
+    long common = 0;
+    for (long i = 0; i < sd[0].npts; i++)
+        common += side_point(&sd[1], sd[0].pts[i].key) >= 0;
+    if (common == 0) {
+        int k = first_diff(&sd[0], &sd[1], c->nkey);
+        const char *const *ra = (const char *const *)tb->cells[sd[0].pts[0].rows[0]];
+        const char *const *rn = (const char *const *)tw->cells[sd[1].pts[0].rows[0]];
+        if (k >= 0)
+            mp_usage("%s and %s are runs of different workloads: no point in common (first "
+                     "point: %s = '%s' vs '%s')",
+                     dirs[0], dirs[1], c->key_cols[k], ra[k], rn[k]);
+        else
+            mp_usage("%s and %s are runs of different workloads: no point in common", dirs[0],
+                     dirs[1]);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    c->only_base = sd[0].npts - common;
+    c->only_new = sd[1].npts - common;
+    c->npoints = sd[0].npts + c->only_new;
+    pt_side[0] = malloc((size_t)c->npoints * sizeof(long));
+    pt_side[1] = malloc((size_t)c->npoints * sizeof(long));
+    c->key_cells = calloc((size_t)c->npoints, sizeof *c->key_cells);
+    c->nrows = c->npoints * c->nmetrics;
+    c->rows = calloc((size_t)c->nrows, sizeof *c->rows);
+    if (!pt_side[0] || !pt_side[1] || !c->key_cells || !c->rows) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    long np = 0;
+    for (long i = 0; i < sd[0].npts; i++, np++) {
+        pt_side[0][np] = i;
+        pt_side[1][np] = side_point(&sd[1], sd[0].pts[i].key);
+    }
+    for (long i = 0; i < sd[1].npts; i++)
+        if (side_point(&sd[0], sd[1].pts[i].key) < 0) {
+            pt_side[0][np] = -1;
+            pt_side[1][np++] = i;
+        }
+    for (long p = 0; p < c->npoints && rc == MP_OK; p++) {
+        int s = pt_side[0][p] >= 0 ? 0 : 1;
+        char **cells = sd[s].t.cells[sd[s].pts[pt_side[s][p]].rows[0]];
+        if (!(c->key_cells[p] = calloc((size_t)c->nkey, sizeof(char *)))) {
+            mp_error("out of memory");
+            rc = MP_ERR_RUNTIME;
+            break;
+        }
+        for (int k = 0; k < c->nkey && rc == MP_OK; k++)
+            if (!(c->key_cells[p][k] = xstrdup(cells[k])))
+                rc = MP_ERR_RUNTIME;
+    }
+    for (long p = 0; p < c->npoints && rc == MP_OK; p++)
+        for (int m = 0; m < c->nmetrics && rc == MP_OK; m++) {
+            struct mp_cmp_row *r = &c->rows[p * c->nmetrics + m];
+            double *v[2] = {NULL, NULL};
+            long n[2] = {0, 0};
+            r->point = p;
+            r->metric = m;
+            rc = side_values(&sd[0], pt_side[0][p], metric_col[m], &v[0], &n[0]);
+            if (rc == MP_OK)
+                rc = side_values(&sd[1], pt_side[1][p], metric_col[m], &v[1], &n[1]);
+            if (rc == MP_OK && mp_mannwhitney(v[0], n[0], v[1], n[1], &r->mw) != 0) {
+                mp_error("out of memory");
+                rc = MP_ERR_RUNTIME;
+            }
+            if (rc == MP_OK) {
+                r->n_base = n[0];
+                r->n_new = n[1];
+                median_ci(v[0], n[0], &r->base_med, &r->base_lo, &r->base_hi);
+                median_ci(v[1], n[1], &r->new_med, &r->new_lo, &r->new_hi);
+                r->change = n[0] && n[1] && r->base_med > 0
+                                ? (r->new_med - r->base_med) / r->base_med
+                                : NAN;
+                r->verdict = mp_cmp_verdict(n[0], n[1], r->change, r->mw.p, opts->threshold,
+                                            opts->alpha, &r->reason);
+            }
+            free(v[0]);
+            free(v[1]);
+        }
+    if (rc != MP_OK)
+        goto out;
+    for (int k = 0; k < c->nkey; k++)
+        for (long p = 1; p < c->npoints && !c->key_varies[k]; p++)
+            c->key_varies[k] = strcmp(c->key_cells[p][k], c->key_cells[0][k]) != 0;
+    if (c->only_base)
+        MP_CHECK(add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
+                          c->only_base, dirs[0], dirs[1]));
+    if (c->only_new)
+        MP_CHECK(add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
+                          c->only_new, dirs[1], dirs[0]));
+
+    for (int s = 0; s < 2; s++)
+        c->run[s] = load_runjson(c, dirs[s]);
+    MP_CHECK(collect_facts(c));
+out:
+    free(pt_side[0]);
+    free(pt_side[1]);
+    side_free(&sd[0]);
+    side_free(&sd[1]);
+    if (rc != MP_OK)
+        mp_cmp_free(c);
+    return rc;
+}
+
+void mp_cmp_free(struct mp_cmp *c)
+{
+    for (int s = 0; s < 2; s++) {
+        free(c->dir[s]);
+        cJSON_Delete(c->run[s]);
+    }
+    for (int k = 0; c->key_cols && k < c->nkey; k++)
+        free(c->key_cols[k]);
+    free(c->key_cols);
+    free(c->key_varies);
+    for (long p = 0; c->key_cells && p < c->npoints; p++) {
+        for (int k = 0; c->key_cells[p] && k < c->nkey; k++)
+            free(c->key_cells[p][k]);
+        free(c->key_cells[p]);
+    }
+    free(c->key_cells);
+    free(c->rows);
+    for (int i = 0; i < c->nfacts; i++) {
+        free(c->facts[i].label);
+        free(c->facts[i].base);
+        free(c->facts[i].new_);
+    }
+    free(c->facts);
+    for (int i = 0; i < c->nwarn; i++)
+        free(c->warn[i]);
+    free(c->warn);
+    memset(c, 0, sizeof *c);
+}

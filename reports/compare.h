@@ -1,0 +1,111 @@
+/* compare.h - two run directories of the same sweep, matched point by point, with a per-point and
+ * per-metric verdict from the medians and a Mann–Whitney U test of the per-iteration samples. */
+#ifndef MP_COMPARE_H
+#define MP_COMPARE_H
+
+#include "mannwhitney.h"
+
+struct cJSON;
+
+/* Fewer per-iteration samples than this on either side make a comparison inconclusive. At 5 vs 5
+ * the smallest exact two-sided p is 2/C(10,5) = 2/252 = 0.0079, just below the default alpha 0.01;
+ * at 4 vs 4 it is 2/70 = 0.029, so no regression could ever be shown. */
+#define MP_CMP_MIN_SAMPLES 5
+
+enum mp_cmp_verdict {
+    MP_CMP_UNCHANGED,
+    MP_CMP_REGRESSION,
+    MP_CMP_IMPROVEMENT,
+    MP_CMP_INCONCLUSIVE,
+};
+
+/* "regression", "improvement", "unchanged", "inconclusive". */
+const char *mp_cmp_verdict_name(enum mp_cmp_verdict v);
+
+/* The verdict of one point and metric, where `change` = (new median − base median) / base median
+ * and `p` the two-sided Mann–Whitney p-value (lower times are better for every metric compared):
+ *   inconclusive  n_base or n_new < MP_CMP_MIN_SAMPLES, or even the most extreme arrangement of the
+ *                 samples could not give p < alpha (2/C(n_base + n_new, n_base) ≥ alpha), or the
+ *                 change is undefined (NAN: base median ≤ 0) or p is NAN;
+ *   regression    change ≥ +threshold and p < alpha;
+ *   improvement   change ≤ −threshold and p < alpha;
+ *   unchanged     otherwise.
+ * `threshold` is a fraction (0.05 = 5 %). *reason, when not NULL, receives a short static text for
+ * an inconclusive verdict (NULL otherwise). */
+enum mp_cmp_verdict mp_cmp_verdict(long n_base, long n_new, double change, double p,
+                                   double threshold, double alpha, const char **reason);
+
+/* A metric compared: a samples column. Primary metrics decide the exit status by default. */
+struct mp_cmp_metric {
+    const char *name;
+    int primary;
+};
+
+/* One point × metric. */
+struct mp_cmp_row {
+    long point;  /* index into mp_cmp.keys */
+    int metric;  /* index into mp_cmp.metrics */
+    long n_base, n_new;
+    double base_med, base_lo, base_hi; /* nearest-rank median and its 95 % CI (METRICS.md) */
+    double new_med, new_lo, new_hi;
+    double change; /* (new_med − base_med) / base_med; NAN when base_med ≤ 0 or a side is empty */
+    struct mp_mw mw;
+    enum mp_cmp_verdict verdict;
+    const char *reason; /* why inconclusive, else NULL */
+};
+
+/* A fact about the two runs from run.json, shown side by side. */
+enum mp_cmp_fact_kind {
+    MP_FACT_INFO,    /* shown; a difference means nothing (start time) */
+    MP_FACT_LIBRARY, /* the libraries under test: a difference is expected */
+    MP_FACT_SAME,    /* should be equal: a difference is a warning */
+};
+struct mp_cmp_fact {
+    char *label;
+    char *base, *new_; /* "-" when absent */
+    enum mp_cmp_fact_kind kind;
+    int differs;
+};
+
+struct mp_cmp_opts {
+    double threshold;  /* fraction */
+    double alpha;
+    const char *tool;  /* "layer", "a2a", "ffn", or NULL to detect */
+};
+
+struct mp_cmp {
+    const char *tool;         /* "moeperf-layer", "moeperf-a2a", "moeperf-ffn" */
+    const char *samples_file; /* e.g. "layer_samples.csv" */
+    char *dir[2];             /* base, new */
+    int nkey;
+    char **key_cols;   /* [nkey] */
+    int *key_varies;   /* [nkey]: 1 when the column takes more than one value over the points */
+    long npoints;
+    char ***key_cells; /* [npoints][nkey] */
+    long only_base, only_new; /* points measured on one side only */
+    int nmetrics;
+    struct mp_cmp_metric metrics[4];
+    long nrows;
+    struct mp_cmp_row *rows; /* point-major: rows[point · nmetrics + metric] */
+    int nfacts;
+    struct mp_cmp_fact *facts;
+    int nwarn;
+    char **warn; /* about the runs, also printed to stderr by mp_cmp_load */
+    struct cJSON *run[2]; /* run.json of each side, or NULL */
+};
+
+/* Load both directories, match their points and compute every row's statistics and verdict.
+ * The tool is the one whose samples or summary file is in the base directory (exactly one, unless
+ * opts->tool names it); both sides must have its samples file with the same columns and at least
+ * one point in common. Points of one side only become rows with no samples on the other
+ * (inconclusive). A samples row whose point has no summary row (a point cut short) is ignored.
+ * Returns MP_OK, MP_ERR_USAGE (one line naming the file or directory printed) or MP_ERR_RUNTIME. */
+int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_opts *opts,
+                struct mp_cmp *c);
+void mp_cmp_free(struct mp_cmp *c);
+
+/* A short label of a point from the key columns that vary ("layout=tp1ep2 batch=16"); the full
+ * key when none varies. Heap string, NULL when out of memory. */
+char *mp_cmp_point_label(const struct mp_cmp *c, long point);
+
+#endif
