@@ -262,7 +262,7 @@ int main(int argc, char **argv)
         goto out;
     struct mp_comm *c = s.comm;
     int moe = strcmp(s.o.pattern, "moe") == 0;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     if (moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                    "gate routing needs the layer's activations; use moeperf-layer, "

@@ -521,7 +521,7 @@ int main(int argc, char **argv)
         goto out;
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed,
                                "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
                                "generated routing or a trace", &routings, &nrout));

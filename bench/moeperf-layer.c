@@ -162,7 +162,7 @@ int main(int argc, char **argv)
         goto out;
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, &layouts, &nlayouts));
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed, NULL, &routings, &nrout));
     MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
     if (s.modelled && s.o.check) {

@@ -52,7 +52,8 @@ int mp_layout_parse(const char *text, struct mp_layout *out)
     return MP_OK;
 }
 
-int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layout **out, int *n)
+int mp_layouts_resolve(const struct mp_strlist *list, int world, int virtual_world,
+                       struct mp_layout **out, int *n)
 {
     int count = list->n > 0 ? list->n : 1;
     struct mp_layout *l = calloc((size_t)count, sizeof *l);
@@ -67,6 +68,12 @@ int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layou
     }
     for (int i = 0; i < list->n; i++) {
         if (mp_layout_parse(list->v[i], &l[i]) != MP_OK) {
+            free(l);
+            return MP_ERR_USAGE;
+        }
+        if (l[i].tp * l[i].ep != world && virtual_world) {
+            mp_usage("--layout: %s needs tp·ep = %d ranks, but --world is %d (every layout of a "
+                     "sweep has the same world)", list->v[i], l[i].tp * l[i].ep, world);
             free(l);
             return MP_ERR_USAGE;
         }

@@ -75,8 +75,10 @@ struct mp_layout {
 int mp_layout_parse(const char *text, struct mp_layout *out);
 
 /* Parse every --layout for a world of `world` ranks (an empty list means ep = world), refusing a
- * layout whose tp·ep differs from the world. Heap array in *out. */
-int mp_layouts_resolve(const struct mp_strlist *list, int world, struct mp_layout **out, int *n);
+ * layout whose tp·ep differs from the world (`virtual`: the world is --world, not mpirun's ranks).
+ * Heap array in *out. */
+int mp_layouts_resolve(const struct mp_strlist *list, int world, int virtual_world,
+                       struct mp_layout **out, int *n);
 
 struct mp_routing;
 

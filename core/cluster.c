@@ -42,6 +42,11 @@ const struct mp_cluster mp_cluster_presets[] = {
      .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, BEHAVIOUR},
     {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
      .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, BEHAVIOUR},
+    /* one CPU core per rank (AVX2 FMA fp32, a share of a socket's memory and shared-memory
+     * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs */
+    {.name = "cpu-host", .flops = 100e9, .hbm_bw = 20e9, .gpus_per_node = 2, .intra_bw = 10e9,
+     .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
+     .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 

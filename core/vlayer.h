@@ -1,6 +1,8 @@
 /* vlayer.h - the layer pipeline for virtual ranks: the same routing, placement, dispatch plan and
  * metrics as a measurement, with every phase's duration taken from the cluster model instead of
- * hardware, so one process plays a whole cluster. */
+ * hardware, so one process plays a whole cluster. Split in two: the traffic a routing draw makes
+ * (independent of the cluster's speeds) and the durations the model gives it, so calibration can
+ * re-time the same traffic under many candidate profiles. */
 #ifndef MP_VLAYER_H
 #define MP_VLAYER_H
 
@@ -9,11 +11,32 @@
 #include "cluster.h"
 #include "layer.h"
 
-/* Run one point for the tp × ep virtual ranks of a layout (ranks packed gpus_per_node to a node,
- * rank r = ep_rank·tp + tp_rank) on cluster `cl`. Fills `res` as mp_layer_run does on rank 0:
- * per-iteration records of every rank, per-iteration metrics, tokens_per_rank; check_error NAN.
- * Iterations differ by routing draw (a pool of up to 8 draws, as measured runs use); gate routing
- * is modelled with uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */
+/* The traffic of one routing draw on a tp × ep layout (ranks packed gpus_per_node to a node). */
+struct mp_vtraffic {
+    int tp, ep, gate;
+    double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
+    int *active;                                      /* [ep] experts with rows, shared included */
+    double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
+    double intra_max, inter_max; /* the largest bytes any rank sends or receives per class */
+    int uses_intra, uses_inter, incast;
+};
+
+/* The traffic of the point's routing pool (up to 8 draws, as measured runs cycle through): *ndraws
+ * entries in *out, built with the profile's node size and element bytes. Free with
+ * mp_vtraffic_free. Returns MP_OK or MP_ERR_RUNTIME. */
+int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                      uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
+                      int *ndraws);
+void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
+
+/* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
+ * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. */
+void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
+                      const struct mp_vtraffic *t, struct mp_rank_iter *ranks);
+
+/* Run one point: traffic, then durations for each of pt->iters iterations (draw i mod ndraws).
+ * Fills `res` as mp_layer_run does on rank 0; check_error NAN. Gate routing is modelled with
+ * uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */
 int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                   uint64_t seed, const struct mp_point *pt, struct mp_point_result *res);
 

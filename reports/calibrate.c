@@ -1,0 +1,551 @@
+/* calibrate.c - least-squares fit of a cluster profile to measured runs (see calibrate.h). */
+#include "calibrate.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "layer.h"
+#include "metrics.h"
+#include "results.h"
+
+const char *const mp_calib_col_names[CAL_NCOLS] = {
+    "layer.csv ffn_us", "layer.csv dispatch_us", "layer.csv combine_us", "layer.csv tp_reduce_us",
+    "layer.csv layer_us", "a2a.csv time_us", "ffn.csv ffn_us",
+};
+
+/* Draws a layer point is predicted over (the pool a measured run cycles through). */
+#define CAL_DRAWS 8
+
+/* ---- loading ---- */
+
+/* Hardware facts of a run from its run.json: ranks per node and element bytes. */
+static int run_facts(const char *dir, int *gpn, double *elem)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mp_usage("--calibrate: %s is not a run directory (no run.json)", dir);
+        return MP_ERR_USAGE;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!buf) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    buf[got] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    if (!j) {
+        mp_usage("--calibrate: %s is not valid JSON", path);
+        return MP_ERR_USAGE;
+    }
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(j, "cluster");
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
+    const cJSON *lib = cJSON_GetObjectItemCaseSensitive(j, "libraries");
+    const cJSON *compute = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute") : NULL;
+    int rc = MP_OK;
+    if (cJSON_IsObject(cl)) { /* a model run: its profile's facts */
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(cl, "gpus_per_node");
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(cl, "elem_bytes");
+        *gpn = cJSON_IsNumber(g) ? g->valueint : 0;
+        *elem = cJSON_IsNumber(e) ? e->valuedouble : 0;
+    } else if (cJSON_IsNumber(world) && cJSON_IsNumber(nodes) && nodes->valueint > 0) {
+        *gpn = (world->valueint + nodes->valueint - 1) / nodes->valueint;
+        *elem = cJSON_IsString(compute) && !strcmp(compute->valuestring, "cpu") ? 4 : 2;
+    } else {
+        *gpn = 0;
+    }
+    if (*gpn < 1 || !(*elem > 0)) {
+        mp_usage("--calibrate: %s lacks the world, nodes and backend of the run", path);
+        rc = MP_ERR_USAGE;
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+static struct mp_calib_point *new_point(struct mp_calib_set *set)
+{
+    if (set->n == set->cap) {
+        int cap = set->cap ? set->cap * 2 : 32;
+        struct mp_calib_point *p = realloc(set->pts, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        set->pts = p;
+        set->cap = cap;
+    }
+    struct mp_calib_point *p = &set->pts[set->n++];
+    memset(p, 0, sizeof *p);
+    for (int c = 0; c < CAL_NCOLS; c++)
+        p->meas[c] = NAN;
+    return p;
+}
+
+static const char *cell(const struct mp_table *t, long row, const char *col)
+{
+    int c = mp_table_col(t, col);
+    return c < 0 ? NULL : t->cells[row][c];
+}
+
+static double num(const struct mp_table *t, long row, const char *col)
+{
+    const char *s = cell(t, row, col);
+    if (!s || !*s)
+        return NAN;
+    char *end;
+    double v = strtod(s, &end);
+    return *end ? NAN : v;
+}
+
+/* Columns a file must have; the message names the first missing one. */
+static int need(const struct mp_table *t, const char *const *cols)
+{
+    for (int i = 0; cols[i]; i++)
+        if (mp_table_col(t, cols[i]) < 0) {
+            mp_usage("--calibrate: %s has no column '%s'", t->path, cols[i]);
+            return MP_ERR_USAGE;
+        }
+    return MP_OK;
+}
+
+static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
+{
+    static const char *const cols[] = {"model", "hidden", "ffn", "experts", "topk", "shared",
+                                       "tp", "ep", "routing", "placement", "batch", "seq",
+                                       "seed", "ffn_us", "dispatch_us", "combine_us",
+                                       "tp_reduce_us", "layer_us", NULL};
+    static const char *const meas_cols[] = {"ffn_us", "dispatch_us", "combine_us",
+                                            "tp_reduce_us", "layer_us"};
+    int rc = need(t, cols);
+    for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
+        struct mp_calib_point *p = new_point(set);
+        if (!p) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        p->tool = 0;
+        struct mp_model *m = &p->model;
+        snprintf(m->name, sizeof m->name, "%s", cell(t, r, "model"));
+        m->hidden = (int)num(t, r, "hidden");
+        m->ffn = (int)num(t, r, "ffn");
+        m->experts = (int)num(t, r, "experts");
+        m->topk = (int)num(t, r, "topk");
+        m->shared = (int)num(t, r, "shared");
+        m->layers = 1;
+        p->tp = (int)num(t, r, "tp");
+        p->ep = (int)num(t, r, "ep");
+        p->iters = CAL_DRAWS;
+        long batch = (long)num(t, r, "batch");
+        int seq = (int)num(t, r, "seq");
+        uint64_t seed = (uint64_t)num(t, r, "seed");
+        if (m->hidden < 1 || m->ffn < 1 || m->topk < 1 || m->experts < m->topk || p->tp < 1 ||
+            p->ep < 1 || batch < 1 || seq < 1 || m->ffn % p->tp) {
+            mp_usage("--calibrate: %s row %ld has an invalid workload", t->path, r + 2);
+            set->n--;
+            return MP_ERR_USAGE;
+        }
+        snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s batch %ld", dir, p->tp, p->ep,
+                 cell(t, r, "routing"), cell(t, r, "placement"), batch);
+        rc = mp_routing_parse(cell(t, r, "routing"), m->experts, m->topk, seed, &p->routing);
+        if (rc == MP_OK)
+            rc = mp_placement_build(cell(t, r, "placement"), m->experts, p->ep, p->routing.prob,
+                                    &p->placement);
+        if (rc == MP_OK) {
+            struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
+                                  .placement = &p->placement, .iters = CAL_DRAWS};
+            rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, seed, &pt, &p->traffic,
+                                   &p->ndraws);
+        }
+        for (int c = 0; c < 5; c++)
+            p->meas[CAL_LAYER_FFN + c] = num(t, r, meas_cols[c]);
+        if (p->tp == 1)
+            p->meas[CAL_LAYER_TP] = NAN; /* nothing to reduce: not a fit target */
+        if (p->ep == 1)
+            p->meas[CAL_LAYER_DISPATCH] = p->meas[CAL_LAYER_COMBINE] = NAN;
+    }
+    return rc;
+}
+
+static int load_a2a(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
+{
+    static const char *const cols[] = {"pattern", "tp", "ep", "bytes_per_peer", "time_us", NULL};
+    int rc = need(t, cols);
+    for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
+        if (strcmp(cell(t, r, "pattern"), "uniform") != 0)
+            continue; /* the MoE pattern is covered by layer.csv's dispatch */
+        struct mp_calib_point *p = new_point(set);
+        if (!p)
+            return MP_ERR_RUNTIME;
+        p->tool = 1;
+        p->tp = (int)num(t, r, "tp");
+        p->ep = (int)num(t, r, "ep");
+        p->bytes_per_peer = num(t, r, "bytes_per_peer");
+        p->meas[CAL_A2A_TIME] = num(t, r, "time_us");
+        snprintf(p->label, sizeof p->label, "%s: a2a tp%dep%d %.0f B/peer", dir, p->tp, p->ep,
+                 p->bytes_per_peer);
+        if (p->ep < 2)
+            set->n--; /* no peers: nothing to fit */
+    }
+    return rc;
+}
+
+static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
+{
+    static const char *const cols[] = {"flops", "weight_bytes", "active_experts", "ffn_us",
+                                       "batch", NULL};
+    int rc = need(t, cols);
+    for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
+        struct mp_calib_point *p = new_point(set);
+        if (!p)
+            return MP_ERR_RUNTIME;
+        p->tool = 2;
+        p->flops = num(t, r, "flops");
+        p->weight_bytes = num(t, r, "weight_bytes");
+        p->active = (int)num(t, r, "active_experts");
+        p->meas[CAL_FFN_FFN] = num(t, r, "ffn_us");
+        snprintf(p->label, sizeof p->label, "%s: ffn batch %.0f", dir, num(t, r, "batch"));
+    }
+    return rc;
+}
+
+int mp_calib_load(const char *const *dirs, int ndirs, const struct mp_cluster *base,
+                  struct mp_calib_set *set)
+{
+    memset(set, 0, sizeof *set);
+    set->base = *base;
+    int rc = MP_OK, facts = 0;
+    for (int d = 0; d < ndirs && rc == MP_OK; d++) {
+        int gpn;
+        double elem;
+        rc = run_facts(dirs[d], &gpn, &elem);
+        if (rc != MP_OK)
+            break;
+        if (!facts) {
+            set->base.gpus_per_node = gpn;
+            set->base.elem_bytes = elem;
+            facts = 1;
+        } else if (gpn != set->base.gpus_per_node || elem != set->base.elem_bytes) {
+            mp_warn("--calibrate: %s ran %d ranks per node with %g-byte elements, the first run "
+                    "%d with %g: one profile cannot describe both", dirs[d], gpn, elem,
+                    set->base.gpus_per_node, set->base.elem_bytes);
+        }
+        static const char *const files[] = {"layer.csv", "a2a.csv", "ffn.csv"};
+        int found = 0;
+        for (int f = 0; f < 3 && rc == MP_OK; f++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dirs[d], files[f]);
+            FILE *probe = fopen(path, "r");
+            if (!probe)
+                continue;
+            fclose(probe);
+            found = 1;
+            struct mp_table t;
+            rc = mp_table_read(path, &t);
+            if (rc != MP_OK)
+                break;
+            rc = f == 0 ? load_layer(set, dirs[d], &t) : f == 1 ? load_a2a(set, dirs[d], &t)
+                                                                : load_ffn(set, dirs[d], &t);
+            mp_table_free(&t);
+        }
+        if (rc == MP_OK && !found) {
+            mp_usage("--calibrate: %s has none of layer.csv, a2a.csv, ffn.csv", dirs[d]);
+            rc = MP_ERR_USAGE;
+        }
+    }
+    if (rc == MP_OK && set->n == 0) {
+        mp_usage("--calibrate: the run directories hold no points to fit");
+        rc = MP_ERR_USAGE;
+    }
+    if (rc != MP_OK)
+        mp_calib_free(set);
+    return rc;
+}
+
+void mp_calib_free(struct mp_calib_set *set)
+{
+    for (int i = 0; i < set->n; i++) {
+        struct mp_calib_point *p = &set->pts[i];
+        if (p->tool != 0)
+            continue;
+        mp_vtraffic_free(p->traffic, p->ndraws);
+        mp_placement_free(&p->placement);
+        mp_routing_free(&p->routing);
+    }
+    free(set->pts);
+    memset(set, 0, sizeof *set);
+}
+
+/* ---- prediction ---- */
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank median of n values (sorted in place), as the measured summaries use. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return v[(n + 1) / 2 - 1];
+}
+
+/* Uniform all-to-all of `bpp` bytes per peer over an EP group of `ep` ranks. */
+static double a2a_us(const struct mp_cluster *cl, int tp, int ep, double bpp)
+{
+    int gpn = cl->gpus_per_node, n_intra = 0, n_inter = 0;
+    for (int q = 1; q < ep; q++) { /* rank 0's peers; every rank sees the same pattern */
+        if (q * tp / gpn == 0)
+            n_intra++;
+        else
+            n_inter++;
+    }
+    return mp_model_exchange_us(cl, bpp * n_intra, bpp * n_inter, n_intra > 0, n_inter > 0,
+                                n_inter);
+}
+
+double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_cluster *cl, int col)
+{
+    const struct mp_calib_point *p = &set->pts[i];
+    if (p->tool == 1)
+        return col == CAL_A2A_TIME ? a2a_us(cl, p->tp, p->ep, p->bytes_per_peer) : NAN;
+    if (p->tool == 2)
+        return col == CAL_FFN_FFN ? mp_model_ffn_us(cl, p->flops, p->weight_bytes, p->active) : NAN;
+    if (col > CAL_LAYER_LAYER)
+        return NAN;
+    int N = p->tp * p->ep;
+    struct mp_rank_iter ranks_buf[256], *ranks = ranks_buf;
+    if (N > 256 && !(ranks = malloc((size_t)N * sizeof *ranks)))
+        return NAN;
+    double v[CAL_DRAWS];
+    for (int d = 0; d < p->ndraws; d++) {
+        struct mp_iter_metrics m;
+        mp_vtraffic_time(cl, &p->model, &p->traffic[d], ranks);
+        mp_metrics_iter(ranks, N, &m);
+        v[d] = col == CAL_LAYER_FFN        ? m.ffn_us
+               : col == CAL_LAYER_DISPATCH ? m.dispatch_us
+               : col == CAL_LAYER_COMBINE  ? m.combine_us
+               : col == CAL_LAYER_TP       ? m.tp_reduce_us
+                                           : m.layer_us;
+    }
+    if (ranks != ranks_buf)
+        free(ranks);
+    return median(v, p->ndraws);
+}
+
+void mp_calib_errors(const struct mp_calib_set *set, const struct mp_cluster *cl,
+                     struct mp_calib_errors *err)
+{
+    double *e = malloc((size_t)(set->n > 0 ? set->n : 1) * sizeof *e);
+    for (int c = 0; c < CAL_NCOLS; c++) {
+        int n = 0;
+        for (int i = 0; e && i < set->n; i++) {
+            double m = set->pts[i].meas[c];
+            if (!(m > 0))
+                continue;
+            e[n++] = fabs(mp_calib_predict(set, i, cl, c) - m) / m;
+        }
+        err->n[c] = n;
+        err->median[c] = n ? median(e, n) : NAN;
+        err->worst[c] = n ? e[n - 1] : NAN;
+    }
+    free(e);
+}
+
+/* ---- fitting ---- */
+
+#define MAXP 16
+
+struct fit_ctx {
+    const struct mp_calib_set *set;
+    struct mp_cluster cl;
+    int idx[MAXP]; /* mp_cluster_params index of each free parameter */
+    int k;
+};
+
+/* Latencies, launch and congestion may be 0: their logarithm is taken of x + FLOOR. */
+#define FLOOR 1e-6
+
+static int is_rate(int i) { return strstr(mp_cluster_params[i].key, "_eff") != NULL; }
+
+static void apply(struct fit_ctx *f, const double *theta)
+{
+    for (int j = 0; j < f->k; j++) {
+        double x = exp(theta[j]);
+        *mp_cluster_param_ptr(&f->cl, f->idx[j]) = is_rate(f->idx[j]) ? x : fmax(0, x - FLOOR);
+    }
+}
+
+static double objective(struct fit_ctx *f, const double *theta)
+{
+    apply(f, theta);
+    double s = 0;
+    for (int i = 0; i < f->set->n; i++)
+        for (int c = 0; c < CAL_NCOLS; c++) {
+            double m = f->set->pts[i].meas[c];
+            if (!(m > 0))
+                continue;
+            double p = mp_calib_predict(f->set, i, &f->cl, c);
+            double r = p > 0 ? log(p / m) : 50;
+            s += r * r;
+        }
+    return s;
+}
+
+/* Nelder & Mead (1965) downhill simplex with the standard coefficients (reflection 1, expansion 2,
+ * contraction 1/2, shrink 1/2), `evals` objective evaluations at most, starting from x with steps
+ * `step`. x returns the best vertex; the return value is its objective. */
+static double nelder_mead(struct fit_ctx *f, double *x, double step, int evals)
+{
+    int k = f->k;
+    double s[MAXP + 1][MAXP], fs[MAXP + 1], c[MAXP], xr[MAXP], xe[MAXP];
+    for (int v = 0; v <= k; v++) {
+        memcpy(s[v], x, sizeof(double) * k);
+        if (v)
+            s[v][v - 1] += step;
+        fs[v] = objective(f, s[v]);
+    }
+    int used = k + 1;
+    while (used < evals) {
+        /* order: best first */
+        for (int a = 0; a <= k; a++)
+            for (int b = a + 1; b <= k; b++)
+                if (fs[b] < fs[a]) {
+                    double t = fs[a];
+                    fs[a] = fs[b];
+                    fs[b] = t;
+                    for (int j = 0; j < k; j++) {
+                        t = s[a][j];
+                        s[a][j] = s[b][j];
+                        s[b][j] = t;
+                    }
+                }
+        if (fs[k] - fs[0] <= 1e-14 * (fabs(fs[0]) + 1e-300))
+            break;
+        for (int j = 0; j < k; j++) {
+            c[j] = 0;
+            for (int v = 0; v < k; v++)
+                c[j] += s[v][j] / k;
+        }
+        for (int j = 0; j < k; j++)
+            xr[j] = c[j] + (c[j] - s[k][j]);
+        double fr = objective(f, xr);
+        used++;
+        if (fr < fs[0]) {
+            for (int j = 0; j < k; j++)
+                xe[j] = c[j] + 2 * (c[j] - s[k][j]);
+            double fe = objective(f, xe);
+            used++;
+            if (fe < fr) {
+                memcpy(s[k], xe, sizeof(double) * k);
+                fs[k] = fe;
+            } else {
+                memcpy(s[k], xr, sizeof(double) * k);
+                fs[k] = fr;
+            }
+        } else if (fr < fs[k - 1]) {
+            memcpy(s[k], xr, sizeof(double) * k);
+            fs[k] = fr;
+        } else {
+            int outside = fr < fs[k];
+            for (int j = 0; j < k; j++)
+                xe[j] = outside ? c[j] + 0.5 * (xr[j] - c[j]) : c[j] + 0.5 * (s[k][j] - c[j]);
+            double fc = objective(f, xe);
+            used++;
+            if (fc < (outside ? fr : fs[k])) {
+                memcpy(s[k], xe, sizeof(double) * k);
+                fs[k] = fc;
+            } else { /* shrink towards the best */
+                for (int v = 1; v <= k; v++) {
+                    for (int j = 0; j < k; j++)
+                        s[v][j] = s[0][j] + 0.5 * (s[v][j] - s[0][j]);
+                    fs[v] = objective(f, s[v]);
+                    used++;
+                }
+            }
+        }
+    }
+    int best = 0;
+    for (int v = 1; v <= k; v++)
+        if (fs[v] < fs[best])
+            best = v;
+    memcpy(x, s[best], sizeof(double) * k);
+    return fs[best];
+}
+
+int mp_calib_fit(const struct mp_calib_set *set, struct mp_cluster *out, int *frozen,
+                 double *objective_out)
+{
+    if (set->n == 0) {
+        mp_usage("--calibrate: nothing to fit");
+        return MP_ERR_USAGE;
+    }
+    struct fit_ctx f = {.set = set, .cl = set->base};
+    double theta[MAXP] = {0};
+    /* which behaviour parameters the data can see: vary each by a factor of 10 (with no free
+     * parameter yet, so the objective is the base profile's) */
+    int idx[MAXP] = {0}, k = 0;
+    double f0 = objective(&f, theta);
+    for (int i = 0; i < mp_cluster_nparams; i++) {
+        frozen[i] = 1;
+        if (!mp_cluster_params[i].fit)
+            continue;
+        double *v = mp_cluster_param_ptr(&f.cl, i), keep = *v;
+        *v = is_rate(i) ? keep / 10 : keep * 10 + 1;
+        double f1 = objective(&f, theta);
+        *v = keep;
+        if (fabs(f1 - f0) > 1e-12 * (1 + f0) && k < MAXP) {
+            frozen[i] = 0;
+            idx[k++] = i;
+        }
+    }
+    memcpy(f.idx, idx, sizeof idx);
+    f.k = k;
+    for (int j = 0; j < f.k; j++) {
+        double v = *mp_cluster_param_ptr(&f.cl, f.idx[j]);
+        theta[j] = is_rate(f.idx[j]) ? log(v) : log(v + FLOOR);
+    }
+    double best = objective(&f, theta);
+    /* restart from the best point with a fresh simplex until a round gains nothing */
+    for (int round = 0; round < 12 && f.k > 0; round++) {
+        double step = round == 0 ? 1.0 : round < 4 ? 0.3 : 0.05;
+        double got = nelder_mead(&f, theta, step, 400 * (f.k + 1));
+        int stalled = !(got < best * (1 - 1e-9)) && round >= 4;
+        best = fmin(best, got);
+        if (stalled)
+            break;
+    }
+    apply(&f, theta);
+    /* fold efficiencies above 1 into the peaks (the profile keeps efficiencies in (0, 1]) */
+    static const struct {
+        const char *eff;
+        size_t peak;
+    } fold[] = {{"flops_eff", offsetof(struct mp_cluster, flops)},
+                {"hbm_eff", offsetof(struct mp_cluster, hbm_bw)},
+                {"intra_eff", offsetof(struct mp_cluster, intra_bw)},
+                {"inter_eff", offsetof(struct mp_cluster, inter_bw)}};
+    for (size_t q = 0; q < sizeof fold / sizeof fold[0]; q++)
+        for (int i = 0; i < mp_cluster_nparams; i++)
+            if (!strcmp(mp_cluster_params[i].key, fold[q].eff)) {
+                double *eff = mp_cluster_param_ptr(&f.cl, i);
+                double *peak = (double *)((char *)&f.cl + fold[q].peak);
+                if (*eff > 1) {
+                    *peak *= *eff;
+                    *eff = 1;
+                }
+            }
+    *out = f.cl;
+    if (objective_out)
+        *objective_out = best;
+    return MP_OK;
+}

@@ -1,0 +1,405 @@
+/* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes and hot-expert
+ * replicas for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
+ * target throughput; --calibrate fits a cluster profile to measured runs, --validate checks one. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_opts.h"
+#include "calibrate.h"
+#include "cluster.h"
+#include "error.h"
+#include "plan.h"
+#include "results.h"
+#include "routing.h"
+
+struct plan_opts {
+    struct mp_bench_opts b; /* first, so the shared MP_OPT_* entries' offsets apply */
+    int calibrate, validate;
+    double slo_token_ms, slo_layer_us, throughput;
+    struct mp_list tp, ep, replicate;
+    int max_gpus;
+};
+#define PO(f) offsetof(struct plan_opts, f)
+
+static const struct mp_opt options[] = {
+    {"calibrate", MP_OPT_FLAG, PO(calibrate), NULL, MP_NOLIMIT, NULL, NULL,
+     "fit --cluster (the starting profile; default cpu-host for cpu runs, else h100-ndr) to the "
+     "RUN_DIRs; write it to --out FILE"},
+    {"validate", MP_OPT_FLAG, PO(validate), NULL, MP_NOLIMIT, NULL, NULL,
+     "predict every point of the RUN_DIRs with --cluster and print the errors"},
+    MP_OPT_MODEL("seed-k3"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN, MP_OPT_FFN,
+    MP_OPT_LAYERS, MP_OPT_BATCH("1:256:x2"), MP_OPT_SEQ, MP_OPT_ROUTING, MP_OPT_SEED,
+    MP_OPT_ITERS("8"), MP_OPT_CLUSTER,
+    {"tp", MP_OPT_INT_LIST, PO(tp), "1,2,4,8", 1, 64, NULL, "LIST", "TP sizes to consider"},
+    {"ep", MP_OPT_INT_LIST, PO(ep), "1:256:x2", 1, 65536, NULL, "LIST", "EP sizes to consider"},
+    {"replicate", MP_OPT_INT_LIST, PO(replicate), "0,2,4,8", 0, 65536, NULL, "LIST",
+     "hot experts copied to every EP rank (replicate-hot:R; 0 = contiguous placement)"},
+    {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
+     "p99 latency budget per generated token over all MoE layers (0: none)"},
+    {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
+     "p99 latency budget per MoE layer (0: none)"},
+    {"throughput", MP_OPT_DOUBLE, PO(throughput), "0", 0, 1e15, NULL, "TOK/S",
+     "target tokens/s over all DP replicas (0: one replica)"},
+    {"max-gpus", MP_OPT_INT, PO(max_gpus), "4096", 1, 1 << 24, NULL, NULL,
+     "the most GPUs a plan may use"},
+    {"out", MP_OPT_STRING, PO(b.out), NULL, MP_NOLIMIT, NULL, "PATH",
+     "plan: directory for plan.csv; --calibrate: the profile file to write"},
+    MP_OPT_QUIET, MP_OPT_END,
+};
+
+static const char summary[] =
+    "usage: moeperf-plan --cluster PROFILE [workload] [--slo-token-ms MS] [--throughput TOK/S]\n"
+    "       moeperf-plan --calibrate [--cluster BASE] --out PROFILE RUN_DIR...\n"
+    "       moeperf-plan --validate --cluster PROFILE RUN_DIR...\n"
+    "Runs every candidate layout (tp × ep), batch and hot-expert replica count through the cluster\n"
+    "model (docs/planning.md), reports the batch cap (largest batch with comm/ffn <= 1), the\n"
+    "cheapest plan (fewest GPUs, DP replicas included) that meets the p99 SLO at the target\n"
+    "throughput, and whether more replicas beat a larger batch.";
+
+static int to_ints(const struct mp_list *l, int **out)
+{
+    *out = malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof **out);
+    if (!*out)
+        return MP_ERR_RUNTIME;
+    for (int i = 0; i < l->n; i++)
+        (*out)[i] = (int)l->v[i];
+    return MP_OK;
+}
+
+static void print_errors(const struct mp_calib_set *set, const struct mp_cluster *cl)
+{
+    struct mp_calib_errors e;
+    mp_calib_errors(set, cl, &e);
+    printf("%-24s %6s %14s %14s\n", "column", "points", "median error", "worst error");
+    for (int c = 0; c < CAL_NCOLS; c++)
+        if (e.n[c] > 0)
+            printf("%-24s %6d %13.1f%% %13.1f%%\n", mp_calib_col_names[c], e.n[c],
+                   100 * e.median[c], 100 * e.worst[c]);
+}
+
+/* The starting profile when --cluster is not given: cpu-host for runs of the cpu backend, else
+ * h100-ndr (the grep reads run.json's "libraries" object, written by every tool). */
+static const char *default_base(const char *dir)
+{
+    char path[4096], line[512];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    FILE *f = fopen(path, "r");
+    const char *base = "h100-ndr";
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "\"compute\"") && strstr(line, "\"cpu\""))
+            base = "cpu-host";
+    if (f)
+        fclose(f);
+    return base;
+}
+
+static int run_calibrate(struct plan_opts *o, char **dirs, int ndirs)
+{
+    struct mp_cluster base, fit;
+    struct mp_calib_set set;
+    int frozen[64];
+    double obj;
+    if (!o->b.out) {
+        mp_usage("--calibrate: --out FILE is needed for the fitted profile");
+        return MP_ERR_USAGE;
+    }
+    if (mp_cluster_resolve(o->b.cluster ? o->b.cluster : default_base(dirs[0]), &base) != MP_OK)
+        return MP_ERR_USAGE;
+    int rc = mp_calib_load((const char *const *)dirs, ndirs, &base, &set);
+    if (rc != MP_OK)
+        return rc;
+    printf("# calibrating %s on %d points from %d run(s); %d ranks per node, %g-byte elements\n",
+           base.name, set.n, ndirs, set.base.gpus_per_node, set.base.elem_bytes);
+    printf("# before (the starting profile):\n");
+    print_errors(&set, &set.base);
+    rc = mp_calib_fit(&set, &fit, frozen, &obj);
+    if (rc == MP_OK) {
+        snprintf(fit.name, sizeof fit.name, "fitted-from-%.40s", base.name);
+        printf("# after (Σ ln² residuals %.3g):\n", obj);
+        print_errors(&set, &fit);
+        printf("# parameters:\n");
+        for (int i = 0; i < mp_cluster_nparams; i++) {
+            if (!mp_cluster_params[i].fit)
+                continue;
+            double *v = mp_cluster_param_ptr(&fit, i);
+            printf("  %-14s %12.6g %-8s %s\n", mp_cluster_params[i].key, *v,
+                   mp_cluster_params[i].unit,
+                   frozen[i] ? "(not fitted: the runs do not exercise it)" : "(fitted)");
+        }
+        FILE *f = fopen(o->b.out, "w");
+        if (!f) {
+            mp_usage("--out: cannot write '%s'", o->b.out);
+            rc = MP_ERR_USAGE;
+        } else {
+            fprintf(f, "# fitted by moeperf-plan --calibrate to %d points of:", set.n);
+            for (int d = 0; d < ndirs; d++)
+                fprintf(f, " %s", dirs[d]);
+            fprintf(f, "\n");
+            rc = mp_cluster_write(&fit, f);
+            if (fclose(f) != 0)
+                rc = MP_ERR_RUNTIME;
+            printf("# profile written to %s\n", o->b.out);
+        }
+    }
+    mp_calib_free(&set);
+    return rc;
+}
+
+static int run_validate(struct plan_opts *o, char **dirs, int ndirs)
+{
+    struct mp_cluster cl;
+    struct mp_calib_set set;
+    if (mp_cluster_resolve(o->b.cluster, &cl) != MP_OK)
+        return MP_ERR_USAGE;
+    int rc = mp_calib_load((const char *const *)dirs, ndirs, &cl, &set);
+    if (rc != MP_OK)
+        return rc;
+    /* the profile's own node size and element bytes, not the run's, are what is being tested */
+    set.base = cl;
+    printf("# %s predicting %d points\n", cl.name, set.n);
+    printf("%-64s %12s %12s %8s\n", "point", "measured", "predicted", "error");
+    for (int i = 0; i < set.n; i++) {
+        int col = set.pts[i].tool == 0 ? CAL_LAYER_LAYER
+                  : set.pts[i].tool == 1 ? CAL_A2A_TIME
+                                         : CAL_FFN_FFN;
+        double m = set.pts[i].meas[col], p = mp_calib_predict(&set, i, &cl, col);
+        printf("%-64.64s %12.1f %12.1f %+7.1f%%\n", set.pts[i].label, m, p, 100 * (p - m) / m);
+    }
+    print_errors(&set, &cl);
+    mp_calib_free(&set);
+    return MP_OK;
+}
+
+static void write_plan_csv(struct plan_opts *o, const char *routing,
+                           const struct mp_plan_cand *c, int n, struct mp_csv *csv)
+{
+    struct mp_row row = {0};
+    for (int i = 0; i < n; i++) {
+        mp_row_reset(&row);
+        mp_row_str(&row, "model");
+        mp_row_str(&row, routing);
+        mp_row_int(&row, c[i].tp);
+        mp_row_int(&row, c[i].ep);
+        mp_row_int(&row, c[i].replicate);
+        mp_row_int(&row, c[i].batch);
+        double v[] = {c[i].layer_us, c[i].layer_p99_us, c[i].ffn_us, c[i].comm_us, c[i].ratio,
+                      c[i].bubble, c[i].imbalance, c[i].hit, c[i].token_ms, c[i].token_p99_ms,
+                      c[i].replica_tps};
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            mp_row_dbl(&row, v[k]);
+        mp_row_int(&row, c[i].dp);
+        mp_row_int(&row, c[i].gpus);
+        mp_row_int(&row, c[i].meets);
+        mp_csv_write(csv, &row);
+    }
+    mp_row_free(&row);
+}
+
+static void print_cand_header(void)
+{
+    printf("  %-9s %5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout", "repl",
+           "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
+           "token_ms", "tok/s/rep", "dp", "gpus", "slo");
+}
+
+static void print_cand(const struct mp_plan_cand *c)
+{
+    char lay[32];
+    snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
+    printf("  %-9s %5d %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
+           lay, c->replicate, c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
+           c->ratio, c->bubble, c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus,
+           c->meets ? "yes" : "no");
+}
+
+static int by_cost(const void *pa, const void *pb)
+{
+    const struct mp_plan_cand *a = pa, *b = pb;
+    if (a->meets != b->meets)
+        return b->meets - a->meets;
+    if (a->gpus != b->gpus)
+        return a->gpus < b->gpus ? -1 : 1;
+    return (a->token_p99_ms > b->token_p99_ms) - (a->token_p99_ms < b->token_p99_ms);
+}
+
+static int run_plan(struct plan_opts *o)
+{
+    struct mp_plan_req q = {0};
+    struct mp_csv csv = {0};
+    int *tps = NULL, *eps = NULL, *reps = NULL, rc;
+    long *batches = NULL;
+    if (!o->b.cluster) {
+        mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, a100-hdr, "
+                 "b200-xdr or a file from --calibrate)");
+        return MP_ERR_USAGE;
+    }
+    if (mp_bench_model(&o->b, &q.model) != MP_OK || mp_cluster_resolve(o->b.cluster, &q.cluster) != MP_OK)
+        return MP_ERR_USAGE;
+    if ((rc = to_ints(&o->tp, &tps)) != MP_OK || (rc = to_ints(&o->ep, &eps)) != MP_OK ||
+        (rc = to_ints(&o->replicate, &reps)) != MP_OK)
+        goto out;
+    batches = malloc((size_t)o->b.batch.n * sizeof *batches);
+    if (!batches) {
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int i = 0; i < o->b.batch.n; i++)
+        batches[i] = (long)o->b.batch.v[i];
+    q.batches = batches;
+    q.nbatch = o->b.batch.n;
+    q.seq = o->b.seq;
+    q.tps = tps;
+    q.ntp = o->tp.n;
+    q.eps = eps;
+    q.nep = o->ep.n;
+    q.reps = reps;
+    q.nrep = o->replicate.n;
+    q.slo_token_ms = o->slo_token_ms;
+    q.slo_layer_us = o->slo_layer_us;
+    q.throughput = o->throughput;
+    q.max_gpus = o->max_gpus;
+    q.iters = o->b.iters;
+    q.seed = (unsigned long long)o->b.seed;
+    if (o->b.out) {
+        static const char *const cols[] = {
+            "source", "routing", "tp", "ep", "replicate", "batch", "layer_us", "layer_p99_us",
+            "ffn_us", "comm_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance",
+            "local_hit_rate", "token_ms", "token_p99_ms", "replica_tokens_per_s", "dp", "gpus",
+            "meets_slo"};
+        rc = mp_mkdir_p(o->b.out, "--out");
+        if (rc == MP_OK)
+            rc = mp_csv_open(&csv, o->b.out, "plan.csv", cols, (int)(sizeof cols / sizeof cols[0]), 0);
+        if (rc != MP_OK)
+            goto out;
+    }
+    const struct mp_model *m = &q.model;
+    printf("# moeperf-plan: %s (H %d, D %d, E %d, top-%d, %d shared, %d MoE layers) on %s\n",
+           m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, m->layers, q.cluster.name);
+    printf("# SLO: p99 token %s, p99 layer %s; target %.0f tokens/s; at most %d GPUs\n",
+           q.slo_token_ms > 0 ? "set" : "none", q.slo_layer_us > 0 ? "set" : "none",
+           q.throughput, q.max_gpus);
+    if (q.slo_token_ms > 0 || q.slo_layer_us > 0)
+        printf("#   token p99 <= %.2f ms, layer p99 <= %.1f us (0 = not bounded)\n",
+               q.slo_token_ms, q.slo_layer_us);
+    printf("# token_ms: the MoE layers of one decode step (layers × layer p99); attention and dense\n"
+           "# parts are not modelled.\n");
+    for (int ri = 0; ri < o->b.routing.n; ri++) {
+        struct mp_routing rt;
+        rc = mp_routing_parse(o->b.routing.v[ri], m->experts, m->topk, (uint64_t)o->b.seed, &rt);
+        if (rc != MP_OK)
+            goto out;
+        q.routing = &rt;
+        struct mp_plan_cand *c = NULL;
+        int n = 0;
+        rc = mp_plan_evaluate(&q, &c, &n);
+        if (rc != MP_OK) {
+            mp_routing_free(&rt);
+            goto out;
+        }
+        if (csv.f)
+            write_plan_csv(o, o->b.routing.v[ri], c, n, &csv);
+        printf("\n## routing %s: %d candidates\n", o->b.routing.v[ri], n);
+        int best = mp_plan_best(c, n);
+        if (best >= 0) {
+            const struct mp_plan_cand *b = &c[best];
+            printf("cheapest plan: tp%dep%d, replicate-hot:%d, batch %ld × %d replica(s) = %d GPUs, "
+                   "p99 token %.2f ms, %.0f tokens/s\n",
+                   b->tp, b->ep, b->replicate, b->batch, b->dp, b->gpus, b->token_p99_ms,
+                   b->replica_tps * b->dp);
+            long cap = mp_plan_batch_cap(c, n, b->tp, b->ep, b->replicate);
+            if (cap > 0)
+                printf("batch cap for tp%dep%d replicate-hot:%d: %ld (the largest batch with "
+                       "comm/ffn <= 1)\n", b->tp, b->ep, b->replicate, cap);
+            else
+                printf("batch cap for tp%dep%d replicate-hot:%d: none (network-bound at every "
+                       "batch)\n", b->tp, b->ep, b->replicate);
+            int up = mp_plan_scaled_batch(c, n, best, 2, 1);
+            int down = mp_plan_scaled_batch(c, n, best, 1, 2);
+            if (up >= 0)
+                printf("replicas vs batch: doubling the batch to %ld needs %d replica(s) (%d GPUs), "
+                       "p99 token %.2f ms, SLO %s: %s\n",
+                       c[up].batch, c[up].dp, c[up].gpus, c[up].token_p99_ms,
+                       c[up].meets ? "met" : "missed",
+                       !c[up].meets ? "more replicas beat a larger batch"
+                       : c[up].gpus < b->gpus ? "the larger batch is cheaper"
+                                              : "the larger batch saves nothing");
+            if (down >= 0)
+                printf("replicas vs batch: halving the batch to %ld needs %d replica(s) (%d GPUs), "
+                       "p99 token %.2f ms: %s\n",
+                       c[down].batch, c[down].dp, c[down].gpus, c[down].token_p99_ms,
+                       c[down].gpus > b->gpus ? "more replicas at a smaller batch cost more GPUs"
+                                              : "more replicas at a smaller batch cost no more");
+        } else {
+            printf("no candidate meets the SLO within %d GPUs\n", q.max_gpus);
+        }
+        /* the ranked table, then the shape of the best layout over batch */
+        struct mp_plan_cand *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+        if (sorted && !o->b.quiet) {
+            memcpy(sorted, c, (size_t)n * sizeof *sorted);
+            qsort(sorted, (size_t)n, sizeof *sorted, by_cost);
+            printf("\nranked (fewest GPUs meeting the SLO first):\n");
+            print_cand_header();
+            for (int i = 0; i < n && i < 12; i++)
+                print_cand(&sorted[i]);
+            const struct mp_plan_cand *ref = best >= 0 ? &c[best] : n > 0 ? &c[0] : NULL;
+            for (int pass = 0; ref && pass < 2; pass++) {
+                int rep = pass == 0 ? ref->replicate : 0;
+                if (pass == 1 && ref->replicate == 0)
+                    break;
+                printf("\ntp%dep%d replicate-hot:%d over batch:\n", ref->tp, ref->ep, rep);
+                print_cand_header();
+                for (int i = 0; i < n; i++)
+                    if (c[i].tp == ref->tp && c[i].ep == ref->ep && c[i].replicate == rep)
+                        print_cand(&c[i]);
+            }
+        }
+        free(sorted);
+        free(c);
+        mp_routing_free(&rt);
+    }
+    if (o->b.out)
+        printf("\n# every candidate: %s/plan.csv\n", o->b.out);
+out:
+    mp_csv_close(&csv);
+    free(tps);
+    free(eps);
+    free(reps);
+    free(batches);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct plan_opts o;
+    char **dirs = NULL;
+    int ndirs = 0;
+    mp_log_init("moeperf-plan", -1);
+    memset(&o, 0, sizeof o);
+    o.b.experts = o.b.topk = o.b.shared = o.b.hidden = o.b.ffn = o.b.layers = -1;
+    int rc = mp_opts_parse(options, &o, argc, argv, mp_bench_help(summary), &dirs, &ndirs);
+    if (rc == MP_OK) {
+        if (o.calibrate && o.validate) {
+            mp_usage("--calibrate and --validate: pick one");
+            rc = MP_ERR_USAGE;
+        } else if ((o.calibrate || o.validate) && ndirs == 0) {
+            mp_usage("--%s needs at least one RUN_DIR", o.calibrate ? "calibrate" : "validate");
+            rc = MP_ERR_USAGE;
+        } else if (!o.calibrate && !o.validate && ndirs > 0) {
+            mp_usage("'%s': run directories are read by --calibrate or --validate", dirs[0]);
+            rc = MP_ERR_USAGE;
+        } else if (o.validate && !o.b.cluster) {
+            mp_usage("--validate: --cluster PROFILE is needed");
+            rc = MP_ERR_USAGE;
+        } else {
+            rc = o.calibrate  ? run_calibrate(&o, dirs, ndirs)
+                 : o.validate ? run_validate(&o, dirs, ndirs)
+                              : run_plan(&o);
+        }
+    }
+    free(dirs);
+    mp_opts_free(options, &o);
+    return rc == MP_HELP ? 0 : rc;
+}

@@ -1,0 +1,145 @@
+/* plan.c - the capacity planner's evaluation and findings (see plan.h, docs/planning.md). */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "placement.h"
+#include "stats.h"
+#include "vlayer.h"
+
+static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, long batch,
+                        struct mp_plan_cand *c)
+{
+    const struct mp_model *m = &q->model;
+    char spec[64];
+    if (R > 0)
+        snprintf(spec, sizeof spec, "replicate-hot:%d", R);
+    else
+        snprintf(spec, sizeof spec, "contiguous");
+    struct mp_placement pl;
+    int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
+    if (rc != MP_OK)
+        return rc;
+    struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
+                          .iters = q->iters};
+    struct mp_point_result res;
+    rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
+    mp_placement_free(&pl);
+    if (rc != MP_OK)
+        return rc;
+    int n = res.iters;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        mp_point_result_free(&res);
+        return MP_ERR_RUNTIME;
+    }
+    struct mp_summary s;
+    double med[MP_ITER_METRICS];
+    for (size_t k = 0; k < MP_ITER_METRICS; k++) {
+        for (int i = 0; i < n; i++)
+            v[i] = ((const double *)&res.metrics[i])[k];
+        mp_summarize(v, n, &s);
+        med[k] = s.p50;
+        if (k == 0)
+            c->layer_p99_us = s.p99;
+    }
+    free(v);
+    mp_point_result_free(&res);
+    const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
+    c->tp = tp;
+    c->ep = ep;
+    c->replicate = R;
+    c->batch = batch;
+    c->layer_us = M->layer_us;
+    c->ffn_us = M->ffn_us;
+    c->comm_us = M->comm_us;
+    c->ratio = M->comm_comp_ratio;
+    c->bubble = M->bubble_ratio;
+    c->imbalance = M->load_imbalance;
+    c->hit = M->local_hit_rate;
+    c->token_ms = m->layers * c->layer_us / 1e3;
+    c->token_p99_ms = m->layers * c->layer_p99_us / 1e3;
+    /* a decode step yields one token per sequence: batch·seq tokens per step of token_ms */
+    c->replica_tps = c->token_ms > 0 ? (double)batch * q->seq / (c->token_ms / 1e3) : 0;
+    c->dp = q->throughput > 0 && c->replica_tps > 0 ? (int)ceil(q->throughput / c->replica_tps) : 1;
+    if (c->dp < 1)
+        c->dp = 1;
+    c->gpus = tp * ep * c->dp;
+    int slo_ok = 1;
+    if (q->slo_token_ms > 0)
+        slo_ok = c->token_p99_ms <= q->slo_token_ms;
+    if (q->slo_layer_us > 0)
+        slo_ok = slo_ok && c->layer_p99_us <= q->slo_layer_us;
+    c->meets = slo_ok && c->gpus <= q->max_gpus;
+    return MP_OK;
+}
+
+int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
+{
+    int cap = q->ntp * q->nep * q->nrep * q->nbatch, k = 0, rc = MP_OK;
+    struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
+    if (!c) {
+        mp_error("out of memory for %d candidates", cap);
+        return MP_ERR_RUNTIME;
+    }
+    for (int a = 0; a < q->ntp && rc == MP_OK; a++)
+        for (int b = 0; b < q->nep && rc == MP_OK; b++) {
+            int tp = q->tps[a], ep = q->eps[b];
+            if (q->model.ffn % tp || tp > q->cluster.gpus_per_node || ep > q->model.experts ||
+                (long)tp * ep > q->max_gpus)
+                continue;
+            for (int r = 0; r < q->nrep && rc == MP_OK; r++) {
+                if (q->reps[r] > q->model.experts || (q->reps[r] > 0 && ep == 1))
+                    continue; /* nothing to replicate onto */
+                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                    rc = evaluate_one(q, tp, ep, q->reps[r], q->batches[i], &c[k++]);
+            }
+        }
+    if (rc != MP_OK) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    *n = k;
+    return MP_OK;
+}
+
+long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, int tp, int ep, int replicate)
+{
+    long cap = -1;
+    for (int i = 0; i < n; i++)
+        if (c[i].tp == tp && c[i].ep == ep && c[i].replicate == replicate && c[i].ratio <= 1 &&
+            c[i].batch > cap)
+            cap = c[i].batch;
+    return cap;
+}
+
+int mp_plan_best(const struct mp_plan_cand *c, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!c[i].meets)
+            continue;
+        if (best < 0 || c[i].gpus < c[best].gpus ||
+            (c[i].gpus == c[best].gpus && (c[i].token_p99_ms < c[best].token_p99_ms ||
+                                           (c[i].token_p99_ms == c[best].token_p99_ms &&
+                                            c[i].dp < c[best].dp))))
+            best = i;
+    }
+    return best;
+}
+
+int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num, int den)
+{
+    if (best < 0 || c[best].batch * num % den != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (c[i].tp == c[best].tp && c[i].ep == c[best].ep &&
+            c[i].replicate == c[best].replicate && c[i].batch == c[best].batch * num / den)
+            return i;
+    return -1;
+}

@@ -1,0 +1,52 @@
+/* plan.h - the capacity planner: every candidate (layout tp×ep, batch, hot-expert replicas) run
+ * through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
+ * check, and the findings a capacity plan rests on (batch cap, cheapest layout, replicas vs batch). */
+#ifndef MP_PLAN_H
+#define MP_PLAN_H
+
+#include "cluster.h"
+#include "model.h"
+#include "routing.h"
+
+struct mp_plan_req {
+    struct mp_model model;
+    struct mp_cluster cluster;
+    const struct mp_routing *routing;
+    const long *batches;
+    int nbatch, seq;
+    const int *tps, *eps, *reps; /* candidate TP sizes, EP sizes, replicate-hot counts */
+    int ntp, nep, nrep;
+    double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
+    double slo_layer_us;  /* p99 per MoE layer, or 0 */
+    double throughput;    /* target tokens/s over all replicas */
+    int max_gpus, iters;
+    unsigned long long seed;
+};
+
+struct mp_plan_cand {
+    int tp, ep, replicate;
+    long batch;
+    double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
+    double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
+    double replica_tps;            /* tokens/s of one replica: batch / token time */
+    int dp, gpus;                  /* replicas for the target throughput, and their GPUs */
+    int meets;                     /* p99 within the SLO and gpus ≤ max_gpus */
+};
+
+/* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤
+ * max_gpus). *out is a heap array of *n candidates in enumeration order. */
+int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
+
+/* Largest batch whose comm_comp_ratio is ≤ 1 for one (tp, ep, replicate), or -1 if every batch
+ * is network-bound. */
+long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, int tp, int ep, int replicate);
+
+/* Index of the cheapest candidate meeting the SLO: fewest GPUs, then lowest p99 token time, then
+ * fewest replicas; -1 if none meets it. */
+int mp_plan_best(const struct mp_plan_cand *c, int n);
+
+/* Replicas against batch for the best candidate's layout: the candidate with the same layout and
+ * replicas at `num`/`den` times its batch (2/1: twice, 1/2: half), or -1 when the sweep has none. */
+int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num, int den);
+
+#endif

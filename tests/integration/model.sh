@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# model.sh - moeperf-layer on the model backends: 64 virtual ranks in one process write the same
+# layer.csv columns as a measurement with source=model, and bad combinations and profiles are
+# refused with exit 2.
+. "$(dirname "$0")/lib.sh"
+
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+    --layout tp4ep16 --batch 1,16,128 --routing uniform,hot:4:15 --placement contiguous,replicate-hot:4 \
+    --iters 8 --quiet --out "$TMP/model" || fail "model run exit $?"
+"$BIN/moeperf-layer" --hidden 64 --ffn 64 --experts 8 --topk 2 --batch 1 --iters 2 --quiet \
+    --out "$TMP/measured" || fail "measured run exit $?"
+[ "$(head -1 "$TMP/model/layer.csv")" = "$(head -1 "$TMP/measured/layer.csv")" ] ||
+    fail "model and measured layer.csv headers differ"
+[ "$(rows "$TMP/model/layer.csv")" -eq 12 ] || fail "expected 12 model points"
+[ "$(col "$TMP/model/layer.csv" source | sort -u)" = model ] || fail "source is not model"
+[ "$(col "$TMP/model/layer.csv" world | sort -u)" = 64 ] || fail "world is not 64"
+[ "$(rows "$TMP/model/layer_ranks.csv")" -eq $((12 * 64)) ] || fail "expected 64 ranks per point"
+python3 - "$TMP/model/run.json" <<'PY' || fail "run.json lacks the cluster profile"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["cluster"]["name"] == "h100-ndr" and d["cluster"]["gpus_per_node"] == 8, d.get("cluster")
+assert d["nodes"] == 8 and d["world"] == 64
+PY
+# the layer is the slowest rank's sum of phases; replication lowers the hot-expert imbalance
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["layer_us"] < $c["ffn_us"] || $c["bubble_ratio"] < 0 || $c["bubble_ratio"] >= 1 { print "FAIL: row " NR; bad = 1 }
+    $c["routing"] == "hot:4:15" && $c["batch"] == 128 { imb[$c["placement"]] = $c["load_imbalance"]; lay[$c["placement"]] = $c["layer_us"] }
+    END { if (!(imb["replicate-hot:4"] < imb["contiguous"] / 2)) { print "FAIL: imbalance " imb["contiguous"] " -> " imb["replicate-hot:4"]; bad = 1 }
+          if (!(lay["replicate-hot:4"] < lay["contiguous"])) { print "FAIL: layer " lay["contiguous"] " -> " lay["replicate-hot:4"]; bad = 1 }
+          exit bad }' "$TMP/model/layer.csv" || exit 1
+
+expect2() {
+    set +e
+    "$BIN/$1" "${@:2}" >/dev/null 2>"$TMP/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "$* exited $rc: $(cat "$TMP/err")"
+    echo "refused: $(cat "$TMP/err")"
+}
+expect2 moeperf-layer --backend model --comm mpi --cluster h100-ndr --world 8
+expect2 moeperf-layer --backend model --comm model --world 8
+expect2 moeperf-layer --backend model --comm model --cluster h100-ndr
+expect2 moeperf-layer --backend model --comm model --cluster h100-ndr --world 8 --layout tp2ep8
+expect2 moeperf-layer --backend model --comm model --cluster h100-ndr --world 8 --check
+expect2 moeperf-a2a --backend model --comm model
+printf 'base = h100-ndr\ninter_bw = -1\n' >"$TMP/neg.ini"
+expect2 moeperf-layer --backend model --comm model --cluster "$TMP/neg.ini" --world 8
+printf 'flops = 1e15\n' >"$TMP/missing.ini"
+expect2 moeperf-layer --backend model --comm model --cluster "$TMP/missing.ini" --world 8
+printf 'base = h100-ndr\nnic_speed = 3\n' >"$TMP/unknown.ini"
+expect2 moeperf-layer --backend model --comm model --cluster "$TMP/unknown.ini" --world 8
+echo PASS

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# plan.sh - the planner on the first seed's setting (seed-k3, 64 h100-ndr GPUs as tp4ep16,
+# hot:4:15): layer time grows with batch, skew raises the bubble at small batch, replicate-hot
+# cuts the imbalance and the layer time; the findings are printed and plan.csv holds every
+# candidate; bad input exits 2.
+. "$(dirname "$0")/lib.sh"
+PLAN=$BUILD/reports/moeperf-plan
+
+"$PLAN" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 --tp 4 --ep 16 \
+    --replicate 0,4 --batch 1,16,32,64,128 --slo-token-ms 50 --throughput 20000 \
+    --out "$TMP/plan" >"$TMP/stdout" || fail "moeperf-plan exit $?"
+cat "$TMP/stdout"
+grep -q '^cheapest plan: tp4ep16' "$TMP/stdout" || fail "no cheapest plan"
+grep -q '^batch cap for tp4ep16' "$TMP/stdout" || fail "no batch cap"
+grep -q '^replicas vs batch' "$TMP/stdout" || fail "no replicas-vs-batch finding"
+[ "$(rows "$TMP/plan/plan.csv")" -eq 20 ] || fail "plan.csv: $(rows "$TMP/plan/plan.csv") rows"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { k = $c["routing"] "/" $c["replicate"]
+      if (k in last && $c["layer_us"] < last[k]) { print "FAIL: layer time falls with batch: " k " " $c["batch"]; bad = 1 }
+      last[k] = $c["layer_us"]
+      v[$c["routing"], $c["replicate"], $c["batch"], "bubble"] = $c["bubble_ratio"]
+      v[$c["routing"], $c["replicate"], $c["batch"], "imb"] = $c["load_imbalance"]
+      v[$c["routing"], $c["replicate"], $c["batch"], "layer"] = $c["layer_us"] }
+    END {
+      for (b = 1; b <= 16; b += 15)
+        if (!(v["hot:4:15", 0, b, "bubble"] > v["uniform", 0, b, "bubble"])) { print "FAIL: skew does not raise the bubble at batch " b; bad = 1 }
+      split("16 32 64 128", bs, " ")
+      for (i in bs) if (!(v["hot:4:15", 4, bs[i], "imb"] < v["hot:4:15", 0, bs[i], "imb"] / 2)) { print "FAIL: replicate-hot imbalance at " bs[i]; bad = 1 }
+      if (!(v["hot:4:15", 4, 128, "layer"] < v["hot:4:15", 0, 128, "layer"])) { print "FAIL: replicate-hot layer time at 128"; bad = 1 }
+      exit bad }' "$TMP/plan/plan.csv" || exit 1
+
+expect2() {
+    set +e
+    "$PLAN" "$@" >/dev/null 2>"$TMP/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "$* exited $rc: $(cat "$TMP/err")"
+    echo "refused: $(cat "$TMP/err")"
+}
+expect2 --routing uniform
+expect2 --cluster h100-ndr --calibrate
+expect2 --cluster h100-ndr "$TMP"
+printf 'base = h100-ndr\nhbm_eff = 0\n' >"$TMP/zero.ini"
+expect2 --cluster "$TMP/zero.ini"
+expect2 --calibrate --out "$TMP/x.ini" "$TMP/nothing-here"
+echo PASS

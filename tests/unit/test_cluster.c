@@ -1,0 +1,103 @@
+/* test_cluster.c - cluster profiles (presets, files, refusals) and the model's equations on
+ * hand-computed values. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cluster.h"
+#include "error.h"
+
+static char dir[64];
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+int main(void)
+{
+    mp_log_init("test_cluster", -1);
+    snprintf(dir, sizeof dir, "/tmp/moeperf-cluster.XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+    struct mp_cluster c;
+
+    /* presets carry the public figures the issue names */
+    CHECK_INT(mp_cluster_resolve("h100-ndr", &c), MP_OK);
+    CHECK_NEAR(c.flops, 989e12, 1e-12);
+    CHECK_NEAR(c.hbm_bw, 3.35e12, 1e-12);
+    CHECK_NEAR(c.intra_bw, 450e9, 1e-12);
+    CHECK_NEAR(c.inter_bw, 50e9, 1e-12); /* 400 Gb/s */
+    CHECK_INT(c.gpus_per_node, 8);
+    CHECK_INT(mp_cluster_resolve("h200-ndr", &c), MP_OK);
+    CHECK_NEAR(c.hbm_bw, 4.8e12, 1e-12);
+    CHECK_INT(mp_cluster_resolve("a100-hdr", &c), MP_OK);
+    CHECK_NEAR(c.flops, 312e12, 1e-12);
+    CHECK_NEAR(c.inter_bw, 25e9, 1e-12);
+    CHECK_INT(mp_cluster_resolve("b200-xdr", &c), MP_OK);
+    CHECK_NEAR(c.flops, 2.25e15, 1e-12);
+    CHECK_NEAR(c.intra_bw, 900e9, 1e-12);
+    for (int i = 0; i < mp_cluster_npresets; i++)
+        CHECK_INT(mp_cluster_validate(&mp_cluster_presets[i], "preset"), MP_OK);
+
+    /* a file from a base, in any key order; then a round trip through mp_cluster_write */
+    const char *p = write_file("a.ini", "# test\nhbm_eff = 0.5\nbase = a100-hdr\nname = lab\n"
+                                        "congestion=0\n");
+    CHECK_INT(mp_cluster_resolve(p, &c), MP_OK);
+    CHECK_STR(c.name, "lab");
+    CHECK_NEAR(c.hbm_eff, 0.5, 0);
+    CHECK_NEAR(c.flops, 312e12, 1e-12);
+    CHECK_NEAR(c.congestion, 0, 0);
+    char out[256];
+    snprintf(out, sizeof out, "%s/written.ini", dir);
+    FILE *f = fopen(out, "w");
+    CHECK_INT(mp_cluster_write(&c, f), MP_OK);
+    fclose(f);
+    struct mp_cluster back;
+    CHECK_INT(mp_cluster_resolve(out, &back), MP_OK);
+    CHECK_NEAR(back.hbm_eff, 0.5, 1e-9);
+    CHECK_NEAR(back.inter_bw, c.inter_bw, 1e-9);
+    CHECK_INT(back.gpus_per_node, c.gpus_per_node);
+
+    /* refusals: negative, missing, unknown, out-of-range efficiency, non-numeric, unreadable */
+    CHECK_INT(mp_cluster_resolve(write_file("n.ini", "base=h100-ndr\ninter_bw=-5\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("m.ini", "flops=1e12\nhbm_bw=1e12\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("u.ini", "base=h100-ndr\nwarp=9\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("e.ini", "base=h100-ndr\nhbm_eff=1.5\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("x.ini", "base=h100-ndr\nflops=fast\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("g.ini", "base=h100-ndr\ngpus_per_node=2.5\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("b.ini", "base=h900\n"), &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve("/nonexistent/profile.ini", &c), MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve("", &c), MP_ERR_USAGE);
+
+    /* equations, on a profile with round numbers */
+    struct mp_cluster r = {.flops = 1e12, .hbm_bw = 1e9, .gpus_per_node = 4, .intra_bw = 1e9,
+                           .inter_bw = 1e8, .elem_bytes = 2, .flops_eff = 0.5, .hbm_eff = 0.5,
+                           .intra_eff = 1, .inter_eff = 0.5, .intra_lat_us = 10,
+                           .inter_lat_us = 20, .launch_us = 3, .congestion = 1};
+    /* memory-bound: 1e6 bytes / 0.5e9 = 2000 µs > 1e6 FLOP / 0.5e12 = 2 µs; + 3 µs × 2 experts */
+    CHECK_NEAR(mp_model_ffn_us(&r, 1e6, 1e6, 2), 2006, 1e-12);
+    /* compute-bound: 2e9 FLOP / 0.5e12 = 4000 µs > 2000 µs */
+    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2), 4006, 1e-12);
+    /* intra only: 10 + 1e6 / 1e9 s = 1010 µs */
+    CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 0, 1, 0, 1), 1010, 1e-12);
+    /* inter with incast 4: 20 + 1e5 / 0.5e8 s × (1 + log2 4) = 20 + 2000 × 3 */
+    CHECK_NEAR(mp_model_exchange_us(&r, 0, 1e5, 0, 1, 4), 6020, 1e-12);
+    /* both classes run at once: the larger counts */
+    CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 1e5, 1, 1, 4), 6020, 1e-12);
+    /* ring allreduce, 4 ranks in a node: 2·10 + 2·3/4·1e6/1e9 s = 20 + 1500 */
+    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 4), 1520, 1e-12);
+    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 1), 0, 0);
+    /* 8 ranks span two nodes: the inter-node link, 2·20 + 2·7/8·1e6/0.5e8 s */
+    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 8), 40 + 35000, 1e-12);
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_INT(system(cmd), 0);
+    CHECK_DONE();
+}
