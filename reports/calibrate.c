@@ -168,6 +168,9 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         }
         for (int c = 0; c < 5; c++)
             p->meas[CAL_LAYER_FFN + c] = num(t, r, meas_cols[c]);
+        /* combine_us holds the wait for the slowest rank, which layer_us already weighs: fitting
+         * it too would count that one quantity twice */
+        p->meas[CAL_LAYER_COMBINE] = NAN;
         if (p->tp == 1)
             p->meas[CAL_LAYER_TP] = NAN; /* nothing to reduce: not a fit target */
         if (p->ep == 1)

@@ -166,7 +166,7 @@ static int run_validate(struct plan_opts *o, char **dirs, int ndirs)
                   : set.pts[i].tool == 1 ? CAL_A2A_TIME
                                          : CAL_FFN_FFN;
         double m = set.pts[i].meas[col], p = mp_calib_predict(&set, i, &cl, col);
-        printf("%-64.64s %12.1f %12.1f %+7.1f%%\n", set.pts[i].label, m, p, 100 * (p - m) / m);
+        printf("%-64s %12.1f %12.1f %+7.1f%%\n", set.pts[i].label, m, p, 100 * (p - m) / m);
     }
     print_errors(&set, &cl);
     mp_calib_free(&set);
