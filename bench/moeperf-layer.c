@@ -16,13 +16,14 @@
 #include "session.h"
 #include "stats.h"
 #include "vlayer.h"
+#include "watchdog.h"
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
-    MP_OPT_INJECT_DELAY,
+    MP_OPT_TIMEOUT, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
     MP_OPT_END,
 };
 
@@ -165,6 +166,11 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed, NULL, &routings, &nrout));
     MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
+    int straggle_rank;
+    double straggle_us;
+    MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &straggle_rank, &straggle_us));
+    if (!s.modelled)
+        MP_CHECK(mp_watchdog_start());
     if (s.modelled && s.o.check) {
         mp_usage("--check compares data, and the model backends move none; drop --check");
         rc = MP_ERR_USAGE;
@@ -209,19 +215,23 @@ int main(int argc, char **argv)
                     mp_row_free(&key);
                     if (skip)
                         continue;
-                    if (c->rank == 0) {
-                        char label[256];
-                        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name,
-                                 s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                    char label[512];
+                    snprintf(label, sizeof label, "layout %s routing %s placement %s batch %ld",
+                             lay->name, s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                    if (c->rank == 0)
                         mp_progress(npoint, total, label);
-                    }
+                    if (!s.modelled)
+                        mp_watchdog_arm(s.o.timeout, label);
                     struct mp_point pt = {.batch = batch, .seq = s.o.seq, .routing = &routings[ri],
                                           .placement = &pl, .warmup = s.o.warmup,
-                                          .iters = s.o.iters, .check = s.o.check};
+                                          .iters = s.o.iters, .check = s.o.check,
+                                          .straggle_rank = straggle_rank,
+                                          .straggle_us = straggle_us};
                     struct mp_point_result res;
                     rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
                                                     (uint64_t)s.o.seed, &pt, &res)
                                     : mp_layer_run(L, &pt, &res);
+                    mp_watchdog_disarm();
                     timed_us += res.timed_us;
                     measured++;
                     if (rc == MP_OK && c->rank == 0)

@@ -160,3 +160,22 @@ int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts,
     }
     return MP_OK;
 }
+
+int mp_straggle_parse(const char *text, int world, int *rank, double *us)
+{
+    *rank = -1;
+    *us = 0;
+    if (!text)
+        return MP_OK;
+    char *end;
+    long r = strtol(text, &end, 10);
+    double v = *end == ':' ? strtod(end + 1, &end) : -1;
+    if (end == text || *end || r < 0 || r >= world || !(v >= 0) || v > 1e9) {
+        mp_usage("--straggle: '%s' is not RANK:US with 0 <= RANK < %d and 0 <= US <= 1e9", text,
+                 world);
+        return MP_ERR_USAGE;
+    }
+    *rank = (int)r;
+    *us = v;
+    return MP_OK;
+}

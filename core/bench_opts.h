@@ -63,6 +63,12 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_INJECT_DELAY                                                                        \
     {"inject-delay-us", MP_OPT_DOUBLE, MP_O(inject_delay_us), "0", 0, 1e9, NULL, "US",             \
      "debug: busy-wait US µs before every dispatch/combine all-to-all (emulates a slower link)"}
+#define MP_OPT_TIMEOUT                                                                             \
+    {"timeout", MP_OPT_DOUBLE, MP_O(timeout), "600", 0, 1e7, NULL, "S",                            \
+     "end the run with a message naming the point if one takes longer (0: never)"}
+#define MP_OPT_STRAGGLE                                                                            \
+    {"straggle", MP_OPT_STRING, MP_O(straggle), NULL, MP_NOLIMIT, NULL, "RANK:US",                 \
+     "debug: world rank RANK spends US µs more in every expert FFN phase (a straggler)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */
@@ -92,6 +98,9 @@ void mp_routings_free(struct mp_routing *r, int n);
  * cannot be built for a layout's EP size. */
 int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
                       const struct mp_strlist *placements);
+
+/* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */
+int mp_straggle_parse(const char *text, int world, int *rank, double *us);
 
 /* Resolve --model and the per-field overrides. */
 int mp_bench_model(const struct mp_bench_opts *o, struct mp_model *m);

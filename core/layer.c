@@ -329,6 +329,12 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
         sa.wd = L->wd + L->nlocal + s;
         MP_CHECK(o->expert_ffn(dev, &sa));
     }
+    if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) { /* debug: a slow rank */
+        MP_CHECK(o->sync(dev));
+        double until = mp_now_us() + pt->straggle_us;
+        while (mp_now_us() < until)
+            ;
+    }
     MP_CHECK(o->mark(dev, MARK_FFN));
 
     /* TP reduce: sum the D-shards of every routed and shared row */

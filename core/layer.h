@@ -20,6 +20,8 @@ struct mp_point {
     const struct mp_placement *placement;
     int warmup, iters;
     int check;   /* compare the output with the single-process reference */
+    int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */
+    double straggle_us;  /* 0: off */
 };
 
 /* What a point produced. `ranks` and `metrics` are filled on world rank 0 only. */

@@ -94,6 +94,7 @@ struct mp_bench_opts {
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;
     double inject_delay_us; /* debug: added to every dispatch/combine exchange */
+    char *straggle;         /* debug: "RANK:US" */
 };
 
 #endif

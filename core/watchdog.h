@@ -1,0 +1,18 @@
+/* watchdog.h - keeps a sweep from hanging: a thread that ends the process with a message naming
+ * the point when a point outlives --timeout (a dead rank or link leaves MPI waiting forever), and a
+ * SIGTERM/SIGINT handler that names the point the run was stopped in. Completed rows are already
+ * flushed, so --resume finishes the sweep. */
+#ifndef MP_WATCHDOG_H
+#define MP_WATCHDOG_H
+
+/* Start the watchdog thread and install the signal handlers (once per process). */
+int mp_watchdog_start(void);
+
+/* Arm for `seconds` (≤ 0: no deadline) with `label` naming the point ("layout tp1ep2 routing
+ * uniform placement contiguous batch 64"); the message says this rank and host. */
+void mp_watchdog_arm(double seconds, const char *label);
+
+/* The point completed. */
+void mp_watchdog_disarm(void);
+
+#endif
