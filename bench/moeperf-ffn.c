@@ -26,7 +26,7 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
-    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
+    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_MAX_MEMORY,
     MP_OPT_END,
 };
 
@@ -275,16 +275,17 @@ static int memory_guard(const struct mp_session *s, const struct wcache *wc, con
     double need = fresh * 3.0 * H * Dl * elem +
                   (routed * 2 + tok * (1 + m->shared)) * H * elem +
                   (routed > tok ? routed : tok) * (2 * Dl * elem + H * sizeof(float));
-    long long avail = mp_mem_available();
-    double ratio = avail > 0 ? need * c->local_size / (0.9 * (double)avail) : 0;
+    double budget = mp_memory_budget(s->o.max_memory, c->local_size);
+    double ratio = budget > 0 ? need / budget : 0;
     int rc = c->ops->max_double(c, &ratio);
     if (rc != MP_OK)
         return rc;
     if (ratio > 1) {
-        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs about %.0f%% "
-                 "of the memory left for %d rank(s) on a host; lower --hidden/--ffn/--batch or "
-                 "use more ranks",
-                 batch, m->hidden, m->ffn, m->experts, c->ep, ratio * 90, c->local_size);
+        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs %.0f%% of the "
+                 "per-rank budget (%s, %.3g GB); lower --hidden/--ffn/--batch or use more ranks",
+                 batch, m->hidden, m->ffn, m->experts, c->ep, ratio * 100,
+                 s->o.max_memory > 0 ? "--max-memory" : "90% of free memory / ranks per host",
+                 budget / 1e9);
         return MP_ERR_USAGE;
     }
     return MP_OK;

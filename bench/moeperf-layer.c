@@ -23,7 +23,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
-    MP_OPT_TIMEOUT, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
+    MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
     MP_OPT_END,
 };
 
@@ -201,7 +201,7 @@ int main(int argc, char **argv)
         MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
         if (!s.modelled)
             MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed,
-                                     max_batch * s.o.seq));
+                                     max_batch * s.o.seq, s.o.max_memory));
         for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
             for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
                 struct mp_placement pl;

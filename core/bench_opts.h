@@ -69,6 +69,9 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_STRAGGLE                                                                            \
     {"straggle", MP_OPT_STRING, MP_O(straggle), NULL, MP_NOLIMIT, NULL, "RANK:US",                 \
      "debug: world rank RANK spends US µs more in every expert FFN phase (a straggler)"}
+#define MP_OPT_MAX_MEMORY                                                                          \
+    {"max-memory", MP_OPT_SIZE, MP_O(max_memory), NULL, 1, 9.2e18, NULL, "SIZE",                   \
+     "refuse points that need more per rank (default: 90% of free memory / ranks per host)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

@@ -62,7 +62,7 @@ double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max
 
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
                     struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
-                    long max_tokens)
+                    long max_tokens, long long max_memory)
 {
     int tp = comm->tp, ep = comm->ep;
     if (model->ffn % tp != 0) {
@@ -73,13 +73,20 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     int max_local = model->experts;
     double need = mp_layer_bytes_estimate(model, tp, ep, (model->experts + ep - 1) / ep,
                                           max_tokens, ops->elem_size);
-    long long avail = mp_mem_available();
-    if (avail > 0 && need * comm->local_size > (double)avail * 0.9) {
+    double budget = mp_memory_budget(max_memory, comm->local_size);
+    if (budget > 0 && need > budget) {
         mp_usage("--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to %ld tokens needs "
-                 "about %.2f GB per rank (%d ranks on this host), %.2f GB is available; lower "
+                 "about %.3g GB per rank, the budget is %.3g GB (%s); lower "
                  "--hidden/--ffn/--experts/--batch or use more ranks",
                  model->name, model->hidden, model->ffn, model->experts, ep, max_tokens, need / 1e9,
-                 comm->local_size, (double)avail / 1e9);
+                 budget / 1e9, max_memory > 0 ? "--max-memory" : "90% of free memory / ranks per host");
+        return MP_ERR_USAGE;
+    }
+    /* counts and displacements travel as MPI ints: a rank's rows must fit in one */
+    double rows_rank = (double)((max_tokens + ep - 1) / ep) * model->topk;
+    if ((double)max_tokens * model->topk > 2147483647.0 || rows_rank > 2147483647.0) {
+        mp_usage("--batch × --seq × --topk = %.0f token-expert rows exceeds the 2^31 an MPI count "
+                 "holds; lower --batch or --seq", (double)max_tokens * model->topk);
         return MP_ERR_USAGE;
     }
     struct mp_layer *L = calloc(1, sizeof *L);

@@ -38,11 +38,12 @@ struct mp_layer; /* one layout's buffers, plan and weights */
 
 /* Prepare a layout (the comm must already be split for it) for points of at most `max_tokens`
  * tokens (batch·seq) in total. Buffers are sized here, once; points reuse them. Refuses with
- * MP_ERR_USAGE (message naming the flags and the bytes) when the estimate exceeds this host's
- * available memory shared by its ranks. */
+ * MP_ERR_USAGE, before allocating and naming the flags and the bytes, when the estimate exceeds the
+ * per-rank budget (mp_memory_budget with `max_memory`), or when a rank's token-expert rows would
+ * exceed the 2^31 an MPI count holds. */
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
                     struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
-                    long max_tokens);
+                    long max_tokens, long long max_memory);
 void mp_layer_destroy(struct mp_layer *L);
 
 /* Run one point on every rank: set up weights (cached across points with the same local experts),

@@ -95,6 +95,7 @@ struct mp_bench_opts {
     int quiet;
     double inject_delay_us; /* debug: added to every dispatch/combine exchange */
     char *straggle;         /* debug: "RANK:US" */
+    long long max_memory;   /* bytes one rank may allocate; -1: from the host's free memory */
 };
 
 #endif

@@ -128,3 +128,13 @@ long long mp_mem_available(void)
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
+
+double mp_memory_budget(long long max_memory, int local_ranks)
+{
+    if (max_memory > 0)
+        return (double)max_memory;
+    long long avail = mp_mem_available();
+    if (avail <= 0)
+        return -1;
+    return 0.9 * (double)avail / (local_ranks > 0 ? local_ranks : 1);
+}

@@ -11,4 +11,8 @@ struct cJSON *mp_topo_summary(void);
 /* Bytes of memory available to a new allocation on this host (MemAvailable), or -1 if unknown. */
 long long mp_mem_available(void);
 
+/* The bytes one rank may allocate: `max_memory` (--max-memory) when > 0, else 90% of this host's
+ * available memory shared by its `local_ranks` ranks; a negative value when unknown. */
+double mp_memory_budget(long long max_memory, int local_ranks);
+
 #endif

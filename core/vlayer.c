@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "error.h"
 #include "plan.h"
+#include "topo.h"
 
 #define POOL_DRAWS 8
 
@@ -111,6 +112,16 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     if (P < 1)
         P = 1;
     size_t pairs = (size_t)T * K;
+    /* refuse before allocating: the draws, the ep×ep traffic matrix and the per-rank arrays */
+    double need = (double)pairs * 8 + (double)ep * ep * 8 + (double)ep * L * 8 +
+                  (double)P * ep * 8 * 8 + (double)(T / ep + 1) * K * 16;
+    double budget = mp_memory_budget(0, 1);
+    if ((budget > 0 && need > budget) || (double)(T / ep + 1) * K > 2147483647.0) {
+        mp_usage("modelling batch %ld × seq %d × top-%d on %d EP ranks needs about %.3g GB, more "
+                 "than this host can give (%.3g GB); lower --batch, --seq or the EP size",
+                 pt->batch, pt->seq, K, ep, need / 1e9, budget / 1e9);
+        return MP_ERR_USAGE;
+    }
     struct mp_plan plan = {0};
     struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
     int32_t *ids = malloc(pairs * sizeof *ids);

@@ -148,8 +148,13 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         long batch = (long)num(t, r, "batch");
         int seq = (int)num(t, r, "seq");
         uint64_t seed = (uint64_t)num(t, r, "seed");
-        if (m->hidden < 1 || m->ffn < 1 || m->topk < 1 || m->experts < m->topk || p->tp < 1 ||
-            p->ep < 1 || batch < 1 || seq < 1 || m->ffn % p->tp) {
+        /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
+         * (what one process can replay); anything else is not a run this tool wrote */
+        if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
+            m->topk < 1 || m->experts < m->topk || m->experts > 65536 || m->shared < 0 ||
+            m->shared > 64 || p->tp < 1 || p->tp > 1024 || p->ep < 1 || p->ep > 4096 ||
+            batch < 1 || batch > (1 << 24) || seq < 1 || seq > (1 << 20) || m->ffn % p->tp ||
+            (double)batch * seq * m->topk > (double)(1 << 26)) {
             mp_usage("--calibrate: %s row %ld has an invalid workload", t->path, r + 2);
             set->n--;
             return MP_ERR_USAGE;

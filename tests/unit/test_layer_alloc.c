@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     CHECK_INT(mp_model_override(&m, 16, 4, 1, 128, 256, -1), MP_OK);
     const char *routings[] = {"hot:2:10", "gate:0.3"};
     struct mp_layer *L;
-    CHECK_INT(mp_layer_create(&L, ops, dev, c, &m, 5, 64), MP_OK);
+    CHECK_INT(mp_layer_create(&L, ops, dev, c, &m, 5, 64, 0), MP_OK);
     for (int i = 0; i < 2; i++) {
         struct mp_routing rt;
         struct mp_placement pl;
