@@ -32,8 +32,6 @@ static const char summary[] =
     "Run under mpirun with tp·ep ranks (a single process is tp1ep1). Medians on stdout;\n"
     "layer.csv, layer_samples.csv, layer_ranks.csv and run.json in --out.";
 
-/* Relative error above which --check fails (fp32 against a double-precision reference). */
-#define CHECK_TOLERANCE 1e-5
 
 
 static const char *const summary_cols[] = {
@@ -237,11 +235,11 @@ int main(int argc, char **argv)
                     if (rc == MP_OK && c->rank == 0)
                         rc = write_point(&s, &f, lay, s.o.routing.v[ri], s.o.placement.v[pi],
                                          batch, &res);
-                    if (rc == MP_OK && s.o.check && !(res.check_error <= CHECK_TOLERANCE)) {
+                    if (rc == MP_OK && s.o.check && !(res.check_error <= s.cops->check_tolerance)) {
                         mp_usage("--check failed at layout %s routing %s placement %s batch %ld: "
                                  "relative error %.3g exceeds %.0e",
                                  lay->name, s.o.routing.v[ri], s.o.placement.v[pi], batch,
-                                 res.check_error, CHECK_TOLERANCE);
+                                 res.check_error, s.cops->check_tolerance);
                         rc = MP_ERR_RUNTIME;
                         s.agreed = 1;
                     }

@@ -8,6 +8,9 @@
 
 const struct mp_comm_ops *const mp_comm_backends[] = {
     &mp_comm_mpi,
+#if HAVE_NCCL
+    &mp_comm_nccl,
+#endif
     &mp_comm_model,
     NULL,
 };
@@ -22,6 +25,10 @@ const struct mp_comm_ops *mp_comm_find(const char *name)
             strncat(built, "|", sizeof built - strlen(built) - 1);
         strncat(built, mp_comm_backends[i]->name, sizeof built - strlen(built) - 1);
     }
-    mp_usage("--comm: '%s' is not one of the built backends: %s", name, built);
+    if (strcmp(name, "nccl") == 0)
+        mp_usage("--comm: nccl is not built into this binary (built: %s); configure with NCCL "
+                 "available", built);
+    else
+        mp_usage("--comm: '%s' is not one of the built backends: %s", name, built);
     return NULL;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "config.h"
+
 struct mp_comm_ops;
 
 /* Facts every backend fills in; `priv` is the backend's own state. Rank r of a tp×ep layout has
@@ -55,11 +57,18 @@ struct mp_comm_ops {
     int (*bcast)(struct mp_comm *c, void *buf, size_t bytes);
     /* max of a double over the world (to every rank) */
     int (*max_double)(struct mp_comm *c, double *v);
+
+    /* optional: the compute backend's device stream and element size, for backends whose
+     * collectives run on the device (nccl); called once after the compute backend starts */
+    int (*bind_device)(struct mp_comm *c, void *stream, size_t elem_size);
 };
 
 extern const struct mp_comm_ops *const mp_comm_backends[];
 extern const struct mp_comm_ops mp_comm_mpi;
 extern const struct mp_comm_ops mp_comm_model;
+#if HAVE_NCCL
+extern const struct mp_comm_ops mp_comm_nccl;
+#endif
 
 /* Find a backend by name; NULL and a usage message naming --comm if absent. */
 const struct mp_comm_ops *mp_comm_find(const char *name);

@@ -156,6 +156,17 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     rc = s->cops->init(&s->dev, s->comm->local_rank);
     if (rc != MP_OK)
         return rc;
+    if (s->comm->ops->bind_device) {
+        void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
+        if (!stream) {
+            mp_usage("--comm %s runs its collectives on the device: it needs --backend cuda",
+                     s->comm->ops->name);
+            return MP_ERR_USAGE;
+        }
+        rc = s->comm->ops->bind_device(s->comm, stream, s->cops->elem_size);
+        if (rc != MP_OK)
+            return rc;
+    }
     rc = note_ranks(s);
     if (rc == MP_OK && s->run) {
         cJSON *m = cJSON_CreateObject();

@@ -18,6 +18,16 @@ static double armed_seconds;
 static char message[1024];
 static volatile sig_atomic_t message_len;
 static int started;
+static void (*expire_fn)(void *);
+static void *expire_arg;
+
+void mp_watchdog_on_expire(void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&lock);
+    expire_fn = fn;
+    expire_arg = arg;
+    pthread_mutex_unlock(&lock);
+}
 
 static void *watch(void *arg)
 {
@@ -39,6 +49,8 @@ static void *watch(void *arg)
                              mp_prog(), (int)message_len, message, armed_seconds);
             if (write(STDERR_FILENO, out, (size_t)(n < (int)sizeof out ? n : (int)sizeof out - 1)) < 0)
                 n = 0;
+            if (expire_fn)
+                expire_fn(expire_arg);
             _exit(MP_ERR_RUNTIME);
         }
         /* sleep in short steps: the condition variable waits on the realtime clock */

@@ -15,4 +15,8 @@ void mp_watchdog_arm(double seconds, const char *label);
 /* The point completed. */
 void mp_watchdog_disarm(void);
 
+/* Call fn(arg) when the deadline passes, before the process ends (a comm backend aborts its
+ * communicators there). One hook; a later call replaces it. */
+void mp_watchdog_on_expire(void (*fn)(void *), void *arg);
+
 #endif

@@ -8,6 +8,9 @@
 
 const struct mp_compute_ops *const mp_compute_backends[] = {
     &mp_compute_cpu,
+#if HAVE_CUDA
+    &mp_compute_cuda,
+#endif
     &mp_compute_model,
     NULL,
 };

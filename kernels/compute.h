@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
+
 /* A block of whole rows moved by copy_rows: rows [src, src+n) → [dst, dst+n). */
 struct mp_chunk {
     long src, dst, n;
@@ -29,6 +31,9 @@ struct mp_compute; /* a backend instance */
 struct mp_compute_ops {
     const char *name;
     size_t elem_size; /* bytes per activation/weight element in buffers (4 cpu, 2 cuda) */
+    /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers
+     * 1e-5; bf16 storage rounds weights, activations and intermediates to 8 bits of mantissa */
+    double check_tolerance;
 
     /* lifecycle: `local_rank` picks the device where there are several */
     int (*init)(struct mp_compute **out, int local_rank);
@@ -69,6 +74,10 @@ struct mp_compute_ops {
     /* roofline of this device, measured now: the best of a few runs of a large GEMM in the
      * backend's arithmetic (FLOP/s) and of a large device-memory copy (bytes/s, read + written) */
     int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *bytes_per_s);
+
+    /* the device stream the kernels run on (cudaStream_t), for a comm backend that must order its
+     * collectives with them; NULL for host backends */
+    void *(*native_stream)(struct mp_compute *c);
 };
 
 #define MP_TIMER_SLOTS 16
@@ -77,6 +86,9 @@ struct mp_compute_ops {
 extern const struct mp_compute_ops *const mp_compute_backends[];
 extern const struct mp_compute_ops mp_compute_cpu;
 extern const struct mp_compute_ops mp_compute_model;
+#if HAVE_CUDA
+extern const struct mp_compute_ops mp_compute_cuda;
+#endif
 
 /* Find a backend by name; NULL (and a usage message naming --backend and the built ones) if absent. */
 const struct mp_compute_ops *mp_compute_find(const char *name);

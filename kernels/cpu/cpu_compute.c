@@ -241,6 +241,7 @@ out:
 const struct mp_compute_ops mp_compute_cpu = {
     .name = "cpu",
     .elem_size = sizeof(float),
+    .check_tolerance = 1e-5,
     .init = cpu_init,
     .fini = cpu_fini,
     .device_name = cpu_device_name,

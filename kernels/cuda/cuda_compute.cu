@@ -1,0 +1,460 @@
+/* cuda_compute.cu - the cuda compute backend: bf16 activations and weights in device memory, fp32
+ * accumulation, cuBLAS GEMMs for the gate and the expert FFN, kernels for top-k, permutation,
+ * SwiGLU and the weighted combine, CUDA events for the phase timers. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "compute.h"
+#include "error.h"
+}
+#include "cuda_helpers.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+#define CUDACHECK(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            mp_error_at(__FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(e_));              \
+            return MP_ERR_RUNTIME;                                                                 \
+        }                                                                                          \
+    } while (0)
+#define CUBLASCHECK(call)                                                                          \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            mp_error_at(__FILE__, __LINE__, "%s: cuBLAS status %d", #call, (int)s_);               \
+            return MP_ERR_RUNTIME;                                                                 \
+        }                                                                                          \
+    } while (0)
+
+struct mp_compute {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t ev[MP_TIMER_SLOTS];
+    char name[320];
+    /* host staging for fp32 <-> bf16, grown outside timed loops (upload/download) */
+    bf16 *h_bf;
+    size_t h_bf_cap;
+    /* device scratch, grown on a first (warm-up) call and reused */
+    int32_t *d_idx;
+    size_t idx_cap;
+    float *d_f;
+    size_t f_cap;
+    float *d_logits;
+    size_t logits_cap;
+    float *d_noise;
+    size_t noise_cap;
+    int32_t *d_ids;
+    size_t ids_cap;
+    float *d_w;
+    size_t w_cap;
+    float *d_acc;
+    size_t acc_cap;
+};
+
+/* Grow a device buffer to at least `need` bytes (first calls only; the timed loop reuses it). */
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return MP_OK;
+    if (*p)
+        cudaFree(*p);
+    *p = NULL;
+    CUDACHECK(cudaMalloc(p, need));
+    *cap = need;
+    return MP_OK;
+}
+
+static int cuda_init(struct mp_compute **out, int local_rank)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        mp_error("--backend cuda: no CUDA device is present (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return MP_ERR_RUNTIME;
+    }
+    struct mp_compute *c = (struct mp_compute *)calloc(1, sizeof *c);
+    if (!c) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    c->device = local_rank % n; /* one rank per GPU: the host's ranks take the GPUs in order */
+    *out = c;
+    CUDACHECK(cudaSetDevice(c->device));
+    CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUBLASCHECK(cublasCreate(&c->blas));
+    CUBLASCHECK(cublasSetStream(c->blas, c->stream));
+    for (int i = 0; i < MP_TIMER_SLOTS; i++)
+        CUDACHECK(cudaEventCreate(&c->ev[i]));
+    cudaDeviceProp p;
+    CUDACHECK(cudaGetDeviceProperties(&p, c->device));
+    char bus[32] = "";
+    cudaDeviceGetPCIBusId(bus, sizeof bus, c->device);
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(c->name, sizeof c->name, "%s (pci %s, sm_%d%d, %.0f GiB; driver %d.%d, runtime %d.%d)",
+             p.name, bus, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
+             (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    return MP_OK;
+}
+
+static void cuda_fini(struct mp_compute *c)
+{
+    if (!c)
+        return;
+    cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < MP_TIMER_SLOTS; i++)
+        if (c->ev[i])
+            cudaEventDestroy(c->ev[i]);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    cudaFree(c->d_idx);
+    cudaFree(c->d_f);
+    cudaFree(c->d_logits);
+    cudaFree(c->d_noise);
+    cudaFree(c->d_ids);
+    cudaFree(c->d_w);
+    cudaFree(c->d_acc);
+    cudaFreeHost(c->h_bf);
+    free(c);
+}
+
+static const char *cuda_device_name(struct mp_compute *c) { return c->name; }
+
+static void *cuda_alloc(struct mp_compute *c, size_t n)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, (n ? n : 1) * sizeof(bf16)) != cudaSuccess)
+        return NULL;
+    return p;
+}
+
+static void cuda_free(struct mp_compute *c, void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+static int stage(struct mp_compute *c, size_t n)
+{
+    if (n <= c->h_bf_cap)
+        return MP_OK;
+    cudaFreeHost(c->h_bf);
+    c->h_bf = NULL;
+    CUDACHECK(cudaMallocHost((void **)&c->h_bf, n * sizeof(bf16)));
+    c->h_bf_cap = n;
+    return MP_OK;
+}
+
+static int cuda_upload(struct mp_compute *c, void *dst, const float *src, size_t n)
+{
+    if (stage(c, n) != MP_OK)
+        return MP_ERR_RUNTIME;
+    for (size_t i = 0; i < n; i++)
+        c->h_bf[i] = __float2bfloat16(src[i]);
+    CUDACHECK(cudaMemcpyAsync(dst, c->h_bf, n * sizeof(bf16), cudaMemcpyHostToDevice, c->stream));
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    return MP_OK;
+}
+
+static int cuda_download(struct mp_compute *c, float *dst, const void *src, size_t n)
+{
+    if (stage(c, n) != MP_OK)
+        return MP_ERR_RUNTIME;
+    CUDACHECK(cudaMemcpyAsync(c->h_bf, src, n * sizeof(bf16), cudaMemcpyDeviceToHost, c->stream));
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    for (size_t i = 0; i < n; i++)
+        dst[i] = __bfloat162float(c->h_bf[i]);
+    return MP_OK;
+}
+
+/* C[m×n] = A[m×k]·B[k×n], row-major, bf16 inputs, fp32 compute; cuBLAS is column-major, so this
+ * computes Cᵀ = Bᵀ·Aᵀ with the same memory. */
+static cublasStatus_t gemm_rm(cublasHandle_t h, int m, int n, int k, const void *A, int lda,
+                              const void *B, int ldb, void *C, cudaDataType ctype, int ldc)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, B, CUDA_R_16BF, ldb, A,
+                        CUDA_R_16BF, lda, &zero, C, ctype, ldc, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
+/* One thread per token: noise, top-k, renormalised softmax weights. */
+__global__ void gate_topk_kernel(float *logits, const float *noise, long ntok, int E, int K,
+                                 int32_t *ids, float *w)
+{
+    long t = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (t >= ntok)
+        return;
+    float *l = logits + t * E;
+    if (noise)
+        for (int e = 0; e < E; e++)
+            l[e] += noise[t * E + e];
+    mp_topk_select(l, E, K, ids + t * K);
+    mp_topk_weights(l, K, ids + t * K, w + t * K);
+}
+
+static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
+                     long ntok, int H, int E, int K, int32_t *ids, float *w)
+{
+    if (ntok <= 0)
+        return MP_OK;
+    size_t nl = (size_t)ntok * E, nk = (size_t)ntok * K;
+    if (grow((void **)&c->d_logits, &c->logits_cap, nl * sizeof(float)) != MP_OK ||
+        (noise && grow((void **)&c->d_noise, &c->noise_cap, nl * sizeof(float)) != MP_OK) ||
+        grow((void **)&c->d_ids, &c->ids_cap, nk * sizeof(int32_t)) != MP_OK ||
+        grow((void **)&c->d_w, &c->w_cap, nk * sizeof(float)) != MP_OK)
+        return MP_ERR_RUNTIME;
+    CUBLASCHECK(gemm_rm(c->blas, (int)ntok, E, H, x, H, wg, E, c->d_logits, CUDA_R_32F, E));
+    if (noise)
+        CUDACHECK(cudaMemcpyAsync(c->d_noise, noise, nl * sizeof(float), cudaMemcpyHostToDevice,
+                                  c->stream));
+    int threads = 128;
+    gate_topk_kernel<<<(unsigned)((ntok + threads - 1) / threads), threads, 0, c->stream>>>(
+        c->d_logits, noise ? c->d_noise : NULL, ntok, E, K, c->d_ids, c->d_w);
+    CUDACHECK(cudaGetLastError());
+    /* the dispatch plan is built on the host: this is the dynamic mode's host sync */
+    CUDACHECK(cudaMemcpyAsync(ids, c->d_ids, nk * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
+    CUDACHECK(cudaMemcpyAsync(w, c->d_w, nk * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    return MP_OK;
+}
+
+/* Gather rows: out[i] = x[src[i]], 8 bf16 (16 bytes) at a time when H allows. */
+__global__ void permute_kernel(const bf16 *x, const int32_t *src, long nrows, int H, bf16 *out)
+{
+    long i = blockIdx.x;
+    if (i >= nrows)
+        return;
+    const bf16 *from = x + (long)mp_permute_src(src, i) * H;
+    bf16 *to = out + i * H;
+    if (H % 8 == 0) {
+        const int4 *f = (const int4 *)from;
+        int4 *t = (int4 *)to;
+        for (int h = threadIdx.x; h < H / 8; h += blockDim.x)
+            t[h] = f[h];
+    } else {
+        for (int h = threadIdx.x; h < H; h += blockDim.x)
+            to[h] = from[h];
+    }
+}
+
+static int cuda_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows,
+                        int H, void *out)
+{
+    if (nrows <= 0)
+        return MP_OK;
+    if (grow((void **)&c->d_idx, &c->idx_cap, (size_t)nrows * sizeof(int32_t)) != MP_OK)
+        return MP_ERR_RUNTIME;
+    CUDACHECK(cudaMemcpyAsync(c->d_idx, src_row, (size_t)nrows * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, c->stream));
+    permute_kernel<<<(unsigned)nrows, 128, 0, c->stream>>>((const bf16 *)x, c->d_idx, nrows, H,
+                                                           (bf16 *)out);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+static int cuda_copy_rows(struct mp_compute *c, const void *src, void *dst,
+                          const struct mp_chunk *ch, int nch, int H)
+{
+    size_t row = (size_t)H * sizeof(bf16);
+    for (int i = 0; i < nch; i++)
+        if (ch[i].n > 0)
+            CUDACHECK(cudaMemcpyAsync((char *)dst + ch[i].dst * row, (const char *)src + ch[i].src * row,
+                                      ch[i].n * row, cudaMemcpyDeviceToDevice, c->stream));
+    return MP_OK;
+}
+
+/* SwiGLU in place on rows of [gate | up]: the first half of each row becomes the activation. */
+__global__ void swiglu_kernel(bf16 *g, long m, int Dl)
+{
+    long i = blockIdx.x;
+    if (i >= m)
+        return;
+    bf16 *row = g + i * 2L * Dl;
+    for (int j = threadIdx.x; j < Dl; j += blockDim.x)
+        row[j] = __float2bfloat16(mp_swiglu(__bfloat162float(row[j]), __bfloat162float(row[Dl + j])));
+}
+
+static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    const bf16 *in = (const bf16 *)a->in;
+    bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
+    int H = a->H, Dl = a->Dl;
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m <= 0)
+            continue;
+        /* [gate | up] = in · [Wg | Wu]: m × 2Dl, then SwiGLU, then act · Wd: m × H */
+        CUBLASCHECK(gemm_rm(c->blas, (int)m, 2 * Dl, H, in + r0 * H, H, a->wgu[e], 2 * Dl, g,
+                            CUDA_R_16BF, 2 * Dl));
+        swiglu_kernel<<<(unsigned)m, 256, 0, c->stream>>>(g, m, Dl);
+        CUDACHECK(cudaGetLastError());
+        CUBLASCHECK(gemm_rm(c->blas, (int)m, H, Dl, g, 2 * Dl, a->wd[e], H, out + r0 * H,
+                            CUDA_R_16BF, H));
+    }
+    return MP_OK;
+}
+
+/* acc[tok[i]] += w[i]·rows[i] (fp32 atomics; rows of one token land from several experts). */
+__global__ void combine_scatter_kernel(const bf16 *rows, const int32_t *tok, const float *w,
+                                       long nrows, int H, float *acc)
+{
+    long i = blockIdx.x;
+    if (i >= nrows)
+        return;
+    float wi = w[i];
+    const bf16 *r = rows + i * H;
+    float *a = acc + (long)tok[i] * H;
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+        atomicAdd(a + h, wi * __bfloat162float(r[h]));
+}
+
+/* y = acc + Σ_s shared[s] in bf16. */
+__global__ void combine_finish_kernel(const float *acc, const bf16 *shared, int nshared, long n,
+                                      bf16 *y)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        float v = acc[i];
+        for (int s = 0; s < nshared; s++)
+            v += __bfloat162float(shared[s * n + i]);
+        y[i] = __float2bfloat16(v);
+    }
+}
+
+static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
+                        long nrows, const void *shared, int nshared, long ntok, int H, void *y)
+{
+    size_t n = (size_t)ntok * H;
+    if (n == 0)
+        return MP_OK;
+    if (grow((void **)&c->d_acc, &c->acc_cap, n * sizeof(float)) != MP_OK ||
+        grow((void **)&c->d_idx, &c->idx_cap, (size_t)(nrows > 0 ? nrows : 1) * sizeof(int32_t)) != MP_OK ||
+        grow((void **)&c->d_f, &c->f_cap, (size_t)(nrows > 0 ? nrows : 1) * sizeof(float)) != MP_OK)
+        return MP_ERR_RUNTIME;
+    CUDACHECK(cudaMemsetAsync(c->d_acc, 0, n * sizeof(float), c->stream));
+    if (nrows > 0) {
+        CUDACHECK(cudaMemcpyAsync(c->d_idx, tok, (size_t)nrows * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, c->stream));
+        CUDACHECK(cudaMemcpyAsync(c->d_f, w, (size_t)nrows * sizeof(float), cudaMemcpyHostToDevice,
+                                  c->stream));
+        combine_scatter_kernel<<<(unsigned)nrows, 256, 0, c->stream>>>(
+            (const bf16 *)rows, c->d_idx, c->d_f, nrows, H, c->d_acc);
+        CUDACHECK(cudaGetLastError());
+    }
+    combine_finish_kernel<<<(unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0,
+                            c->stream>>>(c->d_acc, shared ? (const bf16 *)shared : NULL,
+                                         shared ? nshared : 0, (long)n, (bf16 *)y);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+static int cuda_mark(struct mp_compute *c, int slot)
+{
+    CUDACHECK(cudaEventRecord(c->ev[slot], c->stream));
+    return MP_OK;
+}
+
+static double cuda_elapsed_us(struct mp_compute *c, int a, int b)
+{
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, c->ev[a], c->ev[b]) != cudaSuccess)
+        return -1;
+    return ms * 1e3;
+}
+
+static int cuda_sync(struct mp_compute *c)
+{
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    return MP_OK;
+}
+
+/* Best of 5: an 8192³ bf16 GEMM (2·8192³ FLOPs) and a 1 GiB device copy (read + written). */
+static int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *bytes_per_s)
+{
+    const int n = 8192;
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL, *d = NULL;
+    int rc = MP_ERR_RUNTIME;
+    double best_f = 0, best_b = 0;
+    if (cudaMalloc(&a, (size_t)n * n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc(&b, (size_t)n * n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc(&d, (size_t)n * n * sizeof(bf16)) != cudaSuccess) {
+        mp_error("cannot allocate the roofline GEMM buffers");
+        goto out;
+    }
+    cudaMemsetAsync(a, 0, (size_t)n * n * sizeof(bf16), c->stream);
+    cudaMemsetAsync(b, 0, (size_t)n * n * sizeof(bf16), c->stream);
+    for (int i = 0; i < 6; i++) {
+        cudaEventRecord(c->ev[0], c->stream);
+        if (gemm_rm(c->blas, n, n, n, a, n, b, n, d, CUDA_R_16BF, n) != CUBLAS_STATUS_SUCCESS)
+            goto out;
+        cudaEventRecord(c->ev[1], c->stream);
+        cudaEventSynchronize(c->ev[1]);
+        double us = cuda_elapsed_us(c, 0, 1);
+        if (i > 0 && us > 0 && 2.0 * n * n * n / (us * 1e-6) > best_f)
+            best_f = 2.0 * n * n * n / (us * 1e-6);
+    }
+    cudaFree(a);
+    cudaFree(b);
+    a = b = NULL;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        mp_error("cannot allocate the roofline copy buffers");
+        goto out;
+    }
+    cudaMemsetAsync(a, 1, bytes, c->stream);
+    for (int i = 0; i < 6; i++) {
+        cudaEventRecord(c->ev[0], c->stream);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, c->stream);
+        cudaEventRecord(c->ev[1], c->stream);
+        cudaEventSynchronize(c->ev[1]);
+        double us = cuda_elapsed_us(c, 0, 1);
+        if (i > 0 && us > 0 && 2.0 * bytes / (us * 1e-6) > best_b)
+            best_b = 2.0 * bytes / (us * 1e-6);
+    }
+    *flops_per_s = best_f;
+    *bytes_per_s = best_b;
+    rc = MP_OK;
+out:
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(d);
+    return rc;
+}
+
+static void *cuda_native_stream(struct mp_compute *c) { return (void *)c->stream; }
+
+extern "C" const struct mp_compute_ops mp_compute_cuda = {
+    .name = "cuda",
+    .elem_size = sizeof(bf16),
+    .check_tolerance = 2e-2,
+    .init = cuda_init,
+    .fini = cuda_fini,
+    .device_name = cuda_device_name,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .gate = cuda_gate,
+    .permute = cuda_permute,
+    .copy_rows = cuda_copy_rows,
+    .expert_ffn = cuda_expert_ffn,
+    .combine = cuda_combine,
+    .mark = cuda_mark,
+    .elapsed_us = cuda_elapsed_us,
+    .sync = cuda_sync,
+    .measure_peak = cuda_measure_peak,
+    .native_stream = cuda_native_stream,
+};
