@@ -3,7 +3,7 @@
 # (via plots/render).
 load PLOTS."/common.gp"
 
-set title "Isolated All-to-All: bus bandwidth vs size (busbw = algbw·(n−1)/n)" font ",15"
+set title "Isolated All-to-All: bus bandwidth vs size (busbw = algbw·(n−1)/n)" font TITLEFONT
 set logscale x 2
 set mxtics 1
 set xlabel "bytes one rank sends per all-to-all, self included (bytes_per_rank, log2 scale)"
@@ -11,7 +11,7 @@ set ylabel "busbw (GB/s = 10^9 bytes/s, median time)"
 set yrange [0:*]
 set offsets 0, 0, graph 0.08, 0
 set lmargin at screen 0.085; set rmargin at screen 0.6
-set key at screen 0.615, screen 0.905 left top vertical Left reverse font ",11"
+set key at screen 0.615, screen 0.905 left top vertical Left reverse font KEYFONT
 
 # one labelled tic per power of 4 within the data
 set xtics () 

@@ -3,15 +3,15 @@
 # columns batch and bubble_ratio (via plots/render), and the reference table's bubble_ratio.
 load PLOTS."/common.gp"
 
-set title "Bubble: rank time idle waiting for the hottest expert rank" font ",15"
+set title "Bubble: rank time idle waiting for the hottest expert rank" font TITLEFONT
 @batch_axis
 set ylabel "bubble (% of all ranks' layer time spent idle)"
 set format y "%g %%"
 set yrange [0:*]
 set lmargin at screen 0.085; set rmargin at screen 0.6
-set key at screen 0.615, screen 0.905 left top vertical Left reverse font ",11"
+set key at screen 0.615, screen 0.905 left top vertical Left reverse font KEYFONT
 
-REF_BUBBLE = (REF && strstrt(REF_COLS, " bubble_ratio ")) ? ", REF_FILE using (column('batch')):(100 * column('bubble_ratio')) lc rgb REFCOLOR lw 2.5 pt 9 ps 1.4 dt 4 title REF_LABEL" : ""
+REF_BUBBLE = (REF && strstrt(REF_COLS, " bubble_ratio ")) ? ", REF_FILE using (column('batch')):(100 * column('bubble_ratio')) lc rgb REFCOLOR lw 2.5 pt 9 ps 1.3*PS dt 4 title REF_LABEL" : ""
 
 plot for [i=1:N] FILE[i] using (column("batch")):(100 * column("bubble_ratio")) \
         lc rgb color(i) lw lw_src(SRC[i]) pt pt_src(SRC[i]) dt dt_src(SRC[i]) title TITLE[i] \

@@ -1,34 +1,38 @@
 # common.gp - terminal, colours and helpers every figure script loads; plots/render sets FMT (png or
 # svg), OUT (the image to write) and DATA (the folder of curve files and the figure's curves.gp).
 
+# Font sizes: the svg terminal draws text smaller than pngcairo at the same nominal size.
 if (FMT eq "svg") {
-    set terminal svg size 1200,800 font "sans,13" noenhanced background "#ffffff" linewidth 1
+    set terminal svg size 1200,800 font "sans,15" noenhanced background "#ffffff" linewidth 1
+    KEYFONT = ",12"; TITLEFONT = ",17"; SMALLFONT = ",11"; PS = 0.75
 } else {
     set terminal pngcairo size 1200,800 font "sans,12" noenhanced background "#ffffff" linewidth 1
+    KEYFONT = ",11"; TITLEFONT = ",15"; SMALLFONT = ",10"; PS = 1.1
 }
 set output OUT
 set encoding utf8
 set datafile separator ","
 set datafile missing ""
 
-# One colour per curve (layout / routing / placement / source), cycled past 8; colour-blind safe
-# (Okabe-Ito) with black kept for reference curves.
-array PALETTE[8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f3c8d", "#8c6d31"]
-color(i) = PALETTE[(i - 1) % 8 + 1]
+# One colour per curve (layout / routing / placement / source), cycled past 12; the first six are
+# the colour-blind safe Okabe-Ito colours; near-black is kept for reference curves.
+array PALETTE[12] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f3c8d", "#8c6d31", \
+    "#117733", "#882255", "#44aa99", "#999933"]
+color(i) = PALETTE[(i - 1) % 12 + 1]
 REFCOLOR = "#222222"
 
 # measured: filled points, thick lines; model (the planner's projection): open points, thin lines,
 # dashed where dashes do not already carry a meaning.
 pt_src(s) = (s eq "model") ? 6 : 7
 lw_src(s) = (s eq "model") ? 1.5 : 2.5
-dt_src(s) = (s eq "model") ? 3 : 1
+dt_src(s) = (s eq "model") ? 2 : 1
 
 set grid xtics ytics mxtics mytics lc rgb "#dddddd" lw 1
 set border lw 1.2
 set tics nomirror
 set key box lc rgb "#bbbbbb" opaque samplen 2.5 spacing 1.15
 set style data linespoints
-set pointsize 1.1
+set pointsize PS
 
 # A positive value or NaN, for log axes (comm_us can be slightly negative, see docs/METRICS.md).
 pos(v) = (v > 0) ? v : NaN
@@ -41,3 +45,5 @@ bytes_label(v) = (v < 1024) ? sprintf("%d B", v) : (v < 1048576) ? sprintf("%d K
     (v < 1073741824) ? sprintf("%d MiB", v / 1048576) : sprintf("%d GiB", v / 1073741824)
 
 load DATA."/curves.gp"
+# many curves: a smaller legend so it stays beside its plot
+if (N > 12) { KEYFONT = SMALLFONT }

@@ -4,7 +4,7 @@
 # flops, weight_bytes, achieved_GFLOPs, peak_GFLOPs, peak_GBps (via plots/render).
 load PLOTS."/common.gp"
 
-set title "Expert FFN: achieved vs roofline (points labelled with their batch)" font ",15"
+set title "Expert FFN: achieved vs roofline measured at start-up (points labelled with their batch)" font TITLEFONT
 set logscale x 2
 set logscale y 10
 set mxtics 1
@@ -13,7 +13,7 @@ set format y "%g"
 set xlabel "arithmetic intensity (FLOP per weight byte = flops / weight_bytes, log2 scale)"
 set ylabel "GFLOP/s (10^9 FLOP/s, log scale)"
 set lmargin at screen 0.085; set rmargin at screen 0.6
-set key at screen 0.615, screen 0.905 left top vertical Left reverse font ",11"
+set key at screen 0.615, screen 0.905 left top vertical Left reverse font KEYFONT
 set samples 400
 
 # x range: the data and every ridge point (peak FLOP/s / peak bytes/s), with a margin
@@ -29,6 +29,6 @@ roof(x, p, b) = (x * b < p) ? x * b : p
 plot for [i=1:N] FILE[i] using (column("flops") / column("weight_bytes")):(column("achieved_GFLOPs")) \
         lc rgb color(i) lw lw_src(SRC[i]) pt pt_src(SRC[i]) dt dt_src(SRC[i]) title TITLE[i], \
      for [i=1:N] FILE[i] using (column("flops") / column("weight_bytes")):(column("achieved_GFLOPs")):(sprintf("%d", column("batch"))) \
-        with labels offset 0, 1.0 tc rgb color(i) font ",10" notitle, \
+        with labels offset 0, 1.0 tc rgb color(i) font SMALLFONT notitle, \
      for [r=1:NROOF] roof(x, ROOF_P[r], ROOF_B[r]) with lines lc rgb REFCOLOR lw 2.5 dt r \
-        title sprintf("roofline: %.4g GFLOP/s peak, %.4g GB/s peak (measured at start-up)", ROOF_P[r], ROOF_B[r])
+        title sprintf("roofline: peaks %.4g GFLOP/s, %.4g GB/s", ROOF_P[r], ROOF_B[r])

@@ -1,0 +1,1659 @@
+/* moeperf-report - turns run directories into a capacity-planning report: one self-contained HTML
+ * page (figures as inline SVG, no network) and a Markdown version, with the environment, the
+ * degradation curves, tables of medians and p99, and findings computed from the data. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "options.h"
+#include "report.h"
+#include "results.h"
+
+/* Latency that grows with a log-log slope above this is "faster than batch"; the 10 % margin keeps
+ * a single noisy median from making a knee. */
+#define KNEE_SLOPE 1.1
+
+struct report_opts {
+    char *out, *md, *reference, *title;
+    int no_reference;
+};
+
+#define O(f) offsetof(struct report_opts, f)
+static const struct mp_opt options[] = {
+    {"out", MP_OPT_STRING, O(out), NULL, 1.0, 0.0, NULL, "FILE.html",
+     "write the self-contained HTML report (figures inline, no network) to FILE.html"},
+    {"md", MP_OPT_STRING, O(md), NULL, 1.0, 0.0, NULL, "FILE.md",
+     "write the Markdown report to FILE.md, its figures as SVG files in FILE_plots/"},
+    {"reference", MP_OPT_STRING, O(reference), NULL, 1.0, 0.0, NULL, "CSV",
+     "published table drawn beside the measurements (batch and metric columns) "
+     "[default: plots/seed-h100-64gpu.csv of the source tree]"},
+    {"no-reference", MP_OPT_FLAG, O(no_reference), NULL, 1.0, 0.0, NULL, NULL,
+     "draw no reference table"},
+    {"title", MP_OPT_STRING, O(title), "MoE layer capacity-planning report", 1.0, 0.0, NULL,
+     "TEXT", "the report's title"},
+    {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static const char summary[] =
+    "       moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]\n\n"
+    "Reads moeperf run directories (run.json, layer.csv, a2a.csv, ffn.csv; any subset; measured\n"
+    "and model runs alike) and writes a report: environment, the figures of plots/render, tables\n"
+    "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication, the\n"
+    "planner's projection beside the measurement).";
+
+/* The figures of plots/render, in report order, with what each shows. */
+static const struct {
+    const char *name, *title, *caption;
+} figures[] = {
+    {"layer_latency", "Layer latency vs batch",
+     "Top: the layer latency (layer_us, the slowest rank's layer time), median solid and p99 "
+     "dashed. Bottom: its parts on the critical path, the expert FFN (ffn_us, solid) and the "
+     "communication (comm_us: dispatch, TP reduce and combine, dashed). One colour per layout / "
+     "routing / placement; measured runs have filled points, model runs open points."},
+    {"comm_ratio", "Communication vs computation",
+     "comm_comp_ratio = comm_us / ffn_us against batch. Above the 1.0 line the All-to-All takes "
+     "longer than the experts' compute: the layer is network-bound. The batch cap is the last "
+     "batch below the line."},
+    {"bubble", "Bubble",
+     "bubble_ratio: the share of all ranks' layer time spent idle while the hottest expert rank "
+     "finishes its FFN. Hot experts raise it; replicating them lowers it."},
+    {"a2a_busbw", "Isolated All-to-All",
+     "Bus bandwidth of one alltoallv against the bytes one rank sends (busbw = algbw·(n−1)/n, the "
+     "nccl-tests convention): the uniform pattern and the MoE dispatch pattern."},
+    {"ffn_roofline", "Expert FFN against the roofline",
+     "Achieved GFLOP/s of the expert FFN against its arithmetic intensity (flops / weight_bytes), "
+     "each point labelled with its batch, under the roofline of the peaks measured at start-up."},
+};
+#define NFIG ((int)(sizeof figures / sizeof figures[0]))
+
+/* ---- the document: every call writes the HTML and the Markdown version ---- */
+
+#define CELL 192 /* one table cell's text */
+
+struct doc {
+    FILE *h, *m;
+};
+
+static void html_esc(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+}
+
+static void md_esc(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (strchr("\\`*_[]<>|#", *s))
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static void doc_h(struct doc *d, int level, const char *text)
+{
+    if (d->h) {
+        fprintf(d->h, "<h%d>", level);
+        html_esc(d->h, text);
+        fprintf(d->h, "</h%d>\n", level);
+    }
+    if (d->m) {
+        fprintf(d->m, "\n%.*s ", level, "######");
+        md_esc(d->m, text);
+        fputs("\n\n", d->m);
+    }
+}
+
+static void doc_p(struct doc *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void doc_p(struct doc *d, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (d->h) {
+        fputs("<p>", d->h);
+        html_esc(d->h, buf);
+        fputs("</p>\n", d->h);
+    }
+    if (d->m) {
+        md_esc(d->m, buf);
+        fputs("\n\n", d->m);
+    }
+}
+
+static void doc_ul(struct doc *d, int open)
+{
+    if (d->h)
+        fputs(open ? "<ul>\n" : "</ul>\n", d->h);
+    if (d->m && !open)
+        fputs("\n", d->m);
+}
+
+/* A list item: `head` in bold (may be NULL), then the formatted text. */
+static void doc_li(struct doc *d, const char *head, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void doc_li(struct doc *d, const char *head, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (d->h) {
+        fputs("<li>", d->h);
+        if (head) {
+            fputs("<b>", d->h);
+            html_esc(d->h, head);
+            fputs("</b>: ", d->h);
+        }
+        html_esc(d->h, buf);
+        fputs("</li>\n", d->h);
+    }
+    if (d->m) {
+        fputs("- ", d->m);
+        if (head) {
+            fputs("**", d->m);
+            md_esc(d->m, head);
+            fputs("**: ", d->m);
+        }
+        md_esc(d->m, buf);
+        fputs("\n", d->m);
+    }
+}
+
+/* A table row; header rows get <th> and, in Markdown, the alignment line (numbers right). */
+static void doc_row(struct doc *d, int n, char cells[][CELL], int header)
+{
+    if (d->h) {
+        fputs("<tr>", d->h);
+        for (int i = 0; i < n; i++) {
+            fputs(header ? "<th>" : "<td>", d->h);
+            html_esc(d->h, cells[i]);
+            fputs(header ? "</th>" : "</td>", d->h);
+        }
+        fputs("</tr>\n", d->h);
+    }
+    if (d->m) {
+        fputs("|", d->m);
+        for (int i = 0; i < n; i++) {
+            fputc(' ', d->m);
+            md_esc(d->m, cells[i]);
+            fputs(" |", d->m);
+        }
+        fputs("\n", d->m);
+        if (header) {
+            fputs("|", d->m);
+            for (int i = 0; i < n; i++)
+                fputs(i == 0 ? ":---|" : "---:|", d->m);
+            fputs("\n", d->m);
+        }
+    }
+}
+
+/* Open (open = 1: numbers, right-aligned; 2: text, left-aligned) or close a table. */
+static void doc_table(struct doc *d, int open)
+{
+    if (d->h)
+        fputs(open == 2   ? "<div class=\"tw\"><table class=\"text\">\n"
+              : open == 1 ? "<div class=\"tw\"><table>\n"
+                          : "</table></div>\n",
+              d->h);
+    if (d->m)
+        fputs("\n", d->m);
+}
+
+/* ---- numbers as text ---- */
+
+static void f_us(char *b, double v)
+{
+    if (isnan(v))
+        snprintf(b, CELL, "–");
+    else if (fabs(v) >= 100)
+        snprintf(b, CELL, "%.0f", v);
+    else
+        snprintf(b, CELL, "%.3g", v);
+}
+
+static void f_g(char *b, double v, const char *fmt)
+{
+    if (isnan(v))
+        snprintf(b, CELL, "–");
+    else
+        snprintf(b, CELL, fmt, v);
+}
+
+static void f_pct(char *b, double v) { f_g(b, 100 * v, "%.1f %%"); }
+
+static void f_bytes(char *b, double v)
+{
+    if (isnan(v))
+        snprintf(b, CELL, "–");
+    else if (v >= 1 << 30)
+        snprintf(b, CELL, "%.4g GiB", v / (1 << 30));
+    else if (v >= 1 << 20)
+        snprintf(b, CELL, "%.4g MiB", v / (1 << 20));
+    else if (v >= 1 << 10)
+        snprintf(b, CELL, "%.4g KiB", v / (1 << 10));
+    else
+        snprintf(b, CELL, "%.0f B", v);
+}
+
+/* ---- locating the source tree (plots/render and the default reference) ---- */
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The source tree this binary was built from: the parent of the build directory when the build
+ * directory lies inside it (build/reports/moeperf-report), else the "source" directory recorded
+ * in the build directory's meson-info/meson-info.json. Returns 0 and fills root, or -1. */
+static int find_root(char *root, size_t size)
+{
+    char exe[PATH_MAX], p[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0'; /* exe = BUILD/reports */
+    snprintf(p, sizeof p, "%s/../../plots/render", exe);
+    if (is_file(p)) {
+        snprintf(p, sizeof p, "%s/../..", exe);
+        return realpath(p, root) && strlen(root) < size ? 0 : -1;
+    }
+    snprintf(p, sizeof p, "%s/../meson-info/meson-info.json", exe);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -1;
+    char text[16384];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *src = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "directories"), "source");
+    int rc = -1;
+    if (cJSON_IsString(src) && strlen(src->valuestring) < size) {
+        snprintf(p, sizeof p, "%s/plots/render", src->valuestring);
+        if (is_file(p)) {
+            snprintf(root, size, "%s", src->valuestring);
+            rc = 0;
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* ---- running plots/render ---- */
+
+/* Run `bash render --format svg --out tmp [--reference ref --reference-label label] dirs...`.
+ * Returns MP_OK, MP_ERR_USAGE when render refused its input (exit 2), else MP_ERR_RUNTIME. */
+static int run_render(const char *render, const char *tmp, const char *ref, const char *label,
+                      char **dirs, int ndirs)
+{
+    const char **argv = calloc((size_t)ndirs + 12, sizeof *argv);
+    if (!argv) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int a = 0;
+    argv[a++] = "bash";
+    argv[a++] = render;
+    argv[a++] = "--format";
+    argv[a++] = "svg";
+    argv[a++] = "--out";
+    argv[a++] = tmp;
+    if (ref) {
+        argv[a++] = "--reference";
+        argv[a++] = ref;
+        argv[a++] = "--reference-label";
+        argv[a++] = label;
+    }
+    argv[a++] = "--";
+    for (int i = 0; i < ndirs; i++)
+        argv[a++] = dirs[i];
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        mp_error("fork: %s", strerror(errno));
+        free(argv);
+        return MP_ERR_RUNTIME;
+    }
+    if (pid == 0) {
+        FILE *null = freopen("/dev/null", "w", stdout); /* render lists what it drew */
+        (void)null;
+        execvp("bash", (char *const *)argv);
+        fprintf(stderr, "moeperf-report: cannot run bash %s: %s\n", render, strerror(errno));
+        _exit(127);
+    }
+    free(argv);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            mp_error("waitpid: %s", strerror(errno));
+            return MP_ERR_RUNTIME;
+        }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return MP_OK;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
+        return MP_ERR_USAGE; /* render named the file and column */
+    mp_error("%s failed (status %d); the figures could not be drawn", render,
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return MP_ERR_RUNTIME;
+}
+
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    long n = ftell(f);
+    rewind(f);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf)
+        buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ---- groups of a2a.csv and ffn.csv rows ---- */
+
+struct group {
+    const struct rp_run *run;
+    const struct mp_table *t;
+    char *label;
+    int n;
+    long *rows; /* sorted by the x column */
+};
+
+static const struct mp_table *sort_table;
+static int sort_col;
+static int cmp_rows(const void *a, const void *b)
+{
+    double x = strtod(sort_table->cells[*(const long *)a][sort_col], NULL);
+    double y = strtod(sort_table->cells[*(const long *)b][sort_col], NULL);
+    return (x > y) - (x < y);
+}
+
+static void groups_free(struct group *g, int n)
+{
+    for (int i = 0; g && i < n; i++) {
+        free(g[i].label);
+        free(g[i].rows);
+    }
+    free(g);
+}
+
+/* Rows of the a2a (which = 1) or ffn (which = 2) table of every run, grouped by the `cols` cells
+ * (a column a file lacks counts as empty), each group sorted by `xcol`. Labels join the non-empty
+ * cells of cols[1..nlabel), with "(source)", cols[0], at the end. */
+static int make_groups(const struct rp_run *runs, int nruns, int which, const char *const *cols,
+                       int ncols, int nlabel, const char *xcol, struct group **out, int *nout)
+{
+    struct group *g = NULL;
+    int n = 0;
+    for (int r = 0; r < nruns; r++) {
+        const struct mp_table *t = which == 1 ? &runs[r].a2a : &runs[r].ffn;
+        if (!t->cols)
+            continue;
+        int c[16];
+        for (int k = 0; k < ncols && k < 16; k++)
+            c[k] = mp_table_col(t, cols[k]);
+        for (long row = 0; row < t->nrows; row++) {
+            int found = -1;
+            for (int i = 0; i < n && found < 0; i++) {
+                if (g[i].t != t)
+                    continue;
+                int eq = 1;
+                for (int k = 0; k < ncols && eq; k++)
+                    eq = c[k] < 0 || strcmp(t->cells[g[i].rows[0]][c[k]], t->cells[row][c[k]]) == 0;
+                if (eq)
+                    found = i;
+            }
+            if (found < 0) {
+                struct group *ng = realloc(g, (size_t)(n + 1) * sizeof *ng);
+                if (!ng)
+                    goto oom;
+                g = ng;
+                memset(&g[n], 0, sizeof g[n]);
+                g[n].run = &runs[r];
+                g[n].t = t;
+                char label[512] = "";
+                size_t used = 0;
+                for (int k = 1; k < nlabel; k++)
+                    if (c[k] >= 0 && *t->cells[row][c[k]] && used < sizeof label)
+                        used += (size_t)snprintf(label + used, sizeof label - used, "%s%s",
+                                                 used ? " " : "", t->cells[row][c[k]]);
+                if (used < sizeof label)
+                    snprintf(label + used, sizeof label - used, " (%s)", t->cells[row][c[0]]);
+                if (!(g[n].label = strdup(label)))
+                    goto oom;
+                found = n++;
+            }
+            long *nr = realloc(g[found].rows, (size_t)(g[found].n + 1) * sizeof *nr);
+            if (!nr)
+                goto oom;
+            g[found].rows = nr;
+            g[found].rows[g[found].n++] = row;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        sort_table = g[i].t;
+        sort_col = mp_table_col(g[i].t, xcol);
+        qsort(g[i].rows, (size_t)g[i].n, sizeof *g[i].rows, cmp_rows);
+    }
+    *out = g;
+    *nout = n;
+    return MP_OK;
+oom:
+    groups_free(g, n);
+    mp_error("out of memory");
+    return MP_ERR_RUNTIME;
+}
+
+static double num(const struct mp_table *t, long row, const char *col)
+{
+    int c = mp_table_col(t, col);
+    if (c < 0 || !*t->cells[row][c])
+        return NAN;
+    char *end;
+    double v = strtod(t->cells[row][c], &end);
+    return *end ? NAN : v;
+}
+
+static const char *str(const struct mp_table *t, long row, const char *col)
+{
+    int c = mp_table_col(t, col);
+    return c < 0 ? "" : t->cells[row][c];
+}
+
+/* ---- the reference table ---- */
+
+struct reference {
+    char *path, *label;
+    struct mp_table t;
+    int n;
+    double *batch, *ratio, *lat, *bubble; /* lat: layer_us, else ffn_us + comm_us */
+};
+
+static void reference_free(struct reference *r)
+{
+    free(r->path);
+    free(r->label);
+    mp_table_free(&r->t);
+    free(r->batch);
+    free(r->ratio);
+    free(r->lat);
+    free(r->bubble);
+    memset(r, 0, sizeof *r);
+}
+
+static int reference_load(const char *path, struct reference *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!is_file(path)) {
+        mp_usage("--reference '%s': no such file; expected a CSV with a batch column", path);
+        return MP_ERR_USAGE;
+    }
+    int rc = mp_table_read(path, &r->t);
+    if (rc != MP_OK)
+        return rc;
+    if (mp_table_col(&r->t, "batch") < 0) {
+        mp_usage("--reference '%s': no column \"batch\"; a reference table has batch and metric "
+                 "columns (comm_comp_ratio, bubble_ratio, ffn_us, comm_us, layer_us)", path);
+        mp_table_free(&r->t);
+        return MP_ERR_USAGE;
+    }
+    r->path = strdup(path);
+    r->label = rp_csv_label(path);
+    if (!r->label) {
+        const char *base = strrchr(path, '/');
+        char buf[512];
+        snprintf(buf, sizeof buf, "reference: %.480s", base ? base + 1 : path);
+        r->label = strdup(buf);
+    }
+    size_t n = (size_t)r->t.nrows + 1;
+    r->batch = calloc(n, sizeof *r->batch);
+    r->ratio = calloc(n, sizeof *r->ratio);
+    r->lat = calloc(n, sizeof *r->lat);
+    r->bubble = calloc(n, sizeof *r->bubble);
+    if (!r->path || !r->label || !r->batch || !r->ratio || !r->lat || !r->bubble) {
+        reference_free(r);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    r->n = (int)r->t.nrows;
+    for (int i = 0; i < r->n; i++) {
+        r->batch[i] = num(&r->t, i, "batch");
+        r->ratio[i] = num(&r->t, i, "comm_comp_ratio");
+        r->bubble[i] = num(&r->t, i, "bubble_ratio");
+        r->lat[i] = mp_table_col(&r->t, "layer_us") >= 0
+                        ? num(&r->t, i, "layer_us")
+                        : num(&r->t, i, "ffn_us") + num(&r->t, i, "comm_us");
+    }
+    return MP_OK;
+}
+
+/* ---- findings ---- */
+
+static void batch_text(char *b, double v) { f_g(b, v, "%.0f"); }
+
+/* The findings of one curve as table cells. */
+static void cap_cell(char *out, const struct rp_cap *c)
+{
+    char a[CELL], b[CELL], st[CELL], lead[CELL] = "";
+    batch_text(a, c->cap);
+    batch_text(b, c->next);
+    batch_text(st, c->start);
+    if (c->leading && c->kind != RP_CAP_NETWORK)
+        snprintf(lead, CELL, "; above 1 below batch %.40s", st);
+    char text[1024]; /* room for any number; cut to a cell below */
+    switch (c->kind) {
+    case RP_CAP_FOUND:
+        snprintf(text, sizeof text, "%s (ratio %.2f; %.2f at batch %s, crosses 1 near batch %.0f%s)",
+                 a, c->cap_ratio, c->next_ratio, b, c->cross, lead);
+        break;
+    case RP_CAP_NOT_REACHED:
+        snprintf(text, sizeof text, "beyond %s (ratio at most %.3g%s)", a, c->max_compute, lead);
+        break;
+    case RP_CAP_NETWORK:
+        batch_text(b, c->max_ratio_at);
+        snprintf(text, sizeof text, "none: above 1 at every batch (up to %.2f at batch %s)",
+                 c->max_ratio, b);
+        break;
+    default:
+        snprintf(text, sizeof text, "–");
+    }
+    snprintf(out, CELL, "%.190s", text);
+}
+
+static void knee_cell(char *out, const struct rp_knee *k, double last)
+{
+    char a[CELL], b[CELL];
+    if (k->found) {
+        batch_text(a, k->batch);
+        batch_text(b, k->to);
+        snprintf(out, CELL, "%.40s (slope %.2f up to batch %.40s)", a, k->slope, b);
+    } else if (!isnan(k->max_slope)) {
+        batch_text(a, last);
+        snprintf(out, CELL, "none up to %.40s (steepest slope %.2f)", a, k->max_slope);
+    } else {
+        snprintf(out, CELL, "–");
+    }
+}
+
+static void bubble_cells(char *max, char *last, const struct rp_bubble *b)
+{
+    char p[CELL], at[CELL];
+    f_pct(p, b->max);
+    batch_text(at, b->max_at);
+    if (isnan(b->max))
+        snprintf(max, CELL, "–");
+    else
+        snprintf(max, CELL, "%.40s at batch %.40s", p, at);
+    f_pct(p, b->last);
+    batch_text(at, b->last_at);
+    if (isnan(b->last))
+        snprintf(last, CELL, "–");
+    else
+        snprintf(last, CELL, "%.40s at batch %.40s", p, at);
+}
+
+static void effect_text(char *out, size_t size, const struct rp_effect *e, const char *what)
+{
+    char at[CELL], bb[CELL], ba[CELL];
+    batch_text(at, e->at);
+    f_pct(bb, e->bubble_base);
+    f_pct(ba, e->bubble_alt);
+    char verdict[256];
+    if (!e->faster && !e->slower)
+        snprintf(verdict, sizeof verdict, "at no batch apart beyond the 95 %% confidence intervals "
+                                          "of the medians");
+    else
+        snprintf(verdict, sizeof verdict, "faster at %d and slower at %d of the %d batches "
+                                          "(95 %% confidence intervals of the medians apart)",
+                 e->faster, e->slower, e->n);
+    char imb[160] = "";
+    if (!isnan(e->imbalance_base) && !isnan(e->imbalance_alt))
+        snprintf(imb, sizeof imb, ", load imbalance %.2f → %.2f", e->imbalance_base,
+                 e->imbalance_alt);
+    snprintf(out, size,
+             "%s: layer latency ×%.2f (geometric mean over %d batches, ×%.2f to ×%.2f), %s; at "
+             "batch %s ×%.2f, bubble %s → %s%s",
+             what, e->geomean, e->n, e->min_ratio, e->max_ratio, verdict, at, e->ratio_at, bb,
+             ba, imb);
+}
+
+/* A curve's columns as arrays, for the findings functions. */
+struct cols {
+    int n;
+    double *batch, *lat, *ratio, *bubble;
+};
+
+static void cols_free(struct cols *c)
+{
+    free(c->batch);
+    free(c->lat);
+    free(c->ratio);
+    free(c->bubble);
+}
+
+static int cols_of(const struct rp_series *s, struct cols *c)
+{
+    size_t n = (size_t)s->n + 1;
+    c->n = s->n;
+    c->batch = calloc(n, sizeof *c->batch);
+    c->lat = calloc(n, sizeof *c->lat);
+    c->ratio = calloc(n, sizeof *c->ratio);
+    c->bubble = calloc(n, sizeof *c->bubble);
+    if (!c->batch || !c->lat || !c->ratio || !c->bubble) {
+        cols_free(c);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < s->n; i++) {
+        c->batch[i] = s->pt[i].batch;
+        c->lat[i] = s->pt[i].layer_us;
+        c->ratio[i] = s->pt[i].ratio;
+        c->bubble[i] = s->pt[i].bubble;
+    }
+    return MP_OK;
+}
+
+/* The batch cap over all measured curves, in one sentence. */
+static void headline(struct doc *d, const struct rp_series *s, int ns, const struct rp_cap *caps)
+{
+    int nm = 0, found = 0, network = 0, leading = 0, lo = -1, hi = -1;
+    double maxc = NAN, last = NAN;
+    for (int i = 0; i < ns; i++) {
+        if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 || caps[i].kind == RP_CAP_NO_DATA)
+            continue;
+        nm++;
+        if (caps[i].kind == RP_CAP_NETWORK) {
+            network++;
+            continue;
+        }
+        leading += caps[i].leading > 0;
+        if (isnan(maxc) || caps[i].max_compute > maxc)
+            maxc = caps[i].max_compute;
+        if (s[i].n && (isnan(last) || s[i].pt[s[i].n - 1].batch > last))
+            last = s[i].pt[s[i].n - 1].batch;
+        if (caps[i].kind != RP_CAP_FOUND)
+            continue;
+        found++;
+        if (lo < 0 || caps[i].cap < caps[lo].cap)
+            lo = i;
+        if (hi < 0 || caps[i].cap > caps[hi].cap)
+            hi = i;
+    }
+    if (!nm)
+        return;
+    char a[CELL], b[CELL], small[CELL] = "";
+    if (leading == nm)
+        snprintf(small, CELL, " All of them are above 1 at their smallest batches, where the fixed "
+                              "cost of each message outweighs the little compute.");
+    else if (leading)
+        snprintf(small, CELL, " %d of the %d are above 1 at their smallest batches, where the "
+                              "fixed cost of each message outweighs the little compute.",
+                 leading, nm);
+    if (found) {
+        batch_text(a, caps[lo].cap);
+        batch_text(b, caps[hi].cap);
+        doc_li(d, "At a glance",
+               "%d of %d measured curves go above comm_comp_ratio 1 as the batch grows; the "
+               "smallest batch cap is %s (%s), the largest %s (%s). Keep the serving batch at or "
+               "below the cap of the configuration you run, or add network bandwidth or "
+               "locality.%s",
+               found, nm, a, s[lo].label, b, s[hi].label, small);
+    } else if (network == nm) {
+        doc_li(d, "At a glance",
+               "every measured curve is network-bound at every batch (comm_comp_ratio above 1): "
+               "the All-to-All, not the experts, sets the latency; look at the layout (fewer EP "
+               "ranks per node boundary) and at the network before the batch.");
+    } else {
+        batch_text(a, last);
+        doc_li(d, "At a glance",
+               "once compute-bound, no measured curve goes above comm_comp_ratio 1 again (at most "
+               "%.3g up to batch %s): the batch cap lies beyond the sweep, and the expert FFN sets "
+               "the latency at large batches.%s",
+               maxc, a, small);
+    }
+}
+
+static int write_findings(struct doc *d, struct rp_series *s, int ns, const struct reference *ref,
+                          struct group *a2a, int na2a, struct group *ffn, int nffn)
+{
+    char text[2048];
+    struct rp_cap *caps = calloc((size_t)ns + 1, sizeof *caps);
+    if (!caps) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < ns; i++) {
+        struct cols c;
+        if (cols_of(&s[i], &c) != MP_OK) {
+            free(caps);
+            return MP_ERR_RUNTIME;
+        }
+        caps[i] = rp_batch_cap(c.batch, c.ratio, c.n);
+        cols_free(&c);
+    }
+    doc_h(d, 2, "Findings");
+    doc_ul(d, 1);
+    headline(d, s, ns, caps);
+    doc_ul(d, 0);
+    /* one row per curve, and the reference for comparison */
+    static const char *const fhead[] = {"curve", "batch cap", "knee", "largest bubble",
+                                        "bubble at the largest batch"};
+    char cells[5][CELL];
+    doc_table(d, 2);
+    for (int c = 0; c < 5; c++)
+        snprintf(cells[c], CELL, "%s", fhead[c]);
+    doc_row(d, 5, cells, 1);
+    for (int i = 0; i < ns; i++) {
+        struct cols c;
+        if (cols_of(&s[i], &c) != MP_OK) {
+            free(caps);
+            return MP_ERR_RUNTIME;
+        }
+        struct rp_knee k = rp_knee(c.batch, c.lat, c.n, KNEE_SLOPE);
+        struct rp_bubble bb = rp_bubble_summary(c.batch, c.bubble, c.n);
+        snprintf(cells[0], CELL, "%.190s", s[i].label);
+        cap_cell(cells[1], &caps[i]);
+        knee_cell(cells[2], &k, c.n ? c.batch[c.n - 1] : NAN);
+        bubble_cells(cells[3], cells[4], &bb);
+        doc_row(d, 5, cells, 0);
+        cols_free(&c);
+    }
+    free(caps);
+    if (ref) {
+        struct rp_cap c = rp_batch_cap(ref->batch, ref->ratio, ref->n);
+        struct rp_knee k = rp_knee(ref->batch, ref->lat, ref->n, KNEE_SLOPE);
+        struct rp_bubble bb = rp_bubble_summary(ref->batch, ref->bubble, ref->n);
+        snprintf(cells[0], CELL, "%.190s", ref->label);
+        cap_cell(cells[1], &c);
+        knee_cell(cells[2], &k, ref->n ? ref->batch[ref->n - 1] : NAN);
+        size_t kl = strlen(cells[2]);
+        if (kl > 0 && cells[2][kl - 1] == ')') /* the published table has no layer_us column */
+            snprintf(cells[2] + kl - 1, CELL - kl + 1, "; latency = %s)",
+                     mp_table_col(&ref->t, "layer_us") >= 0 ? "layer_us" : "ffn_us + comm_us");
+        bubble_cells(cells[3], cells[4], &bb);
+        doc_row(d, 5, cells, 0);
+    }
+    doc_table(d, 0);
+    doc_ul(d, 1);
+    /* replication: a replicating placement against a plain one, all else equal */
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (!rp_placement_replicates(s[j].key[RP_K_PLACEMENT]) ||
+                rp_placement_replicates(s[i].key[RP_K_PLACEMENT]) ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_PLACEMENT, 0))
+                continue;
+            struct rp_effect e = rp_effect(&s[i], &s[j]);
+            if (!e.n)
+                continue;
+            char what[512];
+            snprintf(what, sizeof what, "%s instead of %s", s[j].key[RP_K_PLACEMENT],
+                     s[i].key[RP_K_PLACEMENT]);
+            effect_text(text, sizeof text, &e, what);
+            char head[600];
+            snprintf(head, sizeof head, "replication, %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                     s[i].key[RP_K_ROUTING], s[i].key[RP_K_SOURCE]);
+            doc_li(d, head, "%s.", text);
+        }
+    /* overlap: an overlapped run against the same workload without overlap */
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            const char *ob = s[i].key[RP_K_OVERLAP], *oa = s[j].key[RP_K_OVERLAP];
+            if (strcmp(ob, "0") != 0 || !*oa || !strcmp(oa, "0") ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_OVERLAP, 0))
+                continue;
+            struct rp_effect e = rp_effect(&s[i], &s[j]);
+            if (!e.n)
+                continue;
+            char what[256], head[600];
+            snprintf(what, sizeof what, "overlap %s instead of 0", oa);
+            effect_text(text, sizeof text, &e, what);
+            snprintf(head, sizeof head, "overlap, %s %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                     s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
+            doc_li(d, head, "%s.", text);
+        }
+    /* the planner's projection beside the measurement */
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
+                strcmp(s[j].key[RP_K_SOURCE], "model") != 0 ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_SOURCE, 1))
+                continue;
+            struct rp_effect e = rp_effect(&s[i], &s[j]);
+            if (!e.n)
+                continue;
+            char at[CELL];
+            batch_text(at, e.at);
+            doc_li(d, "model vs measured",
+                   "%s: the model's layer latency is ×%.2f the measured one (geometric mean over "
+                   "%d batches, ×%.2f to ×%.2f; ×%.2f at batch %s).",
+                   s[i].label, e.geomean, e.n, e.min_ratio, e.max_ratio, e.ratio_at, at);
+        }
+    for (int g = 0; g < na2a; g++) {
+        const struct mp_table *t = a2a[g].t;
+        double best = NAN, best_at = NAN;
+        for (int r = 0; r < a2a[g].n; r++) {
+            double v = num(t, a2a[g].rows[r], "busbw_GBps");
+            if (!isnan(v) && (isnan(best) || v > best)) {
+                best = v;
+                best_at = num(t, a2a[g].rows[r], "bytes_per_rank");
+            }
+        }
+        char sz[CELL];
+        f_bytes(sz, best_at);
+        if (!isnan(best))
+            doc_li(d, a2a[g].label, "All-to-All busbw peaks at %.3g GB/s with %s per rank.",
+                   best, sz);
+    }
+    for (int g = 0; g < nffn; g++) {
+        const struct mp_table *t = ffn[g].t;
+        double lo = NAN, hi = NAN, lo_at = NAN, hi_at = NAN, first_compute = NAN;
+        for (int r = 0; r < ffn[g].n; r++) {
+            long row = ffn[g].rows[r];
+            double f = num(t, row, "roofline_fraction"), bt = num(t, row, "batch");
+            if (!isnan(f) && (isnan(lo) || f < lo)) {
+                lo = f;
+                lo_at = bt;
+            }
+            if (!isnan(f) && (isnan(hi) || f > hi)) {
+                hi = f;
+                hi_at = bt;
+            }
+            if (isnan(first_compute) && !strcmp(str(t, row, "bound"), "compute"))
+                first_compute = bt;
+        }
+        if (isnan(lo))
+            continue;
+        char a[CELL], b[CELL], fc[CELL];
+        batch_text(a, lo_at);
+        batch_text(b, hi_at);
+        batch_text(fc, first_compute);
+        char bound[160];
+        if (isnan(first_compute))
+            snprintf(bound, sizeof bound, "memory-bound at every batch");
+        else
+            snprintf(bound, sizeof bound, "compute-bound from batch %.40s", fc);
+        doc_li(d, ffn[g].label,
+               "expert FFN at %.0f %% of its roofline at batch %s up to %.0f %% at batch %s; %s.",
+               100 * lo, a, 100 * hi, b, bound);
+    }
+    doc_ul(d, 0);
+    return MP_OK;
+}
+
+/* ---- tables ---- */
+
+static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {
+        "batch", "layer p50 (µs)", "layer p99 (µs)", "ffn p50 (µs)", "ffn p99 (µs)",
+        "comm p50 (µs)", "comm p99 (µs)", "comm/comp", "bubble", "load imbalance",
+        "local hits",
+    };
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!ns)
+        return;
+    doc_h(d, 2, "Layer latency: medians and p99 over iterations");
+    for (int i = 0; i < ns; i++) {
+        doc_h(d, 3, s[i].label);
+        doc_table(d, 1);
+        for (int c = 0; c < NC; c++)
+            snprintf(cells[c], CELL, "%s", head[c]);
+        doc_row(d, NC, cells, 1);
+        for (int p = 0; p < s[i].n; p++) {
+            const struct rp_point *q = &s[i].pt[p];
+            batch_text(cells[0], q->batch);
+            f_us(cells[1], q->layer_us);
+            f_us(cells[2], q->layer_p99_us);
+            f_us(cells[3], q->ffn_us);
+            f_us(cells[4], q->ffn_p99_us);
+            f_us(cells[5], q->comm_us);
+            f_us(cells[6], q->comm_p99_us);
+            f_g(cells[7], q->ratio, "%.3g");
+            f_pct(cells[8], q->bubble);
+            f_g(cells[9], q->imbalance, "%.3g");
+            f_pct(cells[10], q->hit);
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The bubble at each batch: one row per batch, one column per curve (and the reference). */
+static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
+                              const struct reference *ref)
+{
+    int nb = 0, cap = 0, refcol = ref && mp_table_col(&ref->t, "bubble_ratio") >= 0;
+    for (int i = 0; i < ns; i++)
+        cap += s[i].n;
+    if (!ns)
+        return MP_OK;
+    double *batches = calloc((size_t)cap + 1, sizeof *batches);
+    char(*cells)[CELL] = calloc((size_t)ns + 2, sizeof *cells);
+    if (!batches || !cells) {
+        free(batches);
+        free(cells);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < ns; i++)
+        for (int p = 0; p < s[i].n; p++) {
+            int seen = 0;
+            for (int b = 0; b < nb && !seen; b++)
+                seen = batches[b] == s[i].pt[p].batch;
+            if (!seen)
+                batches[nb++] = s[i].pt[p].batch;
+        }
+    qsort(batches, (size_t)nb, sizeof *batches, cmp_double);
+    doc_h(d, 2, "Bubble at each batch (share of all ranks' layer time idle)");
+    doc_table(d, 1);
+    snprintf(cells[0], CELL, "batch");
+    for (int i = 0; i < ns; i++)
+        snprintf(cells[i + 1], CELL, "%.190s", s[i].label);
+    if (refcol)
+        snprintf(cells[ns + 1], CELL, "%.190s", ref->label);
+    doc_row(d, ns + 1 + refcol, cells, 1);
+    for (int b = 0; b < nb; b++) {
+        batch_text(cells[0], batches[b]);
+        for (int i = 0; i < ns; i++) {
+            snprintf(cells[i + 1], CELL, "–");
+            for (int p = 0; p < s[i].n; p++)
+                if (s[i].pt[p].batch == batches[b])
+                    f_pct(cells[i + 1], s[i].pt[p].bubble);
+        }
+        if (refcol) {
+            snprintf(cells[ns + 1], CELL, "–");
+            for (int p = 0; p < ref->n; p++)
+                if (ref->batch[p] == batches[b])
+                    f_pct(cells[ns + 1], ref->bubble[p]);
+        }
+        doc_row(d, ns + 1 + refcol, cells, 0);
+    }
+    doc_table(d, 0);
+    free(batches);
+    free(cells);
+    return MP_OK;
+}
+
+/* The model's projection beside the measurement, batch by batch. */
+static void write_projection_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {"batch", "measured layer p50 (µs)", "model layer (µs)",
+                                       "model / measured", "measured comm/comp",
+                                       "model comm/comp"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    int titled = 0;
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
+                strcmp(s[j].key[RP_K_SOURCE], "model") != 0 ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_SOURCE, 1))
+                continue;
+            if (!titled++)
+                doc_h(d, 2, "The planner's projection beside the measurement");
+            char h[700];
+            snprintf(h, sizeof h, "%s vs %s", s[i].label, s[j].label);
+            doc_h(d, 3, h);
+            doc_table(d, 1);
+            for (int c = 0; c < NC; c++)
+                snprintf(cells[c], CELL, "%s", head[c]);
+            doc_row(d, NC, cells, 1);
+            for (int p = 0; p < s[i].n; p++)
+                for (int q = 0; q < s[j].n; q++) {
+                    if (s[j].pt[q].batch != s[i].pt[p].batch)
+                        continue;
+                    batch_text(cells[0], s[i].pt[p].batch);
+                    f_us(cells[1], s[i].pt[p].layer_us);
+                    f_us(cells[2], s[j].pt[q].layer_us);
+                    f_g(cells[3], s[j].pt[q].layer_us / s[i].pt[p].layer_us, "×%.2f");
+                    f_g(cells[4], s[i].pt[p].ratio, "%.3g");
+                    f_g(cells[5], s[j].pt[q].ratio, "%.3g");
+                    doc_row(d, NC, cells, 0);
+                    break;
+                }
+            doc_table(d, 0);
+        }
+}
+
+static void write_a2a_tables(struct doc *d, const struct group *g, int n)
+{
+    static const char *const head[] = {"bytes per peer", "bytes per rank", "batch",
+                                       "time p50 (µs)", "time p99 (µs)", "algbw (GB/s)",
+                                       "busbw (GB/s)"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!n)
+        return;
+    doc_h(d, 2, "Isolated All-to-All: medians and p99");
+    for (int i = 0; i < n; i++) {
+        doc_h(d, 3, g[i].label);
+        doc_table(d, 1);
+        for (int c = 0; c < NC; c++)
+            snprintf(cells[c], CELL, "%s", head[c]);
+        doc_row(d, NC, cells, 1);
+        for (int r = 0; r < g[i].n; r++) {
+            long row = g[i].rows[r];
+            const struct mp_table *t = g[i].t;
+            f_bytes(cells[0], num(t, row, "bytes_per_peer"));
+            f_bytes(cells[1], num(t, row, "bytes_per_rank"));
+            double b = num(t, row, "batch");
+            if (b > 0)
+                batch_text(cells[2], b);
+            else
+                snprintf(cells[2], CELL, "–");
+            f_us(cells[3], num(t, row, "time_us"));
+            f_us(cells[4], num(t, row, "time_p99_us"));
+            f_g(cells[5], num(t, row, "algbw_GBps"), "%.3g");
+            f_g(cells[6], num(t, row, "busbw_GBps"), "%.3g");
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+static void write_ffn_tables(struct doc *d, const struct group *g, int n)
+{
+    static const char *const head[] = {"batch", "rows", "ffn p50 (µs)", "ffn p99 (µs)",
+                                       "GFLOP/s", "weight GB/s", "bound", "of roofline"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!n)
+        return;
+    doc_h(d, 2, "Expert FFN: medians and p99");
+    for (int i = 0; i < n; i++) {
+        doc_h(d, 3, g[i].label);
+        doc_table(d, 1);
+        for (int c = 0; c < NC; c++)
+            snprintf(cells[c], CELL, "%s", head[c]);
+        doc_row(d, NC, cells, 1);
+        for (int r = 0; r < g[i].n; r++) {
+            long row = g[i].rows[r];
+            const struct mp_table *t = g[i].t;
+            batch_text(cells[0], num(t, row, "batch"));
+            f_g(cells[1], num(t, row, "rows"), "%.0f");
+            f_us(cells[2], num(t, row, "ffn_us"));
+            f_us(cells[3], num(t, row, "ffn_p99_us"));
+            f_g(cells[4], num(t, row, "achieved_GFLOPs"), "%.3g");
+            f_g(cells[5], num(t, row, "achieved_GBps"), "%.3g");
+            snprintf(cells[6], CELL, "%s", *str(t, row, "bound") ? str(t, row, "bound") : "–");
+            f_pct(cells[7], num(t, row, "roofline_fraction"));
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+/* ---- environment ---- */
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double jnum(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void env_row(struct doc *d, const char *k, const char *v)
+{
+    char cells[2][CELL];
+    snprintf(cells[0], CELL, "%s", k);
+    /* long values (argv, environment) get their own, wider buffer in the HTML */
+    if (strlen(v) < CELL) {
+        snprintf(cells[1], CELL, "%s", v);
+        doc_row(d, 2, cells, 0);
+        return;
+    }
+    if (d->h) {
+        fputs("<tr><td>", d->h);
+        html_esc(d->h, k);
+        fputs("</td><td>", d->h);
+        html_esc(d->h, v);
+        fputs("</td></tr>\n", d->h);
+    }
+    if (d->m) {
+        fputs("| ", d->m);
+        md_esc(d->m, k);
+        fputs(" | ", d->m);
+        md_esc(d->m, v);
+        fputs(" |\n", d->m);
+    }
+}
+
+/* Append the strings of a JSON array, separated by `sep`. */
+static void join_array(char *out, size_t size, const cJSON *arr, const char *sep)
+{
+    size_t used = strlen(out);
+    const cJSON *e;
+    int first = 1;
+    cJSON_ArrayForEach(e, arr)
+    {
+        if (!cJSON_IsString(e) || used >= size)
+            continue;
+        used += (size_t)snprintf(out + used, size - used, "%s%s", first ? "" : sep, e->valuestring);
+        first = 0;
+    }
+}
+
+static void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
+{
+    char v[4096];
+    doc_h(d, 2, "Environment");
+    for (int r = 0; r < nruns; r++) {
+        const cJSON *j = runs[r].json;
+        char h[PATH_MAX + 32];
+        snprintf(h, sizeof h, "Run directory %s", runs[r].dir);
+        doc_h(d, 3, h);
+        if (!j) {
+            doc_p(d, "No run.json in this directory.");
+            continue;
+        }
+        doc_table(d, 2);
+        char cells[2][CELL] = {"field", "value"};
+        doc_row(d, 2, cells, 1);
+        snprintf(v, sizeof v, "%s %s, revision %s", jstr(j, "tool") ? jstr(j, "tool") : "?",
+                 jstr(j, "version") ? jstr(j, "version") : "?",
+                 jstr(j, "git_revision") ? jstr(j, "git_revision") : "?");
+        env_row(d, "tool", v);
+        v[0] = '\0';
+        join_array(v, sizeof v, cJSON_GetObjectItem(j, "argv"), " ");
+        env_row(d, "command", v);
+        const cJSON *fin = cJSON_GetObjectItem(j, "finished");
+        snprintf(v, sizeof v, "%s to %s%s", jstr(j, "start") ? jstr(j, "start") : "?",
+                 jstr(j, "end") ? jstr(j, "end") : "?",
+                 cJSON_IsTrue(fin) ? "" : " (not finished: the sweep stopped early or runs)");
+        env_row(d, "time", v);
+        snprintf(v, sizeof v, "%s; %.0f rank(s) on %.0f node(s)",
+                 jstr(j, "host") ? jstr(j, "host") : "?", jnum(j, "world"), jnum(j, "nodes"));
+        env_row(d, "host", v);
+        /* devices, each distinct one with its rank count */
+        v[0] = '\0';
+        const cJSON *ranks = cJSON_GetObjectItem(j, "ranks"), *a, *b;
+        int idx = 0;
+        cJSON_ArrayForEach(a, ranks)
+        {
+            const char *dev = jstr(a, "device");
+            int count = 0, earlier = 0, k = 0;
+            cJSON_ArrayForEach(b, ranks)
+            {
+                const char *db = jstr(b, "device");
+                if (dev && db && !strcmp(dev, db)) {
+                    count++;
+                    earlier |= k < idx;
+                }
+                k++;
+            }
+            if (dev && !earlier && strlen(v) < sizeof v)
+                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%d × %s", v[0] ? "; " : "",
+                         count, dev);
+            idx++;
+        }
+        env_row(d, "devices", v[0] ? v : "?");
+        const cJSON *lib = cJSON_GetObjectItem(j, "libraries");
+        snprintf(v, sizeof v, "compute %s, comm %s (%s)",
+                 jstr(lib, "compute") ? jstr(lib, "compute") : "?",
+                 jstr(lib, "comm") ? jstr(lib, "comm") : "?",
+                 jstr(lib, "comm_version") ? jstr(lib, "comm_version") : "version unknown");
+        env_row(d, "backends", v);
+        const cJSON *topo = cJSON_GetObjectItem(j, "topology");
+        if (jstr(topo, "cpu_model")) {
+            snprintf(v, sizeof v,
+                     "%s: %.0f package(s), %.0f cores, %.0f PUs, %.0f NUMA node(s), %.1f GiB",
+                     jstr(topo, "cpu_model"), jnum(topo, "packages"), jnum(topo, "cores"),
+                     jnum(topo, "pus"), jnum(topo, "numa_nodes"),
+                     jnum(topo, "memory_bytes") / (1024.0 * 1024 * 1024));
+            env_row(d, "CPU (rank 0's host)", v);
+            v[0] = '\0';
+            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "gpus"), ", ");
+            env_row(d, "GPUs", v[0] ? v : "none");
+            v[0] = '\0';
+            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "nics"), ", ");
+            env_row(d, "NICs", v[0] ? v : "none");
+        }
+        const cJSON *m = cJSON_GetObjectItem(j, "model");
+        if (m) {
+            snprintf(v, sizeof v,
+                     "%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
+                     "MoE layers",
+                     jstr(m, "name") ? jstr(m, "name") : "?", jnum(m, "hidden"), jnum(m, "ffn"),
+                     jnum(m, "experts"), jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
+            env_row(d, "model", v);
+        }
+        const cJSON *bld = cJSON_GetObjectItem(j, "build");
+        snprintf(v, sizeof v, "%s, %s, features: %s", jstr(bld, "type") ? jstr(bld, "type") : "?",
+                 jstr(bld, "compiler") ? jstr(bld, "compiler") : "?",
+                 jstr(bld, "features") ? jstr(bld, "features") : "?");
+        env_row(d, "build", v);
+        const cJSON *roof = cJSON_GetObjectItem(j, "roofline");
+        if (roof) {
+            snprintf(v, sizeof v, "%.4g GFLOP/s, %.4g GB/s (measured at start-up)",
+                     jnum(roof, "peak_gflops"), jnum(roof, "peak_GBps"));
+            env_row(d, "roofline peaks", v);
+        }
+        const cJSON *sw = cJSON_GetObjectItem(j, "sweep");
+        if (sw) {
+            snprintf(v, sizeof v, "%.0f points in %.1f s (%.1f s timed)", jnum(sw, "points"),
+                     jnum(sw, "wall_s"), jnum(sw, "timed_s"));
+            env_row(d, "sweep", v);
+        }
+        /* the communication library's settings; the launcher's own variables are counted */
+        v[0] = '\0';
+        int other = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "env"))
+        {
+            if (!cJSON_IsString(e) || !e->string)
+                continue;
+            if (strncmp(e->string, "NCCL_", 5) && strncmp(e->string, "UCX_", 4) &&
+                strncmp(e->string, "CUDA_", 5)) {
+                other++;
+                continue;
+            }
+            if (strlen(v) < sizeof v)
+                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%s=%s", v[0] ? " " : "",
+                         e->string, e->valuestring);
+        }
+        if (other && strlen(v) < sizeof v)
+            snprintf(v + strlen(v), sizeof v - strlen(v),
+                     "%s(%d OMPI_/OPENBLAS_/SLURM_ variables in run.json)", v[0] ? " " : "",
+                     other);
+        env_row(d, "environment", v[0] ? v : "none recorded");
+        doc_table(d, 0);
+    }
+}
+
+/* ---- the page ---- */
+
+static const char css[] =
+    "body{font-family:system-ui,-apple-system,\"Segoe UI\",\"DejaVu Sans\",sans-serif;"
+    "margin:0;background:#fafafa;color:#1d1d1d;line-height:1.45}"
+    "main{max-width:1260px;margin:0 auto;padding:24px 32px;background:#fff}"
+    "h1{font-size:1.8em;margin:0.2em 0}h2{border-bottom:2px solid #0072b2;padding-bottom:4px;"
+    "margin-top:1.6em}h3{font-size:1.05em;margin:1.2em 0 0.4em}"
+    ".meta{color:#555}ul.findings li{margin:0.25em 0}"
+    "figure{margin:1em 0 2em 0}figure svg{width:100%;height:auto;max-width:1200px;"
+    "border:1px solid #e3e3e3}figcaption{color:#444;font-size:0.95em;max-width:1100px}"
+    ".tw{overflow-x:auto}table{border-collapse:collapse;font-size:0.9em;margin:0.3em 0 1em 0}"
+    "th,td{border:1px solid #d6d6d6;padding:3px 8px;text-align:right}"
+    "th{background:#eef3f8}td:first-child,th:first-child{text-align:left}"
+    "table.text td,table.text th{text-align:left}"
+    "tr:nth-child(even) td{background:#fbfbfb}";
+
+static int write_report(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
+                        const char *md_plots_rel, const char *figdir, const int *have_fig,
+                        char **dirs, int ndirs, const struct rp_run *runs, struct rp_series *s,
+                        int ns, const struct reference *ref, struct group *a2a, int na2a,
+                        struct group *ffn, int nffn)
+{
+    struct doc d = {NULL, NULL};
+    int rc = MP_OK;
+    if (html_tmp && !(d.h = fopen(html_tmp, "w"))) {
+        mp_usage("--out '%s': cannot write: %s", o->out, strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    if (md_tmp && !(d.m = fopen(md_tmp, "w"))) {
+        mp_usage("--md '%s': cannot write: %s", o->md, strerror(errno));
+        if (d.h)
+            fclose(d.h);
+        return MP_ERR_USAGE;
+    }
+    char now[32];
+    time_t t = time(NULL);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    if (d.h) {
+        fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n", d.h);
+        /* the page needs nothing from anywhere: no scripts, no fetches, styles inline */
+        fputs("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+              "style-src 'unsafe-inline'\">\n",
+              d.h);
+        fputs("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>",
+              d.h);
+        html_esc(d.h, o->title);
+        fprintf(d.h, "</title>\n<style>%s</style>\n</head>\n<body>\n<main>\n", css);
+    }
+    if (d.m) {
+        fputs("# ", d.m);
+        md_esc(d.m, o->title);
+        fputs("\n\n", d.m);
+    }
+    if (d.h) {
+        fputs("<h1>", d.h);
+        html_esc(d.h, o->title);
+        fputs("</h1>\n", d.h);
+    }
+    char runs_list[4096] = "";
+    for (int i = 0; i < ndirs; i++)
+        if (strlen(runs_list) < sizeof runs_list)
+            snprintf(runs_list + strlen(runs_list), sizeof runs_list - strlen(runs_list), "%s%s",
+                     i ? ", " : "", dirs[i]);
+    if (d.h)
+        fputs("<div class=\"meta\">", d.h);
+    doc_p(&d, "Generated %s by moeperf-report from %d run director%s: %s.%s%s", now, ndirs,
+          ndirs == 1 ? "y" : "ies", runs_list, ref ? " Reference: " : "", ref ? ref->label : "");
+    if (d.h)
+        fputs("</div>\n", d.h);
+    if (d.h)
+        fputs("<div class=\"findings\">", d.h);
+    rc = write_findings(&d, s, ns, ref, a2a, na2a, ffn, nffn);
+    if (d.h)
+        fputs("</div>\n", d.h);
+    doc_p(&d, "How to read them: the batch cap is the last batch before comm_comp_ratio "
+              "(comm_us / ffn_us, medians) exceeds 1 — past it the All-to-All costs more than the "
+              "experts' compute. The knee is the first batch from which the layer latency grows "
+              "faster than the batch (log-log slope above %.1f over at least a doubling of the "
+              "batch). Replication compares a replicating placement with the same workload "
+              "without it; ×0.90 means 10 %% less latency, and a batch counts as faster or "
+              "slower only where the 95 %% confidence intervals of the two medians do not "
+              "overlap.",
+          KNEE_SLOPE);
+
+    doc_h(&d, 2, "Figures");
+    for (int f = 0; f < NFIG && rc == MP_OK; f++) {
+        if (!have_fig[f])
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s.svg", figdir, figures[f].name);
+        doc_h(&d, 3, figures[f].title);
+        if (d.h) {
+            char *svg = read_file(path), prefix[32];
+            if (!svg) {
+                mp_error("%s: %s", path, strerror(errno));
+                rc = MP_ERR_RUNTIME;
+                break;
+            }
+            snprintf(prefix, sizeof prefix, "f%d-", f);
+            fputs("<figure>\n", d.h);
+            if (rp_svg_inline(svg, prefix, d.h) != MP_OK) {
+                mp_error("%s: no <svg> element", path);
+                rc = MP_ERR_RUNTIME;
+            }
+            free(svg);
+            fputs("\n<figcaption>", d.h);
+            html_esc(d.h, figures[f].caption);
+            fputs("</figcaption>\n</figure>\n", d.h);
+        }
+        if (d.m) {
+            fputs("![", d.m);
+            md_esc(d.m, figures[f].title);
+            fprintf(d.m, "](%s/%s.svg)\n\n", md_plots_rel, figures[f].name);
+            md_esc(d.m, figures[f].caption);
+            fputs("\n\n", d.m);
+        }
+    }
+    if (rc == MP_OK) {
+        write_layer_tables(&d, s, ns);
+        rc = write_bubble_table(&d, s, ns, ref);
+    }
+    if (rc == MP_OK) {
+        write_projection_tables(&d, s, ns);
+        write_a2a_tables(&d, a2a, na2a);
+        write_ffn_tables(&d, ffn, nffn);
+        write_environment(&d, runs, ndirs);
+    }
+    if (d.h)
+        fputs("</main>\n</body>\n</html>\n", d.h);
+    if (d.h && (ferror(d.h) | fclose(d.h)) && rc == MP_OK) {
+        mp_error("%s: write failed", html_tmp);
+        rc = MP_ERR_RUNTIME;
+    }
+    if (d.m && (ferror(d.m) | fclose(d.m)) && rc == MP_OK) {
+        mp_error("%s: write failed", md_tmp);
+        rc = MP_ERR_RUNTIME;
+    }
+    return rc;
+}
+
+/* Copy a file (the SVG figures next to the Markdown). */
+static int copy_file(const char *from, const char *to)
+{
+    char *data = read_file(from);
+    if (!data)
+        return -1;
+    FILE *f = fopen(to, "w");
+    int ok = f && fputs(data, f) >= 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(data);
+    return ok ? 0 : -1;
+}
+
+/* The parent directory of `path` exists (created if needed); errors name `flag`. */
+static int make_parent(const char *path, const char *flag)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return MP_OK;
+    *slash = '\0';
+    return dir[0] ? mp_mkdir_p(dir, flag) : MP_OK;
+}
+
+int main(int argc, char **argv)
+{
+    struct report_opts o;
+    char **dirs = NULL;
+    int ndirs = 0, nruns = 0, ns = 0, na2a = 0, nffn = 0;
+    struct rp_run *runs = NULL;
+    struct rp_series *s = NULL;
+    struct group *a2a = NULL, *ffn = NULL;
+    struct reference ref = {0};
+    int have_ref = 0, have_fig[NFIG] = {0};
+    char tmp[PATH_MAX] = "", root[PATH_MAX] = "", render[PATH_MAX + 32];
+    char *html_tmp = NULL, *md_tmp = NULL, *md_dir = NULL;
+    mp_log_init("moeperf-report", -1);
+    int rc = mp_opts_parse(options, &o, argc, argv, summary, &dirs, &ndirs);
+    if (rc == MP_HELP) {
+        mp_opts_free(options, &o);
+        return 0;
+    }
+    if (rc != MP_OK)
+        return MP_ERR_USAGE;
+    if (ndirs == 0) {
+        mp_usage("no RUN_DIR given; usage: moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]");
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    if (!o.out && !o.md) {
+        mp_usage("nothing to write: give --out FILE.html and/or --md FILE.md");
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    if (o.md) {
+        size_t n = strlen(o.md);
+        if (n < 4 || strcmp(o.md + n - 3, ".md") != 0) {
+            mp_usage("--md '%s': expected a file name ending in .md", o.md);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    }
+    runs = calloc((size_t)ndirs, sizeof *runs);
+    if (!runs) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (nruns = 0; nruns < ndirs; nruns++)
+        MP_CHECK(rp_run_load(dirs[nruns], &runs[nruns]));
+
+    int have_root = find_root(root, sizeof root) == 0;
+    if (!o.no_reference) {
+        char def[PATH_MAX + 64];
+        const char *path = o.reference;
+        if (!path && have_root) {
+            snprintf(def, sizeof def, "%s/plots/seed-h100-64gpu.csv", root);
+            path = def;
+        }
+        if (path) {
+            MP_CHECK(reference_load(path, &ref));
+            have_ref = 1;
+        }
+    }
+    if (!have_root) {
+        mp_error("cannot find plots/render of the source tree this moeperf-report was built "
+                 "from (looked beside the build directory and in its meson-info)");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    snprintf(render, sizeof render, "%s/plots/render", root);
+
+    snprintf(tmp, sizeof tmp, "%s/moeperf-report.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmp)) {
+        mp_error("mkdtemp %s: %s", tmp, strerror(errno));
+        tmp[0] = '\0';
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    MP_CHECK(run_render(render, tmp, have_ref ? ref.path : NULL, have_ref ? ref.label : NULL,
+                        dirs, ndirs));
+    for (int f = 0; f < NFIG; f++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/%s.svg", tmp, figures[f].name);
+        have_fig[f] = is_file(p);
+    }
+
+    MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));
+    static const char *const a2a_cols[] = {"source", "pattern", "layout", "routing", "placement",
+                                           "backend", "comm", "model", "hidden", "experts",
+                                           "topk", "seq", "seed"};
+    static const char *const ffn_cols[] = {"source", "layout", "routing", "placement", "backend",
+                                           "comm", "model", "hidden", "ffn", "experts", "topk",
+                                           "shared", "seq", "seed"};
+    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 13, 5, "bytes_per_rank", &a2a, &na2a));
+    MP_CHECK(make_groups(runs, nruns, 2, ffn_cols, 14, 4, "batch", &ffn, &nffn));
+
+    /* outputs: written to FILE.tmp and renamed, so no half-written report is left */
+    const char *md_rel = NULL;
+    if (o.out) {
+        MP_CHECK(make_parent(o.out, "--out"));
+        if (!(html_tmp = malloc(strlen(o.out) + 8)))
+            goto oom;
+        sprintf(html_tmp, "%s.tmp", o.out);
+    }
+    if (o.md) {
+        MP_CHECK(make_parent(o.md, "--md"));
+        if (!(md_tmp = malloc(strlen(o.md) + 8)) || !(md_dir = malloc(strlen(o.md) + 16)))
+            goto oom;
+        sprintf(md_tmp, "%s.tmp", o.md);
+        sprintf(md_dir, "%.*s_plots", (int)(strlen(o.md) - 3), o.md);
+        md_rel = strrchr(md_dir, '/') ? strrchr(md_dir, '/') + 1 : md_dir;
+        MP_CHECK(mp_mkdir_p(md_dir, "--md"));
+        for (int f = 0; f < NFIG; f++) {
+            if (!have_fig[f])
+                continue;
+            char from[PATH_MAX + 64], to[PATH_MAX + 64];
+            snprintf(from, sizeof from, "%s/%s.svg", tmp, figures[f].name);
+            snprintf(to, sizeof to, "%s/%s.svg", md_dir, figures[f].name);
+            if (copy_file(from, to) != 0) {
+                mp_error("%s: cannot write: %s", to, strerror(errno));
+                rc = MP_ERR_RUNTIME;
+                goto out;
+            }
+        }
+    }
+    rc = write_report(&o, html_tmp, md_tmp, md_rel, tmp, have_fig, dirs, ndirs, runs, s, ns,
+                      have_ref ? &ref : NULL, a2a, na2a, ffn, nffn);
+    if (rc == MP_OK && html_tmp && rename(html_tmp, o.out) != 0) {
+        mp_error("rename %s to %s: %s", html_tmp, o.out, strerror(errno));
+        rc = MP_ERR_RUNTIME;
+    }
+    if (rc == MP_OK && md_tmp && rename(md_tmp, o.md) != 0) {
+        mp_error("rename %s to %s: %s", md_tmp, o.md, strerror(errno));
+        rc = MP_ERR_RUNTIME;
+    }
+    if (rc == MP_OK) {
+        if (o.out)
+            printf("moeperf-report: wrote %s\n", o.out);
+        if (o.md)
+            printf("moeperf-report: wrote %s (figures in %s/)\n", o.md, md_dir);
+    }
+    goto out;
+oom:
+    mp_error("out of memory");
+    rc = MP_ERR_RUNTIME;
+out:
+    if (html_tmp)
+        unlink(html_tmp);
+    if (md_tmp)
+        unlink(md_tmp);
+    free(html_tmp);
+    free(md_tmp);
+    free(md_dir);
+    if (tmp[0])
+        remove_tree(tmp);
+    groups_free(a2a, na2a);
+    groups_free(ffn, nffn);
+    rp_series_free(s, ns);
+    if (have_ref)
+        reference_free(&ref);
+    for (int i = 0; runs && i < nruns; i++)
+        rp_run_free(&runs[i]);
+    free(runs);
+    free(dirs);
+    mp_opts_free(options, &o);
+    return rc;
+}

@@ -1,0 +1,580 @@
+/* report.c - loads run directories for moeperf-report, groups their rows into curves and computes
+ * the findings (batch cap, knee, bubble, effect of a change) as pure functions of the numbers. */
+#include "report.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "error.h"
+
+const char *const rp_key_names[RP_NKEY] = {
+    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk",
+    "shared", "layout", "routing", "placement", "seq", "seed", "overlap",
+};
+
+/* The columns the report reads from each file; a file without one of them is refused. */
+static const char *const layer_need[] = {
+    "source", "layout", "routing", "placement", "batch", "layer_us", "layer_p99_us", "ffn_us",
+    "comm_us", "comm_comp_ratio", "bubble_ratio", NULL,
+};
+static const char *const a2a_need[] = {
+    "source", "pattern", "layout", "routing", "placement", "bytes_per_peer", "bytes_per_rank",
+    "time_us", "time_p99_us", "busbw_GBps", NULL,
+};
+static const char *const ffn_need[] = {
+    "source", "layout", "routing", "placement", "batch", "rows", "ffn_us", "ffn_p99_us",
+    "achieved_GFLOPs", NULL,
+};
+
+/* ---- run directories ---- */
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0)
+            break;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf)
+        buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Read dir/name into t when the file exists, checking the columns in need[]. */
+static int load_table(const char *dir, const char *name, const char *const *need,
+                      struct mp_table *t, int *found)
+{
+    memset(t, 0, sizeof *t);
+    char *path = path_join(dir, name);
+    if (!path) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    struct stat st;
+    int rc = MP_OK;
+    if (stat(path, &st) != 0) {
+        free(path);
+        return MP_OK;
+    }
+    *found = 1;
+    rc = mp_table_read(path, t);
+    if (rc == MP_OK && !t->cols) {
+        mp_usage("%s: empty file; expected a header line with the columns of docs/CSV.md", path);
+        rc = MP_ERR_USAGE;
+    }
+    for (int i = 0; rc == MP_OK && need[i]; i++)
+        if (mp_table_col(t, need[i]) < 0) {
+            mp_usage("%s: no column \"%s\" (moeperf-report reads it; see docs/CSV.md)", path,
+                     need[i]);
+            rc = MP_ERR_USAGE;
+        }
+    if (rc != MP_OK)
+        mp_table_free(t);
+    free(path);
+    return rc;
+}
+
+int rp_run_load(const char *dir, struct rp_run *run)
+{
+    memset(run, 0, sizeof *run);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        mp_usage("%s: no such run directory", dir);
+        return MP_ERR_USAGE;
+    }
+    run->dir = strdup(dir);
+    if (!run->dir) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = MP_OK, found = 0;
+    char *jpath = path_join(dir, "run.json");
+    if (!jpath) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    if (stat(jpath, &st) == 0) {
+        char *text = slurp(jpath);
+        if (!text) {
+            mp_usage("%s: %s", jpath, strerror(errno));
+            rc = MP_ERR_USAGE;
+        } else {
+            run->json = cJSON_Parse(text);
+            if (!run->json || !cJSON_IsObject(run->json)) {
+                mp_usage("%s: not a JSON object", jpath);
+                rc = MP_ERR_USAGE;
+            }
+            free(text);
+        }
+    }
+    free(jpath);
+    if (rc == MP_OK)
+        rc = load_table(dir, "layer.csv", layer_need, &run->layer, &found);
+    if (rc == MP_OK)
+        rc = load_table(dir, "a2a.csv", a2a_need, &run->a2a, &found);
+    if (rc == MP_OK)
+        rc = load_table(dir, "ffn.csv", ffn_need, &run->ffn, &found);
+    if (rc == MP_OK && !found) {
+        mp_usage("%s: no layer.csv, a2a.csv or ffn.csv (not a moeperf run directory)", dir);
+        rc = MP_ERR_USAGE;
+    }
+out:
+    if (rc != MP_OK)
+        rp_run_free(run);
+    return rc;
+}
+
+void rp_run_free(struct rp_run *run)
+{
+    free(run->dir);
+    cJSON_Delete(run->json);
+    mp_table_free(&run->layer);
+    mp_table_free(&run->a2a);
+    mp_table_free(&run->ffn);
+    memset(run, 0, sizeof *run);
+}
+
+/* ---- curves ---- */
+
+/* A cell as a number: NAN when empty or not a number. */
+static double cell_num(const struct mp_table *t, long row, int col)
+{
+    if (col < 0)
+        return NAN;
+    const char *s = t->cells[row][col];
+    char *end;
+    if (!s || !*s)
+        return NAN;
+    double v = strtod(s, &end);
+    return *end == '\0' ? v : NAN;
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    double x = ((const struct rp_point *)a)->batch, y = ((const struct rp_point *)b)->batch;
+    return (x > y) - (x < y);
+}
+
+void rp_series_free(struct rp_series *s, int n)
+{
+    for (int i = 0; s && i < n; i++) {
+        for (int k = 0; k < RP_NKEY; k++)
+            free(s[i].key[k]);
+        free(s[i].label);
+        free(s[i].pt);
+    }
+    free(s);
+}
+
+static int same_key(const struct rp_series *a, const struct rp_series *b)
+{
+    for (int k = 0; k < RP_NKEY; k++)
+        if (strcmp(a->key[k], b->key[k]) != 0)
+            return 0;
+    return 1;
+}
+
+/* Append `text` to the heap string *s. Returns 0, or -1 out of memory. */
+static int append(char **s, const char *text)
+{
+    size_t a = *s ? strlen(*s) : 0, b = strlen(text);
+    char *n = realloc(*s, a + b + 1);
+    if (!n)
+        return -1;
+    memcpy(n + a, text, b + 1);
+    *s = n;
+    return 0;
+}
+
+/* The cells of `shown` of series s, joined by spaces, into buf. */
+static void base_label(const struct rp_series *s, char *buf, size_t size)
+{
+    static const int shown[] = {RP_K_LAYOUT, RP_K_ROUTING, RP_K_PLACEMENT};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t e = 0; e < sizeof shown / sizeof shown[0]; e++)
+        if (*s->key[shown[e]] && used < size)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? " " : "",
+                                     s->key[shown[e]]);
+}
+
+/* Labels: "layout routing placement (source)"; where two curves of one source would share a label,
+ * the key cells that tell them apart are added as name=value, and the run directory's name when
+ * nothing else does (the same workload in two runs). plots/render titles its curves the same way. */
+static int label_series(struct rp_series *s, int n)
+{
+    static const int extra[] = {RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS, RP_K_TOPK,
+                                RP_K_SHARED, RP_K_SEQ, RP_K_BACKEND, RP_K_COMM, RP_K_SEED,
+                                RP_K_OVERLAP};
+    char bi[512], bj[512], buf[600];
+    for (int i = 0; i < n; i++) {
+        int bad = 0;
+        base_label(&s[i], bi, sizeof bi);
+        bad |= append(&s[i].label, bi);
+        for (size_t e = 0; e < sizeof extra / sizeof extra[0]; e++) {
+            int differs = 0;
+            for (int j = 0; j < n && !differs; j++) {
+                if (j == i || strcmp(s[i].key[RP_K_SOURCE], s[j].key[RP_K_SOURCE]) != 0)
+                    continue;
+                base_label(&s[j], bj, sizeof bj);
+                differs = !strcmp(bi, bj) && strcmp(s[i].key[extra[e]], s[j].key[extra[e]]) != 0;
+            }
+            if (differs) {
+                snprintf(buf, sizeof buf, " %s=%.500s", rp_key_names[extra[e]],
+                         *s[i].key[extra[e]] ? s[i].key[extra[e]] : "-");
+                bad |= append(&s[i].label, buf);
+            }
+        }
+        for (int j = 0; j < n; j++)
+            if (j != i && same_key(&s[i], &s[j])) {
+                const char *base = strrchr(s[i].run->dir, '/');
+                base = base && base[1] ? base + 1 : s[i].run->dir;
+                snprintf(buf, sizeof buf, " [%.500s]", base);
+                bad |= append(&s[i].label, buf);
+                break;
+            }
+        snprintf(buf, sizeof buf, " (%.500s)", s[i].key[RP_K_SOURCE]);
+        bad |= append(&s[i].label, buf);
+        if (bad)
+            return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out, int *nout)
+{
+    struct rp_series *s = NULL;
+    int n = 0, cap = 0;
+    *out = NULL;
+    *nout = 0;
+    for (int r = 0; r < nruns; r++) {
+        const struct mp_table *t = &runs[r].layer;
+        if (!t->cols)
+            continue;
+        int kc[RP_NKEY];
+        for (int k = 0; k < RP_NKEY; k++)
+            kc[k] = mp_table_col(t, rp_key_names[k]);
+        int c_batch = mp_table_col(t, "batch"), c_layer = mp_table_col(t, "layer_us"),
+            c_lp99 = mp_table_col(t, "layer_p99_us"), c_ffn = mp_table_col(t, "ffn_us"),
+            c_fp99 = mp_table_col(t, "ffn_p99_us"), c_comm = mp_table_col(t, "comm_us"),
+            c_cp99 = mp_table_col(t, "comm_p99_us"), c_ratio = mp_table_col(t, "comm_comp_ratio"),
+            c_bub = mp_table_col(t, "bubble_ratio"), c_imb = mp_table_col(t, "load_imbalance"),
+            c_hit = mp_table_col(t, "local_hit_rate"), c_lo = mp_table_col(t, "layer_ci_lo_us"),
+            c_hi = mp_table_col(t, "layer_ci_hi_us");
+        for (long row = 0; row < t->nrows; row++) {
+            struct rp_point p = {
+                .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),
+                .layer_p99_us = cell_num(t, row, c_lp99), .ffn_us = cell_num(t, row, c_ffn),
+                .ffn_p99_us = cell_num(t, row, c_fp99), .comm_us = cell_num(t, row, c_comm),
+                .comm_p99_us = cell_num(t, row, c_cp99), .ratio = cell_num(t, row, c_ratio),
+                .bubble = cell_num(t, row, c_bub), .imbalance = cell_num(t, row, c_imb),
+                .hit = cell_num(t, row, c_hit), .layer_ci_lo_us = cell_num(t, row, c_lo),
+                .layer_ci_hi_us = cell_num(t, row, c_hi),
+            };
+            if (isnan(p.batch))
+                continue;
+            int found = -1;
+            for (int i = 0; i < n && found < 0; i++) {
+                if (s[i].run != &runs[r])
+                    continue;
+                int eq = 1;
+                for (int k = 0; k < RP_NKEY && eq; k++)
+                    eq = strcmp(s[i].key[k], kc[k] >= 0 ? t->cells[row][kc[k]] : "") == 0;
+                if (eq)
+                    found = i;
+            }
+            if (found < 0) {
+                if (n == cap) {
+                    int nc = cap ? cap * 2 : 8;
+                    struct rp_series *ns = realloc(s, (size_t)nc * sizeof *ns);
+                    if (!ns)
+                        goto oom;
+                    s = ns;
+                    cap = nc;
+                }
+                memset(&s[n], 0, sizeof s[n]);
+                s[n].run = &runs[r];
+                n++;
+                for (int k = 0; k < RP_NKEY; k++)
+                    if (!(s[n - 1].key[k] = strdup(kc[k] >= 0 ? t->cells[row][kc[k]] : "")))
+                        goto oom;
+                found = n - 1;
+            }
+            struct rp_series *c = &s[found];
+            struct rp_point *np = realloc(c->pt, (size_t)(c->n + 1) * sizeof *np);
+            if (!np)
+                goto oom;
+            c->pt = np;
+            c->pt[c->n++] = p;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        qsort(s[i].pt, (size_t)s[i].n, sizeof *s[i].pt, cmp_point);
+    if (label_series(s, n) != MP_OK)
+        goto oom;
+    *out = s;
+    *nout = n;
+    return MP_OK;
+oom:
+    rp_series_free(s, n);
+    mp_error("out of memory");
+    return MP_ERR_RUNTIME;
+}
+
+/* ---- findings ---- */
+
+struct rp_cap rp_batch_cap(const double *batch, const double *ratio, int n)
+{
+    struct rp_cap c = {.kind = RP_CAP_NO_DATA, .cap = NAN, .cap_ratio = NAN, .next = NAN,
+                       .next_ratio = NAN, .cross = NAN, .start = NAN, .max_compute = NAN,
+                       .max_ratio = NAN, .max_ratio_at = NAN};
+    int started = 0, last_ok = -1, have = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(ratio[i]) || isnan(batch[i]))
+            continue;
+        if (!have || ratio[i] > c.max_ratio) {
+            c.max_ratio = ratio[i];
+            c.max_ratio_at = batch[i];
+        }
+        have = 1;
+    }
+    if (!have)
+        return c;
+    for (int i = 0; i < n; i++) {
+        if (isnan(ratio[i]) || isnan(batch[i]))
+            continue;
+        if (!started) {
+            if (ratio[i] > 1) {
+                c.leading++;
+                continue;
+            }
+            started = 1;
+            c.start = batch[i];
+        }
+        if (ratio[i] <= 1) {
+            last_ok = i;
+            if (isnan(c.max_compute) || ratio[i] > c.max_compute)
+                c.max_compute = ratio[i];
+            continue;
+        }
+        /* the first point above 1 after a compute-bound stretch */
+        c.kind = RP_CAP_FOUND;
+        c.cap = batch[last_ok];
+        c.cap_ratio = ratio[last_ok];
+        c.next = batch[i];
+        c.next_ratio = ratio[i];
+        double x0 = log2(c.cap), x1 = log2(c.next);
+        double t = (1.0 - c.cap_ratio) / (c.next_ratio - c.cap_ratio);
+        c.cross = exp2(x0 + t * (x1 - x0));
+        return c;
+    }
+    if (!started) {
+        c.kind = RP_CAP_NETWORK;
+        return c;
+    }
+    c.kind = RP_CAP_NOT_REACHED;
+    c.cap = batch[last_ok];
+    c.cap_ratio = ratio[last_ok];
+    return c;
+}
+
+static int knee_valid(const double *batch, const double *lat, int i)
+{
+    return batch[i] > 0 && lat[i] > 0 && isfinite(batch[i]) && isfinite(lat[i]);
+}
+
+struct rp_knee rp_knee(const double *batch, const double *lat, int n, double threshold)
+{
+    struct rp_knee k = {.found = 0, .batch = NAN, .to = NAN, .slope = NAN, .max_slope = NAN,
+                        .max_from = NAN, .max_to = NAN};
+    for (int i = 0; i < n; i++) {
+        if (!knee_valid(batch, lat, i))
+            continue;
+        int j = -1;
+        for (int m = i + 1; m < n; m++) {
+            if (!knee_valid(batch, lat, m) || batch[m] <= batch[i])
+                continue;
+            j = m;
+            if (batch[m] >= 2 * batch[i])
+                break;
+        }
+        if (j < 0)
+            continue;
+        double slope = log(lat[j] / lat[i]) / log(batch[j] / batch[i]);
+        if (isnan(k.max_slope) || slope > k.max_slope) {
+            k.max_slope = slope;
+            k.max_from = batch[i];
+            k.max_to = batch[j];
+        }
+        if (!k.found && slope > threshold) {
+            k.found = 1;
+            k.batch = batch[i];
+            k.to = batch[j];
+            k.slope = slope;
+        }
+    }
+    return k;
+}
+
+struct rp_bubble rp_bubble_summary(const double *batch, const double *bubble, int n)
+{
+    struct rp_bubble b = {NAN, NAN, NAN, NAN};
+    for (int i = 0; i < n; i++) {
+        if (isnan(bubble[i]) || isnan(batch[i]))
+            continue;
+        if (isnan(b.max) || bubble[i] > b.max) {
+            b.max = bubble[i];
+            b.max_at = batch[i];
+        }
+        if (isnan(b.last_at) || batch[i] >= b.last_at) {
+            b.last = bubble[i];
+            b.last_at = batch[i];
+        }
+    }
+    return b;
+}
+
+struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series *alt)
+{
+    struct rp_effect e = {0, 0, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    double sumlog = 0;
+    for (int i = 0; i < base->n; i++) {
+        const struct rp_point *b = &base->pt[i];
+        for (int j = 0; j < alt->n; j++) {
+            const struct rp_point *a = &alt->pt[j];
+            if (a->batch != b->batch || !(a->layer_us > 0) || !(b->layer_us > 0))
+                continue;
+            double r = a->layer_us / b->layer_us;
+            sumlog += log(r);
+            if (a->layer_ci_hi_us < b->layer_ci_lo_us)
+                e.faster++;
+            else if (a->layer_ci_lo_us > b->layer_ci_hi_us)
+                e.slower++;
+            e.min_ratio = e.n == 0 || r < e.min_ratio ? r : e.min_ratio;
+            e.max_ratio = e.n == 0 || r > e.max_ratio ? r : e.max_ratio;
+            if (e.n == 0 || b->batch > e.at) {
+                e.at = b->batch;
+                e.ratio_at = r;
+                e.bubble_base = b->bubble;
+                e.bubble_alt = a->bubble;
+                e.imbalance_base = b->imbalance;
+                e.imbalance_alt = a->imbalance;
+            }
+            e.n++;
+            break;
+        }
+    }
+    if (e.n)
+        e.geomean = exp(sumlog / e.n);
+    return e;
+}
+
+int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int k, int ignore_env)
+{
+    if (strcmp(a->key[k], b->key[k]) == 0)
+        return 0;
+    for (int m = 0; m < RP_NKEY; m++) {
+        if (m == k)
+            continue;
+        if (ignore_env && (m == RP_K_SOURCE || m == RP_K_BACKEND || m == RP_K_COMM ||
+                           m == RP_K_SEED))
+            continue;
+        if (strcmp(a->key[m], b->key[m]) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+int rp_placement_replicates(const char *placement)
+{
+    return strncmp(placement, "replicate-hot", 13) == 0 || strncmp(placement, "eplb", 4) == 0;
+}
+
+/* ---- the reference table ---- */
+
+char *rp_csv_label(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char line[1024], *label = NULL;
+    while (!label && fgets(line, sizeof line, f)) {
+        if (line[0] != '#')
+            continue;
+        char *p = line + 1;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, "label:", 6) != 0)
+            continue;
+        p += 6;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t len = strcspn(p, "\r\n");
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len > 0)
+            label = strndup(p, len);
+    }
+    fclose(f);
+    return label;
+}
+
+/* ---- inline SVG ---- */
+
+int rp_svg_inline(const char *svg, const char *prefix, FILE *out)
+{
+    const char *p = strstr(svg, "<svg");
+    if (!p)
+        return MP_ERR_RUNTIME;
+    /* attribute openings after which an id or a reference to one follows */
+    static const char *const marks[] = {"id='", "id=\"", "href='#", "href=\"#", "url(#"};
+    while (*p) {
+        int hit = 0;
+        for (size_t m = 0; m < sizeof marks / sizeof marks[0] && !hit; m++) {
+            size_t len = strlen(marks[m]);
+            if (strncmp(p, marks[m], len) != 0)
+                continue;
+            /* "id=" only as a whole attribute name, not the tail of another one */
+            if (marks[m][0] == 'i' && p > svg && p[-1] != ' ' && p[-1] != '\t' && p[-1] != '\n')
+                continue;
+            fwrite(p, 1, len, out);
+            fputs(prefix, out);
+            p += len;
+            hit = 1;
+        }
+        if (!hit)
+            fputc(*p++, out);
+    }
+    return MP_OK;
+}

@@ -1,0 +1,145 @@
+/* report.h - the data behind moeperf-report: run directories loaded (run.json, layer.csv, a2a.csv,
+ * ffn.csv, any subset), their rows grouped into curves, and the findings computed from them as pure
+ * functions (batch cap, knee, bubble, the effect of one workload change, model vs measurement). */
+#ifndef MP_REPORT_H
+#define MP_REPORT_H
+
+#include <stdio.h>
+
+#include "results.h"
+
+struct cJSON;
+
+/* ---- run directories ---- */
+
+/* One run directory. A table that is absent has ncols == 0. */
+struct rp_run {
+    char *dir;
+    struct cJSON *json; /* run.json, NULL when absent */
+    struct mp_table layer, a2a, ffn;
+};
+
+/* Load `dir`: run.json when present (unparseable: MP_ERR_USAGE), then each of layer.csv, a2a.csv
+ * and ffn.csv that exists, checking that it has the columns the report reads. A directory with
+ * none of the three CSV files, a missing directory or a missing column is MP_ERR_USAGE with one
+ * line naming the file and, where it applies, the column. */
+int rp_run_load(const char *dir, struct rp_run *run);
+void rp_run_free(struct rp_run *run);
+
+/* ---- curves ---- */
+
+/* The key columns that identify a layer or FFN workload apart from its batch (docs/CSV.md), plus
+ * `overlap` where a file has it. */
+enum {
+    RP_K_SOURCE, RP_K_BACKEND, RP_K_COMM, RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS,
+    RP_K_TOPK, RP_K_SHARED, RP_K_LAYOUT, RP_K_ROUTING, RP_K_PLACEMENT, RP_K_SEQ, RP_K_SEED,
+    RP_K_OVERLAP, RP_NKEY
+};
+extern const char *const rp_key_names[RP_NKEY];
+
+/* One point of a layer curve: medians unless named p99; NAN where the cell is empty. */
+struct rp_point {
+    double batch;
+    double layer_us, layer_p99_us, ffn_us, ffn_p99_us, comm_us, comm_p99_us;
+    double layer_ci_lo_us, layer_ci_hi_us; /* 95 % CI of the layer median; NAN when absent */
+    double ratio, bubble, imbalance, hit;
+};
+
+/* One curve: the rows of one run directory that share every key cell but batch, sorted by batch. */
+struct rp_series {
+    const struct rp_run *run;
+    char *key[RP_NKEY]; /* cells as written; "" where the file has no such column */
+    char *label;        /* "tp1ep2 hot:4:15 contiguous (measured)"; where another curve of the
+                           same source would get the same label, the key cells that differ are
+                           appended as name=value (or the run directory's name as [name]) */
+    int n;
+    struct rp_point *pt;
+};
+
+/* The curves of the layer.csv rows of `runs[0..nruns)`, in order of first appearance.
+ * Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
+int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out, int *nout);
+void rp_series_free(struct rp_series *s, int n);
+
+/* ---- findings (pure functions of the numbers) ---- */
+
+/* Batch cap: the largest batch before comm_comp_ratio exceeds 1. Points are in increasing batch
+ * order. A leading stretch of network-bound points (small batches, where fixed per-message
+ * latency dominates both phases) is skipped; from the first compute-bound point (ratio <= 1) on,
+ * the cap is the last batch before the first point whose ratio exceeds 1. NAN ratios are
+ * ignored. */
+enum rp_cap_kind {
+    RP_CAP_FOUND,       /* cap, next, next_ratio and cross are set */
+    RP_CAP_NOT_REACHED, /* ratio <= 1 up to the largest batch: cap = that batch (a lower bound) */
+    RP_CAP_NETWORK,     /* ratio > 1 at every batch: no compute-bound batch */
+    RP_CAP_NO_DATA,     /* no point with a ratio */
+};
+struct rp_cap {
+    enum rp_cap_kind kind;
+    double cap, cap_ratio;   /* the cap and its ratio */
+    double next, next_ratio; /* the first batch above 1 after the cap (FOUND) */
+    double cross;            /* batch where the ratio crosses 1, interpolated linearly in
+                                (log2 batch, ratio) between cap and next (FOUND) */
+    int leading;             /* network-bound points skipped at the start */
+    double start;            /* the first compute-bound batch (NAN for NETWORK, NO_DATA) */
+    double max_compute;      /* the largest ratio from `start` up to the cap */
+    double max_ratio, max_ratio_at; /* largest ratio of all points and its batch */
+};
+struct rp_cap rp_batch_cap(const double *batch, const double *ratio, int n);
+
+/* Knee: the first batch from which latency grows faster than batch. For each point i the growth
+ * exponent is the log-log slope log(L_j / L_i) / log(b_j / b_i) to the first point j with
+ * b_j >= 2·b_i (the last point if none), so a fine sweep does not turn noise into a knee. The knee
+ * is the first i whose slope exceeds `threshold` (1 means exactly proportional). Points with a
+ * non-positive or NAN batch or latency are ignored. */
+struct rp_knee {
+    int found;
+    double batch, to, slope;          /* the knee: slope from `batch` to `to` */
+    double max_slope, max_from, max_to; /* the steepest segment (NAN when fewer than 2 points) */
+};
+struct rp_knee rp_knee(const double *batch, const double *lat, int n, double threshold);
+
+/* Bubble over a curve: the largest bubble_ratio and its batch, and the value at the largest
+ * batch. NAN values are ignored; all fields NAN without data. */
+struct rp_bubble {
+    double max, max_at, last, last_at;
+};
+struct rp_bubble rp_bubble_summary(const double *batch, const double *bubble, int n);
+
+/* The effect of one change (alt against base) over the batches both curves have: the geometric
+ * mean and the range of alt/base layer latency medians, the same at the largest common batch,
+ * and the bubble and load imbalance there. `faster` and `slower` count the batches where the two
+ * 95 % confidence intervals of the medians do not overlap (alt's above or below base's); batches
+ * without intervals count in neither. n = 0 when they share no batch. */
+struct rp_effect {
+    int n, faster, slower;
+    double geomean, min_ratio, max_ratio;
+    double at, ratio_at;                 /* the largest common batch and alt/base there */
+    double bubble_base, bubble_alt;      /* at `at` */
+    double imbalance_base, imbalance_alt; /* at `at` */
+};
+struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series *alt);
+
+/* Curves that differ only in key `k` (all other key cells equal; with `ignore_env` set, source,
+ * backend, comm and seed may differ too, which pairs a model run with a measured one). Returns
+ * 1 when a and b form such a pair. */
+int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int k, int ignore_env);
+
+/* Whether a placement replicates experts (replicate-hot:R, eplb:SLOTS). */
+int rp_placement_replicates(const char *placement);
+
+/* ---- the reference table ---- */
+
+/* The "# label: TEXT" comment of a CSV file (a heap string), or NULL when it has none or cannot
+ * be read. */
+char *rp_csv_label(const char *path);
+
+/* ---- inline SVG ---- */
+
+/* Write `svg` (a whole SVG document) to `out` as an element to inline in HTML: the XML prolog and
+ * DOCTYPE before "<svg" are dropped, and every id (id="x"), and every reference to one (href="#x",
+ * url(#x)), gets `prefix`, so several figures in one page keep their ids apart. Returns MP_OK, or
+ * MP_ERR_RUNTIME when there is no <svg element. */
+int rp_svg_inline(const char *svg, const char *prefix, FILE *out);
+
+#endif

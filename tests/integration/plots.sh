@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# plots.sh - plots/render draws every figure, as PNG and as SVG, from run directories written by
+# the real binaries (moeperf-layer on 1 and 2 ranks with 2 routings x 2 placements, moeperf-a2a,
+# moeperf-ffn) plus a model run; a missing column or file exits 2 naming it and leaves no image,
+# and a failing gnuplot leaves no partial image either.
+. "$(dirname "$0")/lib.sh"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+RENDER=$SRC/plots/render
+command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
+
+SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3 --quiet)
+"$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --out "$TMP/l1" || fail "moeperf-layer (1 rank) exit $?"
+mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16,64 --routing uniform,hot:2:10 \
+    --placement contiguous,replicate-hot:2 --out "$TMP/l2" || fail "moeperf-layer (2 ranks) exit $?"
+mpi 2 "$BIN/moeperf-a2a" --bytes 1K:64K:x4 --iters 5 --warmup 1 --quiet --out "$TMP/a2a" ||
+    fail "moeperf-a2a exit $?"
+"$BIN/moeperf-ffn" "${SHAPE[@]}" --batch 1,4,16,64 --out "$TMP/ffn" || fail "moeperf-ffn exit $?"
+# a model run: the same rows with source=model and other latencies (what the planner writes)
+mkdir -p "$TMP/model"
+awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
+    { $c["source"] = "model"; $c["backend"] = "model"; $c["comm"] = "model"
+      $c["layer_us"] *= 1.3; $c["layer_p99_us"] *= 1.3; print }' "$TMP/l2/layer.csv" >"$TMP/model/layer.csv"
+
+# is_png FILE / is_svg FILE: the image signature
+is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
+is_svg() { head -c 2000 "$1" | grep -q '<svg'; }
+FIGS_LAYER="layer_latency comm_ratio bubble"
+
+# 1. each run directory on its own, PNG, into RUN_DIR/plots/
+"$RENDER" "$TMP/l1" "$TMP/l2" "$TMP/a2a" "$TMP/ffn" >"$TMP/out1" || fail "render (png) exit $?"
+for d in l1 l2; do
+    for f in $FIGS_LAYER; do
+        p=$TMP/$d/plots/$f.png
+        [ -s "$p" ] || fail "$p missing or empty"
+        is_png "$p" || fail "$p is not a PNG"
+    done
+    [ ! -e "$TMP/$d/plots/a2a_busbw.png" ] || fail "$d has no a2a.csv but got a2a_busbw.png"
+done
+for p in "$TMP/a2a/plots/a2a_busbw.png" "$TMP/ffn/plots/ffn_roofline.png"; do
+    [ -s "$p" ] && is_png "$p" || fail "$p missing, empty or not a PNG"
+done
+[ "$(wc -l <"$TMP/out1")" -eq 8 ] || fail "render listed $(wc -l <"$TMP/out1") images, expected 8"
+if ls -a "$TMP"/*/plots | grep -q '\.tmp'; then fail "temporary files left in plots/"; fi
+
+# 2. all runs on one set of figures, SVG, with the published reference
+"$RENDER" --format svg --out "$TMP/svg" --reference "$SRC/plots/seed-h100-64gpu.csv" \
+    "$TMP/l2" "$TMP/model" "$TMP/a2a" "$TMP/ffn" >/dev/null || fail "render (svg) exit $?"
+for f in $FIGS_LAYER a2a_busbw ffn_roofline; do
+    p=$TMP/svg/$f.svg
+    [ -s "$p" ] || fail "$p missing or empty"
+    is_svg "$p" || fail "$p is not an SVG"
+done
+# legends say what each curve is: layout routing placement (source), and the reference's source
+for label in "tp1ep2 hot:2:10 replicate-hot:2 (measured)" "tp1ep2 uniform contiguous (model)" \
+    "published: 64×H100 NDR, 128 experts top-8, EP16×TP4" "network-bound above"; do
+    grep -qF "$label" "$TMP/svg/comm_ratio.svg" || fail "comm_ratio.svg has no \"$label\""
+done
+grep -qF "uniform tp1ep2 (measured)" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg legend"
+grep -qF "roofline:" "$TMP/svg/ffn_roofline.svg" || fail "ffn_roofline.svg has no roofline"
+grep -qF "(µs, log scale)" "$TMP/svg/layer_latency.svg" || fail "layer_latency.svg axis unit"
+grep -qF "GB/s" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg axis unit"
+# the 8 curves of the 2-rank run and the model run are all there, 4 each
+n=$(grep -c '(measured)</text>\|(model)</text>' "$TMP/svg/comm_ratio.svg")
+[ "$n" -eq 8 ] || fail "comm_ratio.svg has $n curve legends, expected 8"
+
+# 3. a missing column: exit 2, a message naming file and column, no image anywhere
+mkdir -p "$TMP/bad"
+awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "bubble_ratio") drop = i }
+    { out = ""; for (i = 1; i <= NF; i++) if (i != drop) out = out (out == "" ? "" : ",") $i; print out }' \
+    "$TMP/l2/layer.csv" >"$TMP/bad/layer.csv"
+rc=0
+"$RENDER" --out "$TMP/badout" "$TMP/bad" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] || fail "missing column: exit $rc, expected 2"
+grep -q 'bad/layer.csv.*"bubble_ratio"' "$TMP/err" || fail "message does not name file and column: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "expected a one-line message, got: $(cat "$TMP/err")"
+[ -z "$(ls -A "$TMP/badout" 2>/dev/null)" ] || fail "images left after a missing column: $(ls -A "$TMP/badout")"
+rc=0
+"$RENDER" "$TMP/l1" "$TMP/bad" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "missing column (no --out): exit $rc, expected 2"
+[ ! -e "$TMP/bad/plots" ] || fail "images left in bad/plots"
+# ... and the good directory given with it was not drawn either (it was rendered in step 1: remove)
+rm -rf "$TMP/l1/plots"
+"$RENDER" "$TMP/bad" "$TMP/l1" 2>/dev/null && fail "a bad directory among good ones was accepted"
+[ ! -e "$TMP/l1/plots" ] || fail "a bad directory among good ones still drew the good one"
+
+# 4. missing files and bad arguments
+mkdir -p "$TMP/empty"
+rc=0
+"$RENDER" --out "$TMP/e" "$TMP/empty" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "no layer.csv, a2a.csv or ffn.csv" "$TMP/err" || fail "empty dir: exit $rc: $(cat "$TMP/err")"
+rc=0
+"$RENDER" --out "$TMP/e" "$TMP/nonexistent" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "nonexistent: no such run directory" "$TMP/err" || fail "missing dir: exit $rc"
+rc=0
+"$RENDER" --format jpg "$TMP/l2" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "png and svg" "$TMP/err" || fail "--format jpg: exit $rc"
+printf 'size,ratio\n1,2\n' >"$TMP/ref.csv"
+rc=0
+"$RENDER" --out "$TMP/e" --reference "$TMP/ref.csv" "$TMP/l2" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'ref.csv: no column "batch"' "$TMP/err" || fail "reference without batch: exit $rc"
+rc=0
+"$RENDER" --out "$TMP/e" --reference "$TMP/none.csv" "$TMP/l2" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "missing reference: exit $rc"
+[ -z "$(ls -A "$TMP/e" 2>/dev/null)" ] || fail "images left after bad arguments"
+
+# 5. gnuplot failing halfway through an image: exit 1 and no partial image
+mkdir -p "$TMP/shim"
+cat >"$TMP/shim/gnuplot" <<'EOF'
+#!/bin/sh
+out=$(printf '%s\n' "$2" | sed -n "s/.*OUT='\([^']*\)'.*/\1/p")
+printf 'partial' >"$out"
+echo "gnuplot: simulated failure" >&2
+exit 1
+EOF
+chmod +x "$TMP/shim/gnuplot"
+rc=0
+PATH="$TMP/shim:$PATH" "$RENDER" --out "$TMP/partial" "$TMP/l2" 2>/dev/null || rc=$?
+[ "$rc" -eq 1 ] || fail "failing gnuplot: exit $rc, expected 1"
+[ -z "$(ls -A "$TMP/partial" 2>/dev/null)" ] || fail "partial images left: $(ls -A "$TMP/partial")"
+echo PASS

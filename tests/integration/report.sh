@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# report.sh - moeperf-report over run directories written by the real binaries and a model run:
+# the HTML is self-contained (every figure an inline <svg>, nothing fetched from anywhere), the
+# Markdown references SVG files written beside it, the findings are there, and bad input exits 2
+# naming the file and column without touching an earlier report.
+. "$(dirname "$0")/lib.sh"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+REPORT=$BUILD/reports/moeperf-report
+command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
+
+SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3 --quiet)
+mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16,64 --routing uniform,hot:2:10 \
+    --placement contiguous,replicate-hot:2 --out "$TMP/layer" || fail "moeperf-layer exit $?"
+mpi 2 "$BIN/moeperf-a2a" --bytes 1K:64K:x4 --iters 5 --warmup 1 --quiet --out "$TMP/a2a" ||
+    fail "moeperf-a2a exit $?"
+"$BIN/moeperf-ffn" "${SHAPE[@]}" --batch 1,4,16,64 --out "$TMP/ffn" || fail "moeperf-ffn exit $?"
+# a model run (what the planner writes): source=model rows, latency 1.25 times the measured one
+mkdir -p "$TMP/model"
+awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
+    { $c["source"] = "model"; $c["backend"] = "model"; $c["comm"] = "model"
+      $c["layer_us"] *= 1.25; print }' "$TMP/layer/layer.csv" >"$TMP/model/layer.csv"
+
+out=$TMP/r/report.html md=$TMP/r/report.md
+"$REPORT" "$TMP/layer" "$TMP/a2a" "$TMP/ffn" "$TMP/model" --out "$out" --md "$md" >"$TMP/stdout" ||
+    fail "moeperf-report exit $?"
+grep -qF "wrote $out" "$TMP/stdout" || fail "moeperf-report did not say where the report is"
+[ -s "$out" ] && [ -s "$md" ] || fail "report files missing or empty"
+ls -a "$TMP/r" | grep -q '\.tmp' && fail "temporary files left beside the report"
+
+# self-contained HTML: five inline figures, no scripts, stylesheets, images or frames, and no
+# address of any other document (only the SVG namespaces name one, and they fetch nothing)
+n=$(grep -c '<svg' "$out")
+[ "$n" -eq 5 ] || fail "expected 5 inline <svg> figures, found $n"
+for bad in '<script' '<link' '<img' '<iframe' '<object' '<embed' '@import' '<?xml' '<!DOCTYPE svg'; do
+    grep -qiF -- "$bad" "$out" && fail "the HTML contains $bad"
+done
+refs=$(grep -oiE "(src|href|action|data)[[:space:]]*=[[:space:]]*[\"'][^\"']*[\"']" "$out" |
+    grep -viE "=[[:space:]]*[\"']#" | grep -viE "^data-" || true)
+[ -z "$refs" ] || fail "the HTML refers to other documents: $(echo "$refs" | head -3)"
+grep -qiE "url\([[:space:]]*[\"']?[^#\"' )]" "$out" && fail "the HTML has a url() that is not a fragment"
+left=$(sed -E 's#xmlns(:[a-z]+)?="http://www\.w3\.org/[^"]*"##g' "$out" | grep -oE '[a-z]+://[^ "<]*' || true)
+[ -z "$left" ] || fail "the HTML names addresses: $(echo "$left" | sort -u | head -3)"
+grep -q "Content-Security-Policy" "$out" || fail "no Content-Security-Policy meta"
+
+# findings computed from the data, and the planner's projection beside the measurement
+for want in "At a glance" "tp1ep2 hot:2:10 contiguous (measured)" "batch cap" "knee" \
+    "replicate-hot:2 instead of contiguous" "model vs measured" "×1.25 the measured one" \
+    "published: 64×H100 NDR, 128 experts top-8, EP16×TP4" "32 (ratio 0.92; 1.30 at batch 64" \
+    "projection beside the measurement" "Bubble at each batch" \
+    "All-to-All busbw peaks" "of its roofline" "Environment" "Open MPI"; do
+    grep -qi -- "$want" "$out" || fail "the HTML lacks \"$want\""
+done
+# the bubble table has a row per measured batch, one column per curve (8) and the reference's
+python3 - "$out" <<'EOF' || fail "bubble table"
+import re, sys
+html = open(sys.argv[1], encoding="utf-8").read()
+sec = html.split("Bubble at each batch", 1)[1].split("</table>", 1)[0]
+rows = re.findall(r"<tr>(.*?)</tr>", sec, re.S)
+head = re.findall(r"<th>(.*?)</th>", rows[0])
+assert len(head) == 10, head
+assert head[0] == "batch" and head[-1].startswith("published"), head
+body = [re.findall(r"<td>(.*?)</td>", r) for r in rows[1:]]
+assert [r[0] for r in body] == ["1", "4", "16", "64"], [r[0] for r in body]
+for r in body:
+    assert len(r) == 10, r
+    for c in r[1:]:
+        assert c == "–" or re.fullmatch(r"\d+\.\d %", c), c
+EOF
+
+# Markdown: the same sections, figures as SVG files next to it
+for f in layer_latency comm_ratio bubble a2a_busbw ffn_roofline; do
+    grep -qF "(report_plots/$f.svg)" "$md" || fail "report.md does not reference report_plots/$f.svg"
+    head -c 2000 "$TMP/r/report_plots/$f.svg" | grep -q '<svg' || fail "report_plots/$f.svg is not an SVG"
+done
+for want in "## Findings" "At a glance" "| batch |" "model vs measured"; do
+    grep -qF -- "$want" "$md" || fail "report.md lacks \"$want\""
+done
+
+# bad input: exit 2, one line naming the file and column; the earlier report is untouched
+cp "$out" "$TMP/before.html"
+mkdir -p "$TMP/bad"
+sed '1s/,comm_comp_ratio,/,ratio,/' "$TMP/layer/layer.csv" >"$TMP/bad/layer.csv"
+rc=0
+"$REPORT" "$TMP/bad" --out "$out" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] || fail "missing column: exit $rc, expected 2"
+grep -q 'bad/layer.csv: no column "comm_comp_ratio"' "$TMP/err" || fail "message: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "expected one line, got: $(cat "$TMP/err")"
+cmp -s "$out" "$TMP/before.html" || fail "a failed run changed the earlier report"
+ls -a "$TMP/r" | grep -q '\.tmp' && fail "temporary files left after a failure"
+check_usage() { # check_usage WHAT ARGS...: exit 2 and a message
+    local what=$1 rc=0
+    shift
+    "$REPORT" "$@" >/dev/null 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && [ -s "$TMP/err" ] || fail "$what: exit $rc, expected 2 with a message"
+}
+check_usage "no run directory" --out "$TMP/x.html"
+check_usage "no output" "$TMP/layer"
+check_usage "missing directory" "$TMP/nonexistent" --out "$TMP/x.html"
+check_usage "directory without CSV" "$TMP/r" --out "$TMP/x.html"
+check_usage "missing reference" "$TMP/layer" --out "$TMP/x.html" --reference "$TMP/none.csv"
+check_usage "--md without .md" "$TMP/layer" --md "$TMP/x.txt"
+check_usage "unknown flag" "$TMP/layer" --out "$TMP/x.html" --bogus
+[ ! -e "$TMP/x.html" ] || fail "a refused run wrote a report"
+"$REPORT" --help >/dev/null || fail "--help exit $?"
+
+# without the reference and with only an FFN run: fewer figures, still a report
+"$REPORT" "$TMP/ffn" --no-reference --out "$TMP/f.html" >/dev/null || fail "ffn-only report exit $?"
+[ "$(grep -c '<svg' "$TMP/f.html")" -eq 1 ] || fail "ffn-only report: expected one figure"
+grep -q "published" "$TMP/f.html" && fail "--no-reference still shows the reference"
+echo PASS

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# report_browser.sh - the HTML report in headless Chromium at 1200x800: the screenshot is not blank,
+# and the page asks the network for nothing (Chromium's net log lists no request made by the
+# page; a page with an external image, checked the same way, is caught). Skips (77) without a
+# chromium binary.
+. "$(dirname "$0")/lib.sh"
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$CHROMIUM" ] || { echo "SKIP: no chromium or chromium-browser (ci/deps installs chromium)"; exit 77; }
+command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
+
+SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3 --quiet)
+mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --routing uniform,hot:2:10 \
+    --placement contiguous,replicate-hot:2 --out "$TMP/layer" || fail "moeperf-layer exit $?"
+"$BIN/moeperf-ffn" "${SHAPE[@]}" --batch 1,4,16 --out "$TMP/ffn" || fail "moeperf-ffn exit $?"
+"$BUILD/reports/moeperf-report" "$TMP/layer" "$TMP/ffn" --out "$TMP/report.html" >/dev/null ||
+    fail "moeperf-report exit $?"
+
+# shot PAGE PNG NETLOG: headless screenshot at 1200x800 with every name resolving nowhere and a
+# dead proxy, so nothing leaves the machine even if the page asked; the net log records the asks.
+shot() {
+    rm -rf "$TMP/profile"
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+        --user-data-dir="$TMP/profile" --no-first-run --window-size=1200,800 \
+        --host-resolver-rules="MAP * ~NOTFOUND" --proxy-server=127.0.0.1:9 \
+        --log-net-log="$3" --screenshot="$2" "file://$1" >"$TMP/chromium.log" 2>&1
+}
+
+# page_requests NETLOG: the URLs of requests the page made (initiated by a document; the
+# browser's own background requests have no initiating origin) that are not file: or data:.
+page_requests() {
+    python3 - "$1" <<'EOF'
+import json, sys
+log = json.load(open(sys.argv[1]))
+names = {v: k for k, v in log["constants"]["logEventTypes"].items()}
+for e in log.get("events", []):
+    if names.get(e.get("type")) != "URL_REQUEST_START_JOB":
+        continue
+    p = e.get("params", {})
+    url = p.get("url", "")
+    if p.get("initiator", "not an origin") == "not an origin":
+        continue
+    if not url.startswith(("file:", "data:")):
+        print(url)
+EOF
+}
+
+# not_blank PNG: decode the screenshot (8-bit RGB/RGBA, no interlace) and require real content:
+# at least 2 % of the pixels not white and at least 50 distinct colours (text and plot lines).
+not_blank() {
+    python3 - "$1" <<'EOF'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+pos, idat, w = 8, b"", 0
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR":
+        w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+        assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+        bpp = 3 if ctype == 2 else 4
+    elif kind == b"IDAT":
+        idat += body
+    pos += 12 + n
+raw = zlib.decompress(idat)
+stride = w * bpp
+prev = bytearray(stride)
+colours, nonwhite = set(), 0
+for y in range(h):
+    f = raw[y * (stride + 1)]
+    line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for x in range(stride):
+        a = line[x - bpp] if x >= bpp else 0
+        b = prev[x]
+        c = prev[x - bpp] if x >= bpp else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + b) & 255
+        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    for x in range(0, stride, bpp):
+        px = bytes(line[x:x + 3])
+        colours.add(px)
+        if px != b"\xff\xff\xff":
+            nonwhite += 1
+    prev = line
+share = nonwhite / (w * h)
+print(f"{w}x{h}: {100 * share:.1f} % non-white pixels, {len(colours)} colours")
+assert (w, h) == (1200, 800), (w, h)
+assert share > 0.02 and len(colours) >= 50, "the screenshot is blank"
+EOF
+}
+
+shot "$TMP/report.html" "$TMP/shot.png" "$TMP/net.json" || fail "chromium exit $?: $(tail -3 "$TMP/chromium.log")"
+[ -s "$TMP/shot.png" ] || fail "chromium wrote no screenshot"
+not_blank "$TMP/shot.png" || fail "the screenshot of the report is blank"
+[ -s "$TMP/net.json" ] || fail "chromium wrote no net log"
+reqs=$(page_requests "$TMP/net.json") || fail "cannot read the net log"
+[ -z "$reqs" ] || fail "the report made network requests: $reqs"
+
+# the check catches a page that does fetch something
+cat >"$TMP/leaky.html" <<'EOF'
+<!DOCTYPE html><html><head><meta charset="utf-8"><title>leaky</title></head>
+<body><h1>a page with an external image</h1><img src="http://moeperf.invalid/figure.png"></body></html>
+EOF
+shot "$TMP/leaky.html" "$TMP/leaky.png" "$TMP/leaky.json" || fail "chromium (leaky page) exit $?"
+page_requests "$TMP/leaky.json" | grep -q "moeperf.invalid/figure.png" ||
+    fail "the net log check missed the external image of a leaky page"
+# and a blank page is caught by the screenshot check
+printf '<!DOCTYPE html><html><body></body></html>\n' >"$TMP/blank.html"
+shot "$TMP/blank.html" "$TMP/blank.png" "$TMP/blank.json" || fail "chromium (blank page) exit $?"
+not_blank "$TMP/blank.png" >/dev/null 2>&1 && fail "the blank-screenshot check passed a blank page"
+echo PASS

@@ -1,0 +1,381 @@
+/* test_report.c - the report's findings on synthetic data: batch cap, knee, bubble, the effect of
+ * replication, curve grouping of a run directory, the reference label and SVG inlining. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "error.h"
+#include "report.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The published table of the first seed: 1.25 at batch 1, compute-bound at 16 and 32, 1.30 at 64. */
+static void test_cap_reference(void)
+{
+    double b[] = {1, 16, 32, 64, 128}, r[] = {1.25, 0.93, 0.92, 1.30, 1.75};
+    struct rp_cap c = rp_batch_cap(b, r, N(b));
+    CHECK_INT(c.kind, RP_CAP_FOUND);
+    CHECK_NEAR(c.cap, 32, 0);
+    CHECK_NEAR(c.cap_ratio, 0.92, 1e-12);
+    CHECK_NEAR(c.next, 64, 0);
+    CHECK_NEAR(c.next_ratio, 1.30, 1e-12);
+    CHECK_INT(c.leading, 1);
+    CHECK_NEAR(c.start, 16, 0);
+    CHECK_NEAR(c.max_compute, 0.93, 1e-12);
+    /* linear in log2(batch): 5 + (1 − 0.92) / (1.30 − 0.92) = 5.2105..., 2^that = 37.03 */
+    CHECK_NEAR(c.cross, exp2(5.0 + 0.08 / 0.38), 1e-9);
+    CHECK(c.cross > 32 && c.cross < 64);
+    CHECK_NEAR(c.max_ratio, 1.75, 1e-12);
+    CHECK_NEAR(c.max_ratio_at, 128, 0);
+}
+
+static void test_cap_kinds(void)
+{
+    double b[] = {1, 2, 4, 8};
+    /* compute-bound throughout: the largest batch is a lower bound */
+    double low[] = {0.2, 0.3, 0.5, 0.9};
+    struct rp_cap c = rp_batch_cap(b, low, 4);
+    CHECK_INT(c.kind, RP_CAP_NOT_REACHED);
+    CHECK_NEAR(c.cap, 8, 0);
+    CHECK_NEAR(c.max_ratio, 0.9, 1e-12);
+    CHECK_NEAR(c.start, 1, 0);
+    CHECK_NEAR(c.max_compute, 0.9, 1e-12);
+    /* network-bound at the smallest batches only: still no cap within the sweep */
+    double lead[] = {3.0, 1.2, 0.5, 0.4};
+    c = rp_batch_cap(b, lead, 4);
+    CHECK_INT(c.kind, RP_CAP_NOT_REACHED);
+    CHECK_INT(c.leading, 2);
+    CHECK_NEAR(c.start, 4, 0);
+    CHECK_NEAR(c.cap, 8, 0);
+    CHECK_NEAR(c.max_compute, 0.5, 1e-12);
+    CHECK_NEAR(c.max_ratio, 3.0, 1e-12);
+    /* exactly 1 is not "exceeds" */
+    double one[] = {0.5, 1.0, 1.0, 1.0};
+    c = rp_batch_cap(b, one, 4);
+    CHECK_INT(c.kind, RP_CAP_NOT_REACHED);
+    CHECK_NEAR(c.cap, 8, 0);
+    /* network-bound throughout */
+    double high[] = {1.5, 1.2, 1.1, 2.0};
+    c = rp_batch_cap(b, high, 4);
+    CHECK_INT(c.kind, RP_CAP_NETWORK);
+    CHECK_INT(c.leading, 4);
+    CHECK(isnan(c.cap) && isnan(c.start) && isnan(c.max_compute));
+    /* the first exceedance after the compute-bound start counts, even if the ratio dips again */
+    double dip[] = {0.5, 1.2, 0.8, 1.5};
+    c = rp_batch_cap(b, dip, 4);
+    CHECK_INT(c.kind, RP_CAP_FOUND);
+    CHECK_NEAR(c.cap, 1, 0);
+    CHECK_NEAR(c.next, 2, 0);
+    CHECK_NEAR(c.cross, exp2(0.5 / 0.7), 1e-9);
+    /* a NAN ratio (an empty cell) is skipped, not taken as a crossing */
+    double gap[] = {0.5, NAN, 0.7, 1.4};
+    c = rp_batch_cap(b, gap, 4);
+    CHECK_INT(c.kind, RP_CAP_FOUND);
+    CHECK_NEAR(c.cap, 4, 0);
+    CHECK_NEAR(c.next, 8, 0);
+    double none[] = {NAN, NAN};
+    c = rp_batch_cap(b, none, 2);
+    CHECK_INT(c.kind, RP_CAP_NO_DATA);
+    c = rp_batch_cap(b, none, 0);
+    CHECK_INT(c.kind, RP_CAP_NO_DATA);
+}
+
+static void test_knee(void)
+{
+    /* sqrt growth up to 16, then quadratic: the knee is at 16 (slope 2 from 16 to 32) */
+    double b[] = {1, 2, 4, 8, 16, 32, 64};
+    double l[] = {100, 141.42, 200, 282.84, 400, 1600, 6400};
+    struct rp_knee k = rp_knee(b, l, N(b), 1.1);
+    CHECK(k.found);
+    CHECK_NEAR(k.batch, 16, 0);
+    CHECK_NEAR(k.to, 32, 0);
+    CHECK_NEAR(k.slope, 2.0, 1e-9);
+    CHECK_NEAR(k.max_slope, 2.0, 1e-9);
+    /* exactly proportional growth has slope 1: no knee at threshold 1.1 */
+    double lin[] = {10, 20, 40, 80, 160, 320, 640};
+    k = rp_knee(b, lin, N(b), 1.1);
+    CHECK(!k.found);
+    CHECK_NEAR(k.max_slope, 1.0, 1e-9);
+    /* ... but with threshold 0.9 the first point is already one */
+    k = rp_knee(b, lin, N(b), 0.9);
+    CHECK(k.found);
+    CHECK_NEAR(k.batch, 1, 0);
+    /* a fine sweep: one noisy point makes a steep step between neighbours (40 -> 48: slope
+     * log(1.3)/log(1.2) = 1.44) but over a doubling (from 8 on) growth stays sublinear */
+    double fb[] = {8, 16, 24, 32, 40, 48, 56, 64};
+    double fl[] = {100, 170, 240, 300, 330, 429, 440, 470};
+    k = rp_knee(fb, fl, N(fb), 1.1);
+    CHECK(!k.found);
+    CHECK(k.max_slope < 1.1);
+    /* too few points, and points without a latency */
+    double one_b[] = {4}, one_l[] = {10};
+    k = rp_knee(one_b, one_l, 1, 1.1);
+    CHECK(!k.found);
+    CHECK(isnan(k.max_slope));
+    double nb[] = {1, 2, 4}, nl[] = {NAN, 10, 40};
+    k = rp_knee(nb, nl, 3, 1.1);
+    CHECK(k.found);
+    CHECK_NEAR(k.batch, 2, 0);
+    CHECK_NEAR(k.slope, 2.0, 1e-9);
+}
+
+static void test_bubble(void)
+{
+    double b[] = {1, 2, 4, 8}, bub[] = {0.10, 0.35, NAN, 0.05};
+    struct rp_bubble s = rp_bubble_summary(b, bub, 4);
+    CHECK_NEAR(s.max, 0.35, 1e-12);
+    CHECK_NEAR(s.max_at, 2, 0);
+    CHECK_NEAR(s.last, 0.05, 1e-12);
+    CHECK_NEAR(s.last_at, 8, 0);
+    double none[] = {NAN, NAN, NAN, NAN};
+    s = rp_bubble_summary(b, none, 4);
+    CHECK(isnan(s.max) && isnan(s.last));
+}
+
+/* ---- a synthetic run directory ---- */
+
+static char dir[64];
+
+static void write_file(const char *name, const char *text)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static const char layer_hdr[] =
+    "source,backend,comm,model,hidden,ffn,experts,topk,shared,layout,tp,ep,world,routing,"
+    "placement,batch,seq,seed,tokens_per_rank,iters,layer_us,layer_p99_us,ffn_us,ffn_p99_us,"
+    "comm_us,comm_p99_us,comm_comp_ratio,bubble_ratio,load_imbalance,local_hit_rate,"
+    "layer_ci_lo_us,layer_ci_hi_us\n";
+
+/* contiguous vs replicate-hot:2 under hot routing (rows out of batch order on purpose), plus a
+ * uniform curve; replication makes batch 4 20 % faster and batch 8 10 % faster. */
+/* contiguous vs replicate-hot:2 under hot routing (rows out of batch order on purpose), plus a
+ * uniform curve; replication makes batch 4 20 % faster and batch 8 10 % faster, and only at batch 4
+ * are the confidence intervals of the medians apart. */
+static const char layer_rows[] =
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,hot:2:10,contiguous,8,1,1,4,5,200,260,150,180,"
+    "40,50,0.2667,0.30,1.6,0.5,170,230\n"
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,hot:2:10,contiguous,4,1,1,2,5,100,130,80,90,"
+    "15,20,0.1875,0.25,1.5,0.5,95,105\n"
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,hot:2:10,contiguous,16,1,1,8,5,500,600,200,"
+    "230,280,300,1.4,0.20,1.4,0.5,490,510\n"
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,hot:2:10,replicate-hot:2,4,1,1,2,5,80,90,60,"
+    "70,15,20,0.25,0.10,1.1,0.7,75,85\n"
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,hot:2:10,replicate-hot:2,8,1,1,4,5,180,200,"
+    "130,140,40,50,0.3077,0.05,1.05,0.7,160,190\n"
+    "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,uniform,contiguous,4,1,1,2,5,90,95,70,75,15,"
+    "20,0.2143,0.05,1.0,0.5,,\n";
+
+static void test_run_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/test_report.%d", (int)getpid());
+    CHECK(mkdir(dir, 0755) == 0);
+    char text[4096];
+    snprintf(text, sizeof text, "%s%s", layer_hdr, layer_rows);
+    write_file("layer.csv", text);
+    write_file("run.json", "{\"tool\": \"moeperf-layer\", \"world\": 2}\n");
+
+    struct rp_run run;
+    CHECK_INT(rp_run_load(dir, &run), MP_OK);
+    CHECK(run.json != NULL);
+    CHECK_INT(run.layer.nrows, 6);
+    CHECK_INT(run.a2a.ncols, 0);
+
+    struct rp_series *s = NULL;
+    int n = 0;
+    CHECK_INT(rp_layer_series(&run, 1, &s, &n), MP_OK);
+    CHECK_INT(n, 3);
+    if (n == 3) {
+        CHECK_STR(s[0].label, "tp1ep2 hot:2:10 contiguous (measured)");
+        CHECK_STR(s[1].label, "tp1ep2 hot:2:10 replicate-hot:2 (measured)");
+        CHECK_STR(s[2].label, "tp1ep2 uniform contiguous (measured)");
+        CHECK_STR(s[0].key[RP_K_OVERLAP], ""); /* no such column */
+        /* sorted by batch, every column read by name */
+        CHECK_INT(s[0].n, 3);
+        CHECK_NEAR(s[0].pt[0].batch, 4, 0);
+        CHECK_NEAR(s[0].pt[1].batch, 8, 0);
+        CHECK_NEAR(s[0].pt[2].batch, 16, 0);
+        CHECK_NEAR(s[0].pt[0].layer_us, 100, 0);
+        CHECK_NEAR(s[0].pt[1].layer_p99_us, 260, 0);
+        CHECK_NEAR(s[0].pt[2].comm_us, 280, 0);
+        CHECK_NEAR(s[0].pt[1].imbalance, 1.6, 1e-12);
+        /* the bubble at each batch */
+        CHECK_NEAR(s[0].pt[0].bubble, 0.25, 1e-12);
+        CHECK_NEAR(s[0].pt[1].bubble, 0.30, 1e-12);
+        CHECK_NEAR(s[0].pt[2].bubble, 0.20, 1e-12);
+        double b[3], r[3], bub[3];
+        for (int i = 0; i < 3; i++) {
+            b[i] = s[0].pt[i].batch;
+            r[i] = s[0].pt[i].ratio;
+            bub[i] = s[0].pt[i].bubble;
+        }
+        struct rp_cap c = rp_batch_cap(b, r, 3);
+        CHECK_INT(c.kind, RP_CAP_FOUND);
+        CHECK_NEAR(c.cap, 8, 0);
+        struct rp_bubble bs = rp_bubble_summary(b, bub, 3);
+        CHECK_NEAR(bs.max_at, 8, 0);
+
+        /* replication: only the placement differs between curves 0 and 1 */
+        CHECK(rp_differ_only_in(&s[0], &s[1], RP_K_PLACEMENT, 0));
+        CHECK(!rp_differ_only_in(&s[0], &s[2], RP_K_PLACEMENT, 0));
+        CHECK(!rp_differ_only_in(&s[1], &s[2], RP_K_PLACEMENT, 0));
+        CHECK(!rp_differ_only_in(&s[0], &s[0], RP_K_PLACEMENT, 0));
+        CHECK(rp_placement_replicates(s[1].key[RP_K_PLACEMENT]));
+        CHECK(!rp_placement_replicates(s[0].key[RP_K_PLACEMENT]));
+        CHECK(rp_placement_replicates("eplb:16"));
+        struct rp_effect e = rp_effect(&s[0], &s[1]);
+        CHECK_INT(e.n, 2);
+        CHECK_INT(e.faster, 1); /* batch 4: [75, 85] below [95, 105]; batch 8 overlaps */
+        CHECK_INT(e.slower, 0);
+        struct rp_effect back = rp_effect(&s[1], &s[0]);
+        CHECK_INT(back.faster, 0);
+        CHECK_INT(back.slower, 1);
+        CHECK_NEAR(back.geomean, 1 / sqrt(0.8 * 0.9), 1e-12);
+        CHECK(isnan(s[2].pt[0].layer_ci_lo_us)); /* an empty cell */
+        CHECK_NEAR(e.geomean, sqrt(0.8 * 0.9), 1e-12);
+        CHECK_NEAR(e.min_ratio, 0.8, 1e-12);
+        CHECK_NEAR(e.max_ratio, 0.9, 1e-12);
+        CHECK_NEAR(e.at, 8, 0);
+        CHECK_NEAR(e.ratio_at, 0.9, 1e-12);
+        CHECK_NEAR(e.bubble_base, 0.30, 1e-12);
+        CHECK_NEAR(e.bubble_alt, 0.05, 1e-12);
+        CHECK_NEAR(e.imbalance_base, 1.6, 1e-12);
+        CHECK_NEAR(e.imbalance_alt, 1.05, 1e-12);
+        /* curves without a common batch have no effect */
+        struct rp_series lone = s[2];
+        struct rp_point p16 = s[0].pt[2];
+        lone.pt = &p16;
+        lone.n = 1;
+        CHECK_INT(rp_effect(&s[1], &lone).n, 0);
+    }
+
+    /* a model run pairs with the measurement when only source, backend and comm differ */
+    if (n == 3) {
+        struct rp_series m = s[0]; /* a copy: its key pointers can be replaced */
+        char src[] = "model", be[] = "model";
+        m.key[RP_K_SOURCE] = src;
+        m.key[RP_K_BACKEND] = be;
+        m.key[RP_K_COMM] = be;
+        CHECK(rp_differ_only_in(&s[0], &m, RP_K_SOURCE, 1));
+        CHECK(!rp_differ_only_in(&s[0], &m, RP_K_SOURCE, 0));
+        m.key[RP_K_LAYOUT] = be;
+        CHECK(!rp_differ_only_in(&s[0], &m, RP_K_SOURCE, 1));
+    }
+    rp_series_free(s, n);
+    rp_run_free(&run);
+
+    /* two runs with the same workload: the run directory's name tells the curves apart */
+    struct rp_run two[2];
+    CHECK_INT(rp_run_load(dir, &two[0]), MP_OK);
+    CHECK_INT(rp_run_load(dir, &two[1]), MP_OK);
+    CHECK_INT(rp_layer_series(two, 2, &s, &n), MP_OK);
+    CHECK_INT(n, 6);
+    if (n == 6) {
+        const char *base = strrchr(dir, '/') + 1;
+        char want[160];
+        snprintf(want, sizeof want, "tp1ep2 hot:2:10 contiguous [%s] (measured)", base);
+        CHECK_STR(s[0].label, want);
+    }
+    rp_series_free(s, n);
+    rp_run_free(&two[0]);
+    rp_run_free(&two[1]);
+
+    /* curves that would share a label get the key cells that tell them apart; others do not */
+    snprintf(text, sizeof text, "%s%s%s", layer_hdr, layer_rows,
+             "measured,cpu,mpi,m,64,64,8,2,0,tp1ep2,1,2,2,uniform,contiguous,4,4,1,2,5,90,95,70,"
+             "75,15,20,0.2143,0.05,1.0,0.5,,\n");
+    write_file("layer.csv", text);
+    CHECK_INT(rp_run_load(dir, &run), MP_OK);
+    CHECK_INT(rp_layer_series(&run, 1, &s, &n), MP_OK);
+    CHECK_INT(n, 4);
+    if (n == 4) {
+        CHECK_STR(s[0].label, "tp1ep2 hot:2:10 contiguous (measured)");
+        CHECK_STR(s[2].label, "tp1ep2 uniform contiguous seq=1 (measured)");
+        CHECK_STR(s[3].label, "tp1ep2 uniform contiguous seq=4 (measured)");
+    }
+    rp_series_free(s, n);
+    rp_run_free(&run);
+
+    /* a missing column is a usage error; so is a directory without any CSV */
+    write_file("layer.csv", "source,layout,routing,placement,batch,layer_us\nmeasured,a,b,c,1,2\n");
+    fprintf(stderr, "(an error about a missing column is expected next)\n");
+    CHECK_INT(rp_run_load(dir, &run), MP_ERR_USAGE);
+    char p[128];
+    snprintf(p, sizeof p, "%s/layer.csv", dir);
+    unlink(p);
+    fprintf(stderr, "(an error about a directory without CSV files is expected next)\n");
+    CHECK_INT(rp_run_load(dir, &run), MP_ERR_USAGE);
+    write_file("a2a.csv", "source,pattern\n");
+    fprintf(stderr, "(an error about a missing a2a column is expected next)\n");
+    CHECK_INT(rp_run_load(dir, &run), MP_ERR_USAGE);
+    snprintf(p, sizeof p, "%s/a2a.csv", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/run.json", dir);
+    unlink(p);
+    rmdir(dir);
+    fprintf(stderr, "(an error about a missing directory is expected next)\n");
+    CHECK_INT(rp_run_load(dir, &run), MP_ERR_USAGE);
+}
+
+static void test_label_and_svg(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_report_ref.%d.csv", (int)getpid());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("# a table\n#  label:  published: 8×A100, top-2 \nbatch,comm_comp_ratio\n1,0.5\n", f);
+        fclose(f);
+    }
+    char *label = rp_csv_label(path);
+    CHECK_STR(label, "published: 8×A100, top-2");
+    free(label);
+    f = fopen(path, "w");
+    if (f) {
+        fputs("# no label here\nbatch\n1\n", f);
+        fclose(f);
+    }
+    CHECK(rp_csv_label(path) == NULL);
+    unlink(path);
+    CHECK(rp_csv_label(path) == NULL);
+
+    const char svg[] = "<?xml version=\"1.0\"?>\n<!DOCTYPE svg>\n<svg width=\"10\">\n"
+                       "<defs><path id='gpPt1' d='M0'/><use xlink:href='#gpPt1' id='gpPt2'/>"
+                       "</defs><g id=\"a\" style=\"filter:url(#textbox)\" data-gid='x'/></svg>\n";
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    CHECK_INT(rp_svg_inline(svg, "f1-", m), MP_OK);
+    fclose(m);
+    CHECK_STR(buf, "<svg width=\"10\">\n"
+                   "<defs><path id='f1-gpPt1' d='M0'/><use xlink:href='#f1-gpPt1' id='f1-gpPt2'/>"
+                   "</defs><g id=\"f1-a\" style=\"filter:url(#f1-textbox)\" data-gid='x'/></svg>\n");
+    free(buf);
+    m = open_memstream(&buf, &len);
+    CHECK_INT(rp_svg_inline("<html>no figure</html>", "f1-", m), MP_ERR_RUNTIME);
+    fclose(m);
+    free(buf);
+}
+
+int main(void)
+{
+    mp_log_init("test_report", -1);
+    test_cap_reference();
+    test_cap_kinds();
+    test_knee();
+    test_bubble();
+    test_run_dir();
+    test_label_and_svg();
+    CHECK_DONE();
+}
