@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "nvtx.h"
 #include "plan.h"
 #include "reference.h"
 #include "topo.h"
@@ -296,6 +297,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_CHECK(o->mark(dev, MARK_START));
 
     /* route: gate (real routing) or the pooled draw, then the dispatch plan */
+    MP_RANGE_PUSH("moeperf/route");
     const int32_t *ids;
     const float *w;
     if (pool->noise) {
@@ -309,6 +311,8 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     }
     mp_plan_send(pl, pt->placement, me, tok0, ntok, ids, w);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/dispatch");
 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
@@ -318,6 +322,8 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/ffn");
 
     /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
     struct mp_ffn_args a = {.in = L->expbuf, .out = L->outbuf, .row_off = pl->expert_off,
@@ -343,11 +349,15 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
             ;
     }
     MP_CHECK(o->mark(dev, MARK_FFN));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/tp-reduce");
 
     /* TP reduce: sum the D-shards of every routed and shared row */
     if (L->tp > 1)
         MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)pl->nrecv + (size_t)L->S * ntok) * H));
     MP_CHECK(o->mark(dev, MARK_TP));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/combine");
 
     /* combine: back to source order, all-to-all back, weighted sum into token order */
     MP_CHECK(o->copy_rows(dev, L->outbuf, L->recvbuf, pl->to_source, pl->nchunks, H));
@@ -357,6 +367,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
                         L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
                         ntok, H, L->y));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_RANGE_POP();
     MP_CHECK(o->sync(dev));
 
     rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
@@ -484,6 +495,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     }
 
     struct mp_rank_iter scratch;
+    MP_RANGE_PUSH("moeperf/point");
     for (int i = 0; i < pt->warmup; i++)
         MP_CHECK(iteration(L, pt, &pool, i % pool.n, tok0, ntok, &scratch));
     double t_timed = 0;
@@ -497,6 +509,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
             goto out;
     }
     res->timed_us = t_timed;
+    MP_RANGE_POP();
 
     if (pt->check) {
         MP_CHECK(iteration(L, pt, &pool, 0, tok0, ntok, &scratch));

@@ -132,6 +132,11 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     const struct mp_comm_ops *mops = mp_comm_find(s->o.comm);
     if (!mops)
         return MP_ERR_USAGE;
+    if (strcmp(s->o.backend, "cuda") == 0 && strcmp(s->o.comm, "mpi") == 0) {
+        mp_usage("--backend cuda keeps its buffers on the GPU; --comm mpi moves host memory: use "
+                 "--comm nccl");
+        return MP_ERR_USAGE;
+    }
     struct mp_comm_params params = {0};
     rc = model_setup(s, &params);
     if (rc != MP_OK)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
+# --check against the reference for every routing and placement, and a model run beside it.
+# Exits 77 where no CUDA device is present.
+. "$(dirname "$0")/lib.sh"
+set +e
+"$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
+    --quiet 2>"$TMP/probe"
+rc=$?
+set -e
+if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
+    echo "no CUDA device: skipped"
+    exit 77
+fi
+[ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+np=1
+[ "$ngpu" -ge 2 ] && np=2
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
+    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
+    --routing uniform,hot:2:15,gate,gate:0.5 --placement contiguous,round-robin,replicate-hot:2 \
+    --check --out "$TMP/gpu" || fail "moeperf-layer --backend cuda --check exit $?"
+echo PASS

@@ -1,0 +1,75 @@
+/* test_cuda_helpers.cu - the kernel logic the cuda backend shares with the host (top-k selection
+ * and weights, SwiGLU, permutation, the weighted combine, padded capacity), compiled by nvcc and
+ * run on the CPU: no GPU is needed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_helpers.cuh"
+
+static int failures;
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond);                             \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+int main(void)
+{
+    /* top-k: descending, ties to the lower index, exactly k distinct */
+    float v[8] = {0.1f, 3.0f, -1.0f, 3.0f, 2.5f, 7.0f, 2.5f, 0.0f};
+    int32_t idx[4];
+    mp_topk_select(v, 8, 4, idx);
+    EXPECT(idx[0] == 5 && idx[1] == 1 && idx[2] == 3 && idx[3] == 4);
+    /* weights: softmax over the chosen logits, summing to 1 */
+    float w[4];
+    mp_topk_weights(v, 4, idx, w);
+    double z = exp(0.0) + 2 * exp(3.0 - 7.0) + exp(2.5 - 7.0);
+    EXPECT(fabs(w[0] - 1.0 / z) < 1e-6 && fabs(w[1] - exp(-4.0) / z) < 1e-6);
+    EXPECT(fabs(w[0] + w[1] + w[2] + w[3] - 1.0f) < 1e-6);
+    /* k = n keeps every element */
+    int32_t all[8];
+    mp_topk_select(v, 8, 8, all);
+    int seen = 0;
+    for (int i = 0; i < 8; i++)
+        seen |= 1 << all[i];
+    EXPECT(seen == 0xff);
+
+    /* SwiGLU: silu(g)·u */
+    EXPECT(fabsf(mp_swiglu(0.0f, 5.0f)) < 1e-7f);
+    EXPECT(fabsf(mp_swiglu(2.0f, 3.0f) - (float)(2.0 / (1.0 + exp(-2.0)) * 3.0)) < 1e-5f);
+    EXPECT(mp_swiglu(-20.0f, 1.0f) > -1e-6f && mp_swiglu(-20.0f, 1.0f) < 0.0f);
+
+    /* permutation and combine against a naive loop */
+    int32_t src[5] = {3, 0, 3, 1, 2};
+    for (long i = 0; i < 5; i++)
+        EXPECT(mp_permute_src(src, i) == src[i]);
+    const int H = 3;
+    float rows[5 * 3], cw[5] = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f};
+    for (int i = 0; i < 15; i++)
+        rows[i] = (float)(i % 7) - 2.0f;
+    int32_t tok[5] = {1, 0, 1, 2, 1};
+    int32_t order[5] = {1, 0, 2, 4, 3}; /* rows sorted by token: token 0: {1}, 1: {0,2,4}, 2: {3} */
+    long first[3] = {0, 1, 4}, count[3] = {1, 3, 1};
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < H; h++) {
+            float naive = 10.0f * t;
+            for (int i = 0; i < 5; i++)
+                if (tok[i] == t)
+                    naive += cw[i] * rows[i * H + h];
+            EXPECT(fabsf(mp_combine_elem(rows, order, cw, first[t], count[t], H, h, 10.0f * t) -
+                         naive) < 1e-5f);
+        }
+
+    /* padded capacity: ⌈tokens·K·factor/E⌉ up to a multiple of align, at least one row */
+    EXPECT(mp_padded_capacity(128, 8, 128, 1.0, 1) == 8);
+    EXPECT(mp_padded_capacity(128, 8, 128, 1.25, 16) == 16);
+    EXPECT(mp_padded_capacity(1, 8, 128, 1.0, 4) == 4);
+    EXPECT(mp_padded_capacity(0, 8, 128, 2.0, 1) == 1);
+
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
