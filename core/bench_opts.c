@@ -11,7 +11,8 @@
 
 const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal:", "gate",
                                           "gate:", "trace:", NULL};
-const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", NULL};
+const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", "eplb:",
+                                            NULL};
 const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
 const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
 

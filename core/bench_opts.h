@@ -39,7 +39,7 @@ extern const char *const mp_comm_choices[];
      "LIST", "uniform, zipf:S, hot:N:F, lognormal:SIGMA, gate[:TAU], trace:FILE"}
 #define MP_OPT_PLACEMENT                                                                           \
     {"placement", MP_OPT_STRING_LIST, MP_O(placement), "contiguous", MP_NOLIMIT,                   \
-     mp_placement_choices, "LIST", "contiguous, round-robin, replicate-hot:R"}
+     mp_placement_choices, "LIST", "contiguous, round-robin, replicate-hot:R, eplb:SLOTS"}
 #define MP_OPT_SEED {"seed", MP_OPT_LLONG, MP_O(seed), "1", MP_NOLIMIT, NULL, NULL, "seed of weights, inputs and routing"}
 /* Protocol */
 #define MP_OPT_WARMUP(def) {"warmup", MP_OPT_INT, MP_O(warmup), def, 0, 1000000, NULL, NULL, "untimed iterations per point"}

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ACCEPTED "contiguous, round-robin, replicate-hot:R"
+#define ACCEPTED "contiguous, round-robin, replicate-hot:R, eplb:SLOTS"
 
 struct ranked {
     double load;
@@ -45,6 +45,17 @@ static int parse_spec(const char *spec, int experts, struct mp_placement *p)
         }
         p->kind = MP_PLACE_REPLICATE_HOT;
         p->replicate = (int)v;
+    } else if (!strncmp(spec, "eplb:", 5)) {
+        char *end;
+        errno = 0;
+        long v = strtol(spec + 5, &end, 10);
+        if (!spec[5] || *end || errno || v < 0 || v > 1L << 24) {
+            mp_usage("--placement: eplb:SLOTS needs a whole number of redundant slots >= 0, got %s",
+                     spec[5] ? spec + 5 : "nothing");
+            return MP_ERR_USAGE;
+        }
+        p->kind = MP_PLACE_EPLB;
+        p->replicate = (int)v;
     } else {
         mp_usage("--placement: '%s' is not one of " ACCEPTED, spec);
         return MP_ERR_USAGE;
@@ -68,6 +79,66 @@ static void contiguous_homes(int experts, int ep, int *home)
             home[e++] = r;
 }
 
+struct replica {
+    double weight; /* the expert's load divided by its replica count */
+    int id;
+};
+
+static int by_weight_desc(const void *a, const void *b)
+{
+    const struct replica *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* eplb: replica counts by greedy load per replica, then heaviest-first packing onto the
+ * least-loaded rank with room that lacks the expert. held[e·ep + r] = 1 where r holds e. */
+static int eplb_assign(int E, int ep, int slots, const double *load, char *held, int *home)
+{
+    int *nrep = calloc((size_t)E, sizeof *nrep), *count = calloc((size_t)ep, sizeof *count);
+    double *rank_load = calloc((size_t)ep, sizeof *rank_load);
+    struct replica *items = malloc(((size_t)E + (size_t)slots) * sizeof *items);
+    if (!nrep || !count || !rank_load || !items) {
+        free(nrep); free(count); free(rank_load); free(items);
+        return MP_ERR_RUNTIME;
+    }
+    for (int e = 0; e < E; e++)
+        nrep[e] = 1;
+    for (int s = 0; s < slots; s++) { /* a slot to the expert with the most load per replica */
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            double le = load ? load[e] : 1.0;
+            if (nrep[e] < ep && (best < 0 || le / nrep[e] > (load ? load[best] : 1.0) / nrep[best]))
+                best = e;
+        }
+        nrep[best]++;
+    }
+    int n = 0;
+    for (int e = 0; e < E; e++)
+        for (int k = 0; k < nrep[e]; k++)
+            items[n++] = (struct replica){(load ? load[e] : 1.0) / nrep[e], e};
+    qsort(items, (size_t)n, sizeof *items, by_weight_desc);
+    int cap = (n + ep - 1) / ep;
+    for (int e = 0; e < E; e++)
+        home[e] = -1;
+    for (int i = 0; i < n; i++) {
+        int e = items[i].id, pick = -1;
+        for (int pass = 0; pass < 2 && pick < 0; pass++) /* the second pass ignores the cap */
+            for (int r = 0; r < ep; r++)
+                if (!held[(size_t)e * ep + r] && (pass || count[r] < cap) &&
+                    (pick < 0 || rank_load[r] < rank_load[pick]))
+                    pick = r;
+        held[(size_t)e * ep + pick] = 1;
+        count[pick]++;
+        rank_load[pick] += items[i].weight;
+        if (home[e] < 0)
+            home[e] = pick;
+    }
+    free(nrep); free(count); free(rank_load); free(items);
+    return MP_OK;
+}
+
 int mp_placement_build(const char *spec, int experts, int ep, const double *load,
                        struct mp_placement *p)
 {
@@ -85,21 +156,32 @@ int mp_placement_build(const char *spec, int experts, int ep, const double *load
     p->experts = experts;
     p->ep = ep;
 
-    char *hot = calloc((size_t)experts, 1);
+    if (p->kind == MP_PLACE_EPLB && (long)p->replicate > (long)experts * (ep - 1)) {
+        mp_usage("--placement: eplb:%d on ep%d: at most %ld redundant slots (every expert on every "
+                 "rank)", p->replicate, ep, (long)experts * (ep - 1));
+        return MP_ERR_USAGE;
+    }
+    char *held = calloc((size_t)experts * ep, 1); /* held[e·ep + r]: rank r holds expert e */
     int *cursor = calloc((size_t)ep, sizeof *cursor);
     struct ranked *rank = NULL;
     p->home = malloc((size_t)experts * sizeof *p->home);
     p->local_off = calloc((size_t)ep + 1, sizeof *p->local_off);
     p->holder_off = calloc((size_t)experts + 1, sizeof *p->holder_off);
-    if (!hot || !cursor || !p->home || !p->local_off || !p->holder_off)
+    if (!held || !cursor || !p->home || !p->local_off || !p->holder_off)
         goto oom;
 
-    if (p->kind == MP_PLACE_ROUND_ROBIN)
+    if (p->kind == MP_PLACE_EPLB) {
+        if (eplb_assign(experts, ep, p->replicate, load, held, p->home) != MP_OK)
+            goto oom;
+    } else {
+        if (p->kind == MP_PLACE_ROUND_ROBIN)
+            for (int e = 0; e < experts; e++)
+                p->home[e] = e % ep;
+        else
+            contiguous_homes(experts, ep, p->home);
         for (int e = 0; e < experts; e++)
-            p->home[e] = e % ep;
-    else
-        contiguous_homes(experts, ep, p->home);
-
+            held[(size_t)e * ep + p->home[e]] = 1;
+    }
     if (p->kind == MP_PLACE_REPLICATE_HOT && p->replicate > 0) {
         rank = malloc((size_t)experts * sizeof *rank);
         if (!rank)
@@ -108,42 +190,36 @@ int mp_placement_build(const char *spec, int experts, int ep, const double *load
             rank[e] = (struct ranked){load ? load[e] : 0.0, e};
         qsort(rank, (size_t)experts, sizeof *rank, by_load_desc);
         for (int i = 0; i < p->replicate; i++)
-            hot[rank[i].id] = 1;
+            memset(held + (size_t)rank[i].id * ep, 1, (size_t)ep);
     }
 
     /* Holders per expert and experts per rank; walking experts in ascending order keeps both
      * lists sorted. */
-    for (int e = 0; e < experts; e++) {
-        int n = hot[e] ? ep : 1;
-        p->holder_off[e + 1] = p->holder_off[e] + n;
-        if (hot[e])
-            for (int r = 0; r < ep; r++)
+    for (int e = 0; e < experts; e++)
+        for (int r = 0; r < ep; r++)
+            if (held[(size_t)e * ep + r]) {
+                p->holder_off[e + 1]++;
                 p->local_off[r + 1]++;
-        else
-            p->local_off[p->home[e] + 1]++;
-    }
+            }
+    for (int e = 0; e < experts; e++)
+        p->holder_off[e + 1] += p->holder_off[e];
     for (int r = 0; r < ep; r++) {
         int n = p->local_off[r + 1];
         if (n > p->max_local)
             p->max_local = n;
         p->local_off[r + 1] += p->local_off[r];
     }
-    p->holders = malloc((size_t)p->holder_off[experts] * sizeof *p->holders);
-    p->local_ids = malloc((size_t)p->local_off[ep] * sizeof *p->local_ids);
+    p->holders = malloc(((size_t)p->holder_off[experts] + 1) * sizeof *p->holders);
+    p->local_ids = malloc(((size_t)p->local_off[ep] + 1) * sizeof *p->local_ids);
     if (!p->holders || !p->local_ids)
         goto oom;
     for (int e = 0; e < experts; e++) {
-        int *h = p->holders + p->holder_off[e];
-        if (hot[e]) {
-            for (int r = 0; r < ep; r++) {
-                h[r] = r;
+        int *h = p->holders + p->holder_off[e], k = 0;
+        for (int r = 0; r < ep; r++)
+            if (held[(size_t)e * ep + r]) {
+                h[k++] = r;
                 p->local_ids[p->local_off[r] + cursor[r]++] = e;
             }
-        } else {
-            int r = p->home[e];
-            h[0] = r;
-            p->local_ids[p->local_off[r] + cursor[r]++] = e;
-        }
     }
     rc = MP_OK;
     goto out;
@@ -152,7 +228,7 @@ oom:
     mp_placement_free(p);
     rc = MP_ERR_RUNTIME;
 out:
-    free(hot);
+    free(held);
     free(cursor);
     free(rank);
     return rc;

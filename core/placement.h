@@ -6,12 +6,13 @@ enum mp_placement_kind {
     MP_PLACE_CONTIGUOUS,    /* "contiguous": experts split into ep runs, sizes differ by at most 1 */
     MP_PLACE_ROUND_ROBIN,   /* "round-robin": expert e on rank e mod ep */
     MP_PLACE_REPLICATE_HOT, /* "replicate-hot:R": contiguous, plus the R hottest on every rank */
+    MP_PLACE_EPLB,          /* "eplb:SLOTS": SLOTS redundant replicas balanced by expected load */
 };
 
 struct mp_placement {
     enum mp_placement_kind kind;
     char spec[64];
-    int experts, ep, replicate;
+    int experts, ep, replicate; /* replicate: R of replicate-hot, SLOTS of eplb */
     int *home;        /* [experts] the rank holding the original copy */
     int *local_off;   /* [ep+1] prefix sums into local_ids */
     int *local_ids;   /* expert ids held by each rank, ascending, replicas included */
@@ -21,8 +22,13 @@ struct mp_placement {
 };
 
 /* Build the placement named by `spec` for `experts` experts on `ep` ranks. `load` ([experts],
- * expected share per expert, or NULL when unknown) ranks experts for replicate-hot (ties: lower id
- * first). Errors print one line naming --placement and what is accepted; returns MP_ERR_USAGE. */
+ * expected share per expert, or NULL when unknown: uniform) ranks experts for replicate-hot (ties:
+ * lower id first) and weighs them for eplb. eplb:SLOTS follows the expert-parallel load balancer's
+ * two steps: each redundant slot goes to the expert with the highest load per replica (an expert has
+ * at most one replica per rank), then replicas, heaviest (load / replicas) first, go to the
+ * least-loaded rank with a free slot that does not hold that expert yet; every rank has
+ * ⌈(experts + SLOTS) / ep⌉ slots. Errors print one line naming --placement and what is accepted;
+ * returns MP_ERR_USAGE. */
 int mp_placement_build(const char *spec, int experts, int ep, const double *load,
                        struct mp_placement *p);
 void mp_placement_free(struct mp_placement *p);
