@@ -21,7 +21,8 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
     MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
     MP_OPT_END,
@@ -39,7 +40,7 @@ static const char *const summary_cols[] = {
     "layer_min_us", "layer_max_us", "layer_ci_lo_us", "layer_ci_hi_us", "ffn_us", "ffn_p99_us",
     "ffn_mean_us", "comm_us", "comm_p99_us", "route_us", "dispatch_us", "tp_reduce_us",
     "combine_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance", "local_hit_rate",
-    "bytes_rank_max", "bytes_internode", "check_error",
+    "bytes_rank_max", "bytes_internode", "check_error", "overlap_efficiency",
 };
 static const char *const rank_cols[] = {
     "rank", "node", "ep_rank", "tp_rank", "tokens", "rows", "ffn_rows", "bytes_sent",
@@ -70,7 +71,7 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
-                       const char *routing, const char *placement, long batch,
+                       const char *routing, const char *placement, int overlap, long batch,
                        const struct mp_point_result *res)
 {
     int n = res->iters, N = res->nranks, rc = MP_OK;
@@ -89,7 +90,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
     }
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
-            mp_workload_key_row(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
             mp_row_int(&row, i);
             for (size_t k = 0; k < MN; k++)
                 mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
@@ -98,7 +99,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         for (int r = 0; r < N && rc == MP_OK; r++) {
             const double *base = (const double *)&res->ranks[r];
             size_t stride = (size_t)N * RF;
-            mp_workload_key_row(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
             mp_row_int(&row, r);
             mp_row_int(&row, s->comm->node_of[r]);
             mp_row_int(&row, r / lay->tp);
@@ -120,7 +121,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         }
         if (rc == MP_OK) {
             const struct mp_summary *L = &sm[0];
-            mp_workload_key_row(&row, s, lay, routing, placement, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
             mp_row_int(&row, res->tokens_per_rank);
             mp_row_int(&row, n);
             double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
@@ -130,6 +131,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
             for (size_t k = 4; k < MN; k++)
                 mp_row_dbl(&row, sm[k].p50);
             mp_row_dbl(&row, res->check_error);
+            mp_row_dbl(&row, res->overlap_efficiency);
             rc = mp_runfiles_write(f, FILE_LAYER, &row);
         }
     }
@@ -192,30 +194,43 @@ int main(int argc, char **argv)
                "routing", "placement", "batch", "layer_p50", "layer_p99", "ffn", "comm", "ratio",
                "bubble", "imbal", "hit", "check");
     }
-    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n, npoint = 0;
+    int max_overlap = 1;
+    for (int i = 0; i < s.o.overlap.n; i++)
+        max_overlap = s.o.overlap.v[i] > max_overlap ? (int)s.o.overlap.v[i] : max_overlap;
+    if (max_overlap > 1 && s.modelled) {
+        mp_usage("--overlap: the cluster model does not pipeline chunks; measure overlap with the "
+                 "cpu backend");
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.batch.n;
+    int npoint = 0;
     for (int li = 0; li < nlayouts; li++) {
         const struct mp_layout *lay = &layouts[li];
         struct mp_layer *L = NULL;
         MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
         if (!s.modelled)
             MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed,
-                                     max_batch * s.o.seq, s.o.max_memory));
+                                     max_batch * s.o.seq, s.o.max_memory, max_overlap));
         for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
             for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
                 struct mp_placement pl;
                 rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
+                for (int oi = 0; oi < s.o.overlap.n && rc == MP_OK; oi++)
                 for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
                     long batch = s.o.batch.v[bi];
+                    int overlap = (int)s.o.overlap.v[oi];
+                    const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
                     struct mp_row key = {0};
                     npoint++;
-                    mp_workload_key_row(&key, &s, lay, s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                    mp_workload_key_row(&key, &s, lay, rname, pname, overlap, batch);
                     int skip = mp_runfiles_done(&f, &s, &key);
                     mp_row_free(&key);
                     if (skip)
                         continue;
                     char label[512];
-                    snprintf(label, sizeof label, "layout %s routing %s placement %s batch %ld",
-                             lay->name, s.o.routing.v[ri], s.o.placement.v[pi], batch);
+                    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d "
+                             "batch %ld", lay->name, rname, pname, overlap, batch);
                     if (c->rank == 0)
                         mp_progress(npoint, total, label);
                     if (!s.modelled)
@@ -223,7 +238,7 @@ int main(int argc, char **argv)
                     struct mp_point pt = {.batch = batch, .seq = s.o.seq, .routing = &routings[ri],
                                           .placement = &pl, .warmup = s.o.warmup,
                                           .iters = s.o.iters, .check = s.o.check,
-                                          .straggle_rank = straggle_rank,
+                                          .overlap = overlap, .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};
                     struct mp_point_result res;
                     rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
@@ -233,12 +248,9 @@ int main(int argc, char **argv)
                     timed_us += res.timed_us;
                     measured++;
                     if (rc == MP_OK && c->rank == 0)
-                        rc = write_point(&s, &f, lay, s.o.routing.v[ri], s.o.placement.v[pi],
-                                         batch, &res);
+                        rc = write_point(&s, &f, lay, rname, pname, overlap, batch, &res);
                     if (rc == MP_OK && s.o.check && !(res.check_error <= s.cops->check_tolerance)) {
-                        mp_usage("--check failed at layout %s routing %s placement %s batch %ld: "
-                                 "relative error %.3g exceeds %.0e",
-                                 lay->name, s.o.routing.v[ri], s.o.placement.v[pi], batch,
+                        mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                                  res.check_error, s.cops->check_tolerance);
                         rc = MP_ERR_RUNTIME;
                         s.agreed = 1;

@@ -45,6 +45,13 @@ struct mp_comm_ops {
     /* EP group: rows of row_bytes bytes; counts and displacements in rows, per peer */
     int (*alltoallv)(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
                      void *recv, const int *rcount, const int *rdispl, size_t row_bytes);
+    /* EP group, non-blocking (optional): start an alltoallv in request slot `slot` (0..63); the
+     * count and displacement arrays must stay valid until wait(slot) returns. progress() lets
+     * every started exchange advance without blocking. */
+    int (*ialltoallv)(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
+                      void *recv, const int *rcount, const int *rdispl, size_t row_bytes, int slot);
+    int (*wait)(struct mp_comm *c, int slot);
+    void (*progress)(struct mp_comm *c);
     /* TP group: in-place sum of n fp32 (cpu) or elem-typed (device) values */
     int (*allreduce_sum)(struct mp_comm *c, void *buf, size_t n);
     /* world */

@@ -9,8 +9,11 @@
 #include "comm.h"
 #include "error.h"
 
+#define NSLOTS 64
+
 struct mpi_state {
     MPI_Comm ep_comm, tp_comm;
+    MPI_Request req[NSLOTS];
     MPI_Datatype row_type;
     size_t row_type_bytes;
     int we_initialized;
@@ -81,6 +84,8 @@ static int mpi_init(struct mp_comm **out, int *argc, char ***argv,
     c->ops = &mp_comm_mpi;
     c->priv = s;
     s->ep_comm = s->tp_comm = MPI_COMM_NULL;
+    for (int i = 0; i < NSLOTS; i++)
+        s->req[i] = MPI_REQUEST_NULL;
     s->row_type = MPI_DATATYPE_NULL;
     int inited = 0;
     MPI_Initialized(&inited);
@@ -162,10 +167,9 @@ static int mpi_alltoall_int(struct mp_comm *c, const int *send, int *recv, int n
     return MP_OK;
 }
 
-static int mpi_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
-                         void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
+/* The contiguous datatype of one row, cached per row size. */
+static int row_type(struct mpi_state *s, size_t row_bytes)
 {
-    struct mpi_state *s = st(c);
     if (s->row_type_bytes != row_bytes) {
         if (s->row_type != MPI_DATATYPE_NULL)
             MPI_Type_free(&s->row_type);
@@ -177,10 +181,53 @@ static int mpi_alltoallv(struct mp_comm *c, const void *send, const int *scount,
         MPICHECK(MPI_Type_commit(&s->row_type));
         s->row_type_bytes = row_bytes;
     }
+    return MP_OK;
+}
+
+static int mpi_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
+                         void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
+{
+    struct mpi_state *s = st(c);
+    if (row_type(s, row_bytes) != MP_OK)
+        return MP_ERR_RUNTIME;
     inject_delay(c);
     MPICHECK(MPI_Alltoallv(send, scount, sdispl, s->row_type, recv, rcount, rdispl, s->row_type,
                            s->ep_comm));
     return MP_OK;
+}
+
+static int mpi_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
+                          const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                          size_t row_bytes, int slot)
+{
+    struct mpi_state *s = st(c);
+    if (slot < 0 || slot >= NSLOTS || s->req[slot] != MPI_REQUEST_NULL) {
+        mp_error("request slot %d is out of range or busy", slot);
+        return MP_ERR_RUNTIME;
+    }
+    if (row_type(s, row_bytes) != MP_OK)
+        return MP_ERR_RUNTIME;
+    inject_delay(c);
+    MPICHECK(MPI_Ialltoallv(send, scount, sdispl, s->row_type, recv, rcount, rdispl, s->row_type,
+                            s->ep_comm, &s->req[slot]));
+    return MP_OK;
+}
+
+static int mpi_wait(struct mp_comm *c, int slot)
+{
+    MPICHECK(MPI_Wait(&st(c)->req[slot], MPI_STATUS_IGNORE));
+    return MP_OK;
+}
+
+/* MPI advances non-blocking collectives only inside MPI calls: test every pending one. */
+static void mpi_progress(struct mp_comm *c)
+{
+    struct mpi_state *s = st(c);
+    for (int i = 0; i < NSLOTS; i++)
+        if (s->req[i] != MPI_REQUEST_NULL) {
+            int done = 0;
+            MPI_Test(&s->req[i], &done, MPI_STATUS_IGNORE);
+        }
 }
 
 static int mpi_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
@@ -265,6 +312,9 @@ const struct mp_comm_ops mp_comm_mpi = {
     .split = mpi_split,
     .alltoall_int = mpi_alltoall_int,
     .alltoallv = mpi_alltoallv,
+    .ialltoallv = mpi_ialltoallv,
+    .wait = mpi_wait,
+    .progress = mpi_progress,
     .allreduce_sum = mpi_allreduce_sum,
     .barrier = mpi_barrier,
     .gather = mpi_gather,

@@ -72,6 +72,9 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_MAX_MEMORY                                                                          \
     {"max-memory", MP_OPT_SIZE, MP_O(max_memory), NULL, 1, 9.2e18, NULL, "SIZE",                   \
      "refuse points that need more per rank (default: 90% of free memory / ranks per host)"}
+#define MP_OPT_OVERLAP                                                                             \
+    {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, 32, NULL, "LIST",                          \
+     "chunks to pipeline so dispatch, expert FFN and combine overlap (1: none; a list sweeps)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

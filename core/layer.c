@@ -2,6 +2,7 @@
 #include "layer.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "nvtx.h"
 #include "plan.h"
 #include "reference.h"
+#include "stats.h"
 #include "topo.h"
 #include "weights.h"
 
@@ -49,6 +51,11 @@ struct mp_layer {
 
     struct mp_plan plan;
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
+
+    /* the pipelined mode: one plan per chunk; chunk c uses its own slice of the row buffers */
+    int nchunk_plans;
+    struct mp_plan *chunk_plans;
+    int *chunk_cnt_send, *chunk_cnt_recv; /* [ep][chunks][max_local]: one count exchange for all */
 };
 
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
@@ -63,7 +70,7 @@ double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max
 
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
                     struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
-                    long max_tokens, long long max_memory)
+                    long max_tokens, long long max_memory, int max_overlap)
 {
     int tp = comm->tp, ep = comm->ep;
     if (model->ffn % tp != 0) {
@@ -105,6 +112,13 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->max_tokens = max_tokens;
     L->max_tok_rank = (max_tokens + ep - 1) / ep;
     L->max_rows = max_tokens * model->topk;
+    if (max_overlap > 1) {
+        /* with N chunks, chunk c of every rank holds at most ⌈max_tok_rank / N⌉ tokens and its rows
+         * on one rank at most that times ep·K; N such slices fit in (max_tok_rank + N)·ep·K rows */
+        long chunked = (L->max_tok_rank + max_overlap) * ep * (long)model->topk;
+        if (chunked > L->max_rows)
+            L->max_rows = chunked;
+    }
     L->row_bytes = (size_t)model->hidden * ops->elem_size;
     size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank, rows = (size_t)L->max_rows;
     size_t wrows = rows > tok ? rows : tok;
@@ -112,7 +126,9 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->sendbuf = ops->alloc(dev, tok * model->topk * H);
     L->recvbuf = ops->alloc(dev, rows * H);
     L->expbuf = ops->alloc(dev, rows * H);
-    L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * tok) * H);
+    /* pipelined chunks round their token share up: room for one more token per chunk */
+    size_t out_tok = tok + (max_overlap > 1 ? (size_t)max_overlap : 0);
+    L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * out_tok) * H);
     L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
     L->y = ops->alloc(dev, tok * H);
     L->host_tok = malloc(tok * H * sizeof(float));
@@ -121,6 +137,22 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
         goto oom;
     if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
         goto oom;
+    if (max_overlap > 1) {
+        L->chunk_plans = calloc((size_t)max_overlap, sizeof *L->chunk_plans);
+        if (!L->chunk_plans)
+            goto oom;
+        L->nchunk_plans = max_overlap;
+        /* a run with fewer chunks gives each more tokens: size every plan for two chunks' worth */
+        long per_chunk_tok = (L->max_tok_rank + 1) / 2 + 1;
+        for (int i = 0; i < max_overlap; i++)
+            if (mp_plan_alloc(&L->chunk_plans[i], ep, max_local, per_chunk_tok, model->topk) != MP_OK)
+                goto oom;
+        size_t cells = (size_t)ep * max_overlap * L->chunk_plans[0].max_local;
+        L->chunk_cnt_send = calloc(cells, sizeof(int));
+        L->chunk_cnt_recv = calloc(cells, sizeof(int));
+        if (!L->chunk_cnt_send || !L->chunk_cnt_recv)
+            goto oom;
+    }
     *out = L;
     return MP_OK;
 oom:
@@ -160,6 +192,11 @@ void mp_layer_destroy(struct mp_layer *L)
     free(L->wg_host);
     free(L->host_tok);
     mp_plan_free(&L->plan);
+    for (int i = 0; i < L->nchunk_plans; i++)
+        mp_plan_free(&L->chunk_plans[i]);
+    free(L->chunk_plans);
+    free(L->chunk_cnt_send);
+    free(L->chunk_cnt_recv);
     free(L);
 }
 
@@ -396,6 +433,156 @@ out:
     return rc;
 }
 
+/* The pipeline's progress hook: lets the pending exchanges advance between expert GEMMs. */
+static void progress_hook(void *arg)
+{
+    struct mp_comm *c = arg;
+    c->ops->progress(c);
+}
+
+/* One layer forward pipelined over `N` chunks of this rank's tokens: at step s chunk s is routed
+ * and its dispatch started, chunk s−1 computes (its exchange partners advance between experts), and
+ * chunk s−2's combine is finished. Request slots: 2c dispatch, 2c+1 combine. */
+static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                             int d, long tok0, long ntok, int N, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, me = c->ep_rank;
+    int rc = MP_OK;
+    double t_route = 0, t_ffn = 0, t_tp = 0, t0, t1;
+    long c0[64], nc[64];
+    for (int k = 0; k < N; k++)
+        nc[k] = mp_token_split(ntok, N, k, &c0[k]);
+
+    MP_CHECK(o->sync(dev));
+    MP_CHECK(c->ops->barrier(c));
+    double start = mp_now_us();
+    const int32_t *ids;
+    const float *w;
+    t0 = mp_now_us();
+    if (pool->noise) { /* the gate runs once for all of this rank's tokens */
+        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
+                         pool->gate_ids, pool->gate_w));
+        ids = pool->gate_ids;
+        w = pool->gate_w;
+    } else {
+        ids = pool->ids + (size_t)d * ntok * K;
+        w = pool->w + (size_t)d * ntok * K;
+    }
+    /* every chunk's plan, then one count exchange for all chunks: the pipeline below never
+     * waits for a peer except on data */
+    int Lm = L->chunk_plans[0].max_local;
+    for (int k = 0; k < N; k++)
+        mp_plan_send(&L->chunk_plans[k], pt->placement, me, tok0 + c0[k], nc[k], ids + c0[k] * K,
+                     w + c0[k] * K);
+    t_route += mp_now_us() - t0;
+    for (int p = 0; p < L->ep; p++)
+        for (int k = 0; k < N; k++)
+            memcpy(L->chunk_cnt_send + ((size_t)p * N + k) * Lm,
+                   L->chunk_plans[k].send_cnt + (size_t)p * Lm, (size_t)Lm * sizeof(int));
+    MP_CHECK(c->ops->alltoall_int(c, L->chunk_cnt_send, L->chunk_cnt_recv, N * Lm));
+    for (int k = 0; k < N; k++) {
+        for (int p = 0; p < L->ep; p++)
+            memcpy(L->chunk_plans[k].recv_cnt + (size_t)p * Lm,
+                   L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
+        mp_plan_recv(&L->chunk_plans[k], L->nlocal);
+    }
+    /* chunk k's slices of the row buffers */
+    size_t per_tok = (size_t)(L->max_tok_rank + N - 1) / N;
+    size_t rstride = per_tok * L->ep * K * L->row_bytes;
+    size_t ostride = rstride + (size_t)L->S * per_tok * L->row_bytes;
+    double sent = 0, inter = 0, rows = 0, local = 0;
+    for (int s = 0; s < N + 2; s++) {
+        if (s < N) { /* start the dispatch of chunk s */
+            struct mp_plan *pl = &L->chunk_plans[s];
+            char *send = (char *)L->sendbuf + (size_t)c0[s] * K * L->row_bytes;
+            char *recv = (char *)L->recvbuf + (size_t)s * rstride;
+            MP_CHECK(o->permute(dev, (char *)L->x + (size_t)c0[s] * L->row_bytes, pl->src_tok,
+                                pl->nsend, H, send));
+            MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
+                                        pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
+        }
+        if (s >= 1 && s <= N) { /* compute chunk s−1 and start its combine */
+            int k = s - 1;
+            struct mp_plan *pl = &L->chunk_plans[k];
+            char *recv = (char *)L->recvbuf + (size_t)k * rstride;
+            char *exp = (char *)L->expbuf + (size_t)k * rstride;
+            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            MP_CHECK(c->ops->wait(c, 2 * k));
+            MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
+            t0 = mp_now_us();
+            struct mp_ffn_args a = {.in = exp, .out = out, .row_off = pl->expert_off,
+                                    .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H,
+                                    .Dl = L->Dl, .work = L->work, .progress = progress_hook,
+                                    .progress_arg = c};
+            MP_CHECK(o->expert_ffn(dev, &a));
+            long shared_off[2] = {0, nc[k]};
+            for (int sh = 0; sh < L->S; sh++) {
+                struct mp_ffn_args sa = a;
+                sa.in = (char *)L->x + (size_t)c0[k] * L->row_bytes;
+                sa.out = out + ((size_t)pl->nrecv + (size_t)sh * nc[k]) * L->row_bytes;
+                sa.row_off = shared_off;
+                sa.nexp = 1;
+                sa.wgu = L->wgu + L->nlocal + sh;
+                sa.wd = L->wd + L->nlocal + sh;
+                MP_CHECK(o->expert_ffn(dev, &sa));
+            }
+            if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
+                double until = mp_now_us() + pt->straggle_us;
+                while (mp_now_us() < until)
+                    ;
+            }
+            t1 = mp_now_us();
+            t_ffn += t1 - t0;
+            if (L->tp > 1)
+                MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)L->S * nc[k]) * H));
+            t_tp += mp_now_us() - t1;
+            MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
+            char *back = (char *)L->sendbuf + (size_t)c0[k] * K * L->row_bytes;
+            MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back,
+                                        pl->send_rows, pl->send_displ, L->row_bytes, 2 * k + 1));
+            rows += (double)pl->nrecv;
+            local += (double)pl->local_pairs;
+            for (int p = 0; p < L->ep; p++) {
+                if (p == me)
+                    continue;
+                double b = ((double)pl->send_rows[p] + pl->recv_rows[p]) * (double)L->row_bytes;
+                sent += b;
+                if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank])
+                    inter += b;
+            }
+        }
+        if (s >= 2) { /* finish the combine of chunk s−2 */
+            int k = s - 2;
+            struct mp_plan *pl = &L->chunk_plans[k];
+            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            MP_CHECK(c->ops->wait(c, 2 * k + 1));
+            MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)c0[k] * K * L->row_bytes,
+                                pl->src_tok, pl->row_w, pl->nsend,
+                                L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL, L->S, nc[k],
+                                H, (char *)L->y + (size_t)c0[k] * L->row_bytes));
+        }
+    }
+    MP_CHECK(o->sync(dev));
+    double total = mp_now_us() - start;
+    rec->route = t_route;
+    rec->ffn = t_ffn;
+    rec->tp_reduce = t_tp;
+    rec->dispatch = total - t_route - t_ffn - t_tp; /* communication left exposed */
+    rec->combine = 0;
+    rec->tokens = (double)ntok;
+    rec->rows = rows;
+    rec->ffn_rows = rows + (double)L->S * ntok;
+    rec->pairs = (double)ntok * K;
+    rec->local_pairs = local;
+    rec->bytes_sent = sent;
+    rec->bytes_internode = inter;
+out:
+    return rc;
+}
+
 /* Gather every rank's output to rank 0 and compare with the reference forward of draw 0. */
 static int check_output(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
                         long batch_tokens, long ntok, double *err)
@@ -462,6 +649,60 @@ out:
     return rc;
 }
 
+/* Gather every rank's records of the last pass to rank 0: [rank][iter] there, then transposed
+ * into res->ranks (iteration-major) with each iteration's metrics. */
+static int gather_results(struct mp_layer *L, const struct mp_point *pt,
+                          const struct mp_rank_iter *mine, struct mp_point_result *res)
+{
+    struct mp_comm *c = L->comm;
+    size_t bytes = (size_t)pt->iters * sizeof *mine;
+    struct mp_rank_iter *byrank = NULL;
+    if (c->rank == 0) {
+        byrank = malloc(bytes * c->size + 1);
+        res->ranks = malloc(bytes * c->size + 1);
+        res->metrics = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * sizeof *res->metrics);
+        if (!byrank || !res->ranks || !res->metrics) {
+            free(byrank);
+            mp_error("out of memory for the results");
+            return MP_ERR_RUNTIME;
+        }
+    }
+    int rc = c->ops->gather(c, mine, bytes, byrank);
+    if (rc == MP_OK && c->rank == 0)
+        for (int i = 0; i < pt->iters; i++) {
+            for (int r = 0; r < c->size; r++)
+                res->ranks[(size_t)i * c->size + r] = byrank[(size_t)r * pt->iters + i];
+            mp_metrics_iter(res->ranks + (size_t)i * c->size, c->size, &res->metrics[i]);
+        }
+    free(byrank);
+    return rc;
+}
+
+static double median_field(const struct mp_iter_metrics *m, int n, size_t offset, int minus_route)
+{
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v)
+        return NAN;
+    for (int i = 0; i < n; i++)
+        v[i] = *(const double *)((const char *)&m[i] + offset) - (minus_route ? m[i].route_us : 0);
+    struct mp_summary s;
+    mp_summarize(v, n, &s);
+    free(v);
+    return s.p50;
+}
+
+/* IMB-NBC's overlap efficiency: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp), 1 for a perfect
+ * overlap, 0 for none (Intel MPI Benchmarks, IMB-NBC user guide). */
+static double overlap_efficiency(const struct mp_iter_metrics *plain,
+                                 const struct mp_iter_metrics *ovl, int n)
+{
+    double comm = median_field(plain, n, offsetof(struct mp_iter_metrics, comm_us), 0);
+    double comp = median_field(plain, n, offsetof(struct mp_iter_metrics, ffn_us), 0);
+    double both = median_field(ovl, n, offsetof(struct mp_iter_metrics, layer_us), 1);
+    double lo = comm < comp ? comm : comp;
+    return lo > 0 ? (comm + comp - both) / lo : NAN;
+}
+
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res)
 {
     struct mp_comm *c = L->comm;
@@ -469,8 +710,10 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     double t_begin = mp_now_us();
     struct pool pool = {0};
     struct mp_rank_iter *mine = NULL;
+    struct mp_iter_metrics *plain = NULL; /* the unpipelined reference of an overlapped point */
     memset(res, 0, sizeof *res);
     res->check_error = NAN;
+    res->overlap_efficiency = NAN;
     long total = pt->batch * pt->seq, tok0;
     if (total > L->max_tokens) {
         mp_error("point of %ld tokens exceeds the %ld the layout was sized for", total, L->max_tokens);
@@ -495,53 +738,54 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     }
 
     struct mp_rank_iter scratch;
-    MP_RANGE_PUSH("moeperf/point");
-    for (int i = 0; i < pt->warmup; i++)
-        MP_CHECK(iteration(L, pt, &pool, i % pool.n, tok0, ntok, &scratch));
-    double t_timed = 0;
-    for (int i = 0; i < pt->iters; i++) {
-        double t0 = mp_now_us();
-        mp_in_timed_loop = 1;
-        rc = iteration(L, pt, &pool, (pt->warmup + i) % pool.n, tok0, ntok, &mine[i]);
-        mp_in_timed_loop = 0;
-        t_timed += mp_now_us() - t0;
-        if (rc != MP_OK)
-            goto out;
+    int N = pt->overlap > 1 ? pt->overlap : 1;
+    if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
+        mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
+                 L->nchunk_plans, c->ops->name,
+                 c->ops->ialltoallv ? "supports at most 32" : "has no non-blocking all-to-all");
+        rc = MP_ERR_USAGE;
+        goto out;
     }
-    res->timed_us = t_timed;
+    MP_RANGE_PUSH("moeperf/point");
+    for (int pass = N > 1 ? 0 : 1; pass < 2; pass++) {
+        int chunks = pass == 0 ? 1 : N;
+        for (int i = 0; i < pt->warmup; i++)
+            MP_CHECK(chunks > 1 ? iteration_overlap(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch)
+                                : iteration(L, pt, &pool, i % pool.n, tok0, ntok, &scratch));
+        double t_timed = 0;
+        for (int i = 0; i < pt->iters; i++) {
+            int d = (pt->warmup + i) % pool.n;
+            double t0 = mp_now_us();
+            mp_in_timed_loop = 1;
+            rc = chunks > 1 ? iteration_overlap(L, pt, &pool, d, tok0, ntok, chunks, &mine[i])
+                            : iteration(L, pt, &pool, d, tok0, ntok, &mine[i]);
+            mp_in_timed_loop = 0;
+            t_timed += mp_now_us() - t0;
+            if (rc != MP_OK)
+                goto out;
+        }
+        res->timed_us += t_timed;
+        MP_CHECK(gather_results(L, pt, mine, res));
+        if (pass == 0 && c->rank == 0) { /* keep the reference, measure again pipelined */
+            plain = res->metrics;
+            res->metrics = NULL;
+            free(res->ranks);
+            res->ranks = NULL;
+        }
+    }
     MP_RANGE_POP();
+    if (plain && c->rank == 0)
+        res->overlap_efficiency = overlap_efficiency(plain, res->metrics, pt->iters);
 
-    if (pt->check) {
-        MP_CHECK(iteration(L, pt, &pool, 0, tok0, ntok, &scratch));
+    if (pt->check) { /* the output of draw 0, through the same pipeline the point measured */
+        MP_CHECK(N > 1 ? iteration_overlap(L, pt, &pool, 0, tok0, ntok, N, &scratch)
+                       : iteration(L, pt, &pool, 0, tok0, ntok, &scratch));
         MP_CHECK(check_output(L, pt, &pool, total, ntok, &res->check_error));
     }
-
-    /* gather every rank's records to rank 0: [rank][iter] there, then transpose */
-    size_t bytes = (size_t)pt->iters * sizeof *mine;
-    struct mp_rank_iter *byrank = NULL;
-    if (c->rank == 0) {
-        byrank = malloc(bytes * c->size + 1);
-        res->ranks = malloc(bytes * c->size + 1);
-        res->metrics = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * sizeof *res->metrics);
-        if (!byrank || !res->ranks || !res->metrics) {
-            free(byrank);
-            mp_error("out of memory for the results");
-            rc = MP_ERR_RUNTIME;
-            goto out;
-        }
-    }
-    rc = c->ops->gather(c, mine, bytes, byrank);
-    if (rc == MP_OK && c->rank == 0) {
-        for (int i = 0; i < pt->iters; i++) {
-            for (int r = 0; r < c->size; r++)
-                res->ranks[(size_t)i * c->size + r] = byrank[(size_t)r * pt->iters + i];
-            mp_metrics_iter(res->ranks + (size_t)i * c->size, c->size, &res->metrics[i]);
-        }
-    }
-    free(byrank);
 out:
     pool_free(&pool);
     free(mine);
+    free(plain);
     res->wall_us = mp_now_us() - t_begin;
     return rc;
 }

@@ -20,6 +20,7 @@ struct mp_point {
     const struct mp_placement *placement;
     int warmup, iters;
     int check;   /* compare the output with the single-process reference */
+    int overlap;         /* chunks pipelined so dispatch, FFN and combine overlap (≤ 1: off) */
     int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */
     double straggle_us;  /* 0: off */
 };
@@ -31,6 +32,11 @@ struct mp_point_result {
     struct mp_iter_metrics *metrics; /* [iters] */
     long tokens_per_rank;            /* the most tokens any EP rank holds */
     double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked */
+    /* with overlap > 1 (rank 0): IMB-NBC's overlap efficiency (t_comm + t_comp − t_ovrl) /
+     * min(t_comm, t_comp), with t_comm and t_comp the medians of comm_us and ffn_us of the same
+     * point run without overlap, and t_ovrl the median of layer_us − route_us overlapped; NAN
+     * otherwise */
+    double overlap_efficiency;
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
 
@@ -43,11 +49,16 @@ struct mp_layer; /* one layout's buffers, plan and weights */
  * exceed the 2^31 an MPI count holds. */
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
                     struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
-                    long max_tokens, long long max_memory);
+                    long max_tokens, long long max_memory, int max_overlap);
 void mp_layer_destroy(struct mp_layer *L);
 
 /* Run one point on every rank: set up weights (cached across points with the same local experts),
  * inputs and the routing pool, then warmup + iters synchronized iterations, then the check.
+ * With pt->overlap = N > 1 each rank's tokens are cut into N chunks and pipelined (chunk i+1's
+ * dispatch and chunk i−1's combine in flight while chunk i's experts compute; host backends with a
+ * non-blocking all-to-all only); the per-phase split of a rank's time is then route, FFN and TP
+ * reduce as measured, the rest counted as dispatch (exposed communication), and the point is also
+ * run unpipelined for the overlap efficiency.
  * Collective: every rank of the world calls it with the same point. */
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
 void mp_point_result_free(struct mp_point_result *res);

@@ -89,7 +89,7 @@ struct mp_bench_opts {
     char *out;
     int resume, check;
     double timeout;
-    int overlap;
+    struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

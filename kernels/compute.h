@@ -24,6 +24,10 @@ struct mp_ffn_args {
     void *const *wd;
     int H, Dl;
     void *work; /* at least max_rows · 2·Dl elements */
+    /* optional: called between experts, so a pipelined layer's pending exchanges make progress
+     * while this FFN computes (host backends; NULL otherwise) */
+    void (*progress)(void *arg);
+    void *progress_arg;
 };
 
 struct mp_compute; /* a backend instance */

@@ -136,6 +136,8 @@ static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
         /* out = act · Wd: m × H */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, H, Dl, 1.0f, g, 2 * Dl,
                     a->wd[e], H, 0.0f, out + r0 * H, H);
+        if (a->progress)
+            a->progress(a->progress_arg);
     }
     return MP_OK;
 }
