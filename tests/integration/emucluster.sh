@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# emucluster.sh - the network-bound regime on an emulated 2-node cluster (ci/emucluster): over a
+# 200 Mbit/s link comm_comp_ratio is below 1 at batch 1 and above 1 at batch 256, the link is what
+# limits the exchange (no rank sends faster than the link rate; an unshaped link is several times
+# faster), ranks of one node share it (2 x 2), a SIGTERM stops a job naming its point, and nothing
+# of any cluster is left afterwards.
+# Skips (77) only where network namespaces cannot be created.
+. "$(dirname "$0")/lib.sh"
+export PATH="$PATH:/usr/sbin:/sbin"
+EMU=$(cd "$(dirname "$0")/../.." && pwd)/ci/emucluster
+NAME=ec$$
+RATE_BPS=200000000
+MODEL="--hidden 1024 --ffn 512 --experts 16 --topk 4 --shared 0 --warmup 2 --timeout 120"
+
+cleanup() {
+    for n in "$NAME" "${NAME}u" "${NAME}s" "${NAME}r"; do "$EMU" down --name "$n" >/dev/null 2>&1 || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+command -v ip >/dev/null || { echo "SKIP: ip (iproute2) is not installed"; exit 77; }
+links_before=$(ip -o link show | awk -F': ' '{ print $2 }' | sort)
+rc=0
+"$EMU" up --name "$NAME" --nodes 2 --rate 200mbit >/dev/null 2>"$TMP/up.err" || rc=$?
+if [ "$rc" -eq 77 ]; then
+    echo "SKIP: $(cat "$TMP/up.err")"
+    exit 77
+fi
+[ "$rc" -eq 0 ] || fail "ci/emucluster up exited $rc: $(cat "$TMP/up.err")"
+
+# at FILE BATCH COLUMN: COLUMN of the row with that batch (layer.csv has one row per batch here)
+at() {
+    awk -F, -v b="$2" -v n="$3" 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i == n) c = i; if ($i == "batch") k = i }; next }
+                                 $k == b { print $c }' "$1"
+}
+
+# 1. the crossover
+"$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $MODEL --batch 1,4,16,64,256 --iters 10 \
+    --out "$TMP/slow" >"$TMP/slow.out" 2>"$TMP/slow.err" || fail "the sweep exited $?: $(cat "$TMP/slow.err")"
+cat "$TMP/slow.out"
+L=$TMP/slow/layer.csv
+[ "$(rows "$L")" -eq 5 ] || fail "$(rows "$L") rows, expected 5"
+[ "$(col "$TMP/slow/layer_ranks.csv" node | sort -u | tr '\n' ' ')" = "0 1 " ] ||
+    fail "the two ranks are not on two nodes"
+for b in $(col "$L" bytes_internode); do
+    awk -v x="$b" 'BEGIN { exit !(x > 0) }' || fail "bytes_internode $b is not > 0"
+done
+r1=$(at "$L" 1 comm_comp_ratio)
+r256=$(at "$L" 256 comm_comp_ratio)
+echo "comm_comp_ratio: batch 1 $r1, batch 256 $r256"
+awk -v x="$r1" 'BEGIN { exit !(x < 1) }' || fail "batch 1 is network-bound already (ratio $r1)"
+awk -v x="$r256" 'BEGIN { exit !(x > 1) }' || fail "batch 256 is not network-bound (ratio $r256)"
+
+# 2. the link is the limit: a rank's dispatch + combine time is at least the time its bytes take at
+# the link rate (less a token-bucket burst per exchange, 20% margin in all)
+awk -F, -v bps="$RATE_BPS" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["batch"] == 256 { wire = ($c["bytes_sent"] - 2 * 65536) * 8 / bps * 1e6
+                         t = $c["dispatch_us"] + $c["combine_us"]
+                         printf "rank %d: %d bytes sent, dispatch+combine %.0f us, %.0f us at the link rate\n",
+                                $c["rank"], $c["bytes_sent"], t, wire
+                         if (t < 0.8 * wire) bad = 1 }
+    END { exit bad }' "$TMP/slow/layer_ranks.csv" || fail "a rank sent faster than the 200 Mbit/s link allows"
+
+# 3. the same point over an unshaped link, on a cluster that run makes and removes by itself
+"$EMU" run --name "${NAME}u" --nodes 2 --rate 0 -- "$BIN/moeperf-layer" $MODEL --batch 256 \
+    --iters 10 --quiet --out "$TMP/fast" >/dev/null 2>"$TMP/fast.err" ||
+    fail "the unshaped run exited $?: $(cat "$TMP/fast.err")"
+slow=$(at "$L" 256 comm_us)
+fast=$(at "$TMP/fast/layer.csv" 256 comm_us)
+echo "comm_us at batch 256: 200 Mbit/s $slow, unshaped $fast"
+awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(s > 3 * f) }' || fail "the slow link is not what makes comm slow"
+[ -z "$(ip netns list | grep "^${NAME}u-")" ] && [ ! -e "/tmp/emucluster-${NAME}u" ] ||
+    fail "the cluster of run --rate 0 was left behind"
+
+# 4. two ranks per node: ranks 0, 1 on node0 and 2, 3 on node1; only what crosses nodes counts in
+# bytes_internode
+"$EMU" run --name "${NAME}r" --nodes 2 --ranks-per-node 2 -- "$BIN/moeperf-layer" $MODEL --batch 16 \
+    --iters 3 --quiet --out "$TMP/rpn" >/dev/null 2>"$TMP/rpn.err" ||
+    fail "the 2 x 2 run exited $?: $(cat "$TMP/rpn.err")"
+[ "$(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' ')" = "0 0 1 1 " ] ||
+    fail "ranks per node: $(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' '), expected 0 0 1 1"
+sent=$(col "$TMP/rpn/layer_ranks.csv" bytes_sent | awk '{ s += $1 } END { print s }')
+inter=$(col "$TMP/rpn/layer.csv" bytes_internode)
+echo "2 x 2 ranks at batch 16: $sent bytes sent, $inter of them between nodes"
+awk -v s="$sent" -v i="$inter" 'BEGIN { exit !(i > 0 && i < s) }' ||
+    fail "bytes_internode $inter is not between 0 and the $sent bytes sent"
+
+# 5. SIGTERM to run: the ranks name the point, the job stops, the cluster it made is removed
+"$EMU" run --name "${NAME}s" --nodes 2 -- "$BIN/moeperf-layer" $MODEL --batch 1:256:x2 --iters 20 \
+    --quiet --out "$TMP/sig" >/dev/null 2>"$TMP/sig.err" &
+job=$!
+for _ in $(seq 1 600); do
+    [ -f "$TMP/sig/layer.csv" ] && [ "$(rows "$TMP/sig/layer.csv")" -ge 1 ] && break
+    sleep 0.1
+done
+kill -TERM "$job"
+t0=$(date +%s)
+rc=0
+wait "$job" || rc=$?
+echo "SIGTERM: exit $rc after $(($(date +%s) - t0)) s; $(grep 'stopped by a signal' "$TMP/sig.err" | head -1)"
+[ "$rc" -eq 143 ] || fail "run exited $rc after SIGTERM, expected 143: $(cat "$TMP/sig.err")"
+grep -Eq 'stopped by a signal during rank [01] \(host node[01]\) at point layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)? batch [0-9]+' "$TMP/sig.err" ||
+    fail "no rank named the point it was stopped in: $(cat "$TMP/sig.err")"
+[ -z "$(ip netns list | grep "^${NAME}s-")" ] && [ ! -e "/tmp/emucluster-${NAME}s" ] ||
+    fail "the cluster of the stopped run was left behind"
+
+# 6. down leaves nothing: namespaces, state, shared memory, processes, links of the host
+"$EMU" down --name "$NAME" || fail "down exited $?"
+left=$(ip netns list | grep -E "^${NAME}[usr]?-" || true)
+[ -z "$left" ] || fail "namespaces left: $left"
+ls -d /tmp/emucluster-"$NAME"* /dev/shm/emucluster-"$NAME"* 2>/dev/null && fail "state left"
+pgrep -af "$TMP" && fail "processes left"
+[ "$(ip -o link show | awk -F': ' '{ print $2 }' | sort)" = "$links_before" ] ||
+    fail "the host's links changed"
+"$EMU" down --name "$NAME" 2>/dev/null && fail "a second down found something to remove"
+echo PASS
