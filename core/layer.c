@@ -112,13 +112,8 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->max_tokens = max_tokens;
     L->max_tok_rank = (max_tokens + ep - 1) / ep;
     L->max_rows = max_tokens * model->topk;
-    if (max_overlap > 1) {
-        /* with N chunks, chunk c of every rank holds at most ⌈max_tok_rank / N⌉ tokens and its rows
-         * on one rank at most that times ep·K; N such slices fit in (max_tok_rank + N)·ep·K rows */
-        long chunked = (L->max_tok_rank + max_overlap) * ep * (long)model->topk;
-        if (chunked > L->max_rows)
-            L->max_rows = chunked;
-    }
+    if (max_overlap > 1) /* each chunk's slice can hold every pair (skewed routing) */
+        L->max_rows = max_tokens * model->topk * max_overlap;
     L->row_bytes = (size_t)model->hidden * ops->elem_size;
     size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank, rows = (size_t)L->max_rows;
     size_t wrows = rows > tok ? rows : tok;
@@ -126,8 +121,8 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->sendbuf = ops->alloc(dev, tok * model->topk * H);
     L->recvbuf = ops->alloc(dev, rows * H);
     L->expbuf = ops->alloc(dev, rows * H);
-    /* pipelined chunks round their token share up: room for one more token per chunk */
-    size_t out_tok = tok + (max_overlap > 1 ? (size_t)max_overlap : 0);
+    /* pipelined chunks: every slice has room for the shared rows (chunk 0 uses it) */
+    size_t out_tok = tok * (max_overlap > 1 ? (size_t)max_overlap : 1);
     L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * out_tok) * H);
     L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
     L->y = ops->alloc(dev, tok * H);
@@ -142,10 +137,8 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
         if (!L->chunk_plans)
             goto oom;
         L->nchunk_plans = max_overlap;
-        /* a run with fewer chunks gives each more tokens: size every plan for two chunks' worth */
-        long per_chunk_tok = (L->max_tok_rank + 1) / 2 + 1;
-        for (int i = 0; i < max_overlap; i++)
-            if (mp_plan_alloc(&L->chunk_plans[i], ep, max_local, per_chunk_tok, model->topk) != MP_OK)
+        for (int i = 0; i < max_overlap; i++) /* a chunk covers every token, some of its pairs */
+            if (mp_plan_alloc(&L->chunk_plans[i], ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
                 goto oom;
         size_t cells = (size_t)ep * max_overlap * L->chunk_plans[0].max_local;
         L->chunk_cnt_send = calloc(cells, sizeof(int));
@@ -402,7 +395,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
                                pl->send_rows, pl->send_displ, L->row_bytes));
     MP_CHECK(o->combine(dev, L->sendbuf, pl->src_tok, pl->row_w, pl->nsend,
                         L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
-                        ntok, H, L->y));
+                        ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_RANGE_POP();
     MP_CHECK(o->sync(dev));
@@ -440,9 +433,12 @@ static void progress_hook(void *arg)
     c->ops->progress(c);
 }
 
-/* One layer forward pipelined over `N` chunks of this rank's tokens: at step s chunk s is routed
- * and its dispatch started, chunk s−1 computes (its exchange partners advance between experts), and
- * chunk s−2's combine is finished. Request slots: 2c dispatch, 2c+1 combine. */
+/* One layer forward pipelined over `N` chunks: chunk k carries the token-expert pairs whose expert
+ * is in group k of its destination's local experts (mp_plan_send_group), so every expert's weights
+ * are still read once. After one count exchange for all chunks, step s starts chunk s's dispatch,
+ * computes chunk s−1 (its partners advance between experts) and finishes chunk s−2's combine into
+ * y, chunk 0 with the shared experts and the rest added to it. Request slots: 2k dispatch, 2k+1
+ * combine. */
 static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
                              int d, long tok0, long ntok, int N, struct mp_rank_iter *rec)
 {
@@ -452,9 +448,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts, me = c->ep_rank;
     int rc = MP_OK;
     double t_route = 0, t_ffn = 0, t_tp = 0, t0, t1;
-    long c0[64], nc[64];
-    for (int k = 0; k < N; k++)
-        nc[k] = mp_token_split(ntok, N, k, &c0[k]);
+    long soff[33];
 
     MP_CHECK(o->sync(dev));
     MP_CHECK(c->ops->barrier(c));
@@ -462,7 +456,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     const int32_t *ids;
     const float *w;
     t0 = mp_now_us();
-    if (pool->noise) { /* the gate runs once for all of this rank's tokens */
+    if (pool->noise) {
         MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
                          pool->gate_ids, pool->gate_w));
         ids = pool->gate_ids;
@@ -471,12 +465,14 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         ids = pool->ids + (size_t)d * ntok * K;
         w = pool->w + (size_t)d * ntok * K;
     }
-    /* every chunk's plan, then one count exchange for all chunks: the pipeline below never
-     * waits for a peer except on data */
+    /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
+     * a peer only on data */
     int Lm = L->chunk_plans[0].max_local;
-    for (int k = 0; k < N; k++)
-        mp_plan_send(&L->chunk_plans[k], pt->placement, me, tok0 + c0[k], nc[k], ids + c0[k] * K,
-                     w + c0[k] * K);
+    soff[0] = 0;
+    for (int k = 0; k < N; k++) {
+        mp_plan_send_group(&L->chunk_plans[k], pt->placement, me, tok0, ntok, ids, w, k, N);
+        soff[k + 1] = soff[k] + L->chunk_plans[k].nsend;
+    }
     t_route += mp_now_us() - t0;
     for (int p = 0; p < L->ep; p++)
         for (int k = 0; k < N; k++)
@@ -489,23 +485,21 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                    L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
         mp_plan_recv(&L->chunk_plans[k], L->nlocal);
     }
-    /* chunk k's slices of the row buffers */
-    size_t per_tok = (size_t)(L->max_tok_rank + N - 1) / N;
-    size_t rstride = per_tok * L->ep * K * L->row_bytes;
-    size_t ostride = rstride + (size_t)L->S * per_tok * L->row_bytes;
+    /* chunk k's slices: any chunk may receive every pair (skew), so each slice holds them all */
+    size_t rstride = (size_t)L->max_tokens * K * L->row_bytes;
+    size_t ostride = rstride + (size_t)L->S * L->max_tok_rank * L->row_bytes;
     double sent = 0, inter = 0, rows = 0, local = 0;
     for (int s = 0; s < N + 2; s++) {
         if (s < N) { /* start the dispatch of chunk s */
             struct mp_plan *pl = &L->chunk_plans[s];
-            char *send = (char *)L->sendbuf + (size_t)c0[s] * K * L->row_bytes;
+            char *send = (char *)L->sendbuf + (size_t)soff[s] * L->row_bytes;
             char *recv = (char *)L->recvbuf + (size_t)s * rstride;
-            MP_CHECK(o->permute(dev, (char *)L->x + (size_t)c0[s] * L->row_bytes, pl->src_tok,
-                                pl->nsend, H, send));
+            MP_CHECK(o->permute(dev, L->x, pl->src_tok, pl->nsend, H, send));
             MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
         }
         if (s >= 1 && s <= N) { /* compute chunk s−1 and start its combine */
-            int k = s - 1;
+            int k = s - 1, S = k == 0 ? L->S : 0; /* the shared experts ride with chunk 0 */
             struct mp_plan *pl = &L->chunk_plans[k];
             char *recv = (char *)L->recvbuf + (size_t)k * rstride;
             char *exp = (char *)L->expbuf + (size_t)k * rstride;
@@ -518,18 +512,19 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                                     .Dl = L->Dl, .work = L->work, .progress = progress_hook,
                                     .progress_arg = c};
             MP_CHECK(o->expert_ffn(dev, &a));
-            long shared_off[2] = {0, nc[k]};
-            for (int sh = 0; sh < L->S; sh++) {
+            L->shared_off[0] = 0;
+            L->shared_off[1] = ntok;
+            for (int sh = 0; sh < S; sh++) {
                 struct mp_ffn_args sa = a;
-                sa.in = (char *)L->x + (size_t)c0[k] * L->row_bytes;
-                sa.out = out + ((size_t)pl->nrecv + (size_t)sh * nc[k]) * L->row_bytes;
-                sa.row_off = shared_off;
+                sa.in = L->x;
+                sa.out = out + ((size_t)pl->nrecv + (size_t)sh * ntok) * L->row_bytes;
+                sa.row_off = L->shared_off;
                 sa.nexp = 1;
                 sa.wgu = L->wgu + L->nlocal + sh;
                 sa.wd = L->wd + L->nlocal + sh;
                 MP_CHECK(o->expert_ffn(dev, &sa));
             }
-            if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
+            if (k == 0 && pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
                 double until = mp_now_us() + pt->straggle_us;
                 while (mp_now_us() < until)
                     ;
@@ -537,10 +532,10 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             t1 = mp_now_us();
             t_ffn += t1 - t0;
             if (L->tp > 1)
-                MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)L->S * nc[k]) * H));
+                MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
             t_tp += mp_now_us() - t1;
             MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
-            char *back = (char *)L->sendbuf + (size_t)c0[k] * K * L->row_bytes;
+            char *back = (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes;
             MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back,
                                         pl->send_rows, pl->send_displ, L->row_bytes, 2 * k + 1));
             rows += (double)pl->nrecv;
@@ -559,10 +554,10 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             struct mp_plan *pl = &L->chunk_plans[k];
             char *out = (char *)L->outbuf + (size_t)k * ostride;
             MP_CHECK(c->ops->wait(c, 2 * k + 1));
-            MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)c0[k] * K * L->row_bytes,
+            MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes,
                                 pl->src_tok, pl->row_w, pl->nsend,
-                                L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL, L->S, nc[k],
-                                H, (char *)L->y + (size_t)c0[k] * L->row_bytes));
+                                k == 0 && L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL,
+                                k == 0 ? L->S : 0, ntok, H, L->y, k > 0));
         }
     }
     MP_CHECK(o->sync(dev));

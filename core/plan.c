@@ -68,21 +68,32 @@ void mp_plan_free(struct mp_plan *p)
 void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                   long ntok, const int32_t *ids, const float *w)
 {
+    mp_plan_send_group(p, pl, ep_rank, tok0, ntok, ids, w, 0, 1);
+}
+
+void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
+                        long ntok, const int32_t *ids, const float *w, int group, int ngroups)
+{
     int L = p->max_local, K = p->K;
     size_t cells = (size_t)p->ep * L;
     memset(p->send_cnt, 0, cells * sizeof(int));
     p->ntok = ntok;
-    p->nsend = ntok * K;
+    p->nsend = 0;
     p->local_pairs = 0;
-    /* pass 1: destination and expert index of every pair */
+    /* pass 1: destination and expert index of every pair; -1 marks pairs of other groups */
     for (long i = 0; i < ntok * K; i++) {
         int expert = ids[i];
         int dest = mp_placement_dest(pl, ep_rank, expert, tok0 + i / K);
         int li = mp_placement_local_index(pl, dest, expert);
+        if (ngroups > 1 && (long)li * ngroups / mp_placement_nlocal(pl, dest) != group) {
+            p->pair_dest[i] = -1;
+            continue;
+        }
         p->pair_dest[i] = dest;
         p->pair_li[i] = li;
         p->send_cnt[dest * L + li]++;
         p->local_pairs += dest == ep_rank;
+        p->nsend++;
     }
     /* prefix sums: rows ordered by (peer, expert) */
     int off = 0;
@@ -96,6 +107,8 @@ void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank,
     }
     /* pass 2: place each pair (stable: token order within a block) */
     for (long i = 0; i < ntok * K; i++) {
+        if (p->pair_dest[i] < 0)
+            continue;
         int pos = p->cursor[p->pair_dest[i] * L + p->pair_li[i]]++;
         p->src_tok[pos] = (int32_t)(i / K);
         p->row_w[pos] = w[i];

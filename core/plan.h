@@ -49,6 +49,12 @@ void mp_plan_free(struct mp_plan *p);
 void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                   long ntok, const int32_t *ids, const float *w);
 
+/* The same for the pairs whose expert falls in group `group` of `ngroups` at its destination: local
+ * expert index li of a rank holding n experts is in group ⌊li·ngroups / n⌋. A pipelined layer
+ * sends one group at a time, so each expert's weights are read once per layer. */
+void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
+                        long ntok, const int32_t *ids, const float *w, int group, int ngroups);
+
 /* Receive side from recv_cnt (filled by the count exchange) for a rank holding `nlocal` experts. */
 void mp_plan_recv(struct mp_plan *p, int nlocal);
 

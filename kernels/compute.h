@@ -64,9 +64,11 @@ struct mp_compute_ops {
     /* expert FFN, SwiGLU: out = (silu(in·Wg) ⊙ (in·Wu))·Wd for every expert's rows */
     int (*expert_ffn)(struct mp_compute *c, const struct mp_ffn_args *a);
     /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i: tok[i]=t} w[i]·rows[i] (shared may be NULL,
-     * nshared blocks of ntok rows); tok/w are host arrays [nrows] */
+     * nshared blocks of ntok rows); tok/w are host arrays [nrows]. With `accumulate`, y keeps what
+     * it holds and the sums are added to it (a pipelined layer combines in parts). */
     int (*combine)(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                   long nrows, const void *shared, int nshared, long ntok, int H, void *y);
+                   long nrows, const void *shared, int nshared, long ntok, int H, void *y,
+                   int accumulate);
 
     /* timing: mark(slot) records a point in the backend's stream; after sync, elapsed_us(a, b) is
      * the time from mark a to mark b. Slots 0..MP_TIMER_SLOTS-1. */

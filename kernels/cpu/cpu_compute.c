@@ -143,11 +143,16 @@ static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 }
 
 static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                       long nrows, const void *shared, int nshared, long ntok, int H, void *y)
+                       long nrows, const void *shared, int nshared, long ntok, int H, void *y,
+                       int accumulate)
 {
     const float *r = rows, *sh = shared;
     float *out = y;
-    if (sh && nshared > 0) {
+    if (accumulate) {
+        for (int s = 0; sh && s < nshared; s++)
+            for (size_t i = 0; i < (size_t)ntok * H; i++)
+                out[i] += sh[(size_t)s * ntok * H + i];
+    } else if (sh && nshared > 0) {
         memcpy(out, sh, (size_t)ntok * H * sizeof(float));
         for (int s = 1; s < nshared; s++)
             for (size_t i = 0; i < (size_t)ntok * H; i++)

@@ -321,13 +321,13 @@ __global__ void combine_scatter_kernel(const bf16 *rows, const int32_t *tok, con
         atomicAdd(a + h, wi * __bfloat162float(r[h]));
 }
 
-/* y = acc + Σ_s shared[s] in bf16. */
+/* y = acc + Σ_s shared[s] in bf16 (y + acc + ... with accumulate). */
 __global__ void combine_finish_kernel(const float *acc, const bf16 *shared, int nshared, long n,
-                                      bf16 *y)
+                                      bf16 *y, int accumulate)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x) {
-        float v = acc[i];
+        float v = acc[i] + (accumulate ? __bfloat162float(y[i]) : 0.0f);
         for (int s = 0; s < nshared; s++)
             v += __bfloat162float(shared[s * n + i]);
         y[i] = __float2bfloat16(v);
@@ -335,7 +335,8 @@ __global__ void combine_finish_kernel(const float *acc, const bf16 *shared, int 
 }
 
 static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                        long nrows, const void *shared, int nshared, long ntok, int H, void *y)
+                        long nrows, const void *shared, int nshared, long ntok, int H, void *y,
+                        int accumulate)
 {
     size_t n = (size_t)ntok * H;
     if (n == 0)
@@ -356,7 +357,7 @@ static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *t
     }
     combine_finish_kernel<<<(unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0,
                             c->stream>>>(c->d_acc, shared ? (const bf16 *)shared : NULL,
-                                         shared ? nshared : 0, (long)n, (bf16 *)y);
+                                         shared ? nshared : 0, (long)n, (bf16 *)y, accumulate);
     CUDACHECK(cudaGetLastError());
     return MP_OK;
 }

@@ -162,8 +162,8 @@ static void check_moves(long N, int H)
         tok[i] = (int32_t)(i % T);
         w[i] = 0.25f + (float)(i % 5) * 0.1f;
     }
-    cpu->combine(h, x, tok, w, N, sh, 1, T, H, yc);
-    gpu->combine(g, dx, tok, w, N, dsh, 1, T, H, dy);
+    cpu->combine(h, x, tok, w, N, sh, 1, T, H, yc, 0);
+    gpu->combine(g, dx, tok, w, N, dsh, 1, T, H, dy, 0);
     gpu->sync(g);
     gpu->download(g, yg, dy, (size_t)T * H);
     report("combine (weighted, with shared)", mp_rel_error(yg, yc, T * H), 1e-2);

@@ -69,7 +69,7 @@ int main(void)
     float rows[3 * 2] = {1, 2, 3, 4, 5, 6}, shared[2 * 2] = {10, 20, 30, 40}, y[2 * 2];
     int32_t tok[3] = {1, 0, 1};
     float cw[3] = {0.5f, 2.0f, 1.0f};
-    CHECK_INT(o->combine(c, rows, tok, cw, 3, shared, 1, 2, 2, y), MP_OK);
+    CHECK_INT(o->combine(c, rows, tok, cw, 3, shared, 1, 2, 2, y, 0), MP_OK);
     CHECK_NEAR(y[0], 10 + 2 * 3, 1e-6);
     CHECK_NEAR(y[1], 20 + 2 * 4, 1e-6);
     CHECK_NEAR(y[2], 30 + 0.5 * 1 + 5, 1e-6);
