@@ -4,6 +4,7 @@
 #include "compare.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -103,7 +104,8 @@ static int file_exists(const char *dir, const char *name)
     return ok;
 }
 
-/* Append a formatted warning to c->warn and print it to stderr. Returns MP_OK or MP_ERR_RUNTIME. */
+/* Append a formatted warning to c->warn (printed to stderr when the load succeeds). Returns MP_OK
+ * or MP_ERR_RUNTIME. */
 __attribute__((format(printf, 2, 3))) static int add_warn(struct mp_cmp *c, const char *fmt, ...)
 {
     va_list ap;
@@ -119,30 +121,36 @@ __attribute__((format(printf, 2, 3))) static int add_warn(struct mp_cmp *c, cons
     }
     c->warn = w;
     c->warn[c->nwarn++] = s;
-    mp_warn("%s", s);
     return MP_OK;
 }
 
-/* ---- one side: its samples grouped by point ---- */
+/* ---- one side: the runs it pools and their samples grouped by point ---- */
+
+struct rowref {
+    int tab;  /* which run */
+    long row; /* data row of that run's samples table */
+};
 
 struct point {
     char *key;
     long nrows, cap;
-    long *rows; /* sample rows of this point, in file order */
+    struct rowref *rows; /* sample rows of this point, run by run in file order */
 };
 
 struct side {
     const char *dir;
-    struct mp_table t;
+    int nruns;
+    char **runs;       /* the run directories pooled: dir itself or its subdirectories */
+    struct mp_table *t; /* [nruns] samples tables */
     long npts;
     struct point *pts; /* in order of first appearance */
     long *order;       /* indices into pts sorted by key, for lookups */
     long cut;          /* points dropped: samples without a summary row */
 };
 
-static int cmp_key_at(const struct side *s, long idx, const char *key)
+static char **side_cells(const struct side *s, struct rowref r)
 {
-    return strcmp(s->pts[s->order[idx]].key, key);
+    return s->t[r.tab].cells[r.row];
 }
 
 /* Position of `key` in s->order, or -(insertion point) − 1. */
@@ -151,7 +159,7 @@ static long side_find(const struct side *s, const char *key)
     long lo = 0, hi = s->npts;
     while (lo < hi) {
         long mid = lo + (hi - lo) / 2;
-        int c = cmp_key_at(s, mid, key);
+        int c = strcmp(s->pts[s->order[mid]].key, key);
         if (c == 0)
             return mid;
         if (c < 0)
@@ -169,8 +177,8 @@ static long side_point(const struct side *s, const char *key)
     return at >= 0 ? s->order[at] : -1;
 }
 
-/* Add sample row `row` to the point of `key` (taking ownership of key). */
-static int side_add(struct side *s, char *key, long row)
+/* Add sample row `ref` to the point of `key` (taking ownership of key). */
+static int side_add(struct side *s, char *key, struct rowref ref)
 {
     long at = side_find(s, key);
     struct point *p;
@@ -196,7 +204,7 @@ static int side_add(struct side *s, char *key, long row)
     }
     if (p->nrows == p->cap) {
         long cap = p->cap ? 2 * p->cap : 16;
-        long *r = realloc(p->rows, (size_t)cap * sizeof *r);
+        struct rowref *r = realloc(p->rows, (size_t)cap * sizeof *r);
         if (!r) {
             mp_error("out of memory");
             return MP_ERR_RUNTIME;
@@ -204,7 +212,7 @@ static int side_add(struct side *s, char *key, long row)
         p->rows = r;
         p->cap = cap;
     }
-    p->rows[p->nrows++] = row;
+    p->rows[p->nrows++] = ref;
     return MP_OK;
 }
 
@@ -216,90 +224,258 @@ static void side_free(struct side *s)
     }
     free(s->pts);
     free(s->order);
-    mp_table_free(&s->t);
-}
-
-/* Read dir/samples and group its rows by the first nkey cells; rows of points missing from the
- * summary file (when there is one) are dropped and counted in s->cut. */
-static int side_load(struct side *s, const char *dir, const struct tool_spec *ts)
-{
-    int rc;
+    for (int r = 0; r < s->nruns; r++) {
+        if (s->t)
+            mp_table_free(&s->t[r]);
+        free(s->runs[r]);
+    }
+    free(s->t);
+    free(s->runs);
     memset(s, 0, sizeof *s);
-    s->dir = dir;
-    if (!file_exists(dir, ts->samples)) {
-        mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s writes "
-                 "next to %s",
-                 dir, ts->samples, ts->tool, ts->summary);
-        return MP_ERR_USAGE;
-    }
-    char *path = path_join(dir, ts->samples);
-    if (!path)
-        return MP_ERR_RUNTIME;
-    rc = mp_table_read(path, &s->t);
-    free(path);
-    if (rc != MP_OK)
-        return rc;
-    int nkey = mp_table_col(&s->t, "iter");
-    if (nkey <= 0) {
-        mp_usage("%s: no \"iter\" column after the key columns; expected the samples file of %s",
-                 s->t.path, ts->tool);
-        return MP_ERR_USAGE;
-    }
-    struct mp_keyset have = {0, NULL};
-    int use_summary = file_exists(dir, ts->summary);
-    if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
-        return rc;
-    for (long i = 0; i < s->t.nrows && rc == MP_OK; i++) {
-        char *key = mp_table_key(&s->t, i, nkey);
-        if (!key) {
-            mp_error("out of memory");
-            rc = MP_ERR_RUNTIME;
-            break;
-        }
-        if (use_summary && !mp_keyset_has(&have, key)) {
-            if (side_point(s, key) < 0)
-                s->cut++;
-            free(key);
-            continue;
-        }
-        rc = side_add(s, key, i);
-    }
-    mp_keyset_free(&have);
-    return rc;
 }
 
-/* Sample values of point `pt` in column `col` (empty cells skipped) into a new array. A cell that
- * is not a number is a usage error naming the file. */
-static int side_values(const struct side *s, long pt, int col, double **out, long *n)
+/* The tool whose files are in `dir` (only `which` considered when not NULL): the count of tools
+ * found in *nfound and the last one found. Prints nothing. */
+static const struct tool_spec *find_tool(const char *dir, const char *which, int *nfound)
 {
-    *out = NULL;
-    *n = 0;
-    if (pt < 0)
-        return MP_OK;
-    const struct point *p = &s->pts[pt];
-    double *v = malloc((size_t)(p->nrows > 0 ? p->nrows : 1) * sizeof *v);
-    if (!v) {
+    const struct tool_spec *found = NULL;
+    *nfound = 0;
+    for (int i = 0; i < NTOOLS; i++) {
+        if (which && strcmp(which, tools[i].name) != 0)
+            continue;
+        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
+            found = &tools[i];
+            (*nfound)++;
+        }
+    }
+    return found;
+}
+
+static int add_run(struct side *s, const char *dir)
+{
+    char *d = xstrdup(dir);
+    char **r = d ? realloc(s->runs, (size_t)(s->nruns + 1) * sizeof *r) : NULL;
+    if (!r) {
+        free(d);
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    long k = 0;
-    for (long i = 0; i < p->nrows; i++) {
-        const char *cell = s->t.cells[p->rows[i]][col];
+    s->runs = r;
+    s->runs[s->nruns++] = d;
+    return MP_OK;
+}
+
+/* Which runs a side pools: `dir` itself when it holds a tool's files, else its subdirectories that
+ * do (repeats, in name order). With `which` only that tool counts. *ts receives the tool.
+ * Returns MP_OK, or MP_ERR_USAGE with a message naming `dir` (not a directory, several tools, no
+ * results; with `quiet_none` nothing is printed for no results, and *ts stays NULL). */
+static int side_runs(struct side *s, const char *dir, const char *which, int quiet_none,
+                     const struct tool_spec **ts)
+{
+    struct stat st;
+    int nf, rc = MP_OK;
+    memset(s, 0, sizeof *s);
+    s->dir = dir;
+    *ts = NULL;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        mp_usage("%s: %s; expected a run directory (the --out of moeperf-layer, moeperf-a2a or "
+                 "moeperf-ffn) or a directory of such runs",
+                 dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return MP_ERR_USAGE;
+    }
+    const struct tool_spec *t = find_tool(dir, which, &nf);
+    if (nf > 1) {
+        mp_usage("%s: holds the results of several tools; choose one with --tool layer|a2a|ffn",
+                 dir);
+        return MP_ERR_USAGE;
+    }
+    if (nf == 1) {
+        *ts = t;
+        return add_run(s, dir);
+    }
+    /* no results here: the repeats in its subdirectories */
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    if (n < 0) {
+        mp_usage("%s: %s", dir, strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        char *sub = rc == MP_OK && name[0] != '.' ? path_join(dir, name) : NULL;
+        if (sub && stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+            const struct tool_spec *u = find_tool(sub, which, &nf);
+            if (nf > 1 || (nf == 1 && *ts && u != *ts)) {
+                mp_usage("%s: holds the results of several tools; choose one with --tool "
+                         "layer|a2a|ffn",
+                         nf > 1 ? sub : dir);
+                rc = MP_ERR_USAGE;
+            } else if (nf == 1) {
+                *ts = u;
+                rc = add_run(s, sub);
+            }
+        }
+        free(sub);
+        free(ents[i]);
+    }
+    free(ents);
+    if (rc == MP_OK && s->nruns == 0) {
+        *ts = NULL;
+        if (!quiet_none) {
+            const struct tool_spec *w = NULL;
+            for (int i = 0; which && i < NTOOLS; i++)
+                if (strcmp(which, tools[i].name) == 0)
+                    w = &tools[i];
+            if (w)
+                mp_usage("%s: no %s or %s, here or in its subdirectories (--tool %s)", dir,
+                         w->samples, w->summary, which);
+            else
+                mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv, here or "
+                         "in its subdirectories; expected a run directory of moeperf-layer, "
+                         "moeperf-a2a or moeperf-ffn",
+                         dir);
+        }
+        rc = MP_ERR_USAGE;
+    }
+    return rc;
+}
+
+/* Read the samples file of every run of the side and group the rows by their first nkey cells;
+ * rows of points missing from a run's summary file (when it has one) are dropped and counted in
+ * s->cut. */
+static int side_load(struct side *s, const struct tool_spec *ts)
+{
+    int rc = MP_OK, nkey = -1;
+    s->t = calloc((size_t)s->nruns, sizeof *s->t);
+    if (!s->t) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int r = 0; r < s->nruns && rc == MP_OK; r++) {
+        const char *dir = s->runs[r];
+        if (!file_exists(dir, ts->samples)) {
+            mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s "
+                     "writes next to %s",
+                     dir, ts->samples, ts->tool, ts->summary);
+            return MP_ERR_USAGE;
+        }
+        char *path = path_join(dir, ts->samples);
+        if (!path)
+            return MP_ERR_RUNTIME;
+        rc = mp_table_read(path, &s->t[r]);
+        free(path);
+        if (rc != MP_OK)
+            return rc;
+        const struct mp_table *t = &s->t[r];
+        if (r == 0) {
+            nkey = mp_table_col(t, "iter");
+            if (nkey <= 0) {
+                mp_usage("%s: no \"iter\" column after the key columns; expected the samples "
+                         "file of %s",
+                         t->path, ts->tool);
+                return MP_ERR_USAGE;
+            }
+        } else {
+            int same = t->ncols == s->t[0].ncols;
+            for (int k = 0; same && k < t->ncols; k++)
+                same = strcmp(t->cols[k], s->t[0].cols[k]) == 0;
+            if (!same) {
+                mp_usage("%s and %s have different columns; the runs pooled must come from the "
+                         "same moeperf version",
+                         s->t[0].path, t->path);
+                return MP_ERR_USAGE;
+            }
+        }
+        struct mp_keyset have = {0, NULL};
+        int use_summary = file_exists(dir, ts->summary);
+        if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
+            return rc;
+        struct mp_keyset cut = {0, NULL};
+        for (long i = 0; i < t->nrows && rc == MP_OK; i++) {
+            char *key = mp_table_key(t, i, nkey);
+            if (!key) {
+                mp_error("out of memory");
+                rc = MP_ERR_RUNTIME;
+                break;
+            }
+            if (use_summary && !mp_keyset_has(&have, key)) {
+                if (!mp_keyset_has(&cut, key)) {
+                    mp_keyset_add(&cut, key);
+                    s->cut++;
+                }
+                free(key);
+                continue;
+            }
+            rc = side_add(s, key, (struct rowref){r, i});
+        }
+        mp_keyset_free(&have);
+        mp_keyset_free(&cut);
+    }
+    return rc;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The sample values of point `pt` in column `col` (empty cells skipped) into a new array *out
+ * (count *n), and the median of each run's values (nearest rank, METRICS.md) into *runmed (count
+ * *nruns). pt < 0: nothing. A cell that is not a number is a usage error naming the file. */
+static int side_values(const struct side *s, long pt, int col, double **out, long *n,
+                       double **runmed, long *nruns)
+{
+    *out = *runmed = NULL;
+    *n = *nruns = 0;
+    if (pt < 0)
+        return MP_OK;
+    const struct point *p = &s->pts[pt];
+    size_t cap = (size_t)(p->nrows > 0 ? p->nrows : 1);
+    double *v = malloc(cap * sizeof *v), *rm = malloc(cap * sizeof *rm);
+    double *tmp = malloc(cap * sizeof *tmp);
+    if (!v || !rm || !tmp) {
+        free(v);
+        free(rm);
+        free(tmp);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    long k = 0, nr = 0, run_start = 0;
+    for (long i = 0; i <= p->nrows; i++) {
+        /* rows are stored run by run: close the previous run's group at a change of run */
+        if (i == p->nrows || (i > 0 && p->rows[i].tab != p->rows[i - 1].tab)) {
+            long m = k - run_start;
+            if (m > 0) {
+                memcpy(tmp, v + run_start, (size_t)m * sizeof *tmp);
+                qsort(tmp, (size_t)m, sizeof *tmp, cmp_dbl);
+                rm[nr++] = mp_percentile(tmp, m, 50.0);
+            }
+            run_start = k;
+            if (i == p->nrows)
+                break;
+        }
+        const char *cell = side_cells(s, p->rows[i])[col];
         if (!cell[0])
             continue;
         char *end;
         errno = 0;
         double x = strtod(cell, &end);
         if (*end || errno || isnan(x)) {
-            mp_usage("%s: data row %ld, column %s: '%s' is not a number", s->t.path,
-                     p->rows[i] + 1, s->t.cols[col], cell);
+            mp_usage("%s: data row %ld, column %s: '%s' is not a number",
+                     s->t[p->rows[i].tab].path, p->rows[i].row + 1, s->t[0].cols[col], cell);
             free(v);
+            free(rm);
+            free(tmp);
             return MP_ERR_USAGE;
         }
         v[k++] = x;
     }
+    free(tmp);
     *out = v;
     *n = k;
+    *runmed = rm;
+    *nruns = nr;
     return MP_OK;
 }
 
@@ -315,7 +491,7 @@ static void median_ci(double *v, long n, double *med, double *lo, double *hi)
 
 /* ---- run.json ---- */
 
-static struct cJSON *load_runjson(struct mp_cmp *c, const char *dir)
+static struct cJSON *load_runjson(const char *dir)
 {
     char *path = path_join(dir, "run.json");
     if (!path)
@@ -347,9 +523,6 @@ static struct cJSON *load_runjson(struct mp_cmp *c, const char *dir)
             free(buf);
         }
     }
-    if (!j)
-        add_warn(c, "%s: missing or not valid JSON; the run's libraries and configuration are unknown",
-                 path);
     free(path);
     return j;
 }
@@ -620,19 +793,11 @@ static int collect_facts(struct mp_cmp *c)
                       json_text(jget(rn, "finished")), MP_FACT_SAME));
     MP_CHECK(add_fact(c, "start", json_text(jget(rb, "start")), json_text(jget(rn, "start")),
                       MP_FACT_INFO));
+    char nb[32], nn[32];
+    snprintf(nb, sizeof nb, "%d", c->nruns[0]);
+    snprintf(nn, sizeof nn, "%d", c->nruns[1]);
+    MP_CHECK(add_fact(c, "runs pooled", xstrdup(nb), xstrdup(nn), MP_FACT_INFO));
 
-    for (int side = 0; side < 2; side++) {
-        const cJSON *run = c->run[side];
-        const cJSON *dbg = jget(run, "debug");
-        if (dbg && !cJSON_IsNull(dbg)) {
-            char *t = json_text(dbg);
-            MP_CHECK(add_warn(c, "%s was deliberately slowed down (run.json debug: %s)",
-                              c->dir[side], t ? t : "?"));
-            free(t);
-        }
-        if (run && !cJSON_IsTrue(jget(run, "finished")))
-            MP_CHECK(add_warn(c, "%s: run.json says the sweep did not finish", c->dir[side]));
-    }
     if (c->run[0] && c->run[1])
         for (int i = 0; i < c->nfacts; i++) {
             const struct mp_cmp_fact *f = &c->facts[i];
@@ -647,64 +812,6 @@ out:
 }
 
 /* ---- loading ---- */
-
-/* The tool whose files are in `dir` (only `which` considered when not NULL): the count of tools
- * found in *nfound and the last one found. Prints nothing. -1 in *nfound when dir is not a
- * directory. */
-static const struct tool_spec *find_tool(const char *dir, const char *which, int *nfound)
-{
-    struct stat st;
-    const struct tool_spec *found = NULL;
-    *nfound = 0;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        *nfound = -1;
-        return NULL;
-    }
-    for (int i = 0; i < NTOOLS; i++) {
-        if (which && strcmp(which, tools[i].name) != 0)
-            continue;
-        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
-            found = &tools[i];
-            (*nfound)++;
-        }
-    }
-    return found;
-}
-
-/* The tool of one side: exactly one tool's files (or those of `which`). Usage errors name dir. */
-static const struct tool_spec *detect_tool(const char *dir, const char *which, int *rc)
-{
-    int nfound;
-    const struct tool_spec *ts = find_tool(dir, which, &nfound);
-    *rc = MP_ERR_USAGE;
-    if (nfound < 0) {
-        struct stat st;
-        mp_usage("%s: %s; expected a run directory (the --out of moeperf-layer, moeperf-a2a or "
-                 "moeperf-ffn)",
-                 dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
-        return NULL;
-    }
-    if (nfound == 0) {
-        const struct tool_spec *w = NULL;
-        for (int i = 0; which && i < NTOOLS; i++)
-            if (strcmp(which, tools[i].name) == 0)
-                w = &tools[i];
-        if (w)
-            mp_usage("%s: no %s or %s (--tool %s)", dir, w->samples, w->summary, which);
-        else
-            mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv; expected a "
-                     "run directory of moeperf-layer, moeperf-a2a or moeperf-ffn",
-                     dir);
-        return NULL;
-    }
-    if (nfound > 1) {
-        mp_usage("%s: holds the results of several tools; choose one with --tool layer|a2a|ffn",
-                 dir);
-        return NULL;
-    }
-    *rc = MP_OK;
-    return ts;
-}
 
 char *mp_cmp_point_label(const struct mp_cmp *c, long point)
 {
@@ -728,15 +835,49 @@ char *mp_cmp_point_label(const struct mp_cmp *c, long point)
     return sb_done(&sb);
 }
 
-/* The first key column in which two points differ, for the "different workloads" message. */
+/* The first key column in which the first points of two sides differ, or -1. */
 static int first_diff(const struct side *a, const struct side *b, int nkey)
 {
-    const char *const *ra = (const char *const *)a->t.cells[a->pts[0].rows[0]];
-    const char *const *rb = (const char *const *)b->t.cells[b->pts[0].rows[0]];
+    char **ra = side_cells(a, a->pts[0].rows[0]), **rb = side_cells(b, b->pts[0].rows[0]);
     for (int k = 0; k < nkey; k++)
         if (strcmp(ra[k], rb[k]) != 0)
             return k;
     return -1;
+}
+
+/* Load the run.json of every run of a side: the first one is kept in c->run[side] for the facts;
+ * a deliberately slowed or unfinished run anywhere is warned about. */
+static int side_runjson(struct mp_cmp *c, const struct side *sd, int side)
+{
+    int rc = MP_OK, slowed = 0, unfinished = 0, missing = 0;
+    char *dbg = NULL;
+    for (int r = 0; r < sd->nruns && rc == MP_OK; r++) {
+        cJSON *j = load_runjson(sd->runs[r]);
+        if (!j) {
+            missing++;
+            continue;
+        }
+        const cJSON *d = jget(j, "debug");
+        if (d && !cJSON_IsNull(d) && slowed++ == 0)
+            dbg = json_text(d);
+        unfinished += !cJSON_IsTrue(jget(j, "finished"));
+        if (r == 0)
+            c->run[side] = j;
+        else
+            cJSON_Delete(j);
+    }
+    if (missing)
+        rc = add_warn(c, "%s: %d of %d run(s) without a valid run.json; their libraries and "
+                         "configuration are unknown",
+                      sd->dir, missing, sd->nruns);
+    if (rc == MP_OK && slowed)
+        rc = add_warn(c, "%s: %d of %d run(s) deliberately slowed down (run.json debug: %s)",
+                      sd->dir, slowed, sd->nruns, dbg ? dbg : "?");
+    if (rc == MP_OK && unfinished)
+        rc = add_warn(c, "%s: %d of %d run(s) did not finish their sweep (run.json)", sd->dir,
+                      unfinished, sd->nruns);
+    free(dbg);
+    return rc;
 }
 
 int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_opts *opts,
@@ -745,41 +886,48 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
     int rc = MP_OK, metric_col[4];
     struct side sd[2];
     long *pt_side[2] = {NULL, NULL};
+    const struct tool_spec *ts = NULL, *tn = NULL;
+    const char *dirs[2] = {base_dir, new_dir};
     memset(c, 0, sizeof *c);
     memset(sd, 0, sizeof sd);
-    const char *dirs[2] = {base_dir, new_dir};
-    const struct tool_spec *ts = detect_tool(base_dir, opts->tool, &rc);
-    if (!ts)
-        return rc;
+
+    MP_CHECK(side_runs(&sd[0], base_dir, opts->tool, 0, &ts));
     /* NEW must hold the base's tool; if it holds only another tool's files, the workloads differ */
-    int nnew;
-    const struct tool_spec *tn = find_tool(new_dir, ts->name, &nnew);
-    if (!tn) {
-        const struct tool_spec *other = nnew < 0 ? NULL : find_tool(new_dir, NULL, &nnew);
-        if (!other) {
-            detect_tool(new_dir, ts->name, &rc); /* prints why */
-            return rc;
+    rc = side_runs(&sd[1], new_dir, ts->name, 1, &tn);
+    if (rc == MP_ERR_USAGE && !tn) {
+        struct side other;
+        struct stat st;
+        if (stat(new_dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+            side_runs(&other, new_dir, NULL, 1, &tn) == MP_OK) {
+            mp_usage("%s and %s are runs of different workloads: %s holds %s results, %s holds %s "
+                     "results",
+                     base_dir, new_dir, base_dir, ts->tool, new_dir, tn->tool);
+            side_free(&other);
+        } else if (stat(new_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+            side_runs(&other, new_dir, ts->name, 0, &tn); /* prints why */
+            side_free(&other);
         }
-        tn = other;
     }
-    if (tn != ts) {
-        mp_usage("%s and %s are runs of different workloads: %s holds %s results, %s holds %s "
-                 "results",
-                 base_dir, new_dir, base_dir, ts->tool, new_dir, tn->tool);
-        return MP_ERR_USAGE;
-    }
+    if (rc != MP_OK)
+        goto out;
     c->tool = ts->tool;
     c->samples_file = ts->samples;
     c->nmetrics = ts->nmetrics;
     memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
+    for (int s = 0; s < 2; s++) {
+        c->nruns[s] = sd[s].nruns;
+        if (!(c->dir[s] = xstrdup(dirs[s]))) {
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+    }
     for (int s = 0; s < 2; s++)
-        if (!(c->dir[s] = xstrdup(dirs[s])))
-            return MP_ERR_RUNTIME;
-    for (int s = 0; s < 2; s++)
-        MP_CHECK(side_load(&sd[s], dirs[s], ts));
+        MP_CHECK(side_load(&sd[s], ts));
+    c->unit_run = opts->unit == MP_CMP_UNIT_RUN ||
+                  (opts->unit == MP_CMP_UNIT_AUTO && sd[0].nruns >= 2 && sd[1].nruns >= 2);
 
     /* same columns on both sides */
-    const struct mp_table *tb = &sd[0].t, *tw = &sd[1].t;
+    const struct mp_table *tb = &sd[0].t[0], *tw = &sd[1].t[0];
     int same = tb->ncols == tw->ncols;
     for (int k = 0; same && k < tb->ncols; k++)
         same = strcmp(tb->cols[k], tw->cols[k]) == 0;
@@ -810,12 +958,12 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         }
     for (int s = 0; s < 2; s++)
         if (sd[s].cut)
-            MP_CHECK(add_warn(c, "%s/%s: %ld point(s) with samples but no row in the summary file "
+            MP_CHECK(add_warn(c, "%s: %ld point(s) with samples but no row in the summary file "
                                  "(cut short) are ignored",
-                              dirs[s], ts->samples, sd[s].cut));
+                              dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
         if (sd[s].npts == 0) {
-            mp_usage("%s/%s: no complete point to compare", dirs[s], ts->samples);
+            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples);
             rc = MP_ERR_USAGE;
             goto out;
         }
@@ -826,8 +974,8 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         common += side_point(&sd[1], sd[0].pts[i].key) >= 0;
     if (common == 0) {
         int k = first_diff(&sd[0], &sd[1], c->nkey);
-        const char *const *ra = (const char *const *)tb->cells[sd[0].pts[0].rows[0]];
-        const char *const *rn = (const char *const *)tw->cells[sd[1].pts[0].rows[0]];
+        char **ra = side_cells(&sd[0], sd[0].pts[0].rows[0]);
+        char **rn = side_cells(&sd[1], sd[1].pts[0].rows[0]);
         if (k >= 0)
             mp_usage("%s and %s are runs of different workloads: no point in common (first "
                      "point: %s = '%s' vs '%s')",
@@ -863,7 +1011,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         }
     for (long p = 0; p < c->npoints && rc == MP_OK; p++) {
         int s = pt_side[0][p] >= 0 ? 0 : 1;
-        char **cells = sd[s].t.cells[sd[s].pts[pt_side[s][p]].rows[0]];
+        char **cells = side_cells(&sd[s], sd[s].pts[pt_side[s][p]].rows[0]);
         if (!(c->key_cells[p] = calloc((size_t)c->nkey, sizeof(char *)))) {
             mp_error("out of memory");
             rc = MP_ERR_RUNTIME;
@@ -876,28 +1024,37 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
     for (long p = 0; p < c->npoints && rc == MP_OK; p++)
         for (int m = 0; m < c->nmetrics && rc == MP_OK; m++) {
             struct mp_cmp_row *r = &c->rows[p * c->nmetrics + m];
-            double *v[2] = {NULL, NULL};
-            long n[2] = {0, 0};
+            double *v[2] = {NULL, NULL}, *rm[2] = {NULL, NULL};
+            long n[2] = {0, 0}, nr[2] = {0, 0};
             r->point = p;
             r->metric = m;
-            rc = side_values(&sd[0], pt_side[0][p], metric_col[m], &v[0], &n[0]);
+            rc = side_values(&sd[0], pt_side[0][p], metric_col[m], &v[0], &n[0], &rm[0], &nr[0]);
             if (rc == MP_OK)
-                rc = side_values(&sd[1], pt_side[1][p], metric_col[m], &v[1], &n[1]);
-            if (rc == MP_OK && mp_mannwhitney(v[0], n[0], v[1], n[1], &r->mw) != 0) {
+                rc = side_values(&sd[1], pt_side[1][p], metric_col[m], &v[1], &n[1], &rm[1],
+                                 &nr[1]);
+            const double *ux = c->unit_run ? rm[0] : v[0], *uy = c->unit_run ? rm[1] : v[1];
+            long nx = c->unit_run ? nr[0] : n[0], ny = c->unit_run ? nr[1] : n[1];
+            if (rc == MP_OK && mp_mannwhitney(ux, nx, uy, ny, &r->mw) != 0) {
                 mp_error("out of memory");
                 rc = MP_ERR_RUNTIME;
             }
             if (rc == MP_OK) {
                 r->n_base = n[0];
                 r->n_new = n[1];
+                r->runs_base = nr[0];
+                r->runs_new = nr[1];
+                r->units_base = nx;
+                r->units_new = ny;
                 median_ci(v[0], n[0], &r->base_med, &r->base_lo, &r->base_hi);
                 median_ci(v[1], n[1], &r->new_med, &r->new_lo, &r->new_hi);
                 r->change = n[0] && n[1] && r->base_med > 0
                                 ? (r->new_med - r->base_med) / r->base_med
                                 : NAN;
-                r->verdict = mp_cmp_verdict(n[0], n[1], r->change, r->mw.p, opts->threshold,
+                r->verdict = mp_cmp_verdict(nx, ny, r->change, r->mw.p, opts->threshold,
                                             opts->alpha, &r->reason);
             }
+            free(rm[0]);
+            free(rm[1]);
             free(v[0]);
             free(v[1]);
         }
@@ -914,8 +1071,10 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
                           c->only_new, dirs[1], dirs[0]));
 
     for (int s = 0; s < 2; s++)
-        c->run[s] = load_runjson(c, dirs[s]);
+        MP_CHECK(side_runjson(c, &sd[s], s));
     MP_CHECK(collect_facts(c));
+    for (int i = 0; i < c->nwarn; i++)
+        mp_warn("%s", c->warn[i]);
 out:
     free(pt_side[0]);
     free(pt_side[1]);

@@ -3,8 +3,8 @@
 #ifndef MP_MANNWHITNEY_H
 #define MP_MANNWHITNEY_H
 
-/* Both samples below this size and no tied values: the exact null distribution is used (the rule R's
- * wilcox.test follows). The dynamic program costs O(n1²·n2²) time and O(n1·n2²) memory: about
+/* Both samples below this size and no tied values: the exact null distribution is used (the rule
+ * R's wilcox.test follows). The dynamic program costs O(n1²·n2²) time and O(n1·n2²) memory: about
  * 6 million steps and 2 MB at 49 × 49. NAN values are not allowed in either sample. */
 #define MP_MW_EXACT_MAX 50
 
@@ -26,7 +26,8 @@ struct mp_mw {
  * Statistical Methods, 2nd ed. 1999, section 4.1, large-sample approximation and ties):
  *   E[U] = n1·n2/2,  Var[U] = n1·n2/12 · ((N + 1) − Σ_g (t_g³ − t_g) / (N·(N − 1))),  N = n1 + n2,
  *   z = (|u1 − E[U]| − 1/2) / sqrt(Var[U]) (0 when negative),  p = 2·(1 − Φ(z)) = erfc(z/√2).
- * When every value is equal (Var[U] = 0) p is 1. Returns 0, or -1 when out of memory (exact path). */
+ * When every value is equal (Var[U] = 0) p is 1. Returns 0, or -1 when out of memory (exact
+ * path). */
 int mp_mannwhitney(const double *x, long n1, const double *y, long n2, struct mp_mw *r);
 
 /* P(U ≤ u) under the null hypothesis for sample sizes n1, n2 without ties, from the recurrence of

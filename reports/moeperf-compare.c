@@ -1,5 +1,5 @@
-/* moeperf-compare - says, point by point, whether a run got slower than a base run of the same sweep
- * (e.g. after an NCCL or MPI upgrade): a table on stdout, CSV, Markdown, JUnit XML and a plot. */
+/* moeperf-compare - says, point by point, whether a run got slower than a base run of the same
+ * sweep (e.g. after an NCCL or MPI upgrade): table on stdout, CSV, Markdown, JUnit XML, plot. */
 #define _GNU_SOURCE /* asprintf */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +23,7 @@ struct cmp_opts {
     char *out;
     char *tool;
     char *gate;
+    char *unit;
     int strict;
     int no_svg;
     int quiet;
@@ -31,6 +32,7 @@ struct cmp_opts {
 #define O(field) offsetof(struct cmp_opts, field)
 static const char *const tool_choices[] = {"auto", "layer", "a2a", "ffn", NULL};
 static const char *const gate_choices[] = {"primary", "all", NULL};
+static const char *const unit_choices[] = {"auto", "iteration", "run", NULL};
 
 static const struct mp_opt options[] = {
     {"threshold", MP_OPT_DOUBLE, O(threshold), "5", 0, 1000, NULL, "PCT",
@@ -45,6 +47,9 @@ static const struct mp_opt options[] = {
     {"gate", MP_OPT_STRING, O(gate), "primary", 1.0, 0.0, gate_choices, NULL,
      "metrics whose regressions exit 3: primary (layer_us, time_us or ffn_us) or all (also "
      "the secondary ffn_us and comm_us of moeperf-layer)"},
+    {"unit", MP_OPT_STRING, O(unit), "auto", 1.0, 0.0, unit_choices, NULL,
+     "what the test ranks: iteration (every sample), run (each run's median; needs >= 5 runs "
+     "per side), auto (run when both sides pool >= 2 runs, else iteration)"},
     {"strict", MP_OPT_FLAG, O(strict), NULL, 1.0, 0.0, NULL, NULL,
      "an inconclusive gated comparison (too few samples, point missing on one side) also exits 3"},
     {"no-svg", MP_OPT_FLAG, O(no_svg), NULL, 1.0, 0.0, NULL, NULL,
@@ -56,14 +61,17 @@ static const struct mp_opt options[] = {
 static const char summary[] =
     "       moeperf-compare [options] BASE_DIR NEW_DIR\n"
     "Compare two run directories of the same sweep (moeperf-layer, moeperf-a2a or moeperf-ffn),\n"
-    "e.g. before and after an NCCL or MPI upgrade. Points are matched by their key columns; for\n"
-    "each point and metric the per-iteration samples are compared: medians, and a two-sided\n"
-    "Mann-Whitney U test (exact p when both sides have fewer than 50 samples and no ties, else\n"
-    "the normal approximation with tie and continuity corrections). change = new/base - 1.\n"
+    "e.g. before and after an NCCL or MPI upgrade. A side is one run directory, or a directory\n"
+    "whose subdirectories are repeated runs (pooled; ci/nccl-regress writes them alternated).\n"
+    "Points are matched by their key columns; for each point and metric the per-iteration\n"
+    "samples are compared: change = new median / base median - 1 over all samples of a side,\n"
+    "and a two-sided Mann-Whitney U test of the samples (one run per side) or of the per-run\n"
+    "medians (repeated runs; see --unit): exact p when both sides have fewer than 50 values and\n"
+    "no ties, else the normal approximation with tie and continuity corrections.\n"
     "  regression    change >= +threshold and p < alpha\n"
     "  improvement   change <= -threshold and p < alpha\n"
-    "  inconclusive  fewer than 5 samples on a side, too few samples to reach p < alpha, a point\n"
-    "                measured on one side only, or a base median <= 0\n"
+    "  inconclusive  fewer than 5 values (samples or runs) on a side, too few to reach\n"
+    "                p < alpha, a point measured on one side only, or a base median <= 0\n"
     "  unchanged     otherwise\n"
     "Metrics: moeperf-layer layer_us (primary), ffn_us and comm_us (secondary); moeperf-a2a\n"
     "time_us; moeperf-ffn ffn_us. Differences between the runs other than the libraries\n"
@@ -123,6 +131,12 @@ static const char *verdict_text(const struct mp_cmp_row *r)
     return "?";
 }
 
+/* An unchanged verdict whose median moved by the threshold or more: the test did not back it. */
+static int not_significant(const struct mp_cmp_row *r, double threshold)
+{
+    return r->verdict == MP_CMP_UNCHANGED && fabs(r->change) >= threshold;
+}
+
 /* ---- stdout ---- */
 
 static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int gate_all)
@@ -134,8 +148,19 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
             printf("# %-24s base %s | new %s%s\n", c->facts[i].label, c->facts[i].base,
                    c->facts[i].new_, c->facts[i].differs ? "" : "  (same)");
     printf("# regression: median change >= +%g%% and two-sided Mann-Whitney p < %g; improvement: "
-           "<= -%g%% and p < %g; inconclusive: < %d samples\n",
-           o->threshold, o->alpha, o->threshold, o->alpha, MP_CMP_MIN_SAMPLES);
+           "<= -%g%% and p < %g; inconclusive: < %d %s\n",
+           o->threshold, o->alpha, o->threshold, o->alpha, MP_CMP_MIN_SAMPLES,
+           c->unit_run ? "runs" : "samples");
+    if (c->unit_run)
+        printf("# test unit: each run's median (%d runs base, %d runs new); medians and change "
+               "over all samples\n",
+               c->nruns[0], c->nruns[1]);
+    else
+        printf("# test unit: per-iteration samples%s\n",
+               c->nruns[0] == 1 || c->nruns[1] == 1
+                   ? " (one run on a side: p does not see run-to-run variation; repeat runs, e.g. "
+                     "with ci/nccl-regress)"
+                   : "");
 
     /* column widths: the varying key columns, then fixed columns */
     int kw[64] = {0}, nk = c->nkey < 64 ? c->nkey : 64;
@@ -156,8 +181,8 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
     for (int k = 0; k < nk; k++)
         if (c->key_varies[k])
             printf("%*s ", kw[k], c->key_cols[k]);
-    printf("%-*s %7s %12s %12s %8s %8s  %s\n", mw, "metric", "n", "base_p50_us", "new_p50_us",
-           "change", "p", "verdict");
+    printf("%-*s %9s %12s %12s %8s %8s  %s\n", mw, "metric", c->unit_run ? "runs" : "samples",
+           "base_p50_us", "new_p50_us", "change", "p", "verdict");
     int any_ungated = 0;
     for (long i = 0; i < c->nrows; i++) {
         const struct mp_cmp_row *r = &c->rows[i];
@@ -165,7 +190,7 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
         int gated = row_gated(c, r, gate_all);
         any_ungated |= !gated;
         snprintf(name, sizeof name, "%s%s", c->metrics[r->metric].name, gated ? "" : "*");
-        snprintf(n, sizeof n, "%ld/%ld", r->n_base, r->n_new);
+        snprintf(n, sizeof n, "%ld/%ld", r->units_base, r->units_new);
         fmt_us(b, sizeof b, r->base_med);
         fmt_us(w, sizeof w, r->new_med);
         fmt_change(ch, sizeof ch, r->change);
@@ -173,9 +198,11 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
         for (int k = 0; k < nk; k++)
             if (c->key_varies[k])
                 printf("%*s ", kw[k], r->metric == 0 ? c->key_cells[r->point][k] : "");
-        printf("%-*s %7s %12s %12s %8s %8s  %s", mw, name, n, b, w, ch, p, verdict_text(r));
+        printf("%-*s %9s %12s %12s %8s %8s  %s", mw, name, n, b, w, ch, p, verdict_text(r));
         if (r->reason)
             printf(" (%s)", r->reason);
+        else if (not_significant(r, o->threshold / 100.0))
+            printf(" (not significant)");
         putchar('\n');
     }
     if (any_ungated)
@@ -187,9 +214,10 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
 static int write_csv(const struct mp_cmp *c, const char *dir, int gate_all)
 {
     static const char *const tail[] = {
-        "metric",        "gated",         "n_base",        "n_new",         "base_median_us",
-        "base_ci_lo_us", "base_ci_hi_us", "new_median_us", "new_ci_lo_us",  "new_ci_hi_us",
-        "change_pct",    "u_base",        "p_value",       "test",          "verdict",
+        "metric",       "gated",        "n_base",        "n_new",         "runs_base",
+        "runs_new",     "unit",         "units_base",    "units_new",     "base_median_us",
+        "base_ci_lo_us", "base_ci_hi_us", "new_median_us", "new_ci_lo_us", "new_ci_hi_us",
+        "change_pct",   "u_base",       "p_value",       "test",          "verdict",
         "reason",
     };
     int nt = (int)(sizeof tail / sizeof *tail), ncols = c->nkey + nt, rc = MP_OK;
@@ -217,6 +245,11 @@ static int write_csv(const struct mp_cmp *c, const char *dir, int gate_all)
         mp_row_int(&row, row_gated(c, r, gate_all));
         mp_row_int(&row, r->n_base);
         mp_row_int(&row, r->n_new);
+        mp_row_int(&row, r->runs_base);
+        mp_row_int(&row, r->runs_new);
+        mp_row_str(&row, c->unit_run ? "run" : "iteration");
+        mp_row_int(&row, r->units_base);
+        mp_row_int(&row, r->units_new);
         mp_row_dbl(&row, r->base_med);
         mp_row_dbl(&row, r->base_lo);
         mp_row_dbl(&row, r->base_hi);
@@ -254,7 +287,8 @@ static int of_open(struct outfile *of, const char *dir, const char *name)
 {
     of->f = NULL;
     of->path = of->tmp = NULL;
-    if (asprintf(&of->path, "%s/%s", dir, name) < 0 || asprintf(&of->tmp, "%s/.%s.tmp", dir, name) < 0) {
+    if (asprintf(&of->path, "%s/%s", dir, name) < 0 ||
+        asprintf(&of->tmp, "%s/.%s.tmp", dir, name) < 0) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
@@ -312,7 +346,8 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
     FILE *f = of.f;
     fprintf(f, "# Regression check: %s\n\n", c->tool);
     if (n->regress)
-        fprintf(f, "**Result: REGRESSION.** %ld of %ld gated comparisons regressed (exit status %d).\n\n",
+        fprintf(f, "**Result: REGRESSION.** %ld of %ld gated comparisons regressed (exit status "
+                   "%d).\n\n",
                 n->regress, n->gated, status);
     else
         fprintf(f, "**Result: no regression** in %ld gated comparisons (exit status %d).\n\n",
@@ -326,9 +361,19 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
     md_cell(f, c->dir[1]);
     fprintf(f, "` |\n| rule | regression: median change ≥ +%g %% and two-sided Mann–Whitney U "
                "p < %g; improvement: change ≤ −%g %% and p < %g; inconclusive: fewer than %d "
-               "samples on a side, too few to reach p < %g, a point on one side only, or a base "
+               "%s on a side, too few to reach p < %g, a point on one side only, or a base "
                "median ≤ 0; otherwise unchanged |\n",
-            o->threshold, o->alpha, o->threshold, o->alpha, MP_CMP_MIN_SAMPLES, o->alpha);
+            o->threshold, o->alpha, o->threshold, o->alpha, MP_CMP_MIN_SAMPLES,
+            c->unit_run ? "runs" : "samples", o->alpha);
+    if (c->unit_run)
+        fprintf(f, "| test unit | each run's median at the point (%d runs base, %d runs new); "
+                   "medians and change over all per-iteration samples |\n",
+                c->nruns[0], c->nruns[1]);
+    else
+        fprintf(f, "| test unit | per-iteration samples%s |\n",
+                c->nruns[0] == 1 || c->nruns[1] == 1
+                    ? " (one run on a side: the p-value does not see run-to-run variation)"
+                    : "");
     fprintf(f, "| gated metrics |");
     for (int m = 0; m < c->nmetrics; m++)
         if (gate_all || c->metrics[m].primary)
@@ -365,8 +410,9 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
     for (int k = 0; k < c->nkey; k++)
         if (c->key_varies[k])
             fprintf(f, " %s |", c->key_cols[k]);
-    fprintf(f, " metric | n base/new | base median [CI] | new median [CI] | change | p | test | "
-               "verdict |\n|");
+    fprintf(f, " metric | %s base/new | base median [CI] | new median [CI] | change | p | test | "
+               "verdict |\n|",
+            c->unit_run ? "runs" : "samples");
     for (int k = 0; k < c->nkey; k++)
         if (c->key_varies[k])
             fprintf(f, "---:|");
@@ -391,7 +437,8 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
             }
         int gated = row_gated(c, r, gate_all);
         fprintf(f, " %s%s | %ld/%ld | %s [%s, %s] | %s [%s, %s] | %s | %s | %s | ",
-                c->metrics[r->metric].name, gated ? "" : " (secondary)", r->n_base, r->n_new, b,
+                c->metrics[r->metric].name, gated ? "" : " (secondary)", r->units_base,
+                r->units_new, b,
                 bl, bh, w, wl, wh, ch, p, isnan(r->mw.p) ? "-" : r->mw.exact ? "exact" : "normal");
         if (r->verdict == MP_CMP_REGRESSION)
             fprintf(f, "**regression**");
@@ -399,9 +446,12 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
             fprintf(f, "%s", mp_cmp_verdict_name(r->verdict));
         if (r->reason)
             fprintf(f, " (%s)", r->reason);
+        else if (not_significant(r, o->threshold / 100.0))
+            fprintf(f, " (not significant)");
         fprintf(f, " |\n");
     }
-    fprintf(f, "\nFiles: `compare.csv` (every row above with all key columns), `compare.junit.xml`, "
+    fprintf(f, "\nFiles: `compare.csv` (every row above with all key columns), "
+               "`compare.junit.xml`, "
                "`compare_plot.gp` + `compare_plot.dat` (gnuplot), `compare.svg`.\n");
     return of_close(&of, MP_OK);
 }
@@ -450,8 +500,8 @@ static int write_junit(const struct mp_cmp *c, const char *dir, const struct cmp
     fprintf(f, "<testsuites name=\"moeperf-compare\" tests=\"%ld\" failures=\"%ld\" errors=\"0\" "
                "skipped=\"%ld\">\n",
             c->nrows, failures, skipped);
-    fprintf(f, "  <testsuite name=\"%s\" tests=\"%ld\" failures=\"%ld\" errors=\"0\" skipped=\"%ld\" "
-               "time=\"0\">\n",
+    fprintf(f, "  <testsuite name=\"%s\" tests=\"%ld\" failures=\"%ld\" errors=\"0\" "
+               "skipped=\"%ld\" time=\"0\">\n",
             c->tool, c->nrows, failures, skipped);
     fprintf(f, "    <properties>\n");
     fprintf(f, "      <property name=\"base\" value=\"");
@@ -481,11 +531,13 @@ static int write_junit(const struct mp_cmp *c, const char *dir, const struct cmp
         fmt_change(ch, sizeof ch, r->change);
         fmt_p(p, sizeof p, r->mw.p);
         snprintf(detail, sizeof detail,
-                 "%s: median %s us -> %s us (%s), Mann-Whitney p = %s, n = %ld/%ld: %s%s%s",
-                 c->metrics[r->metric].name, b, w, ch, p, r->n_base, r->n_new,
+                 "%s: median %s us -> %s us (%s), Mann-Whitney p = %s, %s %ld/%ld: %s%s%s",
+                 c->metrics[r->metric].name, b, w, ch, p, c->unit_run ? "runs" : "samples",
+                 r->units_base, r->units_new,
                  mp_cmp_verdict_name(r->verdict), r->reason ? ", " : "",
                  r->reason ? r->reason : "");
-        fprintf(f, "    <testcase classname=\"%s.%s\" name=\"", c->tool, c->metrics[r->metric].name);
+        fprintf(f, "    <testcase classname=\"%s.%s\" name=\"", c->tool,
+                c->metrics[r->metric].name);
         xml_text(f, label);
         fprintf(f, "\" time=\"0\">");
         free(label);
@@ -541,11 +593,11 @@ static int write_plot(const struct mp_cmp *c, const char *dir)
     int rc = of_open(&dat, dir, "compare_plot.dat");
     if (rc != MP_OK)
         return of_close(&dat, rc);
-    fprintf(dat.f, "# compare_plot.dat - base and new medians with 95%% CI per point, one block per "
-                   "metric (gnuplot index = metric)\n");
+    fprintf(dat.f, "# compare_plot.dat - base and new medians with 95%% CI per point, one block "
+                   "per metric (gnuplot index = metric)\n");
     for (int m = 0; m < c->nmetrics; m++) {
-        fprintf(dat.f, "%s# metric %s\n# point label base_med base_lo base_hi new_med new_lo new_hi "
-                       "verdict(0 unchanged, 1 regression, 2 improvement, 3 inconclusive)\n",
+        fprintf(dat.f, "%s# metric %s\n# point label base_med base_lo base_hi new_med new_lo "
+                       "new_hi verdict(0 unchanged, 1 regression, 2 improvement, 3 inconclusive)\n",
                 m ? "\n\n" : "", c->metrics[m].name);
         for (long p = 0; p < c->npoints; p++) {
             const struct mp_cmp_row *r = &c->rows[p * c->nmetrics + m];
@@ -591,11 +643,12 @@ static int write_plot(const struct mp_cmp *c, const char *dir)
         }
         fprintf(f, "set ylabel '%s (us)'\n%s\n", c->metrics[m].name,
                 positive ? "set logscale y" : "unset logscale y");
-        fprintf(f, "plot 'compare_plot.dat' index %d using ($1-0.12):3:4:5:xtic(2) with yerrorbars "
-                   "pt 7 ps 0.6 lc rgb '#1f77b4' title 'base', \\\n"
+        fprintf(f, "plot 'compare_plot.dat' index %d using 1:(1/0):xtic(2) notitle, \\\n"
+                   "     '' index %d using ($1-0.12):3:4:5 with yerrorbars pt 7 ps 0.6 lc rgb "
+                   "'#1f77b4' title 'base', \\\n"
                    "     '' index %d using ($1+0.12):6:7:8 with yerrorbars pt 5 ps 0.6 lc rgb "
                    "'#d62728' title 'new'",
-                m, m);
+                m, m, m);
         if (has_reg)
             fprintf(f, ", \\\n     '' index %d using ($1+0.12):($9 == 1 ? $6 : 1/0) with points "
                        "pt 6 ps 2 lc rgb '#d62728' title 'regression'",
@@ -629,6 +682,8 @@ static int render_svg(const char *dir)
         _exit(127);
     }
     int st = 0, ok = 0;
+    if (pid < 0)
+        mp_warn("cannot start gnuplot: %s; compare.svg not drawn", strerror(errno));
     if (pid > 0 && waitpid(pid, &st, 0) == pid) {
         struct stat sb;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
@@ -665,7 +720,10 @@ int main(int argc, char **argv)
     }
     int gate_all = strcmp(o.gate, "all") == 0;
     struct mp_cmp_opts co = {o.threshold / 100.0, o.alpha,
-                             strcmp(o.tool, "auto") == 0 ? NULL : o.tool};
+                             strcmp(o.tool, "auto") == 0 ? NULL : o.tool,
+                             strcmp(o.unit, "run") == 0         ? MP_CMP_UNIT_RUN
+                             : strcmp(o.unit, "iteration") == 0 ? MP_CMP_UNIT_ITERATION
+                                                                : MP_CMP_UNIT_AUTO};
     if ((rc = mp_cmp_load(pos[0], pos[1], &co, &c)) != MP_OK)
         goto out;
 
@@ -701,8 +759,8 @@ int main(int argc, char **argv)
     MP_CHECK(write_plot(&c, o.out));
     int svg = o.no_svg ? 0 : render_svg(o.out);
     if (!o.quiet) {
-        printf("# %ld regression(s) in gated metrics, %ld in secondary metrics, %ld improvement(s), "
-               "%ld unchanged, %ld inconclusive\n",
+        printf("# %ld regression(s) in gated metrics, %ld in secondary metrics, %ld "
+               "improvement(s), %ld unchanged, %ld inconclusive\n",
                n.regress, n.regress_ungated, n.improve, n.unchanged, n.inconclusive);
         printf("# wrote %s/{compare.csv,compare.md,compare.junit.xml,compare_plot.gp,"
                "compare_plot.dat%s}\n",
