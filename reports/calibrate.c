@@ -58,9 +58,11 @@ static int run_facts(const char *dir, int *gpn, double *elem)
     if (cJSON_IsObject(cl)) { /* a model run: its profile's facts */
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(cl, "gpus_per_node");
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(cl, "elem_bytes");
-        *gpn = cJSON_IsNumber(g) ? g->valueint : 0;
-        *elem = cJSON_IsNumber(e) ? e->valuedouble : 0;
-    } else if (cJSON_IsNumber(world) && cJSON_IsNumber(nodes) && nodes->valueint > 0) {
+        *gpn = cJSON_IsNumber(g) && g->valuedouble >= 1 && g->valuedouble <= 1 << 20 ? g->valueint : 0;
+        *elem = cJSON_IsNumber(e) && e->valuedouble > 0 && e->valuedouble <= 64 ? e->valuedouble : 0;
+    } else if (cJSON_IsNumber(world) && cJSON_IsNumber(nodes) && nodes->valuedouble >= 1 &&
+               world->valuedouble >= 1 && world->valuedouble <= 1 << 20 &&
+               nodes->valuedouble <= world->valuedouble) {
         *gpn = (world->valueint + nodes->valueint - 1) / nodes->valueint;
         *elem = cJSON_IsString(compute) && !strcmp(compute->valuestring, "cpu") ? 4 : 2;
     } else {
@@ -107,6 +109,14 @@ static double num(const struct mp_table *t, long row, const char *col)
     return *end ? NAN : v;
 }
 
+/* An integer cell, or -1 when it is empty, not a number or outside int (the checks that follow
+ * refuse -1 wherever a size is read). */
+static int int_cell(const struct mp_table *t, long row, const char *col)
+{
+    double v = num(t, row, col);
+    return v >= -1 && v <= 2147483647.0 ? (int)v : -1;
+}
+
 /* Columns a file must have; the message names the first missing one. */
 static int need(const struct mp_table *t, const char *const *cols)
 {
@@ -136,18 +146,19 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         p->tool = 0;
         struct mp_model *m = &p->model;
         snprintf(m->name, sizeof m->name, "%s", cell(t, r, "model"));
-        m->hidden = (int)num(t, r, "hidden");
-        m->ffn = (int)num(t, r, "ffn");
-        m->experts = (int)num(t, r, "experts");
-        m->topk = (int)num(t, r, "topk");
-        m->shared = (int)num(t, r, "shared");
+        m->hidden = int_cell(t, r, "hidden");
+        m->ffn = int_cell(t, r, "ffn");
+        m->experts = int_cell(t, r, "experts");
+        m->topk = int_cell(t, r, "topk");
+        m->shared = int_cell(t, r, "shared");
         m->layers = 1;
-        p->tp = (int)num(t, r, "tp");
-        p->ep = (int)num(t, r, "ep");
+        p->tp = int_cell(t, r, "tp");
+        p->ep = int_cell(t, r, "ep");
         p->iters = CAL_DRAWS;
-        long batch = (long)num(t, r, "batch");
-        int seq = (int)num(t, r, "seq");
-        uint64_t seed = (uint64_t)num(t, r, "seed");
+        long batch = int_cell(t, r, "batch");
+        int seq = int_cell(t, r, "seq");
+        double seedv = num(t, r, "seed");
+        uint64_t seed = seedv >= 0 && seedv < 1.8e19 ? (uint64_t)seedv : 0;
         /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
          * (what one process can replay); anything else is not a run this tool wrote */
         if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
@@ -195,8 +206,8 @@ static int load_a2a(struct mp_calib_set *set, const char *dir, const struct mp_t
         if (!p)
             return MP_ERR_RUNTIME;
         p->tool = 1;
-        p->tp = (int)num(t, r, "tp");
-        p->ep = (int)num(t, r, "ep");
+        p->tp = int_cell(t, r, "tp");
+        p->ep = int_cell(t, r, "ep");
         p->bytes_per_peer = num(t, r, "bytes_per_peer");
         p->meas[CAL_A2A_TIME] = num(t, r, "time_us");
         snprintf(p->label, sizeof p->label, "%s: a2a tp%dep%d %.0f B/peer", dir, p->tp, p->ep,
@@ -219,7 +230,7 @@ static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_t
         p->tool = 2;
         p->flops = num(t, r, "flops");
         p->weight_bytes = num(t, r, "weight_bytes");
-        p->active = (int)num(t, r, "active_experts");
+        p->active = int_cell(t, r, "active_experts");
         p->meas[CAL_FFN_FFN] = num(t, r, "ffn_us");
         snprintf(p->label, sizeof p->label, "%s: ffn batch %.0f", dir, num(t, r, "batch"));
     }
