@@ -390,7 +390,13 @@ struct fit_ctx {
     struct mp_cluster cl;
     int idx[MAXP]; /* mp_cluster_params index of each free parameter */
     int k;
+    double theta0[MAXP]; /* the starting point, which a weak prior pulls toward */
 };
+
+/* Weight of the prior Σ (θ − θ₀)² on the log parameters: small next to the data's residuals, it
+ * only decides parameters the runs barely constrain (a FLOP/s peak in weight-bound runs), which
+ * would otherwise wander and ruin extrapolation. */
+#define PRIOR 1e-5
 
 /* Latencies, launch and congestion may be 0: their logarithm is taken of x + FLOOR. */
 #define FLOOR 1e-6
@@ -418,6 +424,8 @@ static double objective(struct fit_ctx *f, const double *theta)
             double r = p > 0 ? log(p / m) : 50;
             s += r * r;
         }
+    for (int j = 0; j < f->k; j++)
+        s += PRIOR * (theta[j] - f->theta0[j]) * (theta[j] - f->theta0[j]);
     return s;
 }
 
@@ -532,7 +540,7 @@ int mp_calib_fit(const struct mp_calib_set *set, struct mp_cluster *out, int *fr
     f.k = k;
     for (int j = 0; j < f.k; j++) {
         double v = *mp_cluster_param_ptr(&f.cl, f.idx[j]);
-        theta[j] = is_rate(f.idx[j]) ? log(v) : log(v + FLOOR);
+        theta[j] = f.theta0[j] = is_rate(f.idx[j]) ? log(v) : log(v + FLOOR);
     }
     double best = objective(&f, theta);
     /* restart from the best point with a fresh simplex until a round gains nothing */

@@ -64,7 +64,8 @@ void mp_calib_errors(const struct mp_calib_set *set, const struct mp_cluster *cl
 /* Fit the behaviour parameters (mp_cluster_params with fit = 1) to the set: minimise
  * Σ (ln pred − ln meas)² over every point and column (relative errors, so µs-scale latencies and
  * ms-scale FFNs weigh alike) with Nelder–Mead on the logarithms of the parameters, restarted until
- * it stops improving. Parameters the data cannot see (no change of the objective when varied) keep
+ * it stops improving, plus a weak prior 10⁻⁵·Σ (ln θ − ln θ₀)² toward the starting profile that
+ * keeps parameters the runs barely constrain near it. Parameters the data cannot see (no change of the objective when varied) keep
  * the base value and are reported in `frozen` ([mp_cluster_nparams], 1 = not fitted). Efficiencies
  * above 1 are folded into the peak. Returns MP_OK or MP_ERR_USAGE (no points). */
 int mp_calib_fit(const struct mp_calib_set *set, struct mp_cluster *out, int *frozen,

@@ -58,7 +58,7 @@ PY
 # One run measures every batch (so both halves see the same machine), split by batch into the
 # points fitted and the points predicted. Timing on a shared machine can spike: up to 3 attempts,
 # each a fresh measurement; a model that cannot predict fails all three.
-W="--experts 32 --topk 2 --shared 0 --hidden 1024 --ffn 1024 --routing uniform --warmup 3 --iters 31 --quiet"
+W="--experts 64 --topk 1 --shared 0 --hidden 1024 --ffn 1024 --routing uniform --warmup 3 --iters 31 --quiet"
 split_run() { # split_run RUN DEST BATCH_REGEX
     mkdir -p "$2"
     cp "$1/run.json" "$2/"
