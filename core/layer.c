@@ -310,6 +310,24 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
+/* This rank's routing for draw `d`: the backend's gate on the tokens (gate routing, with the draw's
+ * noise) or the pooled draw. */
+static int route_tokens(struct mp_layer *L, struct pool *pool, int d, long ntok,
+                        const int32_t **ids, const float **w)
+{
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    if (pool->noise) {
+        int rc = L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E,
+                              K, pool->gate_ids, pool->gate_w);
+        *ids = pool->gate_ids;
+        *w = pool->gate_w;
+        return rc;
+    }
+    *ids = pool->ids + (size_t)d * ntok * K;
+    *w = pool->w + (size_t)d * ntok * K;
+    return MP_OK;
+}
+
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                      long tok0, long ntok, struct mp_rank_iter *rec)
@@ -318,7 +336,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
     struct mp_plan *pl = &L->plan;
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, me = c->ep_rank;
+    int H = L->m.hidden, me = c->ep_rank;
     int rc = MP_OK;
 
     /* every timed iteration starts with the device drained and all ranks synchronized */
@@ -330,15 +348,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_RANGE_PUSH("moeperf/route");
     const int32_t *ids;
     const float *w;
-    if (pool->noise) {
-        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
-                         pool->gate_ids, pool->gate_w));
-        ids = pool->gate_ids;
-        w = pool->gate_w;
-    } else {
-        ids = pool->ids + (size_t)d * ntok * K;
-        w = pool->w + (size_t)d * ntok * K;
-    }
+    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
     mp_plan_send(pl, pt->placement, me, tok0, ntok, ids, w);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
@@ -445,7 +455,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, me = c->ep_rank;
+    int H = L->m.hidden, K = L->m.topk, me = c->ep_rank;
     int rc = MP_OK;
     double t_route = 0, t_ffn = 0, t_tp = 0, t0, t1;
     long soff[33];
@@ -456,15 +466,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     const int32_t *ids;
     const float *w;
     t0 = mp_now_us();
-    if (pool->noise) {
-        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
-                         pool->gate_ids, pool->gate_w));
-        ids = pool->gate_ids;
-        w = pool->gate_w;
-    } else {
-        ids = pool->ids + (size_t)d * ntok * K;
-        w = pool->w + (size_t)d * ntok * K;
-    }
+    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
     /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
      * a peer only on data */
     int Lm = L->chunk_plans[0].max_local;

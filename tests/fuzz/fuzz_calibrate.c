@@ -8,16 +8,6 @@
 #include "calibrate.h"
 #include "fuzz_common.h"
 
-static void put(const char *dir, const char *name, const uint8_t *d, size_t n)
-{
-    char path[300];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(d, 1, n, f);
-        fclose(f);
-    }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -29,8 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mkdir(dir, 0755);
     const uint8_t *nul = memchr(data, 0, size);
     size_t n1 = nul ? (size_t)(nul - data) : size;
-    put(dir, "run.json", data, n1);
-    put(dir, "layer.csv", nul ? nul + 1 : data, nul ? size - n1 - 1 : 0);
+    fuzz_put(dir, "run.json", data, n1);
+    fuzz_put(dir, "layer.csv", nul ? nul + 1 : data, nul ? size - n1 - 1 : 0);
     struct mp_cluster base;
     struct mp_calib_set set;
     const char *dirs[1] = {dir};

@@ -25,6 +25,18 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size, const char
     return path;
 }
 
+/* Write `n` bytes to dir/name (a run directory's file made from the fuzzer's bytes). */
+static inline void fuzz_put(const char *dir, const char *name, const uint8_t *d, size_t n)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(d, 1, n, f);
+        fclose(f);
+    }
+}
+
 /* Rank 1 prints no usage errors: the fuzzer feeds thousands of bad inputs a second. */
 static inline void fuzz_quiet(const char *prog) { mp_log_init(prog, 1); }
 

@@ -8,16 +8,6 @@
 #include "fuzz_common.h"
 #include "report.h"
 
-static void put(const char *dir, const char *name, const uint8_t *d, size_t n)
-{
-    char path[300];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(d, 1, n, f);
-        fclose(f);
-    }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -36,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         remove(path);
         if (n > 0 || nul)
-            put(dir, names[i], p, n);
+            fuzz_put(dir, names[i], p, n);
         p = nul ? nul + 1 : end;
     }
     struct rp_run run;
