@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "text.h"
 
 #define P(field) offsetof(struct mp_cluster, field)
 const struct mp_cluster_param mp_cluster_params[] = {
@@ -107,15 +108,6 @@ static int find_preset(const char *name, struct mp_cluster *out)
     return 0;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1]))
-        *--e = '\0';
-    return s;
-}
 
 static int read_file(const char *path, struct mp_cluster *out)
 {
@@ -145,7 +137,7 @@ static int read_file(const char *path, struct mp_cluster *out)
             char *hash = strchr(line, '#');
             if (hash)
                 *hash = '\0';
-            char *s = trim(line);
+            char *s = mp_trim(line);
             if (!*s)
                 continue;
             char *eq = strchr(s, '=');
@@ -155,7 +147,7 @@ static int read_file(const char *path, struct mp_cluster *out)
                 break;
             }
             *eq = '\0';
-            char *key = trim(s), *val = trim(eq + 1);
+            char *key = mp_trim(s), *val = mp_trim(eq + 1);
             if (!strcmp(key, "base")) {
                 if (pass == 0 && !find_preset(val, &c)) {
                     mp_usage("cluster file %s line %d: base '%s' is not a preset", path, ln, val);
@@ -206,13 +198,8 @@ static int read_file(const char *path, struct mp_cluster *out)
         }
     if (name[0])
         snprintf(c.name, sizeof c.name, "%s", name);
-    else {
-        const char *b = strrchr(path, '/');
-        snprintf(c.name, sizeof c.name, "%s", b ? b + 1 : path);
-        char *dot = strrchr(c.name, '.');
-        if (dot && dot != c.name)
-            *dot = '\0';
-    }
+    else
+        mp_file_stem(path, c.name, sizeof c.name);
     char what[1100];
     snprintf(what, sizeof what, "cluster file %s", path);
     rc = mp_cluster_validate(&c, what);

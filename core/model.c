@@ -1,6 +1,8 @@
 /* model.c - MoE model presets, key=value model files and per-field overrides (model.h). */
 #include "model.h"
 
+#include "text.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -82,28 +84,7 @@ static int parse_count(const char *s, int min, int *out)
     return 0;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1]))
-        *--e = '\0';
-    return s;
-}
 
-/* The file's basename without its extension, as the default model name. */
-static void default_name(const char *path, char *out, size_t len)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    snprintf(out, len, "%s", base);
-    char *dot = strrchr(out, '.');
-    if (dot && dot != out)
-        *dot = '\0';
-    if (!out[0])
-        snprintf(out, len, "custom");
-}
 
 /* Parse a key=value model file. Keys may come in any order: "base" is applied first, then every
  * other key overrides the base's field. Each key may appear once. */
@@ -133,7 +114,7 @@ static int read_model_file(const char *path, struct mp_model *out)
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
-        char *s = trim(line);
+        char *s = mp_trim(line);
         if (!*s)
             continue;
         char *eq = strchr(s, '=');
@@ -143,7 +124,7 @@ static int read_model_file(const char *path, struct mp_model *out)
             goto out;
         }
         *eq = '\0';
-        char *key = trim(s), *value = trim(eq + 1);
+        char *key = mp_trim(s), *value = mp_trim(eq + 1);
         int k = 0;
         while (k < K_COUNT && strcmp(key_names[k], key) != 0)
             k++;
@@ -222,7 +203,7 @@ static int read_model_file(const char *path, struct mp_model *out)
     if (name[0])
         snprintf(m.name, sizeof m.name, "%s", name);
     else
-        default_name(path, m.name, sizeof m.name);
+        mp_file_stem(path, m.name, sizeof m.name);
     *out = m;
 out:
     fclose(f);
