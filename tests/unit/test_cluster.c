@@ -27,7 +27,7 @@ int main(void)
     CHECK(mkdtemp(dir) != NULL);
     struct mp_cluster c;
 
-    /* presets carry the public figures the issue names */
+    /* presets carry the public figures docs/planning.md cites */
     CHECK_INT(mp_cluster_resolve("h100-ndr", &c), MP_OK);
     CHECK_NEAR(c.flops, 989e12, 1e-12);
     CHECK_NEAR(c.hbm_bw, 3.35e12, 1e-12);
