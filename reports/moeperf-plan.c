@@ -19,7 +19,7 @@ struct plan_opts {
     struct mp_bench_opts b; /* first, so the shared MP_OPT_* entries' offsets apply */
     int calibrate, validate;
     double slo_token_ms, slo_layer_us, throughput;
-    struct mp_list tp, ep, replicate;
+    struct mp_list tp, ep, replicate, eplb;
     int max_gpus;
 };
 #define PO(f) offsetof(struct plan_opts, f)
@@ -37,6 +37,8 @@ static const struct mp_opt options[] = {
     {"ep", MP_OPT_INT_LIST, PO(ep), "1:256:x2", 1, 65536, NULL, "LIST", "EP sizes to consider"},
     {"replicate", MP_OPT_INT_LIST, PO(replicate), "0,2,4,8", 0, 65536, NULL, "LIST",
      "hot experts copied to every EP rank (replicate-hot:R; 0 = contiguous placement)"},
+    {"eplb", MP_OPT_INT_LIST, PO(eplb), NULL, 1, 1 << 24, NULL, "LIST",
+     "redundant expert slots to try with the eplb:SLOTS placement (default: none)"},
     {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
      "p99 latency budget per generated token over all MoE layers (0: none)"},
     {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
@@ -183,7 +185,9 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         mp_row_str(&row, routing);
         mp_row_int(&row, c[i].tp);
         mp_row_int(&row, c[i].ep);
+        char pl[32];
         mp_row_int(&row, c[i].replicate);
+        mp_row_str(&row, mp_plan_placement(&c[i], pl, sizeof pl));
         mp_row_int(&row, c[i].batch);
         double v[] = {c[i].layer_us, c[i].layer_p99_us, c[i].ffn_us, c[i].comm_us, c[i].ratio,
                       c[i].bubble, c[i].imbalance, c[i].hit, c[i].token_ms, c[i].token_p99_ms,
@@ -200,19 +204,55 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 
 static void print_cand_header(void)
 {
-    printf("  %-9s %5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout", "repl",
+    printf("  %-9s %-16s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
+           "placement",
            "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
            "token_ms", "tok/s/rep", "dp", "gpus", "slo");
 }
 
 static void print_cand(const struct mp_plan_cand *c)
 {
-    char lay[32];
+    char lay[32], pl[32];
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
-    printf("  %-9s %5d %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
-           lay, c->replicate, c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
+    printf("  %-9s %-16s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
+           lay, mp_plan_placement(c, pl, sizeof pl), c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
            c->ratio, c->bubble, c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus,
            c->meets ? "yes" : "no");
+}
+
+/* The remedies at the cheapest plan's layout and batch, ranked by the layer time they save against
+ * contiguous placement (the first seed's hot-expert replication, and eplb). */
+static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *b)
+{
+    const struct mp_plan_cand *base = NULL;
+    const struct mp_plan_cand *alt[64];
+    int na = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].tp != b->tp || c[i].ep != b->ep || c[i].batch != b->batch)
+            continue;
+        if (c[i].replicate == 0 && c[i].eplb == 0)
+            base = &c[i];
+        else if (na < 64)
+            alt[na++] = &c[i];
+    }
+    if (!base || na == 0)
+        return;
+    for (int i = 0; i < na; i++) /* fastest first */
+        for (int j = i + 1; j < na; j++)
+            if (alt[j]->layer_us < alt[i]->layer_us) {
+                const struct mp_plan_cand *t = alt[i];
+                alt[i] = alt[j];
+                alt[j] = t;
+            }
+    printf("remedies at tp%dep%d batch %ld against contiguous (layer %.1f µs, imbalance %.2f):",
+           b->tp, b->ep, b->batch, base->layer_us, base->imbalance);
+    for (int i = 0; i < na; i++) {
+        char pl[32];
+        printf("%s %s %+.0f%% (imbalance %.2f)", i ? "," : "",
+               mp_plan_placement(alt[i], pl, sizeof pl),
+               100 * (alt[i]->layer_us / base->layer_us - 1), alt[i]->imbalance);
+    }
+    printf("\n");
 }
 
 static int by_cost(const void *pa, const void *pb)
@@ -229,7 +269,7 @@ static int run_plan(struct plan_opts *o)
 {
     struct mp_plan_req q = {0};
     struct mp_csv csv = {0};
-    int *tps = NULL, *eps = NULL, *reps = NULL, rc;
+    int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, rc;
     long *batches = NULL;
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, a100-hdr, "
@@ -239,7 +279,7 @@ static int run_plan(struct plan_opts *o)
     if (mp_bench_model(&o->b, &q.model) != MP_OK || mp_cluster_resolve(o->b.cluster, &q.cluster) != MP_OK)
         return MP_ERR_USAGE;
     if ((rc = to_ints(&o->tp, &tps)) != MP_OK || (rc = to_ints(&o->ep, &eps)) != MP_OK ||
-        (rc = to_ints(&o->replicate, &reps)) != MP_OK)
+        (rc = to_ints(&o->replicate, &reps)) != MP_OK || (rc = to_ints(&o->eplb, &eplbs)) != MP_OK)
         goto out;
     batches = malloc((size_t)o->b.batch.n * sizeof *batches);
     if (!batches) {
@@ -257,6 +297,8 @@ static int run_plan(struct plan_opts *o)
     q.nep = o->ep.n;
     q.reps = reps;
     q.nrep = o->replicate.n;
+    q.eplbs = eplbs;
+    q.neplb = o->eplb.n;
     q.slo_token_ms = o->slo_token_ms;
     q.slo_layer_us = o->slo_layer_us;
     q.throughput = o->throughput;
@@ -265,7 +307,8 @@ static int run_plan(struct plan_opts *o)
     q.seed = (unsigned long long)o->b.seed;
     if (o->b.out) {
         static const char *const cols[] = {
-            "source", "routing", "tp", "ep", "replicate", "batch", "layer_us", "layer_p99_us",
+            "source", "routing", "tp", "ep", "replicate", "placement", "batch", "layer_us",
+            "layer_p99_us",
             "ffn_us", "comm_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance",
             "local_hit_rate", "token_ms", "token_p99_ms", "replica_tokens_per_s", "dp", "gpus",
             "meets_slo"};
@@ -305,17 +348,20 @@ static int run_plan(struct plan_opts *o)
         int best = mp_plan_best(c, n);
         if (best >= 0) {
             const struct mp_plan_cand *b = &c[best];
-            printf("cheapest plan: tp%dep%d, replicate-hot:%d, batch %ld × %d replica(s) = %d GPUs, "
+            char pl[32];
+            mp_plan_placement(b, pl, sizeof pl);
+            printf("cheapest plan: tp%dep%d, %s, batch %ld × %d replica(s) = %d GPUs, "
                    "p99 token %.2f ms, %.0f tokens/s\n",
-                   b->tp, b->ep, b->replicate, b->batch, b->dp, b->gpus, b->token_p99_ms,
+                   b->tp, b->ep, pl, b->batch, b->dp, b->gpus, b->token_p99_ms,
                    b->replica_tps * b->dp);
-            long cap = mp_plan_batch_cap(c, n, b->tp, b->ep, b->replicate);
+            long cap = mp_plan_batch_cap(c, n, b);
             if (cap > 0)
-                printf("batch cap for tp%dep%d replicate-hot:%d: %ld (the largest batch with "
-                       "comm/ffn <= 1)\n", b->tp, b->ep, b->replicate, cap);
+                printf("batch cap for tp%dep%d %s: %ld (the largest batch with comm/ffn <= 1)\n",
+                       b->tp, b->ep, pl, cap);
             else
-                printf("batch cap for tp%dep%d replicate-hot:%d: none (network-bound at every "
-                       "batch)\n", b->tp, b->ep, b->replicate);
+                printf("batch cap for tp%dep%d %s: none (network-bound at every batch)\n", b->tp,
+                       b->ep, pl);
+            print_remedies(c, n, b);
             int up = mp_plan_scaled_batch(c, n, best, 2, 1);
             int down = mp_plan_scaled_batch(c, n, best, 1, 2);
             if (up >= 0)
@@ -346,13 +392,19 @@ static int run_plan(struct plan_opts *o)
                 print_cand(&sorted[i]);
             const struct mp_plan_cand *ref = best >= 0 ? &c[best] : n > 0 ? &c[0] : NULL;
             for (int pass = 0; ref && pass < 2; pass++) {
-                int rep = pass == 0 ? ref->replicate : 0;
-                if (pass == 1 && ref->replicate == 0)
-                    break;
-                printf("\ntp%dep%d replicate-hot:%d over batch:\n", ref->tp, ref->ep, rep);
+                /* the chosen placement, then contiguous placement beside it */
+                struct mp_plan_cand like = *ref;
+                if (pass == 1) {
+                    if (ref->replicate == 0 && ref->eplb == 0)
+                        break;
+                    like.replicate = like.eplb = 0;
+                }
+                char pl[32];
+                printf("\ntp%dep%d %s over batch:\n", like.tp, like.ep,
+                       mp_plan_placement(&like, pl, sizeof pl));
                 print_cand_header();
                 for (int i = 0; i < n; i++)
-                    if (c[i].tp == ref->tp && c[i].ep == ref->ep && c[i].replicate == rep)
+                    if (mp_plan_same_setup(&c[i], &like))
                         print_cand(&c[i]);
             }
         }
@@ -367,6 +419,7 @@ out:
     free(tps);
     free(eps);
     free(reps);
+    free(eplbs);
     free(batches);
     return rc;
 }

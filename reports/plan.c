@@ -11,15 +11,30 @@
 #include "stats.h"
 #include "vlayer.h"
 
-static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, long batch,
+const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len)
+{
+    if (c->eplb > 0)
+        snprintf(buf, len, "eplb:%d", c->eplb);
+    else if (c->replicate > 0)
+        snprintf(buf, len, "replicate-hot:%d", c->replicate);
+    else
+        snprintf(buf, len, "contiguous");
+    return buf;
+}
+
+int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+{
+    return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate && a->eplb == b->eplb;
+}
+
+static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots, long batch,
                         struct mp_plan_cand *c)
 {
     const struct mp_model *m = &q->model;
     char spec[64];
-    if (R > 0)
-        snprintf(spec, sizeof spec, "replicate-hot:%d", R);
-    else
-        snprintf(spec, sizeof spec, "contiguous");
+    c->replicate = R;
+    c->eplb = slots;
+    mp_plan_placement(c, spec, sizeof spec);
     struct mp_placement pl;
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
     if (rc != MP_OK)
@@ -52,7 +67,6 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, long
     const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
     c->tp = tp;
     c->ep = ep;
-    c->replicate = R;
     c->batch = batch;
     c->layer_us = M->layer_us;
     c->ffn_us = M->ffn_us;
@@ -80,7 +94,7 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, long
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
-    int cap = q->ntp * q->nep * q->nrep * q->nbatch, k = 0, rc = MP_OK;
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * q->nbatch, k = 0, rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
         mp_error("out of memory for %d candidates", cap);
@@ -96,7 +110,13 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                 if (q->reps[r] > q->model.experts || (q->reps[r] > 0 && ep == 1))
                     continue; /* nothing to replicate onto */
                 for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                    rc = evaluate_one(q, tp, ep, q->reps[r], q->batches[i], &c[k++]);
+                    rc = evaluate_one(q, tp, ep, q->reps[r], 0, q->batches[i], &c[k++]);
+            }
+            for (int r = 0; r < q->neplb && rc == MP_OK; r++) {
+                if (ep == 1 || q->eplbs[r] < 1 || (long)q->eplbs[r] > (long)q->model.experts * (ep - 1))
+                    continue; /* no room for that many redundant slots */
+                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                    rc = evaluate_one(q, tp, ep, 0, q->eplbs[r], q->batches[i], &c[k++]);
             }
         }
     if (rc != MP_OK) {
@@ -108,12 +128,11 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
     return MP_OK;
 }
 
-long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, int tp, int ep, int replicate)
+long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *like)
 {
     long cap = -1;
     for (int i = 0; i < n; i++)
-        if (c[i].tp == tp && c[i].ep == ep && c[i].replicate == replicate && c[i].ratio <= 1 &&
-            c[i].batch > cap)
+        if (mp_plan_same_setup(&c[i], like) && c[i].ratio <= 1 && c[i].batch > cap)
             cap = c[i].batch;
     return cap;
 }
@@ -138,8 +157,7 @@ int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num,
     if (best < 0 || c[best].batch * num % den != 0)
         return -1;
     for (int i = 0; i < n; i++)
-        if (c[i].tp == c[best].tp && c[i].ep == c[best].ep &&
-            c[i].replicate == c[best].replicate && c[i].batch == c[best].batch * num / den)
+        if (mp_plan_same_setup(&c[i], &c[best]) && c[i].batch == c[best].batch * num / den)
             return i;
     return -1;
 }

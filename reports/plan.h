@@ -16,6 +16,8 @@ struct mp_plan_req {
     int nbatch, seq;
     const int *tps, *eps, *reps; /* candidate TP sizes, EP sizes, replicate-hot counts */
     int ntp, nep, nrep;
+    const int *eplbs;            /* candidate eplb:SLOTS slot counts (may be none) */
+    int neplb;
     double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
     double slo_layer_us;  /* p99 per MoE layer, or 0 */
     double throughput;    /* target tokens/s over all replicas */
@@ -24,7 +26,8 @@ struct mp_plan_req {
 };
 
 struct mp_plan_cand {
-    int tp, ep, replicate;
+    int tp, ep, replicate; /* replicate-hot:R (0: contiguous, or eplb when eplb > 0) */
+    int eplb;              /* eplb:SLOTS, 0 when not */
     long batch;
     double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
     double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
@@ -37,16 +40,23 @@ struct mp_plan_cand {
  * max_gpus). *out is a heap array of *n candidates in enumeration order. */
 int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
 
-/* Largest batch whose comm_comp_ratio is ≤ 1 for one (tp, ep, replicate), or -1 if every batch
- * is network-bound. */
-long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, int tp, int ep, int replicate);
+/* The placement of a candidate as --placement writes it ("contiguous", "replicate-hot:4",
+ * "eplb:6") into buf. */
+const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);
+
+/* 1 when two candidates have the same layout and placement (batch may differ). */
+int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b);
+
+/* Largest batch whose comm_comp_ratio is ≤ 1 for the layout and placement of `like`, or -1 if
+ * every batch is network-bound. */
+long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *like);
 
 /* Index of the cheapest candidate meeting the SLO: fewest GPUs, then lowest p99 token time, then
  * fewest replicas; -1 if none meets it. */
 int mp_plan_best(const struct mp_plan_cand *c, int n);
 
 /* Replicas against batch for the best candidate's layout: the candidate with the same layout and
- * replicas at `num`/`den` times its batch (2/1: twice, 1/2: half), or -1 when the sweep has none. */
+ * placement at `num`/`den` times its batch (2/1: twice, 1/2: half), or -1 when the sweep has none. */
 int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num, int den);
 
 #endif

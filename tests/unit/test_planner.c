@@ -16,9 +16,20 @@ int main(void)
         {.tp = 2, .ep = 8, .replicate = 0, .batch = 64, .ratio = 2.0, .gpus = 128, .dp = 8, .meets = 1, .token_p99_ms = 49},
     };
     int n = (int)(sizeof c / sizeof c[0]);
-    CHECK_INT(mp_plan_batch_cap(c, n, 4, 16, 0), 32);
-    CHECK_INT(mp_plan_batch_cap(c, n, 4, 16, 4), 64);
-    CHECK_INT(mp_plan_batch_cap(c, n, 2, 8, 0), -1); /* network-bound at every batch */
+    CHECK_INT(mp_plan_batch_cap(c, n, &c[0]), 32);
+    CHECK_INT(mp_plan_batch_cap(c, n, &c[4]), 64);
+    CHECK_INT(mp_plan_batch_cap(c, n, &c[6]), -1); /* network-bound at every batch */
+    /* an eplb candidate is a placement of its own: not mixed with contiguous or replicate-hot */
+    struct mp_plan_cand e = c[0];
+    e.eplb = 6;
+    e.batch = 256;
+    e.ratio = 0.5;
+    CHECK(!mp_plan_same_setup(&e, &c[0]));
+    CHECK_INT(mp_plan_batch_cap(c, n, &e), -1);
+    char buf[32];
+    CHECK_STR(mp_plan_placement(&e, buf, sizeof buf), "eplb:6");
+    CHECK_STR(mp_plan_placement(&c[4], buf, sizeof buf), "replicate-hot:4");
+    CHECK_STR(mp_plan_placement(&c[0], buf, sizeof buf), "contiguous");
     /* 128 GPUs twice among those meeting the SLO: the lower p99 wins */
     int best = mp_plan_best(c, n);
     CHECK_INT(best, 5);
