@@ -32,3 +32,13 @@ col() {
 rows() {
     echo $(($(wc -l <"$1") - 1))
 }
+
+# refused CMD...: CMD must exit 2 (a usage error); prints the one-line reason it gave.
+refused() {
+    set +e
+    "$@" >/dev/null 2>"$TMP/refused.err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "$* exited $rc, expected 2: $(cat "$TMP/refused.err")"
+    echo "refused: $(cat "$TMP/refused.err")"
+}
