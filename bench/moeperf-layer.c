@@ -21,7 +21,7 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
     MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
@@ -40,7 +40,7 @@ static const char *const summary_cols[] = {
     "layer_min_us", "layer_max_us", "layer_ci_lo_us", "layer_ci_hi_us", "ffn_us", "ffn_p99_us",
     "ffn_mean_us", "comm_us", "comm_p99_us", "route_us", "dispatch_us", "tp_reduce_us",
     "combine_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance", "local_hit_rate",
-    "bytes_rank_max", "bytes_internode", "check_error", "overlap_efficiency",
+    "bytes_rank_max", "bytes_internode", "drop_rate", "check_error", "overlap_efficiency",
 };
 static const char *const rank_cols[] = {
     "rank", "node", "ep_rank", "tp_rank", "tokens", "rows", "ffn_rows", "bytes_sent",
@@ -71,8 +71,8 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
-                       const char *routing, const char *placement, int overlap, long batch,
-                       const struct mp_point_result *res)
+                       const char *routing, const char *placement, int overlap,
+                       const char *dispatch, long batch, const struct mp_point_result *res)
 {
     int n = res->iters, N = res->nranks, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS, RF = MP_RANK_ITER_FIELDS;
@@ -90,7 +90,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
     }
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
             mp_row_int(&row, i);
             for (size_t k = 0; k < MN; k++)
                 mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
@@ -99,7 +99,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         for (int r = 0; r < N && rc == MP_OK; r++) {
             const double *base = (const double *)&res->ranks[r];
             size_t stride = (size_t)N * RF;
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
             mp_row_int(&row, r);
             mp_row_int(&row, s->comm->node_of[r]);
             mp_row_int(&row, r / lay->tp);
@@ -121,7 +121,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         }
         if (rc == MP_OK) {
             const struct mp_summary *L = &sm[0];
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
             mp_row_int(&row, res->tokens_per_rank);
             mp_row_int(&row, n);
             double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
@@ -203,7 +203,25 @@ int main(int argc, char **argv)
         rc = MP_ERR_USAGE;
         goto out;
     }
-    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.batch.n;
+    for (int di = 0; di < s.o.dispatch.n; di++) { /* refuse a bad --dispatch before measuring */
+        int padded;
+        double factor;
+        MP_CHECK(mp_dispatch_parse(s.o.dispatch.v[di], &padded, &factor));
+        if (padded && s.modelled) {
+            mp_usage("--dispatch %s: the cluster model times the dynamic dispatch only; measure "
+                     "the padded one with the cpu or cuda backend", s.o.dispatch.v[di]);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        if (padded && max_overlap > 1) {
+            mp_usage("--dispatch %s with --overlap %d: the pipelined layer exchanges exact counts; "
+                     "sweep them in separate runs", s.o.dispatch.v[di], max_overlap);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    }
+    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
+                s.o.batch.n;
     int npoint = 0;
     for (int li = 0; li < nlayouts; li++) {
         const struct mp_layout *lay = &layouts[li];
@@ -217,20 +235,26 @@ int main(int argc, char **argv)
                 struct mp_placement pl;
                 rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
                 for (int oi = 0; oi < s.o.overlap.n && rc == MP_OK; oi++)
+                for (int di = 0; di < s.o.dispatch.n && rc == MP_OK; di++)
                 for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
                     long batch = s.o.batch.v[bi];
                     int overlap = (int)s.o.overlap.v[oi];
+                    const char *dispatch = s.o.dispatch.v[di];
+                    int padded;
+                    double capacity;
+                    mp_dispatch_parse(dispatch, &padded, &capacity); /* validated above */
                     const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
                     struct mp_row key = {0};
                     npoint++;
-                    mp_workload_key_row(&key, &s, lay, rname, pname, overlap, batch);
+                    mp_workload_key_row(&key, &s, lay, rname, pname, overlap, dispatch, batch);
                     int skip = mp_runfiles_done(&f, &s, &key);
                     mp_row_free(&key);
                     if (skip)
                         continue;
                     char label[512];
                     snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d "
-                             "batch %ld", lay->name, rname, pname, overlap, batch);
+                             "dispatch %s batch %ld", lay->name, rname, pname, overlap, dispatch,
+                             batch);
                     if (c->rank == 0)
                         mp_progress(npoint, total, label);
                     if (!s.modelled)
@@ -238,7 +262,8 @@ int main(int argc, char **argv)
                     struct mp_point pt = {.batch = batch, .seq = s.o.seq, .routing = &routings[ri],
                                           .placement = &pl, .warmup = s.o.warmup,
                                           .iters = s.o.iters, .check = s.o.check,
-                                          .overlap = overlap, .straggle_rank = straggle_rank,
+                                          .overlap = overlap, .padded = padded,
+                                          .capacity = capacity, .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};
                     struct mp_point_result res;
                     rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
@@ -248,7 +273,7 @@ int main(int argc, char **argv)
                     timed_us += res.timed_us;
                     measured++;
                     if (rc == MP_OK && c->rank == 0)
-                        rc = write_point(&s, &f, lay, rname, pname, overlap, batch, &res);
+                        rc = write_point(&s, &f, lay, rname, pname, overlap, dispatch, batch, &res);
                     if (rc == MP_OK && s.o.check && !(res.check_error <= s.cops->check_tolerance)) {
                         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                                  res.check_error, s.cops->check_tolerance);

@@ -15,6 +15,7 @@ extern const char *const mp_routing_choices[];
 extern const char *const mp_placement_choices[];
 extern const char *const mp_backend_choices[];
 extern const char *const mp_comm_choices[];
+extern const char *const mp_dispatch_choices[];
 
 /* Workload: model shape */
 #define MP_OPT_MODEL(def)                                                                          \
@@ -75,6 +76,10 @@ extern const char *const mp_comm_choices[];
 #define MP_OPT_OVERLAP                                                                             \
     {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, 32, NULL, "LIST",                          \
      "chunks to pipeline so dispatch, expert FFN and combine overlap (1: none; a list sweeps)"}
+#define MP_OPT_DISPATCH                                                                            \
+    {"dispatch", MP_OPT_STRING_LIST, MP_O(dispatch), "dynamic", MP_NOLIMIT, mp_dispatch_choices,   \
+     "LIST", "dynamic (exact counts exchanged first), padded (fixed slots, lossless) or "           \
+     "padded:F (capacity factor F, pairs over it dropped); a list sweeps them"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */
@@ -104,6 +109,10 @@ void mp_routings_free(struct mp_routing *r, int n);
  * cannot be built for a layout's EP size. */
 int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
                       const struct mp_strlist *placements);
+
+/* Parse one --dispatch word: "dynamic" (*padded 0), "padded" (1, factor 0: lossless) or
+ * "padded:F" with 0 < F ≤ 1024. Errors name --dispatch; MP_ERR_USAGE. */
+int mp_dispatch_parse(const char *text, int *padded, double *factor);
 
 /* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */
 int mp_straggle_parse(const char *text, int world, int *rank, double *us);

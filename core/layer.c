@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "error.h"
 #include "nvtx.h"
+#include "padded.h"
 #include "plan.h"
 #include "reference.h"
 #include "stats.h"
@@ -56,6 +57,16 @@ struct mp_layer {
     int nchunk_plans;
     struct mp_plan *chunk_plans;
     int *chunk_cnt_send, *chunk_cnt_recv; /* [ep][chunks][max_local]: one count exchange for all */
+
+    /* the padded dispatch: fixed slots, its own buffers (grown when a point needs more rows) */
+    struct mp_padded pad;
+    long pad_rows, pad_tok;     /* rows and shared-token rows the buffers below hold */
+    void *pad_send;             /* [pad_rows × H] dispatch out / combine in */
+    void *pad_recv;             /* [pad_rows × H] dispatch in (source-major) / combine out */
+    void *pad_exp;              /* [pad_rows × H] expert-major */
+    void *pad_out;              /* [(pad_rows + S·pad_tok) × H] FFN out: slot rows, then shared */
+    void *pad_work;             /* [max(ep·cap, pad_tok) × 2·Dl] */
+    int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
 };
 
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
@@ -132,6 +143,10 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
         goto oom;
     if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
         goto oom;
+    /* rows beyond a rank's tokens are read as padding (token 0 of an empty rank): keep them finite */
+    memset(L->host_tok, 0, tok * H * sizeof(float));
+    if (ops->upload(dev, L->x, L->host_tok, tok * H) != MP_OK)
+        goto oom;
     if (max_overlap > 1) {
         L->chunk_plans = calloc((size_t)max_overlap, sizeof *L->chunk_plans);
         if (!L->chunk_plans)
@@ -151,6 +166,86 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
 oom:
     mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
     mp_layer_destroy(L);
+    return MP_ERR_RUNTIME;
+}
+
+static void free_padded(struct mp_layer *L)
+{
+    const struct mp_compute_ops *o = L->ops;
+    o->free(L->dev, L->pad_send);
+    o->free(L->dev, L->pad_recv);
+    o->free(L->dev, L->pad_exp);
+    o->free(L->dev, L->pad_out);
+    o->free(L->dev, L->pad_work);
+    L->pad_send = L->pad_recv = L->pad_exp = L->pad_out = L->pad_work = NULL;
+    free(L->pad_cnt_recv);
+    L->pad_cnt_recv = NULL;
+    mp_padded_free(&L->pad);
+    L->pad_rows = L->pad_tok = 0;
+}
+
+/* A zero-filled backend buffer of n elements (padding rows must hold finite values). */
+static void *alloc_zero(struct mp_layer *L, size_t n)
+{
+    void *p = L->ops->alloc(L->dev, n);
+    float *z = p ? calloc(n, sizeof(float)) : NULL;
+    int rc = z ? L->ops->upload(L->dev, p, z, n) : MP_ERR_RUNTIME;
+    free(z);
+    if (rc != MP_OK) {
+        L->ops->free(L->dev, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Size the padded dispatch for a point: slots of `cap` rows for up to `max_local` experts per peer;
+ * buffers only grow, so a sweep allocates once per larger point and never inside timed loops. */
+static int setup_padded(struct mp_layer *L, int max_local, long cap, long ntok)
+{
+    int ep = L->ep;
+    long rows = (long)ep * max_local * cap;
+    if (L->pad.src_tok && L->pad.max_local == max_local && L->pad.cap == cap)
+        return MP_OK;
+    if (rows > 2147483647L) {
+        mp_usage("--dispatch padded: %d ranks × %d experts × %ld rows per slot exceed the 2^31 rows "
+                 "an MPI count holds; use a capacity factor (padded:1.25) or --dispatch dynamic",
+                 ep, max_local, cap);
+        return MP_ERR_USAGE;
+    }
+    mp_padded_free(&L->pad);
+    free(L->pad_cnt_recv);
+    L->pad_cnt_recv = calloc((size_t)ep * max_local, sizeof(int));
+    if (!L->pad_cnt_recv || mp_padded_alloc(&L->pad, ep, max_local, cap) != MP_OK)
+        goto oom;
+    long tok = L->max_tok_rank > ntok ? L->max_tok_rank : ntok;
+    if (rows > L->pad_rows || tok > L->pad_tok) {
+        const struct mp_compute_ops *o = L->ops;
+        size_t H = (size_t)L->m.hidden, wrows = (size_t)(ep * cap > tok ? ep * cap : tok);
+        double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
+                      (double)wrows * 2 * L->Dl * o->elem_size;
+        o->free(L->dev, L->pad_send);
+        o->free(L->dev, L->pad_recv);
+        o->free(L->dev, L->pad_exp);
+        o->free(L->dev, L->pad_out);
+        o->free(L->dev, L->pad_work);
+        L->pad_send = alloc_zero(L, (size_t)rows * H);
+        L->pad_recv = alloc_zero(L, (size_t)rows * H);
+        L->pad_exp = alloc_zero(L, (size_t)rows * H);
+        L->pad_out = alloc_zero(L, ((size_t)rows + (size_t)L->S * tok) * H);
+        L->pad_work = o->alloc(L->dev, wrows * 2 * (size_t)L->Dl);
+        if (!L->pad_send || !L->pad_recv || !L->pad_exp || !L->pad_out || !L->pad_work) {
+            mp_error("out of memory for the padded dispatch: %.3g GB per rank (%d ranks × %d "
+                     "experts × %ld rows per slot)", need / 1e9, ep, max_local, cap);
+            free_padded(L);
+            return MP_ERR_RUNTIME;
+        }
+        L->pad_rows = rows;
+        L->pad_tok = tok;
+    }
+    return MP_OK;
+oom:
+    mp_error("out of memory for the padded dispatch plan");
+    free_padded(L);
     return MP_ERR_RUNTIME;
 }
 
@@ -174,6 +269,7 @@ void mp_layer_destroy(struct mp_layer *L)
         return;
     const struct mp_compute_ops *o = L->ops;
     free_weights(L);
+    free_padded(L);
     o->free(L->dev, L->x);
     o->free(L->dev, L->sendbuf);
     o->free(L->dev, L->recvbuf);
@@ -432,6 +528,120 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     }
     rec->bytes_sent = sent;
     rec->bytes_internode = inter;
+    rec->dropped = 0;
+out:
+    return rc;
+}
+
+/* One layer forward with the padded dispatch: the same phases as iteration(), but the send side is
+ * laid out in fixed slots (mp_padded_send) and the all-to-alls move whole slots, so no count
+ * exchange precedes the data; every slot row is computed. The valid counts travel after the
+ * timed phases, for the metrics. */
+static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                            int d, long tok0, long ntok, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    struct mp_padded *pd = &L->pad;
+    int H = L->m.hidden, me = c->ep_rank;
+    int rc = MP_OK;
+
+    MP_CHECK(o->sync(dev));
+    MP_CHECK(c->ops->barrier(c));
+    MP_CHECK(o->mark(dev, MARK_START));
+
+    MP_RANGE_PUSH("moeperf/route");
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
+    mp_plan_send(&L->plan, pt->placement, me, tok0, ntok, ids, w);
+    mp_padded_send(pd, &L->plan, me);
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/dispatch");
+
+    /* dispatch: gather every slot row (padding too), fixed-size all-to-all, regroup by expert */
+    MP_CHECK(o->permute(dev, L->x, pd->src_tok, pd->rows, H, L->pad_send));
+    MP_CHECK(c->ops->alltoallv(c, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
+                               pd->peer_rows, pd->peer_displ, L->row_bytes));
+    MP_CHECK(o->copy_rows(dev, L->pad_recv, L->pad_exp, pd->to_expert, pd->nchunks, H));
+    MP_CHECK(o->mark(dev, MARK_DISPATCH));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/ffn");
+
+    long slot_rows = pd->expert_off[pd->max_local]; /* nlocal·ep·cap */
+    struct mp_ffn_args a = {.in = L->pad_exp, .out = L->pad_out, .row_off = pd->expert_off,
+                            .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
+                            .work = L->pad_work};
+    MP_CHECK(o->expert_ffn(dev, &a));
+    L->shared_off[0] = 0;
+    L->shared_off[1] = ntok;
+    for (int s = 0; s < L->S; s++) {
+        struct mp_ffn_args sa = a;
+        sa.in = L->x;
+        sa.out = (char *)L->pad_out + ((size_t)slot_rows + (size_t)s * ntok) * L->row_bytes;
+        sa.row_off = L->shared_off;
+        sa.nexp = 1;
+        sa.wgu = L->wgu + L->nlocal + s;
+        sa.wd = L->wd + L->nlocal + s;
+        MP_CHECK(o->expert_ffn(dev, &sa));
+    }
+    if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
+        MP_CHECK(o->sync(dev));
+        double until = mp_now_us() + pt->straggle_us;
+        while (mp_now_us() < until)
+            ;
+    }
+    MP_CHECK(o->mark(dev, MARK_FFN));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/tp-reduce");
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, L->pad_out, ((size_t)slot_rows + (size_t)L->S * ntok) * H));
+    MP_CHECK(o->mark(dev, MARK_TP));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/combine");
+
+    /* combine: slots back to source order, fixed-size all-to-all back, weighted sum (padding and
+     * dropped rows have weight 0 or no row at all) */
+    MP_CHECK(o->copy_rows(dev, L->pad_out, L->pad_recv, pd->to_source, pd->nchunks, H));
+    MP_CHECK(c->ops->alltoallv(c, L->pad_recv, pd->peer_rows, pd->peer_displ, L->pad_send,
+                               pd->peer_rows, pd->peer_displ, L->row_bytes));
+    MP_CHECK(o->combine(dev, L->pad_send, pd->src_tok, pd->w, pd->rows,
+                        L->S ? (char *)L->pad_out + (size_t)slot_rows * L->row_bytes : NULL, L->S,
+                        ntok, H, L->y, 0));
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_RANGE_POP();
+    MP_CHECK(o->sync(dev));
+
+    rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
+    rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
+    rec->ffn = o->elapsed_us(dev, MARK_DISPATCH, MARK_FFN);
+    rec->tp_reduce = o->elapsed_us(dev, MARK_FFN, MARK_TP);
+    rec->combine = o->elapsed_us(dev, MARK_TP, MARK_COMBINE);
+
+    /* untimed: the valid rows each slot carried, for load_imbalance and rows */
+    MP_CHECK(c->ops->alltoall_int(c, pd->kept, L->pad_cnt_recv, pd->max_local));
+    double valid = 0;
+    for (int i = 0; i < L->ep * pd->max_local; i++)
+        valid += L->pad_cnt_recv[i];
+    rec->tokens = (double)ntok;
+    rec->rows = valid;
+    rec->ffn_rows = (double)slot_rows + (double)L->S * ntok;
+    rec->pairs = (double)ntok * L->m.topk;
+    rec->local_pairs = (double)pd->local_pairs;
+    rec->dropped = (double)pd->dropped;
+    double sent = 0, inter = 0;
+    for (int p = 0; p < L->ep; p++) {
+        if (p == me)
+            continue;
+        double b = 2.0 * pd->peer_rows[p] * (double)L->row_bytes; /* slots out and back */
+        sent += b;
+        if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank])
+            inter += b;
+    }
+    rec->bytes_sent = sent;
+    rec->bytes_internode = inter;
 out:
     return rc;
 }
@@ -576,6 +786,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     rec->local_pairs = local;
     rec->bytes_sent = sent;
     rec->bytes_internode = inter;
+    rec->dropped = 0;
 out:
     return rc;
 }
@@ -624,6 +835,10 @@ static int check_output(struct mp_layer *L, const struct mp_point *pt, struct po
         } else {
             mp_routing_draw(pt->routing, L->seed, 0, batch_tokens, 0, batch_tokens, ids, wall);
         }
+        /* the padded dispatch dropped the pairs over capacity: so does the reference */
+        if (pt->padded && mp_padded_drop(pt->placement, L->ep, batch_tokens, K, ids, wall,
+                                         L->pad.cap) < 0)
+            goto oom;
         MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, batch_tokens, K, ids,
                                       wall, ref));
         *err = mp_rel_error(yall, ref, (long)batch_tokens * H);
@@ -700,6 +915,17 @@ static double overlap_efficiency(const struct mp_iter_metrics *plain,
     return lo > 0 ? (comm + comp - both) / lo : NAN;
 }
 
+/* One iteration in the point's mode: pipelined over `chunks`, padded, or the plain dynamic one. */
+static int one_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
+                         long tok0, long ntok, int chunks, struct mp_rank_iter *rec)
+{
+    if (chunks > 1)
+        return iteration_overlap(L, pt, pool, d, tok0, ntok, chunks, rec);
+    if (pt->padded)
+        return iteration_padded(L, pt, pool, d, tok0, ntok, rec);
+    return iteration(L, pt, pool, d, tok0, ntok, rec);
+}
+
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res)
 {
     struct mp_comm *c = L->comm;
@@ -736,6 +962,21 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
 
     struct mp_rank_iter scratch;
     int N = pt->overlap > 1 ? pt->overlap : 1;
+    if (pt->padded) {
+        if (N > 1) {
+            mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact "
+                     "counts; use --overlap 1 with padded, or --dispatch dynamic", N);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+        int max_local = 1;
+        for (int e = 0; e < L->ep; e++)
+            if (mp_placement_nlocal(pt->placement, e) > max_local)
+                max_local = mp_placement_nlocal(pt->placement, e);
+        long cap = mp_padded_capacity(res->tokens_per_rank, L->m.topk, L->m.experts, pt->capacity, 1);
+        MP_CHECK(setup_padded(L, max_local, cap, ntok));
+        mp_padded_recv(&L->pad, L->nlocal);
+    }
     if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
         mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
                  L->nchunk_plans, c->ops->name,
@@ -747,15 +988,13 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     for (int pass = N > 1 ? 0 : 1; pass < 2; pass++) {
         int chunks = pass == 0 ? 1 : N;
         for (int i = 0; i < pt->warmup; i++)
-            MP_CHECK(chunks > 1 ? iteration_overlap(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch)
-                                : iteration(L, pt, &pool, i % pool.n, tok0, ntok, &scratch));
+            MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch));
         double t_timed = 0;
         for (int i = 0; i < pt->iters; i++) {
             int d = (pt->warmup + i) % pool.n;
             double t0 = mp_now_us();
             mp_in_timed_loop = 1;
-            rc = chunks > 1 ? iteration_overlap(L, pt, &pool, d, tok0, ntok, chunks, &mine[i])
-                            : iteration(L, pt, &pool, d, tok0, ntok, &mine[i]);
+            rc = one_iteration(L, pt, &pool, d, tok0, ntok, chunks, &mine[i]);
             mp_in_timed_loop = 0;
             t_timed += mp_now_us() - t0;
             if (rc != MP_OK)
@@ -775,8 +1014,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         res->overlap_efficiency = overlap_efficiency(plain, res->metrics, pt->iters);
 
     if (pt->check) { /* the output of draw 0, through the same pipeline the point measured */
-        MP_CHECK(N > 1 ? iteration_overlap(L, pt, &pool, 0, tok0, ntok, N, &scratch)
-                       : iteration(L, pt, &pool, 0, tok0, ntok, &scratch));
+        MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, N, &scratch));
         MP_CHECK(check_output(L, pt, &pool, total, ntok, &res->check_error));
     }
 out:

@@ -21,6 +21,8 @@ struct mp_point {
     int warmup, iters;
     int check;   /* compare the output with the single-process reference */
     int overlap;         /* chunks pipelined so dispatch, FFN and combine overlap (≤ 1: off) */
+    int padded;          /* dispatch mode: 0 dynamic (exact counts exchanged first), 1 padded */
+    double capacity;     /* padded: capacity factor (mp_padded_capacity; ≤ 0: lossless) */
     int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */
     double straggle_us;  /* 0: off */
 };
@@ -59,6 +61,10 @@ void mp_layer_destroy(struct mp_layer *L);
  * non-blocking all-to-all only); the per-phase split of a rank's time is then route, FFN and TP
  * reduce as measured, the rest counted as dispatch (exposed communication), and the point is also
  * run unpipelined for the overlap efficiency.
+ * With pt->padded every rank sends every peer fixed slots of mp_padded_capacity() rows per local
+ * expert (no count exchange before the data; pairs over capacity dropped, padding computed like
+ * data), the all-to-all moves the padded volume and the FFN computes every slot row. The valid
+ * counts are exchanged after the timed phases, for the metrics only.
  * Collective: every rank of the world calls it with the same point. */
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
 void mp_point_result_free(struct mp_point_result *res);

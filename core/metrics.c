@@ -5,7 +5,7 @@ const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "layer_us",        "ffn_us",       "ffn_mean_us",     "comm_us",
     "route_us",        "dispatch_us",  "tp_reduce_us",    "combine_us",
     "comm_comp_ratio", "bubble_ratio", "load_imbalance",  "local_hit_rate",
-    "bytes_rank_max",  "bytes_internode",
+    "bytes_rank_max",  "bytes_internode", "drop_rate",
 };
 
 static double max2(double a, double b) { return a > b ? a : b; }
@@ -13,7 +13,7 @@ static double max2(double a, double b) { return a > b ? a : b; }
 void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m)
 {
     struct mp_iter_metrics z = {0};
-    double ffn_sum = 0, rows_sum = 0, rows_max = 0, pairs = 0, local = 0;
+    double ffn_sum = 0, rows_sum = 0, rows_max = 0, pairs = 0, local = 0, dropped = 0;
     for (int i = 0; i < n; i++) {
         double L = r[i].route + r[i].dispatch + r[i].ffn + r[i].tp_reduce + r[i].combine;
         z.layer_us = max2(z.layer_us, L);
@@ -29,6 +29,7 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
         rows_max = max2(rows_max, r[i].rows);
         pairs += r[i].pairs;
         local += r[i].local_pairs;
+        dropped += r[i].dropped;
     }
     z.ffn_mean_us = n ? ffn_sum / n : 0;
     z.comm_us = z.layer_us - z.ffn_us - z.route_us;
@@ -39,5 +40,6 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
     z.bubble_ratio = z.layer_us > 0 && n ? idle / (n * z.layer_us) : 0;
     z.load_imbalance = rows_sum > 0 ? rows_max / (rows_sum / n) : 1.0;
     z.local_hit_rate = pairs > 0 ? local / pairs : 0;
+    z.drop_rate = pairs > 0 ? dropped / pairs : 0;
     *m = z;
 }

@@ -14,6 +14,7 @@ struct mp_rank_iter {
     double pairs, local_pairs; /* this rank's token-expert pairs, and those served on this rank */
     double bytes_sent;   /* dispatch + combine bytes this rank sent to other ranks */
     double bytes_internode; /* of those, bytes to ranks on other nodes */
+    double dropped;      /* of `pairs`, those a padded dispatch dropped (over capacity) */
 };
 #define MP_RANK_ITER_FIELDS (sizeof(struct mp_rank_iter) / sizeof(double))
 
@@ -30,6 +31,7 @@ struct mp_iter_metrics {
     double local_hit_rate;  /* Σ local_pairs / Σ pairs */
     double bytes_rank_max;  /* max_r bytes_sent */
     double bytes_internode; /* Σ_r bytes_internode */
+    double drop_rate;       /* Σ_r dropped / Σ_r pairs (0 unless the dispatch is padded) */
 };
 #define MP_ITER_METRICS (sizeof(struct mp_iter_metrics) / sizeof(double))
 

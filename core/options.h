@@ -90,6 +90,7 @@ struct mp_bench_opts {
     int resume, check;
     double timeout;
     struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
+    struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "padded.h"
 
 long mp_token_split(long total, int ep, int e, long *tok0)
 {
@@ -155,4 +156,112 @@ void mp_plan_recv(struct mp_plan *p, int nlocal)
         }
     }
     p->nchunks = n;
+}
+
+int mp_padded_alloc(struct mp_padded *p, int ep, int max_local, long cap)
+{
+    memset(p, 0, sizeof *p);
+    p->ep = ep;
+    p->max_local = max_local > 0 ? max_local : 1;
+    p->cap = cap > 0 ? cap : 1;
+    p->rows = (long)ep * p->max_local * p->cap;
+    size_t cells = (size_t)ep * p->max_local;
+    p->src_tok = calloc((size_t)p->rows, sizeof(int32_t));
+    p->w = calloc((size_t)p->rows, sizeof(float));
+    p->peer_rows = calloc((size_t)ep, sizeof(int));
+    p->peer_displ = calloc((size_t)ep, sizeof(int));
+    p->kept = calloc(cells, sizeof(int));
+    p->expert_off = calloc((size_t)p->max_local + 1, sizeof(long));
+    p->to_expert = calloc(cells, sizeof(struct mp_chunk));
+    p->to_source = calloc(cells, sizeof(struct mp_chunk));
+    if (!p->src_tok || !p->w || !p->peer_rows || !p->peer_displ || !p->kept || !p->expert_off ||
+        !p->to_expert || !p->to_source) {
+        mp_padded_free(p);
+        mp_error("out of memory for the padded dispatch (%d peers × %d experts × %ld rows)", ep,
+                 max_local, cap);
+        return MP_ERR_RUNTIME;
+    }
+    for (int d = 0; d < ep; d++) {
+        p->peer_rows[d] = (int)(p->max_local * p->cap);
+        p->peer_displ[d] = (int)((long)d * p->max_local * p->cap);
+    }
+    return MP_OK;
+}
+
+void mp_padded_free(struct mp_padded *p)
+{
+    free(p->src_tok);
+    free(p->w);
+    free(p->peer_rows);
+    free(p->peer_displ);
+    free(p->kept);
+    free(p->expert_off);
+    free(p->to_expert);
+    free(p->to_source);
+    memset(p, 0, sizeof *p);
+}
+
+void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank)
+{
+    int L = p->max_local;
+    long pos = 0; /* the plan's rows are ordered by (peer, expert), token order inside a block */
+    p->dropped = 0;
+    p->local_pairs = 0;
+    for (int d = 0; d < p->ep; d++)
+        for (int l = 0; l < L; l++) {
+            long n = l < src->max_local ? src->send_cnt[d * src->max_local + l] : 0;
+            long keep = n < p->cap ? n : p->cap;
+            for (long j = 0; j < p->cap; j++) {
+                long row = mp_padded_row(d, l, j, L, p->cap);
+                p->src_tok[row] = j < keep ? src->src_tok[pos + j] : 0;
+                p->w[row] = j < keep ? src->row_w[pos + j] : 0.0f;
+            }
+            p->kept[d * L + l] = (int)keep;
+            p->dropped += n - keep;
+            if (d == ep_rank)
+                p->local_pairs += keep;
+            pos += n;
+        }
+}
+
+void mp_padded_recv(struct mp_padded *p, int nlocal)
+{
+    int n = 0;
+    for (int l = 0; l <= p->max_local; l++)
+        p->expert_off[l] = (long)(l < nlocal ? l : nlocal) * p->ep * p->cap;
+    for (int s = 0; s < p->ep; s++)
+        for (int l = 0; l < nlocal && l < p->max_local; l++) {
+            long src = mp_padded_row(s, l, 0, p->max_local, p->cap);
+            long dst = mp_padded_expert_row(s, l, 0, p->ep, p->cap);
+            p->to_expert[n] = (struct mp_chunk){.src = src, .dst = dst, .n = p->cap};
+            p->to_source[n] = (struct mp_chunk){.src = dst, .dst = src, .n = p->cap};
+            n++;
+        }
+    p->nchunks = n;
+}
+
+long mp_padded_drop(const struct mp_placement *pl, int ep, long total, int K, const int32_t *ids,
+                    float *w, long cap)
+{
+    int L = 1;
+    for (int e = 0; e < ep; e++)
+        L = mp_placement_nlocal(pl, e) > L ? mp_placement_nlocal(pl, e) : L;
+    long *cnt = malloc((size_t)ep * L * sizeof *cnt);
+    if (!cnt)
+        return -1;
+    long dropped = 0;
+    for (int e = 0; e < ep; e++) {
+        long tok0, ntok = mp_token_split(total, ep, e, &tok0);
+        memset(cnt, 0, (size_t)ep * L * sizeof *cnt);
+        for (long i = tok0 * K; i < (tok0 + ntok) * K; i++) {
+            int dest = mp_placement_dest(pl, e, ids[i], i / K);
+            int li = mp_placement_local_index(pl, dest, ids[i]);
+            if (cnt[(long)dest * L + li]++ >= cap) {
+                w[i] = 0.0f;
+                dropped++;
+            }
+        }
+    }
+    free(cnt);
+    return dropped;
 }

@@ -58,4 +58,40 @@ void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep
 /* Receive side from recv_cnt (filled by the count exchange) for a rank holding `nlocal` experts. */
 void mp_plan_recv(struct mp_plan *p, int nlocal);
 
+/* The padded dispatch layout (--dispatch padded): every rank sends every peer `max_local` slots of
+ * `cap` rows, one per local expert of the peer, whatever the routing, so the all-to-all has fixed
+ * sizes and needs no count exchange first (kernels/padded.h has the row rules). A slot holds the
+ * first `cap` of its pairs in token order; the rest are dropped. Padding rows point at token 0 with
+ * weight 0, so kernels run over whole slots and the combine adds nothing for them. */
+struct mp_padded {
+    int ep, max_local;
+    long cap, rows;      /* rows = ep·max_local·cap, the send (and receive) buffer */
+    int32_t *src_tok;    /* [rows] token of each send row (padding: 0) */
+    float *w;            /* [rows] routing weight (padding: 0) */
+    int *peer_rows, *peer_displ; /* [ep] max_local·cap and its prefix: the fixed all-to-all */
+    int *kept;           /* [ep·max_local] pairs kept per slot, for the metrics */
+    long dropped, local_pairs; /* pairs over capacity; kept pairs served on this rank */
+    /* receive side for a rank holding nlocal experts: slot (src, li) → expert-major */
+    long *expert_off;    /* [max_local+1] */
+    struct mp_chunk *to_expert, *to_source; /* [ep·max_local] */
+    int nchunks;
+};
+
+/* Allocate for `ep` peers of at most `max_local` experts and slots of `cap` rows. */
+int mp_padded_alloc(struct mp_padded *p, int ep, int max_local, long cap);
+void mp_padded_free(struct mp_padded *p);
+
+/* Lay out the send side of plan `src` (built by mp_plan_send for EP rank `ep_rank`) in slots. */
+void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank);
+
+/* Receive side of a rank holding `nlocal` experts: expert li's rows are every source's slot for li,
+ * sources in order (expert_off[li] = li·ep·cap). */
+void mp_padded_recv(struct mp_padded *p, int nlocal);
+
+/* Zero the weights of the pairs the padded dispatch drops, for the whole batch of `total` tokens
+ * split over `ep` ranks as mp_token_split does (ids/w: [total·K]), so a reference forward sees the
+ * same pairs the padded layer kept. Returns the number of pairs dropped, or −1 out of memory. */
+long mp_padded_drop(const struct mp_placement *pl, int ep, long total, int K, const int32_t *ids,
+                    float *w, long cap);
+
 #endif

@@ -79,11 +79,12 @@ void mp_runfiles_close(struct mp_runfiles *rf)
 
 const char *const mp_workload_key[MP_WORKLOAD_NKEY] = {
     "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
-    "tp", "ep", "world", "routing", "placement", "overlap", "batch", "seq", "seed",
+    "tp", "ep", "world", "routing", "placement", "overlap", "dispatch", "batch", "seq", "seed",
 };
 
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
-                         const char *routing, const char *placement, int overlap, long batch)
+                         const char *routing, const char *placement, int overlap,
+                         const char *dispatch, long batch)
 {
     const struct mp_model *m = &s->model;
     mp_row_reset(r);
@@ -103,6 +104,7 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
     mp_row_str(r, routing);
     mp_row_str(r, placement);
     mp_row_int(r, overlap);
+    mp_row_str(r, dispatch);
     mp_row_int(r, batch);
     mp_row_int(r, s->o.seq);
     mp_row_int(r, s->o.seed);

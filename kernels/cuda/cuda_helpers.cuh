@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "padded.h"
 #include "topk.h"
 
 /* SwiGLU on one element pair (Shazeer 2020): silu(g)·u, silu(z) = z / (1 + e^−z), in fp32. */
@@ -24,17 +25,6 @@ static inline MP_HD float mp_combine_elem(const float *rows, const int32_t *orde
     for (long j = first; j < first + count; j++)
         acc += w[order[j]] * rows[(long)order[j] * H + h];
     return acc;
-}
-
-/* The rows-per-expert capacity of the padded dispatch mode: ⌈tokens·K·factor / experts⌉ rounded up
- * to a multiple of `align` (≥ 1), so every send has a fixed size known without a host sync. */
-static inline MP_HD long mp_padded_capacity(long tokens, int K, int experts, double factor, int align)
-{
-    double rows = (double)tokens * K * factor / experts;
-    long cap = (long)ceil(rows);
-    if (cap < 1)
-        cap = 1;
-    return (cap + align - 1) / align * align;
 }
 
 #endif

@@ -63,11 +63,18 @@ int main(void)
                          naive) < 1e-5f);
         }
 
-    /* padded capacity: ⌈tokens·K·factor/E⌉ up to a multiple of align, at least one row */
+    /* padded capacity: ⌈tokens·K·factor/E⌉ up to a multiple of align, never above the tokens a
+     * source holds (a token picks an expert once), at least one row; factor 0: lossless */
     EXPECT(mp_padded_capacity(128, 8, 128, 1.0, 1) == 8);
     EXPECT(mp_padded_capacity(128, 8, 128, 1.25, 16) == 16);
-    EXPECT(mp_padded_capacity(1, 8, 128, 1.0, 4) == 4);
+    EXPECT(mp_padded_capacity(1, 8, 128, 1.0, 4) == 1);
     EXPECT(mp_padded_capacity(0, 8, 128, 2.0, 1) == 1);
+    EXPECT(mp_padded_capacity(64, 8, 16, 0.0, 1) == 64);
+    EXPECT(mp_padded_capacity(64, 8, 16, 4.0, 1) == 64);
+    /* slot rows: peer-contiguous blocks of max_local·cap rows; expert-major on the receiver */
+    EXPECT(mp_padded_row(2, 1, 3, 4, 5) == (2 * 4 + 1) * 5 + 3);
+    EXPECT(mp_padded_row(0, 0, 5, 4, 5) == -1);
+    EXPECT(mp_padded_expert_row(3, 2, 1, 4, 5) == (2 * 4 + 3) * 5 + 1);
 
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);

@@ -11,7 +11,7 @@ int main(void)
          .bytes_internode = 400},
         {.route = 2, .dispatch = 50, .ffn = 40, .tp_reduce = 0, .combine = 20, .tokens = 4,
          .rows = 4, .ffn_rows = 4, .pairs = 8, .local_pairs = 2, .bytes_sent = 3000,
-         .bytes_internode = 0},
+         .bytes_internode = 0, .dropped = 3},
     };
     struct mp_iter_metrics m;
     mp_metrics_iter(r, 2, &m);
@@ -27,7 +27,8 @@ int main(void)
     CHECK_NEAR(m.bytes_internode, 400, 1e-12);
     CHECK_NEAR(m.dispatch_us, 50, 1e-12);
     CHECK_NEAR(m.combine_us, 20, 1e-12);
+    CHECK_NEAR(m.drop_rate, 3 / 16.0, 1e-12);          /* Σ dropped / Σ pairs */
     CHECK_STR(mp_iter_metric_names[0], "layer_us");
-    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "bytes_internode");
+    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "drop_rate");
     CHECK_DONE();
 }

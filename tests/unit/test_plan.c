@@ -1,9 +1,11 @@
 /* test_plan.c - the dispatch plan: counts balance across ranks, rows land in the right blocks, and
- * the expert-major reordering is a permutation that its inverse undoes. */
+ * the expert-major reordering is a permutation that its inverse undoes; the padded layout keeps the
+ * first `cap` pairs of every slot, in token order, and drops the same pairs the reference does. */
 #include <stdlib.h>
 
 #include "check.h"
 #include "error.h"
+#include "padded.h"
 #include "plan.h"
 #include "routing.h"
 
@@ -81,6 +83,63 @@ int main(void)
     for (int i = 0; i < B * K; i++)
         hot_pairs += ids[i] == 0;
     CHECK(local >= hot_pairs);
+
+    /* padded slots of cap 2: slot (d, l) of rank r holds the plan's first min(n, 2) rows of its
+     * block, padding has weight 0, and the drops add up to what mp_padded_drop finds */
+    for (long cap = 1; cap <= 7; cap += 3) {
+        long dropped = 0, kept = 0;
+        for (int r = 0; r < EP; r++) {
+            struct mp_padded pd;
+            CHECK_INT(mp_padded_alloc(&pd, EP, L, cap), MP_OK);
+            CHECK_INT(pd.rows, (long)EP * L * cap);
+            mp_padded_send(&pd, &p[r], r);
+            for (int d = 0; d < EP; d++) {
+                CHECK_INT(pd.peer_rows[d], L * cap);
+                long row = p[r].send_displ[d];
+                for (int l = 0; l < L; l++) {
+                    int n = p[r].send_cnt[d * L + l];
+                    CHECK_INT(pd.kept[d * L + l], n < cap ? n : cap);
+                    for (long j = 0; j < cap; j++) {
+                        long at = mp_padded_row(d, l, j, L, cap);
+                        if (j < n) {
+                            CHECK_INT(pd.src_tok[at], p[r].src_tok[row + j]);
+                            CHECK(pd.w[at] == p[r].row_w[row + j]);
+                        } else {
+                            CHECK_INT(pd.src_tok[at], 0);
+                            CHECK(pd.w[at] == 0.0f);
+                        }
+                    }
+                    kept += pd.kept[d * L + l];
+                    row += n;
+                }
+            }
+            dropped += pd.dropped;
+            /* receive side: every (source, local expert) slot moved once, expert-major */
+            int nl = mp_placement_nlocal(&pl, r);
+            mp_padded_recv(&pd, nl);
+            CHECK_INT(pd.nchunks, EP * nl);
+            CHECK_INT(pd.expert_off[nl], (long)nl * EP * cap);
+            for (int c = 0; c < pd.nchunks; c++) {
+                CHECK_INT(pd.to_expert[c].n, cap);
+                CHECK_INT(pd.to_expert[c].dst % cap, 0);
+                CHECK_INT(pd.to_source[c].src, pd.to_expert[c].dst);
+            }
+            mp_padded_free(&pd);
+        }
+        CHECK_INT(kept + dropped, B * K);
+        float wd[B * K];
+        for (int i = 0; i < B * K; i++)
+            wd[i] = w[i];
+        CHECK_INT(mp_padded_drop(&pl, EP, B, K, ids, wd, cap), dropped);
+        long zeroed = 0;
+        for (int i = 0; i < B * K; i++)
+            zeroed += wd[i] == 0.0f && w[i] != 0.0f;
+        CHECK_INT(zeroed, dropped);
+        if (cap == 7) /* a rank's 7 tokens fit any slot: lossless */
+            CHECK_INT(dropped, 0);
+        if (cap == 1) /* hot:2:5 puts several of a rank's pairs on expert 0's slot */
+            CHECK(dropped > 0);
+    }
     for (int r = 0; r < EP; r++)
         mp_plan_free(&p[r]);
     mp_placement_free(&pl);
