@@ -197,12 +197,6 @@ int main(int argc, char **argv)
     int max_overlap = 1;
     for (int i = 0; i < s.o.overlap.n; i++)
         max_overlap = s.o.overlap.v[i] > max_overlap ? (int)s.o.overlap.v[i] : max_overlap;
-    if (max_overlap > 1 && s.modelled) {
-        mp_usage("--overlap: the cluster model does not pipeline chunks; measure overlap with the "
-                 "cpu backend");
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
     for (int di = 0; di < s.o.dispatch.n; di++) { /* refuse a bad --dispatch before measuring */
         int padded;
         double factor;

@@ -263,3 +263,30 @@ double mp_model_allreduce_us(const struct mp_cluster *c, double bytes, int tp)
     double bw = inside ? c->intra_bw * c->intra_eff : c->inter_bw * c->inter_eff;
     return 2.0 * lat + 2.0 * (tp - 1) / tp * bytes / bw * 1e6;
 }
+
+double mp_model_pipeline_us(int nchunks, const double *dispatch_us, const double *combine_us,
+                            const double *compute_us, int nranks, double *rank_end)
+{
+    if (nchunks < 1)
+        return 0;
+    for (int p = 0; p < nranks; p++)
+        rank_end[p] = 0;
+    double net = dispatch_us[0]; /* the network is free from here on */
+    double dispatched = net;     /* end of dispatch k, the chunk about to compute */
+    for (int k = 0; k < nchunks; k++) {
+        double next = dispatched;
+        if (k + 1 < nchunks) { /* dispatch k+1 is queued ahead of combine k */
+            net += dispatch_us[k + 1];
+            next = net;
+        }
+        double everyone = 0; /* combine k needs every rank's compute k */
+        for (int p = 0; p < nranks; p++) {
+            double start = rank_end[p] > dispatched ? rank_end[p] : dispatched;
+            rank_end[p] = start + compute_us[(size_t)k * nranks + p];
+            everyone = rank_end[p] > everyone ? rank_end[p] : everyone;
+        }
+        net = (net > everyone ? net : everyone) + combine_us[k];
+        dispatched = next;
+    }
+    return net;
+}

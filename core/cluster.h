@@ -69,4 +69,16 @@ double mp_model_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
  * inter-node one. 0 when tp = 1. */
 double mp_model_allreduce_us(const struct mp_cluster *c, double bytes, int tp);
 
+/* A layer pipelined in `nchunks` chunks on two resources: the network, one FIFO shared by every
+ * dispatch and combine exchange (each a collective over all ranks, `dispatch_us[k]`,
+ * `combine_us[k]`), and each of `nranks` ranks' compute unit (chunk k's expert FFN and TP reduce
+ * on rank p: `compute_us[k·nranks + p]`). Exchanges are issued in the measured pipeline's order
+ * D0, D1, C0, D2, C1, …, D(N−1), C(N−2), C(N−1) and each starts when the network is free and it is
+ * ready: a dispatch at once, combine k once every rank has finished compute k. Compute k on a rank
+ * starts when dispatch k has ended and its compute k−1 is done. Returns the end of the last
+ * combine, in µs from the first dispatch; `rank_end[p]` (nranks entries) receives when rank p's
+ * compute unit finished its last chunk. With one chunk: D0 + max_p compute_p + C0. */
+double mp_model_pipeline_us(int nchunks, const double *dispatch_us, const double *combine_us,
+                            const double *compute_us, int nranks, double *rank_end);
+
 #endif

@@ -890,31 +890,6 @@ static int gather_results(struct mp_layer *L, const struct mp_point *pt,
     return rc;
 }
 
-static double median_field(const struct mp_iter_metrics *m, int n, size_t offset, int minus_route)
-{
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v)
-        return NAN;
-    for (int i = 0; i < n; i++)
-        v[i] = *(const double *)((const char *)&m[i] + offset) - (minus_route ? m[i].route_us : 0);
-    struct mp_summary s;
-    mp_summarize(v, n, &s);
-    free(v);
-    return s.p50;
-}
-
-/* IMB-NBC's overlap efficiency: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp), 1 for a perfect
- * overlap, 0 for none (Intel MPI Benchmarks, IMB-NBC user guide). */
-static double overlap_efficiency(const struct mp_iter_metrics *plain,
-                                 const struct mp_iter_metrics *ovl, int n)
-{
-    double comm = median_field(plain, n, offsetof(struct mp_iter_metrics, comm_us), 0);
-    double comp = median_field(plain, n, offsetof(struct mp_iter_metrics, ffn_us), 0);
-    double both = median_field(ovl, n, offsetof(struct mp_iter_metrics, layer_us), 1);
-    double lo = comm < comp ? comm : comp;
-    return lo > 0 ? (comm + comp - both) / lo : NAN;
-}
-
 /* One iteration in the point's mode: pipelined over `chunks`, padded, or the plain dynamic one. */
 static int one_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                          long tok0, long ntok, int chunks, struct mp_rank_iter *rec)
@@ -1011,7 +986,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     }
     MP_RANGE_POP();
     if (plain && c->rank == 0)
-        res->overlap_efficiency = overlap_efficiency(plain, res->metrics, pt->iters);
+        res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
 
     if (pt->check) { /* the output of draw 0, through the same pipeline the point measured */
         MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, N, &scratch));

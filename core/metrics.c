@@ -1,6 +1,10 @@
 /* metrics.c - the layer metrics of DESIGN.md ("Measurement protocol and metrics"), per iteration. */
 #include "metrics.h"
 
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
 const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "layer_us",        "ffn_us",       "ffn_mean_us",     "comm_us",
     "route_us",        "dispatch_us",  "tp_reduce_us",    "combine_us",
@@ -42,4 +46,28 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
     z.local_hit_rate = pairs > 0 ? local / pairs : 0;
     z.drop_rate = pairs > 0 ? dropped / pairs : 0;
     *m = z;
+}
+
+/* The median over `n` iterations of the field at `offset`, less route_us when `minus_route`. */
+static double median_field(const struct mp_iter_metrics *m, int n, size_t offset, int minus_route)
+{
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v)
+        return NAN;
+    for (int i = 0; i < n; i++)
+        v[i] = *(const double *)((const char *)&m[i] + offset) - (minus_route ? m[i].route_us : 0);
+    struct mp_summary s;
+    mp_summarize(v, n, &s);
+    free(v);
+    return s.p50;
+}
+
+double mp_overlap_efficiency(const struct mp_iter_metrics *plain,
+                             const struct mp_iter_metrics *ovl, int n)
+{
+    double comm = median_field(plain, n, offsetof(struct mp_iter_metrics, comm_us), 0);
+    double comp = median_field(plain, n, offsetof(struct mp_iter_metrics, ffn_us), 0);
+    double both = median_field(ovl, n, offsetof(struct mp_iter_metrics, layer_us), 1);
+    double lo = comm < comp ? comm : comp;
+    return lo > 0 ? (comm + comp - both) / lo : NAN;
 }

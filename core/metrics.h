@@ -41,4 +41,12 @@ extern const char *const mp_iter_metric_names[MP_ITER_METRICS];
 /* Compute one iteration's metrics from `n` ranks' records. */
 void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m);
 
+/* IMB-NBC's overlap efficiency of a pipelined point (Intel MPI Benchmarks user guide, IMB-NBC):
+ * (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp), with t_comm and t_comp the medians of comm_us
+ * and ffn_us over the `n` iterations of `plain` (the point unpipelined) and t_ovrl the median of
+ * layer_us − route_us over those of `ovl` (pipelined). 1 is a perfect overlap, 0 none; NAN when
+ * min(t_comm, t_comp) is not positive. */
+double mp_overlap_efficiency(const struct mp_iter_metrics *plain,
+                             const struct mp_iter_metrics *ovl, int n);
+
 #endif

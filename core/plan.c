@@ -66,6 +66,13 @@ void mp_plan_free(struct mp_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+int mp_plan_expert_group(int li, int nlocal, int ngroups)
+{
+    if (ngroups <= 1 || nlocal <= 0)
+        return 0;
+    return (int)((long)li * ngroups / nlocal);
+}
+
 void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                   long ntok, const int32_t *ids, const float *w)
 {
@@ -86,7 +93,7 @@ void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep
         int expert = ids[i];
         int dest = mp_placement_dest(pl, ep_rank, expert, tok0 + i / K);
         int li = mp_placement_local_index(pl, dest, expert);
-        if (ngroups > 1 && (long)li * ngroups / mp_placement_nlocal(pl, dest) != group) {
+        if (ngroups > 1 && mp_plan_expert_group(li, mp_placement_nlocal(pl, dest), ngroups) != group) {
             p->pair_dest[i] = -1;
             continue;
         }

@@ -49,9 +49,14 @@ void mp_plan_free(struct mp_plan *p);
 void mp_plan_send(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                   long ntok, const int32_t *ids, const float *w);
 
-/* The same for the pairs whose expert falls in group `group` of `ngroups` at its destination: local
- * expert index li of a rank holding n experts is in group ⌊li·ngroups / n⌋. A pipelined layer
- * sends one group at a time, so each expert's weights are read once per layer. */
+/* The chunk of a pipelined layer that local expert `li` of a rank holding `nlocal` experts belongs
+ * to: group ⌊li·ngroups / nlocal⌋ of `ngroups` (0 when ngroups ≤ 1). The measured pipeline and the
+ * cluster model cut a layer into the same chunks through this one function. */
+int mp_plan_expert_group(int li, int nlocal, int ngroups);
+
+/* The same for the pairs whose expert falls in group `group` of `ngroups` at its destination
+ * (mp_plan_expert_group). A pipelined layer sends one group at a time, so each expert's weights
+ * are read once per layer. */
 void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                         long ntok, const int32_t *ids, const float *w, int group, int ngroups);
 

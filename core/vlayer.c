@@ -17,15 +17,25 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
     for (int d = 0; t && d < ndraws; d++) {
         free(t[d].tokens); /* one block holds every per-rank array */
         free(t[d].active);
+        free(t[d].chunk_rows);
+        free(t[d].chunk_active);
+        free(t[d].chunk_a2a);
     }
     free(t);
 }
 
-static int vtraffic_alloc(struct mp_vtraffic *t, int ep)
+static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
     double *blk = calloc((size_t)ep * 7, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
-    if (!blk || !t->active) {
+    t->nchunks = nchunks;
+    if (nchunks > 1) {
+        t->chunk_rows = calloc((size_t)nchunks * ep, sizeof *t->chunk_rows);
+        t->chunk_active = calloc((size_t)nchunks * ep, sizeof *t->chunk_active);
+        t->chunk_a2a = calloc((size_t)nchunks, sizeof *t->chunk_a2a);
+    }
+    if (!blk || !t->active ||
+        (nchunks > 1 && (!t->chunk_rows || !t->chunk_active || !t->chunk_a2a))) {
         free(blk);
         return MP_ERR_RUNTIME;
     }
@@ -39,41 +49,13 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep)
     return MP_OK;
 }
 
-/* Route one draw over every EP rank and total what the plan sends where. */
-static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const struct mp_model *m,
-                     const struct mp_placement *pl, struct mp_plan *plan, long T,
-                     const int32_t *ids, const float *w, double *rows_to, double *exp_rows)
+/* The exchange that `rows_to` ([ep·ep] rows from rank e to rank p at e·ep + p) makes: the largest
+ * per-rank volume on each link class and the incast across nodes; per rank, when bytes_sent is
+ * not NULL, the bytes dispatch and combine move to other ranks (combine sends back what came in). */
+static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
+                        struct mp_vexchange *x, double *bytes_sent, double *bytes_inter)
 {
-    int ep = t->ep, tp = t->tp, L = plan->max_local, K = m->topk, gpn = cl->gpus_per_node;
-    double row_bytes = m->hidden * cl->elem_bytes;
-    memset(rows_to, 0, sizeof(double) * (size_t)ep * ep);
-    memset(exp_rows, 0, sizeof(double) * (size_t)ep * L);
-    for (int e = 0; e < ep; e++) {
-        long tok0, n = mp_token_split(T, ep, e, &tok0);
-        mp_plan_send(plan, pl, e, tok0, n, ids + (size_t)tok0 * K, w + (size_t)tok0 * K);
-        t->tokens[e] = (double)n;
-        t->pairs[e] = (double)n * K;
-        t->local[e] = (double)plan->local_pairs;
-        for (int p = 0; p < ep; p++) {
-            rows_to[e * ep + p] = plan->send_rows[p];
-            for (int l = 0; l < L; l++)
-                exp_rows[p * L + l] += plan->send_cnt[p * L + l];
-        }
-    }
-    for (int p = 0; p < ep; p++) {
-        double rows = 0;
-        int active = 0;
-        for (int l = 0; l < L; l++) {
-            rows += exp_rows[p * L + l];
-            active += exp_rows[p * L + l] > 0;
-        }
-        t->rows[p] = rows;
-        t->ffn_rows[p] = rows + (double)m->shared * t->tokens[p];
-        t->active[p] = active + (m->shared > 0 && t->tokens[p] > 0 ? m->shared : 0);
-    }
-    /* the all-to-all: largest per-rank volume on each link class, incast across nodes */
-    t->intra_max = t->inter_max = 0;
-    t->uses_intra = t->uses_inter = t->incast = 0;
+    *x = (struct mp_vexchange){0};
     for (int p = 0; p < ep; p++) {
         double in_intra = 0, in_inter = 0, out_intra = 0, out_inter = 0;
         int senders = 0, np = p * tp / gpn; /* node of EP rank p's first TP rank */
@@ -84,21 +66,81 @@ static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const s
             if (q * tp / gpn == np) {
                 in_intra += rin;
                 out_intra += rout;
-                t->uses_intra = 1;
+                x->uses_intra = 1;
             } else {
                 in_inter += rin;
                 out_inter += rout;
-                t->uses_inter = 1;
+                x->uses_inter = 1;
                 senders += rin > 0;
             }
         }
-        t->intra_max = fmax(t->intra_max, fmax(in_intra, out_intra));
-        t->inter_max = fmax(t->inter_max, fmax(in_inter, out_inter));
-        t->incast = senders > t->incast ? senders : t->incast;
-        /* dispatch sends out, combine sends back what came in */
-        t->bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
-        t->bytes_inter[p] = out_inter + in_inter;
+        x->intra_max = fmax(x->intra_max, fmax(in_intra, out_intra));
+        x->inter_max = fmax(x->inter_max, fmax(in_inter, out_inter));
+        x->incast = senders > x->incast ? senders : x->incast;
+        if (bytes_sent) {
+            bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
+            bytes_inter[p] = out_inter + in_inter;
+        }
     }
+}
+
+/* Route one draw over every EP rank and total what the plan sends where; with t->nchunks > 1,
+ * also per chunk (chunk_to: [nchunks·ep·ep] scratch). */
+static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const struct mp_model *m,
+                     const struct mp_placement *pl, struct mp_plan *plan, long T,
+                     const int32_t *ids, const float *w, double *rows_to, double *exp_rows,
+                     double *chunk_to)
+{
+    int ep = t->ep, tp = t->tp, L = plan->max_local, K = m->topk, N = t->nchunks;
+    double row_bytes = m->hidden * cl->elem_bytes;
+    size_t cells = (size_t)ep * ep;
+    memset(rows_to, 0, sizeof(double) * cells);
+    memset(exp_rows, 0, sizeof(double) * (size_t)ep * L);
+    if (N > 1)
+        memset(chunk_to, 0, sizeof(double) * cells * N);
+    for (int e = 0; e < ep; e++) {
+        long tok0, n = mp_token_split(T, ep, e, &tok0);
+        mp_plan_send(plan, pl, e, tok0, n, ids + (size_t)tok0 * K, w + (size_t)tok0 * K);
+        t->tokens[e] = (double)n;
+        t->pairs[e] = (double)n * K;
+        t->local[e] = (double)plan->local_pairs;
+        for (int p = 0; p < ep; p++) {
+            rows_to[e * ep + p] = plan->send_rows[p];
+            for (int l = 0; l < L; l++) {
+                exp_rows[p * L + l] += plan->send_cnt[p * L + l];
+                if (N > 1) {
+                    int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
+                    chunk_to[g * cells + e * ep + p] += plan->send_cnt[p * L + l];
+                }
+            }
+        }
+    }
+    int shared = m->shared;
+    for (int p = 0; p < ep; p++) {
+        double rows = 0;
+        int active = 0, sh = shared > 0 && t->tokens[p] > 0 ? shared : 0;
+        for (int l = 0; l < L; l++) {
+            rows += exp_rows[p * L + l];
+            active += exp_rows[p * L + l] > 0;
+        }
+        t->rows[p] = rows;
+        t->ffn_rows[p] = rows + (double)shared * t->tokens[p];
+        t->active[p] = active + sh;
+        for (int g = 0; g < N && N > 1; g++) { /* the shared experts ride with chunk 0 */
+            t->chunk_rows[g * ep + p] = 0;
+            t->chunk_active[g * ep + p] = g == 0 ? sh : 0;
+        }
+        for (int l = 0; l < L && N > 1; l++) {
+            int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
+            t->chunk_rows[g * ep + p] += exp_rows[p * L + l];
+            t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
+        }
+    }
+    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t->bytes_sent,
+                t->bytes_inter);
+    for (int g = 0; g < N && N > 1; g++)
+        exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, &t->chunk_a2a[g],
+                    NULL, NULL);
 }
 
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
@@ -108,13 +150,15 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     const struct mp_placement *pl = pt->placement;
     long T = pt->batch * pt->seq;
     int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
-    int P = pt->iters < POOL_DRAWS ? pt->iters : POOL_DRAWS;
+    int P = pt->iters < POOL_DRAWS ? pt->iters : POOL_DRAWS, N = pt->overlap > 1 ? pt->overlap : 1;
     if (P < 1)
         P = 1;
     size_t pairs = (size_t)T * K;
-    /* refuse before allocating: the draws, the ep×ep traffic matrix and the per-rank arrays */
-    double need = (double)pairs * 8 + (double)ep * ep * 8 + (double)ep * L * 8 +
-                  (double)P * ep * 8 * 8 + (double)(T / ep + 1) * K * 16;
+    /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too) and
+     * the per-rank arrays */
+    double need = (double)pairs * 8 + (double)ep * ep * 8 * (N > 1 ? N + 1 : 1) +
+                  (double)ep * L * 8 + (double)P * ep * 8 * (8 + (N > 1 ? 2 * N : 0)) +
+                  (double)(T / ep + 1) * K * 16;
     double budget = mp_memory_budget(0, 1);
     if ((budget > 0 && need > budget) || (double)(T / ep + 1) * K > 2147483647.0) {
         mp_usage("modelling batch %ld × seq %d × top-%d on %d EP ranks needs about %.3g GB, more "
@@ -128,17 +172,18 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     float *w = malloc(pairs * sizeof *w);
     double *rows_to = malloc(sizeof(double) * (size_t)ep * ep);
     double *exp_rows = malloc(sizeof(double) * (size_t)ep * L);
-    if (!t || !ids || !w || !rows_to || !exp_rows ||
+    double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
+    if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) ||
         mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK)
         goto out;
     for (int d = 0; d < P; d++) {
         t[d].tp = tp;
         t[d].ep = ep;
         t[d].gate = mp_routing_is_gate(pt->routing);
-        if (vtraffic_alloc(&t[d], ep) != MP_OK)
+        if (vtraffic_alloc(&t[d], ep, N) != MP_OK)
             goto out;
         mp_routing_draw(pt->routing, seed, d, T, 0, T, ids, w);
-        one_draw(&t[d], cl, m, pl, &plan, T, ids, w, rows_to, exp_rows);
+        one_draw(&t[d], cl, m, pl, &plan, T, ids, w, rows_to, exp_rows, chunk_to);
     }
     rc = MP_OK;
 out:
@@ -154,23 +199,109 @@ out:
     free(w);
     free(rows_to);
     free(exp_rows);
+    free(chunk_to);
     return rc;
+}
+
+/* The counts of EP rank p that every one of its TP ranks records. */
+static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter *x)
+{
+    x->tokens = t->tokens[p];
+    x->rows = t->rows[p];
+    x->ffn_rows = t->ffn_rows[p];
+    x->pairs = t->pairs[p];
+    x->local_pairs = t->local[p];
+    x->bytes_sent = t->bytes_sent[p];
+    x->bytes_internode = t->bytes_inter[p];
+    x->dropped = 0; /* the model times the dynamic dispatch, which drops nothing */
+}
+
+/* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */
+static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
+                       const struct mp_vtraffic *t, int p)
+{
+    double gate = t->gate ? 2.0 * m->hidden * m->experts * t->tokens[p] /
+                                (cl->flops * cl->flops_eff) * 1e6
+                          : 0;
+    return cl->launch_us + gate;
+}
+
+/* Expert FFN of `rows` rows (shared ones included) over `active` experts on one rank: the roofline
+ * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (DESIGN.md, moeperf-ffn). */
+static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
+                     int active)
+{
+    double H = m->hidden, Dl = (double)m->ffn / tp;
+    return mp_model_ffn_us(cl, 6.0 * H * Dl * rows, 3.0 * H * Dl * active * cl->elem_bytes, active);
+}
+
+/* The pipelined layer (docs/planning.md): each chunk's dispatch and combine are one exchange round
+ * plus launch, its FFN the roofline on its rows and experts, its TP reduce an allreduce of its
+ * rows; mp_model_pipeline_us schedules them after the one count exchange of all chunks. */
+static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m,
+                           const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
+{
+    int tp = t->tp, ep = t->ep, N = t->nchunks;
+    double row_bytes = m->hidden * cl->elem_bytes;
+    double *blk = malloc(sizeof(double) * ((size_t)N * ep + 2 * (size_t)N + 3 * (size_t)ep));
+    if (!blk) { /* no schedule without memory: a point of NANs rather than a wrong number */
+        for (int r = 0; r < tp * ep; r++)
+            ranks[r].route = ranks[r].dispatch = ranks[r].ffn = ranks[r].tp_reduce =
+                ranks[r].combine = NAN;
+        return;
+    }
+    double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
+    double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
+    double counts = mp_model_exchange_us(cl, 0, 0, t->a2a.uses_intra, t->a2a.uses_inter, 1);
+    for (int k = 0; k < N; k++) {
+        const struct mp_vexchange *x = &t->chunk_a2a[k];
+        double data = mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
+                                           x->uses_inter, x->incast);
+        dispatch[k] = cl->launch_us + data;
+        combine[k] = cl->launch_us + data;
+    }
+    for (int p = 0; p < ep; p++) {
+        ffn[p] = reduce[p] = 0;
+        for (int k = 0; k < N; k++) {
+            double rows = t->chunk_rows[k * ep + p] + (k == 0 ? m->shared * t->tokens[p] : 0);
+            double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p]);
+            double r = mp_model_allreduce_us(cl, rows * row_bytes, tp);
+            compute[(size_t)k * ep + p] = f + r;
+            ffn[p] += f;
+            reduce[p] += r;
+        }
+    }
+    double end = counts + mp_model_pipeline_us(N, dispatch, combine, compute, ep, rank_end);
+    for (int p = 0; p < ep; p++)
+        for (int k = 0; k < tp; k++) {
+            struct mp_rank_iter *x = &ranks[p * tp + k];
+            x->route = route_us(cl, m, t, p);
+            x->ffn = ffn[p];
+            x->tp_reduce = reduce[p];
+            x->dispatch = end - ffn[p] - reduce[p]; /* the communication left exposed */
+            x->combine = 0;
+            rank_counts(t, p, x);
+        }
+    free(blk);
 }
 
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
 {
-    int tp = t->tp, ep = t->ep, H = m->hidden;
-    double Dl = (double)m->ffn / tp, row_bytes = H * cl->elem_bytes;
-    double counts = mp_model_exchange_us(cl, 0, 0, t->uses_intra, t->uses_inter, 1);
-    double data = mp_model_exchange_us(cl, t->intra_max, t->inter_max, t->uses_intra,
-                                       t->uses_inter, t->incast);
+    if (t->nchunks > 1) {
+        time_pipelined(cl, m, t, ranks);
+        return;
+    }
+    int tp = t->tp, ep = t->ep;
+    double row_bytes = m->hidden * cl->elem_bytes;
+    const struct mp_vexchange *a = &t->a2a;
+    double counts = mp_model_exchange_us(cl, 0, 0, a->uses_intra, a->uses_inter, 1);
+    double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
+                                       a->uses_inter, a->incast);
     double dispatch = cl->launch_us + counts + data, combine = cl->launch_us + data;
     double slowest = 0;
     for (int p = 0; p < ep; p++) {
-        double flops = 6.0 * H * Dl * t->ffn_rows[p]; /* DESIGN.md, moeperf-ffn */
-        double bytes = 3.0 * H * Dl * t->active[p] * cl->elem_bytes;
-        double f = mp_model_ffn_us(cl, flops, bytes, t->active[p]);
+        double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p]);
         double r = mp_model_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
         slowest = fmax(slowest, f + r);
         for (int k = 0; k < tp; k++) {
@@ -179,24 +310,14 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
             x->tp_reduce = r;
         }
     }
-    for (int p = 0; p < ep; p++) {
-        double gate = t->gate ? 2.0 * H * m->experts * t->tokens[p] /
-                                    (cl->flops * cl->flops_eff) * 1e6
-                              : 0;
+    for (int p = 0; p < ep; p++)
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
-            x->route = cl->launch_us + gate;
+            x->route = route_us(cl, m, t, p);
             x->dispatch = dispatch;
             x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
-            x->tokens = t->tokens[p];
-            x->rows = t->rows[p];
-            x->ffn_rows = t->ffn_rows[p];
-            x->pairs = t->pairs[p];
-            x->local_pairs = t->local[p];
-            x->bytes_sent = t->bytes_sent[p];
-            x->bytes_internode = t->bytes_inter[p];
+            rank_counts(t, p, x);
         }
-    }
 }
 
 int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
@@ -205,28 +326,49 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     double t_begin = mp_now_us();
     int N = tp * ep, P = 0;
     struct mp_vtraffic *t = NULL;
+    struct mp_iter_metrics *plain = NULL; /* the unpipelined reference of a pipelined point */
+    struct mp_rank_iter *scratch = NULL;
     memset(res, 0, sizeof *res);
     res->check_error = NAN;
+    res->overlap_efficiency = NAN;
     res->iters = pt->iters;
     res->nranks = N;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
     res->ranks = calloc((size_t)pt->iters * N, sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
-    if (!res->ranks || !res->metrics) {
+    if (pt->overlap > 1) {
+        plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);
+        scratch = calloc((size_t)N, sizeof *scratch);
+    }
+    if (!res->ranks || !res->metrics || (pt->overlap > 1 && (!plain || !scratch))) {
         mp_point_result_free(res);
+        free(plain);
+        free(scratch);
         mp_error("out of memory modelling %d ranks", N);
         return MP_ERR_RUNTIME;
     }
     int rc = mp_vtraffic_build(cl, m, tp, ep, seed, pt, &t, &P);
     if (rc != MP_OK) {
         mp_point_result_free(res);
+        free(plain);
+        free(scratch);
         return rc;
     }
     for (int it = 0; it < pt->iters; it++) {
         mp_vtraffic_time(cl, m, &t[it % P], res->ranks + (size_t)it * N);
         mp_metrics_iter(res->ranks + (size_t)it * N, N, &res->metrics[it]);
+        if (plain) { /* the same draw with its phases one after the other */
+            struct mp_vtraffic whole = t[it % P];
+            whole.nchunks = 1;
+            mp_vtraffic_time(cl, m, &whole, scratch);
+            mp_metrics_iter(scratch, N, &plain[it]);
+        }
     }
+    if (plain)
+        res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
     mp_vtraffic_free(t, P);
+    free(plain);
+    free(scratch);
     res->wall_us = mp_now_us() - t_begin;
     res->timed_us = res->wall_us; /* the model's work is the whole point */
     return MP_OK;

@@ -11,32 +11,47 @@
 #include "cluster.h"
 #include "layer.h"
 
+/* One exchange round of an all-to-all, as mp_model_exchange_us needs it. */
+struct mp_vexchange {
+    double intra_max, inter_max; /* the largest bytes any rank sends or receives per class */
+    int uses_intra, uses_inter, incast;
+};
+
 /* The traffic of one routing draw on a tp × ep layout (ranks packed gpus_per_node to a node). */
 struct mp_vtraffic {
     int tp, ep, gate;
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     int *active;                                      /* [ep] experts with rows, shared included */
     double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
-    double intra_max, inter_max; /* the largest bytes any rank sends or receives per class */
-    int uses_intra, uses_inter, incast;
+    struct mp_vexchange a2a;                          /* the whole layer's exchange */
+    /* with a pipelined point (overlap N > 1), the same cut into the N chunks of the measured
+     * pipeline (mp_plan_expert_group); nchunks = 1 and the arrays NULL otherwise */
+    int nchunks;
+    double *chunk_rows;            /* [nchunks·ep] routed rows of chunk k at EP rank p */
+    int *chunk_active;             /* [nchunks·ep] its active experts (shared ones in chunk 0) */
+    struct mp_vexchange *chunk_a2a; /* [nchunks] each chunk's exchange */
 };
 
 /* The traffic of the point's routing pool (up to 8 draws, as measured runs cycle through): *ndraws
- * entries in *out, built with the profile's node size and element bytes. Free with
- * mp_vtraffic_free. Returns MP_OK or MP_ERR_RUNTIME. */
+ * entries in *out, built with the profile's node size and element bytes, cut into pt->overlap
+ * chunks when that is above 1. Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more
+ * memory than the host has) or MP_ERR_RUNTIME. */
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws);
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
- * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. */
+ * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. With t->nchunks > 1 the layer is pipelined
+ * (mp_model_pipeline_us) and, as a measured pipelined point records it, each rank's dispatch is
+ * the communication left exposed and its combine 0; otherwise the phases follow one another. */
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks);
 
 /* Run one point: traffic, then durations for each of pt->iters iterations (draw i mod ndraws).
- * Fills `res` as mp_layer_run does on rank 0; check_error NAN. Gate routing is modelled with
- * uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */
+ * Fills `res` as mp_layer_run does on rank 0; check_error NAN; with pt->overlap > 1 the point is
+ * pipelined and overlap_efficiency is computed against the same draws unpipelined. Gate routing
+ * is modelled with uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */
 int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                   uint64_t seed, const struct mp_point *pt, struct mp_point_result *res);
 

@@ -163,12 +163,15 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         int seq = int_cell(t, r, "seq");
         double seedv = num(t, r, "seed");
         uint64_t seed = seedv >= 0 && seedv < 1.8e19 ? (uint64_t)seedv : 0;
+        /* a pipelined point is replayed pipelined (older files have no overlap column) */
+        int overlap = mp_table_col(t, "overlap") >= 0 ? int_cell(t, r, "overlap") : 1;
         /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
          * (what one process can replay); anything else is not a run this tool wrote */
         if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
             m->topk < 1 || m->experts < m->topk || m->experts > 65536 || m->shared < 0 ||
             m->shared > 64 || p->tp < 1 || p->tp > 1024 || p->ep < 1 || p->ep > 4096 ||
             batch < 1 || batch > (1 << 24) || seq < 1 || seq > (1 << 20) || m->ffn % p->tp ||
+            overlap < 1 || overlap > 32 ||
             (double)batch * seq * m->topk > (double)(1 << 26)) {
             mp_usage("--calibrate: %s row %ld has an invalid workload", t->path, r + 2);
             set->n--;
@@ -182,7 +185,8 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
                                     &p->placement);
         if (rc == MP_OK) {
             struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
-                                  .placement = &p->placement, .iters = CAL_DRAWS};
+                                  .placement = &p->placement, .iters = CAL_DRAWS,
+                                  .overlap = overlap};
             rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, seed, &pt, &p->traffic,
                                    &p->ndraws);
         }

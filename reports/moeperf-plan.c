@@ -1,5 +1,5 @@
-/* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes and hot-expert
- * replicas for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
+/* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes, hot-expert
+ * replicas, eplb slots and pipeline depths for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
  * target throughput; --calibrate fits a cluster profile to measured runs, --validate checks one. */
 #include <math.h>
 #include <stddef.h>
@@ -39,6 +39,8 @@ static const struct mp_opt options[] = {
      "hot experts copied to every EP rank (replicate-hot:R; 0 = contiguous placement)"},
     {"eplb", MP_OPT_INT_LIST, PO(eplb), NULL, 1, 1 << 24, NULL, "LIST",
      "redundant expert slots to try with the eplb:SLOTS placement (default: none)"},
+    {"overlap", MP_OPT_INT_LIST, PO(b.overlap), "1", 1, 32, NULL, "LIST",
+     "pipeline depths to try: chunks moeperf-layer --overlap would pipeline (1: none)"},
     {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
      "p99 latency budget per generated token over all MoE layers (0: none)"},
     {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
@@ -56,7 +58,7 @@ static const char summary[] =
     "usage: moeperf-plan --cluster PROFILE [workload] [--slo-token-ms MS] [--throughput TOK/S]\n"
     "       moeperf-plan --calibrate [--cluster BASE] --out PROFILE RUN_DIR...\n"
     "       moeperf-plan --validate --cluster PROFILE RUN_DIR...\n"
-    "Runs every candidate layout (tp × ep), batch and hot-expert replica count through the cluster\n"
+    "Runs every candidate layout (tp × ep), batch, placement and pipeline depth through the cluster\n"
     "model (docs/planning.md), reports the batch cap (largest batch with comm/ffn <= 1), the\n"
     "cheapest plan (fewest GPUs, DP replicas included) that meets the p99 SLO at the target\n"
     "throughput, and whether more replicas beat a larger batch.";
@@ -197,6 +199,7 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         mp_row_int(&row, c[i].dp);
         mp_row_int(&row, c[i].gpus);
         mp_row_int(&row, c[i].meets);
+        mp_row_int(&row, c[i].overlap);
         mp_csv_write(csv, &row);
     }
     mp_row_free(&row);
@@ -204,9 +207,8 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 
 static void print_cand_header(void)
 {
-    printf("  %-9s %-16s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
-           "placement",
-           "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
+    printf("  %-9s %-16s %3s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
+           "placement", "ovl", "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
            "token_ms", "tok/s/rep", "dp", "gpus", "slo");
 }
 
@@ -214,43 +216,29 @@ static void print_cand(const struct mp_plan_cand *c)
 {
     char lay[32], pl[32];
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
-    printf("  %-9s %-16s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
-           lay, mp_plan_placement(c, pl, sizeof pl), c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
+    printf("  %-9s %-16s %3d %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
+           lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
            c->ratio, c->bubble, c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus,
            c->meets ? "yes" : "no");
 }
 
 /* The remedies at the cheapest plan's layout and batch, ranked by the layer time they save against
- * contiguous placement (the first seed's hot-expert replication, and eplb). */
+ * contiguous placement without overlap (hot-expert replication, eplb, pipelining, and their
+ * combinations in the sweep). */
 static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *b)
 {
-    const struct mp_plan_cand *base = NULL;
-    const struct mp_plan_cand *alt[64];
-    int na = 0;
-    for (int i = 0; i < n; i++) {
-        if (c[i].tp != b->tp || c[i].ep != b->ep || c[i].batch != b->batch)
-            continue;
-        if (c[i].replicate == 0 && c[i].eplb == 0)
-            base = &c[i];
-        else if (na < 64)
-            alt[na++] = &c[i];
-    }
-    if (!base || na == 0)
+    int base, order[64];
+    int na = mp_plan_remedies(c, n, b, &base, order, 64);
+    if (base < 0 || na == 0)
         return;
-    for (int i = 0; i < na; i++) /* fastest first */
-        for (int j = i + 1; j < na; j++)
-            if (alt[j]->layer_us < alt[i]->layer_us) {
-                const struct mp_plan_cand *t = alt[i];
-                alt[i] = alt[j];
-                alt[j] = t;
-            }
-    printf("remedies at tp%dep%d batch %ld against contiguous (layer %.1f µs, imbalance %.2f):",
-           b->tp, b->ep, b->batch, base->layer_us, base->imbalance);
+    printf("remedies at tp%dep%d batch %ld against contiguous without overlap (layer %.1f µs, "
+           "imbalance %.2f):",
+           b->tp, b->ep, b->batch, c[base].layer_us, c[base].imbalance);
     for (int i = 0; i < na; i++) {
-        char pl[32];
-        printf("%s %s %+.0f%% (imbalance %.2f)", i ? "," : "",
-               mp_plan_placement(alt[i], pl, sizeof pl),
-               100 * (alt[i]->layer_us / base->layer_us - 1), alt[i]->imbalance);
+        const struct mp_plan_cand *a = &c[order[i]];
+        char what[64];
+        printf("%s %s %+.0f%% (imbalance %.2f)", i ? "," : "", mp_plan_remedy(a, what, sizeof what),
+               100 * (a->layer_us / c[base].layer_us - 1), a->imbalance);
     }
     printf("\n");
 }
@@ -269,7 +257,7 @@ static int run_plan(struct plan_opts *o)
 {
     struct mp_plan_req q = {0};
     struct mp_csv csv = {0};
-    int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, rc;
+    int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, rc;
     long *batches = NULL;
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, a100-hdr, "
@@ -279,7 +267,8 @@ static int run_plan(struct plan_opts *o)
     if (mp_bench_model(&o->b, &q.model) != MP_OK || mp_cluster_resolve(o->b.cluster, &q.cluster) != MP_OK)
         return MP_ERR_USAGE;
     if ((rc = to_ints(&o->tp, &tps)) != MP_OK || (rc = to_ints(&o->ep, &eps)) != MP_OK ||
-        (rc = to_ints(&o->replicate, &reps)) != MP_OK || (rc = to_ints(&o->eplb, &eplbs)) != MP_OK)
+        (rc = to_ints(&o->replicate, &reps)) != MP_OK || (rc = to_ints(&o->eplb, &eplbs)) != MP_OK ||
+        (rc = to_ints(&o->b.overlap, &overlaps)) != MP_OK)
         goto out;
     batches = malloc((size_t)o->b.batch.n * sizeof *batches);
     if (!batches) {
@@ -299,6 +288,8 @@ static int run_plan(struct plan_opts *o)
     q.nrep = o->replicate.n;
     q.eplbs = eplbs;
     q.neplb = o->eplb.n;
+    q.overlaps = overlaps;
+    q.noverlap = o->b.overlap.n;
     q.slo_token_ms = o->slo_token_ms;
     q.slo_layer_us = o->slo_layer_us;
     q.throughput = o->throughput;
@@ -311,7 +302,7 @@ static int run_plan(struct plan_opts *o)
             "layer_p99_us",
             "ffn_us", "comm_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance",
             "local_hit_rate", "token_ms", "token_p99_ms", "replica_tokens_per_s", "dp", "gpus",
-            "meets_slo"};
+            "meets_slo", "overlap"};
         rc = mp_mkdir_p(o->b.out, "--out");
         if (rc == MP_OK)
             rc = mp_csv_open(&csv, o->b.out, "plan.csv", cols, (int)(sizeof cols / sizeof cols[0]), 0);
@@ -348,8 +339,8 @@ static int run_plan(struct plan_opts *o)
         int best = mp_plan_best(c, n);
         if (best >= 0) {
             const struct mp_plan_cand *b = &c[best];
-            char pl[32];
-            mp_plan_placement(b, pl, sizeof pl);
+            char pl[64];
+            mp_plan_remedy(b, pl, sizeof pl);
             printf("cheapest plan: tp%dep%d, %s, batch %ld × %d replica(s) = %d GPUs, "
                    "p99 token %.2f ms, %.0f tokens/s\n",
                    b->tp, b->ep, pl, b->batch, b->dp, b->gpus, b->token_p99_ms,
@@ -392,16 +383,17 @@ static int run_plan(struct plan_opts *o)
                 print_cand(&sorted[i]);
             const struct mp_plan_cand *ref = best >= 0 ? &c[best] : n > 0 ? &c[0] : NULL;
             for (int pass = 0; ref && pass < 2; pass++) {
-                /* the chosen placement, then contiguous placement beside it */
+                /* the chosen setup, then contiguous placement without overlap beside it */
                 struct mp_plan_cand like = *ref;
                 if (pass == 1) {
-                    if (ref->replicate == 0 && ref->eplb == 0)
+                    if (ref->replicate == 0 && ref->eplb == 0 && ref->overlap <= 1)
                         break;
                     like.replicate = like.eplb = 0;
+                    like.overlap = 1;
                 }
-                char pl[32];
+                char pl[64];
                 printf("\ntp%dep%d %s over batch:\n", like.tp, like.ep,
-                       mp_plan_placement(&like, pl, sizeof pl));
+                       mp_plan_remedy(&like, pl, sizeof pl));
                 print_cand_header();
                 for (int i = 0; i < n; i++)
                     if (mp_plan_same_setup(&c[i], &like))
@@ -420,6 +412,7 @@ out:
     free(eps);
     free(reps);
     free(eplbs);
+    free(overlaps);
     free(batches);
     return rc;
 }

@@ -49,8 +49,8 @@ static const char summary[] =
     "       moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]\n\n"
     "Reads moeperf run directories (run.json, layer.csv, a2a.csv, ffn.csv; any subset; measured\n"
     "and model runs alike) and writes a report: environment, the figures of plots/render, tables\n"
-    "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication, the\n"
-    "planner's projection beside the measurement).";
+    "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication and of\n"
+    "overlap, those remedies ranked together, the planner's projection beside the measurement).";
 
 /* The figures of plots/render, in report order, with what each shows. */
 static const struct {
@@ -848,23 +848,60 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_ROUTING], s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
-    /* overlap: an overlapped run against the same workload without overlap */
-    for (int i = 0; i < ns; i++)
-        for (int j = 0; j < ns; j++) {
-            const char *ob = s[i].key[RP_K_OVERLAP], *oa = s[j].key[RP_K_OVERLAP];
-            if (strcmp(ob, "0") != 0 || !*oa || !strcmp(oa, "0") ||
-                !rp_differ_only_in(&s[i], &s[j], RP_K_OVERLAP, 0))
-                continue;
-            struct rp_effect e = rp_effect(&s[i], &s[j]);
-            if (!e.n)
-                continue;
-            char what[256], head[600];
-            snprintf(what, sizeof what, "overlap %s instead of 0", oa);
-            effect_text(text, sizeof text, &e, what);
-            snprintf(head, sizeof head, "overlap, %s %s %s (%s)", s[i].key[RP_K_LAYOUT],
-                     s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
-            doc_li(d, head, "%s.", text);
+    /* overlap: the pipeline depths of a workload ranked against the same workload without */
+    for (int i = 0; i < ns; i++) {
+        int order[32];
+        struct rp_effect eff[32];
+        int n = rp_overlap_ranking(s, ns, i, order, eff, 32);
+        if (!n)
+            continue;
+        char all[4 * 2048] = "", one[2048], what[64], head[600];
+        for (int r = 0; r < n; r++) {
+            snprintf(what, sizeof what, "overlap %s", s[order[r]].key[RP_K_OVERLAP]);
+            effect_text(one, sizeof one, &eff[r], what);
+            size_t len = strlen(all);
+            snprintf(all + len, sizeof all - len, "%s%d. %s", r ? "; " : "", r + 1, one);
         }
+        snprintf(head, sizeof head, "overlap against none, %s %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                 s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
+        doc_li(d, head, "ranked by geometric-mean gain: %s.", all);
+    }
+    /* remedies: replication, eplb and overlap against one workload, at one batch */
+    for (int i = 0; i < ns; i++) {
+        struct rp_remedy rem[32];
+        double at;
+        int n = rp_remedies(s, ns, i, rem, 32, &at);
+        if (n < 2)
+            continue;
+        char all[4096] = "", bt[CELL], lat[CELL], head[600];
+        for (int r = 0; r < n; r++) {
+            const struct rp_series *a = &s[rem[r].series];
+            char what[256];
+            if (rem[r].placement && rem[r].overlap)
+                snprintf(what, sizeof what, "%s + overlap %s", a->key[RP_K_PLACEMENT],
+                         a->key[RP_K_OVERLAP]);
+            else if (rem[r].overlap)
+                snprintf(what, sizeof what, "overlap %s", a->key[RP_K_OVERLAP]);
+            else
+                snprintf(what, sizeof what, "%s", a->key[RP_K_PLACEMENT]);
+            size_t len = strlen(all);
+            snprintf(all + len, sizeof all - len, "%s%d. %s %+.1f %% (%s)", r ? ", " : "", r + 1,
+                     what, 100 * (rem[r].ratio - 1),
+                     rem[r].verdict < 0   ? "faster beyond the 95 % confidence intervals"
+                     : rem[r].verdict > 0 ? "slower beyond the 95 % confidence intervals"
+                                          : "within the 95 % confidence intervals");
+        }
+        batch_text(bt, at);
+        const struct rp_point *p0 = NULL;
+        for (int k = 0; k < s[i].n; k++)
+            if (s[i].pt[k].batch == at)
+                p0 = &s[i].pt[k];
+        f_us(lat, p0 ? p0->layer_us : NAN);
+        snprintf(head, sizeof head, "remedies, %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                 s[i].key[RP_K_ROUTING], s[i].key[RP_K_SOURCE]);
+        doc_li(d, head, "layer_us at batch %s against %s without overlap (%s µs), most gain first: %s.",
+               bt, s[i].key[RP_K_PLACEMENT], lat, all);
+    }
     /* the planner's projection beside the measurement */
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {

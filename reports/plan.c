@@ -22,25 +22,66 @@ const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned 
     return buf;
 }
 
-int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
 {
-    return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate && a->eplb == b->eplb;
+    char pl[32];
+    mp_plan_placement(c, pl, sizeof pl);
+    int placed = c->replicate > 0 || c->eplb > 0;
+    if (c->overlap > 1 && placed)
+        snprintf(buf, len, "%s + overlap %d", pl, c->overlap);
+    else if (c->overlap > 1)
+        snprintf(buf, len, "overlap %d", c->overlap);
+    else
+        snprintf(buf, len, "%s", pl);
+    return buf;
 }
 
-static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots, long batch,
-                        struct mp_plan_cand *c)
+/* Overlap 0 and 1 both mean no pipeline. */
+static int depth(const struct mp_plan_cand *c) { return c->overlap > 1 ? c->overlap : 1; }
+
+int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+{
+    return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate &&
+           a->eplb == b->eplb && depth(a) == depth(b);
+}
+
+int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                     int *base, int *order, int max)
+{
+    int k = 0;
+    *base = -1;
+    for (int i = 0; i < n; i++) {
+        if (c[i].tp != at->tp || c[i].ep != at->ep || c[i].batch != at->batch)
+            continue;
+        if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1)
+            *base = i;
+        else if (k < max)
+            order[k++] = i;
+    }
+    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
+        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return k;
+}
+
+static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
+                        int overlap, long batch, struct mp_plan_cand *c)
 {
     const struct mp_model *m = &q->model;
     char spec[64];
     c->replicate = R;
     c->eplb = slots;
+    c->overlap = overlap;
     mp_plan_placement(c, spec, sizeof spec);
     struct mp_placement pl;
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
     if (rc != MP_OK)
         return rc;
     struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
-                          .iters = q->iters};
+                          .iters = q->iters, .overlap = overlap};
     struct mp_point_result res;
     rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
     mp_placement_free(&pl);
@@ -94,7 +135,10 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
-    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * q->nbatch, k = 0, rc = MP_OK;
+    static const int no_overlap[] = {1};
+    const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
+    int novl = q->noverlap > 0 ? q->noverlap : 1;
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * q->nbatch, k = 0, rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
         mp_error("out of memory for %d candidates", cap);
@@ -106,17 +150,17 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
             if (q->model.ffn % tp || tp > q->cluster.gpus_per_node || ep > q->model.experts ||
                 (long)tp * ep > q->max_gpus)
                 continue;
-            for (int r = 0; r < q->nrep && rc == MP_OK; r++) {
-                if (q->reps[r] > q->model.experts || (q->reps[r] > 0 && ep == 1))
+            /* placements: replicate-hot:R (0: contiguous), then eplb:SLOTS */
+            for (int r = 0; r < q->nrep + q->neplb && rc == MP_OK; r++) {
+                int R = r < q->nrep ? q->reps[r] : 0, slots = r < q->nrep ? 0 : q->eplbs[r - q->nrep];
+                if (r < q->nrep && (R > q->model.experts || (R > 0 && ep == 1)))
                     continue; /* nothing to replicate onto */
-                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                    rc = evaluate_one(q, tp, ep, q->reps[r], 0, q->batches[i], &c[k++]);
-            }
-            for (int r = 0; r < q->neplb && rc == MP_OK; r++) {
-                if (ep == 1 || q->eplbs[r] < 1 || (long)q->eplbs[r] > (long)q->model.experts * (ep - 1))
+                if (r >= q->nrep &&
+                    (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
                     continue; /* no room for that many redundant slots */
-                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                    rc = evaluate_one(q, tp, ep, 0, q->eplbs[r], q->batches[i], &c[k++]);
+                for (int o = 0; o < novl && rc == MP_OK; o++)
+                    for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                        rc = evaluate_one(q, tp, ep, R, slots, ovl[o], q->batches[i], &c[k++]);
             }
         }
     if (rc != MP_OK) {

@@ -1,5 +1,5 @@
-/* plan.h - the capacity planner: every candidate (layout tp×ep, batch, hot-expert replicas) run
- * through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
+/* plan.h - the capacity planner: every candidate (layout tp×ep, batch, hot-expert replicas, eplb
+ * slots, pipeline depth) run through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
  * check, and the findings a capacity plan rests on (batch cap, cheapest layout, replicas vs batch). */
 #ifndef MP_PLAN_H
 #define MP_PLAN_H
@@ -18,6 +18,8 @@ struct mp_plan_req {
     int ntp, nep, nrep;
     const int *eplbs;            /* candidate eplb:SLOTS slot counts (may be none) */
     int neplb;
+    const int *overlaps;         /* candidate pipeline depths (--overlap; none: 1 only) */
+    int noverlap;
     double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
     double slo_layer_us;  /* p99 per MoE layer, or 0 */
     double throughput;    /* target tokens/s over all replicas */
@@ -28,6 +30,7 @@ struct mp_plan_req {
 struct mp_plan_cand {
     int tp, ep, replicate; /* replicate-hot:R (0: contiguous, or eplb when eplb > 0) */
     int eplb;              /* eplb:SLOTS, 0 when not */
+    int overlap;           /* chunks pipelined (1: none) */
     long batch;
     double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
     double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
@@ -44,11 +47,22 @@ int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, i
  * "eplb:6") into buf. */
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
-/* 1 when two candidates have the same layout and placement (batch may differ). */
+/* The remedies a candidate applies, as a label: its placement when not contiguous, "overlap N"
+ * when pipelined, both joined by " + ", or "contiguous" when none. */
+const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len);
+
+/* 1 when two candidates have the same layout, placement and overlap (batch may differ). */
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b);
 
-/* Largest batch whose comm_comp_ratio is ≤ 1 for the layout and placement of `like`, or -1 if
- * every batch is network-bound. */
+/* The remedies at the layout and batch of `at`: *base receives the index of the candidate there
+ * with contiguous placement and no overlap (-1 when the sweep has none), and `order` (room for
+ * `max`) the indices of every other candidate there, by layer time saved against it, most first.
+ * Returns how many are in `order`. */
+int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                     int *base, int *order, int max);
+
+/* Largest batch whose comm_comp_ratio is ≤ 1 for the layout, placement and overlap of `like`, or
+ * -1 if every batch is network-bound. */
 long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *like);
 
 /* Index of the cheapest candidate meeting the SLO: fewest GPUs, then lowest p99 token time, then

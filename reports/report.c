@@ -521,6 +521,109 @@ int rp_placement_replicates(const char *placement)
     return strncmp(placement, "replicate-hot", 13) == 0 || strncmp(placement, "eplb", 4) == 0;
 }
 
+int rp_overlap_depth(const char *cell)
+{
+    int n = cell ? atoi(cell) : 0;
+    return n > 1 ? n : 1;
+}
+
+int rp_overlap_ranking(const struct rp_series *s, int ns, int b, int *order, struct rp_effect *eff,
+                       int max)
+{
+    int k = 0;
+    if (rp_overlap_depth(s[b].key[RP_K_OVERLAP]) != 1)
+        return 0;
+    for (int j = 0; j < ns && k < max; j++) {
+        if (rp_overlap_depth(s[j].key[RP_K_OVERLAP]) == 1 ||
+            !rp_differ_only_in(&s[b], &s[j], RP_K_OVERLAP, 0))
+            continue;
+        struct rp_effect e = rp_effect(&s[b], &s[j]);
+        if (!e.n)
+            continue;
+        /* insertion by geometric mean, ties after the earlier curve */
+        int at = k++;
+        while (at > 0 && eff[at - 1].geomean > e.geomean) {
+            order[at] = order[at - 1];
+            eff[at] = eff[at - 1];
+            at--;
+        }
+        order[at] = j;
+        eff[at] = e;
+    }
+    return k;
+}
+
+/* 1 when a and b differ in nothing but keys k1 and k2 (either or both). */
+static int same_but(const struct rp_series *a, const struct rp_series *b, int k1, int k2)
+{
+    for (int m = 0; m < RP_NKEY; m++)
+        if (m != k1 && m != k2 && strcmp(a->key[m], b->key[m]) != 0)
+            return 0;
+    return 1;
+}
+
+/* The point of curve `s` at batch `batch`, or NULL. */
+static const struct rp_point *point_at(const struct rp_series *s, double batch)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->pt[i].batch == batch && s->pt[i].layer_us > 0)
+            return &s->pt[i];
+    return NULL;
+}
+
+int rp_remedies(const struct rp_series *s, int ns, int b, struct rp_remedy *out, int max,
+                double *at)
+{
+    const struct rp_series *base = &s[b];
+    *at = NAN;
+    if (rp_placement_replicates(base->key[RP_K_PLACEMENT]) ||
+        rp_overlap_depth(base->key[RP_K_OVERLAP]) != 1)
+        return 0;
+    /* the candidates: another placement that replicates and/or an overlap above 1 */
+    int k = 0;
+    for (int j = 0; j < ns && k < max; j++) {
+        if (j == b || !same_but(base, &s[j], RP_K_PLACEMENT, RP_K_OVERLAP))
+            continue;
+        int placed = strcmp(base->key[RP_K_PLACEMENT], s[j].key[RP_K_PLACEMENT]) != 0;
+        int piped = rp_overlap_depth(s[j].key[RP_K_OVERLAP]) > 1;
+        if ((placed && !rp_placement_replicates(s[j].key[RP_K_PLACEMENT])) || (!placed && !piped))
+            continue;
+        out[k++] = (struct rp_remedy){.series = j, .placement = placed, .overlap = piped};
+    }
+    /* the batch: the largest of the base's that the most candidates have */
+    int best = 0;
+    for (int i = base->n - 1; i >= 0; i--) {
+        int have = 0;
+        for (int r = 0; r < k; r++)
+            have += point_at(&s[out[r].series], base->pt[i].batch) != NULL;
+        if (have > best && base->pt[i].layer_us > 0) {
+            best = have;
+            *at = base->pt[i].batch;
+        }
+    }
+    if (!best)
+        return 0;
+    const struct rp_point *p0 = point_at(base, *at);
+    int n = 0;
+    for (int r = 0; r < k; r++) {
+        const struct rp_point *p = point_at(&s[out[r].series], *at);
+        if (!p)
+            continue;
+        struct rp_remedy x = out[r];
+        x.ratio = p->layer_us / p0->layer_us;
+        x.verdict = p->layer_ci_hi_us < p0->layer_ci_lo_us   ? -1
+                    : p->layer_ci_lo_us > p0->layer_ci_hi_us ? 1
+                                                             : 0;
+        int pos = n++; /* insertion by ratio; out[pos..] is already read */
+        while (pos > 0 && out[pos - 1].ratio > x.ratio) {
+            out[pos] = out[pos - 1];
+            pos--;
+        }
+        out[pos] = x;
+    }
+    return n;
+}
+
 /* ---- the reference table ---- */
 
 char *rp_csv_label(const char *path)

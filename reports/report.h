@@ -128,6 +128,32 @@ int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int 
 /* Whether a placement replicates experts (replicate-hot:R, eplb:SLOTS). */
 int rp_placement_replicates(const char *placement);
 
+/* The pipeline depth an `overlap` cell names: its value when above 1, else 1 (no pipeline, or a
+ * file without the column). */
+int rp_overlap_depth(const char *cell);
+
+/* The overlap settings measured against s[b], a curve without overlap: the curves that differ from
+ * it only in `overlap`, as indices in `order` with their effects against s[b] in `eff` (room for
+ * `max` each), by geometric-mean latency ratio, most gain first. Returns how many. */
+int rp_overlap_ranking(const struct rp_series *s, int ns, int b, int *order, struct rp_effect *eff,
+                       int max);
+
+/* One remedy against a base curve at one batch. */
+struct rp_remedy {
+    int series;             /* the curve */
+    int placement, overlap; /* 1 where it changes the placement (to a replicating one), the overlap */
+    double ratio;           /* its layer_us median / the base's */
+    int verdict;            /* −1 faster, +1 slower with the 95 % CIs of the medians apart, else 0 */
+};
+
+/* The remedies measured against s[b], a curve whose placement does not replicate and without
+ * overlap: every curve that differs from it only in placement (to replicate-hot:R or eplb:SLOTS),
+ * only in overlap (above 1), or in both. They are compared at one batch, *at: the largest batch of
+ * s[b] that the most of them have (those without it are left out), and sorted by ratio, most gain
+ * first. Returns how many (at most `max`); *at is NAN when none. */
+int rp_remedies(const struct rp_series *s, int ns, int b, struct rp_remedy *out, int max,
+                double *at);
+
 /* ---- the reference table ---- */
 
 /* The "# label: TEXT" comment of a CSV file (a heap string), or NULL when it has none or cannot

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # model.sh - moeperf-layer on the model backends: 64 virtual ranks in one process write the same
-# layer.csv columns as a measurement with source=model, and bad combinations and profiles are
-# refused with exit 2.
+# layer.csv columns as a measurement with source=model, --overlap pipelines the modelled layer
+# (overlap 1 unchanged), and bad combinations and profiles are refused with exit 2.
 . "$(dirname "$0")/lib.sh"
 
 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
@@ -28,6 +28,20 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     END { if (!(imb["replicate-hot:4"] < imb["contiguous"] / 2)) { print "FAIL: imbalance " imb["contiguous"] " -> " imb["replicate-hot:4"]; bad = 1 }
           if (!(lay["replicate-hot:4"] < lay["contiguous"])) { print "FAIL: layer " lay["contiguous"] " -> " lay["replicate-hot:4"]; bad = 1 }
           exit bad }' "$TMP/model/layer.csv" || exit 1
+
+# pipelined: overlap 1 repeats the unpipelined rows; deeper points are recorded as a measured
+# pipeline records them (exposed communication in dispatch_us, combine_us 0, an efficiency)
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+    --layout tp4ep16 --batch 1,16,128 --routing uniform,hot:4:15 --placement contiguous \
+    --overlap 1,2,4 --iters 8 --quiet --out "$TMP/overlap" || fail "model --overlap run exit $?"
+[ "$(rows "$TMP/overlap/layer.csv")" -eq 18 ] || fail "expected 18 pipelined model points"
+awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    FILENAME == ARGV[1] && $c["placement"] == "contiguous" { v[$c["routing"], $c["batch"]] = $c["layer_us"] }
+    FILENAME == ARGV[2] && $c["overlap"] == 1 {
+      if (v[$c["routing"], $c["batch"]] != $c["layer_us"] || $c["overlap_efficiency"] != "") { print "FAIL: overlap 1 row " FNR; bad = 1 } }
+    FILENAME == ARGV[2] && $c["overlap"] > 1 {
+      if ($c["combine_us"] != 0 || $c["overlap_efficiency"] == "" || $c["layer_us"] < $c["ffn_us"] + $c["route_us"]) { print "FAIL: pipelined row " FNR; bad = 1 } }
+    END { exit bad }' "$TMP/model/layer.csv" "$TMP/overlap/layer.csv" || exit 1
 
 refused "$BIN/moeperf-layer" --backend model --comm mpi --cluster h100-ndr --world 8
 refused "$BIN/moeperf-layer" --backend model --comm model --world 8

@@ -2,7 +2,8 @@
 # plan.sh - the planner on the first seed's setting (seed-k3, 64 h100-ndr GPUs as tp4ep16,
 # hot:4:15): layer time grows with batch, skew raises the bubble at small batch, replicate-hot
 # cuts the imbalance and the layer time; the findings are printed and plan.csv holds every
-# candidate; bad input exits 2.
+# candidate; --overlap adds pipelined candidates that the remedies rank with the placements, and
+# overlap 1 repeats the unpipelined numbers; bad input exits 2.
 . "$(dirname "$0")/lib.sh"
 PLAN=$BUILD/reports/moeperf-plan
 
@@ -29,7 +30,34 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
       if (!(v["hot:4:15", 4, 128, "layer"] < v["hot:4:15", 0, 128, "layer"])) { print "FAIL: replicate-hot layer time at 128"; bad = 1 }
       exit bad }' "$TMP/plan/plan.csv" || exit 1
 
+[ "$(col "$TMP/plan/plan.csv" overlap | sort -u)" = 1 ] || fail "plan.csv: overlap is not 1 by default"
+
+# pipelined candidates beside the placements
+"$PLAN" --model seed-k3 --cluster h100-ndr --routing hot:4:15 --tp 4 --ep 16 --replicate 0,4 \
+    --overlap 1,2,4 --batch 64,128 --slo-token-ms 50 --throughput 20000 \
+    --out "$TMP/ovl" >"$TMP/ovl.out" || fail "moeperf-plan --overlap exit $?"
+grep '^remedies\|^cheapest' "$TMP/ovl.out"
+[ "$(head -1 "$TMP/ovl/plan.csv" | awk -F, '{ print $NF }')" = overlap ] || fail "plan.csv: no overlap column at the end"
+[ "$(rows "$TMP/ovl/plan.csv")" -eq 12 ] || fail "plan.csv with --overlap: $(rows "$TMP/ovl/plan.csv") rows"
+[ "$(col "$TMP/ovl/plan.csv" overlap | sort -u | tr '\n' ' ')" = "1 2 4 " ] || fail "plan.csv: overlap values"
+# the remedies line names every other setup at the chosen layout and batch, most time saved first
+line=$(grep '^remedies at tp4ep16 batch' "$TMP/ovl.out") || fail "no remedies line"
+for r in 'replicate-hot:4 [+-]' 'overlap 2 [+-]' 'overlap 4 [+-]' 'replicate-hot:4 \+ overlap 2 [+-]'; do
+    echo "$line" | grep -Eq ": .*$r|, $r" || fail "remedies do not rank '$r': $line"
+done
+echo "$line" | sed 's/^[^:]*: //; s/([^)]*)//g' | tr ',' '\n' | grep -Eo '[+-][0-9]+%' | tr -d '%+' |
+    awk 'NR > 1 && $1 < prev { print "FAIL: remedies not ranked by time saved"; exit 1 } { prev = $1 }' ||
+    exit 1
+# overlap 1 is the unpipelined model: the same numbers as the run without --overlap
+awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    FILENAME == ARGV[1] && $c["routing"] == "hot:4:15" { v[$c["replicate"], $c["batch"]] = $c["layer_us"] }
+    FILENAME == ARGV[2] && $c["overlap"] == 1 { n++; if (v[$c["replicate"], $c["batch"]] != $c["layer_us"]) { print "FAIL: overlap 1 differs at " $c["replicate"] "/" $c["batch"]; bad = 1 } }
+    END { if (n != 4) { print "FAIL: " n " overlap-1 rows"; bad = 1 }; exit bad }' \
+    "$TMP/plan/plan.csv" "$TMP/ovl/plan.csv" || exit 1
+
 refused "$PLAN" --routing uniform
+refused "$PLAN" --cluster h100-ndr --overlap 0
+refused "$PLAN" --cluster h100-ndr --overlap 2,64
 refused "$PLAN" --cluster h100-ndr --calibrate
 refused "$PLAN" --cluster h100-ndr "$TMP"
 printf 'base = h100-ndr\nhbm_eff = 0\n' >"$TMP/zero.ini"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # report.sh - moeperf-report over run directories written by the real binaries and a model run:
 # the HTML is self-contained (every figure an inline <svg>, nothing fetched from anywhere), the
-# Markdown references SVG files written beside it, the findings are there, and bad input exits 2
+# Markdown references SVG files written beside it, the findings are there (on runs with --overlap
+# 1,2 too: overlap ranked against none, and the remedies ranked together), and bad input exits 2
 # naming the file and column without touching an earlier report.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -75,6 +76,23 @@ done
 for want in "## Findings" "At a glance" "| batch |" "model vs measured"; do
     grep -qF -- "$want" "$md" || fail "report.md lacks \"$want\""
 done
+
+# overlap: measured with --overlap 1,2 beside replication, ranked against overlap 1, and every
+# remedy at the largest batch in one list, most gain first
+mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 4,64 --routing hot:2:10 \
+    --placement contiguous,replicate-hot:2 --overlap 1,2 --out "$TMP/ovl" || fail "moeperf-layer --overlap exit $?"
+"$REPORT" "$TMP/ovl" --no-reference --out "$TMP/o.html" --md "$TMP/o.md" >/dev/null ||
+    fail "overlap report exit $?"
+grep -E 'overlap against none|remedies,' "$TMP/o.md"
+grep -qF "**overlap against none, tp1ep2 hot:2:10 contiguous (measured)**: ranked by geometric-mean gain: 1. overlap 2: layer latency" "$TMP/o.md" ||
+    fail "report.md lacks the overlap ranking"
+line=$(grep -F "**remedies, tp1ep2 hot:2:10 (measured)**: layer\_us at batch 64 against contiguous without overlap" "$TMP/o.md") ||
+    fail "report.md lacks the remedies summary"
+for r in "replicate-hot:2 [+-]" "overlap 2 [+-]" "replicate-hot:2 \+ overlap 2 [+-]"; do
+    echo "$line" | grep -Eq "[0-9]\. $r" || fail "the remedies do not rank '$r': $line"
+done
+echo "$line" | grep -Eo '[0-9]\. [^,]* [+-][0-9.]+ %' | grep -Eo '[+-][0-9.]+ %$' | tr -d ' %+' |
+    awk 'NR > 1 && $1 < prev { print "FAIL: remedies not ranked by gain"; exit 1 } { prev = $1 }' || exit 1
 
 # bad input: exit 2, one line naming the file and column; the earlier report is untouched
 cp "$out" "$TMP/before.html"

@@ -96,6 +96,26 @@ int main(void)
     /* 8 ranks span two nodes: the inter-node link, 2·20 + 2·7/8·1e6/0.5e8 s */
     CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 8), 40 + 35000, 1e-12);
 
+    /* the pipeline schedule (docs/planning.md, pipelined layers); one chunk: D0 + slowest + C0 */
+    double rank_end[2];
+    double d1[] = {10}, c1[] = {5}, p1[] = {3, 7};
+    CHECK_NEAR(mp_model_pipeline_us(1, d1, c1, p1, 2, rank_end), 22, 0);
+    /* two equal chunks on one rank: D0 0–10, D1 10–20 beside F0 10–20, C0 20–30 beside
+     * F1 20–30, C1 30–40 (unpipelined 60) */
+    double d2[] = {10, 10}, c2[] = {10, 10}, p2[] = {10, 10};
+    CHECK_NEAR(mp_model_pipeline_us(2, d2, c2, p2, 1, rank_end), 40, 0);
+    /* FIFO in the order D0 D1 C0 D2 C1 C2: D2 queues behind C0, which waits for a long F0.
+     * D0 0–1, D1 1–2, F0 1–11, C0 11–12, D2 12–13, F1 11–12, C1 13–14, F2 13–14, C2 14–15
+     * (sending D2 before C0 would end at 14) */
+    double d3[] = {1, 1, 1}, c3[] = {1, 1, 1}, p3[] = {10, 1, 1};
+    CHECK_NEAR(mp_model_pipeline_us(3, d3, c3, p3, 1, rank_end), 15, 0);
+    /* a combine waits for every rank: F0 ends 7 (rank 0) and 3 (rank 1), C0 7–8; F1 rank 0
+     * 7–8, rank 1 4–9; C1 9–10 */
+    double d4[] = {2, 2}, c4[] = {1, 1}, p4[] = {5, 1, 1, 5};
+    CHECK_NEAR(mp_model_pipeline_us(2, d4, c4, p4, 2, rank_end), 10, 0);
+    CHECK_NEAR(rank_end[0], 8, 0);
+    CHECK_NEAR(rank_end[1], 9, 0);
+
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK_INT(system(cmd), 0);

@@ -1,6 +1,10 @@
 /* test_planner.c - the planner's findings on hand-made candidates: batch cap, the cheapest plan
- * meeting the SLO, and the doubled-batch comparison. */
+ * meeting the SLO, the doubled-batch comparison and the remedies ranking (placements and overlap);
+ * and pipelined candidates evaluated through the model. */
+#include <stdlib.h>
+
 #include "check.h"
+#include "error.h"
 #include "plan.h"
 
 int main(void)
@@ -39,5 +43,84 @@ int main(void)
     c[5].meets = 0;
     c[6].meets = 0;
     CHECK_INT(mp_plan_best(c, n), 4); /* 192 GPUs twice: replicate-hot:4 has the lower p99 */
+
+    /* overlap is part of a setup: its own batch cap, its own label */
+    struct mp_plan_cand o2 = c[2];
+    o2.overlap = 2;
+    o2.ratio = 0.7;
+    CHECK(!mp_plan_same_setup(&o2, &c[2]));
+    struct mp_plan_cand o1 = c[2];
+    o1.overlap = 1; /* 0 and 1 both mean no pipeline */
+    CHECK(mp_plan_same_setup(&o1, &c[2]));
+    CHECK_STR(mp_plan_remedy(&o2, buf, sizeof buf), "overlap 2");
+    CHECK_STR(mp_plan_remedy(&c[0], buf, sizeof buf), "contiguous");
+    struct mp_plan_cand both = c[4];
+    both.overlap = 4;
+    CHECK_STR(mp_plan_remedy(&both, buf, sizeof buf), "replicate-hot:4 + overlap 4");
+
+    /* remedies at tp4ep16 batch 64: against contiguous without overlap (c[2], 100 µs), the other
+     * setups there by time saved, whatever the layout elsewhere or the batch */
+    struct mp_plan_cand r[] = {
+        {.tp = 4, .ep = 16, .batch = 64, .layer_us = 100},                            /* base */
+        {.tp = 4, .ep = 16, .batch = 64, .replicate = 4, .layer_us = 80},
+        {.tp = 4, .ep = 16, .batch = 64, .overlap = 2, .layer_us = 70},
+        {.tp = 4, .ep = 16, .batch = 64, .overlap = 4, .layer_us = 110},
+        {.tp = 4, .ep = 16, .batch = 64, .eplb = 12, .overlap = 2, .layer_us = 60},
+        {.tp = 4, .ep = 16, .batch = 128, .overlap = 2, .layer_us = 10},               /* batch */
+        {.tp = 2, .ep = 16, .batch = 64, .overlap = 2, .layer_us = 10},                /* layout */
+        {.tp = 4, .ep = 16, .batch = 64, .eplb = 12, .layer_us = 75},
+    };
+    int base, order[8];
+    CHECK_INT(mp_plan_remedies(r, 8, &r[2], &base, order, 8), 5);
+    CHECK_INT(base, 0);
+    static const int ranked[] = {4, 2, 7, 1, 3};
+    for (int i = 0; i < 5; i++)
+        CHECK_INT(order[i], ranked[i]);
+    CHECK_INT(mp_plan_remedies(r, 8, &r[5], &base, order, 8), 1); /* batch 128: only overlap 2, */
+    CHECK_INT(base, -1); /* no contiguous run without overlap to rank it against */
+    CHECK_INT(mp_plan_remedies(r, 8, &r[0], &base, order, 2), 2); /* room for two */
+
+    /* pipelined candidates through the model: every setup at every depth, overlap 1 the same as
+     * a sweep without --overlap, and at the first seed's setting overlap 2 saves time at batch 128 */
+    struct mp_plan_req q = {0};
+    struct mp_routing rt;
+    CHECK_INT(mp_model_resolve("seed-k3", &q.model), MP_OK);
+    CHECK_INT(mp_cluster_resolve("h100-ndr", &q.cluster), MP_OK);
+    CHECK_INT(mp_routing_parse("hot:4:15", q.model.experts, q.model.topk, 1, &rt), MP_OK);
+    static const long batches[] = {128};
+    static const int tps[] = {4}, eps[] = {16}, reps[] = {0}, ovl[] = {1, 2, 4};
+    q.routing = &rt;
+    q.batches = batches;
+    q.nbatch = 1;
+    q.seq = 1;
+    q.tps = tps;
+    q.eps = eps;
+    q.reps = reps;
+    q.ntp = q.nep = q.nrep = 1;
+    q.max_gpus = 4096;
+    q.iters = 4;
+    q.seed = 1;
+    struct mp_plan_cand *plain = NULL, *pipe = NULL;
+    int np = 0, nq = 0;
+    CHECK_INT(mp_plan_evaluate(&q, &plain, &np), MP_OK);
+    q.overlaps = ovl;
+    q.noverlap = 3;
+    CHECK_INT(mp_plan_evaluate(&q, &pipe, &nq), MP_OK);
+    CHECK_INT(np, 1);
+    CHECK_INT(nq, 3);
+    if (np == 1 && nq == 3) {
+        CHECK_INT(plain[0].overlap, 1);
+        CHECK_INT(pipe[0].overlap, 1);
+        CHECK_INT(pipe[1].overlap, 2);
+        CHECK_INT(pipe[2].overlap, 4);
+        CHECK(pipe[0].layer_us == plain[0].layer_us);
+        CHECK(pipe[1].layer_us < pipe[0].layer_us);
+        CHECK(pipe[1].ffn_us == pipe[0].ffn_us); /* the same experts, weight-bound */
+        CHECK_INT(mp_plan_remedies(pipe, nq, &pipe[0], &base, order, 8), 2);
+        CHECK_INT(order[0], 1);
+    }
+    free(plain);
+    free(pipe);
+    mp_routing_free(&rt);
     CHECK_DONE();
 }

@@ -1,5 +1,6 @@
 /* test_report.c - the report's findings on synthetic data: batch cap, knee, bubble, the effect of
- * replication, curve grouping of a run directory, the reference label and SVG inlining. */
+ * replication, overlap ranked against none and the remedies ranked together, curve grouping of a
+ * run directory, the reference label and SVG inlining. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +369,86 @@ static void test_label_and_svg(void)
     free(buf);
 }
 
+/* A curve with the given placement, overlap and routing, and points (batch, layer, CI lo, CI hi). */
+static struct rp_series curve(const char *placement, const char *overlap, const char *routing,
+                              struct rp_point *pt, int n)
+{
+    struct rp_series c = {0};
+    for (int k = 0; k < RP_NKEY; k++)
+        c.key[k] = (char *)"";
+    c.key[RP_K_SOURCE] = (char *)"measured";
+    c.key[RP_K_LAYOUT] = (char *)"tp1ep2";
+    c.key[RP_K_ROUTING] = (char *)routing;
+    c.key[RP_K_PLACEMENT] = (char *)placement;
+    c.key[RP_K_OVERLAP] = (char *)overlap;
+    c.pt = pt;
+    c.n = n;
+    return c;
+}
+#define PT(b, l, lo, hi) {.batch = b, .layer_us = l, .layer_ci_lo_us = lo, .layer_ci_hi_us = hi}
+
+static void test_overlap_remedies(void)
+{
+    CHECK_INT(rp_overlap_depth(""), 1);
+    CHECK_INT(rp_overlap_depth("0"), 1);
+    CHECK_INT(rp_overlap_depth("1"), 1);
+    CHECK_INT(rp_overlap_depth("4"), 4);
+    struct rp_point p0[] = {PT(4, 100, 95, 105), PT(8, 200, 190, 210)};
+    struct rp_point p1[] = {PT(4, 90, 85, 92), PT(8, 150, 140, 160)};   /* faster at both */
+    struct rp_point p2[] = {PT(4, 120, 115, 125), PT(8, 210, 200, 220)}; /* slower at 4 only */
+    struct rp_point p3[] = {PT(4, 80, 75, 85), PT(8, 160, 150, 170)};
+    struct rp_point p4[] = {PT(4, 70, 65, 75)};                          /* batch 4 only */
+    struct rp_point p5[] = {PT(4, 10, 9, 11), PT(8, 20, 19, 21)};
+    struct rp_point p6[] = {PT(4, 10, 9, 11), PT(8, 20, 19, 21)};
+    struct rp_series s[] = {
+        curve("contiguous", "1", "hot:2:10", p0, 2),      curve("contiguous", "2", "hot:2:10", p1, 2),
+        curve("contiguous", "4", "hot:2:10", p2, 2),      curve("replicate-hot:2", "1", "hot:2:10", p3, 2),
+        curve("replicate-hot:2", "2", "hot:2:10", p4, 1), curve("round-robin", "1", "hot:2:10", p5, 2),
+        curve("contiguous", "2", "uniform", p6, 2),
+    };
+    /* overlap against none: overlap 2 then 4, by geometric mean; nothing against a pipelined base */
+    int order[8];
+    struct rp_effect eff[8];
+    CHECK_INT(rp_overlap_ranking(s, 7, 0, order, eff, 8), 2);
+    CHECK_INT(order[0], 1);
+    CHECK_INT(order[1], 2);
+    CHECK_NEAR(eff[0].geomean, sqrt(0.9 * 0.75), 1e-12);
+    CHECK_INT(eff[0].faster, 2);
+    CHECK_INT(eff[1].slower, 1);
+    CHECK_INT(eff[1].faster, 0);
+    CHECK_INT(rp_overlap_ranking(s, 7, 3, order, eff, 8), 1); /* replicate-hot:2 with overlap 2 */
+    CHECK_INT(order[0], 4);
+    CHECK_INT(rp_overlap_ranking(s, 7, 1, order, eff, 8), 0);
+    /* remedies: s1..s4 (round-robin does not replicate, another routing is another workload);
+     * batch 4 is the one all four have */
+    struct rp_remedy r[8];
+    double at;
+    CHECK_INT(rp_remedies(s, 7, 0, r, 8, &at), 4);
+    CHECK_NEAR(at, 4, 0);
+    static const int ranked[] = {4, 3, 1, 2}, verdict[] = {-1, -1, -1, 1};
+    static const double ratio[] = {0.7, 0.8, 0.9, 1.2};
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT(r[i].series, ranked[i]);
+        CHECK_INT(r[i].verdict, verdict[i]);
+        CHECK_NEAR(r[i].ratio, ratio[i], 1e-12);
+    }
+    CHECK(r[0].placement && r[0].overlap);
+    CHECK(r[1].placement && !r[1].overlap);
+    CHECK(!r[2].placement && r[2].overlap);
+    /* without s4 every remedy has batch 8 too: the largest common batch, where overlap 4's CI
+     * overlaps the base's */
+    CHECK_INT(rp_remedies(s, 4, 0, r, 8, &at), 3);
+    CHECK_NEAR(at, 8, 0);
+    CHECK_INT(r[0].series, 1);
+    CHECK_INT(r[1].series, 3);
+    CHECK_INT(r[2].series, 2);
+    CHECK_INT(r[2].verdict, 0);
+    /* a replicating or pipelined base has no remedies list */
+    CHECK_INT(rp_remedies(s, 7, 3, r, 8, &at), 0);
+    CHECK(isnan(at));
+    CHECK_INT(rp_remedies(s, 7, 1, r, 8, &at), 0);
+}
+
 int main(void)
 {
     mp_log_init("test_report", -1);
@@ -376,6 +457,7 @@ int main(void)
     test_knee();
     test_bubble();
     test_run_dir();
+    test_overlap_remedies();
     test_label_and_svg();
     CHECK_DONE();
 }

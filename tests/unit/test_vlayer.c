@@ -1,0 +1,129 @@
+/* test_vlayer.c - the model's layer for virtual ranks, pipelined and not: --overlap 1 is the
+ * unpipelined model to the bit and follows its equations; with communication about as long as the
+ * expert FFN, 2 and 4 chunks shorten the layer; with negligible communication overlap costs at most
+ * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cluster.h"
+#include "error.h"
+#include "metrics.h"
+#include "placement.h"
+#include "routing.h"
+#include "stats.h"
+#include "vlayer.h"
+
+#define EP 8
+#define ITERS 4
+
+static const struct mp_model model = {.name = "test", .hidden = 4096, .ffn = 4096, .experts = 64,
+                                      .topk = 4, .shared = 1, .layers = 1};
+static struct mp_routing routing;
+static struct mp_placement placement;
+
+/* One point on tp1ep8 (one node of the profile): its result. */
+static struct mp_point_result run(const struct mp_cluster *cl, long batch, int overlap)
+{
+    struct mp_point pt = {.batch = batch, .seq = 1, .routing = &routing, .placement = &placement,
+                          .iters = ITERS, .overlap = overlap};
+    struct mp_point_result res;
+    CHECK_INT(mp_vlayer_run(cl, &model, 1, EP, 5, &pt, &res), MP_OK);
+    return res;
+}
+
+/* Median over iterations of metric field `k` (index in struct mp_iter_metrics). */
+static double median(const struct mp_point_result *r, size_t k)
+{
+    double v[ITERS];
+    for (int i = 0; i < r->iters; i++)
+        v[i] = ((const double *)&r->metrics[i])[k];
+    struct mp_summary s;
+    mp_summarize(v, r->iters, &s);
+    return s.p50;
+}
+#define LAYER 0 /* layer_us */
+#define FFN 1   /* ffn_us */
+#define COMM 3  /* comm_us */
+#define ROUTE 4 /* route_us */
+
+int main(void)
+{
+    mp_log_init("test_vlayer", -1);
+    struct mp_cluster h100, comm_like_comp, fast;
+    CHECK_INT(mp_cluster_resolve("h100-ndr", &h100), MP_OK);
+    CHECK_INT(mp_routing_parse("uniform", model.experts, model.topk, 5, &routing), MP_OK);
+    CHECK_INT(mp_placement_build("contiguous", model.experts, EP, routing.prob, &placement), MP_OK);
+
+    /* --overlap 1 (and 0, the field's default) is the unpipelined model, bit for bit */
+    struct mp_point_result r0 = run(&h100, 256, 0), r1 = run(&h100, 256, 1);
+    CHECK(memcmp(r0.ranks, r1.ranks, sizeof *r0.ranks * (size_t)ITERS * EP) == 0);
+    CHECK(memcmp(r0.metrics, r1.metrics, sizeof *r0.metrics * ITERS) == 0);
+    CHECK(isnan(r1.overlap_efficiency));
+    /* ... and its equations (docs/planning.md): route, dispatch (launch, count round, data),
+     * the slowest rank's FFN, combine (launch, data); tp 1 has no reduce */
+    struct mp_point pt = {.batch = 256, .seq = 1, .routing = &routing, .placement = &placement,
+                          .iters = ITERS, .overlap = 1};
+    struct mp_vtraffic *t = NULL;
+    int ndraws = 0;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pt, &t, &ndraws), MP_OK);
+    CHECK_INT(t[0].nchunks, 1);
+    const struct mp_vexchange *a = &t[0].a2a;
+    double data = mp_model_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra,
+                                       a->uses_inter, a->incast);
+    double counts = mp_model_exchange_us(&h100, 0, 0, a->uses_intra, a->uses_inter, 1);
+    double slowest = 0, HD = (double)model.hidden * model.ffn;
+    for (int p = 0; p < EP; p++) {
+        double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
+                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p]);
+        slowest = f > slowest ? f : slowest;
+    }
+    double L = h100.launch_us + (h100.launch_us + counts + data) + slowest + (h100.launch_us + data);
+    CHECK_NEAR(r1.metrics[0].layer_us, L, 1e-12);
+    mp_vtraffic_free(t, ndraws);
+
+    /* communication about as long as the FFN (an NVLink of 70 GB/s at batch 4096): 2 and 4 chunks
+     * lower the layer time, the FFN stays the FFN and the efficiency is a fraction */
+    comm_like_comp = h100;
+    comm_like_comp.intra_bw = 70e9;
+    struct mp_point_result c1 = run(&comm_like_comp, 4096, 1);
+    double ratio = median(&c1, COMM) / median(&c1, FFN);
+    CHECK(ratio > 0.5 && ratio < 2);
+    for (int n = 2; n <= 4; n *= 2) {
+        struct mp_point_result cn = run(&comm_like_comp, 4096, n);
+        CHECK(median(&cn, LAYER) < 0.9 * median(&c1, LAYER));
+        CHECK(median(&cn, LAYER) - median(&cn, ROUTE) >= median(&c1, FFN)); /* cannot beat compute */
+        CHECK(cn.overlap_efficiency > 0 && cn.overlap_efficiency <= 1);
+        /* the same pairs and bytes, cut differently */
+        for (int r = 0; r < EP; r++) {
+            CHECK_NEAR(cn.ranks[r].rows, c1.ranks[r].rows, 0);
+            CHECK_NEAR(cn.ranks[r].bytes_sent, c1.ranks[r].bytes_sent, 0);
+            CHECK_NEAR(cn.ranks[r].combine, 0, 0); /* recorded as a measured pipeline does */
+        }
+        mp_point_result_free(&cn);
+    }
+    mp_point_result_free(&c1);
+
+    /* negligible communication (links of 10^15 B/s; latencies and launches remain): at a batch
+     * where every chunk is weight-bound, overlap costs at most its added exchanges' latency and
+     * launch, (N−1)·2·(launch + intra latency), and the FFN is unchanged */
+    fast = h100;
+    fast.intra_bw = fast.inter_bw = 1e15;
+    struct mp_point_result f1 = run(&fast, 1024, 1);
+    for (int n = 2; n <= 4; n *= 2) {
+        struct mp_point_result fn = run(&fast, 1024, n);
+        double added = (n - 1) * 2 * (fast.launch_us + fast.intra_lat_us);
+        CHECK(median(&fn, LAYER) <= median(&f1, LAYER) + added);
+        CHECK(median(&fn, LAYER) >= median(&f1, LAYER) - median(&f1, COMM));
+        CHECK_NEAR(median(&fn, FFN), median(&f1, FFN), 1e-12);
+        CHECK(fn.overlap_efficiency >= 0 && fn.overlap_efficiency <= 1);
+        mp_point_result_free(&fn);
+    }
+    mp_point_result_free(&f1);
+
+    mp_point_result_free(&r0);
+    mp_point_result_free(&r1);
+    mp_placement_free(&placement);
+    mp_routing_free(&routing);
+    CHECK_DONE();
+}
