@@ -13,7 +13,7 @@
 
 const char *const rp_key_names[RP_NKEY] = {
     "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk",
-    "shared", "layout", "routing", "placement", "seq", "seed", "overlap",
+    "shared", "layout", "routing", "placement", "seq", "seed", "overlap", "dispatch",
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
@@ -236,7 +236,7 @@ static int label_series(struct rp_series *s, int n)
 {
     static const int extra[] = {RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS, RP_K_TOPK,
                                 RP_K_SHARED, RP_K_SEQ, RP_K_BACKEND, RP_K_COMM, RP_K_SEED,
-                                RP_K_OVERLAP};
+                                RP_K_OVERLAP, RP_K_DISPATCH};
     char bi[512], bj[512], buf[600];
     for (int i = 0; i < n; i++) {
         int bad = 0;
