@@ -27,7 +27,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_MAX_MEMORY,
-    MP_OPT_END,
+    MP_OPT_GEMM, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -312,6 +312,8 @@ static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *
     b->in = o->alloc(s->dev, (routed ? routed : 1) * H);
     b->xs = o->alloc(s->dev, (tok ? tok : 1) * H);
     b->out = o->alloc(s->dev, (routed + S * tok + 1) * H);
+    if (routed > maxrows) /* a grouped GEMM holds every expert's rows at once */
+        maxrows = routed;
     b->work = o->alloc(s->dev, (maxrows ? maxrows : 1) * 2 * Dl);
     host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
     if (!b->wgu || !b->wd || !b->in || !b->xs || !b->out || !b->work || !host) {
@@ -359,7 +361,8 @@ static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
-                            .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work};
+                            .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
+                            .grouped = strcmp(s->o.gemm, "grouped") == 0};
     if (w->nact > 0)
         MP_CHECK(o->expert_ffn(dev, &a));
     for (int i = 0; i < S && w->ntok > 0; i++) {
@@ -523,6 +526,8 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    int grouped;
+    MP_CHECK(mp_gemm_grouped(&s.o, s.cops, &grouped));
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed,
                                "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
                                "generated routing or a trace", &routings, &nrout));

@@ -21,7 +21,7 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_GEMM, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
     MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
@@ -169,6 +169,8 @@ int main(int argc, char **argv)
     int straggle_rank;
     double straggle_us;
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &straggle_rank, &straggle_us));
+    int grouped;
+    MP_CHECK(mp_gemm_grouped(&s.o, s.modelled ? NULL : s.cops, &grouped));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
     if (s.modelled && s.o.check) {
@@ -257,7 +259,8 @@ int main(int argc, char **argv)
                                           .placement = &pl, .warmup = s.o.warmup,
                                           .iters = s.o.iters, .check = s.o.check,
                                           .overlap = overlap, .padded = padded,
-                                          .capacity = capacity, .straggle_rank = straggle_rank,
+                                          .capacity = capacity, .grouped = grouped,
+                                          .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};
                     struct mp_point_result res;
                     rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,

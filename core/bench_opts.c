@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute.h"
 #include "error.h"
 #include "placement.h"
 #include "routing.h"
@@ -16,6 +17,7 @@ const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replic
 const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
 const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
 const char *const mp_dispatch_choices[] = {"dynamic", "padded", "padded:", NULL};
+const char *const mp_gemm_choices[] = {"loop", "grouped", NULL};
 
 /* Parse a positive integer at *p, advancing it; -1 when there is none. */
 static long take_int(const char **p)
@@ -180,6 +182,17 @@ int mp_dispatch_parse(const char *text, int *padded, double *factor)
         return MP_ERR_USAGE;
     }
     *factor = f;
+    return MP_OK;
+}
+
+int mp_gemm_grouped(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *grouped)
+{
+    *grouped = o->gemm && strcmp(o->gemm, "grouped") == 0;
+    if (*grouped && (!ops || !ops->grouped_gemm)) {
+        mp_usage("--gemm grouped: the %s backend runs one GEMM pair per expert; grouped GEMMs "
+                 "need --backend cuda (or use --gemm loop)", ops ? ops->name : "model");
+        return MP_ERR_USAGE;
+    }
     return MP_OK;
 }
 

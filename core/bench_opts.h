@@ -16,6 +16,7 @@ extern const char *const mp_placement_choices[];
 extern const char *const mp_backend_choices[];
 extern const char *const mp_comm_choices[];
 extern const char *const mp_dispatch_choices[];
+extern const char *const mp_gemm_choices[];
 
 /* Workload: model shape */
 #define MP_OPT_MODEL(def)                                                                          \
@@ -80,6 +81,10 @@ extern const char *const mp_dispatch_choices[];
     {"dispatch", MP_OPT_STRING_LIST, MP_O(dispatch), "dynamic", MP_NOLIMIT, mp_dispatch_choices,   \
      "LIST", "dynamic (exact counts exchanged first), padded (fixed slots, lossless) or "           \
      "padded:F (capacity factor F, pairs over it dropped); a list sweeps them"}
+#define MP_OPT_GEMM                                                                                \
+    {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
+     "expert FFN GEMMs: loop (one GEMM pair per expert) or grouped (one grouped GEMM per stage "    \
+     "for all experts; --backend cuda)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */
@@ -113,6 +118,12 @@ int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts,
 /* Parse one --dispatch word: "dynamic" (*padded 0), "padded" (1, factor 0: lossless) or
  * "padded:F" with 0 < F ≤ 1024. Errors name --dispatch; MP_ERR_USAGE. */
 int mp_dispatch_parse(const char *text, int *padded, double *factor);
+
+struct mp_compute_ops;
+
+/* 1 when --gemm asks for grouped GEMMs, 0 for the per-expert loop; MP_ERR_USAGE (naming --gemm)
+ * when the compute backend `ops` (NULL: a model backend) has no grouped GEMM. */
+int mp_gemm_grouped(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *grouped);
 
 /* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */
 int mp_straggle_parse(const char *text, int world, int *rank, double *us);

@@ -65,7 +65,7 @@ struct mp_layer {
     void *pad_recv;             /* [pad_rows × H] dispatch in (source-major) / combine out */
     void *pad_exp;              /* [pad_rows × H] expert-major */
     void *pad_out;              /* [(pad_rows + S·pad_tok) × H] FFN out: slot rows, then shared */
-    void *pad_work;             /* [max(ep·cap, pad_tok) × 2·Dl] */
+    void *pad_work;             /* [max(pad_rows, pad_tok) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
 };
 
@@ -220,7 +220,8 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap, long ntok)
     long tok = L->max_tok_rank > ntok ? L->max_tok_rank : ntok;
     if (rows > L->pad_rows || tok > L->pad_tok) {
         const struct mp_compute_ops *o = L->ops;
-        size_t H = (size_t)L->m.hidden, wrows = (size_t)(ep * cap > tok ? ep * cap : tok);
+        /* the FFN's scratch holds every expert's rows at once (a grouped GEMM) */
+        size_t H = (size_t)L->m.hidden, wrows = (size_t)(rows > tok ? rows : tok);
         double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
                       (double)wrows * 2 * L->Dl * o->elem_size;
         o->free(L->dev, L->pad_send);
@@ -464,7 +465,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
     struct mp_ffn_args a = {.in = L->expbuf, .out = L->outbuf, .row_off = pl->expert_off,
                             .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
-                            .work = L->work};
+                            .work = L->work, .grouped = pt->grouped};
     MP_CHECK(o->expert_ffn(dev, &a));
     L->shared_off[0] = 0;
     L->shared_off[1] = ntok;
@@ -573,7 +574,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     long slot_rows = pd->expert_off[pd->max_local]; /* nlocal·ep·cap */
     struct mp_ffn_args a = {.in = L->pad_exp, .out = L->pad_out, .row_off = pd->expert_off,
                             .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
-                            .work = L->pad_work};
+                            .work = L->pad_work, .grouped = pt->grouped};
     MP_CHECK(o->expert_ffn(dev, &a));
     L->shared_off[0] = 0;
     L->shared_off[1] = ntok;
@@ -721,7 +722,8 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             t0 = mp_now_us();
             struct mp_ffn_args a = {.in = exp, .out = out, .row_off = pl->expert_off,
                                     .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H,
-                                    .Dl = L->Dl, .work = L->work, .progress = progress_hook,
+                                    .Dl = L->Dl, .work = L->work, .grouped = pt->grouped,
+                                    .progress = progress_hook,
                                     .progress_arg = c};
             MP_CHECK(o->expert_ffn(dev, &a));
             L->shared_off[0] = 0;

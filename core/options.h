@@ -91,6 +91,7 @@ struct mp_bench_opts {
     double timeout;
     struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
     struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */
+    char *gemm;                 /* the expert FFN's GEMMs: "loop" or "grouped" */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

@@ -23,7 +23,10 @@ struct mp_ffn_args {
     void *const *wgu;
     void *const *wd;
     int H, Dl;
-    void *work; /* at least max_rows · 2·Dl elements */
+    void *work; /* at least (row_off[nexp] − row_off[0]) · 2·Dl elements */
+    /* all experts' GEMMs as one grouped call per stage instead of one call per expert (backends
+     * with grouped_gemm only) */
+    int grouped;
     /* optional: called between experts, so a pipelined layer's pending exchanges make progress
      * while this FFN computes (host backends; NULL otherwise) */
     void (*progress)(void *arg);
@@ -38,6 +41,8 @@ struct mp_compute_ops {
     /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers
      * 1e-5; bf16 storage rounds weights, activations and intermediates to 8 bits of mantissa */
     double check_tolerance;
+    /* expert_ffn honours mp_ffn_args.grouped (one grouped GEMM per stage for all experts) */
+    int grouped_gemm;
 
     /* lifecycle: `local_rank` picks the device where there are several */
     int (*init)(struct mp_compute **out, int local_rank);

@@ -57,6 +57,19 @@ struct mp_compute {
     size_t w_cap;
     float *d_acc;
     size_t acc_cap;
+    /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
+    struct grouped_args *g;
+};
+
+/* Arguments of cublasGemmGroupedBatchedEx for up to `cap` problems, one problem per group (every
+ * expert has its own row count): host arrays, plus A/B/C pointer arrays in device memory. */
+struct grouped_args {
+    int cap;
+    cublasOperation_t *op;
+    int *m, *n, *k, *lda, *ldb, *ldc, *size;
+    float *alpha, *beta;
+    const void **ptr; /* host: [3·cap] A, B, C */
+    void **d_ptr;     /* device: the same */
 };
 
 /* Grow a device buffer to at least `need` bytes (first calls only; the timed loop reuses it). */
@@ -126,6 +139,14 @@ static void cuda_fini(struct mp_compute *c)
     cudaFree(c->d_ids);
     cudaFree(c->d_w);
     cudaFree(c->d_acc);
+    if (c->g) {
+        free(c->g->op);
+        free(c->g->m);
+        free(c->g->alpha);
+        free(c->g->ptr);
+        cudaFree(c->g->d_ptr);
+        free(c->g);
+    }
     cudaFreeHost(c->h_bf);
     free(c);
 }
@@ -287,8 +308,123 @@ __global__ void swiglu_kernel(bf16 *g, long m, int Dl)
         row[j] = __float2bfloat16(mp_swiglu(__bfloat162float(row[j]), __bfloat162float(row[Dl + j])));
 }
 
+/* Room for `n` problems in the grouped GEMM's argument arrays (grown on a first, untimed call). */
+static int grouped_reserve(struct mp_compute *c, int n)
+{
+    struct grouped_args *g = c->g;
+    if (g && g->cap >= n)
+        return MP_OK;
+    if (!g && !(g = c->g = (struct grouped_args *)calloc(1, sizeof *g)))
+        return MP_ERR_RUNTIME;
+    free(g->op);
+    free(g->m);
+    free(g->alpha);
+    free(g->ptr);
+    cudaFree(g->d_ptr);
+    g->d_ptr = NULL;
+    g->cap = 0;
+    g->op = (cublasOperation_t *)malloc((size_t)n * sizeof *g->op);
+    g->m = (int *)malloc((size_t)n * 7 * sizeof(int)); /* m, n, k, lda, ldb, ldc, size */
+    g->alpha = (float *)malloc((size_t)n * 2 * sizeof(float));
+    g->ptr = (const void **)malloc((size_t)n * 3 * sizeof(void *));
+    if (!g->op || !g->m || !g->alpha || !g->ptr)
+        return MP_ERR_RUNTIME;
+    CUDACHECK(cudaMalloc((void **)&g->d_ptr, (size_t)n * 3 * sizeof(void *)));
+    g->n = g->m + n;
+    g->k = g->m + 2 * n;
+    g->lda = g->m + 3 * n;
+    g->ldb = g->m + 4 * n;
+    g->ldc = g->m + 5 * n;
+    g->size = g->m + 6 * n;
+    g->beta = g->alpha + n;
+    for (int i = 0; i < n; i++) {
+        g->op[i] = CUBLAS_OP_N;
+        g->alpha[i] = 1.0f;
+        g->beta[i] = 0.0f;
+        g->size[i] = 1;
+    }
+    g->cap = n;
+    return MP_OK;
+}
+
+/* One stage of the expert FFN for `np` experts as one grouped GEMM: problem i computes
+ * C_i[rows_i × N] = A_i[rows_i × K] · W_i[K × N], row-major, as cuBLAS's column-major
+ * C_iᵀ = W_iᵀ·A_iᵀ (the same memory). The pointer array is copied from pageable host memory, which
+ * returns once the driver holds the values, so the host arrays can be refilled right away. */
+static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, int ldc)
+{
+    struct grouped_args *g = c->g;
+    for (int i = 0; i < np; i++) {
+        g->k[i] = K;
+        g->n[i] = g->m[i]; /* rows of problem i (filled by the caller in m) */
+        g->m[i] = N;
+        g->lda[i] = N;     /* W: K × N row-major */
+        g->ldb[i] = lda;   /* A: rows × K row-major */
+        g->ldc[i] = ldc;
+    }
+    CUDACHECK(cudaMemcpyAsync(g->d_ptr, g->ptr, (size_t)np * 3 * sizeof(void *),
+                              cudaMemcpyHostToDevice, c->stream));
+    CUBLASCHECK(cublasGemmGroupedBatchedEx(
+        c->blas, g->op, g->op, g->m, g->n, g->k, g->alpha, (const void *const *)g->d_ptr,
+        CUDA_R_16BF, g->lda, (const void *const *)(g->d_ptr + np), CUDA_R_16BF, g->ldb, g->beta,
+        g->d_ptr + 2 * np, CUDA_R_16BF, g->ldc, np, g->size, CUBLAS_COMPUTE_32F));
+    return MP_OK;
+}
+
+/* The expert FFN with grouped GEMMs: [gate | up] for every expert in one call, SwiGLU over all
+ * rows at once (they are contiguous), then the down projection in one call. Work holds all rows. */
+static int ffn_grouped(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    const bf16 *in = (const bf16 *)a->in;
+    bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
+    int H = a->H, Dl = a->Dl, np = 0;
+    long base = a->row_off[0], total = a->row_off[a->nexp] - base;
+    if (total <= 0)
+        return MP_OK;
+    if (grouped_reserve(c, a->nexp) != MP_OK) {
+        mp_error("out of memory for the grouped GEMM's arguments (%d experts)", a->nexp);
+        return MP_ERR_RUNTIME;
+    }
+    struct grouped_args *ga = c->g;
+    /* stage 1: W = wgu[e] (H × 2Dl), A = in rows, C = work rows */
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m <= 0)
+            continue;
+        ga->m[np] = (int)m;
+        np++;
+    }
+    for (int e = 0, i = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m <= 0)
+            continue;
+        ga->ptr[i] = a->wgu[e];
+        ga->ptr[np + i] = in + r0 * H;
+        ga->ptr[2 * np + i] = g + (r0 - base) * 2L * Dl;
+        i++;
+    }
+    if (grouped_stage(c, np, 2 * Dl, H, H, 2 * Dl) != MP_OK)
+        return MP_ERR_RUNTIME;
+    swiglu_kernel<<<(unsigned)total, 256, 0, c->stream>>>(g, total, Dl);
+    CUDACHECK(cudaGetLastError());
+    /* stage 2: W = wd[e] (Dl × H), A = activation rows (stride 2Dl), C = out rows */
+    for (int e = 0, i = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m <= 0)
+            continue;
+        ga->m[i] = (int)m;
+        ga->ptr[i] = a->wd[e];
+        ga->ptr[np + i] = g + (r0 - base) * 2L * Dl;
+        ga->ptr[2 * np + i] = out + r0 * H;
+        i++;
+    }
+    return grouped_stage(c, np, H, Dl, 2 * Dl, H);
+}
+
 static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 {
+    if (a->grouped)
+        return ffn_grouped(c, a);
     const bf16 *in = (const bf16 *)a->in;
     bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
     int H = a->H, Dl = a->Dl;
@@ -382,7 +518,21 @@ static int cuda_sync(struct mp_compute *c)
     return MP_OK;
 }
 
-/* Best of 5: an 8192³ bf16 GEMM (2·8192³ FLOPs) and a 1 GiB device copy (read + written). */
+/* x[i] = a uniform value in [−1, 1) from a hash of (i, seed): tensor cores switch fewer bits on
+ * zeros, so a rate measured on zeros would overstate what real operands reach. */
+__global__ void fill_random_kernel(bf16 *x, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 16;
+        h *= 0x7feb352du;
+        h ^= h >> 15;
+        x[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+/* Best of 5: an 8192³ bf16 GEMM on random operands (2·8192³ FLOPs) and a 1 GiB device copy (read + written). */
 static int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *bytes_per_s)
 {
     const int n = 8192;
@@ -396,8 +546,8 @@ static int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *
         mp_error("cannot allocate the roofline GEMM buffers");
         goto out;
     }
-    cudaMemsetAsync(a, 0, (size_t)n * n * sizeof(bf16), c->stream);
-    cudaMemsetAsync(b, 0, (size_t)n * n * sizeof(bf16), c->stream);
+    fill_random_kernel<<<1024, 256, 0, c->stream>>>((bf16 *)a, (size_t)n * n, 1u);
+    fill_random_kernel<<<1024, 256, 0, c->stream>>>((bf16 *)b, (size_t)n * n, 2u);
     for (int i = 0; i < 6; i++) {
         cudaEventRecord(c->ev[0], c->stream);
         if (gemm_rm(c->blas, n, n, n, a, n, b, n, d, CUDA_R_16BF, n) != CUBLAS_STATUS_SUCCESS)
@@ -441,6 +591,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
+    .grouped_gemm = 1,
     .init = cuda_init,
     .fini = cuda_fini,
     .device_name = cuda_device_name,
