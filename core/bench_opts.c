@@ -15,6 +15,7 @@ const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replic
                                             NULL};
 const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
 const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
+const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
 
 /* Parse a positive integer at *p, advancing it; -1 when there is none. */
 static long take_int(const char **p)

@@ -11,6 +11,7 @@
 extern "C" {
 #include "compute.h"
 #include "error.h"
+#include "rankmap.h"
 }
 #include "cuda_helpers.cuh"
 
@@ -39,6 +40,7 @@ struct mp_compute {
     cublasHandle_t blas;
     cudaEvent_t ev[MP_TIMER_SLOTS];
     char name[320];
+    char bus[32]; /* PCI bus id */
     /* host staging for fp32 <-> bf16, grown outside timed loops (upload/download) */
     bf16 *h_bf;
     size_t h_bf_cap;
@@ -86,7 +88,7 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->device = local_rank % n; /* one rank per GPU: the host's ranks take the GPUs in order */
+    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (rankmap.h) */
     *out = c;
     CUDACHECK(cudaSetDevice(c->device));
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -96,13 +98,13 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
     cudaDeviceProp p;
     CUDACHECK(cudaGetDeviceProperties(&p, c->device));
-    char bus[32] = "";
-    cudaDeviceGetPCIBusId(bus, sizeof bus, c->device);
+    if (cudaDeviceGetPCIBusId(c->bus, sizeof c->bus, c->device) != cudaSuccess)
+        c->bus[0] = '\0';
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     snprintf(c->name, sizeof c->name, "%s (pci %s, sm_%d%d, %.0f GiB; driver %d.%d, runtime %d.%d)",
-             p.name, bus, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
+             p.name, c->bus, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
              (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
     return MP_OK;
 }
@@ -437,6 +439,8 @@ out:
 
 static void *cuda_native_stream(struct mp_compute *c) { return (void *)c->stream; }
 
+static const char *cuda_pci_bus_id(struct mp_compute *c) { return c->bus[0] ? c->bus : NULL; }
+
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .elem_size = sizeof(bf16),
@@ -458,4 +462,5 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .sync = cuda_sync,
     .measure_peak = cuda_measure_peak,
     .native_stream = cuda_native_stream,
+    .pci_bus_id = cuda_pci_bus_id,
 };
