@@ -12,7 +12,7 @@ struct cJSON;
 /* One rank's placement facts, plain text so it can be gathered as bytes. An empty string is a
  * fact hwloc could not tell (null in run.json). Lists are hwloc list strings ("0-7,16-23"). */
 struct mp_locality {
-    int bound;              /* 1: bound to fewer CPUs than the process may use, 0: not, -1: unknown */
+    int bound;              /* 1: on fewer CPUs than the process may use; 0: not; -1: unknown */
     char cpu_bind[512];     /* the CPUs the rank may run on (OS indexes) */
     char numa[128];         /* NUMA node(s) of the binding; of the last CPU used when unbound */
     char numa_from[16];     /* "binding" or "last_cpu" */

@@ -63,7 +63,8 @@ static int note_ranks(struct mp_session *s, const char *local_rank_from)
         }
         if (!s->modelled) {
             cJSON_AddStringToObject(s->run, "local_rank_from", local_rank_from);
-            cJSON_AddStringToObject(s->run, "cpu_bind_policy", s->o.cpu_bind ? s->o.cpu_bind : "none");
+            const char *policy = s->o.cpu_bind ? s->o.cpu_bind : "none";
+            cJSON_AddStringToObject(s->run, "cpu_bind_policy", policy);
         }
         cJSON_AddNumberToObject(s->run, "world", c->size);
         cJSON_AddNumberToObject(s->run, "nodes", c->nnodes);
