@@ -98,13 +98,14 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
     cudaDeviceProp p;
     CUDACHECK(cudaGetDeviceProperties(&p, c->device));
-    if (cudaDeviceGetPCIBusId(c->bus, sizeof c->bus, c->device) != cudaSuccess)
-        c->bus[0] = '\0';
+    char bus[32] = "";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, c->device) == cudaSuccess)
+        memcpy(c->bus, bus, sizeof c->bus);
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     snprintf(c->name, sizeof c->name, "%s (pci %s, sm_%d%d, %.0f GiB; driver %d.%d, runtime %d.%d)",
-             p.name, c->bus, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
+             p.name, bus, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
              (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
     return MP_OK;
 }
