@@ -18,6 +18,7 @@ const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
 const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
 const char *const mp_dispatch_choices[] = {"dynamic", "padded", "padded:", NULL};
 const char *const mp_gemm_choices[] = {"loop", "grouped", NULL};
+const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
 
 /* Parse a positive integer at *p, advancing it; -1 when there is none. */
 static long take_int(const char **p)

@@ -17,6 +17,7 @@ extern const char *const mp_backend_choices[];
 extern const char *const mp_comm_choices[];
 extern const char *const mp_dispatch_choices[];
 extern const char *const mp_gemm_choices[];
+extern const char *const mp_cpu_bind_choices[];
 
 /* Workload: model shape */
 #define MP_OPT_MODEL(def)                                                                          \
@@ -52,6 +53,9 @@ extern const char *const mp_gemm_choices[];
 #define MP_OPT_COMM                                                                                \
     {"comm", MP_OPT_STRING, MP_O(comm), "mpi", MP_NOLIMIT, mp_comm_choices, NULL,                  \
      "communication backend"}
+#define MP_OPT_CPU_BIND                                                                            \
+    {"cpu-bind", MP_OPT_STRING, MP_O(cpu_bind), "auto", MP_NOLIMIT, mp_cpu_bind_choices, NULL,     \
+     "bind a GPU rank to its GPU's NUMA node: gpu, auto (when the launcher did not bind), none"}
 #define MP_OPT_CLUSTER                                                                             \
     {"cluster", MP_OPT_STRING, MP_O(cluster), NULL, MP_NOLIMIT, NULL, "NAME|FILE",                 \
      "cluster profile for --backend model: h100-ndr, h200-ndr, a100-hdr, b200-xdr or a file"}

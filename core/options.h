@@ -85,6 +85,7 @@ struct mp_bench_opts {
     long long seed;
     int warmup, iters;
     char *backend, *comm, *cluster;
+    char *cpu_bind; /* --cpu-bind: auto, none, gpu */
     int world;
     char *out;
     int resume, check;

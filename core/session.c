@@ -9,32 +9,62 @@
 
 #include "console.h"
 #include "error.h"
+#include "locality.h"
+#include "rankmap.h"
 #include "results.h"
 
 #define NAME_BYTES 128
 
-/* Per-rank host and device into run.json (gathered to rank 0). */
-static int note_ranks(struct mp_session *s)
+/* What each rank tells rank 0 about itself for run.json. */
+struct rank_facts {
+    char host[NAME_BYTES];
+    char device[NAME_BYTES];
+    int local_rank;
+    struct mp_locality where;
+};
+
+/* The PCI bus id of the GPU this rank drives, or NULL. */
+static const char *gpu_pci(const struct mp_session *s)
+{
+    return s->cops->pci_bus_id && s->dev ? s->cops->pci_bus_id(s->dev) : NULL;
+}
+
+/* Per-rank host, device, local rank and placement facts into run.json (gathered to rank 0). The
+ * model backends' virtual ranks run nowhere: they get no placement facts. */
+static int note_ranks(struct mp_session *s, const char *local_rank_from)
 {
     struct mp_comm *c = s->comm;
-    char mine[2 * NAME_BYTES] = {0};
-    gethostname(mine, NAME_BYTES - 1);
-    strncpy(mine + NAME_BYTES, s->cops->device_name(s->dev), NAME_BYTES - 1);
-    char *all = c->rank == 0 ? calloc((size_t)c->size, sizeof mine) : NULL;
+    struct rank_facts mine;
+    memset(&mine, 0, sizeof mine);
+    gethostname(mine.host, NAME_BYTES - 1);
+    strncpy(mine.device, s->cops->device_name(s->dev), NAME_BYTES - 1);
+    mine.local_rank = c->local_rank;
+    if (!s->modelled)
+        mp_locality_read(&mine.where, gpu_pci(s));
+    struct rank_facts *all = c->rank == 0 ? calloc((size_t)c->size, sizeof mine) : NULL;
     if (c->rank == 0 && !all) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    int rc = c->ops->gather(c, mine, sizeof mine, all);
+    int rc = c->ops->gather(c, &mine, sizeof mine, all);
     if (rc == MP_OK && s->run) {
         cJSON *ranks = cJSON_AddArrayToObject(s->run, "ranks");
         for (int r = 0; r < c->size; r++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "rank", r);
-            cJSON_AddStringToObject(o, "host", all + (size_t)r * sizeof mine);
+            cJSON_AddStringToObject(o, "host", all[r].host);
             cJSON_AddNumberToObject(o, "node", c->node_of[r]);
-            cJSON_AddStringToObject(o, "device", all + (size_t)r * sizeof mine + NAME_BYTES);
+            cJSON_AddStringToObject(o, "device", all[r].device);
+            if (!s->modelled) {
+                cJSON_AddNumberToObject(o, "local_rank", all[r].local_rank);
+                mp_locality_json(&all[r].where, o);
+            }
             cJSON_AddItemToArray(ranks, o);
+        }
+        if (!s->modelled) {
+            cJSON_AddStringToObject(s->run, "local_rank_from", local_rank_from);
+            const char *policy = s->o.cpu_bind ? s->o.cpu_bind : "none";
+            cJSON_AddStringToObject(s->run, "cpu_bind_policy", policy);
         }
         cJSON_AddNumberToObject(s->run, "world", c->size);
         cJSON_AddNumberToObject(s->run, "nodes", c->nnodes);
@@ -137,6 +167,11 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
                  "--comm nccl");
         return MP_ERR_USAGE;
     }
+    if (s->o.cpu_bind && strcmp(s->o.cpu_bind, "gpu") == 0 && strcmp(s->o.backend, "cuda") != 0) {
+        mp_usage("--cpu-bind gpu: --backend %s drives no GPU; accepted here: auto, none "
+                 "(gpu needs --backend cuda)", s->o.backend);
+        return MP_ERR_USAGE;
+    }
     struct mp_comm_params params = {0};
     rc = model_setup(s, &params);
     if (rc != MP_OK)
@@ -158,9 +193,19 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         if (s->comm->rank == 0)
             s->run = mp_runjson_new(tool, argc, argv);
     }
+    const char *local_rank_from = "model";
+    if (!s->modelled) {
+        rc = mp_local_rank_resolve(s->comm, &local_rank_from);
+        if (rc != MP_OK)
+            return rc;
+    }
     rc = s->cops->init(&s->dev, s->comm->local_rank);
     if (rc != MP_OK)
         return rc;
+    if (!s->modelled) {
+        char bound_to[512];
+        mp_cpu_bind_apply(s->o.cpu_bind, gpu_pci(s), bound_to, sizeof bound_to);
+    }
     if (s->comm->ops->bind_device) {
         void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
         if (!stream) {
@@ -172,7 +217,7 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         if (rc != MP_OK)
             return rc;
     }
-    rc = note_ranks(s);
+    rc = note_ranks(s, local_rank_from);
     if (rc == MP_OK && s->run) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "name", s->model.name);

@@ -34,11 +34,10 @@ static int count_type(hwloc_topology_t topo, hwloc_obj_type_t type)
     return n < 0 ? 0 : n;
 }
 
-/* The host's topology with its important I/O devices, loaded on first use and kept for the life of
- * the process. Destroying the last topology makes hwloc unload its PCI plugin, after which the
+/* Destroying the last topology makes hwloc unload its PCI plugin, after which the
  * state libpciaccess still holds is reported as leaked by LeakSanitizer in every binary; keeping
- * it also makes later calls cheap. Not thread-safe: call from the main thread. NULL on failure. */
-static hwloc_topology_t host_topology(const char **why)
+ * it also makes later calls cheap. */
+hwloc_topology_t mp_host_topology(const char **why)
 {
     static hwloc_topology_t topo;
     static const char *failed;
@@ -74,7 +73,7 @@ struct cJSON *mp_topo_summary(void)
     cJSON_AddItemToObject(j, "hwloc", cJSON_CreateString(ver));
 
     const char *why;
-    hwloc_topology_t topo = host_topology(&why);
+    hwloc_topology_t topo = mp_host_topology(&why);
     if (!topo) {
         cJSON_AddItemToObject(j, "error", cJSON_CreateString(why));
         return j;

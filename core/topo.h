@@ -2,6 +2,17 @@
 #ifndef MP_TOPO_H
 #define MP_TOPO_H
 
+#include "config.h"
+
+#if HAVE_HWLOC
+#include <hwloc.h>
+
+/* This host's hwloc topology with its important I/O devices (PCI devices, NICs, GPUs), loaded on
+ * first use and kept for the life of the process. Main thread only. NULL on failure, with *why
+ * saying what failed. */
+hwloc_topology_t mp_host_topology(const char **why);
+#endif
+
 struct cJSON;
 
 /* A JSON object describing this host from hwloc: {"hwloc": version, "packages", "cores", "pus",

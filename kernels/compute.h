@@ -89,6 +89,10 @@ struct mp_compute_ops {
     /* the device stream the kernels run on (cudaStream_t), for a comm backend that must order its
      * collectives with them; NULL for host backends */
     void *(*native_stream)(struct mp_compute *c);
+
+    /* the PCI bus id of the device this rank drives ("0000:17:00.0"), for placement facts and
+     * --cpu-bind; NULL (or an absent entry) for host backends */
+    const char *(*pci_bus_id)(struct mp_compute *c);
 };
 
 #define MP_TIMER_SLOTS 16

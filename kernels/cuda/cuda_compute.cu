@@ -11,6 +11,7 @@
 extern "C" {
 #include "compute.h"
 #include "error.h"
+#include "rankmap.h"
 }
 #include "cuda_helpers.cuh"
 
@@ -39,6 +40,7 @@ struct mp_compute {
     cublasHandle_t blas;
     cudaEvent_t ev[MP_TIMER_SLOTS];
     char name[320];
+    char bus[32]; /* PCI bus id */
     /* host staging for fp32 <-> bf16, grown outside timed loops (upload/download) */
     bf16 *h_bf;
     size_t h_bf_cap;
@@ -99,7 +101,7 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->device = local_rank % n; /* one rank per GPU: the host's ranks take the GPUs in order */
+    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (rankmap.h) */
     *out = c;
     CUDACHECK(cudaSetDevice(c->device));
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -110,7 +112,8 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     cudaDeviceProp p;
     CUDACHECK(cudaGetDeviceProperties(&p, c->device));
     char bus[32] = "";
-    cudaDeviceGetPCIBusId(bus, sizeof bus, c->device);
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, c->device) == cudaSuccess)
+        memcpy(c->bus, bus, sizeof c->bus);
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
@@ -587,6 +590,8 @@ out:
 
 static void *cuda_native_stream(struct mp_compute *c) { return (void *)c->stream; }
 
+static const char *cuda_pci_bus_id(struct mp_compute *c) { return c->bus[0] ? c->bus : NULL; }
+
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .elem_size = sizeof(bf16),
@@ -609,4 +614,5 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .sync = cuda_sync,
     .measure_peak = cuda_measure_peak,
     .native_stream = cuda_native_stream,
+    .pci_bus_id = cuda_pci_bus_id,
 };
