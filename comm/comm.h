@@ -52,6 +52,10 @@ struct mp_comm_ops {
                       void *recv, const int *rcount, const int *rdispl, size_t row_bytes, int slot);
     int (*wait)(struct mp_comm *c, int slot);
     void (*progress)(struct mp_comm *c);
+    /* optional: wait until the device work this rank queued (its collectives included) is done,
+     * watching the communicators for errors while waiting; backends without it use the compute
+     * backend's sync */
+    int (*drain)(struct mp_comm *c);
     /* TP group: in-place sum of n fp32 (cpu) or elem-typed (device) values */
     int (*allreduce_sum)(struct mp_comm *c, void *buf, size_t n);
     /* world */

@@ -1,20 +1,28 @@
 /* nccl.c - the nccl communication backend: device buffers, grouped ncclSend/ncclRecv for dispatch
  * and combine, ncclAllReduce in the TP group, communicators split per layout from one world
- * communicator bootstrapped over MPI; host collectives and the count exchange go over MPI. */
+ * communicator bootstrapped over MPI; host collectives and the count exchange go over MPI. The
+ * non-blocking exchanges of a pipelined layer run on a second (comm) stream joined to the compute
+ * stream by events, and waiting polls ncclCommGetAsyncError. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
 #include "watchdog.h"
 
+/* Request slots of the non-blocking exchange (comm.h: 0..63). */
+#define NCCL_SLOTS 64
+
 struct nccl_state {
     struct mp_comm *mpi; /* the MPI world: bootstrap, count exchange, host collectives */
     ncclComm_t world, ep, tp;
-    cudaStream_t stream;
+    cudaStream_t stream;       /* the compute backend's: blocking exchanges and the allreduce */
+    cudaStream_t comm_stream;  /* the pipelined layer's exchanges, beside the compute stream */
+    cudaEvent_t ready[NCCL_SLOTS], done[NCCL_SLOTS]; /* data ready on compute; exchange finished */
     ncclDataType_t reduce_type;
     char version[192];
 };
@@ -83,6 +91,14 @@ static void nccl_fini(struct mp_comm *c)
     mp_watchdog_on_expire(NULL, NULL);
     if (s->stream)
         cudaStreamSynchronize(s->stream);
+    if (s->comm_stream) {
+        cudaStreamSynchronize(s->comm_stream);
+        for (int i = 0; i < NCCL_SLOTS; i++) {
+            cudaEventDestroy(s->ready[i]);
+            cudaEventDestroy(s->done[i]);
+        }
+        cudaStreamDestroy(s->comm_stream);
+    }
     if (s->ep)
         ncclCommDestroy(s->ep);
     if (s->tp)
@@ -109,6 +125,17 @@ static int nccl_bind_device(struct mp_comm *c, void *stream, size_t elem_size)
     if (rc != MP_OK)
         return rc;
     NCCLCHECK(ncclCommInitRank(&s->world, c->size, id, c->rank));
+    /* the pipelined layer's comm stream and its events (no timing: they only order work) */
+    if (cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        mp_error("--comm nccl: cannot create the communication stream");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < NCCL_SLOTS; i++)
+        if (cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming) != cudaSuccess) {
+            mp_error("--comm nccl: cannot create the pipeline's events");
+            return MP_ERR_RUNTIME;
+        }
     return MP_OK;
 }
 
@@ -141,21 +168,111 @@ static int nccl_alltoall_int(struct mp_comm *c, const int *send, int *recv, int 
     return st(c)->mpi->ops->alltoall_int(st(c)->mpi, send, recv, n);
 }
 
-static int nccl_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
-                          void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
+/* Grouped ncclSend/ncclRecv of rows to and from every EP peer, queued on `stream`. */
+static int exchange(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
+                    void *recv, const int *rcount, const int *rdispl, size_t row_bytes,
+                    cudaStream_t stream)
 {
     struct nccl_state *s = st(c);
     NCCLCHECK(ncclGroupStart());
     for (int p = 0; p < c->ep; p++) {
         if (scount[p] > 0)
             NCCLCHECK(ncclSend((const char *)send + (size_t)sdispl[p] * row_bytes,
-                               (size_t)scount[p] * row_bytes, ncclUint8, p, s->ep, s->stream));
+                               (size_t)scount[p] * row_bytes, ncclUint8, p, s->ep, stream));
         if (rcount[p] > 0)
             NCCLCHECK(ncclRecv((char *)recv + (size_t)rdispl[p] * row_bytes,
-                               (size_t)rcount[p] * row_bytes, ncclUint8, p, s->ep, s->stream));
+                               (size_t)rcount[p] * row_bytes, ncclUint8, p, s->ep, stream));
     }
     NCCLCHECK(ncclGroupEnd());
     return MP_OK;
+}
+
+static int nccl_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
+                          void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
+{
+    return exchange(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes, st(c)->stream);
+}
+
+/* Start an exchange on the comm stream once the compute stream has produced its data (event
+ * ready[slot]); done[slot] marks its end. Neither call blocks the host. */
+static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
+                           const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                           size_t row_bytes, int slot)
+{
+    struct nccl_state *s = st(c);
+    if (slot < 0 || slot >= NCCL_SLOTS) {
+        mp_error("--comm nccl: exchange slot %d outside 0..%d", slot, NCCL_SLOTS - 1);
+        return MP_ERR_RUNTIME;
+    }
+    if (cudaEventRecord(s->ready[slot], s->stream) != cudaSuccess ||
+        cudaStreamWaitEvent(s->comm_stream, s->ready[slot], 0) != cudaSuccess) {
+        mp_error("--comm nccl: cannot order exchange %d after its data", slot);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = exchange(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes, s->comm_stream);
+    if (rc == MP_OK && cudaEventRecord(s->done[slot], s->comm_stream) != cudaSuccess) {
+        mp_error("--comm nccl: cannot mark the end of exchange %d", slot);
+        return MP_ERR_RUNTIME;
+    }
+    return rc;
+}
+
+/* What follows on the compute stream waits for exchange `slot`; the host does not. */
+static int nccl_wait(struct mp_comm *c, int slot)
+{
+    struct nccl_state *s = st(c);
+    if (slot < 0 || slot >= NCCL_SLOTS ||
+        cudaStreamWaitEvent(s->stream, s->done[slot], 0) != cudaSuccess) {
+        mp_error("--comm nccl: cannot wait for exchange %d", slot);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The device progresses NCCL's kernels by itself. */
+static void nccl_progress(struct mp_comm *c) { (void)c; }
+
+/* Wait for both streams, polling every communicator's asynchronous error (a peer that died or a
+ * network error surfaces there while the streams never finish): on an error the communicators are
+ * aborted and the message names the point. A hang without an error is ended by the --timeout
+ * watchdog, which aborts them too. */
+static int nccl_drain(struct mp_comm *c)
+{
+    struct nccl_state *s = st(c);
+    cudaStream_t streams[2] = {s->stream, s->comm_stream};
+    for (long spin = 0;; spin++) {
+        int busy = 0;
+        for (int i = 0; i < 2; i++) {
+            if (!streams[i])
+                continue;
+            cudaError_t q = cudaStreamQuery(streams[i]);
+            if (q == cudaErrorNotReady) {
+                busy = 1;
+            } else if (q != cudaSuccess) {
+                mp_error("--comm nccl: the device stream failed (%s) during %s",
+                         cudaGetErrorString(q), mp_watchdog_point());
+                return MP_ERR_RUNTIME;
+            }
+        }
+        if (!busy)
+            return MP_OK;
+        ncclComm_t comms[3] = {s->ep, s->tp, s->world};
+        for (int i = 0; i < 3; i++) {
+            ncclResult_t r = ncclSuccess;
+            if (!comms[i] || ncclCommGetAsyncError(comms[i], &r) != ncclSuccess)
+                continue;
+            if (r != ncclSuccess && r != ncclInProgress) {
+                abort_all(s);
+                s->ep = s->tp = s->world = NULL;
+                mp_error("--comm nccl: NCCL reported '%s' during %s; the communicators were "
+                         "aborted, completed rows are kept and --resume finishes the sweep",
+                         ncclGetErrorString(r), mp_watchdog_point());
+                return MP_ERR_RUNTIME;
+            }
+        }
+        if (spin > 2000) /* short waits spin; long ones yield the core */
+            usleep(spin > 200000 ? 1000 : 20);
+    }
 }
 
 static int nccl_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
@@ -168,11 +285,8 @@ static int nccl_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
 static int nccl_barrier(struct mp_comm *c)
 {
     struct nccl_state *s = st(c);
-    if (s->stream && cudaStreamSynchronize(s->stream) != cudaSuccess) {
-        mp_error("device stream failed before the barrier");
-        return MP_ERR_RUNTIME;
-    }
-    return s->mpi->ops->barrier(s->mpi);
+    int rc = nccl_drain(c);
+    return rc == MP_OK ? s->mpi->ops->barrier(s->mpi) : rc;
 }
 
 static int nccl_gather(struct mp_comm *c, const void *send, size_t bytes, void *recv_root)
@@ -204,6 +318,10 @@ const struct mp_comm_ops mp_comm_nccl = {
     .split = nccl_split,
     .alltoall_int = nccl_alltoall_int,
     .alltoallv = nccl_alltoallv,
+    .ialltoallv = nccl_ialltoallv,
+    .wait = nccl_wait,
+    .progress = nccl_progress,
+    .drain = nccl_drain,
     .allreduce_sum = nccl_allreduce_sum,
     .barrier = nccl_barrier,
     .gather = nccl_gather,

@@ -21,7 +21,9 @@ volatile int mp_in_timed_loop;
 /* Routing draws made before timing and cycled through the iterations. */
 #define POOL_DRAWS 8
 
-enum { MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE };
+enum { MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE, MARK_CHUNKS };
+/* the pipelined layer's marks of chunk k: FFN start, FFN end, TP reduce end */
+#define MARK_CHUNK(k, i) (MARK_CHUNKS + 3 * (k) + (i))
 
 struct mp_layer {
     const struct mp_compute_ops *ops;
@@ -425,6 +427,13 @@ static int route_tokens(struct mp_layer *L, struct pool *pool, int d, long ntok,
     return MP_OK;
 }
 
+/* Wait for this rank's queued device work: the comm backend's drain where it has one (it watches
+ * its communicators while waiting), else the compute backend's sync. */
+static int drain(struct mp_layer *L)
+{
+    return L->comm->ops->drain ? L->comm->ops->drain(L->comm) : L->ops->sync(L->dev);
+}
+
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                      long tok0, long ntok, struct mp_rank_iter *rec)
@@ -437,7 +446,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     int rc = MP_OK;
 
     /* every timed iteration starts with the device drained and all ranks synchronized */
-    MP_CHECK(o->sync(dev));
+    MP_CHECK(drain(L));
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(o->mark(dev, MARK_START));
 
@@ -480,7 +489,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
         MP_CHECK(o->expert_ffn(dev, &sa));
     }
     if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) { /* debug: a slow rank */
-        MP_CHECK(o->sync(dev));
+        MP_CHECK(drain(L));
         double until = mp_now_us() + pt->straggle_us;
         while (mp_now_us() < until)
             ;
@@ -505,7 +514,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_RANGE_POP();
-    MP_CHECK(o->sync(dev));
+    MP_CHECK(drain(L));
 
     rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
     rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
@@ -548,7 +557,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     int H = L->m.hidden, me = c->ep_rank;
     int rc = MP_OK;
 
-    MP_CHECK(o->sync(dev));
+    MP_CHECK(drain(L));
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(o->mark(dev, MARK_START));
 
@@ -589,7 +598,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
         MP_CHECK(o->expert_ffn(dev, &sa));
     }
     if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
-        MP_CHECK(o->sync(dev));
+        MP_CHECK(drain(L));
         double until = mp_now_us() + pt->straggle_us;
         while (mp_now_us() < until)
             ;
@@ -613,7 +622,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_RANGE_POP();
-    MP_CHECK(o->sync(dev));
+    MP_CHECK(drain(L));
 
     rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
     rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
@@ -668,15 +677,16 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     struct mp_comm *c = L->comm;
     int H = L->m.hidden, K = L->m.topk, me = c->ep_rank;
     int rc = MP_OK;
-    double t_route = 0, t_ffn = 0, t_tp = 0, t0, t1;
+    double t_ffn = 0, t_tp = 0;
     long soff[33];
 
-    MP_CHECK(o->sync(dev));
+    /* times come from the compute backend's marks (device events on GPUs, where the host only
+     * queues the work): route from the start, per chunk its FFN and its TP reduce, and the whole */
+    MP_CHECK(drain(L));
     MP_CHECK(c->ops->barrier(c));
-    double start = mp_now_us();
+    MP_CHECK(o->mark(dev, MARK_START));
     const int32_t *ids;
     const float *w;
-    t0 = mp_now_us();
     MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
     /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
      * a peer only on data */
@@ -686,7 +696,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         mp_plan_send_group(&L->chunk_plans[k], pt->placement, me, tok0, ntok, ids, w, k, N);
         soff[k + 1] = soff[k] + L->chunk_plans[k].nsend;
     }
-    t_route += mp_now_us() - t0;
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
     for (int p = 0; p < L->ep; p++)
         for (int k = 0; k < N; k++)
             memcpy(L->chunk_cnt_send + ((size_t)p * N + k) * Lm,
@@ -719,7 +729,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             char *out = (char *)L->outbuf + (size_t)k * ostride;
             MP_CHECK(c->ops->wait(c, 2 * k));
             MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
-            t0 = mp_now_us();
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 0)));
             struct mp_ffn_args a = {.in = exp, .out = out, .row_off = pl->expert_off,
                                     .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H,
                                     .Dl = L->Dl, .work = L->work, .grouped = pt->grouped,
@@ -739,15 +749,15 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                 MP_CHECK(o->expert_ffn(dev, &sa));
             }
             if (k == 0 && pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
+                MP_CHECK(o->sync(dev)); /* the device's FFN first, then the host's delay */
                 double until = mp_now_us() + pt->straggle_us;
                 while (mp_now_us() < until)
                     ;
             }
-            t1 = mp_now_us();
-            t_ffn += t1 - t0;
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 1)));
             if (L->tp > 1)
                 MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
-            t_tp += mp_now_us() - t1;
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 2)));
             MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
             char *back = (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes;
             MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back,
@@ -774,8 +784,14 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                                 k == 0 ? L->S : 0, ntok, H, L->y, k > 0));
         }
     }
-    MP_CHECK(o->sync(dev));
-    double total = mp_now_us() - start;
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_CHECK(drain(L));
+    double total = o->elapsed_us(dev, MARK_START, MARK_COMBINE);
+    double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
+    for (int k = 0; k < N; k++) {
+        t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, 0), MARK_CHUNK(k, 1));
+        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, 1), MARK_CHUNK(k, 2));
+    }
     rec->route = t_route;
     rec->ffn = t_ffn;
     rec->tp_reduce = t_tp;

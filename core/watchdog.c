@@ -94,6 +94,11 @@ int mp_watchdog_start(void)
     return MP_OK;
 }
 
+const char *mp_watchdog_point(void)
+{
+    return message_len > 0 ? message : "no point";
+}
+
 void mp_watchdog_arm(double seconds, const char *label)
 {
     pthread_mutex_lock(&lock);

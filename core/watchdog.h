@@ -12,6 +12,10 @@ int mp_watchdog_start(void);
  * uniform placement contiguous batch 64"); the message says this rank and host. */
 void mp_watchdog_arm(double seconds, const char *label);
 
+/* What the armed point's messages name ("rank 3 (host n1) at point …"), or "no point" when
+ * nothing is armed; for a backend that reports a failure itself. */
+const char *mp_watchdog_point(void);
+
 /* The point completed. */
 void mp_watchdog_disarm(void);
 

@@ -95,7 +95,8 @@ struct mp_compute_ops {
     const char *(*pci_bus_id)(struct mp_compute *c);
 };
 
-#define MP_TIMER_SLOTS 16
+/* 6 for the phases of a layer, 3 per chunk of a pipelined one (up to 32 chunks) */
+#define MP_TIMER_SLOTS 104
 
 /* The backends built into this binary, NULL-terminated. */
 extern const struct mp_compute_ops *const mp_compute_backends[];
