@@ -21,7 +21,7 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_GEMM, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -210,12 +210,29 @@ int main(int argc, char **argv)
             rc = MP_ERR_USAGE;
             goto out;
         }
+        if (s.o.graph && !padded) {
+            mp_usage("--graph with --dispatch %s: only the padded dispatch can be captured (the "
+                     "dynamic one waits on the host for its counts); use --dispatch padded[:F]",
+                     s.o.dispatch.v[di]);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
         if (padded && max_overlap > 1) {
             mp_usage("--dispatch %s with --overlap %d: the pipelined layer exchanges exact counts; "
                      "sweep them in separate runs", s.o.dispatch.v[di], max_overlap);
             rc = MP_ERR_USAGE;
             goto out;
         }
+    }
+    if (s.o.graph && (s.modelled || !s.cops->capture_begin || grouped || straggle_rank >= 0)) {
+        mp_usage("--graph: %s", s.modelled || !s.cops->capture_begin
+                                    ? "replaying a captured layer needs --backend cuda --comm nccl"
+                                : grouped ? "the grouped GEMM copies its arguments from pageable "
+                                            "memory, which a graph cannot capture; use --gemm loop"
+                                          : "--straggle waits on the host inside the layer; drop "
+                                            "one of them");
+        rc = MP_ERR_USAGE;
+        goto out;
     }
     int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
                 s.o.batch.n;
@@ -236,10 +253,12 @@ int main(int argc, char **argv)
                 for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
                     long batch = s.o.batch.v[bi];
                     int overlap = (int)s.o.overlap.v[oi];
-                    const char *dispatch = s.o.dispatch.v[di];
                     int padded;
                     double capacity;
-                    mp_dispatch_parse(dispatch, &padded, &capacity); /* validated above */
+                    mp_dispatch_parse(s.o.dispatch.v[di], &padded, &capacity); /* validated above */
+                    char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
+                    snprintf(dispatch, sizeof dispatch, "%s%s", s.o.dispatch.v[di],
+                             s.o.graph ? "+graph" : "");
                     const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
                     struct mp_row key = {0};
                     npoint++;
@@ -261,6 +280,7 @@ int main(int argc, char **argv)
                                           .iters = s.o.iters, .check = s.o.check,
                                           .overlap = overlap, .padded = padded,
                                           .capacity = capacity, .grouped = grouped,
+                                          .graph = s.o.graph,
                                           .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};
                     struct mp_point_result res;

@@ -89,6 +89,10 @@ extern const char *const mp_cpu_bind_choices[];
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert) or grouped (one grouped GEMM per stage "    \
      "for all experts; --backend cuda)"}
+#define MP_OPT_GRAPH                                                                               \
+    {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
+     "capture each padded point's layer in a CUDA Graph once and replay it (--backend cuda "        \
+     "--comm nccl --dispatch padded[:F])"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

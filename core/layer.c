@@ -69,6 +69,12 @@ struct mp_layer {
     void *pad_out;              /* [(pad_rows + S·pad_tok) × H] FFN out: slot rows, then shared */
     void *pad_work;             /* [max(pad_rows, pad_tok) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
+    /* --graph: the padded layer captured for the current point, reading these page-locked copies
+     * of the slot rows' tokens and weights */
+    int captured;
+    int32_t *pin_tok;
+    float *pin_w;
+    long pin_rows;
 };
 
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
@@ -184,6 +190,13 @@ static void free_padded(struct mp_layer *L)
     L->pad_cnt_recv = NULL;
     mp_padded_free(&L->pad);
     L->pad_rows = L->pad_tok = 0;
+    if (o->host_free) {
+        o->host_free(L->dev, L->pin_tok);
+        o->host_free(L->dev, L->pin_w);
+    }
+    L->pin_tok = NULL;
+    L->pin_w = NULL;
+    L->pin_rows = 0;
 }
 
 /* A zero-filled backend buffer of n elements (padding rows must hold finite values). */
@@ -543,36 +556,23 @@ out:
     return rc;
 }
 
-/* One layer forward with the padded dispatch: the same phases as iteration(), but the send side is
- * laid out in fixed slots (mp_padded_send) and the all-to-alls move whole slots, so no count
- * exchange precedes the data; every slot row is computed. The valid counts travel after the
- * timed phases, for the metrics. */
-static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
-                            int d, long tok0, long ntok, struct mp_rank_iter *rec)
+/* The padded layer's device part, from the slot layout to the combined output (marks DISPATCH to
+ * COMBINE): what --graph captures. tok/w are the slot rows' tokens and routing weights (the plan's
+ * arrays, or their page-locked copies under --graph). Fills nothing in a record. */
+static int padded_device(struct mp_layer *L, const struct mp_point *pt, long ntok,
+                         const int32_t *tok, const float *w)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
     struct mp_padded *pd = &L->pad;
-    int H = L->m.hidden, me = c->ep_rank;
+    int H = L->m.hidden;
     int rc = MP_OK;
 
-    MP_CHECK(drain(L));
-    MP_CHECK(c->ops->barrier(c));
-    MP_CHECK(o->mark(dev, MARK_START));
-
-    MP_RANGE_PUSH("moeperf/route");
-    const int32_t *ids;
-    const float *w;
-    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
-    mp_plan_send(&L->plan, pt->placement, me, tok0, ntok, ids, w);
-    mp_padded_send(pd, &L->plan, me);
-    MP_CHECK(o->mark(dev, MARK_ROUTE));
-    MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
 
     /* dispatch: gather every slot row (padding too), fixed-size all-to-all, regroup by expert */
-    MP_CHECK(o->permute(dev, L->x, pd->src_tok, pd->rows, H, L->pad_send));
+    MP_CHECK(o->permute(dev, L->x, tok, pd->rows, H, L->pad_send));
     MP_CHECK(c->ops->alltoallv(c, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->pad_recv, L->pad_exp, pd->to_expert, pd->nchunks, H));
@@ -617,11 +617,81 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     MP_CHECK(o->copy_rows(dev, L->pad_out, L->pad_recv, pd->to_source, pd->nchunks, H));
     MP_CHECK(c->ops->alltoallv(c, L->pad_recv, pd->peer_rows, pd->peer_displ, L->pad_send,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
-    MP_CHECK(o->combine(dev, L->pad_send, pd->src_tok, pd->w, pd->rows,
+    MP_CHECK(o->combine(dev, L->pad_send, tok, w, pd->rows,
                         L->S ? (char *)L->pad_out + (size_t)slot_rows * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_RANGE_POP();
+out:
+    return rc;
+}
+
+/* --graph: capture this point's padded layer once, after an untimed iteration has grown every
+ * scratch buffer; later iterations copy their slot indices into the page-locked arrays and replay
+ * it. Collective (every rank's collectives are captured together). */
+static int capture_padded(struct mp_layer *L, const struct mp_point *pt, long ntok)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_padded *pd = &L->pad;
+    if (L->pin_rows < pd->rows) {
+        o->host_free(L->dev, L->pin_tok);
+        o->host_free(L->dev, L->pin_w);
+        L->pin_tok = o->host_alloc(L->dev, (size_t)pd->rows * sizeof *L->pin_tok);
+        L->pin_w = o->host_alloc(L->dev, (size_t)pd->rows * sizeof *L->pin_w);
+        if (!L->pin_tok || !L->pin_w) {
+            mp_error("--graph: out of page-locked memory for %ld slot rows", pd->rows);
+            L->pin_rows = 0;
+            return MP_ERR_RUNTIME;
+        }
+        L->pin_rows = pd->rows;
+    }
+    memcpy(L->pin_tok, pd->src_tok, (size_t)pd->rows * sizeof *L->pin_tok);
+    memcpy(L->pin_w, pd->w, (size_t)pd->rows * sizeof *L->pin_w);
+    int rc = drain(L);
+    if (rc != MP_OK || (rc = o->capture_begin(L->dev)) != MP_OK)
+        return rc;
+    rc = padded_device(L, pt, ntok, L->pin_tok, L->pin_w);
+    int end = o->capture_end(L->dev); /* always leave the capture, even after a failure */
+    if (rc == MP_OK)
+        rc = end;
+    L->captured = rc == MP_OK;
+    return rc;
+}
+
+/* One layer forward with the padded dispatch: the same phases as iteration(), but the send side is
+ * laid out in fixed slots (mp_padded_send) and the all-to-alls move whole slots, so no count
+ * exchange precedes the data; every slot row is computed. The valid counts travel after the
+ * timed phases, for the metrics. */
+static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                            int d, long tok0, long ntok, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    struct mp_padded *pd = &L->pad;
+    int me = c->ep_rank;
+    int rc = MP_OK;
+
+    MP_CHECK(drain(L));
+    MP_CHECK(c->ops->barrier(c));
+    MP_CHECK(o->mark(dev, MARK_START));
+
+    MP_RANGE_PUSH("moeperf/route");
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
+    mp_plan_send(&L->plan, pt->placement, me, tok0, ntok, ids, w);
+    mp_padded_send(pd, &L->plan, me);
+    if (L->captured) { /* --graph: the replay reads the indices from the page-locked copies */
+        memcpy(L->pin_tok, pd->src_tok, (size_t)pd->rows * sizeof *L->pin_tok);
+        memcpy(L->pin_w, pd->w, (size_t)pd->rows * sizeof *L->pin_w);
+    }
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
+    MP_RANGE_POP();
+    if (L->captured)
+        MP_CHECK(o->replay(dev));
+    else
+        MP_CHECK(padded_device(L, pt, ntok, pd->src_tok, pd->w));
     MP_CHECK(drain(L));
 
     rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
@@ -637,7 +707,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
         valid += L->pad_cnt_recv[i];
     rec->tokens = (double)ntok;
     rec->rows = valid;
-    rec->ffn_rows = (double)slot_rows + (double)L->S * ntok;
+    rec->ffn_rows = (double)pd->expert_off[pd->max_local] + (double)L->S * ntok;
     rec->pairs = (double)ntok * L->m.topk;
     rec->local_pairs = (double)pd->local_pairs;
     rec->dropped = (double)pd->dropped;
@@ -982,6 +1052,12 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         int chunks = pass == 0 ? 1 : N;
         for (int i = 0; i < pt->warmup; i++)
             MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch));
+        if (pt->graph && !L->captured) { /* grown buffers first, then the capture, then a replay */
+            if (pt->warmup == 0)
+                MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
+            MP_CHECK(capture_padded(L, pt, ntok));
+            MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
+        }
         double t_timed = 0;
         for (int i = 0; i < pt->iters; i++) {
             int d = (pt->warmup + i) % pool.n;
@@ -1011,6 +1087,10 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         MP_CHECK(check_output(L, pt, &pool, total, ntok, &res->check_error));
     }
 out:
+    if (L->captured) {
+        L->ops->graph_reset(L->dev);
+        L->captured = 0;
+    }
     pool_free(&pool);
     free(mine);
     free(plain);

@@ -24,6 +24,8 @@ struct mp_point {
     int padded;          /* dispatch mode: 0 dynamic (exact counts exchanged first), 1 padded */
     double capacity;     /* padded: capacity factor (mp_padded_capacity; ≤ 0: lossless) */
     int grouped;         /* expert FFN as grouped GEMMs (mp_ffn_args.grouped) */
+    int graph;           /* padded only, backends with graph replay: capture the layer once per
+                          * point and replay it every iteration */
     int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */
     double straggle_us;  /* 0: off */
 };

@@ -93,6 +93,7 @@ struct mp_bench_opts {
     struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
     struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */
     char *gemm;                 /* the expert FFN's GEMMs: "loop" or "grouped" */
+    int graph;                  /* replay a captured layer (padded dispatch, device backends) */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

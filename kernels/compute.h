@@ -90,6 +90,18 @@ struct mp_compute_ops {
      * collectives with them; NULL for host backends */
     void *(*native_stream)(struct mp_compute *c);
 
+    /* optional (device backends): graph replay. Work queued on the stream between capture_begin
+     * and capture_end (kernels, copies, collectives of a comm backend on the same stream, marks)
+     * is captured, not run; replay queues the captured work again; graph_reset frees it. Inside a
+     * capture nothing may allocate or synchronise, and host arrays handed to the kernels must come
+     * from host_alloc (page-locked) and stay where they are: a replay reads what they hold then. */
+    int (*capture_begin)(struct mp_compute *c);
+    int (*capture_end)(struct mp_compute *c);
+    int (*replay)(struct mp_compute *c);
+    void (*graph_reset)(struct mp_compute *c);
+    void *(*host_alloc)(struct mp_compute *c, size_t bytes);
+    void (*host_free)(struct mp_compute *c, void *p);
+
     /* the PCI bus id of the device this rank drives ("0000:17:00.0"), for placement facts and
      * --cpu-bind; NULL (or an absent entry) for host backends */
     const char *(*pci_bus_id)(struct mp_compute *c);

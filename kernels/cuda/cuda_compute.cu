@@ -61,6 +61,10 @@ struct mp_compute {
     size_t acc_cap;
     /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
     struct grouped_args *g;
+    /* --graph: the captured layer */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    void *blas_ws; /* cuBLAS workspace set once, so captured GEMMs never allocate */
 };
 
 /* Arguments of cublasGemmGroupedBatchedEx for up to `cap` problems, one problem per group (every
@@ -107,6 +111,10 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLASCHECK(cublasCreate(&c->blas));
     CUBLASCHECK(cublasSetStream(c->blas, c->stream));
+    /* a fixed workspace: cuBLAS then allocates nothing while a graph is captured */
+    const size_t ws = (size_t)32 << 20;
+    CUDACHECK(cudaMalloc(&c->blas_ws, ws));
+    CUBLASCHECK(cublasSetWorkspace(c->blas, c->blas_ws, ws));
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
     cudaDeviceProp p;
@@ -131,8 +139,13 @@ static void cuda_fini(struct mp_compute *c)
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         if (c->ev[i])
             cudaEventDestroy(c->ev[i]);
+    if (c->exec)
+        cudaGraphExecDestroy(c->exec);
+    if (c->graph)
+        cudaGraphDestroy(c->graph);
     if (c->blas)
         cublasDestroy(c->blas);
+    cudaFree(c->blas_ws);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     cudaFree(c->d_idx);
@@ -503,7 +516,8 @@ static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *t
 
 static int cuda_mark(struct mp_compute *c, int slot)
 {
-    CUDACHECK(cudaEventRecord(c->ev[slot], c->stream));
+    /* external: inside a graph capture the record becomes a node, so replays keep the timers */
+    CUDACHECK(cudaEventRecordWithFlags(c->ev[slot], c->stream, cudaEventRecordExternal));
     return MP_OK;
 }
 
@@ -590,6 +604,58 @@ out:
 
 static void *cuda_native_stream(struct mp_compute *c) { return (void *)c->stream; }
 
+static void cuda_graph_reset(struct mp_compute *c)
+{
+    if (c->exec)
+        cudaGraphExecDestroy(c->exec);
+    if (c->graph)
+        cudaGraphDestroy(c->graph);
+    c->exec = NULL;
+    c->graph = NULL;
+}
+
+static int cuda_capture_begin(struct mp_compute *c)
+{
+    cuda_graph_reset(c);
+    CUDACHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    return MP_OK;
+}
+
+static int cuda_capture_end(struct mp_compute *c)
+{
+    cudaError_t e = cudaStreamEndCapture(c->stream, &c->graph);
+    if (e != cudaSuccess) {
+        mp_error("--graph: capturing the layer failed: %s (an operation in it cannot be captured)",
+                 cudaGetErrorString(e));
+        c->graph = NULL;
+        return MP_ERR_RUNTIME;
+    }
+    CUDACHECK(cudaGraphInstantiate(&c->exec, c->graph, 0));
+    return MP_OK;
+}
+
+static int cuda_replay(struct mp_compute *c)
+{
+    if (!c->exec) {
+        mp_error("--graph: no captured layer to replay");
+        return MP_ERR_RUNTIME;
+    }
+    CUDACHECK(cudaGraphLaunch(c->exec, c->stream));
+    return MP_OK;
+}
+
+static void *cuda_host_alloc(struct mp_compute *c, size_t bytes)
+{
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+}
+
+static void cuda_host_free(struct mp_compute *c, void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
 static const char *cuda_pci_bus_id(struct mp_compute *c) { return c->bus[0] ? c->bus : NULL; }
 
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
@@ -614,5 +680,11 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .sync = cuda_sync,
     .measure_peak = cuda_measure_peak,
     .native_stream = cuda_native_stream,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
+    .graph_reset = cuda_graph_reset,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .pci_bus_id = cuda_pci_bus_id,
 };

@@ -2,7 +2,8 @@
 # padded.sh - the padded dispatch: --check passes on 1, 2 and 4 ranks with every placement, a
 # lossless padded point routes exactly the pairs the dynamic one does (same load_imbalance, no
 # drops) while moving the whole slots (bytes_rank_max = 2·(ep−1)·slots·cap·H·4), a capacity
-# factor drops pairs under skew, and bad combinations are refused before anything runs.
+# factor drops pairs under skew, and bad combinations are refused before anything runs (--graph
+# needs the padded dispatch on a backend that captures graphs).
 . "$(dirname "$0")/lib.sh"
 
 common="--experts 16 --topk 2 --shared 1 --hidden 128 --ffn 128 --warmup 1 --iters 3 --check --quiet"
@@ -50,4 +51,6 @@ refused "$BIN/moeperf-layer" --dispatch fixed --batch 4 --quiet
 refused "$BIN/moeperf-layer" --dispatch padded --overlap 2 --batch 4 --quiet
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 8 \
     --dispatch padded --batch 4 --quiet
+refused "$BIN/moeperf-layer" --graph --batch 4 --quiet
+refused "$BIN/moeperf-layer" --graph --dispatch padded --batch 4 --quiet
 echo PASS
