@@ -447,6 +447,71 @@ static int drain(struct mp_layer *L)
     return L->comm->ops->drain ? L->comm->ops->drain(L->comm) : L->ops->sync(L->dev);
 }
 
+/* The start of a timed iteration: the device drained, all ranks synchronized, mark START, then
+ * the route phase up to the dispatch plan in L->plan (gate or pooled draw `d`). The caller marks
+ * ROUTE and closes the "moeperf/route" range it opens. */
+static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
+                           long tok0, long ntok)
+{
+    int rc = MP_OK;
+    MP_CHECK(drain(L));
+    MP_CHECK(L->comm->ops->barrier(L->comm));
+    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+    MP_RANGE_PUSH("moeperf/route");
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
+    mp_plan_send(&L->plan, pt->placement, L->comm->ep_rank, tok0, ntok, ids, w);
+out:
+    return rc;
+}
+
+/* A drained iteration's five phase durations, from the marks START … COMBINE. */
+static void phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    rec->route = o->elapsed_us(L->dev, MARK_START, MARK_ROUTE);
+    rec->dispatch = o->elapsed_us(L->dev, MARK_ROUTE, MARK_DISPATCH);
+    rec->ffn = o->elapsed_us(L->dev, MARK_DISPATCH, MARK_FFN);
+    rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
+    rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
+}
+
+/* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
+ * then each shared expert on the rank's own `ntok` tokens, written after the `routed` rows of
+ * `out`, then the debug straggler's delay. `progress` (may be NULL) runs between experts. */
+static int ffn_phase(struct mp_layer *L, const struct mp_point *pt, const void *in, void *out,
+                     const long *row_off, void *work, long routed, long ntok, int nshared,
+                     void (*progress)(void *), void *progress_arg)
+{
+    int rc = MP_OK;
+    struct mp_ffn_args a = {.in = in, .out = out, .row_off = row_off, .nexp = L->nlocal,
+                            .wgu = L->wgu, .wd = L->wd, .H = L->m.hidden, .Dl = L->Dl,
+                            .work = work, .grouped = pt->grouped, .progress = progress,
+                            .progress_arg = progress_arg};
+    MP_CHECK(L->ops->expert_ffn(L->dev, &a));
+    L->shared_off[0] = 0;
+    L->shared_off[1] = ntok;
+    for (int s = 0; s < nshared; s++) {
+        struct mp_ffn_args sa = a;
+        sa.in = L->x;
+        sa.out = (char *)out + ((size_t)routed + (size_t)s * ntok) * L->row_bytes;
+        sa.row_off = L->shared_off;
+        sa.nexp = 1;
+        sa.wgu = L->wgu + L->nlocal + s;
+        sa.wd = L->wd + L->nlocal + s;
+        MP_CHECK(L->ops->expert_ffn(L->dev, &sa));
+    }
+    if (pt->straggle_us > 0 && L->comm->rank == pt->straggle_rank) { /* debug: a slow rank */
+        MP_CHECK(L->ops->sync(L->dev)); /* the device's FFN first, then the host's delay */
+        double until = mp_now_us() + pt->straggle_us;
+        while (mp_now_us() < until)
+            ;
+    }
+out:
+    return rc;
+}
+
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                      long tok0, long ntok, struct mp_rank_iter *rec)
@@ -458,17 +523,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     int H = L->m.hidden, me = c->ep_rank;
     int rc = MP_OK;
 
-    /* every timed iteration starts with the device drained and all ranks synchronized */
-    MP_CHECK(drain(L));
-    MP_CHECK(c->ops->barrier(c));
-    MP_CHECK(o->mark(dev, MARK_START));
-
-    /* route: gate (real routing) or the pooled draw, then the dispatch plan */
-    MP_RANGE_PUSH("moeperf/route");
-    const int32_t *ids;
-    const float *w;
-    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
-    mp_plan_send(pl, pt->placement, me, tok0, ntok, ids, w);
+    MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
@@ -485,28 +540,8 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_RANGE_PUSH("moeperf/ffn");
 
     /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
-    struct mp_ffn_args a = {.in = L->expbuf, .out = L->outbuf, .row_off = pl->expert_off,
-                            .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
-                            .work = L->work, .grouped = pt->grouped};
-    MP_CHECK(o->expert_ffn(dev, &a));
-    L->shared_off[0] = 0;
-    L->shared_off[1] = ntok;
-    for (int s = 0; s < L->S; s++) {
-        struct mp_ffn_args sa = a;
-        sa.in = L->x;
-        sa.out = (char *)L->outbuf + ((size_t)pl->nrecv + (size_t)s * ntok) * L->row_bytes;
-        sa.row_off = L->shared_off;
-        sa.nexp = 1;
-        sa.wgu = L->wgu + L->nlocal + s;
-        sa.wd = L->wd + L->nlocal + s;
-        MP_CHECK(o->expert_ffn(dev, &sa));
-    }
-    if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) { /* debug: a slow rank */
-        MP_CHECK(drain(L));
-        double until = mp_now_us() + pt->straggle_us;
-        while (mp_now_us() < until)
-            ;
-    }
+    MP_CHECK(ffn_phase(L, pt, L->expbuf, L->outbuf, pl->expert_off, L->work, pl->nrecv, ntok, L->S,
+                       NULL, NULL));
     MP_CHECK(o->mark(dev, MARK_FFN));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/tp-reduce");
@@ -529,11 +564,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_RANGE_POP();
     MP_CHECK(drain(L));
 
-    rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
-    rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
-    rec->ffn = o->elapsed_us(dev, MARK_DISPATCH, MARK_FFN);
-    rec->tp_reduce = o->elapsed_us(dev, MARK_FFN, MARK_TP);
-    rec->combine = o->elapsed_us(dev, MARK_TP, MARK_COMBINE);
+    phase_times(L, rec);
     rec->tokens = (double)ntok;
     rec->rows = (double)pl->nrecv;
     rec->ffn_rows = (double)pl->nrecv + (double)L->S * ntok;
@@ -581,28 +612,8 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
     MP_RANGE_PUSH("moeperf/ffn");
 
     long slot_rows = pd->expert_off[pd->max_local]; /* nlocal·ep·cap */
-    struct mp_ffn_args a = {.in = L->pad_exp, .out = L->pad_out, .row_off = pd->expert_off,
-                            .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H, .Dl = L->Dl,
-                            .work = L->pad_work, .grouped = pt->grouped};
-    MP_CHECK(o->expert_ffn(dev, &a));
-    L->shared_off[0] = 0;
-    L->shared_off[1] = ntok;
-    for (int s = 0; s < L->S; s++) {
-        struct mp_ffn_args sa = a;
-        sa.in = L->x;
-        sa.out = (char *)L->pad_out + ((size_t)slot_rows + (size_t)s * ntok) * L->row_bytes;
-        sa.row_off = L->shared_off;
-        sa.nexp = 1;
-        sa.wgu = L->wgu + L->nlocal + s;
-        sa.wd = L->wd + L->nlocal + s;
-        MP_CHECK(o->expert_ffn(dev, &sa));
-    }
-    if (pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
-        MP_CHECK(drain(L));
-        double until = mp_now_us() + pt->straggle_us;
-        while (mp_now_us() < until)
-            ;
-    }
+    MP_CHECK(ffn_phase(L, pt, L->pad_exp, L->pad_out, pd->expert_off, L->pad_work, slot_rows, ntok,
+                       L->S, NULL, NULL));
     MP_CHECK(o->mark(dev, MARK_FFN));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/tp-reduce");
@@ -672,15 +683,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     int me = c->ep_rank;
     int rc = MP_OK;
 
-    MP_CHECK(drain(L));
-    MP_CHECK(c->ops->barrier(c));
-    MP_CHECK(o->mark(dev, MARK_START));
-
-    MP_RANGE_PUSH("moeperf/route");
-    const int32_t *ids;
-    const float *w;
-    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
-    mp_plan_send(&L->plan, pt->placement, me, tok0, ntok, ids, w);
+    MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
     mp_padded_send(pd, &L->plan, me);
     if (L->captured) { /* --graph: the replay reads the indices from the page-locked copies */
         memcpy(L->pin_tok, pd->src_tok, (size_t)pd->rows * sizeof *L->pin_tok);
@@ -694,11 +697,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
         MP_CHECK(padded_device(L, pt, ntok, pd->src_tok, pd->w));
     MP_CHECK(drain(L));
 
-    rec->route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
-    rec->dispatch = o->elapsed_us(dev, MARK_ROUTE, MARK_DISPATCH);
-    rec->ffn = o->elapsed_us(dev, MARK_DISPATCH, MARK_FFN);
-    rec->tp_reduce = o->elapsed_us(dev, MARK_FFN, MARK_TP);
-    rec->combine = o->elapsed_us(dev, MARK_TP, MARK_COMBINE);
+    phase_times(L, rec);
 
     /* untimed: the valid rows each slot carried, for load_imbalance and rows */
     MP_CHECK(c->ops->alltoall_int(c, pd->kept, L->pad_cnt_recv, pd->max_local));
@@ -749,6 +748,8 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     int rc = MP_OK;
     double t_ffn = 0, t_tp = 0;
     long soff[33];
+    struct mp_point plain_pt = *pt; /* chunks after the first: no straggler delay */
+    plain_pt.straggle_us = 0;
 
     /* times come from the compute backend's marks (device events on GPUs, where the host only
      * queues the work): route from the start, per chunk its FFN and its TP reduce, and the whole */
@@ -800,30 +801,8 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             MP_CHECK(c->ops->wait(c, 2 * k));
             MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 0)));
-            struct mp_ffn_args a = {.in = exp, .out = out, .row_off = pl->expert_off,
-                                    .nexp = L->nlocal, .wgu = L->wgu, .wd = L->wd, .H = H,
-                                    .Dl = L->Dl, .work = L->work, .grouped = pt->grouped,
-                                    .progress = progress_hook,
-                                    .progress_arg = c};
-            MP_CHECK(o->expert_ffn(dev, &a));
-            L->shared_off[0] = 0;
-            L->shared_off[1] = ntok;
-            for (int sh = 0; sh < S; sh++) {
-                struct mp_ffn_args sa = a;
-                sa.in = L->x;
-                sa.out = out + ((size_t)pl->nrecv + (size_t)sh * ntok) * L->row_bytes;
-                sa.row_off = L->shared_off;
-                sa.nexp = 1;
-                sa.wgu = L->wgu + L->nlocal + sh;
-                sa.wd = L->wd + L->nlocal + sh;
-                MP_CHECK(o->expert_ffn(dev, &sa));
-            }
-            if (k == 0 && pt->straggle_us > 0 && c->rank == pt->straggle_rank) {
-                MP_CHECK(o->sync(dev)); /* the device's FFN first, then the host's delay */
-                double until = mp_now_us() + pt->straggle_us;
-                while (mp_now_us() < until)
-                    ;
-            }
+            MP_CHECK(ffn_phase(L, k == 0 ? pt : &plain_pt, exp, out, pl->expert_off, L->work,
+                               pl->nrecv, ntok, S, progress_hook, c));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 1)));
             if (L->tp > 1)
                 MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));

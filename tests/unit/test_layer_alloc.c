@@ -98,13 +98,14 @@ int main(int argc, char **argv)
     const char *routings[] = {"hot:2:10", "gate:0.3"};
     struct mp_layer *L;
     CHECK_INT(mp_layer_create(&L, ops, dev, c, &m, 5, 64, 0, 2), MP_OK);
-    for (int i = 0; i < 4; i++) { /* two routings, unpipelined and in 2 chunks */
+    for (int i = 0; i < 6; i++) { /* two routings: unpipelined, in 2 chunks, padded dispatch */
         struct mp_routing rt;
         struct mp_placement pl;
         CHECK_INT(mp_routing_parse(routings[i % 2], m.experts, m.topk, 5, &rt), MP_OK);
         CHECK_INT(mp_placement_build("replicate-hot:2", m.experts, c->ep, rt.prob, &pl), MP_OK);
         struct mp_point pt = {.batch = 64, .seq = 1, .routing = &rt, .placement = &pl,
-                              .warmup = 1, .iters = 6, .check = 0, .overlap = i < 2 ? 1 : 2};
+                              .warmup = 1, .iters = 6, .check = 0, .overlap = i / 2 == 1 ? 2 : 1,
+                              .padded = i >= 4, .capacity = i == 5 ? 1.0 : 0};
         struct mp_point_result res;
         long before = all_allocs;
         CHECK_INT(mp_layer_run(L, &pt, &res), MP_OK);
