@@ -844,8 +844,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_PLACEMENT]);
             effect_text(text, sizeof text, &e, what);
             char head[600];
-            snprintf(head, sizeof head, "replication, %s %s (%s)", s[i].key[RP_K_LAYOUT],
-                     s[i].key[RP_K_ROUTING], s[i].key[RP_K_SOURCE]);
+            char piped[48] = ""; /* pipelined pairs are told apart from unpipelined ones */
+            if (rp_overlap_depth(s[i].key[RP_K_OVERLAP]) > 1)
+                snprintf(piped, sizeof piped, " overlap=%s", s[i].key[RP_K_OVERLAP]);
+            snprintf(head, sizeof head, "replication, %s %s%s (%s)", s[i].key[RP_K_LAYOUT],
+                     s[i].key[RP_K_ROUTING], piped, s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
     /* overlap: the pipeline depths of a workload ranked against the same workload without */
