@@ -101,7 +101,7 @@ rc=0
 wait "$job" || rc=$?
 echo "SIGTERM: exit $rc after $(($(date +%s) - t0)) s; $(grep 'stopped by a signal' "$TMP/sig.err" | head -1)"
 [ "$rc" -eq 143 ] || fail "run exited $rc after SIGTERM, expected 143: $(cat "$TMP/sig.err")"
-grep -Eq 'stopped by a signal during rank [01] \(host node[01]\) at point layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)? batch [0-9]+' "$TMP/sig.err" ||
+grep -Eq 'stopped by a signal during rank [01] \(host node[01]\) at point layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)?( dispatch [a-z0-9:.+]+)? batch [0-9]+' "$TMP/sig.err" ||
     fail "no rank named the point it was stopped in: $(cat "$TMP/sig.err")"
 [ -z "$(ip netns list | grep "^${NAME}s-")" ] && [ ! -e "/tmp/emucluster-${NAME}s" ] ||
     fail "the cluster of the stopped run was left behind"

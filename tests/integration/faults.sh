@@ -75,7 +75,7 @@ resumed() {
 }
 
 # point BATCH: the words that name the point (an extended regex; the overlap depth is optional)
-point() { echo "layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)? batch $1"; }
+point() { echo "layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)?( dispatch [a-z0-9:.+]+)? batch $1"; }
 
 # finish PID LIMIT: the exit status of job PID, which must end within LIMIT seconds
 finish() {
