@@ -106,10 +106,11 @@ static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const s
         t->local[e] = (double)plan->local_pairs;
         for (int p = 0; p < ep; p++) {
             rows_to[e * ep + p] = plan->send_rows[p];
-            for (int l = 0; l < L; l++) {
+            int nl = mp_placement_nlocal(pl, p); /* slots past a rank's experts stay empty */
+            for (int l = 0; l < nl && l < L; l++) {
                 exp_rows[p * L + l] += plan->send_cnt[p * L + l];
                 if (N > 1) {
-                    int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
+                    int g = mp_plan_expert_group(l, nl, N);
                     chunk_to[g * cells + e * ep + p] += plan->send_cnt[p * L + l];
                 }
             }
@@ -130,7 +131,7 @@ static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const s
             t->chunk_rows[g * ep + p] = 0;
             t->chunk_active[g * ep + p] = g == 0 ? sh : 0;
         }
-        for (int l = 0; l < L && N > 1; l++) {
+        for (int l = 0; l < L && l < mp_placement_nlocal(pl, p) && N > 1; l++) {
             int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
             t->chunk_rows[g * ep + p] += exp_rows[p * L + l];
             t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;

@@ -121,6 +121,18 @@ int main(void)
     }
     mp_point_result_free(&f1);
 
+    /* ranks holding fewer experts than the most loaded one (replicas of 4 hot experts: 12 or 8
+     * local experts), pipelined: every chunk's rows add up to the unpipelined rows */
+    mp_placement_free(&placement);
+    CHECK_INT(mp_placement_build("eplb:12", model.experts, EP, routing.prob, &placement), MP_OK);
+    CHECK(placement.max_local > mp_placement_nlocal(&placement, EP - 1) ||
+          placement.max_local > mp_placement_nlocal(&placement, 0));
+    struct mp_point_result u1 = run(&h100, 64, 1), u3 = run(&h100, 64, 3);
+    for (int r = 0; r < EP; r++)
+        CHECK_NEAR(u3.ranks[r].rows, u1.ranks[r].rows, 0);
+    mp_point_result_free(&u1);
+    mp_point_result_free(&u3);
+
     mp_point_result_free(&r0);
     mp_point_result_free(&r1);
     mp_placement_free(&placement);
