@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
-# --check against the reference for every routing and placement, and a model run beside it.
+# --check against the reference for every routing and placement, in both dispatch modes, with
+# grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs.
 # Exits 77 where no CUDA device is present.
 . "$(dirname "$0")/lib.sh"
 set +e
@@ -19,5 +20,15 @@ np=1
 mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
     --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
     --routing uniform,hot:2:15,gate,gate:0.5 --placement contiguous,round-robin,replicate-hot:2 \
-    --check --out "$TMP/gpu" || fail "moeperf-layer --backend cuda --check exit $?"
+    --dispatch dynamic,padded,padded:1.0 --check --out "$TMP/gpu" ||
+    fail "moeperf-layer --backend cuda --check exit $?"
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
+    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
+    --placement contiguous,eplb:4 --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
+    fail "moeperf-layer --gemm grouped --overlap --check exit $?"
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
+    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
+    --placement contiguous,replicate-hot:2 --dispatch padded,padded:1.0 --graph --check \
+    --out "$TMP/gpu-graph" || fail "moeperf-layer --graph --check exit $?"
+col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
 echo PASS
