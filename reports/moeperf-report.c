@@ -851,6 +851,29 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_ROUTING], piped, s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
+    /* dispatch modes: a padded (or graph-replayed) dispatch against the dynamic one, all else
+     * equal; the drop rate says what a capacity factor cost in routed pairs */
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (strcmp(s[i].key[RP_K_DISPATCH], "dynamic") != 0 ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_DISPATCH, 0))
+                continue;
+            struct rp_effect e = rp_effect(&s[i], &s[j]);
+            if (!e.n)
+                continue;
+            char what[256], head[600];
+            snprintf(what, sizeof what, "%s instead of dynamic", s[j].key[RP_K_DISPATCH]);
+            effect_text(text, sizeof text, &e, what);
+            const struct rp_point *last = s[j].n ? &s[j].pt[s[j].n - 1] : NULL;
+            if (last && last->drop_rate > 0) { /* fewer pairs computed: not the same work */
+                size_t tl = strlen(text);
+                snprintf(text + tl, sizeof text - tl, "; it dropped %.1f %% of the token-expert "
+                         "pairs at batch %g (over capacity)", 100 * last->drop_rate, last->batch);
+            }
+            snprintf(head, sizeof head, "dispatch mode, %s %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                     s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
+            doc_li(d, head, "%s.", text);
+        }
     /* overlap: the pipeline depths of a workload ranked against the same workload without */
     for (int i = 0; i < ns; i++) {
         int order[32];

@@ -291,7 +291,7 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
             c_cp99 = mp_table_col(t, "comm_p99_us"), c_ratio = mp_table_col(t, "comm_comp_ratio"),
             c_bub = mp_table_col(t, "bubble_ratio"), c_imb = mp_table_col(t, "load_imbalance"),
             c_hit = mp_table_col(t, "local_hit_rate"), c_lo = mp_table_col(t, "layer_ci_lo_us"),
-            c_hi = mp_table_col(t, "layer_ci_hi_us");
+            c_hi = mp_table_col(t, "layer_ci_hi_us"), c_drop = mp_table_col(t, "drop_rate");
         for (long row = 0; row < t->nrows; row++) {
             struct rp_point p = {
                 .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),
@@ -300,7 +300,7 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
                 .comm_p99_us = cell_num(t, row, c_cp99), .ratio = cell_num(t, row, c_ratio),
                 .bubble = cell_num(t, row, c_bub), .imbalance = cell_num(t, row, c_imb),
                 .hit = cell_num(t, row, c_hit), .layer_ci_lo_us = cell_num(t, row, c_lo),
-                .layer_ci_hi_us = cell_num(t, row, c_hi),
+                .layer_ci_hi_us = cell_num(t, row, c_hi), .drop_rate = cell_num(t, row, c_drop),
             };
             if (isnan(p.batch))
                 continue;

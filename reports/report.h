@@ -43,6 +43,7 @@ struct rp_point {
     double layer_us, layer_p99_us, ffn_us, ffn_p99_us, comm_us, comm_p99_us;
     double layer_ci_lo_us, layer_ci_hi_us; /* 95 % CI of the layer median; NAN when absent */
     double ratio, bubble, imbalance, hit;
+    double drop_rate; /* share of token-expert pairs a padded dispatch dropped; NAN when absent */
 };
 
 /* One curve: the rows of one run directory that share every key cell but batch, sorted by batch. */

@@ -2,7 +2,8 @@
 # report.sh - moeperf-report over run directories written by the real binaries and a model run:
 # the HTML is self-contained (every figure an inline <svg>, nothing fetched from anywhere), the
 # Markdown references SVG files written beside it, the findings are there (on runs with --overlap
-# 1,2 too: overlap ranked against none, and the remedies ranked together), and bad input exits 2
+# 1,2 too: overlap ranked against none, and the remedies ranked together; with --dispatch, the
+# padded modes against the dynamic one), and bad input exits 2
 # naming the file and column without touching an earlier report.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -93,6 +94,17 @@ for r in "replicate-hot:2 [+-]" "overlap 2 [+-]" "replicate-hot:2 \+ overlap 2 [
 done
 echo "$line" | grep -Eo '[0-9]\. [^,]* [+-][0-9.]+ %' | grep -Eo '[+-][0-9.]+ %$' | tr -d ' %+' |
     awk 'NR > 1 && $1 < prev { print "FAIL: remedies not ranked by gain"; exit 1 } { prev = $1 }' || exit 1
+
+# dispatch modes: padded and padded:0.5 against dynamic, the latter's drops named
+mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 4,64 --routing hot:2:10 \
+    --dispatch dynamic,padded,padded:0.5 --out "$TMP/dsp" || fail "moeperf-layer --dispatch exit $?"
+"$REPORT" "$TMP/dsp" --no-reference --out "$TMP/d.html" --md "$TMP/d.md" >/dev/null ||
+    fail "dispatch report exit $?"
+grep -F 'dispatch mode,' "$TMP/d.md"
+grep -qF "**dispatch mode, tp1ep2 hot:2:10 contiguous (measured)**: padded instead of dynamic: layer latency" "$TMP/d.md" ||
+    fail "report.md lacks the padded dispatch against the dynamic one"
+grep -F "padded:0.5 instead of dynamic" "$TMP/d.md" | grep -Eq "it dropped [0-9.]+ % of the token-expert pairs at batch 64" ||
+    fail "the padded:0.5 finding does not name its drops"
 
 # bad input: exit 2, one line naming the file and column; the earlier report is untouched
 cp "$out" "$TMP/before.html"
