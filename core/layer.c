@@ -62,12 +62,12 @@ struct mp_layer {
 
     /* the padded dispatch: fixed slots, its own buffers (grown when a point needs more rows) */
     struct mp_padded pad;
-    long pad_rows, pad_tok;     /* rows and shared-token rows the buffers below hold */
+    long pad_rows;              /* slot rows the buffers below hold */
     void *pad_send;             /* [pad_rows × H] dispatch out / combine in */
     void *pad_recv;             /* [pad_rows × H] dispatch in (source-major) / combine out */
     void *pad_exp;              /* [pad_rows × H] expert-major */
-    void *pad_out;              /* [(pad_rows + S·pad_tok) × H] FFN out: slot rows, then shared */
-    void *pad_work;             /* [max(pad_rows, pad_tok) × 2·Dl] */
+    void *pad_out;              /* [(pad_rows + S·max_tok_rank) × H] FFN out: slot rows, then shared */
+    void *pad_work;             /* [max(pad_rows, max_tok_rank) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
     /* --graph: the padded layer captured for the current point, reading these page-locked copies
      * of the slot rows' tokens and weights */
@@ -177,7 +177,8 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
-static void free_padded(struct mp_layer *L)
+/* The padded dispatch's backend buffers. */
+static void free_pad_buffers(struct mp_layer *L)
 {
     const struct mp_compute_ops *o = L->ops;
     o->free(L->dev, L->pad_send);
@@ -186,10 +187,16 @@ static void free_padded(struct mp_layer *L)
     o->free(L->dev, L->pad_out);
     o->free(L->dev, L->pad_work);
     L->pad_send = L->pad_recv = L->pad_exp = L->pad_out = L->pad_work = NULL;
+    L->pad_rows = 0;
+}
+
+static void free_padded(struct mp_layer *L)
+{
+    const struct mp_compute_ops *o = L->ops;
+    free_pad_buffers(L);
     free(L->pad_cnt_recv);
     L->pad_cnt_recv = NULL;
     mp_padded_free(&L->pad);
-    L->pad_rows = L->pad_tok = 0;
     if (o->host_free) {
         o->host_free(L->dev, L->pin_tok);
         o->host_free(L->dev, L->pin_w);
@@ -215,7 +222,7 @@ static void *alloc_zero(struct mp_layer *L, size_t n)
 
 /* Size the padded dispatch for a point: slots of `cap` rows for up to `max_local` experts per peer;
  * buffers only grow, so a sweep allocates once per larger point and never inside timed loops. */
-static int setup_padded(struct mp_layer *L, int max_local, long cap, long ntok)
+static int setup_padded(struct mp_layer *L, int max_local, long cap)
 {
     int ep = L->ep;
     long rows = (long)ep * max_local * cap;
@@ -232,18 +239,14 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap, long ntok)
     L->pad_cnt_recv = calloc((size_t)ep * max_local, sizeof(int));
     if (!L->pad_cnt_recv || mp_padded_alloc(&L->pad, ep, max_local, cap) != MP_OK)
         goto oom;
-    long tok = L->max_tok_rank > ntok ? L->max_tok_rank : ntok;
-    if (rows > L->pad_rows || tok > L->pad_tok) {
+    long tok = L->max_tok_rank; /* the shared experts' rows of a rank's own tokens */
+    if (rows > L->pad_rows) {
         const struct mp_compute_ops *o = L->ops;
         /* the FFN's scratch holds every expert's rows at once (a grouped GEMM) */
         size_t H = (size_t)L->m.hidden, wrows = (size_t)(rows > tok ? rows : tok);
         double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
                       (double)wrows * 2 * L->Dl * o->elem_size;
-        o->free(L->dev, L->pad_send);
-        o->free(L->dev, L->pad_recv);
-        o->free(L->dev, L->pad_exp);
-        o->free(L->dev, L->pad_out);
-        o->free(L->dev, L->pad_work);
+        free_pad_buffers(L);
         L->pad_send = alloc_zero(L, (size_t)rows * H);
         L->pad_recv = alloc_zero(L, (size_t)rows * H);
         L->pad_exp = alloc_zero(L, (size_t)rows * H);
@@ -256,7 +259,6 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap, long ntok)
             return MP_ERR_RUNTIME;
         }
         L->pad_rows = rows;
-        L->pad_tok = tok;
     }
     return MP_OK;
 oom:
@@ -637,6 +639,13 @@ out:
     return rc;
 }
 
+/* Copy the slot rows' tokens and weights of the current plan where a captured graph reads them. */
+static void pin_slot_indices(struct mp_layer *L)
+{
+    memcpy(L->pin_tok, L->pad.src_tok, (size_t)L->pad.rows * sizeof *L->pin_tok);
+    memcpy(L->pin_w, L->pad.w, (size_t)L->pad.rows * sizeof *L->pin_w);
+}
+
 /* --graph: capture this point's padded layer once, after an untimed iteration has grown every
  * scratch buffer; later iterations copy their slot indices into the page-locked arrays and replay
  * it. Collective (every rank's collectives are captured together). */
@@ -656,8 +665,7 @@ static int capture_padded(struct mp_layer *L, const struct mp_point *pt, long nt
         }
         L->pin_rows = pd->rows;
     }
-    memcpy(L->pin_tok, pd->src_tok, (size_t)pd->rows * sizeof *L->pin_tok);
-    memcpy(L->pin_w, pd->w, (size_t)pd->rows * sizeof *L->pin_w);
+    pin_slot_indices(L);
     int rc = drain(L);
     if (rc != MP_OK || (rc = o->capture_begin(L->dev)) != MP_OK)
         return rc;
@@ -685,10 +693,8 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
 
     MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
     mp_padded_send(pd, &L->plan, me);
-    if (L->captured) { /* --graph: the replay reads the indices from the page-locked copies */
-        memcpy(L->pin_tok, pd->src_tok, (size_t)pd->rows * sizeof *L->pin_tok);
-        memcpy(L->pin_w, pd->w, (size_t)pd->rows * sizeof *L->pin_w);
-    }
+    if (L->captured) /* --graph: the replay reads the indices from the page-locked copies */
+        pin_slot_indices(L);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     if (L->captured)
@@ -1016,7 +1022,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
             if (mp_placement_nlocal(pt->placement, e) > max_local)
                 max_local = mp_placement_nlocal(pt->placement, e);
         long cap = mp_padded_capacity(res->tokens_per_rank, L->m.topk, L->m.experts, pt->capacity, 1);
-        MP_CHECK(setup_padded(L, max_local, cap, ntok));
+        MP_CHECK(setup_padded(L, max_local, cap));
         mp_padded_recv(&L->pad, L->nlocal);
     }
     if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
