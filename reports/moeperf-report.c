@@ -220,6 +220,17 @@ static void doc_table(struct doc *d, int open)
         fputs("\n", d->m);
 }
 
+/* A numeric table under a level-3 heading `title`, opened with its header row `head` (n ≤ 16). */
+static void doc_table_head(struct doc *d, const char *title, const char *const *head, int n)
+{
+    char cells[16][CELL];
+    doc_h(d, 3, title);
+    doc_table(d, 1);
+    for (int c = 0; c < n && c < 16; c++)
+        snprintf(cells[c], CELL, "%s", head[c]);
+    doc_row(d, n < 16 ? n : 16, cells, 1);
+}
+
 /* ---- numbers as text ---- */
 
 static void f_us(char *b, double v)
@@ -1012,11 +1023,7 @@ static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
         return;
     doc_h(d, 2, "Layer latency: medians and p99 over iterations");
     for (int i = 0; i < ns; i++) {
-        doc_h(d, 3, s[i].label);
-        doc_table(d, 1);
-        for (int c = 0; c < NC; c++)
-            snprintf(cells[c], CELL, "%s", head[c]);
-        doc_row(d, NC, cells, 1);
+        doc_table_head(d, s[i].label, head, NC);
         for (int p = 0; p < s[i].n; p++) {
             const struct rp_point *q = &s[i].pt[p];
             batch_text(cells[0], q->batch);
@@ -1117,11 +1124,7 @@ static void write_projection_tables(struct doc *d, const struct rp_series *s, in
                 doc_h(d, 2, "The planner's projection beside the measurement");
             char h[700];
             snprintf(h, sizeof h, "%s vs %s", s[i].label, s[j].label);
-            doc_h(d, 3, h);
-            doc_table(d, 1);
-            for (int c = 0; c < NC; c++)
-                snprintf(cells[c], CELL, "%s", head[c]);
-            doc_row(d, NC, cells, 1);
+            doc_table_head(d, h, head, NC);
             for (int p = 0; p < s[i].n; p++)
                 for (int q = 0; q < s[j].n; q++) {
                     if (s[j].pt[q].batch != s[i].pt[p].batch)
@@ -1150,11 +1153,7 @@ static void write_a2a_tables(struct doc *d, const struct group *g, int n)
         return;
     doc_h(d, 2, "Isolated All-to-All: medians and p99");
     for (int i = 0; i < n; i++) {
-        doc_h(d, 3, g[i].label);
-        doc_table(d, 1);
-        for (int c = 0; c < NC; c++)
-            snprintf(cells[c], CELL, "%s", head[c]);
-        doc_row(d, NC, cells, 1);
+        doc_table_head(d, g[i].label, head, NC);
         for (int r = 0; r < g[i].n; r++) {
             long row = g[i].rows[r];
             const struct mp_table *t = g[i].t;
@@ -1185,11 +1184,7 @@ static void write_ffn_tables(struct doc *d, const struct group *g, int n)
         return;
     doc_h(d, 2, "Expert FFN: medians and p99");
     for (int i = 0; i < n; i++) {
-        doc_h(d, 3, g[i].label);
-        doc_table(d, 1);
-        for (int c = 0; c < NC; c++)
-            snprintf(cells[c], CELL, "%s", head[c]);
-        doc_row(d, NC, cells, 1);
+        doc_table_head(d, g[i].label, head, NC);
         for (int r = 0; r < g[i].n; r++) {
             long row = g[i].rows[r];
             const struct mp_table *t = g[i].t;
