@@ -22,13 +22,7 @@ trap 'exit 143' TERM
 
 command -v ip >/dev/null || { echo "SKIP: ip (iproute2) is not installed"; exit 77; }
 links_before=$(ip -o link show | awk -F': ' '{ print $2 }' | sort)
-rc=0
-"$EMU" up --name "$NAME" --nodes 2 --rate 200mbit >/dev/null 2>"$TMP/up.err" || rc=$?
-if [ "$rc" -eq 77 ]; then
-    echo "SKIP: $(cat "$TMP/up.err")"
-    exit 77
-fi
-[ "$rc" -eq 0 ] || fail "ci/emucluster up exited $rc: $(cat "$TMP/up.err")"
+emu_up "$EMU" "$NAME" --nodes 2 --rate 200mbit
 
 # at FILE BATCH COLUMN: COLUMN of the row with that batch (layer.csv has one row per batch here)
 at() {

@@ -25,13 +25,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-rc=0
-"$EMU" up --name "$NAME" --nodes 2 --rate 200mbit >/dev/null 2>"$TMP/up.err" || rc=$?
-if [ "$rc" -eq 77 ]; then
-    echo "SKIP: $(cat "$TMP/up.err")"
-    exit 77
-fi
-[ "$rc" -eq 0 ] || fail "ci/emucluster up exited $rc: $(cat "$TMP/up.err")"
+emu_up "$EMU" "$NAME" --nodes 2 --rate 200mbit
 
 # sweep OUT TIMEOUT [ARGS...]: the sweep on the cluster, stdout and stderr into OUT.out / OUT.err
 sweep() {

@@ -33,6 +33,17 @@ rows() {
     echo $(($(wc -l <"$1") - 1))
 }
 
+# emu_up EMUCLUSTER NAME ARGS...: bring up an emulated cluster (ci/emucluster up --name NAME
+# ARGS...); skips the test (77) where network namespaces cannot be made, fails on any other error.
+emu_up() {
+    emu=$1 name=$2
+    shift 2
+    rc=0
+    "$emu" up --name "$name" "$@" >/dev/null 2>"$TMP/up.err" || rc=$?
+    [ "$rc" -ne 77 ] || { echo "SKIP: $(cat "$TMP/up.err")"; exit 77; }
+    [ "$rc" -eq 0 ] || fail "ci/emucluster up exited $rc: $(cat "$TMP/up.err")"
+}
+
 # refused CMD...: CMD must exit 2 (a usage error); prints the one-line reason it gave.
 refused() {
     set +e

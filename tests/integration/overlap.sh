@@ -5,12 +5,8 @@
 # Exits 77 where network namespaces are not permitted.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-set +e
-NAME=$("$ROOT/ci/emucluster" up --nodes 2 --rate 200mbit 2>"$TMP/up.err")
-rc=$?
-set -e
-[ $rc -eq 77 ] && { cat "$TMP/up.err"; exit 77; }
-[ $rc -eq 0 ] || fail "emucluster up: $(cat "$TMP/up.err")"
+NAME=ov$$
+emu_up "$ROOT/ci/emucluster" "$NAME" --nodes 2 --rate 200mbit
 trap '"$ROOT/ci/emucluster" down --name "$NAME" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
 
 for attempt in 1 2 3; do
