@@ -469,9 +469,11 @@ int mp_routing_is_gate(const struct mp_routing *r) { return r->kind == MP_ROUTE_
  * experts not yet picked (the distribution of Efraimidis & Spirakis, "Weighted random sampling with
  * a reservoir", Inf. Process. Lett. 97(5), 2006). A pick draws from the whole CDF by binary search
  * and is rejected while it hits a chosen expert, which leaves the conditional distribution exact;
- * after MAX_REJECTS it scans the remaining mass instead. `cdf` NULL means uniform. */
-static void sample_topk(const double *cdf, int E, int K, uint64_t seed, uint64_t draw, uint64_t tok,
-                        int32_t *ids)
+ * after MAX_REJECTS it scans the remaining probabilities `prob` instead: their CDF differences can
+ * round to 0 for experts far lighter than another, which would leave nothing to pick while
+ * experts of positive probability remain. `cdf` and `prob` NULL mean uniform. */
+static void sample_topk(const double *cdf, const double *prob, int E, int K, uint64_t seed,
+                        uint64_t draw, uint64_t tok, int32_t *ids)
 {
     struct mp_rng rng;
     mp_rng_seed(&rng, mp_hash4(seed ^ STREAM_KEYS, draw, tok, 0));
@@ -508,14 +510,14 @@ static void sample_topk(const double *cdf, int E, int K, uint64_t seed, uint64_t
                 for (int j = 0; j < k; j++)
                     taken |= ids[j] == c;
                 if (!taken)
-                    rest += cdf ? cdf[c + 1] - cdf[c] : 1.0;
+                    rest += prob ? prob[c] : 1.0;
             }
             double u = mp_rng_u01(&rng) * rest;
             for (int c = 0; c < E; c++) {
                 int taken = 0;
                 for (int j = 0; j < k; j++)
                     taken |= ids[j] == c;
-                double p = cdf ? cdf[c + 1] - cdf[c] : 1.0;
+                double p = prob ? prob[c] : 1.0;
                 if (taken || !(p > 0))
                     continue;
                 e = c;
@@ -559,7 +561,7 @@ void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long b
     /* Gate routing has no prob: it gets uniform samples here (the backend's gate decides). */
     for (long i = 0; i < ntok; i++) {
         uint64_t t = (uint64_t)(tok0 + i);
-        sample_topk(r->cdf, E, K, seed, (uint64_t)draw, t, ids + i * K);
+        sample_topk(r->cdf, r->cdf ? r->prob : NULL, E, K, seed, (uint64_t)draw, t, ids + i * K);
         random_weights(K, seed, (uint64_t)draw, t, w + i * K);
     }
 }

@@ -9,7 +9,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/moeperf-fuzz.XXXXXX")
 trap 'rm -rf "$work" /tmp/moeperf-fuzz-*' EXIT
 mkdir -p "$work/corpus" "$(dirname "$target")/fuzz-artifacts"
 [ -d "$seeds" ] && cp -r "$seeds"/. "$work/corpus/"
+# libFuzzer reports a crash with exit 77 by default, which the test runner reads as "skipped":
+# every finding must fail the test instead
 "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -error_exitcode=1 -timeout_exitcode=1 \
     -artifact_prefix="$(dirname "$target")/fuzz-artifacts/$(basename "$target")-" \
     "$work/corpus" >"$work/log" 2>&1
 rc=$?

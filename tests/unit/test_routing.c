@@ -352,6 +352,20 @@ static void test_trace_counts(void)
     for (int t = 0; t < N; t++)
         CHECK((ids[2 * t] == 3 && ids[2 * t + 1] == 6) || (ids[2 * t] == 6 && ids[2 * t + 1] == 3));
     mp_routing_free(&r);
+
+    /* exactly K non-zero experts, two of them so light next to the third that their CDF steps
+     * round to 0: still all three for every token (found by fuzzing) */
+    CHECK_INT(parse_trace("range.csv", "expert,count\n5,50\n1,2\n2,2749598205602693120\n", 12, 3,
+                          &r),
+              MP_OK);
+    mp_routing_draw(&r, 7, 2, N / 3, 0, N / 3, ids, w);
+    for (int t = 0; t < N / 3; t++) {
+        int seen = 0;
+        for (int k = 0; k < 3; k++)
+            seen |= ids[3 * t + k] == 1 ? 1 : ids[3 * t + k] == 2 ? 2 : ids[3 * t + k] == 5 ? 4 : 8;
+        CHECK_INT(seen, 7);
+    }
+    mp_routing_free(&r);
 }
 
 static void test_trace_tokens(void)
