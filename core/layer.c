@@ -55,6 +55,18 @@ struct mp_layer {
     struct mp_plan plan;
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
 
+    /* the backend-built dispatch plan (compute backends with plan_build, unpipelined points): the
+     * routing goes from the gate or the pool to the backend, which sorts the pairs where they are;
+     * the host sees only the pairs per cell */
+    int dplan;
+    const int32_t *dplan_totals; /* [ep·max_local of the plan in use] */
+    int32_t *route_off, *route_cell; /* this rank's route table (mp_route_table) */
+    /* --graph with the backend plan: the draw's routing inputs in page-locked memory, read by the
+     * replay (pooled ids and weights, or the gate's noise) */
+    int32_t *pin_ids;
+    float *pin_rw, *pin_noise;
+    size_t pin_ids_n, pin_noise_n;
+
     /* the pipelined mode: one plan per chunk; chunk c uses its own slice of the row buffers */
     int nchunk_plans;
     struct mp_plan *chunk_plans;
@@ -146,8 +158,10 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
     L->y = ops->alloc(dev, tok * H);
     L->host_tok = malloc(tok * H * sizeof(float));
+    L->route_off = malloc(((size_t)model->experts + 1) * sizeof(int32_t));
+    L->route_cell = malloc((size_t)model->experts * ((size_t)ep + 1) * sizeof(int32_t));
     if (!L->x || !L->sendbuf || !L->recvbuf || !L->expbuf || !L->outbuf || !L->work || !L->y ||
-        !L->host_tok)
+        !L->host_tok || !L->route_off || !L->route_cell)
         goto oom;
     if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
         goto oom;
@@ -204,6 +218,19 @@ static void free_padded(struct mp_layer *L)
     L->pin_tok = NULL;
     L->pin_w = NULL;
     L->pin_rows = 0;
+}
+
+/* The page-locked routing inputs of a graph that routes on the device. */
+static void free_pinned_routing(struct mp_layer *L)
+{
+    if (L->ops->host_free) {
+        L->ops->host_free(L->dev, L->pin_ids);
+        L->ops->host_free(L->dev, L->pin_rw);
+        L->ops->host_free(L->dev, L->pin_noise);
+    }
+    L->pin_ids = NULL;
+    L->pin_rw = L->pin_noise = NULL;
+    L->pin_ids_n = L->pin_noise_n = 0;
 }
 
 /* A zero-filled backend buffer of n elements (padding rows must hold finite values). */
@@ -298,6 +325,9 @@ void mp_layer_destroy(struct mp_layer *L)
     o->free(L->dev, L->wg);
     free(L->wg_host);
     free(L->host_tok);
+    free_pinned_routing(L);
+    free(L->route_off);
+    free(L->route_cell);
     mp_plan_free(&L->plan);
     for (int i = 0; i < L->nchunk_plans; i++)
         mp_plan_free(&L->chunk_plans[i]);
@@ -442,6 +472,73 @@ static int route_tokens(struct mp_layer *L, struct pool *pool, int d, long ntok,
     return MP_OK;
 }
 
+/* The backend-built plan's routing step for draw `d`: the gate on the device (gate routing; its
+ * result stays there) or the pooled draw handed over, then the backend's sort by cell. `pinned`:
+ * read the draw from the page-locked copies (pin_routing) a captured graph replays from. `wait`:
+ * return once the pairs per cell are on the host (the dynamic dispatch's one host sync). */
+static int route_backend(struct mp_layer *L, struct pool *pool, int d, long ntok, int pinned,
+                         int wait)
+{
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    if (pool->noise) {
+        const float *noise = pinned ? L->pin_noise : pool->noise + (size_t)d * ntok * E;
+        int rc = L->ops->gate(L->dev, L->x, L->wg, noise, ntok, H, E, K, NULL, NULL);
+        return rc != MP_OK ? rc : L->ops->plan_build(L->dev, NULL, NULL, wait);
+    }
+    const int32_t *ids = pinned ? L->pin_ids : pool->ids + (size_t)d * ntok * K;
+    const float *w = pinned ? L->pin_rw : pool->w + (size_t)d * ntok * K;
+    return L->ops->plan_build(L->dev, ids, w, wait);
+}
+
+/* Copy draw `d`'s routing inputs where a captured graph reads them (allocated on first use). */
+static int pin_routing(struct mp_layer *L, struct pool *pool, int d, long ntok)
+{
+    const struct mp_compute_ops *o = L->ops;
+    int K = L->m.topk, E = L->m.experts;
+    size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K, logits = (size_t)(ntok > 0 ? ntok : 1) * E;
+    if (pool->noise && L->pin_noise_n < logits) {
+        o->host_free(L->dev, L->pin_noise);
+        L->pin_noise = o->host_alloc(L->dev, logits * sizeof(float));
+        L->pin_noise_n = L->pin_noise ? logits : 0;
+        if (!L->pin_noise)
+            goto oom;
+    }
+    if (!pool->noise && L->pin_ids_n < pairs) {
+        o->host_free(L->dev, L->pin_ids);
+        o->host_free(L->dev, L->pin_rw);
+        L->pin_ids = o->host_alloc(L->dev, pairs * sizeof(int32_t));
+        L->pin_rw = o->host_alloc(L->dev, pairs * sizeof(float));
+        L->pin_ids_n = L->pin_ids && L->pin_rw ? pairs : 0;
+        if (!L->pin_ids_n)
+            goto oom;
+    }
+    if (ntok <= 0)
+        return MP_OK;
+    if (pool->noise)
+        memcpy(L->pin_noise, pool->noise + (size_t)d * ntok * E, (size_t)ntok * E * sizeof(float));
+    else {
+        memcpy(L->pin_ids, pool->ids + (size_t)d * ntok * K, (size_t)ntok * K * sizeof(int32_t));
+        memcpy(L->pin_rw, pool->w + (size_t)d * ntok * K, (size_t)ntok * K * sizeof(float));
+    }
+    return MP_OK;
+oom:
+    mp_error("--graph: out of page-locked memory for the routing of %ld tokens", ntok);
+    return MP_ERR_RUNTIME;
+}
+
+/* The backend-built plan for this point: this rank's route table in the cell layout of the plan
+ * in use (the padded slots' max_local, or the dynamic plan's), handed to plan_setup. */
+static int setup_backend_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
+{
+    int max_local = pt->padded ? L->pad.max_local : L->plan.max_local;
+    mp_route_table(pt->placement, L->comm->ep_rank, max_local, L->route_off, L->route_cell);
+    struct mp_dplan_shape s = {.experts = L->m.experts, .K = L->m.topk, .max_local = max_local,
+                               .ncells = L->ep * max_local, .ntok = ntok, .tok0 = tok0,
+                               .cap = pt->padded ? L->pad.cap : 0, .route_off = L->route_off,
+                               .route_cell = L->route_cell};
+    return L->ops->plan_setup(L->dev, &s, &L->dplan_totals);
+}
+
 /* Wait for this rank's queued device work: the comm backend's drain where it has one (it watches
  * its communicators while waiting), else the compute backend's sync. */
 static int drain(struct mp_layer *L)
@@ -450,8 +547,10 @@ static int drain(struct mp_layer *L)
 }
 
 /* The start of a timed iteration: the device drained, all ranks synchronized, mark START, then
- * the route phase up to the dispatch plan in L->plan (gate or pooled draw `d`). The caller marks
- * ROUTE and closes the "moeperf/route" range it opens. */
+ * the route phase up to the dispatch plan in L->plan (gate or pooled draw `d`): built on the host,
+ * or by the backend with only its counts on the host (dynamic), or not at all where the padded
+ * layer builds it itself (backend plan). The caller marks ROUTE and closes the "moeperf/route"
+ * range this opens. */
 static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                            long tok0, long ntok)
 {
@@ -460,6 +559,15 @@ static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct
     MP_CHECK(L->comm->ops->barrier(L->comm));
     MP_CHECK(L->ops->mark(L->dev, MARK_START));
     MP_RANGE_PUSH("moeperf/route");
+    if (L->dplan) {
+        if (!pt->padded) {
+            MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
+            size_t cells = (size_t)L->ep * L->plan.max_local;
+            memcpy(L->plan.send_cnt, L->dplan_totals, cells * sizeof *L->plan.send_cnt);
+            mp_plan_from_counts(&L->plan, L->comm->ep_rank, ntok);
+        }
+        goto out;
+    }
     const int32_t *ids;
     const float *w;
     MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
@@ -533,7 +641,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
-    MP_CHECK(o->permute(dev, L->x, pl->src_tok, pl->nsend, H, L->sendbuf));
+    MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
@@ -559,7 +667,8 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_CHECK(o->copy_rows(dev, L->outbuf, L->recvbuf, pl->to_source, pl->nchunks, H));
     MP_CHECK(c->ops->alltoallv(c, L->recvbuf, pl->recv_rows, pl->recv_displ, L->sendbuf,
                                pl->send_rows, pl->send_displ, L->row_bytes));
-    MP_CHECK(o->combine(dev, L->sendbuf, pl->src_tok, pl->row_w, pl->nsend,
+    MP_CHECK(o->combine(dev, L->sendbuf, L->dplan ? NULL : pl->src_tok, L->dplan ? NULL : pl->row_w,
+                        pl->nsend,
                         L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -647,12 +756,31 @@ static void pin_slot_indices(struct mp_layer *L)
 }
 
 /* --graph: capture this point's padded layer once, after an untimed iteration has grown every
- * scratch buffer; later iterations copy their slot indices into the page-locked arrays and replay
- * it. Collective (every rank's collectives are captured together). */
-static int capture_padded(struct mp_layer *L, const struct mp_point *pt, long ntok)
+ * scratch buffer. With the backend plan the capture starts at the routing (gate or the handed-over
+ * draw, then the sort by cell), and later iterations copy their draw's routing inputs into
+ * page-locked arrays before replaying; with the host plan it starts at the dispatch, and they copy
+ * their slot indices instead. Collective (every rank's collectives are captured together). */
+static int capture_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                          long ntok)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_padded *pd = &L->pad;
+    int rc;
+    if (L->dplan) {
+        if ((rc = pin_routing(L, pool, 0, ntok)) != MP_OK || (rc = drain(L)) != MP_OK ||
+            (rc = o->capture_begin(L->dev)) != MP_OK)
+            return rc;
+        rc = route_backend(L, pool, 0, ntok, 1, 0);
+        if (rc == MP_OK)
+            rc = o->mark(L->dev, MARK_ROUTE);
+        if (rc == MP_OK)
+            rc = padded_device(L, pt, ntok, NULL, NULL);
+        int end = o->capture_end(L->dev); /* always leave the capture, even after a failure */
+        if (rc == MP_OK)
+            rc = end;
+        L->captured = rc == MP_OK;
+        return rc;
+    }
     if (L->pin_rows < pd->rows) {
         o->host_free(L->dev, L->pin_tok);
         o->host_free(L->dev, L->pin_w);
@@ -666,7 +794,7 @@ static int capture_padded(struct mp_layer *L, const struct mp_point *pt, long nt
         L->pin_rows = pd->rows;
     }
     pin_slot_indices(L);
-    int rc = drain(L);
+    rc = drain(L);
     if (rc != MP_OK || (rc = o->capture_begin(L->dev)) != MP_OK)
         return rc;
     rc = padded_device(L, pt, ntok, L->pin_tok, L->pin_w);
@@ -692,16 +820,29 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     int rc = MP_OK;
 
     MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
-    mp_padded_send(pd, &L->plan, me);
-    if (L->captured) /* --graph: the replay reads the indices from the page-locked copies */
-        pin_slot_indices(L);
-    MP_CHECK(o->mark(dev, MARK_ROUTE));
-    MP_RANGE_POP();
-    if (L->captured)
+    if (L->dplan && L->captured) { /* the replay routes too, from the page-locked draw */
+        MP_CHECK(pin_routing(L, pool, d, ntok));
+        MP_RANGE_POP();
         MP_CHECK(o->replay(dev));
-    else
-        MP_CHECK(padded_device(L, pt, ntok, pd->src_tok, pd->w));
+    } else if (L->dplan) { /* the backend lays out the slots: no host sync before the data moves */
+        MP_CHECK(route_backend(L, pool, d, ntok, 0, 0));
+        MP_CHECK(o->mark(dev, MARK_ROUTE));
+        MP_RANGE_POP();
+        MP_CHECK(padded_device(L, pt, ntok, NULL, NULL));
+    } else {
+        mp_padded_send(pd, &L->plan, me);
+        if (L->captured) /* --graph: the replay reads the indices from the page-locked copies */
+            pin_slot_indices(L);
+        MP_CHECK(o->mark(dev, MARK_ROUTE));
+        MP_RANGE_POP();
+        if (L->captured)
+            MP_CHECK(o->replay(dev));
+        else
+            MP_CHECK(padded_device(L, pt, ntok, pd->src_tok, pd->w));
+    }
     MP_CHECK(drain(L));
+    if (L->dplan) /* the pairs per slot arrived with the drain */
+        mp_padded_from_counts(pd, L->dplan_totals, me);
 
     phase_times(L, rec);
 
@@ -1025,6 +1166,10 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         MP_CHECK(setup_padded(L, max_local, cap));
         mp_padded_recv(&L->pad, L->nlocal);
     }
+    /* unpipelined points let a backend that can build the plan where the routing is do so */
+    L->dplan = L->ops->plan_build && L->ops->plan_setup && N <= 1;
+    if (L->dplan)
+        MP_CHECK(setup_backend_plan(L, pt, tok0, ntok));
     if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
         mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
                  L->nchunk_plans, c->ops->name,
@@ -1040,7 +1185,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         if (pt->graph && !L->captured) { /* grown buffers first, then the capture, then a replay */
             if (pt->warmup == 0)
                 MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
-            MP_CHECK(capture_padded(L, pt, ntok));
+            MP_CHECK(capture_padded(L, pt, &pool, ntok));
             MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
         }
         double t_timed = 0;

@@ -123,6 +123,48 @@ void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep
     }
 }
 
+void mp_plan_from_counts(struct mp_plan *p, int ep_rank, long ntok)
+{
+    int L = p->max_local;
+    int off = 0;
+    p->ntok = ntok;
+    p->local_pairs = 0;
+    for (int d = 0; d < p->ep; d++) {
+        p->send_displ[d] = off;
+        for (int l = 0; l < L; l++)
+            off += p->send_cnt[d * L + l];
+        p->send_rows[d] = off - p->send_displ[d];
+        if (d == ep_rank)
+            p->local_pairs = p->send_rows[d];
+    }
+    p->nsend = off;
+}
+
+int mp_route_table_size(const struct mp_placement *pl)
+{
+    return pl->experts + pl->holder_off[pl->experts];
+}
+
+int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int32_t *route_off,
+                   int32_t *route_cell)
+{
+    int n = 0;
+    for (int e = 0; e < pl->experts; e++) {
+        route_off[e] = n;
+        int li = mp_placement_local_index(pl, ep_rank, e);
+        if (li >= 0) { /* held here: served here (mp_placement_dest) */
+            route_cell[n++] = ep_rank * max_local + li;
+            continue;
+        }
+        for (int h = pl->holder_off[e]; h < pl->holder_off[e + 1]; h++) {
+            int dest = pl->holders[h];
+            route_cell[n++] = dest * max_local + mp_placement_local_index(pl, dest, e);
+        }
+    }
+    route_off[pl->experts] = n;
+    return n;
+}
+
 void mp_plan_recv(struct mp_plan *p, int nlocal)
 {
     int L = p->max_local;
@@ -228,6 +270,21 @@ void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank)
             if (d == ep_rank)
                 p->local_pairs += keep;
             pos += n;
+        }
+}
+
+void mp_padded_from_counts(struct mp_padded *p, const int32_t *totals, int ep_rank)
+{
+    int L = p->max_local;
+    p->dropped = 0;
+    p->local_pairs = 0;
+    for (int d = 0; d < p->ep; d++)
+        for (int l = 0; l < L; l++) {
+            long n = totals[d * L + l], keep = n < p->cap ? n : p->cap;
+            p->kept[d * L + l] = (int)keep;
+            p->dropped += n - keep;
+            if (d == ep_rank)
+                p->local_pairs += keep;
         }
 }
 

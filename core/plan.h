@@ -60,6 +60,20 @@ int mp_plan_expert_group(int li, int nlocal, int ngroups);
 void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep_rank, long tok0,
                         long ntok, const int32_t *ids, const float *w, int group, int ngroups);
 
+/* The send side's counts, displacements and totals from send_cnt alone, for a plan whose rows a
+ * compute backend built (plan_build's totals copied into send_cnt): what mp_plan_send computes
+ * besides src_tok/row_w, for `ntok` tokens of EP rank `ep_rank`. */
+void mp_plan_from_counts(struct mp_plan *p, int ep_rank, long ntok);
+
+/* The route table of EP rank `ep_rank` for a backend-built plan (struct mp_dplan_shape): for each
+ * of the placement's experts, route_off[e] .. route_off[e+1] into route_cell lists the cells
+ * (dest·max_local + local index at dest) its pairs may go to, in the order mp_placement_dest
+ * picks them by token. route_off has experts+1 entries, route_cell at most mp_route_table_size().
+ * Returns the number of cells written. */
+int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int32_t *route_off,
+                   int32_t *route_cell);
+int mp_route_table_size(const struct mp_placement *pl);
+
 /* Receive side from recv_cnt (filled by the count exchange) for a rank holding `nlocal` experts. */
 void mp_plan_recv(struct mp_plan *p, int nlocal);
 
@@ -88,6 +102,10 @@ void mp_padded_free(struct mp_padded *p);
 
 /* Lay out the send side of plan `src` (built by mp_plan_send for EP rank `ep_rank`) in slots. */
 void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank);
+
+/* The kept/dropped/local counts of a padded send side whose slot rows a compute backend built, from
+ * the pairs of each cell (`totals`, [ep·max_local]) of EP rank `ep_rank`. */
+void mp_padded_from_counts(struct mp_padded *p, const int32_t *totals, int ep_rank);
 
 /* Receive side of a rank holding `nlocal` experts: expert li's rows are every source's slot for li,
  * sources in order (expert_off[li] = li·ep·cap). */

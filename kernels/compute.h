@@ -33,6 +33,16 @@ struct mp_ffn_args {
     void *progress_arg;
 };
 
+/* The dispatch plan a backend builds itself (plan_setup/plan_build, kernels/dplan.h): this rank's
+ * `ntok` tokens from global index `tok0`, top-`K` over `experts`, `ncells` = ep·max_local cells
+ * (destination rank, local expert there), the route table of mp_route_table (host arrays), and
+ * `cap` > 0 for the padded dispatch's slots of cap rows, ≤ 0 for the dynamic one. */
+struct mp_dplan_shape {
+    int experts, K, max_local, ncells;
+    long ntok, tok0, cap;
+    const int32_t *route_off, *route_cell;
+};
+
 struct mp_compute; /* a backend instance */
 
 struct mp_compute_ops {
@@ -57,10 +67,12 @@ struct mp_compute_ops {
     int (*download)(struct mp_compute *c, float *dst, const void *src, size_t n);
 
     /* gate: logits = x·wg (+ noise) over E experts, softmax, top-k, weights renormalised over the
-     * chosen k. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. */
+     * chosen k. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. With ids == NULL
+     * (backends with plan_build) the result stays in the backend for the next plan_build. */
     int (*gate)(struct mp_compute *c, const void *x, const void *wg, const float *noise, long ntok,
                 int H, int E, int K, int32_t *ids, float *w);
-    /* permute: out[i] = x[src_row[i]] for i < nrows (src_row: host array) */
+    /* permute: out[i] = x[src_row[i]] for i < nrows (src_row: host array; NULL: the rows of the
+     * backend's last plan_build) */
     int (*permute)(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows, int H,
                    void *out);
     /* copy_rows: move blocks of rows between two buffers of row width H */
@@ -69,11 +81,22 @@ struct mp_compute_ops {
     /* expert FFN, SwiGLU: out = (silu(in·Wg) ⊙ (in·Wu))·Wd for every expert's rows */
     int (*expert_ffn)(struct mp_compute *c, const struct mp_ffn_args *a);
     /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i: tok[i]=t} w[i]·rows[i] (shared may be NULL,
-     * nshared blocks of ntok rows); tok/w are host arrays [nrows]. With `accumulate`, y keeps what
-     * it holds and the sums are added to it (a pipelined layer combines in parts). */
+     * nshared blocks of ntok rows); tok/w are host arrays [nrows] (both NULL: the rows of the
+     * backend's last plan_build). With `accumulate`, y keeps what it holds and the sums are added
+     * to it (a pipelined layer combines in parts). */
     int (*combine)(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
                    long nrows, const void *shared, int nshared, long ntok, int H, void *y,
                    int accumulate);
+
+    /* optional: the dispatch plan built by the backend where the routing is, so neither the routing
+     * nor the send order crosses to the host. plan_setup (per point, untimed) sizes it for `s`
+     * and returns in *totals a host array of s->ncells that plan_build fills with the pairs of
+     * each cell. plan_build sorts this iteration's pairs stably by cell: the routing comes from
+     * host arrays ids/w [ntok·K] (page-locked under a graph capture), or with ids == NULL from the
+     * last gate(). With `wait` it returns once totals hold the counts (the dynamic dispatcher's one
+     * host sync); without, they are valid after the next sync. */
+    int (*plan_setup)(struct mp_compute *c, const struct mp_dplan_shape *s, const int32_t **totals);
+    int (*plan_build)(struct mp_compute *c, const int32_t *ids, const float *w, int wait);
 
     /* timing: mark(slot) records a point in the backend's stream; after sync, elapsed_us(a, b) is
      * the time from mark a to mark b. Slots 0..MP_TIMER_SLOTS-1. */

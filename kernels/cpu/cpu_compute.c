@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "compute.h"
+#include "dplan_host.h"
 #include "error.h"
 #include "topk.h"
 
@@ -14,6 +15,11 @@ struct mp_compute {
     double marks[MP_TIMER_SLOTS];
     float *logits; /* gate scratch, grown on the first call that needs more */
     size_t logits_cap;
+    /* the backend-built dispatch plan, and the last gate's routing it reads (gate with ids NULL) */
+    struct mp_dplan_host plan;
+    int32_t *gate_ids;
+    float *gate_w;
+    size_t gate_cap;
     char name[64];
 };
 
@@ -38,6 +44,9 @@ static void cpu_fini(struct mp_compute *c)
     if (!c)
         return;
     free(c->logits);
+    mp_dplan_host_free(&c->plan);
+    free(c->gate_ids);
+    free(c->gate_w);
     free(c);
 }
 
@@ -78,6 +87,24 @@ static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const f
         c->logits = p;
         c->logits_cap = need;
     }
+    if (!ids) { /* the result stays here for plan_build */
+        size_t pairs = (size_t)ntok * K;
+        if (pairs > c->gate_cap) {
+            int32_t *i2 = realloc(c->gate_ids, pairs * sizeof *i2);
+            if (i2)
+                c->gate_ids = i2;
+            float *w2 = realloc(c->gate_w, pairs * sizeof *w2);
+            if (w2)
+                c->gate_w = w2;
+            if (!i2 || !w2) {
+                mp_error("out of memory for %zu gate pairs", pairs);
+                return MP_ERR_RUNTIME;
+            }
+            c->gate_cap = pairs;
+        }
+        ids = c->gate_ids;
+        w = c->gate_w;
+    }
     if (ntok > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ntok, E, H, 1.0f, x, H, wg, E,
                     0.0f, c->logits, E);
@@ -97,6 +124,8 @@ static int cpu_permute(struct mp_compute *c, const void *x, const int32_t *src_r
 {
     const float *xs = x;
     float *o = out;
+    if (!src_row)
+        src_row = c->plan.src_tok;
     for (long i = 0; i < nrows; i++)
         memcpy(o + i * H, xs + (size_t)src_row[i] * H, (size_t)H * sizeof(float));
     return MP_OK;
@@ -148,6 +177,10 @@ static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *to
 {
     const float *r = rows, *sh = shared;
     float *out = y;
+    if (!tok) {
+        tok = c->plan.src_tok;
+        w = c->plan.row_w;
+    }
     if (accumulate) {
         for (int s = 0; sh && s < nshared; s++)
             for (size_t i = 0; i < (size_t)ntok * H; i++)
@@ -167,6 +200,21 @@ static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *to
         for (int h = 0; h < H; h++)
             dst[h] += wi * src[h];
     }
+    return MP_OK;
+}
+
+static int cpu_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
+                          const int32_t **totals)
+{
+    int rc = mp_dplan_host_setup(&c->plan, s);
+    *totals = c->plan.totals;
+    return rc;
+}
+
+static int cpu_plan_build(struct mp_compute *c, const int32_t *ids, const float *w, int wait)
+{
+    (void)wait; /* done when it returns */
+    mp_dplan_host_build(&c->plan, ids ? ids : c->gate_ids, ids ? w : c->gate_w);
     return MP_OK;
 }
 
@@ -261,6 +309,8 @@ const struct mp_compute_ops mp_compute_cpu = {
     .copy_rows = cpu_copy_rows,
     .expert_ffn = cpu_expert_ffn,
     .combine = cpu_combine,
+    .plan_setup = cpu_plan_setup,
+    .plan_build = cpu_plan_build,
     .mark = cpu_mark,
     .elapsed_us = cpu_elapsed_us,
     .sync = cpu_sync,

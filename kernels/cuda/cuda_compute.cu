@@ -1,6 +1,8 @@
 /* cuda_compute.cu - the cuda compute backend: bf16 activations and weights in device memory, fp32
  * accumulation, cuBLAS GEMMs for the gate and the expert FFN, kernels for top-k, permutation,
  * SwiGLU and the weighted combine, CUDA events for the phase timers. */
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -14,6 +16,7 @@ extern "C" {
 #include "rankmap.h"
 }
 #include "cuda_helpers.cuh"
+#include "dplan.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -33,6 +36,25 @@ typedef __nv_bfloat16 bf16;
             return MP_ERR_RUNTIME;                                                                 \
         }                                                                                          \
     } while (0)
+
+/* The dispatch plan built on the device (plan_setup/plan_build): pairs keyed by cell, sorted
+ * stably with CUB's radix sort, cells' starts from an exclusive scan of their counts, then every
+ * pair's send row (kernels/dplan.h). Sized once per point. */
+struct device_plan {
+    struct mp_dplan_shape s; /* route_off/route_cell: NULL (the table lives on the device) */
+    long npairs, rows;       /* rows: ntok·K (dynamic) or ncells·cap (padded) */
+    int bits;                /* key bits of the radix sort */
+    int32_t *d_route_off, *d_route_cell;
+    int32_t *d_key, *d_key_sorted, *d_pair, *d_pair_sorted; /* [npairs] */
+    int32_t *d_totals, *d_start;                             /* [ncells] */
+    int32_t *d_tok;                                          /* [rows] */
+    float *d_w;                                              /* [rows] */
+    int32_t *d_in_ids;                                       /* [npairs] a handed-over routing */
+    float *d_in_w;
+    void *d_temp;
+    size_t temp_bytes;
+    int32_t *h_totals; /* page-locked [ncells] */
+};
 
 struct mp_compute {
     int device;
@@ -61,6 +83,7 @@ struct mp_compute {
     size_t acc_cap;
     /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
     struct grouped_args *g;
+    struct device_plan plan;
     /* --graph: the captured layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -131,10 +154,30 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     return MP_OK;
 }
 
+static void plan_free(struct device_plan *p)
+{
+    cudaFree(p->d_route_off);
+    cudaFree(p->d_route_cell);
+    cudaFree(p->d_key);
+    cudaFree(p->d_key_sorted);
+    cudaFree(p->d_pair);
+    cudaFree(p->d_pair_sorted);
+    cudaFree(p->d_totals);
+    cudaFree(p->d_start);
+    cudaFree(p->d_tok);
+    cudaFree(p->d_w);
+    cudaFree(p->d_in_ids);
+    cudaFree(p->d_in_w);
+    cudaFree(p->d_temp);
+    cudaFreeHost(p->h_totals);
+    memset(p, 0, sizeof *p);
+}
+
 static void cuda_fini(struct mp_compute *c)
 {
     if (!c)
         return;
+    plan_free(&c->plan);
     cudaStreamSynchronize(c->stream);
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         if (c->ev[i])
@@ -261,7 +304,9 @@ static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const 
     gate_topk_kernel<<<(unsigned)((ntok + threads - 1) / threads), threads, 0, c->stream>>>(
         c->d_logits, noise ? c->d_noise : NULL, ntok, E, K, c->d_ids, c->d_w);
     CUDACHECK(cudaGetLastError());
-    /* the dispatch plan is built on the host: this is the dynamic mode's host sync */
+    if (!ids) /* plan_build sorts it where it is */
+        return MP_OK;
+    /* the dispatch plan is built on the host: a host sync */
     CUDACHECK(cudaMemcpyAsync(ids, c->d_ids, nk * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
     CUDACHECK(cudaMemcpyAsync(w, c->d_w, nk * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
     CUDACHECK(cudaStreamSynchronize(c->stream));
@@ -292,11 +337,15 @@ static int cuda_permute(struct mp_compute *c, const void *x, const int32_t *src_
 {
     if (nrows <= 0)
         return MP_OK;
-    if (grow((void **)&c->d_idx, &c->idx_cap, (size_t)nrows * sizeof(int32_t)) != MP_OK)
-        return MP_ERR_RUNTIME;
-    CUDACHECK(cudaMemcpyAsync(c->d_idx, src_row, (size_t)nrows * sizeof(int32_t),
-                              cudaMemcpyHostToDevice, c->stream));
-    permute_kernel<<<(unsigned)nrows, 128, 0, c->stream>>>((const bf16 *)x, c->d_idx, nrows, H,
+    const int32_t *src = c->plan.d_tok; /* src_row NULL: the device plan's rows */
+    if (src_row) {
+        if (grow((void **)&c->d_idx, &c->idx_cap, (size_t)nrows * sizeof(int32_t)) != MP_OK)
+            return MP_ERR_RUNTIME;
+        CUDACHECK(cudaMemcpyAsync(c->d_idx, src_row, (size_t)nrows * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, c->stream));
+        src = c->d_idx;
+    }
+    permute_kernel<<<(unsigned)nrows, 128, 0, c->stream>>>((const bf16 *)x, src, nrows, H,
                                                            (bf16 *)out);
     CUDACHECK(cudaGetLastError());
     return MP_OK;
@@ -499,18 +548,151 @@ static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *t
         return MP_ERR_RUNTIME;
     CUDACHECK(cudaMemsetAsync(c->d_acc, 0, n * sizeof(float), c->stream));
     if (nrows > 0) {
-        CUDACHECK(cudaMemcpyAsync(c->d_idx, tok, (size_t)nrows * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, c->stream));
-        CUDACHECK(cudaMemcpyAsync(c->d_f, w, (size_t)nrows * sizeof(float), cudaMemcpyHostToDevice,
-                                  c->stream));
+        const int32_t *dtok = c->plan.d_tok; /* tok/w NULL: the device plan's rows */
+        const float *dw = c->plan.d_w;
+        if (tok) {
+            CUDACHECK(cudaMemcpyAsync(c->d_idx, tok, (size_t)nrows * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, c->stream));
+            CUDACHECK(cudaMemcpyAsync(c->d_f, w, (size_t)nrows * sizeof(float),
+                                      cudaMemcpyHostToDevice, c->stream));
+            dtok = c->d_idx;
+            dw = c->d_f;
+        }
         combine_scatter_kernel<<<(unsigned)nrows, 256, 0, c->stream>>>(
-            (const bf16 *)rows, c->d_idx, c->d_f, nrows, H, c->d_acc);
+            (const bf16 *)rows, dtok, dw, nrows, H, c->d_acc);
         CUDACHECK(cudaGetLastError());
     }
     combine_finish_kernel<<<(unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0,
                             c->stream>>>(c->d_acc, shared ? (const bf16 *)shared : NULL,
                                          shared ? nshared : 0, (long)n, (bf16 *)y, accumulate);
     CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Key every pair by its cell (unsent pairs: ncells, sorted last), number it, count the cells. */
+__global__ void plan_cells_kernel(const int32_t *ids, const int32_t *route_off,
+                                  const int32_t *route_cell, long npairs, int K, long tok0,
+                                  int ncells, int32_t *key, int32_t *pair, int32_t *totals)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= npairs)
+        return;
+    int32_t cell = mp_dplan_cell(route_off, route_cell, ids[i], tok0 + i / K);
+    key[i] = cell < 0 ? ncells : cell;
+    pair[i] = (int32_t)i;
+    if (cell >= 0)
+        atomicAdd(totals + cell, 1);
+}
+
+/* The send row of every sorted pair: its token and routing weight (dropped pairs: none). */
+__global__ void plan_rows_kernel(const int32_t *key, const int32_t *pair, const int32_t *start,
+                                 const float *w, long npairs, int K, int ncells, long cap,
+                                 int max_local, int32_t *tok, float *row_w)
+{
+    long p = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (p >= npairs)
+        return;
+    int32_t cell = key[p];
+    if (cell >= ncells)
+        return;
+    long row = mp_dplan_row(cell, p, start[cell], cap, max_local);
+    if (row < 0)
+        return;
+    int32_t i = pair[p];
+    tok[row] = i / K;
+    row_w[row] = w[i];
+}
+
+static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
+                           const int32_t **totals)
+{
+    struct device_plan *p = &c->plan;
+    plan_free(p);
+    p->s = *s;
+    p->s.route_off = p->s.route_cell = NULL;
+    p->npairs = s->ntok > 0 ? s->ntok * s->K : 0;
+    p->rows = s->cap > 0 ? (long)s->ncells * s->cap : p->npairs;
+    p->bits = mp_dplan_key_bits(s->ncells);
+    size_t pairs = (size_t)(p->npairs > 0 ? p->npairs : 1), rows = (size_t)(p->rows > 0 ? p->rows : 1);
+    size_t ncand = (size_t)s->route_off[s->experts], cells = (size_t)s->ncells;
+    CUDACHECK(cudaMalloc((void **)&p->d_route_off, ((size_t)s->experts + 1) * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_route_cell, (ncand ? ncand : 1) * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_key, pairs * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_key_sorted, pairs * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_pair, pairs * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_pair_sorted, pairs * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_totals, cells * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_start, cells * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_tok, rows * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_w, rows * sizeof(float)));
+    CUDACHECK(cudaMalloc((void **)&p->d_in_ids, pairs * sizeof(int32_t)));
+    CUDACHECK(cudaMalloc((void **)&p->d_in_w, pairs * sizeof(float)));
+    CUDACHECK(cudaMallocHost((void **)&p->h_totals, cells * sizeof(int32_t)));
+    memset(p->h_totals, 0, cells * sizeof(int32_t));
+    /* padding rows (and a dynamic plan before its first build) read token 0 with weight 0 */
+    CUDACHECK(cudaMemsetAsync(p->d_tok, 0, rows * sizeof(int32_t), c->stream));
+    CUDACHECK(cudaMemsetAsync(p->d_w, 0, rows * sizeof(float), c->stream));
+    CUDACHECK(cudaMemcpyAsync(p->d_route_off, s->route_off, ((size_t)s->experts + 1) * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, c->stream));
+    if (ncand)
+        CUDACHECK(cudaMemcpyAsync(p->d_route_cell, s->route_cell, ncand * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, c->stream));
+    /* CUB's scratch, once: the larger of the sort's and the scan's */
+    size_t sort_bytes = 0, scan_bytes = 0;
+    CUDACHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, p->d_key, p->d_key_sorted, p->d_pair,
+                                              p->d_pair_sorted, (int)pairs, 0, p->bits, c->stream));
+    CUDACHECK(cub::DeviceScan::ExclusiveSum(NULL, scan_bytes, p->d_totals, p->d_start, s->ncells,
+                                            c->stream));
+    p->temp_bytes = sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
+    CUDACHECK(cudaMalloc(&p->d_temp, p->temp_bytes ? p->temp_bytes : 1));
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    *totals = p->h_totals;
+    return MP_OK;
+}
+
+static int cuda_plan_build(struct mp_compute *c, const int32_t *ids, const float *w, int wait)
+{
+    struct device_plan *p = &c->plan;
+    const struct mp_dplan_shape *s = &p->s;
+    size_t cells = (size_t)s->ncells;
+    const int32_t *d_ids = c->d_ids; /* ids NULL: the last gate's result */
+    const float *d_w = c->d_w;
+    if (ids && p->npairs > 0) {
+        CUDACHECK(cudaMemcpyAsync(p->d_in_ids, ids, (size_t)p->npairs * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, c->stream));
+        CUDACHECK(cudaMemcpyAsync(p->d_in_w, w, (size_t)p->npairs * sizeof(float),
+                                  cudaMemcpyHostToDevice, c->stream));
+        d_ids = p->d_in_ids;
+        d_w = p->d_in_w;
+    }
+    CUDACHECK(cudaMemsetAsync(p->d_totals, 0, cells * sizeof(int32_t), c->stream));
+    if (p->npairs > 0) {
+        unsigned blocks = (unsigned)((p->npairs + 255) / 256);
+        plan_cells_kernel<<<blocks, 256, 0, c->stream>>>(d_ids, p->d_route_off, p->d_route_cell,
+                                                         p->npairs, s->K, s->tok0, s->ncells,
+                                                         p->d_key, p->d_pair, p->d_totals);
+        CUDACHECK(cudaGetLastError());
+        size_t bytes = p->temp_bytes;
+        CUDACHECK(cub::DeviceRadixSort::SortPairs(p->d_temp, bytes, p->d_key, p->d_key_sorted,
+                                                  p->d_pair, p->d_pair_sorted, (int)p->npairs, 0,
+                                                  p->bits, c->stream));
+        bytes = p->temp_bytes;
+        CUDACHECK(cub::DeviceScan::ExclusiveSum(p->d_temp, bytes, p->d_totals, p->d_start,
+                                                s->ncells, c->stream));
+        if (s->cap > 0) { /* slots: padding rows are token 0 with weight 0 */
+            CUDACHECK(cudaMemsetAsync(p->d_tok, 0, (size_t)p->rows * sizeof(int32_t), c->stream));
+            CUDACHECK(cudaMemsetAsync(p->d_w, 0, (size_t)p->rows * sizeof(float), c->stream));
+        }
+        plan_rows_kernel<<<blocks, 256, 0, c->stream>>>(p->d_key_sorted, p->d_pair_sorted,
+                                                        p->d_start, d_w, p->npairs, s->K,
+                                                        s->ncells, s->cap, s->max_local, p->d_tok,
+                                                        p->d_w);
+        CUDACHECK(cudaGetLastError());
+    }
+    CUDACHECK(cudaMemcpyAsync(p->h_totals, p->d_totals, cells * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost, c->stream));
+    if (wait) /* the dynamic dispatch sizes its sends from these: its one host sync */
+        CUDACHECK(cudaStreamSynchronize(c->stream));
     return MP_OK;
 }
 
@@ -675,6 +857,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .copy_rows = cuda_copy_rows,
     .expert_ffn = cuda_expert_ffn,
     .combine = cuda_combine,
+    .plan_setup = cuda_plan_setup,
+    .plan_build = cuda_plan_build,
     .mark = cuda_mark,
     .elapsed_us = cuda_elapsed_us,
     .sync = cuda_sync,

@@ -8,8 +8,12 @@
 
 #include "compute.h"
 #include "error.h"
+#include "padded.h"
+#include "placement.h"
+#include "plan.h"
 #include "reference.h"
 #include "rng.h"
+#include "routing.h"
 
 #if HAVE_CUDA
 static const struct mp_compute_ops *gpu = &mp_compute_cuda, *cpu = &mp_compute_cpu;
@@ -175,6 +179,101 @@ static void check_moves(long N, int H)
     free(x); free(pc); free(pg); free(src); free(zero); free(sh); free(w); free(yc); free(yg);
     free(tok);
 }
+/* The dispatch plan built on the device against the cpu backend's (the host sort, itself equal to
+ * mp_plan_send: test_dplan) for EP rank 1 of `ep`: the pairs per cell exactly; the rows' tokens
+ * exactly (a permute of rows holding their token index); the rows' weights through a combine of
+ * rows holding their row number. Routing from host arrays, and from the device gate's result. */
+static void check_plan(const char *placement, const char *routing, int E, int ep, int K,
+                       long total, double factor)
+{
+    const int H = 8, r = 1;
+    struct mp_routing rt;
+    struct mp_placement pl;
+    if (mp_routing_parse(routing, E, K, 5, &rt) != MP_OK ||
+        mp_placement_build(placement, E, ep, rt.prob, &pl) != MP_OK) {
+        failures++;
+        return;
+    }
+    long tok0, ntok = mp_token_split(total, ep, r, &tok0);
+    int32_t *ids = malloc(sizeof(int32_t) * ntok * K);
+    float *w = malloc(sizeof(float) * ntok * K);
+    mp_routing_draw(&rt, 5, 0, total, tok0, ntok, ids, w);
+    int32_t *off = malloc(sizeof(int32_t) * (E + 1));
+    int32_t *cell = malloc(sizeof(int32_t) * mp_route_table_size(&pl));
+    long cap = mp_padded_capacity((total + ep - 1) / ep, K, E, factor, 1);
+    float *x = malloc(sizeof(float) * ntok * H), *xg = malloc(sizeof(float) * ntok * E);
+    float *wg = malloc(sizeof(float) * E * E);
+    for (long t = 0; t < ntok; t++) /* row t holds t: exact in bf16 up to 256 */
+        for (int j = 0; j < H; j++)
+            x[t * H + j] = (float)t;
+    fill(xg, (size_t)ntok * E, 8, 1.0f);
+    fill(wg, (size_t)E * E, 9, 2.0f / sqrtf((float)E));
+    void *dx = to_device(x, (size_t)ntok * H);
+    void *dxg = to_device(xg, (size_t)ntok * E), *dwg = to_device(wg, (size_t)E * E);
+    for (int mode = 0; mode < 4; mode++) { /* dynamic, padded; host routing, then gate routing */
+        int padded = mode & 1, gate = mode >> 1;
+        int L = padded ? pl.max_local : E;
+        mp_route_table(&pl, r, L, off, cell);
+        struct mp_dplan_shape s = {.experts = E, .K = K, .max_local = L, .ncells = ep * L,
+                                   .ntok = ntok, .tok0 = tok0, .cap = padded ? cap : 0,
+                                   .route_off = off, .route_cell = cell};
+        const int32_t *tg, *tc;
+        if (gpu->plan_setup(g, &s, &tg) != MP_OK || cpu->plan_setup(h, &s, &tc) != MP_OK) {
+            failures++;
+            break;
+        }
+        if (gate) { /* the device gate's own choice, handed to the host plan */
+            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, ids, w);
+            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, NULL, NULL);
+            gpu->plan_build(g, NULL, NULL, 1);
+        } else {
+            gpu->plan_build(g, ids, w, 1);
+        }
+        cpu->plan_build(h, ids, w, 1);
+        long rows = 0, diff = 0;
+        for (int c = 0; c < ep * L; c++) {
+            diff += tg[c] != tc[c];
+            rows += tc[c];
+        }
+        if (padded)
+            rows = (long)ep * L * cap;
+        float *pc = malloc(sizeof(float) * (rows + 1) * H), *pgh = malloc(sizeof(float) * (rows + 1) * H);
+        void *dp = poisoned((size_t)(rows + 1) * H);
+        cpu->permute(h, x, NULL, rows, H, pc);
+        gpu->permute(g, dx, NULL, rows, H, dp);
+        gpu->sync(g);
+        gpu->download(g, pgh, dp, (size_t)rows * H);
+        /* combine of rows holding their row number + 1: y[t] = Σ w_i·(i+1) over t's rows */
+        float *rv = malloc(sizeof(float) * (rows + 1) * H), *yc = malloc(sizeof(float) * ntok * H);
+        float *yg = malloc(sizeof(float) * ntok * H);
+        for (long i = 0; i < rows; i++)
+            for (int j = 0; j < H; j++)
+                rv[i * H + j] = (float)((i % 200) + 1);
+        void *drv = to_device(rv, (size_t)(rows + 1) * H), *dy = poisoned((size_t)ntok * H);
+        cpu->combine(h, rv, NULL, NULL, rows, NULL, 0, ntok, H, yc, 0);
+        gpu->combine(g, drv, NULL, NULL, rows, NULL, 0, ntok, H, dy, 0);
+        gpu->sync(g);
+        gpu->download(g, yg, dy, (size_t)ntok * H);
+        char what[96];
+        snprintf(what, sizeof what, "plan %s %s%s: counts", placement, padded ? "padded" : "dynamic",
+                 gate ? " (gate)" : "");
+        printf("  %-34s %ld of %d cells differ, %ld rows %s\n", what, diff, ep * L, rows,
+               diff ? "FAIL" : "ok");
+        failures += diff != 0;
+        snprintf(what, sizeof what, "plan %s: row tokens (exact)", padded ? "padded" : "dynamic");
+        report(what, mp_rel_error(pgh, pc, rows * H), 0);
+        snprintf(what, sizeof what, "plan %s: row weights", padded ? "padded" : "dynamic");
+        report(what, mp_rel_error(yg, yc, ntok * H), 1e-2);
+        gpu->free(g, dp);
+        gpu->free(g, drv);
+        gpu->free(g, dy);
+        free(pc); free(pgh); free(rv); free(yc); free(yg);
+    }
+    gpu->free(g, dx); gpu->free(g, dxg); gpu->free(g, dwg);
+    free(ids); free(w); free(off); free(cell); free(x); free(xg); free(wg);
+    mp_placement_free(&pl);
+    mp_routing_free(&rt);
+}
 #endif
 
 int main(void)
@@ -188,6 +287,8 @@ int main(void)
     cpu->init(&h, 0);
     printf("cuda kernels against the cpu backend on %s\n", gpu->device_name(g));
     check_moves(3000, 1024);
+    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0);
+    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5);
     check_gate(4096, 2048, 128, 8);
     check_ffn(1024, 512, 8, 33);
     check_ffn(7168, 256, 4, 129);

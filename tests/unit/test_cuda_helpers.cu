@@ -1,11 +1,13 @@
 /* test_cuda_helpers.cu - the kernel logic the cuda backend shares with the host (top-k selection
- * and weights, SwiGLU, permutation, the weighted combine, padded capacity), compiled by nvcc and
- * run on the CPU: no GPU is needed. */
+ * and weights, SwiGLU, permutation, the weighted combine, padded capacity, the device dispatch
+ * plan's cell and row rules), compiled by nvcc and run on the CPU: no GPU is needed. */
+#include <algorithm>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_helpers.cuh"
+#include "dplan.h"
 
 static int failures;
 #define EXPECT(cond)                                                                               \
@@ -15,6 +17,41 @@ static int failures;
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
+
+/* The device plan's steps as the kernels run them, one loop iteration per thread: cells and keys
+ * (plan_cells_kernel), a stable sort by key (CUB's radix sort is stable), the cells' starts (an
+ * exclusive scan), then each sorted pair's row (plan_rows_kernel). */
+static void device_plan_on_host(const int32_t *off, const int32_t *cellv, const int32_t *ids,
+                                const float *w, long npairs, int K, long tok0, int ncells, long cap,
+                                int max_local, int32_t *tok, float *row_w, int32_t *totals)
+{
+    int32_t key[64], pair[64], start[16];
+    for (int c = 0; c < ncells; c++)
+        totals[c] = 0;
+    for (long i = 0; i < npairs; i++) {
+        int32_t cell = mp_dplan_cell(off, cellv, ids[i], tok0 + i / K);
+        key[i] = cell < 0 ? ncells : cell;
+        pair[i] = (int32_t)i;
+        if (cell >= 0)
+            totals[cell]++;
+    }
+    std::stable_sort(pair, pair + npairs, [&](int32_t a, int32_t b) { return key[a] < key[b]; });
+    int32_t run = 0;
+    for (int c = 0; c < ncells; c++) {
+        start[c] = run;
+        run += totals[c];
+    }
+    for (long p = 0; p < npairs; p++) {
+        int32_t i = pair[p], cell = key[i];
+        if (cell >= ncells)
+            continue;
+        long row = mp_dplan_row(cell, p, start[cell], cap, max_local);
+        if (row < 0)
+            continue;
+        tok[row] = i / K;
+        row_w[row] = w[i];
+    }
+}
 
 int main(void)
 {
@@ -75,6 +112,31 @@ int main(void)
     EXPECT(mp_padded_row(2, 1, 3, 4, 5) == (2 * 4 + 1) * 5 + 3);
     EXPECT(mp_padded_row(0, 0, 5, 4, 5) == -1);
     EXPECT(mp_padded_expert_row(3, 2, 1, 4, 5) == (2 * 4 + 3) * 5 + 1);
+
+    /* the device plan: 2 ranks × 2 local experts = 4 cells; expert 0 has holders in cells 0 and 2
+     * (the token picks: even → 0, odd → 2), expert 1 is in cell 1, expert 2 in cell 3; tokens
+     * 10..13 (tok0 10), top-2 */
+    const int32_t off[4] = {0, 2, 3, 4}, cellv[4] = {0, 2, 1, 3};
+    const int32_t pids[8] = {0, 1, 0, 2, 1, 0, 2, 0};
+    const float pw[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    EXPECT(mp_dplan_cell(off, cellv, 0, 10) == 0 && mp_dplan_cell(off, cellv, 0, 11) == 2);
+    EXPECT(mp_dplan_cell(off, cellv, 1, 11) == 1 && mp_dplan_cell(off, cellv, 2, 12) == 3);
+    /* pairs' cells 0 1 2 3 1 0 3 2: sorted stably by cell, token order inside a cell */
+    int32_t dtok[8], totals[4];
+    float dw[8];
+    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 0, 2, dtok, dw, totals);
+    const int32_t want_tok[8] = {0, 2, 0, 2, 1, 3, 1, 3};
+    const float want_w[8] = {1, 6, 2, 5, 3, 8, 4, 7};
+    for (int i = 0; i < 8; i++)
+        EXPECT(dtok[i] == want_tok[i] && dw[i] == want_w[i]);
+    EXPECT(totals[0] == 2 && totals[1] == 2 && totals[2] == 2 && totals[3] == 2);
+    /* padded, one row per slot: the first pair of each cell, the second dropped */
+    int32_t ptok[4] = {-1, -1, -1, -1};
+    float prw[4];
+    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 1, 2, ptok, prw, totals);
+    EXPECT(ptok[0] == 0 && ptok[1] == 0 && ptok[2] == 1 && ptok[3] == 1);
+    EXPECT(prw[0] == 1 && prw[1] == 2 && prw[2] == 3 && prw[3] == 4);
+    EXPECT(mp_dplan_key_bits(4) == 3); /* keys 0..4, 4 = unsent */
 
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
