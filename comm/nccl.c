@@ -89,8 +89,7 @@ static void nccl_fini(struct mp_comm *c)
         return;
     struct nccl_state *s = st(c);
     mp_watchdog_on_expire(NULL, NULL);
-    if (s->stream)
-        cudaStreamSynchronize(s->stream);
+    /* s->stream belongs to the compute backend, which synchronised and destroyed it already */
     if (s->comm_stream) {
         cudaStreamSynchronize(s->comm_stream);
         for (int i = 0; i < NCCL_SLOTS; i++) {
@@ -175,15 +174,23 @@ static int exchange(struct mp_comm *c, const void *send, const int *scount, cons
 {
     struct nccl_state *s = st(c);
     NCCLCHECK(ncclGroupStart());
-    for (int p = 0; p < c->ep; p++) {
+    ncclResult_t r = ncclSuccess;
+    for (int p = 0; p < c->ep && r == ncclSuccess; p++) {
         if (scount[p] > 0)
-            NCCLCHECK(ncclSend((const char *)send + (size_t)sdispl[p] * row_bytes,
-                               (size_t)scount[p] * row_bytes, ncclUint8, p, s->ep, stream));
-        if (rcount[p] > 0)
-            NCCLCHECK(ncclRecv((char *)recv + (size_t)rdispl[p] * row_bytes,
-                               (size_t)rcount[p] * row_bytes, ncclUint8, p, s->ep, stream));
+            r = ncclSend((const char *)send + (size_t)sdispl[p] * row_bytes,
+                         (size_t)scount[p] * row_bytes, ncclUint8, p, s->ep, stream);
+        if (r == ncclSuccess && rcount[p] > 0)
+            r = ncclRecv((char *)recv + (size_t)rdispl[p] * row_bytes,
+                         (size_t)rcount[p] * row_bytes, ncclUint8, p, s->ep, stream);
     }
-    NCCLCHECK(ncclGroupEnd());
+    ncclResult_t end = ncclGroupEnd(); /* always close the group, or later NCCL calls join it */
+    if (r == ncclSuccess)
+        r = end;
+    if (r != ncclSuccess) {
+        mp_error("--comm nccl: grouped ncclSend/ncclRecv of the EP exchange: %s",
+                 ncclGetErrorString(r));
+        return MP_ERR_RUNTIME;
+    }
     return MP_OK;
 }
 
@@ -248,6 +255,7 @@ static int nccl_drain(struct mp_comm *c)
             cudaError_t q = cudaStreamQuery(streams[i]);
             if (q == cudaErrorNotReady) {
                 busy = 1;
+                (void)cudaGetLastError(); /* not an error: keep it from failing the next launch check */
             } else if (q != cudaSuccess) {
                 mp_error("--comm nccl: the device stream failed (%s) during %s",
                          cudaGetErrorString(q), mp_watchdog_point());
@@ -262,6 +270,7 @@ static int nccl_drain(struct mp_comm *c)
             if (!comms[i] || ncclCommGetAsyncError(comms[i], &r) != ncclSuccess)
                 continue;
             if (r != ncclSuccess && r != ncclInProgress) {
+                mp_watchdog_on_expire(NULL, NULL); /* the watchdog must not abort them again */
                 abort_all(s);
                 s->ep = s->tp = s->world = NULL;
                 mp_error("--comm nccl: NCCL reported '%s' during %s; the communicators were "

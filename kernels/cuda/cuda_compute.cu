@@ -706,8 +706,10 @@ static int cuda_mark(struct mp_compute *c, int slot)
 static double cuda_elapsed_us(struct mp_compute *c, int a, int b)
 {
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, c->ev[a], c->ev[b]) != cudaSuccess)
+    if (cudaEventElapsedTime(&ms, c->ev[a], c->ev[b]) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an unrecorded or unfinished mark: no error for the next launch */
         return -1;
+    }
     return ms * 1e3;
 }
 
