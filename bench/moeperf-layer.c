@@ -59,6 +59,14 @@ static const struct mp_runfile_spec files[] = {
 };
 
 
+/* Whether the console table needs a column telling the dispatch mode and pipelining apart: when
+ * either is swept or not the plain default. */
+static int variant_shown(const struct mp_session *s)
+{
+    return s->o.overlap.n > 1 || s->o.overlap.v[0] != 1 || s->o.dispatch.n > 1 ||
+           strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph;
+}
+
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
 static double median_of(const double *base, size_t stride, int n, double *scratch)
 {
@@ -141,9 +149,17 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         char chk[24] = "-";
         if (!isnan(res->check_error))
             snprintf(chk, sizeof chk, "%.1e", res->check_error);
-        printf("%9s %-16s %-16s %7ld %11.1f %11.1f %10.1f %10.1f %7.2f %7.3f %7.2f %6.3f %9s\n",
-               lay->name, routing, placement, batch, sm[0].p50, sm[0].p99, sm[1].p50, sm[3].p50,
-               sm[8].p50, sm[9].p50, sm[10].p50, sm[11].p50, chk);
+        char mode[128], variant[136] = "";
+        if (overlap > 1)
+            snprintf(mode, sizeof mode, "%s/ovl%d", dispatch, overlap);
+        else
+            snprintf(mode, sizeof mode, "%s", dispatch);
+        if (variant_shown(s))
+            snprintf(variant, sizeof variant, " %-16.16s", mode);
+        printf("%9s %-16s %-16s%s %7ld %11.1f %11.1f %9.1f %10.1f %10.1f %7.2f %7.3f %7.2f %6.3f "
+               "%9s\n",
+               lay->name, routing, placement, variant, batch, sm[0].p50, sm[0].p99, sm[4].p50,
+               sm[1].p50, sm[3].p50, sm[8].p50, sm[9].p50, sm[10].p50, sm[11].p50, chk);
         fflush(stdout);
     }
     mp_row_free(&row);
@@ -193,9 +209,10 @@ int main(int argc, char **argv)
                s.o.backend, s.o.comm);
         printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
                s.o.iters);
-        printf("%9s %-16s %-16s %7s %11s %11s %10s %10s %7s %7s %7s %6s %9s\n", "layout",
-               "routing", "placement", "batch", "layer_p50", "layer_p99", "ffn", "comm", "ratio",
-               "bubble", "imbal", "hit", "check");
+        printf("%9s %-16s %-16s%s %7s %11s %11s %9s %10s %10s %7s %7s %7s %6s %9s\n", "layout",
+               "routing", "placement", variant_shown(&s) ? " dispatch/overlap" : "", "batch",
+               "layer_p50", "layer_p99", "route", "ffn", "comm", "ratio", "bubble", "imbal",
+               "hit", "check");
     }
     int max_overlap = 1;
     for (int i = 0; i < s.o.overlap.n; i++)
