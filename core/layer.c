@@ -1151,6 +1151,14 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
 
     struct mp_rank_iter scratch;
     int N = pt->overlap > 1 ? pt->overlap : 1;
+    /* the plan's cells follow the placement: the count exchange carries one count per expert a
+     * peer holds (as Megatron's dispatcher exchanges num_local_experts counts), not one per expert
+     * of the model */
+    if (L->plan.max_local != pt->placement->max_local) {
+        mp_plan_free(&L->plan);
+        MP_CHECK(mp_plan_alloc(&L->plan, L->ep, pt->placement->max_local, L->max_tok_rank,
+                               L->m.topk));
+    }
     if (pt->padded) {
         if (N > 1) {
             mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact "
