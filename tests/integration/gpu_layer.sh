@@ -15,8 +15,8 @@ if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
 fi
 [ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-np=1
-[ "$ngpu" -ge 2 ] && np=2
+np=1 eplb=contiguous
+[ "$ngpu" -ge 2 ] && np=2 eplb=contiguous,eplb:4 # eplb needs a second rank for its extra slots
 mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
     --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
     --routing uniform,hot:2:15,gate,gate:0.5 --placement contiguous,round-robin,replicate-hot:2 \
@@ -24,7 +24,7 @@ mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --
     fail "moeperf-layer --backend cuda --check exit $?"
 mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
     --ffn 512 --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
-    --placement contiguous,eplb:4 --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
+    --placement "$eplb" --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
     fail "moeperf-layer --gemm grouped --overlap --check exit $?"
 mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
     --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
