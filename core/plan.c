@@ -85,9 +85,6 @@ void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep
     int L = p->max_local, K = p->K;
     size_t cells = (size_t)p->ep * L;
     memset(p->send_cnt, 0, cells * sizeof(int));
-    p->ntok = ntok;
-    p->nsend = 0;
-    p->local_pairs = 0;
     /* pass 1: destination and expert index of every pair; -1 marks pairs of other groups */
     for (long i = 0; i < ntok * K; i++) {
         int expert = ids[i];
@@ -100,18 +97,13 @@ void mp_plan_send_group(struct mp_plan *p, const struct mp_placement *pl, int ep
         p->pair_dest[i] = dest;
         p->pair_li[i] = li;
         p->send_cnt[dest * L + li]++;
-        p->local_pairs += dest == ep_rank;
-        p->nsend++;
     }
     /* prefix sums: rows ordered by (peer, expert) */
+    mp_plan_from_counts(p, ep_rank, ntok);
     int off = 0;
-    for (int d = 0; d < p->ep; d++) {
-        p->send_displ[d] = off;
-        for (int l = 0; l < L; l++) {
-            p->cursor[d * L + l] = off;
-            off += p->send_cnt[d * L + l];
-        }
-        p->send_rows[d] = off - p->send_displ[d];
+    for (size_t cell = 0; cell < cells; cell++) {
+        p->cursor[cell] = off;
+        off += p->send_cnt[cell];
     }
     /* pass 2: place each pair (stable: token order within a block) */
     for (long i = 0; i < ntok * K; i++) {
