@@ -526,14 +526,19 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
-/* The backend-built plan for this point: this rank's route table in the cell layout of the plan
- * in use (the padded slots' max_local, or the dynamic plan's), handed to plan_setup. */
-static int setup_backend_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
+/* The backend-built plan for this point run in `chunks` chunks: this rank's route table in the
+ * cell layout of the plan in use (the padded slots' max_local, or the dynamic plans'; one block of
+ * cells per chunk), handed to plan_setup. */
+static int setup_backend_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
+                              int chunks)
 {
-    int max_local = pt->padded ? L->pad.max_local : L->plan.max_local;
-    mp_route_table(pt->placement, L->comm->ep_rank, max_local, L->route_off, L->route_cell);
+    int max_local = pt->padded ? L->pad.max_local
+                    : chunks > 1 ? L->chunk_plans[0].max_local
+                                 : L->plan.max_local;
+    mp_route_table(pt->placement, L->comm->ep_rank, max_local, chunks, L->route_off,
+                   L->route_cell);
     struct mp_dplan_shape s = {.experts = L->m.experts, .K = L->m.topk, .max_local = max_local,
-                               .ncells = L->ep * max_local, .ntok = ntok, .tok0 = tok0,
+                               .ncells = chunks * L->ep * max_local, .ntok = ntok, .tok0 = tok0,
                                .cap = pt->padded ? L->pad.cap : 0, .route_off = L->route_off,
                                .route_cell = L->route_cell};
     return L->ops->plan_setup(L->dev, &s, &L->dplan_totals);
@@ -641,7 +646,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
-    MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, pl->nsend, H, L->sendbuf));
+    MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, 0, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
@@ -668,7 +673,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_CHECK(c->ops->alltoallv(c, L->recvbuf, pl->recv_rows, pl->recv_displ, L->sendbuf,
                                pl->send_rows, pl->send_displ, L->row_bytes));
     MP_CHECK(o->combine(dev, L->sendbuf, L->dplan ? NULL : pl->src_tok, L->dplan ? NULL : pl->row_w,
-                        pl->nsend,
+                        0, pl->nsend,
                         L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -714,7 +719,7 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
     MP_RANGE_PUSH("moeperf/dispatch");
 
     /* dispatch: gather every slot row (padding too), fixed-size all-to-all, regroup by expert */
-    MP_CHECK(o->permute(dev, L->x, tok, pd->rows, H, L->pad_send));
+    MP_CHECK(o->permute(dev, L->x, tok, 0, pd->rows, H, L->pad_send));
     MP_CHECK(c->ops->alltoallv(c, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->pad_recv, L->pad_exp, pd->to_expert, pd->nchunks, H));
@@ -739,7 +744,7 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
     MP_CHECK(o->copy_rows(dev, L->pad_out, L->pad_recv, pd->to_source, pd->nchunks, H));
     MP_CHECK(c->ops->alltoallv(c, L->pad_recv, pd->peer_rows, pd->peer_displ, L->pad_send,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
-    MP_CHECK(o->combine(dev, L->pad_send, tok, w, pd->rows,
+    MP_CHECK(o->combine(dev, L->pad_send, tok, w, 0, pd->rows,
                         L->S ? (char *)L->pad_out + (size_t)slot_rows * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -903,17 +908,27 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     MP_CHECK(drain(L));
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(o->mark(dev, MARK_START));
-    const int32_t *ids;
-    const float *w;
-    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
     /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
-     * a peer only on data */
+     * a peer only on data. The backend's plan holds the chunks one after another (a block of
+     * cells each), so chunk k's rows start where the earlier chunks' end: soff[k]. */
     int Lm = L->chunk_plans[0].max_local;
-    soff[0] = 0;
-    for (int k = 0; k < N; k++) {
-        mp_plan_send_group(&L->chunk_plans[k], pt->placement, me, tok0, ntok, ids, w, k, N);
-        soff[k + 1] = soff[k] + L->chunk_plans[k].nsend;
+    size_t cells = (size_t)L->ep * Lm;
+    if (L->dplan) {
+        MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
+        for (int k = 0; k < N; k++) {
+            memcpy(L->chunk_plans[k].send_cnt, L->dplan_totals + k * cells, cells * sizeof(int));
+            mp_plan_from_counts(&L->chunk_plans[k], me, ntok);
+        }
+    } else {
+        const int32_t *ids;
+        const float *w;
+        MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
+        for (int k = 0; k < N; k++)
+            mp_plan_send_group(&L->chunk_plans[k], pt->placement, me, tok0, ntok, ids, w, k, N);
     }
+    soff[0] = 0;
+    for (int k = 0; k < N; k++)
+        soff[k + 1] = soff[k] + L->chunk_plans[k].nsend;
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     for (int p = 0; p < L->ep; p++)
         for (int k = 0; k < N; k++)
@@ -935,7 +950,8 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             struct mp_plan *pl = &L->chunk_plans[s];
             char *send = (char *)L->sendbuf + (size_t)soff[s] * L->row_bytes;
             char *recv = (char *)L->recvbuf + (size_t)s * rstride;
-            MP_CHECK(o->permute(dev, L->x, pl->src_tok, pl->nsend, H, send));
+            MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, L->dplan ? soff[s] : 0,
+                                pl->nsend, H, send));
             MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
         }
@@ -975,7 +991,8 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             char *out = (char *)L->outbuf + (size_t)k * ostride;
             MP_CHECK(c->ops->wait(c, 2 * k + 1));
             MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes,
-                                pl->src_tok, pl->row_w, pl->nsend,
+                                L->dplan ? NULL : pl->src_tok, L->dplan ? NULL : pl->row_w,
+                                L->dplan ? soff[k] : 0, pl->nsend,
                                 k == 0 && L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL,
                                 k == 0 ? L->S : 0, ntok, H, L->y, k > 0));
         }
@@ -1159,6 +1176,12 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         MP_CHECK(mp_plan_alloc(&L->plan, L->ep, pt->placement->max_local, L->max_tok_rank,
                                L->m.topk));
     }
+    for (int k = 0; k < L->nchunk_plans; k++) /* and so do the pipelined layer's */
+        if (L->chunk_plans[k].max_local != pt->placement->max_local) {
+            mp_plan_free(&L->chunk_plans[k]);
+            MP_CHECK(mp_plan_alloc(&L->chunk_plans[k], L->ep, pt->placement->max_local,
+                                   L->max_tok_rank, L->m.topk));
+        }
     if (pt->padded) {
         if (N > 1) {
             mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact "
@@ -1174,10 +1197,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         MP_CHECK(setup_padded(L, max_local, cap));
         mp_padded_recv(&L->pad, L->nlocal);
     }
-    /* unpipelined points let a backend that can build the plan where the routing is do so */
-    L->dplan = L->ops->plan_build && L->ops->plan_setup && N <= 1;
-    if (L->dplan)
-        MP_CHECK(setup_backend_plan(L, pt, tok0, ntok));
+    /* a backend that can build the plan where the routing is does so */
+    L->dplan = L->ops->plan_build && L->ops->plan_setup;
     if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
         mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
                  L->nchunk_plans, c->ops->name,
@@ -1188,6 +1209,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     MP_RANGE_PUSH("moeperf/point");
     for (int pass = N > 1 ? 0 : 1; pass < 2; pass++) {
         int chunks = pass == 0 ? 1 : N;
+        if (L->dplan) /* an overlapped point's unpipelined reference has its own cell layout */
+            MP_CHECK(setup_backend_plan(L, pt, tok0, ntok, chunks));
         for (int i = 0; i < pt->warmup; i++)
             MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch));
         if (pt->graph && !L->captured) { /* grown buffers first, then the capture, then a replay */

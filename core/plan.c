@@ -137,20 +137,30 @@ int mp_route_table_size(const struct mp_placement *pl)
     return pl->experts + pl->holder_off[pl->experts];
 }
 
-int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int32_t *route_off,
-                   int32_t *route_cell)
+/* The cell of local expert `li` at `dest`: its chunk's block of ep·max_local cells, then the
+ * (dest, li) cell in it. */
+static int32_t route_cell_of(const struct mp_placement *pl, int dest, int li, int max_local,
+                             int ngroups)
+{
+    int group = mp_plan_expert_group(li, mp_placement_nlocal(pl, dest), ngroups);
+    return (int32_t)(((long)group * pl->ep + dest) * max_local + li);
+}
+
+int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int ngroups,
+                   int32_t *route_off, int32_t *route_cell)
 {
     int n = 0;
     for (int e = 0; e < pl->experts; e++) {
         route_off[e] = n;
         int li = mp_placement_local_index(pl, ep_rank, e);
         if (li >= 0) { /* held here: served here (mp_placement_dest) */
-            route_cell[n++] = ep_rank * max_local + li;
+            route_cell[n++] = route_cell_of(pl, ep_rank, li, max_local, ngroups);
             continue;
         }
         for (int h = pl->holder_off[e]; h < pl->holder_off[e + 1]; h++) {
             int dest = pl->holders[h];
-            route_cell[n++] = dest * max_local + mp_placement_local_index(pl, dest, e);
+            route_cell[n++] = route_cell_of(pl, dest, mp_placement_local_index(pl, dest, e),
+                                            max_local, ngroups);
         }
     }
     route_off[pl->experts] = n;

@@ -67,11 +67,14 @@ void mp_plan_from_counts(struct mp_plan *p, int ep_rank, long ntok);
 
 /* The route table of EP rank `ep_rank` for a backend-built plan (struct mp_dplan_shape): for each
  * of the placement's experts, route_off[e] .. route_off[e+1] into route_cell lists the cells
- * (dest·max_local + local index at dest) its pairs may go to, in the order mp_placement_dest
- * picks them by token. route_off has experts+1 entries, route_cell at most mp_route_table_size().
- * Returns the number of cells written. */
-int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int32_t *route_off,
-                   int32_t *route_cell);
+ * (group·ep·max_local + dest·max_local + local index at dest) its pairs may go to, in the order
+ * mp_placement_dest picks them by token; group is the pipelined layer's chunk of that local expert
+ * (mp_plan_expert_group over `ngroups`; 0 with one group), so a sort by cell lays the chunks out
+ * one after another, each ordered by (dest, local expert) as mp_plan_send_group orders it.
+ * route_off has experts+1 entries, route_cell at most mp_route_table_size(). Returns the number of
+ * cells written. */
+int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, int ngroups,
+                   int32_t *route_off, int32_t *route_cell);
 int mp_route_table_size(const struct mp_placement *pl);
 
 /* Receive side from recv_cnt (filled by the count exchange) for a rank holding `nlocal` experts. */

@@ -34,9 +34,10 @@ struct mp_ffn_args {
 };
 
 /* The dispatch plan a backend builds itself (plan_setup/plan_build, kernels/dplan.h): this rank's
- * `ntok` tokens from global index `tok0`, top-`K` over `experts`, `ncells` = ep·max_local cells
- * (destination rank, local expert there), the route table of mp_route_table (host arrays), and
- * `cap` > 0 for the padded dispatch's slots of cap rows, ≤ 0 for the dynamic one. */
+ * `ntok` tokens from global index `tok0`, top-`K` over `experts`, `ncells` = groups·ep·max_local
+ * cells (chunk of a pipelined layer, destination rank, local expert there; one group unpipelined),
+ * the route table of mp_route_table (host arrays), and `cap` > 0 for the padded dispatch's slots
+ * of cap rows (one group only), ≤ 0 for the dynamic one. */
 struct mp_dplan_shape {
     int experts, K, max_local, ncells;
     long ntok, tok0, cap;
@@ -71,22 +72,22 @@ struct mp_compute_ops {
      * (backends with plan_build) the result stays in the backend for the next plan_build. */
     int (*gate)(struct mp_compute *c, const void *x, const void *wg, const float *noise, long ntok,
                 int H, int E, int K, int32_t *ids, float *w);
-    /* permute: out[i] = x[src_row[i]] for i < nrows (src_row: host array; NULL: the rows of the
-     * backend's last plan_build) */
-    int (*permute)(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows, int H,
-                   void *out);
+    /* permute: out[i] = x[src_row[row0 + i]] for i < nrows (src_row: host array; NULL: the rows
+     * of the backend's last plan_build, so a pipelined layer permutes its chunks' windows) */
+    int (*permute)(struct mp_compute *c, const void *x, const int32_t *src_row, long row0,
+                   long nrows, int H, void *out);
     /* copy_rows: move blocks of rows between two buffers of row width H */
     int (*copy_rows)(struct mp_compute *c, const void *src, void *dst, const struct mp_chunk *ch,
                      int nch, int H);
     /* expert FFN, SwiGLU: out = (silu(in·Wg) ⊙ (in·Wu))·Wd for every expert's rows */
     int (*expert_ffn)(struct mp_compute *c, const struct mp_ffn_args *a);
-    /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i: tok[i]=t} w[i]·rows[i] (shared may be NULL,
-     * nshared blocks of ntok rows); tok/w are host arrays [nrows] (both NULL: the rows of the
-     * backend's last plan_build). With `accumulate`, y keeps what it holds and the sums are added
-     * to it (a pipelined layer combines in parts). */
+    /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i < nrows: tok[row0+i]=t} w[row0+i]·rows[i]
+     * (shared may be NULL, nshared blocks of ntok rows); tok/w are host arrays (both NULL: the
+     * rows of the backend's last plan_build). With `accumulate`, y keeps what it holds and the
+     * sums are added to it (a pipelined layer combines in parts). */
     int (*combine)(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                   long nrows, const void *shared, int nshared, long ntok, int H, void *y,
-                   int accumulate);
+                   long row0, long nrows, const void *shared, int nshared, long ntok, int H,
+                   void *y, int accumulate);
 
     /* optional: the dispatch plan built by the backend where the routing is, so neither the routing
      * nor the send order crosses to the host. plan_setup (per point, untimed) sizes it for `s`

@@ -119,13 +119,14 @@ static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const f
     return MP_OK;
 }
 
-static int cpu_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows,
-                       int H, void *out)
+static int cpu_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long row0,
+                       long nrows, int H, void *out)
 {
     const float *xs = x;
     float *o = out;
     if (!src_row)
         src_row = c->plan.src_tok;
+    src_row += row0;
     for (long i = 0; i < nrows; i++)
         memcpy(o + i * H, xs + (size_t)src_row[i] * H, (size_t)H * sizeof(float));
     return MP_OK;
@@ -172,8 +173,8 @@ static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 }
 
 static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                       long nrows, const void *shared, int nshared, long ntok, int H, void *y,
-                       int accumulate)
+                       long row0, long nrows, const void *shared, int nshared, long ntok, int H,
+                       void *y, int accumulate)
 {
     const float *r = rows, *sh = shared;
     float *out = y;
@@ -181,6 +182,8 @@ static int cpu_combine(struct mp_compute *c, const void *rows, const int32_t *to
         tok = c->plan.src_tok;
         w = c->plan.row_w;
     }
+    tok += row0;
+    w += row0;
     if (accumulate) {
         for (int s = 0; sh && s < nshared; s++)
             for (size_t i = 0; i < (size_t)ntok * H; i++)

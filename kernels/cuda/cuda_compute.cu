@@ -332,16 +332,16 @@ __global__ void permute_kernel(const bf16 *x, const int32_t *src, long nrows, in
     }
 }
 
-static int cuda_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long nrows,
-                        int H, void *out)
+static int cuda_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long row0,
+                        long nrows, int H, void *out)
 {
     if (nrows <= 0)
         return MP_OK;
-    const int32_t *src = c->plan.d_tok; /* src_row NULL: the device plan's rows */
+    const int32_t *src = c->plan.d_tok + row0; /* src_row NULL: the device plan's rows */
     if (src_row) {
         if (grow((void **)&c->d_idx, &c->idx_cap, (size_t)nrows * sizeof(int32_t)) != MP_OK)
             return MP_ERR_RUNTIME;
-        CUDACHECK(cudaMemcpyAsync(c->d_idx, src_row, (size_t)nrows * sizeof(int32_t),
+        CUDACHECK(cudaMemcpyAsync(c->d_idx, src_row + row0, (size_t)nrows * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, c->stream));
         src = c->d_idx;
     }
@@ -536,8 +536,8 @@ __global__ void combine_finish_kernel(const float *acc, const bf16 *shared, int 
 }
 
 static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
-                        long nrows, const void *shared, int nshared, long ntok, int H, void *y,
-                        int accumulate)
+                        long row0, long nrows, const void *shared, int nshared, long ntok, int H,
+                        void *y, int accumulate)
 {
     size_t n = (size_t)ntok * H;
     if (n == 0)
@@ -548,12 +548,12 @@ static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *t
         return MP_ERR_RUNTIME;
     CUDACHECK(cudaMemsetAsync(c->d_acc, 0, n * sizeof(float), c->stream));
     if (nrows > 0) {
-        const int32_t *dtok = c->plan.d_tok; /* tok/w NULL: the device plan's rows */
-        const float *dw = c->plan.d_w;
+        const int32_t *dtok = c->plan.d_tok + row0; /* tok/w NULL: the device plan's rows */
+        const float *dw = c->plan.d_w + row0;
         if (tok) {
-            CUDACHECK(cudaMemcpyAsync(c->d_idx, tok, (size_t)nrows * sizeof(int32_t),
+            CUDACHECK(cudaMemcpyAsync(c->d_idx, tok + row0, (size_t)nrows * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, c->stream));
-            CUDACHECK(cudaMemcpyAsync(c->d_f, w, (size_t)nrows * sizeof(float),
+            CUDACHECK(cudaMemcpyAsync(c->d_f, w + row0, (size_t)nrows * sizeof(float),
                                       cudaMemcpyHostToDevice, c->stream));
             dtok = c->d_idx;
             dw = c->d_f;

@@ -143,8 +143,8 @@ static void check_moves(long N, int H)
     for (long i = 0; i < N; i++)
         src[i] = (int32_t)((i * 7 + 3) % N);
     void *dx = to_device(x, (size_t)N * H), *dp = poisoned((size_t)N * H);
-    cpu->permute(h, x, src, N, H, pc);
-    gpu->permute(g, dx, src, N, H, dp);
+    cpu->permute(h, x, src, 0, N, H, pc);
+    gpu->permute(g, dx, src, 0, N, H, dp);
     gpu->sync(g);
     gpu->download(g, pg, dp, (size_t)N * H);
     report("permute (exact)", mp_rel_error(pg, pc, N * H), 0);
@@ -170,8 +170,8 @@ static void check_moves(long N, int H)
         tok[i] = (int32_t)(i % T);
         w[i] = 0.25f + (float)(i % 5) * 0.1f;
     }
-    cpu->combine(h, x, tok, w, N, sh, 1, T, H, yc, 0);
-    gpu->combine(g, dx, tok, w, N, dsh, 1, T, H, dy, 0);
+    cpu->combine(h, x, tok, w, 0, N, sh, 1, T, H, yc, 0);
+    gpu->combine(g, dx, tok, w, 0, N, dsh, 1, T, H, dy, 0);
     gpu->sync(g);
     gpu->download(g, yg, dy, (size_t)T * H);
     report("combine (weighted, with shared)", mp_rel_error(yg, yc, T * H), 1e-2);
@@ -210,11 +210,14 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
     fill(wg, (size_t)E * E, 9, 2.0f / sqrtf((float)E));
     void *dx = to_device(x, (size_t)ntok * H);
     void *dxg = to_device(xg, (size_t)ntok * E), *dwg = to_device(wg, (size_t)E * E);
-    for (int mode = 0; mode < 4; mode++) { /* dynamic, padded; host routing, then gate routing */
-        int padded = mode & 1, gate = mode >> 1;
+    /* dynamic, padded; host routing, then gate routing; then the pipelined layer's dynamic plan
+     * of 3 chunks (a block of cells each) */
+    for (int mode = 0; mode < 6; mode++) {
+        int padded = mode < 4 && (mode & 1), gate = mode < 4 ? mode >> 1 : mode & 1;
+        int chunks = mode < 4 ? 1 : 3;
         int L = padded ? pl.max_local : E;
-        mp_route_table(&pl, r, L, off, cell);
-        struct mp_dplan_shape s = {.experts = E, .K = K, .max_local = L, .ncells = ep * L,
+        mp_route_table(&pl, r, L, chunks, off, cell);
+        struct mp_dplan_shape s = {.experts = E, .K = K, .max_local = L, .ncells = chunks * ep * L,
                                    .ntok = ntok, .tok0 = tok0, .cap = padded ? cap : 0,
                                    .route_off = off, .route_cell = cell};
         const int32_t *tg, *tc;
@@ -231,7 +234,7 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
         }
         cpu->plan_build(h, ids, w, 1);
         long rows = 0, diff = 0;
-        for (int c = 0; c < ep * L; c++) {
+        for (int c = 0; c < chunks * ep * L; c++) {
             diff += tg[c] != tc[c];
             rows += tc[c];
         }
@@ -239,8 +242,8 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
             rows = (long)ep * L * cap;
         float *pc = malloc(sizeof(float) * (rows + 1) * H), *pgh = malloc(sizeof(float) * (rows + 1) * H);
         void *dp = poisoned((size_t)(rows + 1) * H);
-        cpu->permute(h, x, NULL, rows, H, pc);
-        gpu->permute(g, dx, NULL, rows, H, dp);
+        cpu->permute(h, x, NULL, 0, rows, H, pc);
+        gpu->permute(g, dx, NULL, 0, rows, H, dp);
         gpu->sync(g);
         gpu->download(g, pgh, dp, (size_t)rows * H);
         /* combine of rows holding their row number + 1: y[t] = Σ w_i·(i+1) over t's rows */
@@ -250,20 +253,36 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
             for (int j = 0; j < H; j++)
                 rv[i * H + j] = (float)((i % 200) + 1);
         void *drv = to_device(rv, (size_t)(rows + 1) * H), *dy = poisoned((size_t)ntok * H);
-        cpu->combine(h, rv, NULL, NULL, rows, NULL, 0, ntok, H, yc, 0);
-        gpu->combine(g, drv, NULL, NULL, rows, NULL, 0, ntok, H, dy, 0);
+        cpu->combine(h, rv, NULL, NULL, 0, rows, NULL, 0, ntok, H, yc, 0);
+        gpu->combine(g, drv, NULL, NULL, 0, rows, NULL, 0, ntok, H, dy, 0);
         gpu->sync(g);
         gpu->download(g, yg, dy, (size_t)ntok * H);
+        const char *kind = padded ? "padded" : chunks > 1 ? "3 chunks" : "dynamic";
         char what[96];
-        snprintf(what, sizeof what, "plan %s %s%s: counts", placement, padded ? "padded" : "dynamic",
-                 gate ? " (gate)" : "");
-        printf("  %-34s %ld of %d cells differ, %ld rows %s\n", what, diff, ep * L, rows,
+        snprintf(what, sizeof what, "plan %s %s%s: counts", placement, kind, gate ? " (gate)" : "");
+        printf("  %-34s %ld of %d cells differ, %ld rows %s\n", what, diff, chunks * ep * L, rows,
                diff ? "FAIL" : "ok");
         failures += diff != 0;
-        snprintf(what, sizeof what, "plan %s: row tokens (exact)", padded ? "padded" : "dynamic");
+        snprintf(what, sizeof what, "plan %s: row tokens (exact)", kind);
         report(what, mp_rel_error(pgh, pc, rows * H), 0);
-        snprintf(what, sizeof what, "plan %s: row weights", padded ? "padded" : "dynamic");
+        snprintf(what, sizeof what, "plan %s: row weights", kind);
         report(what, mp_rel_error(yg, yc, ntok * H), 1e-2);
+        /* a window of the plan's rows, as a pipelined layer permutes and combines one chunk */
+        long w0 = rows / 3, wn = rows - rows / 3 - rows / 4;
+        void *dq = poisoned((size_t)(rows + 1) * H), *dz = poisoned((size_t)ntok * H);
+        cpu->permute(h, x, NULL, w0, wn, H, pc);
+        gpu->permute(g, dx, NULL, w0, wn, H, dq);
+        cpu->combine(h, rv, NULL, NULL, w0, wn, NULL, 0, ntok, H, yc, 0);
+        gpu->combine(g, drv, NULL, NULL, w0, wn, NULL, 0, ntok, H, dz, 0);
+        gpu->sync(g);
+        gpu->download(g, pgh, dq, (size_t)wn * H);
+        gpu->download(g, yg, dz, (size_t)ntok * H);
+        snprintf(what, sizeof what, "plan %s: rows %ld.. tokens (exact)", kind, w0);
+        report(what, mp_rel_error(pgh, pc, wn * H), 0);
+        snprintf(what, sizeof what, "plan %s: rows %ld.. weights", kind, w0);
+        report(what, mp_rel_error(yg, yc, ntok * H), 1e-2);
+        gpu->free(g, dq);
+        gpu->free(g, dz);
         gpu->free(g, dp);
         gpu->free(g, drv);
         gpu->free(g, dy);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # valgrind.sh - memcheck finds 0 errors (invalid accesses, uninitialised use, definite leaks) in a
-# small moeperf-layer run with --check, on 1 and 2 ranks; Open MPI's, PMIx's and hwloc's own
+# small moeperf-layer run with --check, on 1 and 2 ranks (pipelined too); Open MPI's, PMIx's and hwloc's own
 # allocations are suppressed by tests/valgrind.supp. Skipped (77) where valgrind is missing.
 . "$(dirname "$0")/lib.sh"
 command -v valgrind >/dev/null || { echo "valgrind is not installed"; exit 77; }
@@ -10,7 +10,7 @@ ARGS="--hidden 64 --ffn 64 --experts 8 --topk 2 --shared 1 --batch 1,8 --iters 2
 
 $VG --log-file="$TMP/one.%p.log" "$BIN/moeperf-layer" $ARGS --out "$TMP/one" || fail "1 rank: exit $?"
 mpi 2 $VG --log-file="$TMP/two.%p.log" "$BIN/moeperf-layer" $ARGS --layout tp1ep2,tp2ep1 \
-    --out "$TMP/two" || fail "2 ranks: exit $?"
+    --overlap 1,2 --out "$TMP/two" || fail "2 ranks: exit $?"
 $VG --log-file="$TMP/model.%p.log" "$BIN/moeperf-layer" --backend model --comm model \
     --cluster h100-ndr --layout tp2ep8 --batch 1,64 --routing hot:2:5 --quiet || fail "model: exit $?"
 n=0

@@ -1,7 +1,8 @@
 /* test_dplan.c - the dispatch plan a backend builds itself (kernels/dplan.h, dplan.c) equals the host
  * plan exactly: the route table picks the rank and expert slot mp_placement_dest does for every
  * (expert, token); the sort by cell gives the same send rows, tokens and weights as mp_plan_send
- * (dynamic) and mp_padded_send (padded, with drops); the counts rebuild the same totals. */
+ * (dynamic), mp_padded_send (padded, with drops) and mp_plan_send_group chunk by chunk (pipelined);
+ * the counts rebuild the same totals. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -24,7 +25,7 @@ static void compare_rank(const struct mp_placement *pl, int ep, int K, long tota
 
     int32_t *off = malloc(((size_t)pl->experts + 1) * sizeof *off);
     int32_t *cell = malloc((size_t)mp_route_table_size(pl) * sizeof *cell);
-    int n = mp_route_table(pl, r, L, off, cell);
+    int n = mp_route_table(pl, r, L, 1, off, cell);
     CHECK(n <= mp_route_table_size(pl));
     CHECK_INT(off[pl->experts], n);
     /* the route table: every (expert, token) lands where the placement sends it */
@@ -69,7 +70,7 @@ static void compare_rank(const struct mp_placement *pl, int ep, int K, long tota
     CHECK_INT(mp_plan_alloc(&hq, ep, PL, ntok, K), MP_OK);
     mp_plan_send(&hq, pl, r, tok0, ntok, ids + tok0 * K, w + tok0 * K);
     mp_padded_send(&pd, &hq, r);
-    mp_route_table(pl, r, PL, off, cell);
+    mp_route_table(pl, r, PL, 1, off, cell);
     s.max_local = PL;
     s.ncells = ep * PL;
     s.cap = cap;
@@ -94,6 +95,39 @@ static void compare_rank(const struct mp_placement *pl, int ep, int K, long tota
     mp_dplan_host_build(&dq, ids + tok0 * K, w + tok0 * K);
     for (long i = 0; i < pd.rows; i++)
         CHECK_INT(dq.src_tok[i], pd.src_tok[i]);
+
+    /* pipelined: with the cells of each chunk in a block of their own, the sorted rows are the
+     * chunks one after another, each with mp_plan_send_group's rows and counts */
+    for (int ng = 2; ng <= 3; ng++) {
+        mp_route_table(pl, r, L, ng, off, cell);
+        for (int e = 0; e < pl->experts; e++)
+            for (long t = tok0; t < tok0 + ntok + 3; t++) {
+                int dest = mp_placement_dest(pl, r, e, t);
+                int li = mp_placement_local_index(pl, dest, e);
+                int grp = mp_plan_expert_group(li, mp_placement_nlocal(pl, dest), ng);
+                CHECK_INT(mp_dplan_cell(off, cell, e, t), (grp * ep + dest) * L + li);
+            }
+        struct mp_dplan_shape gs = {.experts = pl->experts, .K = K, .max_local = L,
+                                    .ncells = ng * ep * L, .ntok = ntok, .tok0 = tok0, .cap = 0,
+                                    .route_off = off, .route_cell = cell};
+        struct mp_dplan_host dg = {0};
+        CHECK_INT(mp_dplan_host_setup(&dg, &gs), MP_OK);
+        mp_dplan_host_build(&dg, ids + tok0 * K, w + tok0 * K);
+        CHECK_INT(dg.nrows, ntok * K); /* every pair is in some chunk */
+        long row0 = 0;
+        for (int k = 0; k < ng; k++) {
+            mp_plan_send_group(&hp, pl, r, tok0, ntok, ids + tok0 * K, w + tok0 * K, k, ng);
+            for (int c = 0; c < ep * L; c++)
+                CHECK_INT(dg.totals[k * ep * L + c], hp.send_cnt[c]);
+            for (long i = 0; i < hp.nsend; i++) {
+                CHECK_INT(dg.src_tok[row0 + i], hp.src_tok[i]);
+                CHECK(dg.row_w[row0 + i] == hp.row_w[i]);
+            }
+            row0 += hp.nsend;
+        }
+        CHECK_INT(row0, ntok * K);
+        mp_dplan_host_free(&dg);
+    }
 
     mp_padded_free(&pc);
     mp_padded_free(&pd);

@@ -69,18 +69,27 @@ int main(void)
     float rows[3 * 2] = {1, 2, 3, 4, 5, 6}, shared[2 * 2] = {10, 20, 30, 40}, y[2 * 2];
     int32_t tok[3] = {1, 0, 1};
     float cw[3] = {0.5f, 2.0f, 1.0f};
-    CHECK_INT(o->combine(c, rows, tok, cw, 3, shared, 1, 2, 2, y, 0), MP_OK);
+    CHECK_INT(o->combine(c, rows, tok, cw, 0, 3, shared, 1, 2, 2, y, 0), MP_OK);
     CHECK_NEAR(y[0], 10 + 2 * 3, 1e-6);
     CHECK_NEAR(y[1], 20 + 2 * 4, 1e-6);
     CHECK_NEAR(y[2], 30 + 0.5 * 1 + 5, 1e-6);
     CHECK_NEAR(y[3], 40 + 0.5 * 2 + 6, 1e-6);
+    /* a window of the index arrays: rows[i] pairs with tok[1 + i], cw[1 + i], added to y */
+    CHECK_INT(o->combine(c, rows, tok, cw, 1, 2, NULL, 0, 2, 2, y, 1), MP_OK);
+    CHECK_NEAR(y[0], 10 + 2 * 3 + 2 * 1, 1e-6);
+    CHECK_NEAR(y[1], 20 + 2 * 4 + 2 * 2, 1e-6);
+    CHECK_NEAR(y[2], 30 + 0.5 * 1 + 5 + 3, 1e-6);
+    CHECK_NEAR(y[3], 40 + 0.5 * 2 + 6 + 4, 1e-6);
 
     /* permute and copy_rows move whole rows */
     int32_t src[3] = {2, 0, 1};
     float px[3 * 2] = {1, 2, 3, 4, 5, 6}, po[3 * 2], pc[3 * 2] = {0};
-    CHECK_INT(o->permute(c, px, src, 3, 2, po), MP_OK);
+    CHECK_INT(o->permute(c, px, src, 0, 3, 2, po), MP_OK);
     CHECK_NEAR(po[0], 5, 0);
     CHECK_NEAR(po[3], 2, 0);
+    CHECK_INT(o->permute(c, px, src, 1, 2, 2, po), MP_OK); /* rows of src[1], src[2] */
+    CHECK_NEAR(po[0], 1, 0);
+    CHECK_NEAR(po[3], 4, 0);
     struct mp_chunk ch[2] = {{.src = 0, .dst = 1, .n = 2}, {.src = 2, .dst = 0, .n = 1}};
     CHECK_INT(o->copy_rows(c, px, pc, ch, 2, 2), MP_OK);
     CHECK_NEAR(pc[0], 5, 0);
