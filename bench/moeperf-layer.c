@@ -241,13 +241,11 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (s.o.graph && (s.modelled || !s.cops->capture_begin || grouped || straggle_rank >= 0)) {
+    if (s.o.graph && (s.modelled || !s.cops->capture_begin || straggle_rank >= 0)) {
         mp_usage("--graph: %s", s.modelled || !s.cops->capture_begin
                                     ? "replaying a captured layer needs --backend cuda --comm nccl"
-                                : grouped ? "the grouped GEMM copies its arguments from pageable "
-                                            "memory, which a graph cannot capture; use --gemm loop"
-                                          : "--straggle waits on the host inside the layer; drop "
-                                            "one of them");
+                                    : "--straggle waits on the host inside the layer; drop one "
+                                      "of them");
         rc = MP_ERR_USAGE;
         goto out;
     }

@@ -84,9 +84,11 @@ struct mp_compute {
     /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
     struct grouped_args *g;
     struct device_plan plan;
-    /* --graph: the captured layer */
+    /* --graph: the captured layer; while capturing, the grouped GEMM's argument copies read
+     * page-locked blocks of their own (struct grouped_args) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    int capturing;
     void *blas_ws; /* cuBLAS workspace set once, so captured GEMMs never allocate */
 };
 
@@ -99,7 +101,17 @@ struct grouped_args {
     float *alpha, *beta;
     const void **ptr; /* host: [3·cap] A, B, C */
     void **d_ptr;     /* device: the same */
+    /* a captured graph replays each argument copy from where it was captured, so every stage in
+     * a capture copies from its own page-locked block of 3·cap pointers, which keeps its values
+     * for the graph's life (blocks reserved before the capture; the pointers do not change while
+     * a padded point is replayed) */
+    const void **pin;
+    int pin_blocks, pin_used;
 };
+
+/* Page-locked argument blocks a capture may use: 2 stages per expert_ffn call, one call for the
+ * routed experts and one per shared expert. */
+#define GROUPED_CAPTURE_BLOCKS 32
 
 /* Grow a device buffer to at least `need` bytes (first calls only; the timed loop reuses it). */
 static int grow(void **p, size_t *cap, size_t need)
@@ -204,6 +216,7 @@ static void cuda_fini(struct mp_compute *c)
         free(c->g->alpha);
         free(c->g->ptr);
         cudaFree(c->g->d_ptr);
+        cudaFreeHost(c->g->pin);
         free(c->g);
     }
     cudaFreeHost(c->h_bf);
@@ -381,12 +394,20 @@ static int grouped_reserve(struct mp_compute *c, int n)
         return MP_OK;
     if (!g && !(g = c->g = (struct grouped_args *)calloc(1, sizeof *g)))
         return MP_ERR_RUNTIME;
+    if (c->capturing) { /* nothing may allocate inside a capture */
+        mp_error("--graph: the grouped GEMM's arguments for %d experts were not reserved before "
+                 "the capture", n);
+        return MP_ERR_RUNTIME;
+    }
     free(g->op);
     free(g->m);
     free(g->alpha);
     free(g->ptr);
     cudaFree(g->d_ptr);
+    cudaFreeHost(g->pin);
     g->d_ptr = NULL;
+    g->pin = NULL;
+    g->pin_blocks = g->pin_used = 0;
     g->cap = 0;
     g->op = (cublasOperation_t *)malloc((size_t)n * sizeof *g->op);
     g->m = (int *)malloc((size_t)n * 7 * sizeof(int)); /* m, n, k, lda, ldb, ldc, size */
@@ -415,10 +436,21 @@ static int grouped_reserve(struct mp_compute *c, int n)
 /* One stage of the expert FFN for `np` experts as one grouped GEMM: problem i computes
  * C_i[rows_i × N] = A_i[rows_i × K] · W_i[K × N], row-major, as cuBLAS's column-major
  * C_iᵀ = W_iᵀ·A_iᵀ (the same memory). The pointer array is copied from pageable host memory, which
- * returns once the driver holds the values, so the host arrays can be refilled right away. */
+ * returns once the driver holds the values, so the host arrays can be refilled right away; inside
+ * a capture it is copied from a page-locked block of this stage's own (see struct grouped_args). */
 static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, int ldc)
 {
     struct grouped_args *g = c->g;
+    const void **src = g->ptr;
+    if (c->capturing) {
+        if (!g->pin || g->pin_used >= g->pin_blocks) {
+            mp_error("--graph: the captured layer has more grouped GEMM stages than the %d "
+                     "argument blocks reserved for it", g->pin_blocks);
+            return MP_ERR_RUNTIME;
+        }
+        src = g->pin + (size_t)g->pin_used++ * 3 * g->cap;
+        memcpy(src, g->ptr, (size_t)np * 3 * sizeof(void *));
+    }
     for (int i = 0; i < np; i++) {
         g->k[i] = K;
         g->n[i] = g->m[i]; /* rows of problem i (filled by the caller in m) */
@@ -427,7 +459,7 @@ static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, in
         g->ldb[i] = lda;   /* A: rows × K row-major */
         g->ldc[i] = ldc;
     }
-    CUDACHECK(cudaMemcpyAsync(g->d_ptr, g->ptr, (size_t)np * 3 * sizeof(void *),
+    CUDACHECK(cudaMemcpyAsync(g->d_ptr, src, (size_t)np * 3 * sizeof(void *),
                               cudaMemcpyHostToDevice, c->stream));
     CUBLASCHECK(cublasGemmGroupedBatchedEx(
         c->blas, g->op, g->op, g->m, g->n, g->k, g->alpha, (const void *const *)g->d_ptr,
@@ -801,12 +833,22 @@ static void cuda_graph_reset(struct mp_compute *c)
 static int cuda_capture_begin(struct mp_compute *c)
 {
     cuda_graph_reset(c);
+    struct grouped_args *g = c->g;
+    if (g && !g->pin) { /* the grouped GEMM ran before (the warm-up): its capture blocks, once */
+        size_t bytes = (size_t)GROUPED_CAPTURE_BLOCKS * 3 * g->cap * sizeof(void *);
+        CUDACHECK(cudaMallocHost((void **)&g->pin, bytes));
+        g->pin_blocks = GROUPED_CAPTURE_BLOCKS;
+    }
+    if (g)
+        g->pin_used = 0;
     CUDACHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
     return MP_OK;
 }
 
 static int cuda_capture_end(struct mp_compute *c)
 {
+    c->capturing = 0;
     cudaError_t e = cudaStreamEndCapture(c->stream, &c->graph);
     if (e != cudaSuccess) {
         mp_error("--graph: capturing the layer failed: %s (an operation in it cannot be captured)",
