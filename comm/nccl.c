@@ -23,6 +23,7 @@ struct nccl_state {
     cudaStream_t stream;       /* the compute backend's: blocking exchanges and the allreduce */
     cudaStream_t comm_stream;  /* the pipelined layer's exchanges, beside the compute stream */
     cudaEvent_t ready[NCCL_SLOTS], done[NCCL_SLOTS]; /* data ready on compute; exchange finished */
+    int last_slot; /* the latest exchange started on the comm stream since the last drain, or −1 */
     ncclDataType_t reduce_type;
     char version[192];
 };
@@ -68,6 +69,7 @@ static int nccl_init(struct mp_comm **out, int *argc, char ***argv, const struct
     }
     c->ops = &mp_comm_nccl;
     c->priv = s;
+    s->last_slot = -1;
     c->rank = s->mpi->rank;
     c->size = s->mpi->size;
     c->local_rank = s->mpi->local_rank;
@@ -221,6 +223,8 @@ static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scoun
         mp_error("--comm nccl: cannot mark the end of exchange %d", slot);
         return MP_ERR_RUNTIME;
     }
+    if (rc == MP_OK)
+        s->last_slot = slot;
     return rc;
 }
 
@@ -262,8 +266,10 @@ static int nccl_drain(struct mp_comm *c)
                 return MP_ERR_RUNTIME;
             }
         }
-        if (!busy)
+        if (!busy) {
+            s->last_slot = -1;
             return MP_OK;
+        }
         ncclComm_t comms[3] = {s->ep, s->tp, s->world};
         for (int i = 0; i < 3; i++) {
             ncclResult_t r = ncclSuccess;
@@ -284,9 +290,18 @@ static int nccl_drain(struct mp_comm *c)
     }
 }
 
+/* The TP allreduce on the compute stream. In a pipelined layer it first waits for the latest
+ * exchange started on the comm stream: kernels of two communicators that may run at the same time
+ * on a device must follow one order, the same on every rank, or they can deadlock (NCCL's "Using
+ * multiple NCCL communicators concurrently"; before 2.26 NCCL does not order them itself). With
+ * every exchange after its data on the compute stream, the order is the host's, on every rank. */
 static int nccl_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
 {
     struct nccl_state *s = st(c);
+    if (s->last_slot >= 0 && cudaStreamWaitEvent(s->stream, s->done[s->last_slot], 0) != cudaSuccess) {
+        mp_error("--comm nccl: cannot order the TP allreduce after exchange %d", s->last_slot);
+        return MP_ERR_RUNTIME;
+    }
     NCCLCHECK(ncclAllReduce(buf, buf, n, s->reduce_type, ncclSum, s->tp, s->stream));
     return MP_OK;
 }
