@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
 # --check against the reference for every routing and placement, in both dispatch modes, with
-# grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs.
+# grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs (GEMM
+# loop, and grouped with two shared experts: several captured argument blocks).
 # Exits 77 where no CUDA device is present.
 . "$(dirname "$0")/lib.sh"
 set +e
@@ -30,5 +31,9 @@ mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --
     --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
     --placement contiguous,replicate-hot:2 --dispatch padded,padded:1.0 --graph --check \
     --out "$TMP/gpu-graph" || fail "moeperf-layer --graph --check exit $?"
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
+    --ffn 512 --experts 16 --topk 4 --shared 2 --batch 1,64 --iters 3 --routing hot:2:15 \
+    --dispatch padded --graph --gemm grouped --check --out "$TMP/gpu-graph-grouped" ||
+    fail "moeperf-layer --graph --gemm grouped --check exit $?"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
 echo PASS
