@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "compute.h"
+#include "chunks.h"
 #include "dplan_host.h"
 #include "error.h"
 #include "topk.h"
@@ -137,9 +138,10 @@ static int cpu_copy_rows(struct mp_compute *c, const void *src, void *dst,
 {
     const float *s = src;
     float *d = dst;
-    for (int i = 0; i < nch; i++)
-        if (ch[i].n > 0)
-            memcpy(d + ch[i].dst * H, s + ch[i].src * H, (size_t)ch[i].n * H * sizeof(float));
+    struct mp_chunk run;
+    int i = 0;
+    while (mp_chunks_next(ch, nch, &i, &run)) /* one copy per maximal run */
+        memcpy(d + run.dst * H, s + run.src * H, (size_t)run.n * H * sizeof(float));
     return MP_OK;
 }
 

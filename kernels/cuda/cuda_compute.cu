@@ -15,6 +15,7 @@ extern "C" {
 #include "error.h"
 #include "rankmap.h"
 }
+#include "chunks.h"
 #include "cuda_helpers.cuh"
 #include "dplan.h"
 
@@ -56,6 +57,16 @@ struct device_plan {
     int32_t *h_totals; /* page-locked [ncells] */
 };
 
+/* Runs of rows one copy_rows_kernel launch moves, passed by value as its parameter (12 KiB: up to
+ * 32 KiB of parameters are allowed from CUDA 12.1 on sm_70 and later), so a launch needs no copy
+ * from the host and a captured graph keeps the table. */
+#define COPY_TABLE 1024
+struct copy_table {
+    int32_t n;                       /* runs */
+    int32_t start[COPY_TABLE + 1];   /* first row of each run in this launch; start[n] = rows */
+    int32_t src[COPY_TABLE], dst[COPY_TABLE]; /* each run's first source and destination row */
+};
+
 struct mp_compute {
     int device;
     cudaStream_t stream;
@@ -84,6 +95,7 @@ struct mp_compute {
     /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
     struct grouped_args *g;
     struct device_plan plan;
+    struct copy_table copy; /* copy_rows' runs, filled on the host, passed by value */
     /* --graph: the captured layer; while capturing, the grouped GEMM's argument copies read
      * page-locked blocks of their own (struct grouped_args) */
     cudaGraph_t graph;
@@ -364,14 +376,63 @@ static int cuda_permute(struct mp_compute *c, const void *x, const int32_t *src_
     return MP_OK;
 }
 
+/* One block per row of the table: find its run (kernels/chunks.h), then copy the row, 16 bytes at
+ * a time when H allows. The table stays in the constant parameter space (__grid_constant__). */
+__global__ void copy_rows_kernel(const bf16 *src, bf16 *dst, const __grid_constant__ struct copy_table t,
+                                 int H)
+{
+    __shared__ long from, to;
+    int32_t r = (int32_t)blockIdx.x;
+    if (threadIdx.x == 0) {
+        int run = mp_chunk_find(t.start, t.n, r);
+        from = (long)t.src[run] + (r - t.start[run]);
+        to = (long)t.dst[run] + (r - t.start[run]);
+    }
+    __syncthreads();
+    const bf16 *f = src + from * H;
+    bf16 *d = dst + to * H;
+    if (H % 8 == 0) {
+        for (int h = threadIdx.x; h < H / 8; h += blockDim.x)
+            ((int4 *)d)[h] = ((const int4 *)f)[h];
+    } else {
+        for (int h = threadIdx.x; h < H; h += blockDim.x)
+            d[h] = f[h];
+    }
+}
+
+static int copy_table_launch(struct mp_compute *c, const void *src, void *dst,
+                             const struct copy_table *t, int H)
+{
+    if (t->start[t->n] == 0)
+        return MP_OK;
+    copy_rows_kernel<<<(unsigned)t->start[t->n], 128, 0, c->stream>>>((const bf16 *)src, (bf16 *)dst,
+                                                                      *t, H);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Block moves as maximal runs: a single run is one device copy; several go to copy_rows_kernel in
+ * tables of up to COPY_TABLE runs (a launch each), not one copy call per run, whose launch costs
+ * would grow with EP ranks × local experts. */
 static int cuda_copy_rows(struct mp_compute *c, const void *src, void *dst,
                           const struct mp_chunk *ch, int nch, int H)
 {
     size_t row = (size_t)H * sizeof(bf16);
-    for (int i = 0; i < nch; i++)
-        if (ch[i].n > 0)
-            CUDACHECK(cudaMemcpyAsync((char *)dst + ch[i].dst * row, (const char *)src + ch[i].src * row,
-                                      ch[i].n * row, cudaMemcpyDeviceToDevice, c->stream));
+    struct mp_chunk run, first;
+    int i = 0;
+    if (!mp_chunks_next(ch, nch, &i, &first))
+        return MP_OK;
+    int j = i;
+    if (!mp_chunks_next(ch, nch, &j, &run)) { /* one run: a plain device copy */
+        CUDACHECK(cudaMemcpyAsync((char *)dst + first.dst * row, (const char *)src + first.src * row,
+                                  first.n * row, cudaMemcpyDeviceToDevice, c->stream));
+        return MP_OK;
+    }
+    struct copy_table *t = &c->copy; /* 12 KiB: kept with the backend, off the stack */
+    i = 0;
+    while ((t->n = mp_chunks_table(ch, nch, &i, COPY_TABLE, t->start, t->src, t->dst)) > 0)
+        if (copy_table_launch(c, src, dst, t, H) != MP_OK)
+            return MP_ERR_RUNTIME;
     return MP_OK;
 }
 

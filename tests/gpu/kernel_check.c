@@ -159,6 +159,22 @@ static void check_moves(long N, int H)
     gpu->sync(g);
     gpu->download(g, pg, dc, (size_t)N * H);
     report("copy_rows (exact)", mp_rel_error(pg, pc, N * H), 0);
+    /* pairs of rows in reverse order: no two chunks form one run, so more runs than one launch's
+     * table holds */
+    long nc = N / 2;
+    struct mp_chunk *rev = malloc(sizeof *rev * (size_t)nc);
+    for (long j = 0; j < nc; j++)
+        rev[j] = (struct mp_chunk){.src = 2 * j, .dst = 2 * (nc - 1 - j), .n = 2};
+    memset(pc, 0, sizeof(float) * N * H);
+    gpu->upload(g, dc, zero, (size_t)N * H);
+    cpu->copy_rows(h, x, pc, rev, (int)nc, H);
+    gpu->copy_rows(g, dx, dc, rev, (int)nc, H);
+    gpu->sync(g);
+    gpu->download(g, pg, dc, (size_t)N * H);
+    char what[64];
+    snprintf(what, sizeof what, "copy_rows, %ld runs (exact)", nc);
+    report(what, mp_rel_error(pg, pc, N * H), 0);
+    free(rev);
     /* combine: rows of 3 tokens with a shared block */
     long T = N / 3;
     float *sh = malloc(sizeof(float) * T * H), *w = malloc(sizeof(float) * N);
