@@ -50,6 +50,8 @@ struct device_plan {
     int32_t *d_totals, *d_start;                             /* [ncells] */
     int32_t *d_tok;                                          /* [rows] */
     float *d_w;                                              /* [rows] */
+    int32_t *d_row_of_pair; /* [npairs] each pair's send row, −1 if it has none (dropped) */
+    const float *pair_w;    /* [npairs] the routing weights of the last build, in pair order */
     int32_t *d_in_ids;                                       /* [npairs] a handed-over routing */
     float *d_in_w;
     void *d_temp;
@@ -190,6 +192,7 @@ static void plan_free(struct device_plan *p)
     cudaFree(p->d_start);
     cudaFree(p->d_tok);
     cudaFree(p->d_w);
+    cudaFree(p->d_row_of_pair);
     cudaFree(p->d_in_ids);
     cudaFree(p->d_in_w);
     cudaFree(p->d_temp);
@@ -628,6 +631,36 @@ __global__ void combine_finish_kernel(const float *acc, const bf16 *shared, int 
     }
 }
 
+/* The combine over the device plan's rows, one block per token: its K pairs' rows (those in the
+ * window [row0, row0+nrows) of the plan, at rows[row − row0]) weighted by their routing weights,
+ * plus the shared rows (plus y with accumulate), summed in fp32 in pair order: no atomics, the
+ * same sum in every run. */
+__global__ void combine_gather_kernel(const bf16 *rows, const int32_t *row_of_pair,
+                                      const float *pair_w, long row0, long nrows, int K,
+                                      const bf16 *shared, int nshared, long ntok, int H, bf16 *y,
+                                      int accumulate)
+{
+    extern __shared__ int32_t pick[]; /* [K] row in the window or −1, then [K] weights */
+    float *wk = (float *)(pick + K);
+    long t = blockIdx.x;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        long i = t * K + k;
+        pick[k] = mp_combine_pick(row_of_pair[i], row0, nrows);
+        wk[k] = pair_w[i];
+    }
+    __syncthreads();
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        long e = t * H + h;
+        float v = accumulate ? __bfloat162float(y[e]) : 0.0f;
+        for (int s = 0; s < nshared; s++)
+            v += __bfloat162float(shared[s * ntok * H + e]);
+        for (int k = 0; k < K; k++)
+            if (pick[k] >= 0)
+                v += wk[k] * __bfloat162float(rows[(long)pick[k] * H + h]);
+        y[e] = __float2bfloat16(v);
+    }
+}
+
 static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
                         long row0, long nrows, const void *shared, int nshared, long ntok, int H,
                         void *y, int accumulate)
@@ -635,24 +668,32 @@ static int cuda_combine(struct mp_compute *c, const void *rows, const int32_t *t
     size_t n = (size_t)ntok * H;
     if (n == 0)
         return MP_OK;
+    if (!tok) { /* the device plan's rows: gathered per token */
+        const struct device_plan *p = &c->plan;
+        int K = p->s.K;
+        if (ntok > p->s.ntok) {
+            mp_error("combine: %ld tokens, the dispatch plan was built for %ld", ntok, p->s.ntok);
+            return MP_ERR_RUNTIME;
+        }
+        combine_gather_kernel<<<(unsigned)ntok, 128, (size_t)K * 2 * sizeof(int32_t), c->stream>>>(
+            (const bf16 *)rows, p->d_row_of_pair, p->pair_w, row0, nrows, K,
+            shared ? (const bf16 *)shared : NULL, shared ? nshared : 0, ntok, H, (bf16 *)y,
+            accumulate);
+        CUDACHECK(cudaGetLastError());
+        return MP_OK;
+    }
     if (grow((void **)&c->d_acc, &c->acc_cap, n * sizeof(float)) != MP_OK ||
         grow((void **)&c->d_idx, &c->idx_cap, (size_t)(nrows > 0 ? nrows : 1) * sizeof(int32_t)) != MP_OK ||
         grow((void **)&c->d_f, &c->f_cap, (size_t)(nrows > 0 ? nrows : 1) * sizeof(float)) != MP_OK)
         return MP_ERR_RUNTIME;
     CUDACHECK(cudaMemsetAsync(c->d_acc, 0, n * sizeof(float), c->stream));
-    if (nrows > 0) {
-        const int32_t *dtok = c->plan.d_tok + row0; /* tok/w NULL: the device plan's rows */
-        const float *dw = c->plan.d_w + row0;
-        if (tok) {
-            CUDACHECK(cudaMemcpyAsync(c->d_idx, tok + row0, (size_t)nrows * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, c->stream));
-            CUDACHECK(cudaMemcpyAsync(c->d_f, w + row0, (size_t)nrows * sizeof(float),
-                                      cudaMemcpyHostToDevice, c->stream));
-            dtok = c->d_idx;
-            dw = c->d_f;
-        }
+    if (nrows > 0) { /* host index arrays: scattered with atomics */
+        CUDACHECK(cudaMemcpyAsync(c->d_idx, tok + row0, (size_t)nrows * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, c->stream));
+        CUDACHECK(cudaMemcpyAsync(c->d_f, w + row0, (size_t)nrows * sizeof(float),
+                                  cudaMemcpyHostToDevice, c->stream));
         combine_scatter_kernel<<<(unsigned)nrows, 256, 0, c->stream>>>(
-            (const bf16 *)rows, dtok, dw, nrows, H, c->d_acc);
+            (const bf16 *)rows, c->d_idx, c->d_f, nrows, H, c->d_acc);
         CUDACHECK(cudaGetLastError());
     }
     combine_finish_kernel<<<(unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0,
@@ -677,10 +718,11 @@ __global__ void plan_cells_kernel(const int32_t *ids, const int32_t *route_off,
         atomicAdd(totals + cell, 1);
 }
 
-/* The send row of every sorted pair: its token and routing weight (dropped pairs: none). */
+/* The send row of every sorted pair: its token and routing weight, and for the combine the row
+ * each pair went to (row_of_pair, left at −1 for dropped pairs). */
 __global__ void plan_rows_kernel(const int32_t *key, const int32_t *pair, const int32_t *start,
                                  const float *w, long npairs, int K, int ncells, long cap,
-                                 int max_local, int32_t *tok, float *row_w)
+                                 int max_local, int32_t *tok, float *row_w, int32_t *row_of_pair)
 {
     long p = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (p >= npairs)
@@ -694,6 +736,7 @@ __global__ void plan_rows_kernel(const int32_t *key, const int32_t *pair, const 
     int32_t i = pair[p];
     tok[row] = i / K;
     row_w[row] = w[i];
+    row_of_pair[i] = (int32_t)row;
 }
 
 static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
@@ -718,6 +761,7 @@ static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
     CUDACHECK(cudaMalloc((void **)&p->d_start, cells * sizeof(int32_t)));
     CUDACHECK(cudaMalloc((void **)&p->d_tok, rows * sizeof(int32_t)));
     CUDACHECK(cudaMalloc((void **)&p->d_w, rows * sizeof(float)));
+    CUDACHECK(cudaMalloc((void **)&p->d_row_of_pair, pairs * sizeof(int32_t)));
     CUDACHECK(cudaMalloc((void **)&p->d_in_ids, pairs * sizeof(int32_t)));
     CUDACHECK(cudaMalloc((void **)&p->d_in_w, pairs * sizeof(float)));
     CUDACHECK(cudaMallocHost((void **)&p->h_totals, cells * sizeof(int32_t)));
@@ -725,6 +769,8 @@ static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
     /* padding rows (and a dynamic plan before its first build) read token 0 with weight 0 */
     CUDACHECK(cudaMemsetAsync(p->d_tok, 0, rows * sizeof(int32_t), c->stream));
     CUDACHECK(cudaMemsetAsync(p->d_w, 0, rows * sizeof(float), c->stream));
+    CUDACHECK(cudaMemsetAsync(p->d_row_of_pair, 0xff, pairs * sizeof(int32_t), c->stream));
+    p->pair_w = p->d_in_w;
     CUDACHECK(cudaMemcpyAsync(p->d_route_off, s->route_off, ((size_t)s->experts + 1) * sizeof(int32_t),
                               cudaMemcpyHostToDevice, c->stream));
     if (ncand)
@@ -776,12 +822,15 @@ static int cuda_plan_build(struct mp_compute *c, const int32_t *ids, const float
             CUDACHECK(cudaMemsetAsync(p->d_tok, 0, (size_t)p->rows * sizeof(int32_t), c->stream));
             CUDACHECK(cudaMemsetAsync(p->d_w, 0, (size_t)p->rows * sizeof(float), c->stream));
         }
+        CUDACHECK(cudaMemsetAsync(p->d_row_of_pair, 0xff, (size_t)p->npairs * sizeof(int32_t),
+                                  c->stream));
         plan_rows_kernel<<<blocks, 256, 0, c->stream>>>(p->d_key_sorted, p->d_pair_sorted,
                                                         p->d_start, d_w, p->npairs, s->K,
                                                         s->ncells, s->cap, s->max_local, p->d_tok,
-                                                        p->d_w);
+                                                        p->d_w, p->d_row_of_pair);
         CUDACHECK(cudaGetLastError());
     }
+    p->pair_w = d_w;
     CUDACHECK(cudaMemcpyAsync(p->h_totals, p->d_totals, cells * sizeof(int32_t),
                               cudaMemcpyDeviceToHost, c->stream));
     if (wait) /* the dynamic dispatch sizes its sends from these: its one host sync */

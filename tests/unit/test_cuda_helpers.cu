@@ -23,8 +23,11 @@ static int failures;
  * exclusive scan), then each sorted pair's row (plan_rows_kernel). */
 static void device_plan_on_host(const int32_t *off, const int32_t *cellv, const int32_t *ids,
                                 const float *w, long npairs, int K, long tok0, int ncells, long cap,
-                                int max_local, int32_t *tok, float *row_w, int32_t *totals)
+                                int max_local, int32_t *tok, float *row_w, int32_t *totals,
+                                int32_t *row_of_pair)
 {
+    for (long i = 0; i < npairs; i++)
+        row_of_pair[i] = -1;
     int32_t key[64], pair[64], start[16];
     for (int c = 0; c < ncells; c++)
         totals[c] = 0;
@@ -50,7 +53,31 @@ static void device_plan_on_host(const int32_t *off, const int32_t *cellv, const 
             continue;
         tok[row] = i / K;
         row_w[row] = w[i];
+        row_of_pair[i] = (int32_t)row;
     }
+}
+
+/* The combine as combine_gather_kernel computes it for token t, element h: its K pairs whose rows
+ * are in the window [row0, row0+nrows) of the plan, held at rows[row − row0]. */
+static float gather_elem(const float *rows, const int32_t *row_of_pair, const float *pw, long row0,
+                         long nrows, int K, int H, long t, int h, float y)
+{
+    for (int k = 0; k < K; k++) {
+        int32_t r = mp_combine_pick(row_of_pair[t * K + k], row0, nrows);
+        if (r >= 0)
+            y += pw[t * K + k] * rows[(long)r * H + h];
+    }
+    return y;
+}
+
+/* The combine as combine_scatter_kernel computes it: every row of the window added to its token. */
+static float scatter_elem(const float *rows, const int32_t *tok, const float *row_w, long row0,
+                          long nrows, int H, long t, int h, float y)
+{
+    for (long i = 0; i < nrows; i++)
+        if (tok[row0 + i] == t)
+            y += row_w[row0 + i] * rows[i * H + h];
+    return y;
 }
 
 int main(void)
@@ -122,20 +149,42 @@ int main(void)
     EXPECT(mp_dplan_cell(off, cellv, 0, 10) == 0 && mp_dplan_cell(off, cellv, 0, 11) == 2);
     EXPECT(mp_dplan_cell(off, cellv, 1, 11) == 1 && mp_dplan_cell(off, cellv, 2, 12) == 3);
     /* pairs' cells 0 1 2 3 1 0 3 2: sorted stably by cell, token order inside a cell */
-    int32_t dtok[8], totals[4];
+    int32_t dtok[8], totals[4], rop[8];
     float dw[8];
-    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 0, 2, dtok, dw, totals);
+    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 0, 2, dtok, dw, totals, rop);
     const int32_t want_tok[8] = {0, 2, 0, 2, 1, 3, 1, 3};
     const float want_w[8] = {1, 6, 2, 5, 3, 8, 4, 7};
     for (int i = 0; i < 8; i++)
         EXPECT(dtok[i] == want_tok[i] && dw[i] == want_w[i]);
     EXPECT(totals[0] == 2 && totals[1] == 2 && totals[2] == 2 && totals[3] == 2);
+    /* the combine gathered per token from each pair's row equals the rows scattered to their
+     * tokens, whole and in two windows added up (a pipelined layer's chunks) */
+    float prows[8 * 2];
+    for (int i = 0; i < 16; i++)
+        prows[i] = (float)(i % 5) - 1.5f;
+    for (long t = 0; t < 4; t++)
+        for (int h = 0; h < 2; h++) {
+            float whole = scatter_elem(prows, dtok, dw, 0, 8, 2, t, h, 0.5f);
+            EXPECT(fabsf(gather_elem(prows, rop, pw, 0, 8, 2, 2, t, h, 0.5f) - whole) < 1e-5f);
+            float part = gather_elem(prows, rop, pw, 0, 3, 2, 2, t, h, 0.5f);
+            part = gather_elem(prows + 3 * 2, rop, pw, 3, 5, 2, 2, t, h, part);
+            EXPECT(fabsf(part - whole) < 1e-5f);
+        }
     /* padded, one row per slot: the first pair of each cell, the second dropped */
-    int32_t ptok[4] = {-1, -1, -1, -1};
+    int32_t ptok[4] = {-1, -1, -1, -1}, prop[8];
     float prw[4];
-    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 1, 2, ptok, prw, totals);
+    device_plan_on_host(off, cellv, pids, pw, 8, 2, 10, 4, 1, 2, ptok, prw, totals, prop);
     EXPECT(ptok[0] == 0 && ptok[1] == 0 && ptok[2] == 1 && ptok[3] == 1);
     EXPECT(prw[0] == 1 && prw[1] == 2 && prw[2] == 3 && prw[3] == 4);
+    /* dropped pairs have no row and add nothing; the kept ones match the slot rows scattered */
+    EXPECT(prop[0] == 0 && prop[1] == 1 && prop[2] == 2 && prop[3] == 3);
+    EXPECT(prop[4] == -1 && prop[5] == -1 && prop[6] == -1 && prop[7] == -1);
+    for (long t = 0; t < 4; t++)
+        for (int h = 0; h < 2; h++)
+            EXPECT(fabsf(gather_elem(prows, prop, pw, 0, 4, 2, 2, t, h, 0.0f) -
+                         scatter_elem(prows, ptok, prw, 0, 4, 2, t, h, 0.0f)) < 1e-5f);
+    EXPECT(mp_combine_pick(5, 3, 2) == -1 && mp_combine_pick(4, 3, 2) == 1 &&
+           mp_combine_pick(-1, 0, 8) == -1);
     EXPECT(mp_dplan_key_bits(4) == 3); /* keys 0..4, 4 = unsent */
 
     if (failures)
