@@ -69,6 +69,15 @@ struct copy_table {
     int32_t src[COPY_TABLE], dst[COPY_TABLE]; /* each run's first source and destination row */
 };
 
+/* Pointers one fill_pointers_kernel launch writes, passed by value as its parameter (10 KiB): the
+ * grouped GEMM's pointer arrays reach the device with no copy from host memory, so the host never
+ * waits for the stream and a captured graph replays the values it was captured with. */
+#define PTR_TABLE 1280
+struct ptr_table {
+    int n;
+    const void *p[PTR_TABLE];
+};
+
 struct mp_compute {
     int device;
     cudaStream_t stream;
@@ -98,8 +107,8 @@ struct mp_compute {
     struct grouped_args *g;
     struct device_plan plan;
     struct copy_table copy; /* copy_rows' runs, filled on the host, passed by value */
-    /* --graph: the captured layer; while capturing, the grouped GEMM's argument copies read
-     * page-locked blocks of their own (struct grouped_args) */
+    struct ptr_table ptrs;  /* the grouped GEMM's pointers, likewise */
+    /* --graph: the captured layer (while capturing, nothing may allocate) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     int capturing;
@@ -114,18 +123,9 @@ struct grouped_args {
     int *m, *n, *k, *lda, *ldb, *ldc, *size;
     float *alpha, *beta;
     const void **ptr; /* host: [3·cap] A, B, C */
-    void **d_ptr;     /* device: the same */
-    /* a captured graph replays each argument copy from where it was captured, so every stage in
-     * a capture copies from its own page-locked block of 3·cap pointers, which keeps its values
-     * for the graph's life (blocks reserved before the capture; the pointers do not change while
-     * a padded point is replayed) */
-    const void **pin;
-    int pin_blocks, pin_used;
+    void **d_ptr;     /* device: the same, written by fill_pointers_kernel */
 };
 
-/* Page-locked argument blocks a capture may use: 2 stages per expert_ffn call, one call for the
- * routed experts and one per shared expert. */
-#define GROUPED_CAPTURE_BLOCKS 32
 
 /* Grow a device buffer to at least `need` bytes (first calls only; the timed loop reuses it). */
 static int grow(void **p, size_t *cap, size_t need)
@@ -231,7 +231,6 @@ static void cuda_fini(struct mp_compute *c)
         free(c->g->alpha);
         free(c->g->ptr);
         cudaFree(c->g->d_ptr);
-        cudaFreeHost(c->g->pin);
         free(c->g);
     }
     cudaFreeHost(c->h_bf);
@@ -468,10 +467,7 @@ static int grouped_reserve(struct mp_compute *c, int n)
     free(g->alpha);
     free(g->ptr);
     cudaFree(g->d_ptr);
-    cudaFreeHost(g->pin);
     g->d_ptr = NULL;
-    g->pin = NULL;
-    g->pin_blocks = g->pin_used = 0;
     g->cap = 0;
     g->op = (cublasOperation_t *)malloc((size_t)n * sizeof *g->op);
     g->m = (int *)malloc((size_t)n * 7 * sizeof(int)); /* m, n, k, lda, ldb, ldc, size */
@@ -497,23 +493,25 @@ static int grouped_reserve(struct mp_compute *c, int n)
     return MP_OK;
 }
 
+/* out[i] = t.p[i] for i < t.n: pointers from the launch's parameter to device memory. */
+__global__ void fill_pointers_kernel(const __grid_constant__ struct ptr_table t, const void **out)
+{
+    for (int i = threadIdx.x; i < t.n; i += blockDim.x)
+        out[i] = t.p[i];
+}
+
 /* One stage of the expert FFN for `np` experts as one grouped GEMM: problem i computes
  * C_i[rows_i × N] = A_i[rows_i × K] · W_i[K × N], row-major, as cuBLAS's column-major
- * C_iᵀ = W_iᵀ·A_iᵀ (the same memory). The pointer array is copied from pageable host memory, which
- * returns once the driver holds the values, so the host arrays can be refilled right away; inside
- * a capture it is copied from a page-locked block of this stage's own (see struct grouped_args). */
+ * C_iᵀ = W_iᵀ·A_iᵀ (the same memory). The A, B, C pointer arrays reach the device as kernel
+ * parameters (struct ptr_table), so the host arrays can be refilled right away. */
 static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, int ldc)
 {
     struct grouped_args *g = c->g;
-    const void **src = g->ptr;
-    if (c->capturing) {
-        if (!g->pin || g->pin_used >= g->pin_blocks) {
-            mp_error("--graph: the captured layer has more grouped GEMM stages than the %d "
-                     "argument blocks reserved for it", g->pin_blocks);
-            return MP_ERR_RUNTIME;
-        }
-        src = g->pin + (size_t)g->pin_used++ * 3 * g->cap;
-        memcpy(src, g->ptr, (size_t)np * 3 * sizeof(void *));
+    for (int at = 0; at < 3 * np; at += PTR_TABLE) {
+        c->ptrs.n = 3 * np - at < PTR_TABLE ? 3 * np - at : PTR_TABLE;
+        memcpy(c->ptrs.p, g->ptr + at, (size_t)c->ptrs.n * sizeof(void *));
+        fill_pointers_kernel<<<1, 256, 0, c->stream>>>(c->ptrs, (const void **)g->d_ptr + at);
+        CUDACHECK(cudaGetLastError());
     }
     for (int i = 0; i < np; i++) {
         g->k[i] = K;
@@ -523,8 +521,6 @@ static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, in
         g->ldb[i] = lda;   /* A: rows × K row-major */
         g->ldc[i] = ldc;
     }
-    CUDACHECK(cudaMemcpyAsync(g->d_ptr, src, (size_t)np * 3 * sizeof(void *),
-                              cudaMemcpyHostToDevice, c->stream));
     CUBLASCHECK(cublasGemmGroupedBatchedEx(
         c->blas, g->op, g->op, g->m, g->n, g->k, g->alpha, (const void *const *)g->d_ptr,
         CUDA_R_16BF, g->lda, (const void *const *)(g->d_ptr + np), CUDA_R_16BF, g->ldb, g->beta,
@@ -943,14 +939,6 @@ static void cuda_graph_reset(struct mp_compute *c)
 static int cuda_capture_begin(struct mp_compute *c)
 {
     cuda_graph_reset(c);
-    struct grouped_args *g = c->g;
-    if (g && !g->pin) { /* the grouped GEMM ran before (the warm-up): its capture blocks, once */
-        size_t bytes = (size_t)GROUPED_CAPTURE_BLOCKS * 3 * g->cap * sizeof(void *);
-        CUDACHECK(cudaMallocHost((void **)&g->pin, bytes));
-        g->pin_blocks = GROUPED_CAPTURE_BLOCKS;
-    }
-    if (g)
-        g->pin_used = 0;
     CUDACHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
     return MP_OK;
