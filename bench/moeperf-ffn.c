@@ -27,7 +27,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
-    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_END,
+    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_FFN_GRAPH, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -345,20 +345,16 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): device drained,
- * barrier, then every active local expert and every shared expert; duration in *us. */
-static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
-                         double *us)
+/* Queue this rank's FFN between the marks START and FFN: every active local expert, then every
+ * shared expert on the rank's own tokens. */
+static int ffn_queue(const struct mp_session *s, const struct bufs *b, const struct work *w)
 {
     const struct mp_compute_ops *o = s->cops;
     struct mp_compute *dev = s->dev;
-    struct mp_comm *c = s->comm;
-    int H = s->model.hidden, Dl = s->model.ffn / c->tp, S = s->model.shared, rc = MP_OK;
+    int H = s->model.hidden, Dl = s->model.ffn / s->comm->tp, S = s->model.shared, rc = MP_OK;
     long shared_off[2] = {0, w->ntok};
     size_t row_bytes = (size_t)H * o->elem_size;
 
-    MP_CHECK(o->sync(dev));
-    MP_CHECK(c->ops->barrier(c));
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
@@ -376,10 +372,39 @@ static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const
         MP_CHECK(o->expert_ffn(dev, &sa));
     }
     MP_CHECK(o->mark(dev, MARK_FFN));
+out:
+    return rc;
+}
+
+/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): device drained,
+ * barrier, then the FFN queued (or, with `replay`, the captured FFN launched); duration from its
+ * marks in *us. */
+static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
+                         int replay, double *us)
+{
+    const struct mp_compute_ops *o = s->cops;
+    struct mp_compute *dev = s->dev;
+    struct mp_comm *c = s->comm;
+    int rc = MP_OK;
+    MP_CHECK(o->sync(dev));
+    MP_CHECK(c->ops->barrier(c));
+    MP_CHECK(replay ? o->replay(dev) : ffn_queue(s, b, w));
     MP_CHECK(o->sync(dev));
     *us = o->elapsed_us(dev, MARK_START, MARK_FFN);
 out:
     return rc;
+}
+
+/* --graph: capture the point's FFN, marks included, after the warm-up grew every buffer. */
+static int ffn_capture(const struct mp_session *s, const struct bufs *b, const struct work *w)
+{
+    const struct mp_compute_ops *o = s->cops;
+    int rc = o->sync(s->dev);
+    if (rc != MP_OK || (rc = o->capture_begin(s->dev)) != MP_OK)
+        return rc;
+    rc = ffn_queue(s, b, w);
+    int end = o->capture_end(s->dev); /* always leave the capture, even after a failure */
+    return rc != MP_OK ? rc : end;
 }
 
 /* Run one point on every rank; on rank 0, ffn[i] = max over ranks of iteration i's FFN time. */
@@ -399,9 +424,15 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
     }
     MP_CHECK(bufs_make(&b, s, wc, w));
     for (int i = 0; i < s->o.warmup; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, &scratch));
+        MP_CHECK(ffn_iteration(s, &b, w, 0, &scratch));
+    if (s->o.graph) { /* grown buffers first, then the capture, then one replay untimed */
+        if (s->o.warmup == 0)
+            MP_CHECK(ffn_iteration(s, &b, w, 0, &scratch));
+        MP_CHECK(ffn_capture(s, &b, w));
+        MP_CHECK(ffn_iteration(s, &b, w, 1, &scratch));
+    }
     for (int i = 0; i < n; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, &mine[i]));
+        MP_CHECK(ffn_iteration(s, &b, w, s->o.graph, &mine[i]));
     MP_CHECK(c->ops->gather(c, mine, (size_t)n * sizeof *mine, all));
     if (c->rank == 0)
         for (int i = 0; i < n; i++) {
@@ -410,6 +441,8 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
                 ffn[i] = all[(size_t)r * n + i] > ffn[i] ? all[(size_t)r * n + i] : ffn[i];
         }
 out:
+    if (s->o.graph && s->cops->graph_reset)
+        s->cops->graph_reset(s->dev);
     bufs_free(&b, s);
     free(mine);
     free(all);
@@ -437,19 +470,20 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     double bytes = mp_ffn_weight_bytes(m->hidden, m->ffn, lay->tp, w->crit_active,
                                        s->cops->elem_size);
     double t = sm.p50 * 1e-6; /* s */
+    const char *dispatch = s->o.graph ? "dynamic+graph" : "dynamic"; /* the key cell */
     double gflops = t > 0 ? flops / t / 1e9 : NAN, gbps = t > 0 ? bytes / t / 1e9 : NAN;
     struct mp_roofline rf;
     mp_roofline(peak[0], peak[1], flops, bytes, gflops * 1e9, &rf);
 
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
-            mp_workload_key_row(&row, s, lay, routing, placement, 1, "dynamic", batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, 1, dispatch, batch);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
-            mp_workload_key_row(&row, s, lay, routing, placement, 1, "dynamic", batch);
+            mp_workload_key_row(&row, s, lay, routing, placement, 1, dispatch, batch);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
@@ -528,6 +562,12 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     int grouped;
     MP_CHECK(mp_gemm_grouped(&s.o, s.cops, &grouped));
+    if (s.o.graph && !s.cops->capture_begin) {
+        mp_usage("--graph: replaying a captured expert FFN needs --backend cuda (the %s backend "
+                 "runs its kernels from the host)", s.cops->name);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
     MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed,
                                "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
                                "generated routing or a trace", &routings, &nrout));
@@ -543,9 +583,9 @@ int main(int argc, char **argv)
 
     if (!s.o.quiet && c->rank == 0) {
         printf("# moeperf-ffn: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
-               "node(s), backend %s\n",
+               "node(s), backend %s, GEMMs %s%s\n",
                m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, c->size, c->nnodes,
-               s.o.backend);
+               s.o.backend, s.o.gemm, s.o.graph ? ", replayed as a CUDA Graph" : "");
         printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
                peak[1] / 1e9);
         printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
@@ -572,7 +612,8 @@ int main(int argc, char **argv)
                     const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
                     struct mp_row key = {0};
                     npoint++;
-                    mp_workload_key_row(&key, &s, lay, rname, pname, 1, "dynamic", batch);
+                    mp_workload_key_row(&key, &s, lay, rname, pname, 1,
+                                        s.o.graph ? "dynamic+graph" : "dynamic", batch);
                     int skip = mp_runfiles_done(&f, &s, &key);
                     mp_row_free(&key);
                     if (skip)

@@ -93,6 +93,10 @@ extern const char *const mp_cpu_bind_choices[];
     {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
      "capture each padded point's layer in a CUDA Graph once and replay it (--backend cuda "        \
      "--comm nccl --dispatch padded[:F])"}
+#define MP_OPT_FFN_GRAPH                                                                           \
+    {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
+     "capture each point's expert FFN in a CUDA Graph once and replay it: the kernels' time "      \
+     "without the host's launch costs (--backend cuda)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

@@ -38,4 +38,9 @@ rc=0
 rc=0
 "$BIN/moeperf-ffn" --routing gate --quiet 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "--routing gate exited $rc, expected 2"
+rc=0 # --graph on a host backend: refused in one line naming the flag, before any row
+"$BIN/moeperf-ffn" --graph --batch 1 --quiet --out "$TMP/graph" 2>"$TMP/err" || rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q -- '--graph' "$TMP/err" ||
+    fail "--graph on cpu exited $rc: $(cat "$TMP/err")"
+[ ! -f "$TMP/graph/ffn.csv" ] || [ "$(rows "$TMP/graph/ffn.csv")" -eq 0 ] || fail "--graph left rows"
 echo "PASS"
