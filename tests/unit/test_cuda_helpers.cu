@@ -1,11 +1,16 @@
 /* test_cuda_helpers.cu - the kernel logic the cuda backend shares with the host (top-k selection
  * and weights, SwiGLU, permutation, the weighted combine, padded capacity, the device dispatch
- * plan's cell and row rules), compiled by nvcc and run on the CPU: no GPU is needed. */
+ * plan's cell and row rules, the row-move runs), compiled by nvcc and run on the CPU: no GPU is
+ * needed. */
 #include <algorithm>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+extern "C" {
+#include "compute.h" /* struct mp_chunk, as cuda_compute.cu includes it */
+}
+#include "chunks.h"
 #include "cuda_helpers.cuh"
 #include "dplan.h"
 
@@ -186,6 +191,18 @@ int main(void)
     EXPECT(mp_combine_pick(5, 3, 2) == -1 && mp_combine_pick(4, 3, 2) == 1 &&
            mp_combine_pick(-1, 0, 8) == -1);
     EXPECT(mp_dplan_key_bits(4) == 3); /* keys 0..4, 4 = unsent */
+
+    /* copy_rows_kernel's lookup: the runs of a list with an empty chunk and a break on one side,
+     * each row of the launch mapped to its source and destination row as the kernel does */
+    const struct mp_chunk moves[4] = {{0, 10, 2}, {2, 12, 1}, {7, 7, 0}, {3, 0, 3}};
+    int32_t rstart[5], rsrc[4], rdst[4];
+    int at = 0, nrun = mp_chunks_table(moves, 4, &at, 4, rstart, rsrc, rdst);
+    EXPECT(nrun == 2 && rstart[1] == 3 && rstart[2] == 6 && at == 4);
+    const long want_from[6] = {0, 1, 2, 3, 4, 5}, want_to[6] = {10, 11, 12, 0, 1, 2};
+    for (int32_t r = 0; r < rstart[nrun]; r++) {
+        int run = mp_chunk_find(rstart, nrun, r);
+        EXPECT(rsrc[run] + (r - rstart[run]) == want_from[r] && rdst[run] + (r - rstart[run]) == want_to[r]);
+    }
 
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
