@@ -231,7 +231,12 @@ static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_t
     static const char *const cols[] = {"flops", "weight_bytes", "active_experts", "ffn_us",
                                        "batch", NULL};
     int rc = need(t, cols);
+    int has_dispatch = mp_table_col(t, "dispatch") >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
+        /* the model launches the FFN's kernels from the host: rows replayed as a graph
+         * (dynamic+graph) leave that cost out and are not its to fit */
+        if (has_dispatch && strcmp(cell(t, r, "dispatch"), "dynamic") != 0)
+            continue;
         struct mp_calib_point *p = new_point(set);
         if (!p)
             return MP_ERR_RUNTIME;

@@ -29,6 +29,17 @@ awk -F, '
     }
     END { exit bad }' "$out/ffn.csv" >&2 || fail "ffn.csv checks"
 
+# calibration fits the FFN launched from the host: rows replayed as a graph are left out
+mkdir -p "$TMP/cal"
+cp "$out/run.json" "$TMP/cal/"
+awk 'BEGIN { FS = OFS = "," } NR == 1 { for (i = 1; i <= NF; i++) if ($i == "dispatch") d = i; print; next }
+    { print; $d = "dynamic+graph"; print }' "$out/ffn.csv" >"$TMP/cal/ffn.csv"
+[ "$(rows "$TMP/cal/ffn.csv")" -eq 4 ] || fail "the calibration fixture has $(rows "$TMP/cal/ffn.csv") rows"
+"$BUILD/reports/moeperf-plan" --calibrate "$TMP/cal" --out "$TMP/cal.ini" >"$TMP/cal.out" ||
+    fail "moeperf-plan --calibrate exit $?"
+grep -q "on 2 points from 1 run" "$TMP/cal.out" ||
+    fail "calibration did not keep only the 2 rows launched from the host: $(head -1 "$TMP/cal.out")"
+
 rc=0
 "$BIN/moeperf-ffn" --iters 0 --quiet 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "--iters 0 exited $rc, expected 2"
