@@ -55,11 +55,10 @@ struct mp_layer {
     struct mp_plan plan;
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
 
-    /* the backend-built dispatch plan (compute backends with plan_build, unpipelined points): the
-     * routing goes from the gate or the pool to the backend, which sorts the pairs where they are;
-     * the host sees only the pairs per cell */
-    int dplan;
-    const int32_t *dplan_totals; /* [ep·max_local of the plan in use] */
+    /* the dispatch plan is built by the compute backend (plan_setup/plan_build): the routing goes
+     * from the gate or the pool to the backend, which sorts the pairs where they are; the host
+     * sees only the pairs per cell */
+    const int32_t *dplan_totals; /* [chunks·ep·max_local of the plan in use] */
     int32_t *route_off, *route_cell; /* this rank's route table (mp_route_table) */
     /* --graph with the backend plan: the draw's routing inputs in page-locked memory, read by the
      * replay (pooled ids and weights, or the gate's noise) */
@@ -81,12 +80,7 @@ struct mp_layer {
     void *pad_out;              /* [(pad_rows + S·max_tok_rank) × H] FFN out: slot rows, then shared */
     void *pad_work;             /* [max(pad_rows, max_tok_rank) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
-    /* --graph: the padded layer captured for the current point, reading these page-locked copies
-     * of the slot rows' tokens and weights */
-    int captured;
-    int32_t *pin_tok;
-    float *pin_w;
-    long pin_rows;
+    int captured; /* --graph: the padded layer captured for the current point */
 };
 
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
@@ -104,6 +98,11 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
                     long max_tokens, long long max_memory, int max_overlap)
 {
     int tp = comm->tp, ep = comm->ep;
+    if (!ops->plan_setup || !ops->plan_build) {
+        mp_error("the %s compute backend builds no dispatch plan: the layer cannot run on it",
+                 ops->name);
+        return MP_ERR_RUNTIME;
+    }
     if (model->ffn % tp != 0) {
         mp_usage("--layout: tp%d needs --ffn (%d) divisible by %d", tp, model->ffn, tp);
         return MP_ERR_USAGE;
@@ -206,18 +205,10 @@ static void free_pad_buffers(struct mp_layer *L)
 
 static void free_padded(struct mp_layer *L)
 {
-    const struct mp_compute_ops *o = L->ops;
     free_pad_buffers(L);
     free(L->pad_cnt_recv);
     L->pad_cnt_recv = NULL;
     mp_padded_free(&L->pad);
-    if (o->host_free) {
-        o->host_free(L->dev, L->pin_tok);
-        o->host_free(L->dev, L->pin_w);
-    }
-    L->pin_tok = NULL;
-    L->pin_w = NULL;
-    L->pin_rows = 0;
 }
 
 /* The page-locked routing inputs of a graph that routes on the device. */
@@ -409,8 +400,6 @@ struct pool {
     int32_t *ids;  /* [n][ntok·K] */
     float *w;      /* [n][ntok·K] */
     float *noise;  /* [n][ntok·E], gate only */
-    int32_t *gate_ids; /* [ntok·K] gate output */
-    float *gate_w;
 };
 
 static void pool_free(struct pool *p)
@@ -418,8 +407,6 @@ static void pool_free(struct pool *p)
     free(p->ids);
     free(p->w);
     free(p->noise);
-    free(p->gate_ids);
-    free(p->gate_w);
 }
 
 static int pool_make(struct pool *p, const struct mp_point *pt, uint64_t seed, long batch_tokens,
@@ -432,9 +419,7 @@ static int pool_make(struct pool *p, const struct mp_point *pt, uint64_t seed, l
     size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
     if (mp_routing_is_gate(pt->routing)) {
         p->noise = malloc((size_t)p->n * (ntok > 0 ? ntok : 1) * E * sizeof(float));
-        p->gate_ids = malloc(pairs * sizeof(int32_t));
-        p->gate_w = malloc(pairs * sizeof(float));
-        if (!p->noise || !p->gate_ids || !p->gate_w)
+        if (!p->noise)
             goto oom;
         for (int d = 0; d < p->n; d++)
             mp_routing_gate_noise(pt->routing, seed, d, tok0, ntok, p->noise + (size_t)d * ntok * E);
@@ -454,25 +439,7 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
-/* This rank's routing for draw `d`: the backend's gate on the tokens (gate routing, with the draw's
- * noise) or the pooled draw. */
-static int route_tokens(struct mp_layer *L, struct pool *pool, int d, long ntok,
-                        const int32_t **ids, const float **w)
-{
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
-    if (pool->noise) {
-        int rc = L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E,
-                              K, pool->gate_ids, pool->gate_w);
-        *ids = pool->gate_ids;
-        *w = pool->gate_w;
-        return rc;
-    }
-    *ids = pool->ids + (size_t)d * ntok * K;
-    *w = pool->w + (size_t)d * ntok * K;
-    return MP_OK;
-}
-
-/* The backend-built plan's routing step for draw `d`: the gate on the device (gate routing; its
+/* The routing step for draw `d`: the gate on the device (gate routing; its
  * result stays there) or the pooled draw handed over, then the backend's sort by cell. `pinned`:
  * read the draw from the page-locked copies (pin_routing) a captured graph replays from. `wait`:
  * return once the pairs per cell are on the host (the dynamic dispatch's one host sync). */
@@ -552,10 +519,9 @@ static int drain(struct mp_layer *L)
 }
 
 /* The start of a timed iteration: the device drained, all ranks synchronized, mark START, then
- * the route phase up to the dispatch plan in L->plan (gate or pooled draw `d`): built on the host,
- * or by the backend with only its counts on the host (dynamic), or not at all where the padded
- * layer builds it itself (backend plan). The caller marks ROUTE and closes the "moeperf/route"
- * range this opens. */
+ * for the dynamic dispatch the route phase (gate or pooled draw `d`) up to the backend's plan and
+ * its counts in L->plan; the padded layer routes itself. The caller marks ROUTE and closes the
+ * "moeperf/route" range this opens. */
 static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
                            long tok0, long ntok)
 {
@@ -564,19 +530,12 @@ static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct
     MP_CHECK(L->comm->ops->barrier(L->comm));
     MP_CHECK(L->ops->mark(L->dev, MARK_START));
     MP_RANGE_PUSH("moeperf/route");
-    if (L->dplan) {
-        if (!pt->padded) {
-            MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
-            size_t cells = (size_t)L->ep * L->plan.max_local;
-            memcpy(L->plan.send_cnt, L->dplan_totals, cells * sizeof *L->plan.send_cnt);
-            mp_plan_from_counts(&L->plan, L->comm->ep_rank, ntok);
-        }
-        goto out;
+    if (!pt->padded) {
+        MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
+        size_t cells = (size_t)L->ep * L->plan.max_local;
+        memcpy(L->plan.send_cnt, L->dplan_totals, cells * sizeof *L->plan.send_cnt);
+        mp_plan_from_counts(&L->plan, L->comm->ep_rank, ntok);
     }
-    const int32_t *ids;
-    const float *w;
-    MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
-    mp_plan_send(&L->plan, pt->placement, L->comm->ep_rank, tok0, ntok, ids, w);
 out:
     return rc;
 }
@@ -646,7 +605,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
-    MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, 0, pl->nsend, H, L->sendbuf));
+    MP_CHECK(o->permute(dev, L->x, NULL, 0, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
@@ -672,8 +631,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     MP_CHECK(o->copy_rows(dev, L->outbuf, L->recvbuf, pl->to_source, pl->nchunks, H));
     MP_CHECK(c->ops->alltoallv(c, L->recvbuf, pl->recv_rows, pl->recv_displ, L->sendbuf,
                                pl->send_rows, pl->send_displ, L->row_bytes));
-    MP_CHECK(o->combine(dev, L->sendbuf, L->dplan ? NULL : pl->src_tok, L->dplan ? NULL : pl->row_w,
-                        0, pl->nsend,
+    MP_CHECK(o->combine(dev, L->sendbuf, NULL, NULL, 0, pl->nsend,
                         L->S ? (char *)L->outbuf + (size_t)pl->nrecv * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -703,11 +661,9 @@ out:
     return rc;
 }
 
-/* The padded layer's device part, from the slot layout to the combined output (marks DISPATCH to
- * COMBINE): what --graph captures. tok/w are the slot rows' tokens and routing weights (the plan's
- * arrays, or their page-locked copies under --graph). Fills nothing in a record. */
-static int padded_device(struct mp_layer *L, const struct mp_point *pt, long ntok,
-                         const int32_t *tok, const float *w)
+/* The padded layer's device part, from the slot layout the backend's plan holds to the combined
+ * output (marks DISPATCH to COMBINE). Fills nothing in a record. */
+static int padded_device(struct mp_layer *L, const struct mp_point *pt, long ntok)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -719,7 +675,7 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
     MP_RANGE_PUSH("moeperf/dispatch");
 
     /* dispatch: gather every slot row (padding too), fixed-size all-to-all, regroup by expert */
-    MP_CHECK(o->permute(dev, L->x, tok, 0, pd->rows, H, L->pad_send));
+    MP_CHECK(o->permute(dev, L->x, NULL, 0, pd->rows, H, L->pad_send));
     MP_CHECK(c->ops->alltoallv(c, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
     MP_CHECK(o->copy_rows(dev, L->pad_recv, L->pad_exp, pd->to_expert, pd->nchunks, H));
@@ -744,7 +700,7 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
     MP_CHECK(o->copy_rows(dev, L->pad_out, L->pad_recv, pd->to_source, pd->nchunks, H));
     MP_CHECK(c->ops->alltoallv(c, L->pad_recv, pd->peer_rows, pd->peer_displ, L->pad_send,
                                pd->peer_rows, pd->peer_displ, L->row_bytes));
-    MP_CHECK(o->combine(dev, L->pad_send, tok, w, 0, pd->rows,
+    MP_CHECK(o->combine(dev, L->pad_send, NULL, NULL, 0, pd->rows,
                         L->S ? (char *)L->pad_out + (size_t)slot_rows * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -753,56 +709,23 @@ out:
     return rc;
 }
 
-/* Copy the slot rows' tokens and weights of the current plan where a captured graph reads them. */
-static void pin_slot_indices(struct mp_layer *L)
-{
-    memcpy(L->pin_tok, L->pad.src_tok, (size_t)L->pad.rows * sizeof *L->pin_tok);
-    memcpy(L->pin_w, L->pad.w, (size_t)L->pad.rows * sizeof *L->pin_w);
-}
-
 /* --graph: capture this point's padded layer once, after an untimed iteration has grown every
- * scratch buffer. With the backend plan the capture starts at the routing (gate or the handed-over
- * draw, then the sort by cell), and later iterations copy their draw's routing inputs into
- * page-locked arrays before replaying; with the host plan it starts at the dispatch, and they copy
- * their slot indices instead. Collective (every rank's collectives are captured together). */
+ * scratch buffer, from the routing on (gate or the handed-over draw, then the sort by cell); later
+ * iterations copy their draw's routing inputs into page-locked arrays before replaying it.
+ * Collective (every rank's collectives are captured together). */
 static int capture_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
                           long ntok)
 {
     const struct mp_compute_ops *o = L->ops;
-    struct mp_padded *pd = &L->pad;
     int rc;
-    if (L->dplan) {
-        if ((rc = pin_routing(L, pool, 0, ntok)) != MP_OK || (rc = drain(L)) != MP_OK ||
-            (rc = o->capture_begin(L->dev)) != MP_OK)
-            return rc;
-        rc = route_backend(L, pool, 0, ntok, 1, 0);
-        if (rc == MP_OK)
-            rc = o->mark(L->dev, MARK_ROUTE);
-        if (rc == MP_OK)
-            rc = padded_device(L, pt, ntok, NULL, NULL);
-        int end = o->capture_end(L->dev); /* always leave the capture, even after a failure */
-        if (rc == MP_OK)
-            rc = end;
-        L->captured = rc == MP_OK;
+    if ((rc = pin_routing(L, pool, 0, ntok)) != MP_OK || (rc = drain(L)) != MP_OK ||
+        (rc = o->capture_begin(L->dev)) != MP_OK)
         return rc;
-    }
-    if (L->pin_rows < pd->rows) {
-        o->host_free(L->dev, L->pin_tok);
-        o->host_free(L->dev, L->pin_w);
-        L->pin_tok = o->host_alloc(L->dev, (size_t)pd->rows * sizeof *L->pin_tok);
-        L->pin_w = o->host_alloc(L->dev, (size_t)pd->rows * sizeof *L->pin_w);
-        if (!L->pin_tok || !L->pin_w) {
-            mp_error("--graph: out of page-locked memory for %ld slot rows", pd->rows);
-            L->pin_rows = 0;
-            return MP_ERR_RUNTIME;
-        }
-        L->pin_rows = pd->rows;
-    }
-    pin_slot_indices(L);
-    rc = drain(L);
-    if (rc != MP_OK || (rc = o->capture_begin(L->dev)) != MP_OK)
-        return rc;
-    rc = padded_device(L, pt, ntok, L->pin_tok, L->pin_w);
+    rc = route_backend(L, pool, 0, ntok, 1, 0);
+    if (rc == MP_OK)
+        rc = o->mark(L->dev, MARK_ROUTE);
+    if (rc == MP_OK)
+        rc = padded_device(L, pt, ntok);
     int end = o->capture_end(L->dev); /* always leave the capture, even after a failure */
     if (rc == MP_OK)
         rc = end;
@@ -810,10 +733,10 @@ static int capture_padded(struct mp_layer *L, const struct mp_point *pt, struct 
     return rc;
 }
 
-/* One layer forward with the padded dispatch: the same phases as iteration(), but the send side is
- * laid out in fixed slots (mp_padded_send) and the all-to-alls move whole slots, so no count
- * exchange precedes the data; every slot row is computed. The valid counts travel after the
- * timed phases, for the metrics. */
+/* One layer forward with the padded dispatch: the same phases as iteration(), but the backend's
+ * plan lays the send side out in fixed slots (kernels/padded.h) and the all-to-alls move whole
+ * slots, so no count exchange precedes the data; every slot row is computed. The valid counts
+ * travel after the timed phases, for the metrics. */
 static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
                             int d, long tok0, long ntok, struct mp_rank_iter *rec)
 {
@@ -825,29 +748,18 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     int rc = MP_OK;
 
     MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
-    if (L->dplan && L->captured) { /* the replay routes too, from the page-locked draw */
+    if (L->captured) { /* the replay routes too, from the page-locked draw */
         MP_CHECK(pin_routing(L, pool, d, ntok));
         MP_RANGE_POP();
         MP_CHECK(o->replay(dev));
-    } else if (L->dplan) { /* the backend lays out the slots: no host sync before the data moves */
+    } else { /* the backend lays out the slots: no host sync before the data moves */
         MP_CHECK(route_backend(L, pool, d, ntok, 0, 0));
         MP_CHECK(o->mark(dev, MARK_ROUTE));
         MP_RANGE_POP();
-        MP_CHECK(padded_device(L, pt, ntok, NULL, NULL));
-    } else {
-        mp_padded_send(pd, &L->plan, me);
-        if (L->captured) /* --graph: the replay reads the indices from the page-locked copies */
-            pin_slot_indices(L);
-        MP_CHECK(o->mark(dev, MARK_ROUTE));
-        MP_RANGE_POP();
-        if (L->captured)
-            MP_CHECK(o->replay(dev));
-        else
-            MP_CHECK(padded_device(L, pt, ntok, pd->src_tok, pd->w));
+        MP_CHECK(padded_device(L, pt, ntok));
     }
     MP_CHECK(drain(L));
-    if (L->dplan) /* the pairs per slot arrived with the drain */
-        mp_padded_from_counts(pd, L->dplan_totals, me);
+    mp_padded_from_counts(pd, L->dplan_totals, me); /* the pairs per slot came with the drain */
 
     phase_times(L, rec);
 
@@ -885,7 +797,7 @@ static void progress_hook(void *arg)
 }
 
 /* One layer forward pipelined over `N` chunks: chunk k carries the token-expert pairs whose expert
- * is in group k of its destination's local experts (mp_plan_send_group), so every expert's weights
+ * is in group k of its destination's local experts (mp_plan_expert_group), so every expert's weights
  * are still read once. After one count exchange for all chunks, step s starts chunk s's dispatch,
  * computes chunk s−1 (its partners advance between experts) and finishes chunk s−2's combine into
  * y, chunk 0 with the shared experts and the rest added to it. Request slots: 2k dispatch, 2k+1
@@ -913,18 +825,10 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
      * cells each), so chunk k's rows start where the earlier chunks' end: soff[k]. */
     int Lm = L->chunk_plans[0].max_local;
     size_t cells = (size_t)L->ep * Lm;
-    if (L->dplan) {
-        MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
-        for (int k = 0; k < N; k++) {
-            memcpy(L->chunk_plans[k].send_cnt, L->dplan_totals + k * cells, cells * sizeof(int));
-            mp_plan_from_counts(&L->chunk_plans[k], me, ntok);
-        }
-    } else {
-        const int32_t *ids;
-        const float *w;
-        MP_CHECK(route_tokens(L, pool, d, ntok, &ids, &w));
-        for (int k = 0; k < N; k++)
-            mp_plan_send_group(&L->chunk_plans[k], pt->placement, me, tok0, ntok, ids, w, k, N);
+    MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
+    for (int k = 0; k < N; k++) {
+        memcpy(L->chunk_plans[k].send_cnt, L->dplan_totals + k * cells, cells * sizeof(int));
+        mp_plan_from_counts(&L->chunk_plans[k], me, ntok);
     }
     soff[0] = 0;
     for (int k = 0; k < N; k++)
@@ -950,8 +854,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             struct mp_plan *pl = &L->chunk_plans[s];
             char *send = (char *)L->sendbuf + (size_t)soff[s] * L->row_bytes;
             char *recv = (char *)L->recvbuf + (size_t)s * rstride;
-            MP_CHECK(o->permute(dev, L->x, L->dplan ? NULL : pl->src_tok, L->dplan ? soff[s] : 0,
-                                pl->nsend, H, send));
+            MP_CHECK(o->permute(dev, L->x, NULL, soff[s], pl->nsend, H, send));
             MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
         }
@@ -991,8 +894,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             char *out = (char *)L->outbuf + (size_t)k * ostride;
             MP_CHECK(c->ops->wait(c, 2 * k + 1));
             MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes,
-                                L->dplan ? NULL : pl->src_tok, L->dplan ? NULL : pl->row_w,
-                                L->dplan ? soff[k] : 0, pl->nsend,
+                                NULL, NULL, soff[k], pl->nsend,
                                 k == 0 && L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL,
                                 k == 0 ? L->S : 0, ntok, H, L->y, k > 0));
         }
@@ -1197,8 +1099,6 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         MP_CHECK(setup_padded(L, max_local, cap));
         mp_padded_recv(&L->pad, L->nlocal);
     }
-    /* a backend that can build the plan where the routing is does so */
-    L->dplan = L->ops->plan_build && L->ops->plan_setup;
     if (N > 1 && (N > L->nchunk_plans || N > 32 || !c->ops->ialltoallv)) {
         mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
                  L->nchunk_plans, c->ops->name,
@@ -1209,8 +1109,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     MP_RANGE_PUSH("moeperf/point");
     for (int pass = N > 1 ? 0 : 1; pass < 2; pass++) {
         int chunks = pass == 0 ? 1 : N;
-        if (L->dplan) /* an overlapped point's unpipelined reference has its own cell layout */
-            MP_CHECK(setup_backend_plan(L, pt, tok0, ntok, chunks));
+        /* the plan's cell layout is the pass's: an overlapped point's unpipelined reference first */
+        MP_CHECK(setup_backend_plan(L, pt, tok0, ntok, chunks));
         for (int i = 0; i < pt->warmup; i++)
             MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch));
         if (pt->graph && !L->captured) { /* grown buffers first, then the capture, then a replay */

@@ -69,7 +69,7 @@ struct mp_compute_ops {
 
     /* gate: logits = x·wg (+ noise) over E experts, softmax, top-k, weights renormalised over the
      * chosen k. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. With ids == NULL
-     * (backends with plan_build) the result stays in the backend for the next plan_build. */
+     * the result stays in the backend for the next plan_build. */
     int (*gate)(struct mp_compute *c, const void *x, const void *wg, const float *noise, long ntok,
                 int H, int E, int K, int32_t *ids, float *w);
     /* permute: out[i] = x[src_row[row0 + i]] for i < nrows (src_row: host array; NULL: the rows
@@ -89,8 +89,8 @@ struct mp_compute_ops {
                    long row0, long nrows, const void *shared, int nshared, long ntok, int H,
                    void *y, int accumulate);
 
-    /* optional: the dispatch plan built by the backend where the routing is, so neither the routing
-     * nor the send order crosses to the host. plan_setup (per point, untimed) sizes it for `s`
+    /* the dispatch plan built by the backend where the routing is, so neither the routing nor the
+     * send order crosses to the host (required of a backend the layer runs on). plan_setup (per point, untimed) sizes it for `s`
      * and returns in *totals a host array of s->ncells that plan_build fills with the pairs of
      * each cell. plan_build sorts this iteration's pairs stably by cell: the routing comes from
      * host arrays ids/w [ntok·K] (page-locked under a graph capture), or with ids == NULL from the
