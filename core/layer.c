@@ -523,7 +523,7 @@ static int drain(struct mp_layer *L)
  * its counts in L->plan; the padded layer routes itself. The caller marks ROUTE and closes the
  * "moeperf/route" range this opens. */
 static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
-                           long tok0, long ntok)
+                           long ntok)
 {
     int rc = MP_OK;
     MP_CHECK(drain(L));
@@ -588,7 +588,7 @@ out:
 
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
-                     long tok0, long ntok, struct mp_rank_iter *rec)
+                     long ntok, struct mp_rank_iter *rec)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -597,7 +597,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     int H = L->m.hidden, me = c->ep_rank;
     int rc = MP_OK;
 
-    MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
+    MP_CHECK(begin_iteration(L, pt, pool, d, ntok));
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
@@ -738,7 +738,7 @@ static int capture_padded(struct mp_layer *L, const struct mp_point *pt, struct 
  * slots, so no count exchange precedes the data; every slot row is computed. The valid counts
  * travel after the timed phases, for the metrics. */
 static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
-                            int d, long tok0, long ntok, struct mp_rank_iter *rec)
+                            int d, long ntok, struct mp_rank_iter *rec)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -747,7 +747,7 @@ static int iteration_padded(struct mp_layer *L, const struct mp_point *pt, struc
     int me = c->ep_rank;
     int rc = MP_OK;
 
-    MP_CHECK(begin_iteration(L, pt, pool, d, tok0, ntok));
+    MP_CHECK(begin_iteration(L, pt, pool, d, ntok));
     if (L->captured) { /* the replay routes too, from the page-locked draw */
         MP_CHECK(pin_routing(L, pool, d, ntok));
         MP_RANGE_POP();
@@ -803,7 +803,7 @@ static void progress_hook(void *arg)
  * y, chunk 0 with the shared experts and the rest added to it. Request slots: 2k dispatch, 2k+1
  * combine. */
 static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
-                             int d, long tok0, long ntok, int N, struct mp_rank_iter *rec)
+                             int d, long ntok, int N, struct mp_rank_iter *rec)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -1025,13 +1025,13 @@ static int gather_results(struct mp_layer *L, const struct mp_point *pt,
 
 /* One iteration in the point's mode: pipelined over `chunks`, padded, or the plain dynamic one. */
 static int one_iteration(struct mp_layer *L, const struct mp_point *pt, struct pool *pool, int d,
-                         long tok0, long ntok, int chunks, struct mp_rank_iter *rec)
+                         long ntok, int chunks, struct mp_rank_iter *rec)
 {
     if (chunks > 1)
-        return iteration_overlap(L, pt, pool, d, tok0, ntok, chunks, rec);
+        return iteration_overlap(L, pt, pool, d, ntok, chunks, rec);
     if (pt->padded)
-        return iteration_padded(L, pt, pool, d, tok0, ntok, rec);
-    return iteration(L, pt, pool, d, tok0, ntok, rec);
+        return iteration_padded(L, pt, pool, d, ntok, rec);
+    return iteration(L, pt, pool, d, ntok, rec);
 }
 
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res)
@@ -1112,19 +1112,19 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         /* the plan's cell layout is the pass's: an overlapped point's unpipelined reference first */
         MP_CHECK(setup_backend_plan(L, pt, tok0, ntok, chunks));
         for (int i = 0; i < pt->warmup; i++)
-            MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, tok0, ntok, chunks, &scratch));
+            MP_CHECK(one_iteration(L, pt, &pool, i % pool.n, ntok, chunks, &scratch));
         if (pt->graph && !L->captured) { /* grown buffers first, then the capture, then a replay */
             if (pt->warmup == 0)
-                MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
+                MP_CHECK(one_iteration(L, pt, &pool, 0, ntok, chunks, &scratch));
             MP_CHECK(capture_padded(L, pt, &pool, ntok));
-            MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, chunks, &scratch));
+            MP_CHECK(one_iteration(L, pt, &pool, 0, ntok, chunks, &scratch));
         }
         double t_timed = 0;
         for (int i = 0; i < pt->iters; i++) {
             int d = (pt->warmup + i) % pool.n;
             double t0 = mp_now_us();
             mp_in_timed_loop = 1;
-            rc = one_iteration(L, pt, &pool, d, tok0, ntok, chunks, &mine[i]);
+            rc = one_iteration(L, pt, &pool, d, ntok, chunks, &mine[i]);
             mp_in_timed_loop = 0;
             t_timed += mp_now_us() - t0;
             if (rc != MP_OK)
@@ -1144,7 +1144,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
 
     if (pt->check) { /* the output of draw 0, through the same pipeline the point measured */
-        MP_CHECK(one_iteration(L, pt, &pool, 0, tok0, ntok, N, &scratch));
+        MP_CHECK(one_iteration(L, pt, &pool, 0, ntok, N, &scratch));
         MP_CHECK(check_output(L, pt, &pool, total, ntok, &res->check_error));
     }
 out:
