@@ -83,7 +83,7 @@ struct mp_compute {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev[MP_TIMER_SLOTS];
-    char name[320];
+    char name[768]; /* device name (up to 256), bus id and versions: never truncated */
     char bus[32]; /* PCI bus id */
     /* host staging for fp32 <-> bf16, grown outside timed loops (upload/download) */
     bf16 *h_bf;

@@ -15,24 +15,27 @@ if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
     exit 77
 fi
 [ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+# MOEPERF_GPUS, MOEPERF_GPU_HIDDEN and MOEPERF_GPU_FFN override the GPU count and the layer's sizes
+# (the CPU stand-in of -Dcudaemu=true runs GEMMs on one core)
+ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+H=${MOEPERF_GPU_HIDDEN:-1024} F=${MOEPERF_GPU_FFN:-512}
 np=1 eplb=contiguous
 [ "$ngpu" -ge 2 ] && np=2 eplb=contiguous,eplb:4 # eplb needs a second rank for its extra slots
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
-    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+    --ffn $F --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
     --routing uniform,hot:2:15,gate,gate:0.5 --placement contiguous,round-robin,replicate-hot:2 \
     --dispatch dynamic,padded,padded:1.0 --check --out "$TMP/gpu" ||
     fail "moeperf-layer --backend cuda --check exit $?"
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
-    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+    --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
     --placement "$eplb" --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
     fail "moeperf-layer --gemm grouped --overlap --check exit $?"
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
-    --ffn 512 --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+    --ffn $F --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
     --placement contiguous,replicate-hot:2 --dispatch padded,padded:1.0 --graph --check \
     --out "$TMP/gpu-graph" || fail "moeperf-layer --graph --check exit $?"
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 \
-    --ffn 512 --experts 16 --topk 4 --shared 2 --batch 1,64 --iters 3 --routing hot:2:15 \
+mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+    --ffn $F --experts 16 --topk 4 --shared 2 --batch 1,64 --iters 3 --routing hot:2:15 \
     --dispatch padded --graph --gemm grouped --check --out "$TMP/gpu-graph-grouped" ||
     fail "moeperf-layer --graph --gemm grouped --check exit $?"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
