@@ -436,6 +436,21 @@ cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
+/* The largest copy or memset performed; larger ones (the roofline's 1 GiB copy) are checked and
+ * timed but not performed, so the stand-in's memory stays small. */
+static const size_t bulk_max = (size_t)256 << 20;
+
+static bool bulk_skipped(const char *call, size_t bytes)
+{
+    if (bytes <= bulk_max)
+        return false;
+    static int told;
+    if (!told++)
+        fprintf(stderr, "cudaemu: copies and memsets over 256 MiB (%s of %zu bytes) are not "
+                        "performed\n", call, bytes);
+    return true;
+}
+
 static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *call)
 {
     if (capture)
@@ -443,7 +458,7 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *cal
     *p = nullptr;
     if (posix_memalign(p, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
-    if (bytes <= ((size_t)256 << 20)) /* fresh memory reads as NaN (or −1) */
+    if (bytes <= bulk_max) /* fresh memory reads as NaN (or −1) */
         memset(*p, 0xff, bytes);
     allocations[(uintptr_t)*p] = {bytes, pinned};
     return cudaSuccess;
@@ -512,6 +527,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         ((!src_dev && !is_pinned(src)) || (!dst_dev && !is_pinned(dst))))
         return refuse_in_capture("cudaMemcpyAsync with pageable host memory");
     bool deferred = kind == cudaMemcpyDeviceToHost && is_pinned(dst);
+    if (bulk_skipped("cudaMemcpyAsync", bytes))
+        return cudaSuccess;
     enqueue(s, "cudaMemcpyAsync", [=](cudaStream_t on) {
         if (deferred)
             obj(on)->pending.push_back({dst, std::vector<char>((const char *)src, (const char *)src + bytes)});
@@ -538,6 +555,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
                 p, value, bytes);
         return last_error = cudaErrorInvalidValue;
     }
+    if (bulk_skipped("cudaMemsetAsync", bytes))
+        return cudaSuccess;
     enqueue(s, "cudaMemsetAsync", [=](cudaStream_t) { memset(p, value, bytes); });
     return cudaSuccess;
 }

@@ -4,8 +4,19 @@
 # refused combination there (a placement that needs more ranks, a mode a flag excludes) must be
 # found before it. Flags only the cuda backend takes (--graph, --gemm) are dropped, batches and
 # iterations shrunk; the GPU-only refusals have their own tests (padded.sh, bad_input.sh).
+# With MOEPERF_GPU_CHECK_ON=cuda (the gpu suite of a -Dcudaemu=true build) the lines run as they
+# are, on the cuda and nccl backends, with layers shrunk for the CPU stand-in (--hidden 128,
+# --ffn 64), and ci/ffn-table must print the FFN table from what the moeperf-ffn lines wrote.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+on=${MOEPERF_GPU_CHECK_ON:-cpu}
+case $on in
+cpu) shrink='s/--backend cuda/--backend cpu/; s/--comm nccl/--comm mpi/; s/ --graph//; s/--gemm [^ ]+//'
+    tol=1e-5 ;;
+cuda) shrink='s/--hidden [0-9]+//; s/--ffn [0-9]+/--ffn 64 --hidden 128/'
+    tol=2e-2 ;; # the cuda backend's bf16 tolerance (its check_tolerance)
+*) fail "MOEPERF_GPU_CHECK_ON=$on: cpu or cuda" ;;
+esac
 
 # the script's command lines, continuations joined
 awk '{ if (sub(/\\$/, "")) { buf = buf $0; next } print buf $0; buf = "" }' "$SRC/ci/gpu-check" |
@@ -14,20 +25,42 @@ n=$(wc -l <"$TMP/cmds")
 [ "$n" -ge 5 ] || fail "expected at least 5 moeperf command lines in ci/gpu-check, found $n"
 i=0
 while IFS= read -r line; do
-    i=$((i + 1))
     tool=$(printf '%s\n' "$line" | grep -oE 'moeperf-(layer|ffn)')
-    args=$(printf '%s\n' "$line" | sed -E 's/.*"\$B\/bench\/moeperf-(layer|ffn)"//; s/\|\|.*$//;
-        s/--backend cuda/--backend cpu/; s/--comm nccl/--comm mpi/; s/ --graph//;
-        s/--gemm [^ ]+//; s/--out [^ ]+//; s/--batch [^ ]+/--batch 1,7/; s/--iters [0-9]+/--iters 1/')
-    # shellcheck disable=SC2086 # the script's arguments, split as the script splits them
-    mpi 1 "$BIN/$tool" $args --warmup 0 --quiet --out "$TMP/run$i" </dev/null >"$TMP/out$i" 2>&1 ||
-        fail "ci/gpu-check line $i refused or failed on the cpu backend: $tool $args: $(tail -3 "$TMP/out$i")"
-    csv=$TMP/run$i/layer.csv
-    [ "$tool" = moeperf-layer ] || csv=$TMP/run$i/ffn.csv
-    [ "$(rows "$csv")" -ge 1 ] || fail "line $i wrote no rows"
-    if printf '%s\n' "$args" | grep -q -- '--check'; then
-        bad=$(col "$csv" check_error | awk '$1 == "" || $1 + 0 > 1e-5' | wc -l)
-        [ "$bad" -eq 0 ] || fail "line $i: $bad points failed --check"
-    fi
-    echo "ci/gpu-check line $i ($tool): $(rows "$csv") points accepted"
+    base=$(printf '%s\n' "$line" | sed -E 's/.*"\$B\/bench\/moeperf-(layer|ffn)"//; s/\|\|.*$//;
+        '"$shrink"'; s/--out [^ ]+//; s/--batch [^ ]+/--batch 1,7/; s/--iters [0-9]+/--iters 1/')
+    grep -q -- '--ffn ' <<<"$base" || fail "a line sets no --ffn, which the cuda run shrinks: $line"
+    gemms=-
+    grep -qF -- '$g' <<<"$base" && gemms="loop grouped" # the script's for g in loop grouped
+    for g in $gemms; do
+        i=$((i + 1))
+        args=${base//\$g/$g}
+        variant=$(grep -oE -- '--gemm [a-z]+' <<<"$args" | cut -d' ' -f2 || true)
+        variant=${variant:-loop}$(grep -q -- ' --graph' <<<"$args" && echo +graph || true)
+        # shellcheck disable=SC2086 # the script's arguments, split as the script splits them
+        mpi 1 "$BIN/$tool" $args --warmup 0 --quiet --out "$TMP/run$i" </dev/null >"$TMP/out$i" 2>&1 ||
+            fail "ci/gpu-check line $i refused or failed on the $on backend: $tool $args: $(tail -3 "$TMP/out$i")"
+        csv=$TMP/run$i/layer.csv
+        if [ "$tool" = moeperf-ffn ]; then
+            csv=$TMP/run$i/ffn.csv
+            mkdir -p "$TMP/ffn-$variant"
+            cp "$csv" "$TMP/ffn-$variant/ffn.csv"
+        fi
+        [ "$(rows "$csv")" -ge 1 ] || fail "line $i wrote no rows"
+        if printf '%s\n' "$args" | grep -q -- '--check'; then
+            bad=$(col "$csv" check_error | awk -v tol=$tol '$1 == "" || $1 + 0 > tol' | wc -l)
+            [ "$bad" -eq 0 ] || fail "line $i: $bad points failed --check"
+        fi
+        echo "ci/gpu-check line $i ($tool $variant): $(rows "$csv") points accepted"
+    done
 done <"$TMP/cmds"
+if [ "$on" = cuda ]; then
+    "$SRC/ci/ffn-table" "$TMP"/ffn-*/ffn.csv >"$TMP/table" || fail "ci/ffn-table exited $?"
+    cat "$TMP/table"
+    for v in loop grouped loop+graph grouped+graph; do
+        head -2 "$TMP/table" | tail -1 | grep -qF " ${v}_us " || fail "the FFN table has no $v column"
+    done
+    # a row per batch (1 and 7), 2 + 4·3 numeric columns each
+    n=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
+    [ "$n" -eq 2 ] || fail "the FFN table has $n complete batch rows, expected 2"
+fi
+echo PASS
