@@ -1,17 +1,20 @@
 /* runtime.cc - the CPU stand-in for the CUDA runtime, cuBLAS and NCCL calls moeperf's GPU path
  * makes, so the cuda and nccl backends run without a GPU: device memory is host memory kept in a
- * registry (every copy, kernel pointer and GEMM operand is checked against it), a stream runs its
- * work when it is queued, kernels run block after block on the calling thread (threads of kernels
- * that call __syncthreads as fibers), a captured stream records its work into a graph that launches
- * replay, and NCCL's communicators are MPI communicators.
+ * registry (every copy, kernel pointer and GEMM operand is checked against it), kernels run block
+ * after block on the calling thread (threads of kernels that call __syncthreads as fibers), a
+ * captured stream records its work into a graph that launches replay, and NCCL's communicators are
+ * MPI communicators.
  *
- * What a device would do later, the stand-in does at once, with two exceptions that make missing
- * synchronisation show: a device-to-host copy into page-locked memory lands only when the host
- * synchronises with its stream (cudaStreamSynchronize, a successful cudaStreamQuery,
- * cudaEventSynchronize, cudaDeviceSynchronize), and fresh allocations are filled with 0xff bytes
- * (NaN in fp32 and bf16, −1 in int32). Calls CUDA refuses while a stream is captured in the
- * thread-local mode (synchronisation, allocation, copies from pageable memory) invalidate the
- * capture, as on a device. */
+ * Streams are queues that run as late as CUDA allows, so missing synchronisation shows: a stream's
+ * work runs when the host waits for it (cudaStreamSynchronize, cudaStreamQuery, cudaEventSynchronize,
+ * cudaDeviceSynchronize, a copy into pageable memory, cudaFree), or when work queued on another
+ * stream waits for one of its events (cudaStreamWaitEvent), and not before. A host read of a
+ * page-locked buffer that misses its synchronisation reads what was there before; a kernel on one
+ * stream that misses its event wait on another runs before that stream's work; a page-locked source
+ * the host rewrites before the copy ran is copied as rewritten. The device synchronisation runs the
+ * streams newest first. Fresh allocations are filled with 0xff bytes (NaN in fp32 and bf16, −1 in
+ * int32). Calls CUDA refuses while a stream is captured in the thread-local mode (synchronisation,
+ * allocation, copies from pageable memory) invalidate the capture, as on a device. */
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,7 +24,10 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <climits>
+#include <memory>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -44,18 +50,22 @@ dim3 blockDim, gridDim;
 
 typedef std::function<void(cudaStream_t)> stream_op;
 
-struct pending_write {
-    void *dst;
-    std::vector<char> bytes;
+struct queued_op {
+    long seq; /* the stream's count of operations queued, this one included */
+    std::string what;
+    stream_op op;
 };
 struct cudaemu_stream {
-    std::vector<pending_write> pending; /* device-to-page-locked copies not yet seen by the host */
+    std::deque<queued_op> queue; /* queued, not yet run */
+    long queued;
 };
 struct cudaemu_event {
     unsigned flags;
-    bool recorded, in_capture;
+    bool in_capture;
+    cudaemu_stream *stream; /* the latest record (NULL: none): on this queue, its operation seq */
+    long seq;
+    bool done; /* that record has run, at ms */
     double ms;
-    cudaStream_t stream;
 };
 struct cudaemu_graph {
     std::vector<std::pair<std::string, stream_op>> ops;
@@ -71,7 +81,7 @@ struct allocation {
     bool pinned;
 };
 static std::map<uintptr_t, allocation> allocations;
-static std::set<cudaemu_stream *> streams;
+static std::vector<cudaemu_stream *> streams; /* in creation order */
 static cudaemu_stream legacy;
 static cudaError_t last_error = cudaSuccess;
 static int current_device;
@@ -148,18 +158,49 @@ static cudaError_t refuse_in_capture(const char *call)
     return last_error = cudaErrorStreamCaptureUnsupported;
 }
 
-static void flush(cudaemu_stream *s)
+static bool live(cudaemu_stream *s)
 {
-    for (auto &w : s->pending)
-        memcpy(w.dst, w.bytes.data(), w.bytes.size());
-    s->pending.clear();
+    return s == &legacy || std::find(streams.begin(), streams.end(), s) != streams.end();
 }
 
-static void flush_all()
+/* Run a stream's queued operations up to its operation number `seq` (all: LONG_MAX). */
+static void run_until(cudaemu_stream *s, long seq)
 {
-    flush(&legacy);
-    for (auto *s : streams)
-        flush(s);
+    while (!s->queue.empty() && s->queue.front().seq <= seq) {
+        queued_op item = std::move(s->queue.front());
+        s->queue.pop_front();
+        item.op(s == &legacy ? nullptr : s);
+    }
+}
+
+static void run_all(cudaemu_stream *s) { run_until(s, LONG_MAX); }
+
+/* The device's synchronisation: every stream, newest first, then the legacy one. */
+static void run_device()
+{
+    for (size_t i = streams.size(); i-- > 0;)
+        run_all(streams[i]);
+    run_all(&legacy);
+}
+
+/* The host waits for stream s up to its operation seq. CUDAEMU_SCHEDULE=others-first runs every
+ * other stream to its end first (newest first), the opposite legal order to the default's (the
+ * others only as far as s's event waits need): a wait missing in one direction between two streams
+ * shows in one of the two schedules. */
+static void host_wait(cudaemu_stream *s, long seq)
+{
+    static int others_first = -1;
+    if (others_first < 0) {
+        const char *v = getenv("CUDAEMU_SCHEDULE");
+        if (v && strcmp(v, "others-first") != 0 && strcmp(v, "late") != 0)
+            fault("CUDAEMU_SCHEDULE=%s: late (the default) or others-first", v);
+        others_first = v && !strcmp(v, "others-first");
+    }
+    if (others_first)
+        for (size_t i = streams.size(); i-- > 0;)
+            if (streams[i] != s)
+                run_all(streams[i]);
+    run_until(s, seq);
 }
 
 void enqueue(cudaStream_t s, const char *what, stream_op op)
@@ -172,7 +213,8 @@ void enqueue(cudaStream_t s, const char *what, stream_op op)
         refuse_in_capture(what); /* the legacy stream synchronises with the captured one */
         return;
     }
-    op(s);
+    cudaemu_stream *q = obj(s);
+    q->queue.push_back({++q->queued, what, std::move(op)});
 }
 
 /* ---- kernels ------------------------------------------------------------------------------ */
@@ -432,7 +474,7 @@ cudaError_t cudaDeviceSynchronize(void)
 {
     if (capture)
         return refuse_in_capture("cudaDeviceSynchronize");
-    flush_all();
+    run_device();
     return cudaSuccess;
 }
 
@@ -470,18 +512,12 @@ static cudaError_t release(void *p, bool pinned, const char *call)
         return cudaSuccess;
     if (capture)
         return refuse_in_capture(call);
+    run_device(); /* freeing waits for the device, as on one */
     auto it = allocations.find((uintptr_t)p);
     if (it == allocations.end() || it->second.pinned != pinned) {
         fprintf(stderr, "cudaemu: %s(%p): not an allocation of %s\n", call, p,
                 pinned ? "cudaMallocHost" : "cudaMalloc");
         return last_error = cudaErrorInvalidValue;
-    }
-    if (pinned) { /* copies still on their way into it are dropped with it */
-        uintptr_t a = (uintptr_t)p, end = a + it->second.bytes;
-        for (cudaemu_stream *s : streams)
-            for (size_t i = s->pending.size(); i-- > 0;)
-                if ((uintptr_t)s->pending[i].dst >= a && (uintptr_t)s->pending[i].dst < end)
-                    s->pending.erase(s->pending.begin() + (long)i);
     }
     allocations.erase(it);
     free(p);
@@ -526,15 +562,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     if (capture && capture_streams.count(s) &&
         ((!src_dev && !is_pinned(src)) || (!dst_dev && !is_pinned(dst))))
         return refuse_in_capture("cudaMemcpyAsync with pageable host memory");
-    bool deferred = kind == cudaMemcpyDeviceToHost && is_pinned(dst);
     if (bulk_skipped("cudaMemcpyAsync", bytes))
         return cudaSuccess;
-    enqueue(s, "cudaMemcpyAsync", [=](cudaStream_t on) {
-        if (deferred)
-            obj(on)->pending.push_back({dst, std::vector<char>((const char *)src, (const char *)src + bytes)});
-        else
-            memmove(dst, src, bytes);
-    });
+    if (!src_dev && !is_pinned(src)) { /* pageable source: staged now, the caller may reuse it */
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
+        enqueue(s, "cudaMemcpyAsync", [=](cudaStream_t) { memcpy(dst, staged->data(), bytes); });
+    } else {
+        enqueue(s, "cudaMemcpyAsync", [=](cudaStream_t) { memmove(dst, src, bytes); });
+    }
+    if (!dst_dev && !is_pinned(dst) && !(capture && capture_streams.count(s)))
+        host_wait(obj(s), LONG_MAX); /* into pageable memory: the call returns once it is done */
     return cudaSuccess;
 }
 
@@ -542,9 +579,9 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 {
     if (capture)
         return refuse_in_capture("cudaMemcpy");
-    flush_all();
+    run_device();
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-    flush_all();
+    run_device();
     return e;
 }
 
@@ -566,14 +603,17 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     *s = new cudaemu_stream();
-    streams.insert(*s);
+    streams.push_back(*s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-    if (!s || !streams.erase(s))
+    auto it = std::find(streams.begin(), streams.end(), s);
+    if (!s || it == streams.end())
         return last_error = cudaErrorInvalidResourceHandle;
+    run_all(s); /* its work completes, as on a device */
+    streams.erase(it);
     delete s;
     return cudaSuccess;
 }
@@ -582,7 +622,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (capture)
         return refuse_in_capture("cudaStreamSynchronize");
-    flush(obj(s));
+    host_wait(obj(s), LONG_MAX);
     return cudaSuccess;
 }
 
@@ -590,16 +630,27 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (capture && capture_streams.count(s))
         return refuse_in_capture("cudaStreamQuery");
-    flush(obj(s));
-    return cudaSuccess;
+    if (obj(s)->queue.empty())
+        return cudaSuccess;
+    host_wait(obj(s), LONG_MAX); /* busy now; done by the next query */
+    return cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     if (!e)
         return last_error = cudaErrorInvalidResourceHandle;
-    if (capture && e->in_capture && !capture_streams.count(s))
-        capture_streams.insert(s); /* s joins the capture */
+    if (capture && e->in_capture) {
+        capture_streams.insert(s); /* s joins the capture; the graph replays in queue order */
+        return cudaSuccess;
+    }
+    cudaemu_stream *on = e->stream; /* NULL: never recorded */
+    long seq = e->seq;
+    if (on && on != obj(s)) /* the record as it is now; a never-recorded event is no wait */
+        enqueue(s, "cudaStreamWaitEvent", [on, seq](cudaStream_t) {
+            if (live(on))
+                run_until(on, seq);
+        });
     return cudaSuccess;
 }
 
@@ -651,20 +702,30 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned fla
         return last_error = cudaErrorInvalidResourceHandle;
     if (capture && capture_streams.count(s)) {
         e->in_capture = true;
-        if (flags & cudaEventRecordExternal) /* a node: replays record it */
+        if (flags & cudaEventRecordExternal) /* a node: each replay records it where it runs */
             capture->ops.emplace_back("cudaEventRecord", [e](cudaStream_t on) {
-                e->recorded = true;
+                e->in_capture = false;
+                e->stream = obj(on);
+                e->seq = LONG_MAX;
+                e->done = true;
                 e->ms = now_ms();
-                e->stream = on;
             });
         return cudaSuccess;
     }
     if (capture && !s)
         return refuse_in_capture("cudaEventRecord on the legacy stream");
+    cudaemu_stream *q = obj(s);
+    long seq = q->queued + 1;
     e->in_capture = false;
-    e->recorded = true;
-    e->ms = now_ms();
-    e->stream = s;
+    e->stream = q;
+    e->seq = seq;
+    e->done = false;
+    enqueue(s, "cudaEventRecord", [e, seq](cudaStream_t) {
+        if (e->seq == seq) { /* not recorded again since */
+            e->done = true;
+            e->ms = now_ms();
+        }
+    });
     return cudaSuccess;
 }
 
@@ -676,16 +737,17 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
         return last_error = cudaErrorInvalidResourceHandle;
     if (capture)
         return refuse_in_capture("cudaEventSynchronize");
-    if (e->recorded)
-        flush(obj(e->stream));
+    if (e->stream && live(e->stream))
+        host_wait(e->stream, e->seq);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    if (!a || !b || (a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming) ||
-        !a->recorded || !b->recorded)
+    if (!a || !b || (a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
         return last_error = cudaErrorInvalidResourceHandle;
+    if (!a->done || !b->done) /* never recorded, or its record has not run */
+        return last_error = cudaErrorNotReady;
     *ms = (float)(b->ms - a->ms);
     return cudaSuccess;
 }

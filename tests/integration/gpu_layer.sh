@@ -2,7 +2,9 @@
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
 # --check against the reference for every routing and placement, in both dispatch modes, with
 # grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs (GEMM
-# loop, and grouped with two shared experts: several captured argument blocks).
+# loop, and grouped with two shared experts: several captured argument blocks). On the CPU stand-in
+# (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
+# missing event wait between the compute and comm streams fails --check in either direction.
 # Exits 77 where no CUDA device is present.
 . "$(dirname "$0")/lib.sh"
 set +e
@@ -30,6 +32,13 @@ mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --
     --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
     --placement "$eplb" --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
     fail "moeperf-layer --gemm grouped --overlap --check exit $?"
+if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the CPU stand-in: the pipeline again in its other schedule
+    CUDAEMU_SCHEDULE=others-first mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl \
+        --model qwen3-30b-a3b --hidden $H --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 \
+        --iters 3 --routing hot:2:15 --placement "$eplb" --gemm grouped --overlap 2,4 --check \
+        --out "$TMP/gpu-overlap-others-first" ||
+        fail "moeperf-layer --overlap --check exit $? with CUDAEMU_SCHEDULE=others-first"
+fi
 mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
     --ffn $F --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
     --placement contiguous,replicate-hot:2 --dispatch padded,padded:1.0 --graph --check \
