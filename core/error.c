@@ -46,13 +46,24 @@ void mp_error_at(const char *file, int line, const char *fmt, ...)
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
-    va_list ap;
-    va_start(ap, fmt);
-    if (log_rank >= 0)
-        fprintf(stderr, "%s: rank %d host %s %s:%d: ", log_prog, log_rank, host, file, line);
-    else
-        fprintf(stderr, "%s: host %s %s:%d: ", log_prog, host, file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
+    /* one write, so the messages of ranks that fail together do not interleave mid-line */
+    char msg[2048];
+    int n = log_rank >= 0 ? snprintf(msg, sizeof msg, "%s: rank %d host %s %s:%d: ", log_prog,
+                                     log_rank, host, file, line)
+                          : snprintf(msg, sizeof msg, "%s: host %s %s:%d: ", log_prog, host, file, line);
+    if (n < 0)
+        n = 0;
+    if (n < (int)sizeof msg - 1) {
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+        va_end(ap);
+        n = m < 0 ? n : n + m;
+    }
+    if (n > (int)sizeof msg - 2)
+        n = (int)sizeof msg - 2;
+    msg[n++] = '\n';
+    fflush(stderr);
+    if (write(STDERR_FILENO, msg, (size_t)n) < 0)
+        n = 0;
 }

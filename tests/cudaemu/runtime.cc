@@ -23,8 +23,10 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <memory>
 #include <deque>
@@ -54,6 +56,7 @@ struct queued_op {
     long seq; /* the stream's count of operations queued, this one included */
     std::string what;
     stream_op op;
+    std::function<bool()> ready; /* empty, or whether it may run now (an event wait, a fault) */
 };
 struct cudaemu_stream {
     std::deque<queued_op> queue; /* queued, not yet run */
@@ -163,31 +166,45 @@ static bool live(cudaemu_stream *s)
     return s == &legacy || std::find(streams.begin(), streams.end(), s) != streams.end();
 }
 
-/* Run a stream's queued operations up to its operation number `seq` (all: LONG_MAX). */
-static void run_until(cudaemu_stream *s, long seq)
+/* Run a stream's queued operations up to its operation number `seq` (all: LONG_MAX); false if
+ * one of them cannot run yet (it waits on a stuck stream, or it is an injected NCCL fault). */
+static bool run_until(cudaemu_stream *s, long seq)
 {
     while (!s->queue.empty() && s->queue.front().seq <= seq) {
+        if (s->queue.front().ready && !s->queue.front().ready())
+            return false;
         queued_op item = std::move(s->queue.front());
         s->queue.pop_front();
         item.op(s == &legacy ? nullptr : s);
     }
+    return true;
 }
 
-static void run_all(cudaemu_stream *s) { run_until(s, LONG_MAX); }
+static bool run_all(cudaemu_stream *s) { return run_until(s, LONG_MAX); }
+
+/* What the host does while a stream it waits for is stuck: wait, as for a device that never
+ * finishes (the --timeout watchdog ends the process; ncclCommAbort from it unsticks a fault). */
+static void stall() { usleep(20000); }
 
 /* The device's synchronisation: every stream, newest first, then the legacy one. */
 static void run_device()
 {
-    for (size_t i = streams.size(); i-- > 0;)
-        run_all(streams[i]);
-    run_all(&legacy);
+    for (;;) {
+        bool all = true;
+        for (size_t i = streams.size(); i-- > 0;)
+            all = run_all(streams[i]) && all;
+        all = run_all(&legacy) && all;
+        if (all)
+            return;
+        stall();
+    }
 }
 
 /* The host waits for stream s up to its operation seq. CUDAEMU_SCHEDULE=others-first runs every
  * other stream to its end first (newest first), the opposite legal order to the default's (the
  * others only as far as s's event waits need): a wait missing in one direction between two streams
  * shows in one of the two schedules. */
-static void host_wait(cudaemu_stream *s, long seq)
+static bool host_run(cudaemu_stream *s, long seq)
 {
     static int others_first = -1;
     if (others_first < 0) {
@@ -200,10 +217,17 @@ static void host_wait(cudaemu_stream *s, long seq)
         for (size_t i = streams.size(); i-- > 0;)
             if (streams[i] != s)
                 run_all(streams[i]);
-    run_until(s, seq);
+    return run_until(s, seq);
 }
 
-void enqueue(cudaStream_t s, const char *what, stream_op op)
+static void host_wait(cudaemu_stream *s, long seq)
+{
+    while (!host_run(s, seq))
+        stall();
+}
+
+/* enqueue, with a condition the operation waits for on the stream (not in a captured graph) */
+static void enqueue_gated(cudaStream_t s, const char *what, stream_op op, std::function<bool()> ready)
 {
     if (capture && capture_streams.count(s)) {
         capture->ops.emplace_back(what, std::move(op));
@@ -214,7 +238,12 @@ void enqueue(cudaStream_t s, const char *what, stream_op op)
         return;
     }
     cudaemu_stream *q = obj(s);
-    q->queue.push_back({++q->queued, what, std::move(op)});
+    q->queue.push_back({++q->queued, what, std::move(op), std::move(ready)});
+}
+
+void enqueue(cudaStream_t s, const char *what, stream_op op)
+{
+    enqueue_gated(s, what, std::move(op), nullptr);
 }
 
 /* ---- kernels ------------------------------------------------------------------------------ */
@@ -632,7 +661,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
         return refuse_in_capture("cudaStreamQuery");
     if (obj(s)->queue.empty())
         return cudaSuccess;
-    host_wait(obj(s), LONG_MAX); /* busy now; done by the next query */
+    host_run(obj(s), LONG_MAX); /* busy now; done by the next query unless stuck */
     return cudaErrorNotReady;
 }
 
@@ -647,10 +676,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     cudaemu_stream *on = e->stream; /* NULL: never recorded */
     long seq = e->seq;
     if (on && on != obj(s)) /* the record as it is now; a never-recorded event is no wait */
-        enqueue(s, "cudaStreamWaitEvent", [on, seq](cudaStream_t) {
-            if (live(on))
-                run_until(on, seq);
-        });
+        enqueue_gated(s, "cudaStreamWaitEvent", [](cudaStream_t) {},
+                      [on, seq] { return !live(on) || run_until(on, seq); });
     return cudaSuccess;
 }
 
@@ -1007,6 +1034,50 @@ struct p2p {
 static int group_depth;
 static std::vector<p2p> group_ops;
 
+/* CUDAEMU_NCCL_FAULT=error:N or hang:N: the N-th NCCL operation this process queues on a stream
+ * (a group of sends and receives, one outside a group, an allreduce) never completes, as when a
+ * peer or a link dies; with error, ncclCommGetAsyncError of its communicator reports
+ * ncclRemoteError once its stream has reached it. ncclCommAbort of that communicator (from the
+ * --timeout watchdog's thread too) drops it. A captured operation is recorded without the fault. */
+static long nccl_ops, fault_at = -1;
+static bool fault_error;
+static ncclComm_t fault_comm;
+static std::atomic<bool> fault_reached{false}, fault_aborted{false};
+
+static void fault_setting()
+{
+    static bool read;
+    if (read)
+        return;
+    read = true;
+    const char *v = getenv("CUDAEMU_NCCL_FAULT");
+    if (!v || !*v)
+        return;
+    char kind[8] = "";
+    long n = 0;
+    if (sscanf(v, "%7[a-z]:%ld", kind, &n) != 2 || n < 1 || (strcmp(kind, "error") && strcmp(kind, "hang")))
+        fault("CUDAEMU_NCCL_FAULT=%s: error:N or hang:N, N ≥ 1 (the N-th NCCL operation)", v);
+    fault_at = n;
+    fault_error = !strcmp(kind, "error");
+}
+
+static void enqueue_nccl(cudaStream_t s, const char *what, ncclComm_t comm, stream_op op)
+{
+    fault_setting();
+    if (++nccl_ops != fault_at) {
+        enqueue(s, what, std::move(op));
+        return;
+    }
+    fault_comm = comm;
+    enqueue_gated(s, what, [op](cudaStream_t on) {
+        if (!fault_aborted)
+            op(on);
+    }, [] {
+        fault_reached = true;
+        return fault_aborted.load();
+    });
+}
+
 static size_t nccl_type_size(ncclDataType_t t)
 {
     switch (t) {
@@ -1048,7 +1119,7 @@ static ncclResult_t queue_p2p(bool send, const void *buf, size_t count, ncclData
         return ncclSuccess;
     }
     std::vector<p2p> one = {op};
-    enqueue(s, call, [one](cudaStream_t) { run_p2p(one); });
+    enqueue_nccl(s, call, comm, [one](cudaStream_t) { run_p2p(one); });
     return ncclSuccess;
 }
 
@@ -1141,14 +1212,19 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    return comm ? ncclSuccess : ncclInvalidArgument; /* nothing runs in the background to stop */
+    if (!comm)
+        return ncclInvalidArgument;
+    if (comm == fault_comm)
+        fault_aborted = true;
+    return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
 {
     if (!comm)
         return ncclInvalidArgument;
-    *async = ncclSuccess;
+    *async = fault_error && fault_reached && comm == fault_comm && !fault_aborted ? ncclRemoteError
+                                                                                  : ncclSuccess;
     return ncclSuccess;
 }
 
@@ -1172,7 +1248,7 @@ ncclResult_t ncclGroupEnd(void)
             fprintf(stderr, "cudaemu: a group of sends and receives on several streams\n");
             return ncclInvalidUsage;
         }
-    enqueue(s, "ncclGroupEnd", [ops](cudaStream_t) { run_p2p(ops); });
+    enqueue_nccl(s, "ncclGroupEnd", ops[0].comm, [ops](cudaStream_t) { run_p2p(ops); });
     return ncclSuccess;
 }
 
@@ -1197,7 +1273,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     if (!device_range(send, bytes) || !device_range(recv, bytes))
         fault("ncclAllReduce: %zu bytes at %p or %p are not in device memory", bytes, send, recv);
     cudaDataType t = type == ncclFloat32 ? CUDA_R_32F : CUDA_R_16BF;
-    enqueue(s, "ncclAllReduce", [=](cudaStream_t) {
+    enqueue_nccl(s, "ncclAllReduce", comm, [=](cudaStream_t) {
         std::vector<float> v(count);
         for (size_t i = 0; i < count; i++)
             v[i] = load(send, t, i);
