@@ -676,8 +676,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     cudaemu_stream *on = e->stream; /* NULL: never recorded */
     long seq = e->seq;
     if (on && on != obj(s)) /* the record as it is now; a never-recorded event is no wait */
-        enqueue_gated(s, "cudaStreamWaitEvent", [](cudaStream_t) {},
-                      [on, seq] { return !live(on) || run_until(on, seq); });
+        enqueue_gated(s, "cudaStreamWaitEvent", [](cudaStream_t) {}, [on, seq] {
+            static int depth; /* streams that wait on each other would recurse for ever */
+            if (++depth > 256)
+                fault("streams wait on each other's events in a cycle: a device deadlocks");
+            bool reached = !live(on) || run_until(on, seq);
+            depth--;
+            return reached;
+        });
     return cudaSuccess;
 }
 
