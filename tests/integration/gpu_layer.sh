@@ -2,7 +2,8 @@
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
 # --check against the reference for every routing and placement, in both dispatch modes, with
 # grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs (GEMM
-# loop, and grouped with two shared experts: several captured argument blocks). On the CPU stand-in
+# loop, and grouped with two shared experts: several captured argument blocks); moeperf-a2a on nccl;
+# with four GPUs, TP, EP and TP+EP layouts. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
 # missing event wait between the compute and comm streams fails --check in either direction.
 # Exits 77 where no CUDA device is present.
@@ -48,4 +49,25 @@ mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --
     --dispatch padded --graph --gemm grouped --check --out "$TMP/gpu-graph-grouped" ||
     fail "moeperf-layer --graph --gemm grouped --check exit $?"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
+# moeperf-a2a on nccl: uniform sizes and MoE counts
+mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \
+    --out "$TMP/a2a" || fail "moeperf-a2a --comm nccl exit $?"
+[ "$(rows "$TMP/a2a/a2a.csv")" -eq 3 ] || fail "moeperf-a2a wrote $(rows "$TMP/a2a/a2a.csv") rows, expected 3"
+mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --pattern moe --hidden $H --batch 16,64 \
+    --routing hot:2:15 --iters 3 --warmup 1 --quiet --out "$TMP/a2a-moe" ||
+    fail "moeperf-a2a --pattern moe --comm nccl exit $?"
+# four GPUs: TP groups (ncclAllReduce, ordered after the pipeline's exchanges), EP and both at once,
+# pipelined (in both schedules on the stand-in) and as padded graphs
+if [ "$ngpu" -ge 4 ]; then
+    layer4() {
+        mpi 4 "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+            --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
+            --layout tp2ep2,tp4ep1,tp1ep4 --check "$@" || fail "4 GPUs, $*: exit $?"
+    }
+    layer4 --overlap 1,2 --gemm grouped --out "$TMP/gpu4"
+    [ -z "${CUDAEMU_DEVICES:-}" ] ||
+        CUDAEMU_SCHEDULE=others-first layer4 --overlap 2 --gemm grouped --out "$TMP/gpu4-others-first"
+    layer4 --dispatch padded --graph --out "$TMP/gpu4-graph"
+    [ "$(rows "$TMP/gpu4/layer.csv")" -eq 12 ] || fail "4 GPUs: $(rows "$TMP/gpu4/layer.csv") rows, expected 12"
+fi
 echo PASS
