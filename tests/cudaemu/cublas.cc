@@ -1,0 +1,199 @@
+/* cublas.cc - the cuBLAS calls of moeperf's GPU path on the CPU stand-in: GEMMs summed in fp32 on
+ * bf16 or fp32 operands, cuBLAS's argument rules, and operands (with their leading dimensions)
+ * checked to lie in device memory; queued on the handle's stream. */
+#include <stdio.h>
+
+#include <vector>
+
+#include "internal.h"
+
+using namespace cudaemu;
+
+
+struct cudaemu_blas {
+    cudaStream_t stream;
+};
+
+/* The largest GEMM (multiply-adds) computed; larger ones (the roofline's 8192³) are checked and
+ * timed but leave their output as it was, which nothing reads. */
+static const double gemm_max_work = 4294967296.0;
+
+struct gemm_problem {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const void *A, *B;
+    void *C;
+    cudaDataType At, Bt, Ct;
+};
+
+/* cuBLAS's argument checks for one column-major problem C = α·op(A)·op(B) + β·C. */
+static cublasStatus_t gemm_check(const gemm_problem &g, const char *call)
+{
+    auto at_least = [](int v) { return v > 1 ? v : 1; };
+    const char *bad = nullptr;
+    if (g.m < 0 || g.n < 0 || g.k < 0)
+        bad = "a negative size";
+    else if ((g.ta != CUBLAS_OP_N && g.ta != CUBLAS_OP_T) || (g.tb != CUBLAS_OP_N && g.tb != CUBLAS_OP_T))
+        bad = "an operation other than N or T";
+    else if (g.lda < at_least(g.ta == CUBLAS_OP_N ? g.m : g.k))
+        bad = "lda below the rows of A";
+    else if (g.ldb < at_least(g.tb == CUBLAS_OP_N ? g.k : g.n))
+        bad = "ldb below the rows of B";
+    else if (g.ldc < at_least(g.m))
+        bad = "ldc below the rows of C";
+    if (bad) {
+        fprintf(stderr, "cudaemu: %s(m=%d n=%d k=%d lda=%d ldb=%d ldc=%d): %s\n", call, g.m, g.n, g.k,
+                g.lda, g.ldb, g.ldc, bad);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (g.At != g.Bt || (g.At != CUDA_R_16BF && g.At != CUDA_R_32F) ||
+        (g.Ct != CUDA_R_16BF && g.Ct != CUDA_R_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Bytes a column-major operand of rows × cols with leading dimension ld spans. */
+static size_t span(int rows, int cols, int ld, cudaDataType t)
+{
+    return rows > 0 && cols > 0 ? ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * type_size(t) : 0;
+}
+
+static void gemm_operands_in_device(const gemm_problem &g, const char *call)
+{
+    bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
+    if (!device_range(g.A, span(an ? g.m : g.k, an ? g.k : g.m, g.lda, g.At)))
+        fault("%s: A (%p, %d×%d, lda %d) is not in device memory", call, g.A, an ? g.m : g.k,
+              an ? g.k : g.m, g.lda);
+    if (!device_range(g.B, span(bn ? g.k : g.n, bn ? g.n : g.k, g.ldb, g.Bt)))
+        fault("%s: B (%p, %d×%d, ldb %d) is not in device memory", call, g.B, bn ? g.k : g.n,
+              bn ? g.n : g.k, g.ldb);
+    if (!device_range(g.C, span(g.m, g.n, g.ldc, g.Ct)))
+        fault("%s: C (%p, %d×%d, ldc %d) is not in device memory", call, g.C, g.m, g.n, g.ldc);
+}
+
+static void gemm_run(const gemm_problem &g)
+{
+    if (g.m == 0 || g.n == 0)
+        return;
+    if ((double)g.m * g.n * g.k > gemm_max_work) {
+        static int told;
+        if (!told++)
+            fprintf(stderr, "cudaemu: GEMMs over 2^32 multiply-adds (%d×%d×%d) are not computed; "
+                            "their output is left as it was\n", g.m, g.n, g.k);
+        return;
+    }
+    size_t m = (size_t)g.m, n = (size_t)g.n, k = (size_t)g.k;
+    std::vector<float> a(m * k), bt(n * k); /* op(A) by rows, op(B) by columns */
+    for (size_t i = 0; i < m; i++)
+        for (size_t p = 0; p < k; p++)
+            a[i * k + p] = load(g.A, g.At, g.ta == CUBLAS_OP_N ? i + p * (size_t)g.lda : p + i * (size_t)g.lda);
+    for (size_t j = 0; j < n; j++)
+        for (size_t p = 0; p < k; p++)
+            bt[j * k + p] = load(g.B, g.Bt, g.tb == CUBLAS_OP_N ? p + j * (size_t)g.ldb : j + p * (size_t)g.ldb);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < m; i++) {
+            float acc = 0;
+            const float *x = &a[i * k], *y = &bt[j * k];
+            for (size_t p = 0; p < k; p++)
+                acc += x[p] * y[p];
+            size_t c = i + j * (size_t)g.ldc;
+            float v = g.alpha * acc; /* β = 0: C is not read (it may hold anything) */
+            if (g.beta != 0.0f)
+                v += g.beta * load(g.C, g.Ct, c);
+            store(g.C, g.Ct, c, v);
+        }
+}
+
+extern "C" {
+
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    *h = new cudaemu_blas();
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
+{
+    if (!device_range(ws, bytes))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
+                            const void *B, cudaDataType Btype, int ldb, const void *beta, void *C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    gemm_problem g = {ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta,
+                      A, B, C, Atype, Btype, Ctype};
+    cublasStatus_t st = gemm_check(g, "cublasGemmEx");
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    gemm_operands_in_device(g, "cublasGemmEx");
+    enqueue(h->stream, "cublasGemmEx", [g](cudaStream_t) { gemm_run(g); });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmGroupedBatchedEx(
+    cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[], const int m[],
+    const int n[], const int k[], const void *alpha, const void *const A[], cudaDataType_t Atype,
+    const int lda[], const void *const B[], cudaDataType_t Btype, const int ldb[], const void *beta,
+    void *const C[], cudaDataType_t Ctype, const int ldc[], int groups, const int group_size[],
+    cublasComputeType_t compute)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (groups < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    /* the host arrays are read now; the device pointer arrays when the GEMMs run */
+    std::vector<gemm_problem> problems;
+    for (int gi = 0; gi < groups; gi++) {
+        if (group_size[gi] < 0)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        gemm_problem g = {ta[gi], tb[gi], m[gi], n[gi], k[gi], lda[gi], ldb[gi], ldc[gi],
+                          ((const float *)alpha)[gi], ((const float *)beta)[gi], nullptr, nullptr,
+                          nullptr, Atype, Btype, Ctype};
+        cublasStatus_t st = gemm_check(g, "cublasGemmGroupedBatchedEx");
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+        for (int j = 0; j < group_size[gi]; j++)
+            problems.push_back(g);
+    }
+    size_t total = problems.size();
+    if (!device_range(A, total * sizeof(void *)) || !device_range(B, total * sizeof(void *)) ||
+        !device_range(C, total * sizeof(void *)))
+        fault("cublasGemmGroupedBatchedEx: the pointer arrays of %zu problems are not in device "
+              "memory", total);
+    enqueue(h->stream, "cublasGemmGroupedBatchedEx", [problems, A, B, C](cudaStream_t) mutable {
+        for (size_t i = 0; i < problems.size(); i++) {
+            problems[i].A = A[i];
+            problems[i].B = B[i];
+            problems[i].C = C[i];
+            gemm_operands_in_device(problems[i], "cublasGemmGroupedBatchedEx");
+            gemm_run(problems[i]);
+        }
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} /* extern "C" */
