@@ -9,7 +9,6 @@
 
 using namespace cudaemu;
 
-
 struct cudaemu_blas {
     cudaStream_t stream;
 };

@@ -17,7 +17,6 @@
 
 using namespace cudaemu;
 
-
 struct cudaemu_nccl_comm {
     MPI_Comm mpi;
     int rank, size;
