@@ -183,7 +183,7 @@ static void streams()
     expect(two_streams(true, false) == -1, "a page-locked copy is not there before the host waits");
     expect(two_streams(true, true) == 3, "an event wait runs the other stream's work first");
     float v = two_streams(false, true);
-    expect(others_first ? v == 3 : isnan(v) || v == 0,
+    expect(others_first ? v == 3 : isnan(v), /* late: not even the memset has run */
            others_first ? "without the wait, others-first runs the kernel first"
                         : "without the wait, the copy runs before the kernel");
 }

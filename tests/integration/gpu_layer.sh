@@ -24,30 +24,27 @@ ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 H=${MOEPERF_GPU_HIDDEN:-1024} F=${MOEPERF_GPU_FFN:-512}
 np=1 eplb=contiguous
 [ "$ngpu" -ge 2 ] && np=2 eplb=contiguous,eplb:4 # eplb needs a second rank for its extra slots
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-    --ffn $F --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 \
-    --routing uniform,hot:2:15,gate,gate:0.5 --placement contiguous,round-robin,replicate-hot:2 \
-    --dispatch dynamic,padded,padded:1.0 --check --out "$TMP/gpu" ||
-    fail "moeperf-layer --backend cuda --check exit $?"
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-    --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
-    --placement "$eplb" --gemm grouped --overlap 1,2,4 --check --out "$TMP/gpu-overlap" ||
-    fail "moeperf-layer --gemm grouped --overlap --check exit $?"
+# layer NP ARGS...: moeperf-layer on the GPU path with --check, on NP ranks
+layer() {
+    n=$1
+    shift
+    mpi "$n" "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
+        --ffn $F --experts 16 --topk 4 --iters 3 --check "$@" ||
+        fail "moeperf-layer $* (stand-in schedule ${CUDAEMU_SCHEDULE:-late}): exit $?"
+}
+layer $np --shared 1 --batch 1,7,64 --routing uniform,hot:2:15,gate,gate:0.5 \
+    --placement contiguous,round-robin,replicate-hot:2 --dispatch dynamic,padded,padded:1.0 \
+    --out "$TMP/gpu"
+layer $np --shared 1 --batch 7,64 --routing hot:2:15 --placement "$eplb" --gemm grouped \
+    --overlap 1,2,4 --out "$TMP/gpu-overlap"
 if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the CPU stand-in: the pipeline again in its other schedule
-    CUDAEMU_SCHEDULE=others-first mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl \
-        --model qwen3-30b-a3b --hidden $H --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 \
-        --iters 3 --routing hot:2:15 --placement "$eplb" --gemm grouped --overlap 2,4 --check \
-        --out "$TMP/gpu-overlap-others-first" ||
-        fail "moeperf-layer --overlap --check exit $? with CUDAEMU_SCHEDULE=others-first"
+    CUDAEMU_SCHEDULE=others-first layer $np --shared 1 --batch 7,64 --routing hot:2:15 \
+        --placement "$eplb" --gemm grouped --overlap 2,4 --out "$TMP/gpu-overlap-others-first"
 fi
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-    --ffn $F --experts 16 --topk 4 --shared 1 --batch 1,7,64 --iters 3 --routing uniform,gate \
-    --placement contiguous,replicate-hot:2 --dispatch padded,padded:1.0 --graph --check \
-    --out "$TMP/gpu-graph" || fail "moeperf-layer --graph --check exit $?"
-mpi $np "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-    --ffn $F --experts 16 --topk 4 --shared 2 --batch 1,64 --iters 3 --routing hot:2:15 \
-    --dispatch padded --graph --gemm grouped --check --out "$TMP/gpu-graph-grouped" ||
-    fail "moeperf-layer --graph --gemm grouped --check exit $?"
+layer $np --shared 1 --batch 1,7,64 --routing uniform,gate --placement contiguous,replicate-hot:2 \
+    --dispatch padded,padded:1.0 --graph --out "$TMP/gpu-graph"
+layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm grouped \
+    --out "$TMP/gpu-graph-grouped"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
 # moeperf-a2a on nccl: uniform sizes and MoE counts
 mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \
@@ -59,15 +56,11 @@ mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --pattern moe --hidden $H 
 # four GPUs: TP groups (ncclAllReduce, ordered after the pipeline's exchanges), EP and both at once,
 # pipelined (in both schedules on the stand-in) and as padded graphs
 if [ "$ngpu" -ge 4 ]; then
-    layer4() {
-        mpi 4 "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-            --ffn $F --experts 16 --topk 4 --shared 1 --batch 7,64 --iters 3 --routing hot:2:15 \
-            --layout tp2ep2,tp4ep1,tp1ep4 --check "$@" || fail "4 GPUs, $*: exit $?"
-    }
-    layer4 --overlap 1,2 --gemm grouped --out "$TMP/gpu4"
+    tp_ep="--shared 1 --batch 7,64 --routing hot:2:15 --layout tp2ep2,tp4ep1,tp1ep4"
+    layer 4 $tp_ep --overlap 1,2 --gemm grouped --out "$TMP/gpu4"
     [ -z "${CUDAEMU_DEVICES:-}" ] ||
-        CUDAEMU_SCHEDULE=others-first layer4 --overlap 2 --gemm grouped --out "$TMP/gpu4-others-first"
-    layer4 --dispatch padded --graph --out "$TMP/gpu4-graph"
+        CUDAEMU_SCHEDULE=others-first layer 4 $tp_ep --overlap 2 --gemm grouped --out "$TMP/gpu4-others-first"
+    layer 4 $tp_ep --dispatch padded --graph --out "$TMP/gpu4-graph"
     [ "$(rows "$TMP/gpu4/layer.csv")" -eq 12 ] || fail "4 GPUs: $(rows "$TMP/gpu4/layer.csv") rows, expected 12"
 fi
 echo PASS
