@@ -35,7 +35,6 @@ using cudaemu::stream_op;
 
 struct queued_op {
     long seq; /* the stream's count of operations queued, this one included */
-    std::string what;
     stream_op op;
     std::function<bool()> ready; /* empty, or whether it may run now (an event wait, a fault) */
 };
@@ -218,7 +217,7 @@ void enqueue_gated(cudaStream_t s, const char *what, stream_op op, std::function
         return;
     }
     cudaemu_stream *q = obj(s);
-    q->queue.push_back({++q->queued, what, std::move(op), std::move(ready)});
+    q->queue.push_back({++q->queued, std::move(op), std::move(ready)});
 }
 
 void enqueue(cudaStream_t s, const char *what, stream_op op)
