@@ -836,8 +836,12 @@ static int cuda_plan_build(struct mp_compute *c, const int32_t *ids, const float
 
 static int cuda_mark(struct mp_compute *c, int slot)
 {
-    /* external: inside a graph capture the record becomes a node, so replays keep the timers */
-    CUDACHECK(cudaEventRecordWithFlags(c->ev[slot], c->stream, cudaEventRecordExternal));
+    /* external: inside a graph capture the record becomes a node, so replays keep the timers.
+     * CUDA accepts the flag only while the stream is capturing (cudaErrorIllegalState outside). */
+    if (c->capturing)
+        CUDACHECK(cudaEventRecordWithFlags(c->ev[slot], c->stream, cudaEventRecordExternal));
+    else
+        CUDACHECK(cudaEventRecord(c->ev[slot], c->stream));
     return MP_OK;
 }
 

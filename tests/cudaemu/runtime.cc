@@ -249,6 +249,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureWrongThread: return "operation is not permitted on this thread";
@@ -572,6 +573,8 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned fla
     }
     if (capture && !s)
         return refuse_in_capture("cudaEventRecord on the legacy stream");
+    if (flags & cudaEventRecordExternal) /* CUDA takes the flag only on a capturing stream */
+        return last_error = cudaErrorIllegalState;
     cudaemu_stream *q = obj(s);
     long seq = q->queued + 1;
     e->in_capture = false;

@@ -225,6 +225,12 @@ static void capture()
     expect(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated,
            "a synchronisation inside a capture invalidates it");
     (void)cudaGetLastError();
+    cudaEvent_t ev;
+    cudaEventCreate(&ev);
+    expect(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal) == cudaErrorIllegalState &&
+               cudaGetLastError() == cudaErrorIllegalState,
+           "an external event record outside a capture is refused");
+    cudaEventDestroy(ev);
     cudaFree(d);
     cudaStreamDestroy(s);
 }
