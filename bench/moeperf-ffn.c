@@ -312,7 +312,7 @@ static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *
     b->in = o->alloc(s->dev, (routed ? routed : 1) * H);
     b->xs = o->alloc(s->dev, (tok ? tok : 1) * H);
     b->out = o->alloc(s->dev, (routed + S * tok + 1) * H);
-    if (routed > maxrows) /* a grouped GEMM holds every expert's rows at once */
+    if (routed > maxrows) /* grouped and skinny GEMMs hold every expert's rows at once */
         maxrows = routed;
     b->work = o->alloc(s->dev, (maxrows ? maxrows : 1) * 2 * Dl);
     host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
@@ -355,10 +355,12 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
     long shared_off[2] = {0, w->ntok};
     size_t row_bytes = (size_t)H * o->elem_size;
 
+    int gemm;
+    MP_CHECK(mp_gemm_mode(&s->o, o, &gemm));
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
-                            .grouped = strcmp(s->o.gemm, "grouped") == 0};
+                            .gemm = gemm};
     if (w->nact > 0)
         MP_CHECK(o->expert_ffn(dev, &a));
     for (int i = 0; i < S && w->ntok > 0; i++) {
@@ -560,8 +562,8 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
-    int grouped;
-    MP_CHECK(mp_gemm_grouped(&s.o, s.cops, &grouped));
+    int gemm; /* checked here, before anything runs; ffn_queue reads it again */
+    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
     if (s.o.graph && !s.cops->capture_begin) {
         mp_usage("--graph: replaying a captured expert FFN needs --backend cuda (the %s backend "
                  "runs its kernels from the host)", s.cops->name);

@@ -186,8 +186,8 @@ int main(int argc, char **argv)
     int straggle_rank;
     double straggle_us;
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &straggle_rank, &straggle_us));
-    int grouped;
-    MP_CHECK(mp_gemm_grouped(&s.o, s.modelled ? NULL : s.cops, &grouped));
+    int gemm;
+    MP_CHECK(mp_gemm_mode(&s.o, s.modelled ? NULL : s.cops, &gemm));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
     if (s.modelled && s.o.check) {
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
                                           .placement = &pl, .warmup = s.o.warmup,
                                           .iters = s.o.iters, .check = s.o.check,
                                           .overlap = overlap, .padded = padded,
-                                          .capacity = capacity, .grouped = grouped,
+                                          .capacity = capacity, .gemm = gemm,
                                           .graph = s.o.graph,
                                           .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};

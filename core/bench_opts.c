@@ -17,7 +17,7 @@ const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replic
 const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
 const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
 const char *const mp_dispatch_choices[] = {"dynamic", "padded", "padded:", NULL};
-const char *const mp_gemm_choices[] = {"loop", "grouped", NULL};
+const char *const mp_gemm_choices[] = {"loop", "grouped", "skinny", NULL};
 const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
 
 /* Parse a positive integer at *p, advancing it; -1 when there is none. */
@@ -186,12 +186,17 @@ int mp_dispatch_parse(const char *text, int *padded, double *factor)
     return MP_OK;
 }
 
-int mp_gemm_grouped(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *grouped)
+int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm)
 {
-    *grouped = o->gemm && strcmp(o->gemm, "grouped") == 0;
-    if (*grouped && (!ops || !ops->grouped_gemm)) {
-        mp_usage("--gemm grouped: the %s backend runs one GEMM pair per expert; grouped GEMMs "
-                 "need --backend cuda (or use --gemm loop)", ops ? ops->name : "model");
+    *gemm = MP_GEMM_LOOP;
+    if (o->gemm && strcmp(o->gemm, "grouped") == 0)
+        *gemm = MP_GEMM_GROUPED;
+    else if (o->gemm && strcmp(o->gemm, "skinny") == 0)
+        *gemm = MP_GEMM_SKINNY;
+    if (*gemm != MP_GEMM_LOOP && (!ops || !(ops->gemm_modes & 1u << *gemm))) {
+        mp_usage("--gemm %s: the %s backend runs one GEMM pair per expert; grouped and skinny "
+                 "GEMMs need --backend cuda (or use --gemm loop)", o->gemm,
+                 ops ? ops->name : "model");
         return MP_ERR_USAGE;
     }
     return MP_OK;

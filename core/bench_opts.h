@@ -87,8 +87,9 @@ extern const char *const mp_cpu_bind_choices[];
      "padded:F (capacity factor F, pairs over it dropped); a list sweeps them"}
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
-     "expert FFN GEMMs: loop (one GEMM pair per expert) or grouped (one grouped GEMM per stage "    \
-     "for all experts; --backend cuda)"}
+     "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \
+     "for all experts) or skinny (experts of at most 8 rows in one weight-streaming kernel per "   \
+     "stage, the rest as in loop); grouped and skinny need --backend cuda"}
 #define MP_OPT_GRAPH                                                                               \
     {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
      "capture each padded point's layer in a CUDA Graph once and replay it (--backend cuda "        \
@@ -133,9 +134,9 @@ int mp_dispatch_parse(const char *text, int *padded, double *factor);
 
 struct mp_compute_ops;
 
-/* 1 when --gemm asks for grouped GEMMs, 0 for the per-expert loop; MP_ERR_USAGE (naming --gemm)
- * when the compute backend `ops` (NULL: a model backend) has no grouped GEMM. */
-int mp_gemm_grouped(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *grouped);
+/* The enum mp_gemm that --gemm names; MP_ERR_USAGE (naming --gemm) when the compute backend `ops`
+ * (NULL: a model backend) runs only the per-expert loop. */
+int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm);
 
 /* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */
 int mp_straggle_parse(const char *text, int world, int *rank, double *us);

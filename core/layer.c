@@ -260,7 +260,7 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap)
     long tok = L->max_tok_rank; /* the shared experts' rows of a rank's own tokens */
     if (rows > L->pad_rows) {
         const struct mp_compute_ops *o = L->ops;
-        /* the FFN's scratch holds every expert's rows at once (a grouped GEMM) */
+        /* the FFN's scratch holds every expert's rows at once (grouped and skinny GEMMs) */
         size_t H = (size_t)L->m.hidden, wrows = (size_t)(rows > tok ? rows : tok);
         double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
                       (double)wrows * 2 * L->Dl * o->elem_size;
@@ -561,7 +561,7 @@ static int ffn_phase(struct mp_layer *L, const struct mp_point *pt, const void *
     int rc = MP_OK;
     struct mp_ffn_args a = {.in = in, .out = out, .row_off = row_off, .nexp = L->nlocal,
                             .wgu = L->wgu, .wd = L->wd, .H = L->m.hidden, .Dl = L->Dl,
-                            .work = work, .grouped = pt->grouped, .progress = progress,
+                            .work = work, .gemm = pt->gemm, .progress = progress,
                             .progress_arg = progress_arg};
     MP_CHECK(L->ops->expert_ffn(L->dev, &a));
     L->shared_off[0] = 0;

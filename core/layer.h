@@ -23,7 +23,7 @@ struct mp_point {
     int overlap;         /* chunks pipelined so dispatch, FFN and combine overlap (≤ 1: off) */
     int padded;          /* dispatch mode: 0 dynamic (exact counts exchanged first), 1 padded */
     double capacity;     /* padded: capacity factor (mp_padded_capacity; ≤ 0: lossless) */
-    int grouped;         /* expert FFN as grouped GEMMs (mp_ffn_args.grouped) */
+    int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
     int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */

@@ -92,7 +92,7 @@ struct mp_bench_opts {
     double timeout;
     struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
     struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */
-    char *gemm;                 /* the expert FFN's GEMMs: "loop" or "grouped" */
+    char *gemm;                 /* the expert FFN's GEMMs: "loop", "grouped" or "skinny" */
     int graph;                  /* replay a captured layer (padded dispatch, device backends) */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */

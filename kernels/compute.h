@@ -13,6 +13,13 @@ struct mp_chunk {
     long src, dst, n;
 };
 
+/* The expert FFN's GEMMs (--gemm): one cuBLAS-style GEMM pair per expert (loop), one grouped GEMM
+ * per stage for all experts (grouped), or skinny: every expert of at most MP_SKINNY_ROWS rows in
+ * one kernel launch per stage that streams each weight once for all its rows (the decode case),
+ * the larger experts as in the loop. */
+enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY };
+#define MP_SKINNY_ROWS 8
+
 /* Per-call shapes of the expert FFN: `nexp` experts, expert i owns rows [row_off[i], row_off[i+1])
  * of `in`/`out`, with weights wgu[i] (H × 2·Dl: gate | up) and wd[i] (Dl × H). */
 struct mp_ffn_args {
@@ -24,9 +31,8 @@ struct mp_ffn_args {
     void *const *wd;
     int H, Dl;
     void *work; /* at least (row_off[nexp] − row_off[0]) · 2·Dl elements */
-    /* all experts' GEMMs as one grouped call per stage instead of one call per expert (backends
-     * with grouped_gemm only) */
-    int grouped;
+    /* enum mp_gemm; other than MP_GEMM_LOOP only on backends whose gemm_modes has it */
+    int gemm;
     /* optional: called between experts, so a pipelined layer's pending exchanges make progress
      * while this FFN computes (host backends; NULL otherwise) */
     void (*progress)(void *arg);
@@ -52,8 +58,8 @@ struct mp_compute_ops {
     /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers
      * 1e-5; bf16 storage rounds weights, activations and intermediates to 8 bits of mantissa */
     double check_tolerance;
-    /* expert_ffn honours mp_ffn_args.grouped (one grouped GEMM per stage for all experts) */
-    int grouped_gemm;
+    /* bit 1 << g for each enum mp_gemm g besides MP_GEMM_LOOP that expert_ffn honours */
+    unsigned gemm_modes;
 
     /* lifecycle: `local_rank` picks the device where there are several */
     int (*init)(struct mp_compute **out, int local_rank);

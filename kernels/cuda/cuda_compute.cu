@@ -78,6 +78,21 @@ struct ptr_table {
     const void *p[PTR_TABLE];
 };
 
+/* One stage of the skinny expert FFN (--gemm skinny) for up to SKINNY_TABLE experts of at most
+ * MP_SKINNY_ROWS rows each, passed by value as the launch's parameter (7 KiB), like the tables
+ * above: out_e[rows_e × N] = in_e[rows_e × K] · W_e, row-major. With `swiglu`, W_e is [gate | up]
+ * (K × 2N, row stride 2N) and out_e is SwiGLU(gate, up); without, W_e is K × N. */
+#define SKINNY_TABLE 256
+struct skinny_table {
+    int n, K, N, ldw, lda, ldc, swiglu;
+    float *ws;  /* split K: each block's partial tile */
+    int *count; /* split K: blocks of each tile done */
+    int rows[SKINNY_TABLE];
+    const bf16 *w[SKINNY_TABLE];
+    const bf16 *in[SKINNY_TABLE];
+    bf16 *out[SKINNY_TABLE];
+};
+
 struct mp_compute {
     int device;
     cudaStream_t stream;
@@ -108,6 +123,12 @@ struct mp_compute {
     struct device_plan plan;
     struct copy_table copy; /* copy_rows' runs, filled on the host, passed by value */
     struct ptr_table ptrs;  /* the grouped GEMM's pointers, likewise */
+    struct skinny_table skinny; /* the skinny FFN's experts, likewise */
+    float *skinny_ws; /* its split-K partials and per-tile counts (skinny_launch) */
+    size_t skinny_ws_cap;
+    int *skinny_count;
+    size_t skinny_count_cap;
+    int sms; /* multiprocessors */
     /* --graph: the captured layer (while capturing, nothing may allocate) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -168,6 +189,7 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
     cudaDeviceProp p;
     CUDACHECK(cudaGetDeviceProperties(&p, c->device));
+    c->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
     char bus[32] = "";
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, c->device) == cudaSuccess)
         memcpy(c->bus, bus, sizeof c->bus);
@@ -225,6 +247,8 @@ static void cuda_fini(struct mp_compute *c)
     cudaFree(c->d_ids);
     cudaFree(c->d_w);
     cudaFree(c->d_acc);
+    cudaFree(c->skinny_ws);
+    cudaFree(c->skinny_count);
     if (c->g) {
         free(c->g->op);
         free(c->g->m);
@@ -578,25 +602,316 @@ static int ffn_grouped(struct mp_compute *c, const struct mp_ffn_args *a)
     return grouped_stage(c, np, H, Dl, 2 * Dl, H);
 }
 
-static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+/* Expert e of `a` as two GEMMs: [gate | up] = in · [Wg | Wu] (m × 2Dl) into `g`, SwiGLU, then
+ * act · Wd (m × H). */
+static int ffn_one_expert(struct mp_compute *c, const struct mp_ffn_args *a, int e, bf16 *g)
 {
-    if (a->grouped)
-        return ffn_grouped(c, a);
+    const bf16 *in = (const bf16 *)a->in;
+    bf16 *out = (bf16 *)a->out;
+    int H = a->H, Dl = a->Dl;
+    long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+    if (m <= 0)
+        return MP_OK;
+    CUBLASCHECK(gemm_rm(c->blas, (int)m, 2 * Dl, H, in + r0 * H, H, a->wgu[e], 2 * Dl, g,
+                        CUDA_R_16BF, 2 * Dl));
+    swiglu_kernel<<<(unsigned)m, 256, 0, c->stream>>>(g, m, Dl);
+    CUDACHECK(cudaGetLastError());
+    CUBLASCHECK(gemm_rm(c->blas, (int)m, H, Dl, g, 2 * Dl, a->wd[e], H, out + r0 * H, CUDA_R_16BF,
+                        H));
+    return MP_OK;
+}
+
+/* The skinny kernel's block: 256 threads = 8 lanes × 32 slices. A lane streams 8 consecutive weight
+ * columns (one 16-byte load per weight row) of groups of SKINNY_GROUP consecutive rows, so the 8
+ * lanes of a slice cover a 64-column tile; with SwiGLU the tile is 32 gate and the matching 32 up
+ * columns. The slices take every 32nd group of rows in turn, and a split-K grid (grid.z = S) gives
+ * each block every S-th run of 32 groups, so enough blocks stream at once to keep HBM busy even
+ * for one expert. grid = (tiles, experts, S), tiles = N / 32 (SwiGLU) or N / 64. */
+#define SKINNY_SLICES 32
+#define SKINNY_GROUP 8 /* weight rows per step: 8 loads of 16 bytes in flight per thread */
+#define SKINNY_TILE (MP_SKINNY_ROWS * 64) /* floats of one block's partial tile */
+
+/* the two bf16 values packed in a 32-bit word, as floats (bf16 is the top half of an fp32) */
+__device__ __forceinline__ float bf16_low(uint32_t v)
+{
+    uint32_t u = v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+__device__ __forceinline__ float bf16_high(uint32_t v)
+{
+    uint32_t u = v & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+/* element i (0..7, a constant after unrolling) of 8 bf16 values loaded as one int4 */
+__device__ __forceinline__ float bf16_at(const int4 &v, int i)
+{
+    int word = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+    return i & 1 ? bf16_high((uint32_t)word) : bf16_low((uint32_t)word);
+}
+
+/* out_e = in_e · W_e (with SwiGLU: SwiGLU of both halves) for the experts of table `t`, each of at
+ * most R rows: every weight element is read once, whatever the rows. Sums run in a fixed order
+ * (slices, then splits), so results repeat bit for bit. With S > 1 each block leaves its partial
+ * tile in t.ws and counts itself in t.count; the tile's last block adds the S partials, writes
+ * the output and resets the count for the next launch. R sizes the registers and shared memory:
+ * the fewer rows, the more blocks an SM holds, and the more loads are in flight. */
+template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_table &t)
+{
+    __shared__ float part[SKINNY_SLICES / 2][R][64]; /* 4 KiB per row */
+    __shared__ float sum[R][64];
+    __shared__ int last;
+    const int e = blockIdx.y, m = t.rows[e], lane = threadIdx.x & 7, slice = threadIdx.x >> 3;
+    const int S = (int)gridDim.z, tile = e * (int)gridDim.x + (int)blockIdx.x;
+    /* this lane's first column in W, and its place among the block's 64 outputs */
+    int col, at;
+    if (t.swiglu) {
+        col = (lane >= 4 ? t.N : 0) + (int)blockIdx.x * 32 + (lane & 3) * 8;
+        at = (lane >= 4 ? 32 : 0) + (lane & 3) * 8;
+    } else {
+        col = (int)blockIdx.x * 64 + lane * 8;
+        at = lane * 8;
+    }
+    const bf16 *w = t.w[e] + col, *in = t.in[e];
+    float acc[R][8] = {}; /* registers: indexed by unrolled constants only */
+    const int groups = t.K / SKINNY_GROUP;
+    for (int gi = ((int)blockIdx.z * SKINNY_SLICES) + slice; gi < groups; gi += SKINNY_SLICES * S) {
+        const int k = gi * SKINNY_GROUP;
+        int4 wv[SKINNY_GROUP], xv[R] = {};
+#pragma unroll
+        for (int u = 0; u < SKINNY_GROUP; u++) /* all loads first: they overlap in flight */
+            wv[u] = *(const int4 *)(w + (size_t)(k + u) * t.ldw);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < m)
+                xv[r] = *(const int4 *)(in + (size_t)r * t.lda + k);
+#pragma unroll
+        for (int u = 0; u < SKINNY_GROUP; u++) {
+            float wf[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                wf[j] = bf16_at(wv[u], j);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= m)
+                    break;
+                const float x = bf16_at(xv[r], u);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[r][j] += x * wf[j];
+            }
+        }
+    }
+    /* slices 16..31 store, slices 0..15 add theirs, then each output sums the 16 in order */
+    const int half = slice % (SKINNY_SLICES / 2);
+    if (slice >= SKINNY_SLICES / 2) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < m)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    part[half][r][at + j] = acc[r][j];
+    }
+    __syncthreads();
+    if (slice < SKINNY_SLICES / 2) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < m)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    part[half][r][at + j] += acc[r][j];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
+        float s = 0.0f;
+        for (int p = 0; p < SKINNY_SLICES / 2; p++)
+            s += part[p][i / 64][i % 64];
+        sum[i / 64][i % 64] = s;
+    }
+    if (S > 1) { /* split K: the tile's last block to finish adds the partials */
+        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * SKINNY_TILE;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            mine[i] = sum[i / 64][i % 64];
+        __threadfence(); /* the partial is visible device-wide before the count says so */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last = atomicAdd(&t.count[tile], 1) == S - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+        const volatile float *parts = t.ws + (size_t)tile * S * SKINNY_TILE;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
+            float s = 0.0f;
+            for (int z = 0; z < S; z++)
+                s += parts[(size_t)z * SKINNY_TILE + i];
+            sum[i / 64][i % 64] = s;
+        }
+        if (threadIdx.x == 0)
+            t.count[tile] = 0;
+    }
+    __syncthreads();
+    if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
+        for (int i = threadIdx.x; i < m * 32; i += blockDim.x) {
+            int r = i / 32, j = i % 32;
+            float gate = __bfloat162float(__float2bfloat16(sum[r][j]));
+            float up = __bfloat162float(__float2bfloat16(sum[r][32 + j]));
+            t.out[e][(size_t)r * t.ldc + blockIdx.x * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
+        }
+    } else {
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            t.out[e][(size_t)(i / 64) * t.ldc + blockIdx.x * 64 + i % 64] =
+                __float2bfloat16(sum[i / 64][i % 64]);
+    }
+}
+
+/* skinny_ffn for tables whose experts have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
+__global__ void __launch_bounds__(256) skinny_ffn_r1_kernel(const __grid_constant__ struct skinny_table t)
+{
+    skinny_ffn<1>(t);
+}
+__global__ void __launch_bounds__(256) skinny_ffn_r2_kernel(const __grid_constant__ struct skinny_table t)
+{
+    skinny_ffn<2>(t);
+}
+__global__ void __launch_bounds__(256) skinny_ffn_r4_kernel(const __grid_constant__ struct skinny_table t)
+{
+    skinny_ffn<4>(t);
+}
+__global__ void __launch_bounds__(256) skinny_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
+{
+    skinny_ffn<MP_SKINNY_ROWS>(t);
+}
+
+/* Launch the skinny kernel for the table's experts (c->skinny, filled but for the shapes), sized
+ * for the most rows among them. K is split S ways when the tiles alone would not fill one wave of
+ * resident blocks: S = ⌈SMs·resident / tiles⌉, at most 16 and at most what keeps a group of rows
+ * per thread. resident: blocks of 256 threads an SM holds at the kernel's registers on sm_90
+ * (ptxas: 60, 76, 99 and 150 per thread for 1, 2, 4 and 8 rows). The partials' scratch and the tiles' counts grow
+ * on a first (untimed) call; the counts start at zero and every launch leaves them there. */
+static int skinny_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
+{
+    struct skinny_table *t = &c->skinny;
+    t->K = K;
+    t->N = N;
+    t->ldw = ldw;
+    t->lda = lda;
+    t->ldc = ldc;
+    t->swiglu = swiglu;
+    const int tiles = (swiglu ? N / 32 : N / 64) * t->n;
+    const int by_rows = K / SKINNY_GROUP / SKINNY_SLICES;
+    int rows = 0;
+    for (int i = 0; i < t->n; i++)
+        rows = t->rows[i] > rows ? t->rows[i] : rows;
+    const int resident = rows <= 1 ? 4 : rows <= 2 ? 3 : rows <= 4 ? 2 : 1;
+    int S = (resident * c->sms + tiles - 1) / tiles;
+    S = S > 16 ? 16 : S;
+    S = S > by_rows ? by_rows : S;
+    S = S < 1 ? 1 : S;
+    if (S > 1) {
+        size_t ws = (size_t)tiles * S * SKINNY_TILE * sizeof(float), cnt = (size_t)tiles * sizeof(int);
+        if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
+            if (c->capturing) {
+                mp_error("--graph: the skinny kernel's scratch (%zu bytes) was not reserved before "
+                         "the capture", ws);
+                return MP_ERR_RUNTIME;
+            }
+            if (grow((void **)&c->skinny_ws, &c->skinny_ws_cap, ws) != MP_OK ||
+                grow((void **)&c->skinny_count, &c->skinny_count_cap, cnt) != MP_OK)
+                return MP_ERR_RUNTIME;
+            CUDACHECK(cudaMemsetAsync(c->skinny_count, 0, c->skinny_count_cap, c->stream));
+        }
+    }
+    t->ws = c->skinny_ws;
+    t->count = c->skinny_count;
+    dim3 grid((unsigned)(swiglu ? N / 32 : N / 64), (unsigned)t->n, (unsigned)S);
+    if (rows <= 1)
+        skinny_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (rows <= 2)
+        skinny_ffn_r2_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (rows <= 4)
+        skinny_ffn_r4_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else
+        skinny_ffn_r8_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Whether the skinny kernel takes these shapes: whole tiles and groups of rows, and 16-byte
+ * aligned weight and input rows. */
+static int skinny_fits(const struct mp_ffn_args *a)
+{
+    if (a->Dl % 32 || a->H % 64 || (uintptr_t)a->in % 16 || (uintptr_t)a->work % 16)
+        return 0;
+    for (int e = 0; e < a->nexp; e++)
+        if ((uintptr_t)a->wgu[e] % 16 || (uintptr_t)a->wd[e] % 16)
+            return 0;
+    return 1;
+}
+
+/* --gemm skinny: experts of 1..MP_SKINNY_ROWS rows through the skinny kernel, SKINNY_TABLE at a
+ * time ([gate | up] with SwiGLU for all of them, then the down projection for all of them), the
+ * larger ones through the GEMM loop. Work holds all rows. Shapes the kernel does not take run as
+ * the loop. */
+static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
+{
     const bf16 *in = (const bf16 *)a->in;
     bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
-    int H = a->H, Dl = a->Dl;
-    for (int e = 0; e < a->nexp; e++) {
-        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
-        if (m <= 0)
-            continue;
-        /* [gate | up] = in · [Wg | Wu]: m × 2Dl, then SwiGLU, then act · Wd: m × H */
-        CUBLASCHECK(gemm_rm(c->blas, (int)m, 2 * Dl, H, in + r0 * H, H, a->wgu[e], 2 * Dl, g,
-                            CUDA_R_16BF, 2 * Dl));
-        swiglu_kernel<<<(unsigned)m, 256, 0, c->stream>>>(g, m, Dl);
-        CUDACHECK(cudaGetLastError());
-        CUBLASCHECK(gemm_rm(c->blas, (int)m, H, Dl, g, 2 * Dl, a->wd[e], H, out + r0 * H,
-                            CUDA_R_16BF, H));
+    int H = a->H, Dl = a->Dl, fits = skinny_fits(a);
+    long base = a->row_off[0];
+    struct skinny_table *t = &c->skinny;
+    for (int e0 = 0; fits && e0 < a->nexp;) {
+        int e = e0;
+        t->n = 0;
+        for (; e < a->nexp && t->n < SKINNY_TABLE; e++) {
+            long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+            if (m < 1 || m > MP_SKINNY_ROWS)
+                continue;
+            t->rows[t->n] = (int)m;
+            t->w[t->n] = (const bf16 *)a->wgu[e];
+            t->in[t->n] = in + r0 * H;
+            t->out[t->n] = g + (r0 - base) * 2L * Dl;
+            t->n++;
+        }
+        if (t->n > 0) {
+            if (skinny_launch(c, H, Dl, 2 * Dl, H, 2 * Dl, 1) != MP_OK)
+                return MP_ERR_RUNTIME;
+            for (int i = 0, f = e0; f < e; f++) { /* the same experts, down projection */
+                long r0 = a->row_off[f], m = a->row_off[f + 1] - r0;
+                if (m < 1 || m > MP_SKINNY_ROWS)
+                    continue;
+                t->w[i] = (const bf16 *)a->wd[f];
+                t->in[i] = g + (r0 - base) * 2L * Dl;
+                t->out[i] = out + r0 * H;
+                i++;
+            }
+            if (skinny_launch(c, Dl, H, H, 2 * Dl, H, 0) != MP_OK)
+                return MP_ERR_RUNTIME;
+        }
+        e0 = e;
     }
+    for (int e = 0; e < a->nexp; e++) {
+        long m = a->row_off[e + 1] - a->row_off[e];
+        if (fits && m <= MP_SKINNY_ROWS)
+            continue; /* done above, or no rows */
+        if (ffn_one_expert(c, a, e, g + (a->row_off[e] - base) * 2L * Dl) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    if (a->gemm == MP_GEMM_GROUPED)
+        return ffn_grouped(c, a);
+    if (a->gemm == MP_GEMM_SKINNY)
+        return ffn_skinny(c, a);
+    for (int e = 0; e < a->nexp; e++)
+        if (ffn_one_expert(c, a, e, (bf16 *)a->work) != MP_OK)
+            return MP_ERR_RUNTIME;
     return MP_OK;
 }
 
@@ -990,7 +1305,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
-    .grouped_gemm = 1,
+    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
     .init = cuda_init,
     .fini = cuda_fini,
     .device_name = cuda_device_name,

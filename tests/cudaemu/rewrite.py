@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """rewrite.py - turns a .cu file into C++ for the CPU stand-in: each `kernel<<<config>>>(args)`
 becomes `cudaemu_launch("kernel", coop, kernel, config)(args)`, where coop says whether the kernel
-calls __syncthreads, and `extern __shared__ T name[];` becomes the launch's dynamic shared memory.
+calls __syncthreads (itself or through a __device__ function that does), `extern __shared__ T name[];` becomes the launch's dynamic shared memory, and
+`#pragma unroll` (nvcc's, unknown to the host compiler) an empty line.
 Line numbers are kept, and a #line directive names the .cu file in compiler messages.
 Usage: rewrite.py IN.cu OUT.cc"""
 import re
@@ -11,7 +12,7 @@ import sys
 def kernel_bodies(src):
     """Names of the __global__ functions, mapped to their bodies' text."""
     bodies = {}
-    for m in re.finditer(r'__global__\s+void\s+(\w+)\s*\(', src):
+    for m in re.finditer(r'__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(', src):
         open_at = src.index('{', m.end())
         depth, i = 0, open_at
         while True:
@@ -26,10 +27,27 @@ def kernel_bodies(src):
     return bodies
 
 
+def barrier_functions(src):
+    """Names of the __device__ functions (templates too) whose bodies call __syncthreads."""
+    names = set()
+    for m in re.finditer(r'__device__[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*\{', src):
+        depth, i = 0, m.end() - 1
+        while True:
+            depth += {'{': 1, '}': -1}.get(src[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        if '__syncthreads' in src[m.end():i]:
+            names.add(m.group(1))
+    return names
+
+
 def main():
     path, out = sys.argv[1], sys.argv[2]
     src = open(path, encoding='utf-8').read()
-    coop = {k: '__syncthreads' in body for k, body in kernel_bodies(src).items()}
+    helpers = barrier_functions(src)
+    coop = {k: '__syncthreads' in body or any(re.search(rf'\b{h}\s*[<(]', body) for h in helpers)
+            for k, body in kernel_bodies(src).items()}
 
     def launch(m):
         name = m.group(1)
@@ -40,6 +58,7 @@ def main():
     text = re.sub(r'(\w+)\s*<<<(.*?)>>>\s*\(', launch, src, flags=re.S)
     text = re.sub(r'extern\s+__shared__\s+([\w\s]+?)\s*(\w+)\s*\[\s*\]\s*;',
                   r'\1 *\2 = (\1 *)cudaemu::dynamic_shared();', text)
+    text = re.sub(r'^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$', '', text, flags=re.M)
     with open(out, 'w', encoding='utf-8') as f:
         f.write(f'#line 1 "{path}"\n' + text)
 

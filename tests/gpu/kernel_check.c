@@ -37,14 +37,20 @@ static void *to_device(float *x, size_t n)
     return d;
 }
 
-static void *poisoned(size_t n)
+/* Fill device buffer d of n elements with NaN. */
+static void poison(void *d, size_t n)
 {
     float *nan = malloc(n * sizeof *nan);
     for (size_t i = 0; i < n; i++)
         nan[i] = NAN;
-    void *d = gpu->alloc(g, n);
     gpu->upload(g, d, nan, n);
     free(nan);
+}
+
+static void *poisoned(size_t n)
+{
+    void *d = gpu->alloc(g, n);
+    poison(d, n);
     return d;
 }
 
@@ -55,14 +61,16 @@ static void report(const char *what, double err, double tol)
     failures += !ok;
 }
 
-static void check_ffn(int H, int Dl, int nexp, int rows_per)
+/* The expert FFN in each --gemm mode against the cpu backend: expert e has rows_per + e % cycle rows,
+ * but expert 1 none. */
+static void check_ffn(int H, int Dl, int nexp, int rows_per, int cycle)
 {
     long *off = malloc(sizeof(long) * (size_t)(nexp + 1));
     void **dwgu = malloc(sizeof(void *) * (size_t)nexp), **dwd = malloc(sizeof(void *) * (size_t)nexp);
     void **hwgu = malloc(sizeof(void *) * (size_t)nexp), **hwd = malloc(sizeof(void *) * (size_t)nexp);
     off[0] = 0;
     for (int e = 0; e < nexp; e++)
-        off[e + 1] = off[e] + (e == 1 ? 0 : rows_per + e); /* uneven experts, one without rows */
+        off[e + 1] = off[e] + (e == 1 ? 0 : rows_per + e % cycle); /* uneven, one without rows */
     long R = off[nexp];
     float *x = malloc(sizeof(float) * R * H), *wgu = malloc(sizeof(float) * H * 2 * Dl * nexp);
     float *wd = malloc(sizeof(float) * Dl * H * nexp), *yc = malloc(sizeof(float) * R * H);
@@ -80,20 +88,28 @@ static void check_ffn(int H, int Dl, int nexp, int rows_per)
     struct mp_ffn_args a = {.in = x, .out = yc, .row_off = off, .nexp = nexp, .wgu = hwgu,
                             .wd = hwd, .H = H, .Dl = Dl, .work = work};
     cpu->expert_ffn(h, &a);
-    for (int grouped = 0; grouped < 2; grouped++) { /* per-expert GEMM loop, then grouped GEMMs */
+    static const char *const names[] = {[MP_GEMM_LOOP] = "loop", [MP_GEMM_GROUPED] = "grouped",
+                                        [MP_GEMM_SKINNY] = "skinny"};
+    for (int gemm = MP_GEMM_LOOP; gemm <= MP_GEMM_SKINNY; gemm++) {
         void *dy = poisoned((size_t)R * H), *dwork = poisoned((size_t)R * 2 * Dl);
         a.in = dx;
         a.out = dy;
         a.wgu = dwgu;
         a.wd = dwd;
         a.work = dwork;
-        a.grouped = grouped;
+        a.gemm = gemm;
+        /* twice, outputs poisoned again in between: what a call leaves behind (a count, a
+         * scratch buffer) must not spoil the next */
         int rc = gpu->expert_ffn(g, &a);
+        gpu->sync(g);
+        poison(dy, (size_t)R * H);
+        poison(dwork, (size_t)R * 2 * Dl);
+        rc = rc == MP_OK ? gpu->expert_ffn(g, &a) : rc;
         gpu->sync(g);
         gpu->download(g, yg, dy, (size_t)R * H);
         char what[96];
-        snprintf(what, sizeof what, "expert_ffn (%s) H %d Dl %d, %d experts",
-                 grouped ? "grouped" : "loop", H, Dl, nexp);
+        snprintf(what, sizeof what, "expert_ffn (%s) H %d Dl %d, %d experts, %ld rows", names[gemm],
+                 H, Dl, nexp, R);
         report(what, rc == MP_OK ? mp_rel_error(yg, yc, R * H) : NAN, 2e-2);
         gpu->free(g, dy);
         gpu->free(g, dwork);
@@ -328,9 +344,17 @@ int main(void)
     check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0);
     check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5);
     check_gate(4096, 2048, 128, 8);
-    check_ffn(1024, 512, 8, 33);
-    check_ffn(7168, 256, 4, 129);
-    check_ffn(64, 32, 450, 1); /* more grouped GEMM pointers than one parameter table holds */
+    check_ffn(1024, 512, 8, 33, 8);
+    check_ffn(7168, 256, 4, 129, 4);
+    check_ffn(64, 32, 450, 1, 450); /* more grouped GEMM pointers than one parameter table holds */
+    /* skinny: experts of 1..12 rows (the kernel takes up to 8, cuBLAS the rest); 600 experts of
+     * 1..8 rows (three kernel tables); tiles the kernel does not take (the GEMM loop instead) */
+    check_ffn(4096, 512, 12, 1, 12);
+    check_ffn(1024, 512, 6, 1, 1); /* the kernels sized for 1, 2 and 4 rows */
+    check_ffn(1024, 256, 6, 1, 2);
+    check_ffn(2048, 256, 5, 3, 2);
+    check_ffn(64, 32, 600, 1, 8);
+    check_ffn(96, 48, 5, 1, 5);
     cpu->fini(h);
     gpu->fini(g);
     printf("%s\n", failures ? "FAIL" : "all kernels agree");

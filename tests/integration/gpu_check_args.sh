@@ -23,6 +23,9 @@ awk '{ if (sub(/\\$/, "")) { buf = buf $0; next } print buf $0; buf = "" }' "$SR
     grep -E '^ *limit [0-9]+ "\$B/bench/moeperf-(layer|ffn)"' >"$TMP/cmds"
 n=$(wc -l <"$TMP/cmds")
 [ "$n" -ge 5 ] || fail "expected at least 5 moeperf command lines in ci/gpu-check, found $n"
+# the GEMM variants the script's `for g in ...` loop runs its $g lines with
+g_list=$(sed -nE 's/^for g in ([a-z ]+); do$/\1/p' "$SRC/ci/gpu-check")
+[ "$(wc -w <<<"$g_list")" -ge 3 ] || fail "no 'for g in' loop over the GEMM variants in ci/gpu-check"
 i=0
 while IFS= read -r line; do
     tool=$(printf '%s\n' "$line" | grep -oE 'moeperf-(layer|ffn)')
@@ -30,7 +33,7 @@ while IFS= read -r line; do
         '"$shrink"'; s/--out [^ ]+//; s/--batch [^ ]+/--batch 1,7/; s/--iters [0-9]+/--iters 1/')
     grep -q -- '--ffn ' <<<"$base" || fail "a line sets no --ffn, which the cuda run shrinks: $line"
     gemms=-
-    grep -qF -- '$g' <<<"$base" && gemms="loop grouped" # the script's for g in loop grouped
+    grep -qF -- '$g' <<<"$base" && gemms=$g_list # the script's `for g in ...`
     for g in $gemms; do
         i=$((i + 1))
         args=${base//\$g/$g}
@@ -56,11 +59,11 @@ done <"$TMP/cmds"
 if [ "$on" = cuda ]; then
     "$SRC/ci/ffn-table" "$TMP"/ffn-*/ffn.csv >"$TMP/table" || fail "ci/ffn-table exited $?"
     cat "$TMP/table"
-    for v in loop grouped loop+graph grouped+graph; do
+    for v in loop grouped skinny loop+graph grouped+graph skinny+graph; do
         head -2 "$TMP/table" | tail -1 | grep -qF " ${v}_us " || fail "the FFN table has no $v column"
     done
-    # a row per batch (1 and 7), 2 + 4·3 numeric columns each
-    n=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
+    # a row per batch (1 and 7), 2 + 6·3 numeric columns each
+    n=$(awk 'NF == 20 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
     [ "$n" -eq 2 ] || fail "the FFN table has $n complete batch rows, expected 2"
 fi
 echo PASS

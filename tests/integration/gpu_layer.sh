@@ -2,7 +2,8 @@
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
 # --check against the reference for every routing and placement, in both dispatch modes, with
 # grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs (GEMM
-# loop, and grouped with two shared experts: several captured argument blocks); moeperf-a2a on nccl;
+# loop, and grouped or skinny with two shared experts: several captured argument blocks); the
+# skinny GEMMs on small and large experts; moeperf-a2a on nccl;
 # with four GPUs, TP, EP and TP+EP layouts. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
 # missing event wait between the compute and comm streams fails --check in either direction.
@@ -45,6 +46,12 @@ layer $np --shared 1 --batch 1,7,64 --routing uniform,gate --placement contiguou
     --dispatch padded,padded:1.0 --graph --out "$TMP/gpu-graph"
 layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm grouped \
     --out "$TMP/gpu-graph-grouped"
+# skinny: experts of up to 8 rows in the weight-streaming kernel, larger ones by cuBLAS (batch 64)
+layer $np --shared 1 --batch 1,7,64 --routing uniform,hot:2:15 --dispatch dynamic,padded:1.0 \
+    --gemm skinny --out "$TMP/gpu-skinny"
+layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 --out "$TMP/gpu-skinny-overlap"
+layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm skinny \
+    --out "$TMP/gpu-graph-skinny"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
 # moeperf-a2a on nccl: uniform sizes and MoE counts
 mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \

@@ -14,6 +14,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __grid_constant__
+#define __launch_bounds__(...)
 #define __shared__ static /* blocks run one after another: a static is the running block's */
 #define __restrict__ __restrict
 
@@ -32,6 +33,7 @@ extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 void __syncthreads(void);
+static inline void __threadfence(void) {} /* blocks run one after another */
 static inline float atomicAdd(float *a, float v)
 {
     float old = *a; /* one thread runs at a time */
