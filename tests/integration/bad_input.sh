@@ -36,6 +36,9 @@ expect --routing $SMALL --routing zipf:abc
 expect --routing $SMALL --routing hot:20:3 --experts 8
 expect --placement $SMALL --placement replicate-hot:99 --experts 8
 expect --placement $SMALL --placement sideways
+expect --gemm $SMALL --gemm tiled
+expect "--gemm skinny" $SMALL --gemm skinny
+expect "--gemm grouped" $SMALL --gemm grouped
 expect /nonexistent $SMALL --routing trace:/nonexistent/trace.csv
 expect bad-trace.csv $SMALL --routing trace:$TMP/bad-trace.csv
 expect narrow-trace.csv $SMALL --topk 2 --experts 8 --routing trace:$TMP/narrow-trace.csv
