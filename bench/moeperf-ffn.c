@@ -80,6 +80,7 @@ struct wcache {
 struct bufs {
     void *in, *xs, *out, *work;
     void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
+    int gemm;         /* enum mp_gemm, from --gemm */
 };
 
 
@@ -355,12 +356,10 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
     long shared_off[2] = {0, w->ntok};
     size_t row_bytes = (size_t)H * o->elem_size;
 
-    int gemm;
-    MP_CHECK(mp_gemm_mode(&s->o, o, &gemm));
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
-                            .gemm = gemm};
+                            .gemm = b->gemm};
     if (w->nact > 0)
         MP_CHECK(o->expert_ffn(dev, &a));
     for (int i = 0; i < S && w->ntok > 0; i++) {
@@ -410,7 +409,7 @@ static int ffn_capture(const struct mp_session *s, const struct bufs *b, const s
 }
 
 /* Run one point on every rank; on rank 0, ffn[i] = max over ranks of iteration i's FFN time. */
-static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w,
+static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w, int gemm,
                      double *ffn)
 {
     struct mp_comm *c = s->comm;
@@ -425,6 +424,7 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
         goto out;
     }
     MP_CHECK(bufs_make(&b, s, wc, w));
+    b.gemm = gemm;
     for (int i = 0; i < s->o.warmup; i++)
         MP_CHECK(ffn_iteration(s, &b, w, 0, &scratch));
     if (s->o.graph) { /* grown buffers first, then the capture, then one replay untimed */
@@ -562,7 +562,7 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
-    int gemm; /* checked here, before anything runs; ffn_queue reads it again */
+    int gemm;
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
     if (s.o.graph && !s.cops->capture_begin) {
         mp_usage("--graph: replaying a captured expert FFN needs --backend cuda (the %s backend "
@@ -631,7 +631,7 @@ int main(int argc, char **argv)
                     if (rc == MP_OK)
                         rc = memory_guard(&s, &wc, &w, batch);
                     if (rc == MP_OK)
-                        rc = run_point(&s, &wc, &w, ffn);
+                        rc = run_point(&s, &wc, &w, gemm, ffn);
                     if (rc == MP_OK && c->rank == 0)
                         rc = write_point(&s, &f, lay, rname, pname, batch, &w, ffn, peak);
                     work_free(&w);

@@ -759,7 +759,8 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
             int r = i / 32, j = i % 32;
             float gate = __bfloat162float(__float2bfloat16(sum[r][j]));
             float up = __bfloat162float(__float2bfloat16(sum[r][32 + j]));
-            t.out[e][(size_t)r * t.ldc + blockIdx.x * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
+            t.out[e][(size_t)r * t.ldc + blockIdx.x * 32 + j] =
+                __float2bfloat16(mp_swiglu(gate, up));
         }
     } else {
         for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
@@ -769,19 +770,23 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
 }
 
 /* skinny_ffn for tables whose experts have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
-__global__ void __launch_bounds__(256) skinny_ffn_r1_kernel(const __grid_constant__ struct skinny_table t)
+__global__ void __launch_bounds__(256)
+skinny_ffn_r1_kernel(const __grid_constant__ struct skinny_table t)
 {
     skinny_ffn<1>(t);
 }
-__global__ void __launch_bounds__(256) skinny_ffn_r2_kernel(const __grid_constant__ struct skinny_table t)
+__global__ void __launch_bounds__(256)
+skinny_ffn_r2_kernel(const __grid_constant__ struct skinny_table t)
 {
     skinny_ffn<2>(t);
 }
-__global__ void __launch_bounds__(256) skinny_ffn_r4_kernel(const __grid_constant__ struct skinny_table t)
+__global__ void __launch_bounds__(256)
+skinny_ffn_r4_kernel(const __grid_constant__ struct skinny_table t)
 {
     skinny_ffn<4>(t);
 }
-__global__ void __launch_bounds__(256) skinny_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
+__global__ void __launch_bounds__(256)
+skinny_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
 {
     skinny_ffn<MP_SKINNY_ROWS>(t);
 }
@@ -790,8 +795,9 @@ __global__ void __launch_bounds__(256) skinny_ffn_r8_kernel(const __grid_constan
  * for the most rows among them. K is split S ways when the tiles alone would not fill one wave of
  * resident blocks: S = ⌈SMs·resident / tiles⌉, at most 16 and at most what keeps a group of rows
  * per thread. resident: blocks of 256 threads an SM holds at the kernel's registers on sm_90
- * (ptxas: 60, 76, 99 and 150 per thread for 1, 2, 4 and 8 rows). The partials' scratch and the tiles' counts grow
- * on a first (untimed) call; the counts start at zero and every launch leaves them there. */
+ * (ptxas: 60, 76, 99 and 150 per thread for 1, 2, 4 and 8 rows). The partials' scratch and the
+ * tiles' counts grow on a first (untimed) call; the counts start at zero and every launch leaves
+ * them there. */
 static int skinny_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
 {
     struct skinny_table *t = &c->skinny;
@@ -812,7 +818,8 @@ static int skinny_launch(struct mp_compute *c, int K, int N, int ldw, int lda, i
     S = S > by_rows ? by_rows : S;
     S = S < 1 ? 1 : S;
     if (S > 1) {
-        size_t ws = (size_t)tiles * S * SKINNY_TILE * sizeof(float), cnt = (size_t)tiles * sizeof(int);
+        size_t ws = (size_t)tiles * S * SKINNY_TILE * sizeof(float);
+        size_t cnt = (size_t)tiles * sizeof(int);
         if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
             if (c->capturing) {
                 mp_error("--graph: the skinny kernel's scratch (%zu bytes) was not reserved before "
@@ -863,35 +870,32 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
     int H = a->H, Dl = a->Dl, fits = skinny_fits(a);
     long base = a->row_off[0];
     struct skinny_table *t = &c->skinny;
-    for (int e0 = 0; fits && e0 < a->nexp;) {
-        int e = e0;
+    int ids[SKINNY_TABLE]; /* the table's experts */
+    for (int e = 0; fits && e < a->nexp;) {
         t->n = 0;
         for (; e < a->nexp && t->n < SKINNY_TABLE; e++) {
             long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
             if (m < 1 || m > MP_SKINNY_ROWS)
                 continue;
+            ids[t->n] = e;
             t->rows[t->n] = (int)m;
             t->w[t->n] = (const bf16 *)a->wgu[e];
             t->in[t->n] = in + r0 * H;
             t->out[t->n] = g + (r0 - base) * 2L * Dl;
             t->n++;
         }
-        if (t->n > 0) {
-            if (skinny_launch(c, H, Dl, 2 * Dl, H, 2 * Dl, 1) != MP_OK)
-                return MP_ERR_RUNTIME;
-            for (int i = 0, f = e0; f < e; f++) { /* the same experts, down projection */
-                long r0 = a->row_off[f], m = a->row_off[f + 1] - r0;
-                if (m < 1 || m > MP_SKINNY_ROWS)
-                    continue;
-                t->w[i] = (const bf16 *)a->wd[f];
-                t->in[i] = g + (r0 - base) * 2L * Dl;
-                t->out[i] = out + r0 * H;
-                i++;
-            }
-            if (skinny_launch(c, Dl, H, H, 2 * Dl, H, 0) != MP_OK)
-                return MP_ERR_RUNTIME;
+        if (t->n == 0)
+            break;
+        if (skinny_launch(c, H, Dl, 2 * Dl, H, 2 * Dl, 1) != MP_OK)
+            return MP_ERR_RUNTIME;
+        for (int i = 0; i < t->n; i++) { /* the same experts, down projection */
+            long r0 = a->row_off[ids[i]];
+            t->w[i] = (const bf16 *)a->wd[ids[i]];
+            t->in[i] = g + (r0 - base) * 2L * Dl;
+            t->out[i] = out + r0 * H;
         }
-        e0 = e;
+        if (skinny_launch(c, Dl, H, H, 2 * Dl, H, 0) != MP_OK)
+            return MP_ERR_RUNTIME;
     }
     for (int e = 0; e < a->nexp; e++) {
         long m = a->row_off[e + 1] - a->row_off[e];

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """rewrite.py - turns a .cu file into C++ for the CPU stand-in: each `kernel<<<config>>>(args)`
 becomes `cudaemu_launch("kernel", coop, kernel, config)(args)`, where coop says whether the kernel
-calls __syncthreads (itself or through a __device__ function that does), `extern __shared__ T name[];` becomes the launch's dynamic shared memory, and
-`#pragma unroll` (nvcc's, unknown to the host compiler) an empty line.
+calls __syncthreads (itself or through a __device__ function that does), `extern __shared__ T
+name[];` becomes the launch's dynamic shared memory, and `#pragma unroll` (nvcc's, unknown to the
+host compiler) an empty line.
 Line numbers are kept, and a #line directive names the .cu file in compiler messages.
 Usage: rewrite.py IN.cu OUT.cc"""
 import re
@@ -12,7 +13,8 @@ import sys
 def kernel_bodies(src):
     """Names of the __global__ functions, mapped to their bodies' text."""
     bodies = {}
-    for m in re.finditer(r'__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(', src):
+    kernel = r'__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\('
+    for m in re.finditer(kernel, src):
         open_at = src.index('{', m.end())
         depth, i = 0, open_at
         while True:

@@ -61,8 +61,8 @@ static void report(const char *what, double err, double tol)
     failures += !ok;
 }
 
-/* The expert FFN in each --gemm mode against the cpu backend: expert e has rows_per + e % cycle rows,
- * but expert 1 none. */
+/* The expert FFN in each --gemm mode against the cpu backend: expert e has rows_per + e % cycle
+ * rows, but expert 1 none. */
 static void check_ffn(int H, int Dl, int nexp, int rows_per, int cycle)
 {
     long *off = malloc(sizeof(long) * (size_t)(nexp + 1));

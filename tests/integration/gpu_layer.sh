@@ -49,7 +49,8 @@ layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph -
 # skinny: experts of up to 8 rows in the weight-streaming kernel, larger ones by cuBLAS (batch 64)
 layer $np --shared 1 --batch 1,7,64 --routing uniform,hot:2:15 --dispatch dynamic,padded:1.0 \
     --gemm skinny --out "$TMP/gpu-skinny"
-layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 --out "$TMP/gpu-skinny-overlap"
+layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 \
+    --out "$TMP/gpu-skinny-overlap"
 layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm skinny \
     --out "$TMP/gpu-graph-skinny"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
