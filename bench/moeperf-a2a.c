@@ -1,11 +1,13 @@
 /* moeperf-a2a - measures the isolated All-to-All: a uniform pattern over a --bytes sweep
  * (comparable with nccl-tests, OSU and IMB) or the MoE dispatch pattern from routing. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "a2acounts.h"
 #include "bench_opts.h"
 #include "clock.h"
 #include "console.h"
@@ -22,8 +24,8 @@ static const char *const pattern_choices[] = {"uniform", "moe", NULL};
 static const struct mp_opt options[] = {
     {"pattern", MP_OPT_STRING, MP_O(pattern), "uniform", MP_NOLIMIT, pattern_choices, NULL,
      "uniform: equal --bytes to every peer; moe: counts from --routing/--placement at --batch"},
-    {"bytes", MP_OPT_SIZE_LIST, MP_O(bytes), "1K:16M:x4", 1, 1 << 30, NULL, "LIST",
-     "uniform: bytes per peer, e.g. 64K or 1K:16M:x4 (K/M/G = 1024^n)"},
+    {"bytes", MP_OPT_SIZE_LIST, MP_O(bytes), "1K:16M:x4", 1, 4294967296.0, NULL, "LIST",
+     "uniform: bytes per peer, e.g. 64K or 1K:16M:x4 (K/M/G = 1024^n); --comm mpi: < 2G"},
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS,
     MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_PLACEMENT,
@@ -92,56 +94,8 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
     mp_row_int(r, p->bytes_per_peer);
 }
 
-/* Per-iteration send/receive counts in rows of `row_bytes`, one set per draw. */
-struct counts {
-    int ndraws, ep;
-    int *scount, *sdispl, *rcount, *rdispl; /* [ndraws][ep] */
-    size_t row_bytes;
-    double bytes_per_rank; /* mean over draws of the largest per-rank send (self included) */
-};
-
-static void counts_free(struct counts *c)
-{
-    free(c->scount);
-    free(c->sdispl);
-    free(c->rcount);
-    free(c->rdispl);
-    memset(c, 0, sizeof *c);
-}
-
-static int counts_alloc(struct counts *c, int ndraws, int ep)
-{
-    size_t n = (size_t)ndraws * ep;
-    c->ndraws = ndraws;
-    c->ep = ep;
-    c->scount = calloc(n, sizeof(int));
-    c->sdispl = calloc(n, sizeof(int));
-    c->rcount = calloc(n, sizeof(int));
-    c->rdispl = calloc(n, sizeof(int));
-    if (!c->scount || !c->sdispl || !c->rcount || !c->rdispl) {
-        counts_free(c);
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
-    return MP_OK;
-}
-
-/* Uniform: one row of bytes_per_peer... counted in bytes so the datatype is MPI_BYTE-sized. */
-static int counts_uniform(struct counts *c, int ep, long long bytes_per_peer)
-{
-    if (counts_alloc(c, 1, ep) != MP_OK)
-        return MP_ERR_RUNTIME;
-    c->row_bytes = 1;
-    for (int p = 0; p < ep; p++) {
-        c->scount[p] = c->rcount[p] = (int)bytes_per_peer;
-        c->sdispl[p] = c->rdispl[p] = (int)(bytes_per_peer * p);
-    }
-    c->bytes_per_rank = (double)bytes_per_peer * ep;
-    return MP_OK;
-}
-
 /* MoE: the dispatch counts of `ndraws` routing draws, exchanged now (untimed). */
-static int counts_moe(struct counts *c, struct mp_session *s, const struct mp_routing *rt,
+static int counts_moe(struct mp_a2a_counts *c, struct mp_session *s, const struct mp_routing *rt,
                       const struct mp_placement *pl, long total, int ndraws)
 {
     struct mp_comm *cm = s->comm;
@@ -150,7 +104,7 @@ static int counts_moe(struct counts *c, struct mp_session *s, const struct mp_ro
     struct mp_plan plan;
     int32_t *ids = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *w);
-    if (!ids || !w || counts_alloc(c, ndraws, ep) != MP_OK) {
+    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, ep) != MP_OK) {
         free(ids);
         free(w);
         mp_error("out of memory");
@@ -182,8 +136,8 @@ static int counts_moe(struct counts *c, struct mp_session *s, const struct mp_ro
 }
 
 /* Time `iters` exchanges (after `warmup`); on rank 0 times[i] = the slowest rank's time. */
-static int run_point(struct mp_session *s, const struct counts *c, void *sendbuf, void *recvbuf,
-                     double *mine, double *all, double *times)
+static int run_point(struct mp_session *s, const struct mp_a2a_counts *c, void *sendbuf,
+                     void *recvbuf, double *mine, double *all, double *times)
 {
     struct mp_comm *cm = s->comm;
     int rc = MP_OK;
@@ -248,6 +202,65 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
     return rc;
 }
 
+/* The bytes of the largest point's buffer over every layout. Refuses (MP_ERR_USAGE, before
+ * anything is allocated) a --bytes per peer larger than one row of --comm can hold, and a MoE
+ * batch whose rows (tokens·topk) overflow the int counts; all products are taken in size_t. */
+static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_layout *layouts,
+                        int nlayouts, size_t *out)
+{
+    size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->o.comm);
+    if (moe) {
+        size_t row = (size_t)s->model.hidden * s->cops->elem_size;
+        for (int b = 0; b < s->o.batch.n; b++) {
+            long long tokens = s->o.batch.v[b] * (long long)s->o.seq;
+            size_t need;
+            if (!mp_a2a_moe_fits(tokens, s->model.topk, row, &need)) {
+                mp_usage("--batch: %lld × --seq %d = %lld tokens × topk %d exceed %d rows, the "
+                         "largest count MPI and NCCL exchanges take; accepted: batch·seq·topk ≤ %d",
+                         s->o.batch.v[b], s->o.seq, tokens, s->model.topk, INT_MAX, INT_MAX);
+                return MP_ERR_USAGE;
+            }
+            max_bytes = need > max_bytes ? need : max_bytes;
+        }
+        *out = max_bytes;
+        return MP_OK;
+    }
+    for (int b = 0; b < s->o.bytes.n; b++) {
+        size_t per_peer = (size_t)s->o.bytes.v[b];
+        if (per_peer > row_max) {
+            mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer (one "
+                     "MPI datatype counts its bytes in an int); accepted: 1 to %zu with --comm "
+                     "%s, up to 4G with --comm nccl", per_peer, s->o.comm, row_max, s->o.comm);
+            return MP_ERR_USAGE;
+        }
+        for (int li = 0; li < nlayouts; li++) {
+            size_t need = per_peer * (size_t)layouts[li].ep;
+            max_bytes = need > max_bytes ? need : max_bytes;
+        }
+    }
+    *out = max_bytes;
+    return MP_OK;
+}
+
+/* Write every page of both buffers before timing, a bounded piece at a time (the upload stages
+ * what it converts, so one piece keeps that staging small). */
+static void touch_buffers(struct mp_session *s, void *sendbuf, void *recvbuf, size_t elems)
+{
+    size_t piece = elems < ((size_t)16 << 20) ? elems : ((size_t)16 << 20);
+    float *fill = malloc(piece * sizeof(float));
+    if (!fill)
+        return;
+    for (size_t i = 0; i < piece; i++)
+        fill[i] = (float)(i % 251);
+    for (size_t at = 0; at < elems; at += piece) {
+        size_t n = elems - at < piece ? elems - at : piece, off = at * s->cops->elem_size;
+        if (s->cops->upload(s->dev, (char *)sendbuf + off, fill, n) != MP_OK ||
+            s->cops->upload(s->dev, (char *)recvbuf + off, fill, n) != MP_OK)
+            break;
+    }
+    free(fill);
+}
+
 int main(int argc, char **argv)
 {
     struct mp_session s;
@@ -268,21 +281,9 @@ int main(int argc, char **argv)
                                    "gate routing needs the layer's activations; use moeperf-layer, "
                                    "or a generated routing or a trace with --pattern moe",
                                    &routings, &nrout));
-    /* buffers sized once for the largest point */
+    /* buffers sized once for the largest point, after refusing points no count can express */
     size_t max_bytes = 0;
-    long max_batch = 0;
-    for (int b = 0; b < s.o.batch.n; b++)
-        max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
-    for (int li = 0; li < nlayouts; li++) {
-        size_t need;
-        if (moe)
-            need = (size_t)max_batch * s.o.seq * s.model.topk * s.model.hidden * s.cops->elem_size;
-        else
-            need = 0;
-        for (int b = 0; !moe && b < s.o.bytes.n; b++)
-            need = (size_t)s.o.bytes.v[b] * layouts[li].ep > need ? (size_t)s.o.bytes.v[b] * layouts[li].ep : need;
-        max_bytes = need > max_bytes ? need : max_bytes;
-    }
+    MP_CHECK(buffer_bytes(&s, moe, layouts, nlayouts, &max_bytes));
     size_t elems = (max_bytes + s.cops->elem_size - 1) / s.cops->elem_size + 1;
     sendbuf = s.cops->alloc(s.dev, elems);
     recvbuf = s.cops->alloc(s.dev, elems);
@@ -294,14 +295,7 @@ int main(int argc, char **argv)
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    float *fill = malloc(elems * sizeof(float)); /* touch the pages before timing */
-    if (fill) {
-        for (size_t i = 0; i < elems; i++)
-            fill[i] = (float)(i % 251);
-        s.cops->upload(s.dev, sendbuf, fill, elems);
-        s.cops->upload(s.dev, recvbuf, fill, elems);
-        free(fill);
-    }
+    touch_buffers(&s, sendbuf, recvbuf, elems);
 
     MP_CHECK(mp_runfiles_open(&f, &s, key_cols, NKEY, files, 2));
     if (!s.o.quiet && c->rank == 0) {
@@ -327,7 +321,7 @@ int main(int argc, char **argv)
                                                 layouts[li].ep, routings[ri].prob, &pl));
                 for (int bi = 0; bi < nb && rc == MP_OK; bi++) {
                     struct a2a_point p = {.lay = &layouts[li]};
-                    struct counts cn = {0};
+                    struct mp_a2a_counts cn = {0};
                     if (moe) {
                         p.routing = s.o.routing.v[ri];
                         p.placement = s.o.placement.v[pi];
@@ -337,7 +331,7 @@ int main(int argc, char **argv)
                         p.bytes_per_peer = (long long)llround(cn.bytes_per_rank / layouts[li].ep);
                     } else {
                         p.bytes_per_peer = s.o.bytes.v[bi];
-                        rc = counts_uniform(&cn, layouts[li].ep, p.bytes_per_peer);
+                        rc = mp_a2a_counts_uniform(&cn, layouts[li].ep, p.bytes_per_peer);
                     }
                     np++;
                     int skip = 0;
@@ -358,7 +352,7 @@ int main(int argc, char **argv)
                         if (rc == MP_OK && c->rank == 0)
                             rc = write_point(&s, &f, &p, cn.bytes_per_rank, times);
                     }
-                    counts_free(&cn);
+                    mp_a2a_counts_free(&cn);
                 }
                 if (moe)
                     mp_placement_free(&pl);

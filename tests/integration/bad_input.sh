@@ -10,12 +10,13 @@ printf 'base=mixtral-8x7b\nhidden=abc\n' >"$TMP/nan-model.ini"
 touch "$TMP/file"
 SMALL="--hidden 32 --ffn 32 --batch 1 --iters 1 --warmup 0"
 
-# expect WORD ARGS...: exit 2, exactly one stderr line, mentioning WORD
+# expect WORD ARGS...: exit 2, exactly one stderr line, mentioning WORD ($TOOL, moeperf-layer unless set)
+TOOL=moeperf-layer
 expect() {
     word=$1
     shift
     set +e
-    "$BIN/moeperf-layer" "$@" >"$TMP/out" 2>"$TMP/err"
+    "$BIN/$TOOL" "$@" >"$TMP/out" 2>"$TMP/err"
     rc=$?
     set -e
     [ "$rc" -eq 2 ] || fail "'$*' exited $rc, expected 2: $(cat "$TMP/err")"
@@ -47,6 +48,19 @@ expect nan-model.ini --model "$TMP/nan-model.ini"
 expect --model --model no-such-model
 expect --out $SMALL --out "$TMP/file/sub"
 expect --seq $SMALL --seq -1
+
+# moeperf-a2a: a per-peer size one MPI datatype cannot hold, a size over the option's range, and a
+# MoE batch whose rows overflow the int counts (and whose buffer size would wrap a size_t) are
+# refused before any buffer is allocated, and nothing is written
+TOOL=moeperf-a2a
+A2A="--iters 1 --warmup 0 --out $TMP/a2a"
+expect "--bytes" $A2A --bytes 1K,2G
+expect "1 to 2147483647 with --comm mpi" $A2A --bytes 3G
+expect "--bytes" $A2A --bytes 5G
+expect "--batch" $A2A --pattern moe --batch 16777216 --seq 1048576 --topk 1024 --experts 1024 \
+    --hidden 1048576
+[ ! -e "$TMP/a2a/a2a.csv" ] || [ "$(rows "$TMP/a2a/a2a.csv")" -eq 0 ] || fail "a2a rows written"
+TOOL=moeperf-layer
 
 # under mpirun the message is printed once, and tp·ep must match the ranks
 set +e
