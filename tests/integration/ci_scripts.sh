@@ -11,14 +11,17 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 S=$SRC/ci/sbatch-64gpu.sh
 bash -n "$S" || fail "ci/sbatch-64gpu.sh does not parse"
 code=$(grep -v '^ *#' "$S")
-grep -q 'NCCL_IB_HCA' <<<"$code" && fail "ci/sbatch-64gpu.sh sets NCCL_IB_HCA: $(grep NCCL_IB_HCA <<<"$code")"
+! grep -q 'NCCL_IB_HCA' <<<"$code" ||
+    fail "ci/sbatch-64gpu.sh sets NCCL_IB_HCA: $(grep NCCL_IB_HCA <<<"$code")"
 grep -qE '^export SRUN_CPUS_PER_TASK=\$\{SLURM_CPUS_PER_TASK' <<<"$code" ||
     fail "ci/sbatch-64gpu.sh does not export SRUN_CPUS_PER_TASK from SLURM_CPUS_PER_TASK"
-# every srun of the job (the SRUN array and any plain srun line) places in blocks and kills on a failure
+# every srun of the job (the SRUN array and any plain srun line) places in blocks and ends the
+# step when a rank fails
 sruns=$(grep -E '(^|[ (])srun ' <<<"$code")
 [ -n "$sruns" ] || fail "ci/sbatch-64gpu.sh runs no srun"
 while IFS= read -r l; do
-    grep -q -- '--distribution=block:block' <<<"$l" || fail "an srun without --distribution=block:block: $l"
+    grep -q -- '--distribution=block:block' <<<"$l" ||
+        fail "an srun without --distribution=block:block: $l"
     grep -qE -- '(-K1|--kill-on-bad-exit=1)( |\)|$)' <<<"$l" || fail "an srun without -K1: $l"
 done <<<"$sruns"
 echo "sbatch-64gpu.sh: parses; SRUN_CPUS_PER_TASK, block:block, -K1, no NCCL_IB_HCA"
@@ -60,7 +63,8 @@ ranks() {
             "$SRC/ci/nccl-regress" --self-test --repeats 1 --tools a2a --build "$TMP/$build" \
             --out "$TMP/out" "$@" >/dev/null 2>"$TMP/err"
     else
-        env CUDA_VISIBLE_DEVICES="$vis" PATH="$TMP/bin:$PATH" FAKE_GPUS="$gpus" FAKE_LOG="$TMP/log" \
+        env CUDA_VISIBLE_DEVICES="$vis" PATH="$TMP/bin:$PATH" FAKE_GPUS="$gpus" \
+            FAKE_LOG="$TMP/log" \
             "$SRC/ci/nccl-regress" --self-test --repeats 1 --tools a2a --build "$TMP/$build" \
             --out "$TMP/out" "$@" >/dev/null 2>"$TMP/err"
     fi
@@ -68,7 +72,8 @@ ranks() {
     np=$(grep -oE -- '-np [0-9]+' "$TMP/log" | head -1 | cut -d' ' -f2)
     backend=$(grep -oE -- '--backend [a-z]+' "$TMP/log" | head -1 | cut -d' ' -f2)
     [ "$np" = "$want" ] ||
-        fail "nccl-regress ($build build, $gpus GPUs, CUDA_VISIBLE_DEVICES $vis $*): -np '$np', expected $want: $(cat "$TMP/err")"
+        fail "nccl-regress ($build build, $gpus GPUs, CUDA_VISIBLE_DEVICES $vis $*): -np '$np'," \
+            "expected $want: $(cat "$TMP/err")"
     echo "nccl-regress: $build build, $gpus GPUs, CUDA_VISIBLE_DEVICES $vis $*: $backend, -np $np"
 }
 ranks 8 build 8 -              # the cuda backend: one rank per GPU nvidia-smi lists
@@ -79,10 +84,12 @@ ranks 2 build 0 -              # no GPU: the CPU path keeps 2 ranks
 ranks 2 cpu 8 -                # a build without CUDA: likewise
 [ "$backend" = cpu ] || fail "a build without CUDA ran the $backend backend"
 set +e
-env CUDA_VISIBLE_DEVICES= PATH="$TMP/bin:$PATH" FAKE_GPUS=2 FAKE_LOG="$TMP/log" "$SRC/ci/nccl-regress" \
+env CUDA_VISIBLE_DEVICES= PATH="$TMP/bin:$PATH" FAKE_GPUS=2 FAKE_LOG="$TMP/log" \
+    "$SRC/ci/nccl-regress" \
     --self-test --build "$TMP/build" --out "$TMP/out" >/dev/null 2>"$TMP/err"
 rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q -- '--np' "$TMP/err" ||
-    fail "CUDA_VISIBLE_DEVICES empty on the cuda backend: exit $rc, expected 2 naming --np: $(cat "$TMP/err")"
+    fail "CUDA_VISIBLE_DEVICES empty on the cuda backend: exit $rc, expected 2 naming --np:" \
+        "$(cat "$TMP/err")"
 echo PASS
