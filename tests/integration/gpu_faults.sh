@@ -54,7 +54,7 @@ fault hang:24 "$TMP/hang" 5 "did not complete within --timeout 5 s"
 [ "$took" -le 30 ] || fail "hang: the watchdog took ${took}s for --timeout 5"
 # one rank fails alone with its dispatch still queued: freeing the layer would wait for it for ever
 # unless that rank aborts its communicators first; no rank waits for its --timeout
-fault fail:23@1 "$TMP/alone" 120 "rank 1 .*grouped ncclSend/ncclRecv of the EP exchange"
+fault fail:23@1 "$TMP/alone" 30 "rank 1 .*grouped ncclSend/ncclRecv of the EP exchange"
 ! grep -m1 "did not complete within" "$TMP/alone.log" ||
     fail "fail@1: a rank waited for its --timeout instead of ending with the failing one"
 
