@@ -302,7 +302,10 @@ int main(int argc, char **argv)
                     rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
                                                     (uint64_t)s.o.seed, &pt, &res)
                                     : mp_layer_run(L, &pt, &res);
-                    mp_watchdog_disarm();
+                    if (rc == MP_OK)
+                        mp_watchdog_disarm();
+                    else /* freeing the layer waits for the device: no longer than --timeout */
+                        rc = mp_session_fail(&s, rc);
                     timed_us += res.timed_us;
                     measured++;
                     if (rc == MP_OK && c->rank == 0)

@@ -20,6 +20,7 @@ struct mp_comm {
     int *node_of;         /* [size] node index of every world rank */
     int tp, ep, tp_rank, ep_rank; /* the current layout, after split() */
     double inject_delay_us; /* debug: added to every dispatch/combine exchange (0: off) */
+    double timeout_s; /* --timeout: the deadline of a backend's set-up steps that can hang (0: none) */
     void *priv;
 };
 
@@ -35,6 +36,10 @@ struct mp_comm_ops {
      * virtual world for backends that have no launcher (ignored by mpi and nccl). */
     int (*init)(struct mp_comm **out, int *argc, char ***argv, const struct mp_comm_params *p);
     void (*fini)(struct mp_comm *c);
+    /* optional: on a failure this rank meets alone, drop the device communicators without
+     * waiting for peers (what they have queued on the device ends), before the compute backend
+     * frees the memory their queued operations use; fini still ends the world afterwards */
+    void (*abort)(struct mp_comm *c);
     /* library version text for run.json ("Open MPI v4.1.4, ...") */
     const char *(*version)(struct mp_comm *c);
     /* make the tp × ep groups of a layout current; tp·ep must equal size */

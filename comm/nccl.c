@@ -39,16 +39,39 @@ static struct nccl_state *st(struct mp_comm *c) { return c->priv; }
         }                                                                                          \
     } while (0)
 
-/* Abort every communicator when the --timeout watchdog fires: a hung collective never returns. */
-static void abort_all(void *arg)
+/* Abort every communicator (NCCL frees each: the handles must not be used again). Runs on the
+ * thread that polls them, never on the --timeout watchdog's: NCCL's calls on one communicator
+ * must not run in two threads at once. */
+static void abort_all(struct nccl_state *s)
 {
-    struct nccl_state *s = arg;
     if (s->ep)
         ncclCommAbort(s->ep);
     if (s->tp)
         ncclCommAbort(s->tp);
     if (s->world)
         ncclCommAbort(s->world);
+    s->ep = s->tp = s->world = NULL;
+}
+
+/* ncclCommSplit, which the tp × ep communicators are made with, came with NCCL 2.18. */
+#define NCCL_OLDEST 21800
+
+/* NCCL's version code as major, minor, patch: major·10000 + minor·100 + patch since 2.9,
+ * major·1000 + minor·100 + patch before (nccl.h, NCCL_VERSION). */
+static void version_parts(int v, int *major, int *minor, int *patch)
+{
+    int base = v >= 10000 ? 10000 : 1000;
+    *major = v / base;
+    *minor = (v % base) / 100;
+    *patch = v % 100;
+}
+
+/* Arm the --timeout watchdog around a set-up step that waits for every rank (bootstrap over
+ * NCCL_SOCKET_IFNAME's interface: a wrong one hangs there); disarmed by the caller. */
+static void arm_setup(struct mp_comm *c, const char *step)
+{
+    if (c->timeout_s > 0)
+        mp_watchdog_arm(c->timeout_s, step);
 }
 
 static int nccl_init(struct mp_comm **out, int *argc, char ***argv, const struct mp_comm_params *p)
@@ -59,6 +82,18 @@ static int nccl_init(struct mp_comm **out, int *argc, char ***argv, const struct
         free(c);
         free(s);
         mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int v = 0, major, minor, patch;
+    ncclGetVersion(&v);
+    version_parts(v, &major, &minor, &patch);
+    if (v < NCCL_OLDEST) { /* every rank loads the same library: each refuses alike, before MPI */
+        if (mp_log_rank() <= 0) /* one message, from the launcher's rank 0 */
+            mp_error("--comm nccl: the NCCL library loaded is %d.%d.%d; moeperf needs NCCL 2.18 or "
+                     "newer (ncclCommSplit makes its tp × ep communicators): put a newer "
+                     "libnccl.so.2 first on LD_LIBRARY_PATH", major, minor, patch);
+        free(c);
+        free(s);
         return MP_ERR_RUNTIME;
     }
     int rc = mp_comm_mpi.init(&s->mpi, argc, argv, p);
@@ -76,11 +111,8 @@ static int nccl_init(struct mp_comm **out, int *argc, char ***argv, const struct
     c->local_size = s->mpi->local_size;
     c->nnodes = s->mpi->nnodes;
     c->node_of = s->mpi->node_of; /* shared: freed with the MPI world */
-    int v = 0;
-    ncclGetVersion(&v);
-    snprintf(s->version, sizeof s->version, "NCCL %d.%d.%d over %s", v / 10000, (v / 100) % 100,
-             v % 100, mp_comm_mpi.version(s->mpi));
-    mp_watchdog_on_expire(abort_all, s);
+    snprintf(s->version, sizeof s->version, "NCCL %d.%d.%d over %s", major, minor, patch,
+             mp_comm_mpi.version(s->mpi));
     *out = c;
     return MP_OK;
 }
@@ -90,7 +122,6 @@ static void nccl_fini(struct mp_comm *c)
     if (!c)
         return;
     struct nccl_state *s = st(c);
-    mp_watchdog_on_expire(NULL, NULL);
     /* s->stream belongs to the compute backend, which synchronised and destroyed it already */
     if (s->comm_stream) {
         cudaStreamSynchronize(s->comm_stream);
@@ -111,6 +142,12 @@ static void nccl_fini(struct mp_comm *c)
     free(c);
 }
 
+static void nccl_abort(struct mp_comm *c)
+{
+    if (c)
+        abort_all(st(c));
+}
+
 static const char *nccl_version(struct mp_comm *c) { return st(c)->version; }
 
 static int nccl_bind_device(struct mp_comm *c, void *stream, size_t elem_size)
@@ -120,12 +157,19 @@ static int nccl_bind_device(struct mp_comm *c, void *stream, size_t elem_size)
     s->reduce_type = elem_size == 2 ? ncclBfloat16 : ncclFloat32;
     /* the world communicator, on the device the compute backend selected */
     ncclUniqueId id;
-    if (c->rank == 0)
-        NCCLCHECK(ncclGetUniqueId(&id));
+    arm_setup(c, "NCCL communicator set-up (ncclGetUniqueId, ncclCommInitRank)");
+    ncclResult_t r = c->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
     int rc = s->mpi->ops->bcast(s->mpi, &id, sizeof id);
+    if (r == ncclSuccess && rc == MP_OK)
+        r = ncclCommInitRank(&s->world, c->size, id, c->rank);
+    mp_watchdog_disarm();
     if (rc != MP_OK)
         return rc;
-    NCCLCHECK(ncclCommInitRank(&s->world, c->size, id, c->rank));
+    if (r != ncclSuccess) {
+        mp_error("--comm nccl: setting up the world communicator (ncclGetUniqueId, "
+                 "ncclCommInitRank): %s", ncclGetErrorString(r));
+        return MP_ERR_RUNTIME;
+    }
     /* the pipelined layer's comm stream and its events (no timing: they only order work) */
     if (cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking) != cudaSuccess) {
         mp_error("--comm nccl: cannot create the communication stream");
@@ -159,8 +203,17 @@ static int nccl_split(struct mp_comm *c, int tp, int ep)
     if (s->tp)
         ncclCommDestroy(s->tp);
     s->ep = s->tp = NULL;
-    NCCLCHECK(ncclCommSplit(s->world, c->tp_rank, c->ep_rank, &s->ep, NULL));
-    NCCLCHECK(ncclCommSplit(s->world, c->ep_rank, c->tp_rank, &s->tp, NULL));
+    char step[96];
+    snprintf(step, sizeof step, "NCCL communicator split (ncclCommSplit) for tp%dep%d", tp, ep);
+    arm_setup(c, step);
+    ncclResult_t r = ncclCommSplit(s->world, c->tp_rank, c->ep_rank, &s->ep, NULL);
+    if (r == ncclSuccess)
+        r = ncclCommSplit(s->world, c->ep_rank, c->tp_rank, &s->tp, NULL);
+    mp_watchdog_disarm();
+    if (r != ncclSuccess) {
+        mp_error("--comm nccl: ncclCommSplit for tp%dep%d: %s", tp, ep, ncclGetErrorString(r));
+        return MP_ERR_RUNTIME;
+    }
     return MP_OK;
 }
 
@@ -189,8 +242,8 @@ static int exchange(struct mp_comm *c, const void *send, const int *scount, cons
     if (r == ncclSuccess)
         r = end;
     if (r != ncclSuccess) {
-        mp_error("--comm nccl: grouped ncclSend/ncclRecv of the EP exchange: %s",
-                 ncclGetErrorString(r));
+        mp_error("--comm nccl: grouped ncclSend/ncclRecv of the EP exchange: %s, during %s",
+                 ncclGetErrorString(r), mp_watchdog_point());
         return MP_ERR_RUNTIME;
     }
     return MP_OK;
@@ -246,7 +299,7 @@ static void nccl_progress(struct mp_comm *c) { (void)c; }
 /* Wait for both streams, polling every communicator's asynchronous error (a peer that died or a
  * network error surfaces there while the streams never finish): on an error the communicators are
  * aborted and the message names the point. A hang without an error is ended by the --timeout
- * watchdog, which aborts them too. */
+ * watchdog: once it has expired, this loop aborts the communicators and ends the process. */
 static int nccl_drain(struct mp_comm *c)
 {
     struct nccl_state *s = st(c);
@@ -270,15 +323,17 @@ static int nccl_drain(struct mp_comm *c)
             s->last_slot = -1;
             return MP_OK;
         }
+        if (mp_watchdog_expired()) { /* its message is out; abort here, in the polling thread */
+            abort_all(s);
+            _exit(MP_ERR_RUNTIME);
+        }
         ncclComm_t comms[3] = {s->ep, s->tp, s->world};
         for (int i = 0; i < 3; i++) {
             ncclResult_t r = ncclSuccess;
             if (!comms[i] || ncclCommGetAsyncError(comms[i], &r) != ncclSuccess)
                 continue;
             if (r != ncclSuccess && r != ncclInProgress) {
-                mp_watchdog_on_expire(NULL, NULL); /* the watchdog must not abort them again */
                 abort_all(s);
-                s->ep = s->tp = s->world = NULL;
                 mp_error("--comm nccl: NCCL reported '%s' during %s; the communicators were "
                          "aborted, completed rows are kept and --resume finishes the sweep",
                          ncclGetErrorString(r), mp_watchdog_point());
@@ -338,6 +393,7 @@ const struct mp_comm_ops mp_comm_nccl = {
     .name = "nccl",
     .init = nccl_init,
     .fini = nccl_fini,
+    .abort = nccl_abort,
     .version = nccl_version,
     .split = nccl_split,
     .alltoall_int = nccl_alltoall_int,

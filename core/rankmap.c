@@ -10,7 +10,8 @@
 #include "error.h"
 
 const char *const mp_local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                                          "MPI_LOCALRANKID", NULL};
+                                          "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                                          "PMI_LOCAL_RANK", NULL};
 
 #define SPLIT_SOURCE "shared-memory split"
 

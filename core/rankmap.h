@@ -8,7 +8,8 @@ struct mp_comm;
 /* The launcher variables that carry a process's index among the ranks of its host, in the order
  * they are believed: OMPI_COMM_WORLD_LOCAL_RANK (mpirun sets it afresh even inside a Slurm step,
  * whose SLURM_LOCALID it inherits), SLURM_LOCALID (srun), MPI_LOCALRANKID (MPICH and Intel MPI's
- * Hydra). NULL-terminated. */
+ * Hydra), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), PMI_LOCAL_RANK (PMI launchers such as Cray PALS).
+ * NULL-terminated. */
 extern const char *const mp_local_rank_vars[];
 
 /* This process's local rank from the first variable of mp_local_rank_vars that is set: its value

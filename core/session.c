@@ -12,6 +12,7 @@
 #include "locality.h"
 #include "rankmap.h"
 #include "results.h"
+#include "watchdog.h"
 
 #define NAME_BYTES 128
 
@@ -75,6 +76,66 @@ static int note_ranks(struct mp_session *s, const char *local_rank_from)
     }
     free(all);
     return rc;
+}
+
+/* Where a rank's GPU is, as NCCL tells GPUs apart: the host (NCCL_HOSTID when set, as NCCL takes
+ * it for its host hash, else the host name) and the device's PCI bus id. */
+struct gpu_key {
+    char host[NAME_BYTES];
+    char pci[NAME_BYTES];
+};
+
+/* NCCL runs one rank per GPU of a host: refuse, on every rank alike and before NCCL's own
+ * ncclCommInitRank refusal ("Duplicate GPU detected"), when two ranks drive one GPU. Ranks given
+ * different NCCL_HOSTID values count as different hosts, as NCCL counts them (it then joins them
+ * over its network transport). A collective; MP_ERR_USAGE when the launch doubles a GPU. */
+static int check_gpus_distinct(struct mp_session *s)
+{
+    struct mp_comm *c = s->comm;
+    struct gpu_key mine;
+    memset(&mine, 0, sizeof mine);
+    const char *hostid = getenv("NCCL_HOSTID");
+    if (hostid && *hostid)
+        snprintf(mine.host, NAME_BYTES, "NCCL_HOSTID %s", hostid);
+    else
+        gethostname(mine.host, NAME_BYTES - 1);
+    snprintf(mine.pci, NAME_BYTES, "%s", gpu_pci(s) ? gpu_pci(s) : "");
+    struct gpu_key *all = c->rank == 0 ? calloc((size_t)c->size, sizeof mine) : NULL;
+    if (c->rank == 0 && !all) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    int rc = c->ops->gather(c, &mine, sizeof mine, all);
+    int twin[2] = {-1, -1}; /* the first two ranks found on one GPU */
+    for (int a = 0; rc == MP_OK && all && a < c->size && twin[0] < 0; a++)
+        for (int b = a + 1; b < c->size && twin[0] < 0; b++)
+            if (all[a].pci[0] && strcmp(all[a].pci, all[b].pci) == 0 &&
+                strcmp(all[a].host, all[b].host) == 0) {
+                twin[0] = a;
+                twin[1] = b;
+            }
+    if (twin[0] >= 0) {
+        int on_host = 0;
+        for (int r = 0; r < c->size; r++)
+            on_host += strcmp(all[r].host, all[twin[0]].host) == 0;
+        mp_usage("ranks %d and %d both drive GPU %s on %s: NCCL runs one rank per GPU. Likely "
+                 "causes: more ranks on that host (%d) than GPUs each rank sees, or a launcher "
+                 "binding GPUs per rank (CUDA_VISIBLE_DEVICES set per rank, srun --gpu-bind, "
+                 "--gpus-per-task) so that every rank sees its one GPU as device 0 and local ranks "
+                 "1.. fall back onto it; launch one rank per GPU and leave each rank every GPU of "
+                 "its host (or give each rank its own NCCL_HOSTID to test several ranks on one GPU "
+                 "over NCCL's network transport)",
+                 twin[0], twin[1], all[twin[0]].pci, all[twin[0]].host, on_host);
+    }
+    int verdict = twin[0] >= 0 ? MP_ERR_USAGE : MP_OK;
+    free(all);
+    if (rc == MP_OK)
+        rc = c->ops->bcast(c, &verdict, sizeof verdict);
+    if (rc != MP_OK)
+        return rc;
+    if (verdict != MP_OK)
+        s->agreed = 1; /* every rank stops here alike: MPI ends cleanly */
+    return verdict;
 }
 
 /* A run directory belongs to one tool: refuse to mix another tool's files and run.json into it. */
@@ -176,11 +237,22 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     rc = model_setup(s, &params);
     if (rc != MP_OK)
         return rc;
+    /* the device first, MPI after: an MPI built with GPU support makes a context on the current
+     * device in MPI_Init (device 0 on every rank of a host unless one is chosen); the launcher's
+     * local rank is all there is to go by before MPI starts, and cops->init checks it after */
+    const char *early_var = NULL;
+    int early_local = s->modelled || !s->cops->preselect ? -1 : mp_local_rank_env(&early_var);
+    if (early_local >= 0) {
+        rc = s->cops->preselect(early_local);
+        if (rc != MP_OK)
+            return rc;
+    }
     rc = mops->init(&s->comm, &argc, &argv, &params);
     if (rc != MP_OK)
         return rc;
     s->started_comm = 1;
     s->comm->inject_delay_us = s->o.inject_delay_us > 0 ? s->o.inject_delay_us : 0;
+    s->comm->timeout_s = s->o.timeout > 0 ? s->o.timeout : 0;
     mp_log_init(tool, s->comm->rank);
     if (s->o.out) {
         rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
@@ -206,7 +278,16 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         char bound_to[512];
         mp_cpu_bind_apply(s->o.cpu_bind, gpu_pci(s), bound_to, sizeof bound_to);
     }
+    if (gpu_pci(s) && s->comm->size > 1) {
+        rc = check_gpus_distinct(s);
+        if (rc != MP_OK)
+            return rc;
+    }
     if (s->comm->ops->bind_device) {
+        /* the watchdog covers the communicators' set-up (a wrong NCCL_SOCKET_IFNAME hangs it) */
+        rc = mp_watchdog_start();
+        if (rc != MP_OK)
+            return rc;
         void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
         if (!stream) {
             mp_usage("--comm %s runs its collectives on the device: it needs --backend cuda",
@@ -258,28 +339,65 @@ void mp_session_note(struct mp_session *s, const char *key, cJSON *value)
     cJSON_AddItemToObject(s->run, key, value);
 }
 
+/* Keep the --timeout deadline armed through a teardown, naming what came before it. */
+static void arm_teardown(struct mp_session *s)
+{
+    if (!s->started_comm || s->modelled || s->o.timeout <= 0)
+        return;
+    static const char prefix[] = "teardown after ";
+    const char *before = mp_watchdog_label();
+    char label[600];
+    if (strncmp(before, prefix, sizeof prefix - 1) == 0)
+        snprintf(label, sizeof label, "%s", before);
+    else
+        snprintf(label, sizeof label, "%s%s", prefix, before);
+    mp_watchdog_arm(s->o.timeout, label);
+}
+
+/* Whether a failure with `rc` may be this rank's alone: the others then never join what it has
+ * queued, nor what it would wait for. */
+static int failing_alone(const struct mp_session *s, int rc)
+{
+    return s->started_comm && rc != MP_OK && rc != MP_HELP && rc != MP_ERR_USAGE && !s->agreed &&
+           s->comm->size > 1;
+}
+
+int mp_session_fail(struct mp_session *s, int rc)
+{
+    if (rc == MP_OK || rc == MP_HELP)
+        return rc;
+    arm_teardown(s);
+    if (failing_alone(s, rc) && s->comm->ops->abort)
+        s->comm->ops->abort(s->comm);
+    return rc;
+}
+
 int mp_session_end(struct mp_session *s, int rc)
 {
+    /* teardown waits for the device, and the device for collectives whose peers may be gone:
+     * keep the deadline armed through it */
+    arm_teardown(s);
     mp_progress_clear();
     if (s->run) {
         mp_runjson_write(s->run, s->o.out, rc == MP_OK);
         cJSON_Delete(s->run);
+        s->run = NULL;
+    }
+    if (failing_alone(s, rc)) {
+        /* one rank failing alone would leave the others waiting in a collective, and its own
+         * device waiting on collectives they will never join: drop the device communicators
+         * before anything waits for the device (freeing memory does), then end without MPI */
+        fflush(stdout);
+        fflush(stderr);
+        if (s->comm->ops->abort)
+            s->comm->ops->abort(s->comm);
+        _exit(rc);
     }
     if (s->dev)
         s->cops->fini(s->dev);
-    if (s->started_comm) {
-        if (rc != MP_OK && rc != MP_HELP && s->comm->size > 1) {
-            /* one rank failing alone would leave the others waiting in a collective */
-            fflush(stdout);
-            fflush(stderr);
-            if (rc == MP_ERR_USAGE || s->agreed)
-                s->comm->ops->fini(s->comm);
-            else
-                _exit(rc);
-        } else {
-            s->comm->ops->fini(s->comm);
-        }
-    }
+    if (s->started_comm)
+        s->comm->ops->fini(s->comm);
+    mp_watchdog_disarm();
     mp_opts_free(s->table, &s->o);
     return rc == MP_HELP ? 0 : rc;
 }

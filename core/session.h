@@ -35,8 +35,18 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
 /* Add the resolved workload (model fields and any tool-specific object) to run.json. */
 void mp_session_note(struct mp_session *s, const char *key, struct cJSON *value);
 
+/* A point failed with `rc`, and the binary is about to free what the point used (freeing device
+ * memory waits for the device): keep the --timeout deadline armed from here on ("teardown after
+ * <point>"), and when this rank may be failing alone (an error that is neither a usage error nor
+ * agreed by every rank, in a world of several ranks) abort the device communicators now, so the
+ * device stops waiting for collectives the other ranks will never join. Returns rc. */
+int mp_session_fail(struct mp_session *s, int rc);
+
 /* Finish: rewrite run.json with the end time and whether the sweep finished (rc == MP_OK), stop the
- * backends, free options. Returns the process exit code for `rc`. */
+ * backends, free options. Returns the process exit code for `rc`. The --timeout deadline stays
+ * armed through it ("teardown after <point>"). A rank failing alone (see mp_session_fail) aborts
+ * its device communicators before anything waits for the device and ends with _exit(rc): the
+ * others are stopped by the launcher or their own deadline. */
 int mp_session_end(struct mp_session *s, int rc);
 
 #endif

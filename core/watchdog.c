@@ -17,17 +17,15 @@ static double armed_seconds;
 /* What a message says; written before arming, read by the thread and the signal handler. */
 static char message[1024];
 static volatile sig_atomic_t message_len;
+static char last_label[512]; /* the label of the latest arm */
 static int started;
-static void (*expire_fn)(void *);
-static void *expire_arg;
+static volatile sig_atomic_t expired;
 
-void mp_watchdog_on_expire(void (*fn)(void *), void *arg)
-{
-    pthread_mutex_lock(&lock);
-    expire_fn = fn;
-    expire_arg = arg;
-    pthread_mutex_unlock(&lock);
-}
+/* How long the watchdog leaves a thread that polls (mp_watchdog_expired) to end the process
+ * itself, aborting what it polls, before it ends the process from its own thread. */
+#define GRACE_US 2000000
+
+int mp_watchdog_expired(void) { return expired; }
 
 static void *watch(void *arg)
 {
@@ -49,8 +47,12 @@ static void *watch(void *arg)
                              mp_prog(), (int)message_len, message, armed_seconds);
             if (write(STDERR_FILENO, out, (size_t)(n < (int)sizeof out ? n : (int)sizeof out - 1)) < 0)
                 n = 0;
-            if (expire_fn)
-                expire_fn(expire_arg);
+            /* a polling thread aborts its communicators and exits (never this thread: NCCL's
+             * calls on one communicator must not run in two threads at once); one blocked for
+             * ever in a call that does not poll is ended here after the grace period */
+            expired = 1;
+            pthread_mutex_unlock(&lock);
+            usleep(GRACE_US);
             _exit(MP_ERR_RUNTIME);
         }
         /* sleep in short steps: the condition variable waits on the realtime clock */
@@ -99,6 +101,11 @@ const char *mp_watchdog_point(void)
     return message_len > 0 ? message : "no point";
 }
 
+const char *mp_watchdog_label(void)
+{
+    return last_label[0] ? last_label : "start-up";
+}
+
 void mp_watchdog_arm(double seconds, const char *label)
 {
     pthread_mutex_lock(&lock);
@@ -109,6 +116,8 @@ void mp_watchdog_arm(double seconds, const char *label)
     int n = snprintf(message, sizeof message, "rank %d (host %s) at point %s", rank < 0 ? 0 : rank,
                      host, label);
     message_len = n < (int)sizeof message ? n : (int)sizeof message - 1;
+    if (label != last_label)
+        snprintf(last_label, sizeof last_label, "%s", label);
     armed_seconds = seconds;
     deadline.tv_sec = 0;
     if (seconds > 0) {

@@ -19,8 +19,13 @@ const char *mp_watchdog_point(void);
 /* The point completed. */
 void mp_watchdog_disarm(void);
 
-/* Call fn(arg) when the deadline passes, before the process ends (a comm backend aborts its
- * communicators there). One hook; a later call replaces it. */
-void mp_watchdog_on_expire(void (*fn)(void *), void *arg);
+/* The label of the latest arm ("start-up" before the first), for a later arm that names what
+ * came before ("teardown after …"). */
+const char *mp_watchdog_label(void);
+
+/* Whether the deadline has passed. The watchdog thread then prints its message and leaves a
+ * thread that polls this (a comm backend waiting on its communicators) a grace period of 2 s to
+ * abort what it waits on and _exit itself; after that it ends the process from its own thread. */
+int mp_watchdog_expired(void);
 
 #endif

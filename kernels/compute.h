@@ -62,6 +62,11 @@ struct mp_compute_ops {
     unsigned gemm_modes;
 
     /* lifecycle: `local_rank` picks the device where there are several */
+    /* optional (device backends): make the device of launcher local rank `local_rank` current
+     * before the comm backend starts MPI (an MPI built with GPU support creates a context on the
+     * current device in MPI_Init, device 0 unless one was chosen). init later takes the local rank
+     * settled with MPI and warns when it picks another device. */
+    int (*preselect)(int local_rank);
     int (*init)(struct mp_compute **out, int local_rank);
     void (*fini)(struct mp_compute *c);
     /* one-line description of the device ("cpu: 1 BLAS thread", "NVIDIA H100 80GB HBM3 ...") */

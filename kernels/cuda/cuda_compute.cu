@@ -161,6 +161,23 @@ static int grow(void **p, size_t *cap, size_t need)
     return MP_OK;
 }
 
+/* The device preselect made current before MPI started, or −1. */
+static int preselected = -1;
+
+static int cuda_preselect(int local_rank)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+        return MP_OK; /* init reports the missing device */
+    int d = mp_gpu_index(local_rank, n);
+    if (cudaSetDevice(d) != cudaSuccess) {
+        mp_error("--backend cuda: cannot select GPU %d of %d for local rank %d", d, n, local_rank);
+        return MP_ERR_RUNTIME;
+    }
+    preselected = d;
+    return MP_OK;
+}
+
 static int cuda_init(struct mp_compute **out, int local_rank)
 {
     int n = 0;
@@ -177,6 +194,11 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     }
     c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (rankmap.h) */
     *out = c;
+    if (preselected >= 0 && preselected != c->device)
+        mp_warn("--backend cuda: the launcher's local rank chose GPU %d before MPI started, the "
+                "local rank settled with MPI (%d) chooses GPU %d; using GPU %d (GPU %d may keep a "
+                "context MPI made there)", preselected, local_rank, c->device, c->device,
+                preselected);
     CUDACHECK(cudaSetDevice(c->device));
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLASCHECK(cublasCreate(&c->blas));
@@ -1310,6 +1332,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .preselect = cuda_preselect,
     .init = cuda_init,
     .fini = cuda_fini,
     .device_name = cuda_device_name,

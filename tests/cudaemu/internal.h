@@ -21,6 +21,10 @@ void enqueue_gated(cudaStream_t s, const char *what, stream_op op, std::function
 /* Whether p lies in an allocation, device or page-locked (one past its end included). */
 bool allocated(const void *p);
 
+/* The device cudaSetDevice made current (0 before any), and whether cudaSetDevice has run. */
+int current_device();
+bool device_chosen();
+
 /* Make e the error cudaGetLastError returns next; returns e. */
 cudaError_t set_error(cudaError_t e);
 

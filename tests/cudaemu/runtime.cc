@@ -67,7 +67,8 @@ static std::map<uintptr_t, allocation> allocations;
 static std::vector<cudaemu_stream *> streams; /* in creation order */
 static cudaemu_stream legacy;
 static cudaError_t last_error = cudaSuccess;
-static int current_device;
+static int device_now;
+static bool device_set;
 
 /* the capture in progress (cudaStreamBeginCapture .. cudaStreamEndCapture), if any */
 static cudaemu_graph *capture;
@@ -229,6 +230,9 @@ bool allocated(const void *p) { return owner(p, nullptr) != nullptr; }
 
 cudaError_t set_error(cudaError_t e) { return last_error = e; }
 
+int current_device() { return device_now; }
+bool device_chosen() { return device_set; }
+
 } // namespace cudaemu
 
 using namespace cudaemu;
@@ -281,13 +285,14 @@ cudaError_t cudaSetDevice(int d)
 {
     if (d < 0 || d >= device_count())
         return last_error = cudaErrorInvalidDevice;
-    current_device = d;
+    device_now = d;
+    device_set = true;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d)
 {
-    *d = current_device;
+    *d = device_now;
     return cudaSuccess;
 }
 

@@ -40,6 +40,14 @@ static void test_env(void)
     CHECK_INT(mp_local_rank_env(&var), 0);
     CHECK(var && strcmp(var, "MPI_LOCALRANKID") == 0);
     clear_env();
+    /* MVAPICH2's and the PMI launchers' variables, after the others */
+    setenv("PMI_LOCAL_RANK", "5", 1);
+    CHECK_INT(mp_local_rank_env(&var), 5);
+    CHECK(var && strcmp(var, "PMI_LOCAL_RANK") == 0);
+    setenv("MV2_COMM_WORLD_LOCAL_RANK", "2", 1);
+    CHECK_INT(mp_local_rank_env(&var), 2);
+    CHECK(var && strcmp(var, "MV2_COMM_WORLD_LOCAL_RANK") == 0);
+    clear_env();
 }
 
 static void test_usable(void)
