@@ -81,6 +81,12 @@ extern const struct mp_comm_ops mp_comm_model;
 extern const struct mp_comm_ops mp_comm_nccl;
 #endif
 
+/* Collective over the world: whether every rank passed ok != 0 (one max_double). A refusal that
+ * depends on a rank's own state (its free memory) goes through it, so every rank leaves together
+ * instead of some waiting in the next collective. 1: all ok; 0: some rank not ok; < 0: the
+ * exchange failed (−status). */
+int mp_comm_agree(struct mp_comm *c, int ok);
+
 /* Find a backend by name; NULL and a usage message naming --comm if absent. */
 const struct mp_comm_ops *mp_comm_find(const char *name);
 

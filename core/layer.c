@@ -3,11 +3,13 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "error.h"
+#include "memguard.h"
 #include "nvtx.h"
 #include "padded.h"
 #include "plan.h"
@@ -32,12 +34,16 @@ struct mp_layer {
     struct mp_model m;
     uint64_t seed;
     int tp, ep, Dl, S;
-    long max_tokens, max_tok_rank, max_rows;
+    long max_tokens, max_tok_rank;
+    long max_rows; /* routed rows the buffers below hold: what this rank can receive (rows_bound) */
+    long long max_memory;
     size_t row_bytes;
 
     /* device buffers */
     void *x;        /* [max_tok_rank × H] this rank's tokens */
     void *sendbuf;  /* [max_tok_rank·K × H] dispatch out / combine in */
+    /* the routed rows: a pipelined layer's chunk k uses the rows after the earlier chunks' (its
+     * slice is as large as its received counts) */
     void *recvbuf;  /* [max_rows × H] dispatch in (source-major) / combine out */
     void *expbuf;   /* [max_rows × H] dispatch in, expert-major */
     void *outbuf;   /* [(max_rows + S·max_tok_rank) × H] FFN out: routed rows, then shared rows */
@@ -83,14 +89,71 @@ struct mp_layer {
     int captured; /* --graph: the padded layer captured for the current point */
 };
 
+/* (Re)allocate the routed-row buffers for `rows` rows (recvbuf, expbuf, outbuf, work); what they
+ * held is not kept. */
+static int alloc_row_buffers(struct mp_layer *L, long rows)
+{
+    const struct mp_compute_ops *o = L->ops;
+    size_t H = (size_t)L->m.hidden, tok = (size_t)L->max_tok_rank, r = (size_t)rows;
+    size_t wrows = r > tok ? r : tok;
+    o->free(L->dev, L->recvbuf);
+    o->free(L->dev, L->expbuf);
+    o->free(L->dev, L->outbuf);
+    o->free(L->dev, L->work);
+    L->recvbuf = o->alloc(L->dev, r * H);
+    L->expbuf = o->alloc(L->dev, r * H);
+    L->outbuf = o->alloc(L->dev, (r + (size_t)L->S * tok) * H);
+    L->work = o->alloc(L->dev, wrows * 2 * (size_t)L->Dl);
+    L->max_rows = rows;
+    if (!L->recvbuf || !L->expbuf || !L->outbuf || !L->work) {
+        mp_error("out of memory for the routed rows of up to %ld token-expert pairs", rows);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The most token-expert rows a rank holding `nlocal` experts can receive for `tokens` tokens in
+ * all: a token's top-K experts are distinct, so it sends a rank at most min(K, nlocal) pairs. */
+static long rows_bound(long tokens, int K, int nlocal)
+{
+    return tokens * (nlocal < K ? nlocal : K);
+}
+
+/* Bytes of the routed-row buffers for `rows` rows: recvbuf, expbuf, outbuf (+ the shared rows of
+ * `tok` tokens) and the FFN scratch. */
+static double row_buffer_bytes(double rows, double tok, double H, double Dl, double S, size_t elem)
+{
+    return (rows * 3 + S * tok) * H * elem + (rows > tok ? rows : tok) * 2 * Dl * elem;
+}
+
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
                                long max_tokens, size_t elem)
 {
     double H = m->hidden, Dl = (double)m->ffn / tp, K = m->topk, S = m->shared;
-    double tok = (double)((max_tokens + ep - 1) / ep), rows = (double)max_tokens * K;
+    double tok = (double)((max_tokens + ep - 1) / ep);
+    double rows = (double)rows_bound(max_tokens, m->topk, max_local);
     double weights = (max_local + S) * 3.0 * H * Dl * elem;
-    double bufs = (tok * 2 + tok * K + rows * 3 + S * tok) * H * elem + (rows > tok ? rows : tok) * 2 * Dl * elem;
+    double bufs = (tok * 2 + tok * K) * H * elem + row_buffer_bytes(rows, tok, H, Dl, S, elem);
     return weights + bufs;
+}
+
+/* Refuse, on every rank alike, when `need` bytes exceed some rank's budget: the message names the
+ * bytes, the worst rank's free memory and where it is. MP_OK when they fit everywhere. */
+static int memory_refusal(struct mp_comm *comm, const struct mp_compute_ops *ops,
+                          struct mp_compute *dev, long long max_memory, double need,
+                          const char *what)
+{
+    struct mp_mem_verdict v;
+    int fits = mp_memory_agree(comm, ops, dev, max_memory, need, &v);
+    if (fits < 0)
+        return -fits;
+    if (fits)
+        return MP_OK;
+    mp_usage("%s needs about %.3g GB per rank; rank %d (host %s) has %.3g GB free%s, its budget is "
+             "%.3g GB (%s); lower --hidden/--ffn/--experts/--batch or use more ranks",
+             what, v.need / 1e9, v.rank, v.host, v.free_bytes / 1e9,
+             ops->mem_info ? " on its GPU" : " on its host", v.budget / 1e9, v.source);
+    return MP_ERR_USAGE;
 }
 
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
@@ -109,17 +172,15 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     }
     /* the most experts any rank can hold: its contiguous share plus every replica */
     int max_local = model->experts;
-    double need = mp_layer_bytes_estimate(model, tp, ep, (model->experts + ep - 1) / ep,
-                                          max_tokens, ops->elem_size);
-    double budget = mp_memory_budget(max_memory, comm->local_size);
-    if (budget > 0 && need > budget) {
-        mp_usage("--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to %ld tokens needs "
-                 "about %.3g GB per rank, the budget is %.3g GB (%s); lower "
-                 "--hidden/--ffn/--experts/--batch or use more ranks",
-                 model->name, model->hidden, model->ffn, model->experts, ep, max_tokens, need / 1e9,
-                 budget / 1e9, max_memory > 0 ? "--max-memory" : "90% of free memory / ranks per host");
-        return MP_ERR_USAGE;
-    }
+    /* buffers for the contiguous share; a point whose placement gives a rank more grows them */
+    int share = (model->experts + ep - 1) / ep;
+    double need = mp_layer_bytes_estimate(model, tp, ep, share, max_tokens, ops->elem_size);
+    char what[256];
+    snprintf(what, sizeof what, "--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to "
+             "%ld tokens", model->name, model->hidden, model->ffn, model->experts, ep, max_tokens);
+    int rc = memory_refusal(comm, ops, dev, max_memory, need, what);
+    if (rc != MP_OK)
+        return rc;
     /* counts and displacements travel as MPI ints: a rank's rows must fit in one */
     double rows_rank = (double)((max_tokens + ep - 1) / ep) * model->topk;
     if ((double)max_tokens * model->topk > 2147483647.0 || rows_rank > 2147483647.0) {
@@ -141,26 +202,19 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->S = model->shared;
     L->max_tokens = max_tokens;
     L->max_tok_rank = (max_tokens + ep - 1) / ep;
-    L->max_rows = max_tokens * model->topk;
-    if (max_overlap > 1) /* each chunk's slice can hold every pair (skewed routing) */
-        L->max_rows = max_tokens * model->topk * max_overlap;
+    L->max_memory = max_memory;
     L->row_bytes = (size_t)model->hidden * ops->elem_size;
-    size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank, rows = (size_t)L->max_rows;
-    size_t wrows = rows > tok ? rows : tok;
+    size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank;
     L->x = ops->alloc(dev, tok * H);
     L->sendbuf = ops->alloc(dev, tok * model->topk * H);
-    L->recvbuf = ops->alloc(dev, rows * H);
-    L->expbuf = ops->alloc(dev, rows * H);
-    /* pipelined chunks: every slice has room for the shared rows (chunk 0 uses it) */
-    size_t out_tok = tok * (max_overlap > 1 ? (size_t)max_overlap : 1);
-    L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * out_tok) * H);
-    L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
     L->y = ops->alloc(dev, tok * H);
+    if (L->x && L->sendbuf && L->y &&
+        alloc_row_buffers(L, rows_bound(max_tokens, model->topk, share)) != MP_OK)
+        goto oom;
     L->host_tok = malloc(tok * H * sizeof(float));
     L->route_off = malloc(((size_t)model->experts + 1) * sizeof(int32_t));
     L->route_cell = malloc((size_t)model->experts * ((size_t)ep + 1) * sizeof(int32_t));
-    if (!L->x || !L->sendbuf || !L->recvbuf || !L->expbuf || !L->outbuf || !L->work || !L->y ||
-        !L->host_tok || !L->route_off || !L->route_cell)
+    if (!L->x || !L->sendbuf || !L->y || !L->host_tok || !L->route_off || !L->route_cell)
         goto oom;
     if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
         goto oom;
@@ -188,6 +242,31 @@ oom:
     mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
     mp_layer_destroy(L);
     return MP_ERR_RUNTIME;
+}
+
+/* Size the routed-row buffers for a point of `total` tokens on which this rank holds `nlocal`
+ * experts: grown (never shrunk) to what it can receive, after a collective memory check of the
+ * growth. Collective: every rank calls it for every dynamic-dispatch point. */
+static int size_row_buffers(struct mp_layer *L, long total, int nlocal)
+{
+    long rows = rows_bound(total, L->m.topk, nlocal);
+    double H = L->m.hidden, tok = (double)L->max_tok_rank;
+    double extra = 0;
+    if (rows > L->max_rows)
+        extra = row_buffer_bytes((double)rows, tok, H, L->Dl, L->S, L->ops->elem_size) -
+                row_buffer_bytes((double)L->max_rows, tok, H, L->Dl, L->S, L->ops->elem_size);
+    /* --max-memory bounds the whole layer; free memory only what is still to allocate */
+    double need = L->max_memory > 0 && extra > 0
+                      ? mp_layer_bytes_estimate(&L->m, L->tp, L->ep, nlocal, L->max_tokens,
+                                                L->ops->elem_size)
+                      : extra;
+    char what[160];
+    snprintf(what, sizeof what, "a point of %ld tokens with up to %d experts on a rank (its "
+             "placement)", total, nlocal);
+    int rc = memory_refusal(L->comm, L->ops, L->dev, L->max_memory, need, what);
+    if (rc == MP_OK && rows > L->max_rows)
+        rc = alloc_row_buffers(L, rows);
+    return rc;
 }
 
 /* The padded dispatch's backend buffers. */
@@ -540,6 +619,17 @@ out:
     return rc;
 }
 
+/* The received rows fit the routed-row buffers (size_row_buffers bounds them; a count beyond is
+ * a broken exchange, refused before it overwrites memory). */
+static int check_rows(struct mp_layer *L, long nrecv)
+{
+    if (nrecv <= L->max_rows)
+        return MP_OK;
+    mp_error("the count exchange announced %ld rows to receive, the buffers hold %ld", nrecv,
+             L->max_rows);
+    return MP_ERR_RUNTIME;
+}
+
 /* A drained iteration's five phase durations, from the marks START … COMBINE. */
 static void phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
 {
@@ -605,6 +695,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
+    MP_CHECK(check_rows(L, pl->nrecv));
     MP_CHECK(o->permute(dev, L->x, NULL, 0, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
@@ -845,15 +936,21 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                    L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
         mp_plan_recv(&L->chunk_plans[k], L->nlocal);
     }
-    /* chunk k's slices: any chunk may receive every pair (skew), so each slice holds them all */
-    size_t rstride = (size_t)L->max_tokens * K * L->row_bytes;
-    size_t ostride = rstride + (size_t)L->S * L->max_tok_rank * L->row_bytes;
+    /* chunk k's slices: its received rows after the earlier chunks' (roff[k]), and in the FFN's
+     * output after them and chunk 0's shared rows (ooff[k]) */
+    long roff[33], ooff[33];
+    roff[0] = 0;
+    for (int k = 0; k < N; k++)
+        roff[k + 1] = roff[k] + L->chunk_plans[k].nrecv;
+    MP_CHECK(check_rows(L, roff[N]));
+    for (int k = 0; k < N; k++)
+        ooff[k] = roff[k] + (k > 0 ? (long)L->S * ntok : 0);
     double sent = 0, inter = 0, rows = 0, local = 0;
     for (int s = 0; s < N + 2; s++) {
         if (s < N) { /* start the dispatch of chunk s */
             struct mp_plan *pl = &L->chunk_plans[s];
             char *send = (char *)L->sendbuf + (size_t)soff[s] * L->row_bytes;
-            char *recv = (char *)L->recvbuf + (size_t)s * rstride;
+            char *recv = (char *)L->recvbuf + (size_t)roff[s] * L->row_bytes;
             MP_CHECK(o->permute(dev, L->x, NULL, soff[s], pl->nsend, H, send));
             MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
@@ -861,9 +958,9 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         if (s >= 1 && s <= N) { /* compute chunk s−1 and start its combine */
             int k = s - 1, S = k == 0 ? L->S : 0; /* the shared experts ride with chunk 0 */
             struct mp_plan *pl = &L->chunk_plans[k];
-            char *recv = (char *)L->recvbuf + (size_t)k * rstride;
-            char *exp = (char *)L->expbuf + (size_t)k * rstride;
-            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            char *recv = (char *)L->recvbuf + (size_t)roff[k] * L->row_bytes;
+            char *exp = (char *)L->expbuf + (size_t)roff[k] * L->row_bytes;
+            char *out = (char *)L->outbuf + (size_t)ooff[k] * L->row_bytes;
             MP_CHECK(c->ops->wait(c, 2 * k));
             MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 0)));
@@ -891,7 +988,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         if (s >= 2) { /* finish the combine of chunk s−2 */
             int k = s - 2;
             struct mp_plan *pl = &L->chunk_plans[k];
-            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            char *out = (char *)L->outbuf + (size_t)ooff[k] * L->row_bytes;
             MP_CHECK(c->ops->wait(c, 2 * k + 1));
             MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes,
                                 NULL, NULL, soff[k], pl->nsend,
@@ -1055,6 +1152,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->iters = pt->iters;
     res->nranks = c->size;
 
+    if (!pt->padded) /* the padded dispatch has buffers of its own */
+        MP_CHECK(size_row_buffers(L, total, mp_placement_nlocal(pt->placement, c->ep_rank)));
     MP_CHECK(setup_weights(L, pt->placement));
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(setup_gate(L));
