@@ -58,8 +58,17 @@ struct mp_comm_ops {
     int (*drain)(struct mp_comm *c);
     /* TP group: in-place sum of n fp32 (cpu) or elem-typed (device) values */
     int (*allreduce_sum)(struct mp_comm *c, void *buf, size_t n);
+    /* optional: what follows on the compute stream waits for the latest exchange started with
+     * ialltoallv (the order allreduce_sum keeps by itself on backends whose exchanges run beside the
+     * compute stream), so a layer can time that wait apart from the reduce; absent where
+     * allreduce_sum waits for no exchange */
+    int (*join_exchanges)(struct mp_comm *c);
     /* world */
     int (*barrier)(struct mp_comm *c);
+    /* optional, world: after the barrier, line the ranks' device timelines up on one another with a
+     * one-element allreduce queued on the compute stream (nccl), so the marks after it start
+     * together; absent where the barrier already does (host backends) */
+    int (*align)(struct mp_comm *c);
 
     /* host-side world collectives on plain memory, for results and checks */
     int (*gather)(struct mp_comm *c, const void *send, size_t bytes, void *recv_root);

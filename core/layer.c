@@ -23,9 +23,14 @@ volatile int mp_in_timed_loop;
 /* Routing draws made before timing and cycled through the iterations. */
 #define POOL_DRAWS 8
 
-enum { MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE, MARK_CHUNKS };
-/* the pipelined layer's marks of chunk k: FFN start, FFN end, TP reduce end */
-#define MARK_CHUNK(k, i) (MARK_CHUNKS + 3 * (k) + (i))
+enum {
+    MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE,
+    MARK_ALIGN, /* this rank's arrival at the start barrier */
+    MARK_CHUNKS
+};
+/* the pipelined layer's marks of chunk k: FFN start, FFN end, TP reduce start (after the wait for
+ * the exchanges in flight), TP reduce end */
+#define MARK_CHUNK(k, i) (MARK_CHUNKS + 4 * (k) + (i))
 
 struct mp_layer {
     const struct mp_compute_ops *ops;
@@ -597,7 +602,46 @@ static int drain(struct mp_layer *L)
     return L->comm->ops->drain ? L->comm->ops->drain(L->comm) : L->ops->sync(L->dev);
 }
 
-/* The start of a timed iteration: the device drained, all ranks synchronized, mark START, then
+/* Test hook: MOEPERF_START_DELAY=RANK:US makes world rank RANK wait US µs before every
+ * iteration's start barrier, as a rank that arrives late (0: none). */
+static double start_delay_us(const struct mp_comm *c)
+{
+    static int read;
+    static int rank = -1;
+    static double us;
+    if (!read) {
+        read = 1;
+        const char *v = getenv("MOEPERF_START_DELAY");
+        if (v && sscanf(v, "%d:%lf", &rank, &us) != 2)
+            rank = -1;
+    }
+    return c->rank == rank && us > 0 ? us : 0;
+}
+
+/* The ranks' common start of an iteration: the device drained, mark ALIGN (this rank's arrival),
+ * the world barrier, the comm backend's device alignment where it has one, mark START. ALIGN to
+ * START is the time this rank waited for the last one (its start_skew). */
+static int start_aligned(struct mp_layer *L)
+{
+    int rc = MP_OK;
+    struct mp_comm *c = L->comm;
+    MP_CHECK(drain(L));
+    double delay = start_delay_us(c);
+    if (delay > 0) {
+        double until = mp_now_us() + delay;
+        while (mp_now_us() < until)
+            ;
+    }
+    MP_CHECK(L->ops->mark(L->dev, MARK_ALIGN));
+    MP_CHECK(c->ops->barrier(c));
+    if (c->ops->align)
+        MP_CHECK(c->ops->align(c));
+    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+out:
+    return rc;
+}
+
+/* The start of a timed iteration: the ranks' aligned start (start_aligned), then
  * for the dynamic dispatch the route phase (gate or pooled draw `d`) up to the backend's plan and
  * its counts in L->plan; the padded layer routes itself. The caller marks ROUTE and closes the
  * "moeperf/route" range this opens. */
@@ -605,9 +649,7 @@ static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct
                            long ntok)
 {
     int rc = MP_OK;
-    MP_CHECK(drain(L));
-    MP_CHECK(L->comm->ops->barrier(L->comm));
-    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+    MP_CHECK(start_aligned(L));
     MP_RANGE_PUSH("moeperf/route");
     if (!pt->padded) {
         MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
@@ -639,6 +681,7 @@ static void phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
     rec->ffn = o->elapsed_us(L->dev, MARK_DISPATCH, MARK_FFN);
     rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
     rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
+    rec->start_skew = o->elapsed_us(L->dev, MARK_ALIGN, MARK_START);
 }
 
 /* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
@@ -908,9 +951,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
 
     /* times come from the compute backend's marks (device events on GPUs, where the host only
      * queues the work): route from the start, per chunk its FFN and its TP reduce, and the whole */
-    MP_CHECK(drain(L));
-    MP_CHECK(c->ops->barrier(c));
-    MP_CHECK(o->mark(dev, MARK_START));
+    MP_CHECK(start_aligned(L));
     /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
      * a peer only on data. The backend's plan holds the chunks one after another (a block of
      * cells each), so chunk k's rows start where the earlier chunks' end: soff[k]. */
@@ -967,9 +1008,14 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
             MP_CHECK(ffn_phase(L, k == 0 ? pt : &plain_pt, exp, out, pl->expert_off, L->work,
                                pl->nrecv, ntok, S, progress_hook, c));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 1)));
+            /* the reduce waits first for the exchanges in flight (where the backend orders its
+             * collectives so): that wait is communication, so the reduce's mark follows it */
+            if (L->tp > 1 && c->ops->join_exchanges)
+                MP_CHECK(c->ops->join_exchanges(c));
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 2)));
             if (L->tp > 1)
                 MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
-            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 2)));
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 3)));
             MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
             char *back = (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes;
             MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back,
@@ -1002,8 +1048,9 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
     for (int k = 0; k < N; k++) {
         t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, 0), MARK_CHUNK(k, 1));
-        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, 1), MARK_CHUNK(k, 2));
+        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, 2), MARK_CHUNK(k, 3));
     }
+    rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
     rec->route = t_route;
     rec->ffn = t_ffn;
     rec->tp_reduce = t_tp;

@@ -142,8 +142,9 @@ struct mp_compute_ops {
     int (*mem_info)(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes);
 };
 
-/* 6 for the phases of a layer, 3 per chunk of a pipelined one (up to 32 chunks) */
-#define MP_TIMER_SLOTS 104
+/* 7 for the phases of a layer and its start alignment, 4 per chunk of a pipelined one (up to 32
+ * chunks) */
+#define MP_TIMER_SLOTS 135
 
 /* The backends built into this binary, NULL-terminated. */
 extern const struct mp_compute_ops *const mp_compute_backends[];

@@ -1,7 +1,8 @@
 /* nccl.cc - the NCCL calls of moeperf's GPU path on the CPU stand-in: communicators are MPI
  * communicators (the world one a duplicate of MPI_COMM_WORLD, splits MPI_Comm_split), a group's
  * sends and receives are non-blocking MPI calls completed together, the allreduce sums in fp32;
- * each runs when its stream does. CUDAEMU_NCCL_FAULT injects a failed or hung operation. */
+ * each runs when its stream does. CUDAEMU_NCCL_FAULT injects a failed or hung operation,
+ * CUDAEMU_NCCL_DELAY_US a slow link. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,8 +89,28 @@ static size_t nccl_type_size(ncclDataType_t t)
     return 0;
 }
 
+/* CUDAEMU_NCCL_DELAY_US=N: every group of sends and receives (an EP exchange) takes N µs more when
+ * its stream runs it, as over a slow link; the allreduce is not delayed. */
+static void p2p_delay()
+{
+    static long us = -1;
+    if (us < 0) {
+        const char *v = getenv("CUDAEMU_NCCL_DELAY_US");
+        char *end = nullptr;
+        us = v && *v ? strtol(v, &end, 10) : 0;
+        if (v && *v && (*end || us < 0))
+            fault("CUDAEMU_NCCL_DELAY_US=%s: microseconds, ≥ 0", v);
+    }
+    if (us > 0) {
+        struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+        while (nanosleep(&t, &t) != 0)
+            ;
+    }
+}
+
 static void run_p2p(std::vector<p2p> ops)
 {
+    p2p_delay();
     std::vector<MPI_Request> req(ops.size());
     for (size_t i = 0; i < ops.size(); i++) /* receives first, then sends, all completed together */
         if (!ops[i].send)
