@@ -16,6 +16,7 @@
 #include "reference.h"
 #include "stats.h"
 #include "topo.h"
+#include "watchdog.h"
 #include "weights.h"
 
 volatile int mp_in_timed_loop;
@@ -539,6 +540,86 @@ static int route_backend(struct mp_layer *L, struct pool *pool, int d, long ntok
     const int32_t *ids = pinned ? L->pin_ids : pool->ids + (size_t)d * ntok * K;
     const float *w = pinned ? L->pin_rw : pool->w + (size_t)d * ntok * K;
     return L->ops->plan_build(L->dev, ids, w, wait);
+}
+
+/* FNV-1a, 64 bits (Fowler, Noll and Vo; offset basis and prime from the FNV specification). */
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Test hook: MOEPERF_TEST_GATE_SKEW=RANK negates world rank RANK's first token before the gate
+ * reads it, as a TP rank whose gate came out different. */
+static void gate_skew_hook(struct mp_layer *L, long ntok)
+{
+    const char *v = getenv("MOEPERF_TEST_GATE_SKEW");
+    if (!v || atoi(v) != L->comm->rank || ntok < 1)
+        return;
+    for (int i = 0; i < L->m.hidden; i++)
+        L->host_tok[i] = -L->host_tok[i];
+}
+
+/* Gate routing: the TP ranks of an EP rank each compute the gate on their own device, and must
+ * come out alike (a difference changes the counts, and the TP reduce of unequal row counts hangs).
+ * Untimed, before a point's iterations: every draw of the pool through the gate, the top-k ids
+ * hashed, the hashes compared within each TP group on rank 0, the verdict agreed by every rank.
+ * MP_ERR_RUNTIME on every rank, with rank 0 naming the ranks and the draw, when they differ. */
+static int check_tp_routing(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                            long ntok)
+{
+    struct mp_comm *c = L->comm;
+    if (!pool->noise || L->tp == 1)
+        return MP_OK;
+    int K = L->m.topk, E = L->m.experts, rc = MP_OK;
+    size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
+    uint64_t mine[POOL_DRAWS] = {0}, *all = NULL;
+    int32_t *ids = malloc(pairs * sizeof *ids);
+    float *w = malloc(pairs * sizeof *w);
+    if (c->rank == 0)
+        all = calloc((size_t)c->size * POOL_DRAWS, sizeof *all);
+    if (!ids || !w || (c->rank == 0 && !all)) {
+        mp_error("out of memory for the routing check");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int d = 0; d < pool->n; d++) {
+        mine[d] = 0xcbf29ce484222325ULL;
+        if (ntok > 0) {
+            MP_CHECK(L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok,
+                                  L->m.hidden, E, K, ids, w));
+            mine[d] = fnv1a(ids, (size_t)ntok * K * sizeof *ids, mine[d]);
+        }
+    }
+    MP_CHECK(c->ops->gather(c, mine, sizeof mine, all));
+    int bad_rank = -1, bad_draw = -1;
+    for (int r = 0; c->rank == 0 && r < c->size && bad_rank < 0; r++)
+        for (int d = 0; d < pool->n && bad_rank < 0; d++)
+            if (all[(size_t)r * POOL_DRAWS + d] != all[(size_t)(r - r % L->tp) * POOL_DRAWS + d]) {
+                bad_rank = r;
+                bad_draw = d;
+            }
+    int agreed = mp_comm_agree(c, bad_rank < 0);
+    if (agreed < 0) {
+        rc = -agreed;
+        goto out;
+    }
+    if (!agreed) {
+        if (c->rank == 0)
+            mp_error("--routing %s: TP ranks %d and %d computed different top-%d experts for the "
+                     "same tokens (routing draw %d) during %s; the TP group's ranks must route "
+                     "alike, or their TP reduce would exchange different row counts",
+                     pt->routing->spec, bad_rank - bad_rank % L->tp, bad_rank, K, bad_draw,
+                     mp_watchdog_point());
+        rc = MP_ERR_RUNTIME;
+    }
+out:
+    free(ids);
+    free(w);
+    free(all);
+    return rc;
 }
 
 /* Copy draw `d`'s routing inputs where a captured graph reads them (allocated on first use). */
@@ -1205,8 +1286,10 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(setup_gate(L));
     mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
+    gate_skew_hook(L, ntok);
     MP_CHECK(L->ops->upload(L->dev, L->x, L->host_tok, (size_t)ntok * L->m.hidden));
     MP_CHECK(pool_make(&pool, pt, L->seed, total, tok0, ntok, L->m.topk, L->m.experts));
+    MP_CHECK(check_tp_routing(L, pt, &pool, ntok));
     mine = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *mine);
     if (!mine) {
         mp_error("out of memory");
