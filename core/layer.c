@@ -350,6 +350,14 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap)
         double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
                       (double)wrows * 2 * L->Dl * o->elem_size;
         free_pad_buffers(L);
+        char what[160];
+        snprintf(what, sizeof what, "--dispatch padded with %d ranks × %d experts × %ld rows per "
+                 "slot", ep, max_local, cap);
+        int rc = memory_refusal(L->comm, o, L->dev, L->max_memory, need, what);
+        if (rc != MP_OK) {
+            free_padded(L);
+            return rc;
+        }
         L->pad_send = alloc_zero(L, (size_t)rows * H);
         L->pad_recv = alloc_zero(L, (size_t)rows * H);
         L->pad_exp = alloc_zero(L, (size_t)rows * H);
