@@ -283,8 +283,8 @@ static int memory_guard(const struct mp_session *s, const struct wcache *wc, con
         return -fits;
     if (!fits) {
         mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs about %.3g GB "
-                 "per rank; rank %d (host %s) has %.3g GB free%s, its budget is %.3g GB (%s); lower "
-                 "--hidden/--ffn/--batch or use more ranks",
+                 "per rank; rank %d (host %s) has %.3g GB free%s, its budget is %.3g GB (%s); "
+                 "lower --hidden/--ffn/--batch or use more ranks",
                  batch, m->hidden, m->ffn, m->experts, c->ep, v.need / 1e9, v.rank, v.host,
                  v.free_bytes / 1e9, s->cops->mem_info ? " on its GPU" : " on its host",
                  v.budget / 1e9, v.source);

@@ -312,7 +312,8 @@ static int nccl_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
 static int nccl_join_exchanges(struct mp_comm *c)
 {
     struct nccl_state *s = st(c);
-    if (s->last_slot >= 0 && cudaStreamWaitEvent(s->stream, s->done[s->last_slot], 0) != cudaSuccess) {
+    if (s->last_slot >= 0 &&
+        cudaStreamWaitEvent(s->stream, s->done[s->last_slot], 0) != cudaSuccess) {
         mp_error("--comm nccl: cannot wait for exchange %d", s->last_slot);
         return MP_ERR_RUNTIME;
     }

@@ -182,8 +182,8 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     int share = (model->experts + ep - 1) / ep;
     double need = mp_layer_bytes_estimate(model, tp, ep, share, max_tokens, ops->elem_size);
     char what[256];
-    snprintf(what, sizeof what, "--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to "
-             "%ld tokens", model->name, model->hidden, model->ffn, model->experts, ep, max_tokens);
+    snprintf(what, sizeof what, "--model %s with --hidden %d --ffn %d, %d experts on ep%d and up "
+             "to %ld tokens", model->name, model->hidden, model->ffn, model->experts, ep, max_tokens);
     int rc = memory_refusal(comm, ops, dev, max_memory, need, what);
     if (rc != MP_OK)
         return rc;

@@ -10,16 +10,17 @@
 struct mp_mem_verdict {
     double need;       /* bytes it needs */
     double free_bytes; /* bytes free where its buffers live (GPU or host), −1 when unknown */
-    double budget;     /* bytes it may use: --max-memory, or 90% of free_bytes (per rank on a host) */
+    double budget;     /* bytes it may use: --max-memory, or 90% of free_bytes (a share per rank
+                        * on a host) */
     int rank;          /* world rank */
     char host[64];
     const char *source; /* what the budget is, for the message */
 };
 
-/* The bytes this rank may allocate: `max_memory` (--max-memory) when > 0; else 90% of its device's
- * free memory (ops->mem_info, cudaMemGetInfo); else 90% of the host's available memory shared by its
- * `local_size` ranks (mp_memory_budget). *free_bytes gets the free memory it read (−1 when unknown
- * or not read); *source names the choice. Negative when unknown. */
+/* The bytes this rank may allocate: `max_memory` (--max-memory) when > 0; else 90% of its
+ * device's free memory (ops->mem_info, cudaMemGetInfo); else 90% of the host's available memory
+ * shared by its `local_size` ranks (mp_memory_budget). *free_bytes gets the free memory it read
+ * (−1 when unknown or not read); *source names the choice. Negative when unknown. */
 double mp_rank_memory_budget(const struct mp_compute_ops *ops, struct mp_compute *dev,
                              long long max_memory, int local_size, double *free_bytes,
                              const char **source);

@@ -1,8 +1,9 @@
 /* runtime.cc - the CPU stand-in for the CUDA runtime calls moeperf's GPU path makes (kernels.cc,
  * cublas.cc and nccl.cc hold the rest), so the cuda and nccl backends run without a GPU: device
  * memory is host memory kept in a registry (every copy, kernel pointer and GEMM operand is checked
- * against it) and counted against each device's emulated size (CUDAEMU_DEVICE_MEMORY: cudaMemGetInfo
- * reports it, cudaMalloc refuses beyond it), and a captured stream records its work into a graph that launches replay.
+ * against it) and counted against each device's emulated size (CUDAEMU_DEVICE_MEMORY:
+ * cudaMemGetInfo reports it, cudaMalloc refuses beyond it), and a captured stream records its work
+ * into a graph that launches replay.
  *
  * Streams are queues that run as late as CUDA allows, so missing synchronisation shows: a stream's
  * work runs when the host waits for it (cudaStreamSynchronize, cudaStreamQuery, cudaEventSynchronize,
@@ -313,8 +314,8 @@ static size_t device_memory(int d)
         case 'T': unit = 1e12; end++; break;
         }
         if (end == v || bytes < 0 || (*end && *end != ','))
-            fault("CUDAEMU_DEVICE_MEMORY=%s: bytes with an optional K/M/G/T suffix, comma-separated "
-                  "per device", getenv("CUDAEMU_DEVICE_MEMORY"));
+            fault("CUDAEMU_DEVICE_MEMORY=%s: bytes with an optional K/M/G/T suffix, "
+                  "comma-separated per device", getenv("CUDAEMU_DEVICE_MEMORY"));
         bytes *= unit;
         v = *end ? end + 1 : end;
     }
@@ -404,9 +405,11 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *cal
         return refuse_in_capture(call);
     *p = nullptr;
     /* the device's emulated memory is finite: more than it has free is refused, as on a GPU */
-    if (!pinned && bytes > device_memory(current_device) - std::min(device_memory(current_device),
-                                                                    device_allocated(current_device)))
-        return last_error = cudaErrorMemoryAllocation;
+    if (!pinned) {
+        size_t total = device_memory(current_device), used = device_allocated(current_device);
+        if (bytes > total - std::min(total, used))
+            return last_error = cudaErrorMemoryAllocation;
+    }
     if (posix_memalign(p, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
     if (bytes <= bulk_max) /* fresh memory reads as NaN (or −1) */

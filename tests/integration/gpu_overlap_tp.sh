@@ -13,7 +13,8 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CUDAEMU_NCCL_DELAY_US=
     timeout 600 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 4 \
     "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden 128 --ffn 64 \
     --experts 16 --topk 4 --layout tp2ep2 --overlap 2 --batch 64 --iters 3 --warmup 1 --quiet \
-    --out "$TMP/run" >"$TMP/run.log" 2>&1 || fail "moeperf-layer exited $?: $(tail -5 "$TMP/run.log")"
+    --out "$TMP/run" >"$TMP/run.log" 2>&1 ||
+    fail "moeperf-layer exited $?: $(tail -5 "$TMP/run.log")"
 dispatch=$(col "$TMP/run/layer.csv" dispatch_us)
 tp=$(col "$TMP/run/layer.csv" tp_reduce_us)
 echo "exchanges slowed by ${DELAY} µs: dispatch_us $dispatch, tp_reduce_us $tp"

@@ -8,12 +8,14 @@
 ARGS="--model qwen3-30b-a3b --hidden 128 --ffn 64 --experts 16 --topk 4 --routing gate:0.3
       --batch 16 --iters 2 --warmup 1 --quiet"
 # shellcheck disable=SC2086
-mpi 4 "$BIN/moeperf-layer" $ARGS --layout tp1ep4,tp2ep2 --check --out "$TMP/ok" >"$TMP/ok.log" 2>&1 ||
+mpi 4 "$BIN/moeperf-layer" $ARGS --layout tp1ep4,tp2ep2 --check --out "$TMP/ok" \
+    >"$TMP/ok.log" 2>&1 ||
     fail "the unperturbed run exited $?: $(tail -3 "$TMP/ok.log")"
 set +e
 # shellcheck disable=SC2086
 MOEPERF_TEST_GATE_SKEW=1 timeout 120 bash -c '. "$0"; shift; mpi 4 "$@"' "$(dirname "$0")/lib.sh" \
-    "$BUILD" "$BIN/moeperf-layer" $ARGS --layout tp1ep4,tp2ep2 --out "$TMP/skew" >"$TMP/skew.log" 2>&1
+    "$BUILD" "$BIN/moeperf-layer" $ARGS --layout tp1ep4,tp2ep2 --out "$TMP/skew" \
+    >"$TMP/skew.log" 2>&1
 rc=$?
 set -e
 [ "$rc" -ne 124 ] || fail "the ranks hung: $(tail -3 "$TMP/skew.log")"
