@@ -11,6 +11,7 @@
 #include "bench_opts.h"
 #include "console.h"
 #include "error.h"
+#include "memguard.h"
 #include "placement.h"
 #include "plan.h"
 #include "results.h"
@@ -259,8 +260,8 @@ static void bufs_free(struct bufs *b, const struct mp_session *s)
     memset(b, 0, sizeof *b);
 }
 
-/* Refuse (on every rank alike) a point whose new weights and buffers would not fit in the memory
- * this host has left, shared by its ranks. */
+/* Refuse (on every rank alike) a point whose new weights and buffers would not fit in some rank's
+ * budget: its GPU's free memory, or its share of the host's (mp_memory_agree). */
 static int memory_guard(const struct mp_session *s, const struct wcache *wc, const struct work *w,
                         long batch)
 {
@@ -276,17 +277,17 @@ static int memory_guard(const struct mp_session *s, const struct wcache *wc, con
     double need = fresh * 3.0 * H * Dl * elem +
                   (routed * 2 + tok * (1 + m->shared)) * H * elem +
                   (routed > tok ? routed : tok) * (2 * Dl * elem + H * sizeof(float));
-    double budget = mp_memory_budget(s->o.max_memory, c->local_size);
-    double ratio = budget > 0 ? need / budget : 0;
-    int rc = c->ops->max_double(c, &ratio);
-    if (rc != MP_OK)
-        return rc;
-    if (ratio > 1) {
-        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs %.0f%% of the "
-                 "per-rank budget (%s, %.3g GB); lower --hidden/--ffn/--batch or use more ranks",
-                 batch, m->hidden, m->ffn, m->experts, c->ep, ratio * 100,
-                 s->o.max_memory > 0 ? "--max-memory" : "90% of free memory / ranks per host",
-                 budget / 1e9);
+    struct mp_mem_verdict v;
+    int fits = mp_memory_agree(c, s->cops, s->dev, s->o.max_memory, need, &v);
+    if (fits < 0)
+        return -fits;
+    if (!fits) {
+        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs about %.3g GB "
+                 "per rank; rank %d (host %s) has %.3g GB free%s, its budget is %.3g GB (%s); "
+                 "lower --hidden/--ffn/--batch or use more ranks",
+                 batch, m->hidden, m->ffn, m->experts, c->ep, v.need / 1e9, v.rank, v.host,
+                 v.free_bytes / 1e9, s->cops->mem_info ? " on its GPU" : " on its host",
+                 v.budget / 1e9, v.source);
         return MP_ERR_USAGE;
     }
     return MP_OK;

@@ -45,7 +45,7 @@ static const char *const summary_cols[] = {
 };
 static const char *const rank_cols[] = {
     "rank", "node", "ep_rank", "tp_rank", "tokens", "rows", "ffn_rows", "bytes_sent",
-    "route_us", "dispatch_us", "ffn_us", "tp_reduce_us", "combine_us", "layer_us",
+    "route_us", "dispatch_us", "ffn_us", "tp_reduce_us", "combine_us", "layer_us", "start_skew_us",
 };
 #define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
 #define NRANK ((int)(sizeof rank_cols / sizeof rank_cols[0]))
@@ -126,6 +126,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
             struct mp_summary ls;
             mp_summarize(scratch, n, &ls);
             mp_row_dbl(&row, ls.p50);
+            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, start_skew) / 8, stride, n, scratch));
             rc = mp_runfiles_write(f, FILE_RANKS, &row);
         }
         if (rc == MP_OK) {

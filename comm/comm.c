@@ -15,6 +15,15 @@ const struct mp_comm_ops *const mp_comm_backends[] = {
     NULL,
 };
 
+int mp_comm_agree(struct mp_comm *c, int ok)
+{
+    double failed = ok ? 0 : 1;
+    int rc = c->ops->max_double(c, &failed);
+    if (rc != MP_OK)
+        return -rc;
+    return failed == 0;
+}
+
 const struct mp_comm_ops *mp_comm_find(const char *name)
 {
     char built[256] = "";

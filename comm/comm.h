@@ -63,8 +63,17 @@ struct mp_comm_ops {
     int (*drain)(struct mp_comm *c);
     /* TP group: in-place sum of n fp32 (cpu) or elem-typed (device) values */
     int (*allreduce_sum)(struct mp_comm *c, void *buf, size_t n);
+    /* optional: what follows on the compute stream waits for the latest exchange started with
+     * ialltoallv (the order allreduce_sum keeps by itself on backends whose exchanges run beside the
+     * compute stream), so a layer can time that wait apart from the reduce; absent where
+     * allreduce_sum waits for no exchange */
+    int (*join_exchanges)(struct mp_comm *c);
     /* world */
     int (*barrier)(struct mp_comm *c);
+    /* optional, world: after the barrier, line the ranks' device timelines up on one another with a
+     * one-element allreduce queued on the compute stream (nccl), so the marks after it start
+     * together; absent where the barrier already does (host backends) */
+    int (*align)(struct mp_comm *c);
 
     /* host-side world collectives on plain memory, for results and checks */
     int (*gather)(struct mp_comm *c, const void *send, size_t bytes, void *recv_root);
@@ -85,6 +94,12 @@ extern const struct mp_comm_ops mp_comm_model;
 #if HAVE_NCCL
 extern const struct mp_comm_ops mp_comm_nccl;
 #endif
+
+/* Collective over the world: whether every rank passed ok != 0 (one max_double). A refusal that
+ * depends on a rank's own state (its free memory) goes through it, so every rank leaves together
+ * instead of some waiting in the next collective. 1: all ok; 0: some rank not ok; < 0: the
+ * exchange failed (−status). */
+int mp_comm_agree(struct mp_comm *c, int ok);
 
 /* Find a backend by name; NULL and a usage message naming --comm if absent. */
 const struct mp_comm_ops *mp_comm_find(const char *name);

@@ -25,6 +25,7 @@ struct nccl_state {
     cudaEvent_t ready[NCCL_SLOTS], done[NCCL_SLOTS]; /* data ready on compute; exchange finished */
     int last_slot; /* the latest exchange started on the comm stream since the last drain, or −1 */
     ncclDataType_t reduce_type;
+    void *align_buf; /* the start alignment's one element (device) */
     char version[192];
 };
 
@@ -137,6 +138,7 @@ static void nccl_fini(struct mp_comm *c)
         ncclCommDestroy(s->tp);
     if (s->world)
         ncclCommDestroy(s->world);
+    cudaFree(s->align_buf);
     mp_comm_mpi.fini(s->mpi);
     free(s);
     free(c);
@@ -361,6 +363,32 @@ static int nccl_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
     return MP_OK;
 }
 
+/* The pipelined layer's wait for the latest exchange, queued on the compute stream on its own. */
+static int nccl_join_exchanges(struct mp_comm *c)
+{
+    struct nccl_state *s = st(c);
+    if (s->last_slot >= 0 &&
+        cudaStreamWaitEvent(s->stream, s->done[s->last_slot], 0) != cudaSuccess) {
+        mp_error("--comm nccl: cannot wait for exchange %d", s->last_slot);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The start alignment: a one-element allreduce of the world communicator on the compute stream
+ * (a rank's kernels after it cannot start before every rank has queued it). */
+static int nccl_align(struct mp_comm *c)
+{
+    struct nccl_state *s = st(c);
+    if (!s->align_buf && cudaMalloc(&s->align_buf, sizeof(float)) != cudaSuccess) {
+        mp_error("--comm nccl: cannot allocate the alignment's element");
+        return MP_ERR_RUNTIME;
+    }
+    NCCLCHECK(ncclAllReduce(s->align_buf, s->align_buf, 1, ncclFloat32, ncclSum, s->world,
+                            s->stream));
+    return MP_OK;
+}
+
 static int nccl_barrier(struct mp_comm *c)
 {
     struct nccl_state *s = st(c);
@@ -403,7 +431,9 @@ const struct mp_comm_ops mp_comm_nccl = {
     .progress = nccl_progress,
     .drain = nccl_drain,
     .allreduce_sum = nccl_allreduce_sum,
+    .join_exchanges = nccl_join_exchanges,
     .barrier = nccl_barrier,
+    .align = nccl_align,
     .gather = nccl_gather,
     .gatherv = nccl_gatherv,
     .bcast = nccl_bcast,

@@ -77,7 +77,8 @@ extern const char *const mp_cpu_bind_choices[];
      "debug: world rank RANK spends US µs more in every expert FFN phase (a straggler)"}
 #define MP_OPT_MAX_MEMORY                                                                          \
     {"max-memory", MP_OPT_SIZE, MP_O(max_memory), NULL, 1, 9.2e18, NULL, "SIZE",                   \
-     "refuse points that need more per rank (default: 90% of free memory / ranks per host)"}
+     "refuse points that need more per rank (default: 90% of the GPU's free memory with "      \
+     "--backend cuda, else 90% of free host memory / ranks per host)"}
 #define MP_OPT_OVERLAP                                                                             \
     {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, 32, NULL, "LIST",                          \
      "chunks to pipeline so dispatch, expert FFN and combine overlap (1: none; a list sweeps)"}

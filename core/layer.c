@@ -3,17 +3,20 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "error.h"
+#include "memguard.h"
 #include "nvtx.h"
 #include "padded.h"
 #include "plan.h"
 #include "reference.h"
 #include "stats.h"
 #include "topo.h"
+#include "watchdog.h"
 #include "weights.h"
 
 volatile int mp_in_timed_loop;
@@ -21,9 +24,14 @@ volatile int mp_in_timed_loop;
 /* Routing draws made before timing and cycled through the iterations. */
 #define POOL_DRAWS 8
 
-enum { MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE, MARK_CHUNKS };
-/* the pipelined layer's marks of chunk k: FFN start, FFN end, TP reduce end */
-#define MARK_CHUNK(k, i) (MARK_CHUNKS + 3 * (k) + (i))
+enum {
+    MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE,
+    MARK_ALIGN, /* this rank's arrival at the start barrier */
+    MARK_CHUNKS
+};
+/* the pipelined layer's marks of chunk k: FFN start, FFN end, TP reduce start (after the wait for
+ * the exchanges in flight), TP reduce end */
+#define MARK_CHUNK(k, i) (MARK_CHUNKS + 4 * (k) + (i))
 
 struct mp_layer {
     const struct mp_compute_ops *ops;
@@ -32,12 +40,16 @@ struct mp_layer {
     struct mp_model m;
     uint64_t seed;
     int tp, ep, Dl, S;
-    long max_tokens, max_tok_rank, max_rows;
+    long max_tokens, max_tok_rank;
+    long max_rows; /* routed rows the buffers below hold: what this rank can receive (rows_bound) */
+    long long max_memory;
     size_t row_bytes;
 
     /* device buffers */
     void *x;        /* [max_tok_rank × H] this rank's tokens */
     void *sendbuf;  /* [max_tok_rank·K × H] dispatch out / combine in */
+    /* the routed rows: a pipelined layer's chunk k uses the rows after the earlier chunks' (its
+     * slice is as large as its received counts) */
     void *recvbuf;  /* [max_rows × H] dispatch in (source-major) / combine out */
     void *expbuf;   /* [max_rows × H] dispatch in, expert-major */
     void *outbuf;   /* [(max_rows + S·max_tok_rank) × H] FFN out: routed rows, then shared rows */
@@ -83,14 +95,71 @@ struct mp_layer {
     int captured; /* --graph: the padded layer captured for the current point */
 };
 
+/* (Re)allocate the routed-row buffers for `rows` rows (recvbuf, expbuf, outbuf, work); what they
+ * held is not kept. */
+static int alloc_row_buffers(struct mp_layer *L, long rows)
+{
+    const struct mp_compute_ops *o = L->ops;
+    size_t H = (size_t)L->m.hidden, tok = (size_t)L->max_tok_rank, r = (size_t)rows;
+    size_t wrows = r > tok ? r : tok;
+    o->free(L->dev, L->recvbuf);
+    o->free(L->dev, L->expbuf);
+    o->free(L->dev, L->outbuf);
+    o->free(L->dev, L->work);
+    L->recvbuf = o->alloc(L->dev, r * H);
+    L->expbuf = o->alloc(L->dev, r * H);
+    L->outbuf = o->alloc(L->dev, (r + (size_t)L->S * tok) * H);
+    L->work = o->alloc(L->dev, wrows * 2 * (size_t)L->Dl);
+    L->max_rows = rows;
+    if (!L->recvbuf || !L->expbuf || !L->outbuf || !L->work) {
+        mp_error("out of memory for the routed rows of up to %ld token-expert pairs", rows);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The most token-expert rows a rank holding `nlocal` experts can receive for `tokens` tokens in
+ * all: a token's top-K experts are distinct, so it sends a rank at most min(K, nlocal) pairs. */
+static long rows_bound(long tokens, int K, int nlocal)
+{
+    return tokens * (nlocal < K ? nlocal : K);
+}
+
+/* Bytes of the routed-row buffers for `rows` rows: recvbuf, expbuf, outbuf (+ the shared rows of
+ * `tok` tokens) and the FFN scratch. */
+static double row_buffer_bytes(double rows, double tok, double H, double Dl, double S, size_t elem)
+{
+    return (rows * 3 + S * tok) * H * elem + (rows > tok ? rows : tok) * 2 * Dl * elem;
+}
+
 double mp_layer_bytes_estimate(const struct mp_model *m, int tp, int ep, int max_local,
                                long max_tokens, size_t elem)
 {
     double H = m->hidden, Dl = (double)m->ffn / tp, K = m->topk, S = m->shared;
-    double tok = (double)((max_tokens + ep - 1) / ep), rows = (double)max_tokens * K;
+    double tok = (double)((max_tokens + ep - 1) / ep);
+    double rows = (double)rows_bound(max_tokens, m->topk, max_local);
     double weights = (max_local + S) * 3.0 * H * Dl * elem;
-    double bufs = (tok * 2 + tok * K + rows * 3 + S * tok) * H * elem + (rows > tok ? rows : tok) * 2 * Dl * elem;
+    double bufs = (tok * 2 + tok * K) * H * elem + row_buffer_bytes(rows, tok, H, Dl, S, elem);
     return weights + bufs;
+}
+
+/* Refuse, on every rank alike, when `need` bytes exceed some rank's budget: the message names the
+ * bytes, the worst rank's free memory and where it is. MP_OK when they fit everywhere. */
+static int memory_refusal(struct mp_comm *comm, const struct mp_compute_ops *ops,
+                          struct mp_compute *dev, long long max_memory, double need,
+                          const char *what)
+{
+    struct mp_mem_verdict v;
+    int fits = mp_memory_agree(comm, ops, dev, max_memory, need, &v);
+    if (fits < 0)
+        return -fits;
+    if (fits)
+        return MP_OK;
+    mp_usage("%s needs about %.3g GB per rank; rank %d (host %s) has %.3g GB free%s, its budget is "
+             "%.3g GB (%s); lower --hidden/--ffn/--experts/--batch or use more ranks",
+             what, v.need / 1e9, v.rank, v.host, v.free_bytes / 1e9,
+             ops->mem_info ? " on its GPU" : " on its host", v.budget / 1e9, v.source);
+    return MP_ERR_USAGE;
 }
 
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
@@ -109,17 +178,15 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     }
     /* the most experts any rank can hold: its contiguous share plus every replica */
     int max_local = model->experts;
-    double need = mp_layer_bytes_estimate(model, tp, ep, (model->experts + ep - 1) / ep,
-                                          max_tokens, ops->elem_size);
-    double budget = mp_memory_budget(max_memory, comm->local_size);
-    if (budget > 0 && need > budget) {
-        mp_usage("--model %s with --hidden %d --ffn %d, %d experts on ep%d and up to %ld tokens needs "
-                 "about %.3g GB per rank, the budget is %.3g GB (%s); lower "
-                 "--hidden/--ffn/--experts/--batch or use more ranks",
-                 model->name, model->hidden, model->ffn, model->experts, ep, max_tokens, need / 1e9,
-                 budget / 1e9, max_memory > 0 ? "--max-memory" : "90% of free memory / ranks per host");
-        return MP_ERR_USAGE;
-    }
+    /* buffers for the contiguous share; a point whose placement gives a rank more grows them */
+    int share = (model->experts + ep - 1) / ep;
+    double need = mp_layer_bytes_estimate(model, tp, ep, share, max_tokens, ops->elem_size);
+    char what[256];
+    snprintf(what, sizeof what, "--model %s with --hidden %d --ffn %d, %d experts on ep%d and up "
+             "to %ld tokens", model->name, model->hidden, model->ffn, model->experts, ep, max_tokens);
+    int rc = memory_refusal(comm, ops, dev, max_memory, need, what);
+    if (rc != MP_OK)
+        return rc;
     /* counts and displacements travel as MPI ints: a rank's rows must fit in one */
     double rows_rank = (double)((max_tokens + ep - 1) / ep) * model->topk;
     if ((double)max_tokens * model->topk > 2147483647.0 || rows_rank > 2147483647.0) {
@@ -141,26 +208,19 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
     L->S = model->shared;
     L->max_tokens = max_tokens;
     L->max_tok_rank = (max_tokens + ep - 1) / ep;
-    L->max_rows = max_tokens * model->topk;
-    if (max_overlap > 1) /* each chunk's slice can hold every pair (skewed routing) */
-        L->max_rows = max_tokens * model->topk * max_overlap;
+    L->max_memory = max_memory;
     L->row_bytes = (size_t)model->hidden * ops->elem_size;
-    size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank, rows = (size_t)L->max_rows;
-    size_t wrows = rows > tok ? rows : tok;
+    size_t H = (size_t)model->hidden, tok = (size_t)L->max_tok_rank;
     L->x = ops->alloc(dev, tok * H);
     L->sendbuf = ops->alloc(dev, tok * model->topk * H);
-    L->recvbuf = ops->alloc(dev, rows * H);
-    L->expbuf = ops->alloc(dev, rows * H);
-    /* pipelined chunks: every slice has room for the shared rows (chunk 0 uses it) */
-    size_t out_tok = tok * (max_overlap > 1 ? (size_t)max_overlap : 1);
-    L->outbuf = ops->alloc(dev, (rows + (size_t)L->S * out_tok) * H);
-    L->work = ops->alloc(dev, wrows * 2 * (size_t)L->Dl);
     L->y = ops->alloc(dev, tok * H);
+    if (L->x && L->sendbuf && L->y &&
+        alloc_row_buffers(L, rows_bound(max_tokens, model->topk, share)) != MP_OK)
+        goto oom;
     L->host_tok = malloc(tok * H * sizeof(float));
     L->route_off = malloc(((size_t)model->experts + 1) * sizeof(int32_t));
     L->route_cell = malloc((size_t)model->experts * ((size_t)ep + 1) * sizeof(int32_t));
-    if (!L->x || !L->sendbuf || !L->recvbuf || !L->expbuf || !L->outbuf || !L->work || !L->y ||
-        !L->host_tok || !L->route_off || !L->route_cell)
+    if (!L->x || !L->sendbuf || !L->y || !L->host_tok || !L->route_off || !L->route_cell)
         goto oom;
     if (mp_plan_alloc(&L->plan, ep, max_local, L->max_tok_rank, model->topk) != MP_OK)
         goto oom;
@@ -188,6 +248,31 @@ oom:
     mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
     mp_layer_destroy(L);
     return MP_ERR_RUNTIME;
+}
+
+/* Size the routed-row buffers for a point of `total` tokens on which this rank holds `nlocal`
+ * experts: grown (never shrunk) to what it can receive, after a collective memory check of the
+ * growth. Collective: every rank calls it for every dynamic-dispatch point. */
+static int size_row_buffers(struct mp_layer *L, long total, int nlocal)
+{
+    long rows = rows_bound(total, L->m.topk, nlocal);
+    double H = L->m.hidden, tok = (double)L->max_tok_rank;
+    double extra = 0;
+    if (rows > L->max_rows)
+        extra = row_buffer_bytes((double)rows, tok, H, L->Dl, L->S, L->ops->elem_size) -
+                row_buffer_bytes((double)L->max_rows, tok, H, L->Dl, L->S, L->ops->elem_size);
+    /* --max-memory bounds the whole layer; free memory only what is still to allocate */
+    double need = L->max_memory > 0 && extra > 0
+                      ? mp_layer_bytes_estimate(&L->m, L->tp, L->ep, nlocal, L->max_tokens,
+                                                L->ops->elem_size)
+                      : extra;
+    char what[160];
+    snprintf(what, sizeof what, "a point of %ld tokens with up to %d experts on a rank (its "
+             "placement)", total, nlocal);
+    int rc = memory_refusal(L->comm, L->ops, L->dev, L->max_memory, need, what);
+    if (rc == MP_OK && rows > L->max_rows)
+        rc = alloc_row_buffers(L, rows);
+    return rc;
 }
 
 /* The padded dispatch's backend buffers. */
@@ -265,6 +350,14 @@ static int setup_padded(struct mp_layer *L, int max_local, long cap)
         double need = ((double)rows * 4 + (double)L->S * tok) * H * o->elem_size +
                       (double)wrows * 2 * L->Dl * o->elem_size;
         free_pad_buffers(L);
+        char what[160];
+        snprintf(what, sizeof what, "--dispatch padded with %d ranks × %d experts × %ld rows per "
+                 "slot", ep, max_local, cap);
+        int rc = memory_refusal(L->comm, o, L->dev, L->max_memory, need, what);
+        if (rc != MP_OK) {
+            free_padded(L);
+            return rc;
+        }
         L->pad_send = alloc_zero(L, (size_t)rows * H);
         L->pad_recv = alloc_zero(L, (size_t)rows * H);
         L->pad_exp = alloc_zero(L, (size_t)rows * H);
@@ -457,6 +550,86 @@ static int route_backend(struct mp_layer *L, struct pool *pool, int d, long ntok
     return L->ops->plan_build(L->dev, ids, w, wait);
 }
 
+/* FNV-1a, 64 bits (Fowler, Noll and Vo; offset basis and prime from the FNV specification). */
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Test hook: MOEPERF_TEST_GATE_SKEW=RANK negates world rank RANK's first token before the gate
+ * reads it, as a TP rank whose gate came out different. */
+static void gate_skew_hook(struct mp_layer *L, long ntok)
+{
+    const char *v = getenv("MOEPERF_TEST_GATE_SKEW");
+    if (!v || atoi(v) != L->comm->rank || ntok < 1)
+        return;
+    for (int i = 0; i < L->m.hidden; i++)
+        L->host_tok[i] = -L->host_tok[i];
+}
+
+/* Gate routing: the TP ranks of an EP rank each compute the gate on their own device, and must
+ * come out alike (a difference changes the counts, and the TP reduce of unequal row counts hangs).
+ * Untimed, before a point's iterations: every draw of the pool through the gate, the top-k ids
+ * hashed, the hashes compared within each TP group on rank 0, the verdict agreed by every rank.
+ * MP_ERR_RUNTIME on every rank, with rank 0 naming the ranks and the draw, when they differ. */
+static int check_tp_routing(struct mp_layer *L, const struct mp_point *pt, struct pool *pool,
+                            long ntok)
+{
+    struct mp_comm *c = L->comm;
+    if (!pool->noise || L->tp == 1)
+        return MP_OK;
+    int K = L->m.topk, E = L->m.experts, rc = MP_OK;
+    size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
+    uint64_t mine[POOL_DRAWS] = {0}, *all = NULL;
+    int32_t *ids = malloc(pairs * sizeof *ids);
+    float *w = malloc(pairs * sizeof *w);
+    if (c->rank == 0)
+        all = calloc((size_t)c->size * POOL_DRAWS, sizeof *all);
+    if (!ids || !w || (c->rank == 0 && !all)) {
+        mp_error("out of memory for the routing check");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int d = 0; d < pool->n; d++) {
+        mine[d] = 0xcbf29ce484222325ULL;
+        if (ntok > 0) {
+            MP_CHECK(L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok,
+                                  L->m.hidden, E, K, ids, w));
+            mine[d] = fnv1a(ids, (size_t)ntok * K * sizeof *ids, mine[d]);
+        }
+    }
+    MP_CHECK(c->ops->gather(c, mine, sizeof mine, all));
+    int bad_rank = -1, bad_draw = -1;
+    for (int r = 0; c->rank == 0 && r < c->size && bad_rank < 0; r++)
+        for (int d = 0; d < pool->n && bad_rank < 0; d++)
+            if (all[(size_t)r * POOL_DRAWS + d] != all[(size_t)(r - r % L->tp) * POOL_DRAWS + d]) {
+                bad_rank = r;
+                bad_draw = d;
+            }
+    int agreed = mp_comm_agree(c, bad_rank < 0);
+    if (agreed < 0) {
+        rc = -agreed;
+        goto out;
+    }
+    if (!agreed) {
+        if (c->rank == 0)
+            mp_error("--routing %s: TP ranks %d and %d computed different top-%d experts for the "
+                     "same tokens (routing draw %d) during %s; the TP group's ranks must route "
+                     "alike, or their TP reduce would exchange different row counts",
+                     pt->routing->spec, bad_rank - bad_rank % L->tp, bad_rank, K, bad_draw,
+                     mp_watchdog_point());
+        rc = MP_ERR_RUNTIME;
+    }
+out:
+    free(ids);
+    free(w);
+    free(all);
+    return rc;
+}
+
 /* Copy draw `d`'s routing inputs where a captured graph reads them (allocated on first use). */
 static int pin_routing(struct mp_layer *L, struct pool *pool, int d, long ntok)
 {
@@ -518,7 +691,46 @@ static int drain(struct mp_layer *L)
     return L->comm->ops->drain ? L->comm->ops->drain(L->comm) : L->ops->sync(L->dev);
 }
 
-/* The start of a timed iteration: the device drained, all ranks synchronized, mark START, then
+/* Test hook: MOEPERF_START_DELAY=RANK:US makes world rank RANK wait US µs before every
+ * iteration's start barrier, as a rank that arrives late (0: none). */
+static double start_delay_us(const struct mp_comm *c)
+{
+    static int read;
+    static int rank = -1;
+    static double us;
+    if (!read) {
+        read = 1;
+        const char *v = getenv("MOEPERF_START_DELAY");
+        if (v && sscanf(v, "%d:%lf", &rank, &us) != 2)
+            rank = -1;
+    }
+    return c->rank == rank && us > 0 ? us : 0;
+}
+
+/* The ranks' common start of an iteration: the device drained, mark ALIGN (this rank's arrival),
+ * the world barrier, the comm backend's device alignment where it has one, mark START. ALIGN to
+ * START is the time this rank waited for the last one (its start_skew). */
+static int start_aligned(struct mp_layer *L)
+{
+    int rc = MP_OK;
+    struct mp_comm *c = L->comm;
+    MP_CHECK(drain(L));
+    double delay = start_delay_us(c);
+    if (delay > 0) {
+        double until = mp_now_us() + delay;
+        while (mp_now_us() < until)
+            ;
+    }
+    MP_CHECK(L->ops->mark(L->dev, MARK_ALIGN));
+    MP_CHECK(c->ops->barrier(c));
+    if (c->ops->align)
+        MP_CHECK(c->ops->align(c));
+    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+out:
+    return rc;
+}
+
+/* The start of a timed iteration: the ranks' aligned start (start_aligned), then
  * for the dynamic dispatch the route phase (gate or pooled draw `d`) up to the backend's plan and
  * its counts in L->plan; the padded layer routes itself. The caller marks ROUTE and closes the
  * "moeperf/route" range this opens. */
@@ -526,9 +738,7 @@ static int begin_iteration(struct mp_layer *L, const struct mp_point *pt, struct
                            long ntok)
 {
     int rc = MP_OK;
-    MP_CHECK(drain(L));
-    MP_CHECK(L->comm->ops->barrier(L->comm));
-    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+    MP_CHECK(start_aligned(L));
     MP_RANGE_PUSH("moeperf/route");
     if (!pt->padded) {
         MP_CHECK(route_backend(L, pool, d, ntok, 0, 1));
@@ -540,6 +750,17 @@ out:
     return rc;
 }
 
+/* The received rows fit the routed-row buffers (size_row_buffers bounds them; a count beyond is
+ * a broken exchange, refused before it overwrites memory). */
+static int check_rows(struct mp_layer *L, long nrecv)
+{
+    if (nrecv <= L->max_rows)
+        return MP_OK;
+    mp_error("the count exchange announced %ld rows to receive, the buffers hold %ld", nrecv,
+             L->max_rows);
+    return MP_ERR_RUNTIME;
+}
+
 /* A drained iteration's five phase durations, from the marks START … COMBINE. */
 static void phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
 {
@@ -549,6 +770,7 @@ static void phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
     rec->ffn = o->elapsed_us(L->dev, MARK_DISPATCH, MARK_FFN);
     rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
     rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
+    rec->start_skew = o->elapsed_us(L->dev, MARK_ALIGN, MARK_START);
 }
 
 /* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
@@ -605,6 +827,7 @@ static int iteration(struct mp_layer *L, const struct mp_point *pt, struct pool 
     /* dispatch: count exchange, permute, all-to-all, regroup by expert */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
+    MP_CHECK(check_rows(L, pl->nrecv));
     MP_CHECK(o->permute(dev, L->x, NULL, 0, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
@@ -817,9 +1040,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
 
     /* times come from the compute backend's marks (device events on GPUs, where the host only
      * queues the work): route from the start, per chunk its FFN and its TP reduce, and the whole */
-    MP_CHECK(drain(L));
-    MP_CHECK(c->ops->barrier(c));
-    MP_CHECK(o->mark(dev, MARK_START));
+    MP_CHECK(start_aligned(L));
     /* every chunk's plan, then one count exchange for all of them: the pipeline below waits for
      * a peer only on data. The backend's plan holds the chunks one after another (a block of
      * cells each), so chunk k's rows start where the earlier chunks' end: soff[k]. */
@@ -845,15 +1066,21 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
                    L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
         mp_plan_recv(&L->chunk_plans[k], L->nlocal);
     }
-    /* chunk k's slices: any chunk may receive every pair (skew), so each slice holds them all */
-    size_t rstride = (size_t)L->max_tokens * K * L->row_bytes;
-    size_t ostride = rstride + (size_t)L->S * L->max_tok_rank * L->row_bytes;
+    /* chunk k's slices: its received rows after the earlier chunks' (roff[k]), and in the FFN's
+     * output after them and chunk 0's shared rows (ooff[k]) */
+    long roff[33], ooff[33];
+    roff[0] = 0;
+    for (int k = 0; k < N; k++)
+        roff[k + 1] = roff[k] + L->chunk_plans[k].nrecv;
+    MP_CHECK(check_rows(L, roff[N]));
+    for (int k = 0; k < N; k++)
+        ooff[k] = roff[k] + (k > 0 ? (long)L->S * ntok : 0);
     double sent = 0, inter = 0, rows = 0, local = 0;
     for (int s = 0; s < N + 2; s++) {
         if (s < N) { /* start the dispatch of chunk s */
             struct mp_plan *pl = &L->chunk_plans[s];
             char *send = (char *)L->sendbuf + (size_t)soff[s] * L->row_bytes;
-            char *recv = (char *)L->recvbuf + (size_t)s * rstride;
+            char *recv = (char *)L->recvbuf + (size_t)roff[s] * L->row_bytes;
             MP_CHECK(o->permute(dev, L->x, NULL, soff[s], pl->nsend, H, send));
             MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
@@ -861,18 +1088,23 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         if (s >= 1 && s <= N) { /* compute chunk s−1 and start its combine */
             int k = s - 1, S = k == 0 ? L->S : 0; /* the shared experts ride with chunk 0 */
             struct mp_plan *pl = &L->chunk_plans[k];
-            char *recv = (char *)L->recvbuf + (size_t)k * rstride;
-            char *exp = (char *)L->expbuf + (size_t)k * rstride;
-            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            char *recv = (char *)L->recvbuf + (size_t)roff[k] * L->row_bytes;
+            char *exp = (char *)L->expbuf + (size_t)roff[k] * L->row_bytes;
+            char *out = (char *)L->outbuf + (size_t)ooff[k] * L->row_bytes;
             MP_CHECK(c->ops->wait(c, 2 * k));
             MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 0)));
             MP_CHECK(ffn_phase(L, k == 0 ? pt : &plain_pt, exp, out, pl->expert_off, L->work,
                                pl->nrecv, ntok, S, progress_hook, c));
             MP_CHECK(o->mark(dev, MARK_CHUNK(k, 1)));
+            /* the reduce waits first for the exchanges in flight (where the backend orders its
+             * collectives so): that wait is communication, so the reduce's mark follows it */
+            if (L->tp > 1 && c->ops->join_exchanges)
+                MP_CHECK(c->ops->join_exchanges(c));
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 2)));
             if (L->tp > 1)
                 MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
-            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 2)));
+            MP_CHECK(o->mark(dev, MARK_CHUNK(k, 3)));
             MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
             char *back = (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes;
             MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back,
@@ -891,7 +1123,7 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
         if (s >= 2) { /* finish the combine of chunk s−2 */
             int k = s - 2;
             struct mp_plan *pl = &L->chunk_plans[k];
-            char *out = (char *)L->outbuf + (size_t)k * ostride;
+            char *out = (char *)L->outbuf + (size_t)ooff[k] * L->row_bytes;
             MP_CHECK(c->ops->wait(c, 2 * k + 1));
             MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)soff[k] * L->row_bytes,
                                 NULL, NULL, soff[k], pl->nsend,
@@ -905,8 +1137,9 @@ static int iteration_overlap(struct mp_layer *L, const struct mp_point *pt, stru
     double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE);
     for (int k = 0; k < N; k++) {
         t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, 0), MARK_CHUNK(k, 1));
-        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, 1), MARK_CHUNK(k, 2));
+        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, 2), MARK_CHUNK(k, 3));
     }
+    rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
     rec->route = t_route;
     rec->ffn = t_ffn;
     rec->tp_reduce = t_tp;
@@ -1055,12 +1288,16 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->iters = pt->iters;
     res->nranks = c->size;
 
+    if (!pt->padded) /* the padded dispatch has buffers of its own */
+        MP_CHECK(size_row_buffers(L, total, mp_placement_nlocal(pt->placement, c->ep_rank)));
     MP_CHECK(setup_weights(L, pt->placement));
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(setup_gate(L));
     mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
+    gate_skew_hook(L, ntok);
     MP_CHECK(L->ops->upload(L->dev, L->x, L->host_tok, (size_t)ntok * L->m.hidden));
     MP_CHECK(pool_make(&pool, pt, L->seed, total, tok0, ntok, L->m.topk, L->m.experts));
+    MP_CHECK(check_tp_routing(L, pt, &pool, ntok));
     mine = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *mine);
     if (!mine) {
         mp_error("out of memory");

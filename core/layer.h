@@ -48,10 +48,12 @@ struct mp_point_result {
 struct mp_layer; /* one layout's buffers, plan and weights */
 
 /* Prepare a layout (the comm must already be split for it) for points of at most `max_tokens`
- * tokens (batch·seq) in total. Buffers are sized here, once; points reuse them. Refuses with
- * MP_ERR_USAGE, before allocating and naming the flags and the bytes, when the estimate exceeds the
- * per-rank budget (mp_memory_budget with `max_memory`), or when a rank's token-expert rows would
- * exceed the 2^31 an MPI count holds. */
+ * tokens (batch·seq) in total. Buffers are sized here for what a rank holding its contiguous share
+ * of experts can receive; a point whose placement gives a rank more experts grows them before its
+ * iterations. Refuses with MP_ERR_USAGE on every rank alike (collective), before allocating and
+ * naming the bytes and the rank with the least room, when the estimate exceeds some rank's budget
+ * (mp_memory_agree with `max_memory`: its GPU's free memory, or its host's share), or when a
+ * rank's token-expert rows would exceed the 2^31 an MPI count holds. */
 int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, struct mp_compute *dev,
                     struct mp_comm *comm, const struct mp_model *model, uint64_t seed,
                     long max_tokens, long long max_memory, int max_overlap);

@@ -15,6 +15,8 @@ struct mp_rank_iter {
     double bytes_sent;   /* dispatch + combine bytes this rank sent to other ranks */
     double bytes_internode; /* of those, bytes to ranks on other nodes */
     double dropped;      /* of `pairs`, those a padded dispatch dropped (over capacity) */
+    double start_skew;   /* µs this rank waited at the iteration's start for the last rank to arrive
+                          * (its arrival at the start barrier to the end of the alignment) */
 };
 #define MP_RANK_ITER_FIELDS (sizeof(struct mp_rank_iter) / sizeof(double))
 

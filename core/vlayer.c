@@ -215,6 +215,7 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->bytes_sent = t->bytes_sent[p];
     x->bytes_internode = t->bytes_inter[p];
     x->dropped = 0; /* the model times the dynamic dispatch, which drops nothing */
+    x->start_skew = 0; /* the model's ranks start together */
 }
 
 /* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */

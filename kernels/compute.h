@@ -140,10 +140,16 @@ struct mp_compute_ops {
     /* the PCI bus id of the device this rank drives ("0000:17:00.0"), for placement facts and
      * --cpu-bind; NULL (or an absent entry) for host backends */
     const char *(*pci_bus_id)(struct mp_compute *c);
+
+    /* optional (device backends): this rank's device memory now, free and total bytes
+     * (cudaMemGetInfo); absent for host backends, whose buffers live in the host memory its ranks
+     * share (mp_mem_available) */
+    int (*mem_info)(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes);
 };
 
-/* 6 for the phases of a layer, 3 per chunk of a pipelined one (up to 32 chunks) */
-#define MP_TIMER_SLOTS 104
+/* 7 for the phases of a layer and its start alignment, 4 per chunk of a pipelined one (up to 32
+ * chunks) */
+#define MP_TIMER_SLOTS 135
 
 /* The backends built into this binary, NULL-terminated. */
 extern const struct mp_compute_ops *const mp_compute_backends[];

@@ -1327,6 +1327,13 @@ static void cuda_host_free(struct mp_compute *c, void *p)
 
 static const char *cuda_pci_bus_id(struct mp_compute *c) { return c->bus[0] ? c->bus : NULL; }
 
+static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes)
+{
+    CUDACHECK(cudaSetDevice(c->device));
+    CUDACHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return MP_OK;
+}
+
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .elem_size = sizeof(bf16),
@@ -1359,4 +1366,5 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .pci_bus_id = cuda_pci_bus_id,
+    .mem_info = cuda_mem_info,
 };

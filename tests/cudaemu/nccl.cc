@@ -8,7 +8,7 @@
  * communicator (a later use of the handle is caught), and a communicator's queued operations end
  * when it is aborted. CUDAEMU_NCCL_VERSION=M.m.p makes ncclGetVersion report another version.
  * CUDAEMU_TRACE=1 prints, when MPI_Init starts, which device is current and whether it was chosen
- * (an MPI built with GPU support makes a context there). */
+ * (an MPI built with GPU support makes a context there). CUDAEMU_NCCL_DELAY_US makes a slow link. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,10 +145,30 @@ static size_t nccl_type_size(ncclDataType_t t)
     return 0;
 }
 
+/* CUDAEMU_NCCL_DELAY_US=N: every group of sends and receives (an EP exchange) takes N µs more when
+ * its stream runs it, as over a slow link; the allreduce is not delayed. */
+static void p2p_delay()
+{
+    static long us = -1;
+    if (us < 0) {
+        const char *v = getenv("CUDAEMU_NCCL_DELAY_US");
+        char *end = nullptr;
+        us = v && *v ? strtol(v, &end, 10) : 0;
+        if (v && *v && (*end || us < 0))
+            fault("CUDAEMU_NCCL_DELAY_US=%s: microseconds, ≥ 0", v);
+    }
+    if (us > 0) {
+        struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+        while (nanosleep(&t, &t) != 0)
+            ;
+    }
+}
+
 static void run_p2p(std::vector<p2p> ops)
 {
     if (ops[0].comm->aborted) /* ncclCommAbort ends what was queued */
         return;
+    p2p_delay();
     std::vector<MPI_Request> req(ops.size());
     for (size_t i = 0; i < ops.size(); i++) /* receives first, then sends, all completed together */
         if (!ops[i].send)

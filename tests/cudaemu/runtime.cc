@@ -1,7 +1,9 @@
 /* runtime.cc - the CPU stand-in for the CUDA runtime calls moeperf's GPU path makes (kernels.cc,
  * cublas.cc and nccl.cc hold the rest), so the cuda and nccl backends run without a GPU: device
  * memory is host memory kept in a registry (every copy, kernel pointer and GEMM operand is checked
- * against it), and a captured stream records its work into a graph that launches replay.
+ * against it) and counted against each device's emulated size (CUDAEMU_DEVICE_MEMORY:
+ * cudaMemGetInfo reports it, cudaMalloc refuses beyond it), and a captured stream records its work
+ * into a graph that launches replay.
  *
  * Streams are queues that run as late as CUDA allows, so missing synchronisation shows: a stream's
  * work runs when the host waits for it (cudaStreamSynchronize, cudaStreamQuery, cudaEventSynchronize,
@@ -62,6 +64,7 @@ namespace cudaemu {
 struct allocation {
     size_t bytes;
     bool pinned;
+    int device; /* the device current when it was made (device memory only) */
 };
 static std::map<uintptr_t, allocation> allocations;
 static std::vector<cudaemu_stream *> streams; /* in creation order */
@@ -296,13 +299,61 @@ cudaError_t cudaGetDevice(int *d)
     return cudaSuccess;
 }
 
+/* The emulated memory of device d: CUDAEMU_DEVICE_MEMORY in bytes, with a K, M, G or T suffix
+ * (powers of 1000), one value for every device or a comma-separated list whose entry d is device
+ * d's (the last entry repeats); 141 GB, an H200's, when unset. */
+static size_t device_memory(int d)
+{
+    const char *v = getenv("CUDAEMU_DEVICE_MEMORY");
+    if (!v || !*v)
+        return (size_t)141e9;
+    double bytes = -1;
+    for (int i = 0; i <= d && *v; i++) {
+        char *end;
+        bytes = strtod(v, &end);
+        double unit = 1;
+        switch (*end) {
+        case 'K': unit = 1e3; end++; break;
+        case 'M': unit = 1e6; end++; break;
+        case 'G': unit = 1e9; end++; break;
+        case 'T': unit = 1e12; end++; break;
+        }
+        if (end == v || bytes < 0 || (*end && *end != ','))
+            fault("CUDAEMU_DEVICE_MEMORY=%s: bytes with an optional K/M/G/T suffix, "
+                  "comma-separated per device", getenv("CUDAEMU_DEVICE_MEMORY"));
+        bytes *= unit;
+        v = *end ? end + 1 : end;
+    }
+    return (size_t)bytes;
+}
+
+/* Device memory allocated on device d. */
+static size_t device_allocated(int d)
+{
+    size_t n = 0;
+    for (const auto &a : allocations)
+        if (!a.second.pinned && a.second.device == d)
+            n += a.second.bytes;
+    return n;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!free_bytes || !total_bytes)
+        return last_error = cudaErrorInvalidValue;
+    size_t total = device_memory(current_device), used = device_allocated(current_device);
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 {
     if (d < 0 || d >= device_count())
         return last_error = cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cudaemu CPU stand-in");
-    p->totalGlobalMem = (size_t)80 << 30;
+    p->totalGlobalMem = device_memory(d);
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = 132; /* as an H100 or H200, so grids sized from it split as there */
@@ -358,11 +409,17 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *cal
     if (capture)
         return refuse_in_capture(call);
     *p = nullptr;
+    /* the device's emulated memory is finite: more than it has free is refused, as on a GPU */
+    if (!pinned) {
+        size_t total = device_memory(current_device), used = device_allocated(current_device);
+        if (bytes > total - std::min(total, used))
+            return last_error = cudaErrorMemoryAllocation;
+    }
     if (posix_memalign(p, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
     if (bytes <= bulk_max) /* fresh memory reads as NaN (or −1) */
         memset(*p, 0xff, bytes);
-    allocations[(uintptr_t)*p] = {bytes, pinned};
+    allocations[(uintptr_t)*p] = {bytes, pinned, current_device};
     return cudaSuccess;
 }
 

@@ -69,6 +69,7 @@ cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaDriverGetVersion(int *v);
 cudaError_t cudaRuntimeGetVersion(int *v);
 cudaError_t cudaDeviceSynchronize(void);
