@@ -341,7 +341,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
     if (!free_bytes || !total_bytes)
         return last_error = cudaErrorInvalidValue;
-    size_t total = device_memory(current_device), used = device_allocated(current_device);
+    size_t total = device_memory(device_now), used = device_allocated(device_now);
     *total_bytes = total;
     *free_bytes = used < total ? total - used : 0;
     return cudaSuccess;
@@ -411,7 +411,7 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *cal
     *p = nullptr;
     /* the device's emulated memory is finite: more than it has free is refused, as on a GPU */
     if (!pinned) {
-        size_t total = device_memory(current_device), used = device_allocated(current_device);
+        size_t total = device_memory(device_now), used = device_allocated(device_now);
         if (bytes > total - std::min(total, used))
             return last_error = cudaErrorMemoryAllocation;
     }
@@ -419,7 +419,7 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned, const char *cal
         return last_error = cudaErrorMemoryAllocation;
     if (bytes <= bulk_max) /* fresh memory reads as NaN (or −1) */
         memset(*p, 0xff, bytes);
-    allocations[(uintptr_t)*p] = {bytes, pinned, current_device};
+    allocations[(uintptr_t)*p] = {bytes, pinned, device_now};
     return cudaSuccess;
 }
 
