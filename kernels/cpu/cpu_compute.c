@@ -307,10 +307,11 @@ static size_t llc_bytes(void)
 #define FLUSH_UNKNOWN_LLC ((size_t)32 << 20)
 #define FLUSH_MAX_BYTES ((size_t)2 << 30)
 
-/* Read and write one word of every 64-byte line of a buffer of 2 × the LLC: every line of it
- * passes through the caches and displaces what they held (the weights of the last iteration).
- * Plain loads and stores, never memset, whose large fills bypass the cache with non-temporal
- * stores. The first call allocates and touches the buffer. */
+/* Read one word of every 64-byte line of a buffer of 2 × the LLC: every line of it passes through
+ * the caches and displaces what they held (the weights of the last iteration). Reads only, so
+ * the lines left behind are clean and evicting them during the timed iteration writes nothing
+ * back; the first call allocates the buffer and writes it once (plain stores, not memset, whose
+ * large fills may bypass the cache). */
 static int cpu_flush_cache(struct mp_compute *c)
 {
     if (!c->flush_buf) {
@@ -328,12 +329,12 @@ static int cpu_flush_cache(struct mp_compute *c)
         for (size_t i = 0; i < bytes / sizeof *c->flush_buf; i++)
             c->flush_buf[i] = i;
     }
-    uint64_t *p = c->flush_buf, v = ++c->flushes, sum = 0;
-    for (size_t i = 0; i < c->flush_bytes / sizeof *p; i += 64 / sizeof *p) {
+    const volatile uint64_t *p = c->flush_buf;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < c->flush_bytes / sizeof *p; i += 64 / sizeof *p)
         sum += p[i];
-        p[i] = v;
-    }
     c->flush_sink += sum; /* the loads are used: nothing to elide */
+    c->flushes++;
     return MP_OK;
 }
 
