@@ -28,7 +28,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
-    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_FFN_GRAPH, MP_OPT_END,
+    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_FFN_GRAPH, MP_OPT_FLUSH_CACHE, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -56,6 +56,9 @@ static const struct mp_runfile_spec files[] = {
 };
 
 enum { MARK_START, MARK_FFN };
+
+/* --flush-cache: the flushes this rank made, one per timed iteration (run.json: cache_flushes) */
+static long cache_flushes;
 
 /* One point's rows: the critical rank's counts (every rank computes them alike) and this rank's
  * row layout. */
@@ -378,16 +381,20 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): device drained,
- * barrier, then the FFN queued (or, with `replay`, the captured FFN launched); duration from its
- * marks in *us. */
+/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): with `flush` the
+ * device's caches evicted first, then the device drained, barrier, then the FFN queued (or, with
+ * `replay`, the captured FFN launched); duration from its marks in *us. */
 static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
-                         int replay, double *us)
+                         int replay, int flush, double *us)
 {
     const struct mp_compute_ops *o = s->cops;
     struct mp_compute *dev = s->dev;
     struct mp_comm *c = s->comm;
     int rc = MP_OK;
+    if (flush) { /* outside the marks and any capture: before the drain */
+        MP_CHECK(o->flush_cache(dev));
+        cache_flushes++;
+    }
     MP_CHECK(o->sync(dev));
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(replay ? o->replay(dev) : ffn_queue(s, b, w));
@@ -426,16 +433,17 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
     }
     MP_CHECK(bufs_make(&b, s, wc, w));
     b.gemm = gemm;
+    int flush = mp_flush_cache_active(s);
     for (int i = 0; i < s->o.warmup; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, 0, &scratch));
+        MP_CHECK(ffn_iteration(s, &b, w, 0, 0, &scratch));
     if (s->o.graph) { /* grown buffers first, then the capture, then one replay untimed */
         if (s->o.warmup == 0)
-            MP_CHECK(ffn_iteration(s, &b, w, 0, &scratch));
+            MP_CHECK(ffn_iteration(s, &b, w, 0, 0, &scratch));
         MP_CHECK(ffn_capture(s, &b, w));
-        MP_CHECK(ffn_iteration(s, &b, w, 1, &scratch));
+        MP_CHECK(ffn_iteration(s, &b, w, 1, 0, &scratch));
     }
     for (int i = 0; i < n; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, s->o.graph, &mine[i]));
+        MP_CHECK(ffn_iteration(s, &b, w, s->o.graph, flush, &mine[i]));
     MP_CHECK(c->ops->gather(c, mine, (size_t)n * sizeof *mine, all));
     if (c->rank == 0)
         for (int i = 0; i < n; i++) {
@@ -545,6 +553,7 @@ static int measure_peaks(struct mp_session *s, double *peak)
             cJSON_AddNullToObject(j, "peak_GBps");
         }
         mp_session_note(s, "roofline", j);
+        mp_session_note(s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(s)));
         rc = mp_runjson_write(s->run, s->o.out, 0);
     }
     return rc;
@@ -645,6 +654,8 @@ int main(int argc, char **argv)
             goto out;
     }
 out:
+    if (s.run)
+        mp_session_note(&s, "cache_flushes", cJSON_CreateNumber((double)cache_flushes));
     mp_runfiles_close(&f);
     mp_routings_free(routings, nrout);
     free(layouts);

@@ -25,7 +25,7 @@ static const struct mp_opt options[] = {
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
-    MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE,
+    MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE, MP_OPT_FLUSH_CACHE,
     MP_OPT_END,
 };
 
@@ -297,6 +297,7 @@ int main(int argc, char **argv)
                                           .overlap = overlap, .padded = padded,
                                           .capacity = capacity, .gemm = gemm,
                                           .graph = s.o.graph,
+                                          .flush_cache = mp_flush_cache_active(&s),
                                           .straggle_rank = straggle_rank,
                                           .straggle_us = straggle_us};
                     struct mp_point_result res;
@@ -333,6 +334,7 @@ out:
         cJSON_AddNumberToObject(sw, "wall_s", (mp_now_us() - t_main) * 1e-6);
         cJSON_AddNumberToObject(sw, "timed_s", timed_us * 1e-6);
         mp_session_note(&s, "sweep", sw);
+        mp_session_note(&s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(&s)));
     }
     mp_runfiles_close(&f);
     mp_routings_free(routings, nrout);

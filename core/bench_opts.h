@@ -99,6 +99,10 @@ extern const char *const mp_cpu_bind_choices[];
     {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
      "capture each point's expert FFN in a CUDA Graph once and replay it: the kernels' time "      \
      "without the host's launch costs (--backend cuda)"}
+#define MP_OPT_FLUSH_CACHE                                                                         \
+    {"flush-cache", MP_OPT_FLAG, MP_O(flush_cache), "1", MP_NOLIMIT, NULL, NULL,                   \
+     "evict the last-level cache (cpu) or L2 (cuda) before every timed iteration, untimed, so "    \
+     "weights come from memory as in a full-size model"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

@@ -1359,6 +1359,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         double t_timed = 0;
         for (int i = 0; i < pt->iters; i++) {
             int d = (pt->warmup + i) % pool.n;
+            if (pt->flush_cache && L->ops->flush_cache) /* queued before the iteration's drain */
+                MP_CHECK(L->ops->flush_cache(L->dev));
             double t0 = mp_now_us();
             mp_in_timed_loop = 1;
             rc = one_iteration(L, pt, &pool, d, ntok, chunks, &mine[i]);

@@ -26,6 +26,8 @@ struct mp_point {
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
+    int flush_cache;     /* evict the device's caches (ops->flush_cache) before every timed
+                          * iteration, outside its marks */
     int straggle_rank;   /* debug: this world rank adds straggle_us to its FFN phase */
     double straggle_us;  /* 0: off */
 };

@@ -535,6 +535,13 @@ int mp_opts_parse(const struct mp_opt *table, void *opts, int argc, char **argv,
         const char *name = arg + 2, *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const struct mp_opt *o = arg[1] == '-' ? find_opt(table, name, len) : NULL;
+        int negated = 0; /* --no-NAME: a FLAG turned off (flags that default to on) */
+        if (!o && arg[1] == '-' && len > 3 && strncmp(name, "no-", 3) == 0) {
+            o = find_opt(table, name + 3, len - 3);
+            negated = o != NULL;
+            if (o && o->type != MP_OPT_FLAG)
+                o = NULL;
+        }
         if (!o) {
             mp_usage("unknown flag %.*s (see --help)", (int)(eq ? eq - arg : (long)strlen(arg)),
                      arg);
@@ -542,7 +549,7 @@ int mp_opts_parse(const struct mp_opt *table, void *opts, int argc, char **argv,
             goto out;
         }
         char what[128];
-        snprintf(what, sizeof what, "--%s", o->name);
+        snprintf(what, sizeof what, "--%s%s", negated ? "no-" : "", o->name);
         const char *val = NULL;
         if (o->type == MP_OPT_FLAG) {
             if (eq) {
@@ -559,7 +566,9 @@ int mp_opts_parse(const struct mp_opt *table, void *opts, int argc, char **argv,
             rc = MP_ERR_USAGE;
             goto out;
         }
-        if ((rc = set_value(o, opts, val, what)))
+        if (negated)
+            *(int *)field(o, opts) = 0;
+        else if ((rc = set_value(o, opts, val, what)))
             goto out;
     }
 out:
@@ -649,6 +658,10 @@ void mp_opts_help(FILE *f, const struct mp_opt *table, const char *summary)
         char desc[2048];
         size_t used = 0;
         used += (size_t)snprintf(desc, sizeof desc, "%s", o->help ? o->help : "");
+        if (o->type == MP_OPT_FLAG && o->defval && strcmp(o->defval, "0") != 0 &&
+            used < sizeof desc)
+            used += (size_t)snprintf(desc + used, sizeof desc - used,
+                                     " [default: on; --no-%s turns it off]", o->name);
         if (o->defval && o->type != MP_OPT_FLAG && used < sizeof desc)
             used += (size_t)snprintf(desc + used, sizeof desc - used, " [default: %s]", o->defval);
         if (has_range(o) && o->type != MP_OPT_FLAG && used < sizeof desc)

@@ -53,7 +53,8 @@ struct mp_opt {
  * they are collected there (heap array, NULL-terminated; count in *npositional).
  * Details: every field of `opts` is overwritten first (nothing it held is freed). A flag's value
  * is the next argument unless that starts with "--" ("--batch --check" is a missing value); a FLAG
- * takes no value; a repeated flag keeps the last value; "--" ends the flags. On MP_HELP and on
+ * takes no value and "--no-NAME" turns it off (for flags that default to on); a repeated flag
+ * keeps the last value; "--" ends the flags. On MP_HELP and on
  * errors the parser frees what it stored (mp_opts_free stays safe to call). Positional entries
  * point into argv: free only the array. */
 int mp_opts_parse(const struct mp_opt *table, void *opts, int argc, char **argv,
@@ -94,6 +95,7 @@ struct mp_bench_opts {
     struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */
     char *gemm;                 /* the expert FFN's GEMMs: "loop", "grouped" or "skinny" */
     int graph;                  /* replay a captured layer (padded dispatch, device backends) */
+    int flush_cache;            /* evict the LLC / L2 before every timed iteration (untimed) */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

@@ -80,7 +80,13 @@ void mp_runfiles_close(struct mp_runfiles *rf)
 const char *const mp_workload_key[MP_WORKLOAD_NKEY] = {
     "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
     "tp", "ep", "world", "routing", "placement", "overlap", "dispatch", "batch", "seq", "seed",
+    "flush_cache",
 };
+
+int mp_flush_cache_active(const struct mp_session *s)
+{
+    return s->o.flush_cache && !s->modelled && s->cops && s->cops->flush_cache;
+}
 
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
                          const char *routing, const char *placement, int overlap,
@@ -108,4 +114,5 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
     mp_row_int(r, batch);
     mp_row_int(r, s->o.seq);
     mp_row_int(r, s->o.seed);
+    mp_row_int(r, mp_flush_cache_active(s));
 }

@@ -34,13 +34,20 @@ int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s, const char *c
 int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct mp_row *key);
 
 /* The key columns of a layer or FFN point (its workload), and the cells of one point: source,
- * backend, comm, the model's shape, layout, world, routing, placement, overlap, dispatch, batch, seq, seed. */
-#define MP_WORKLOAD_NKEY 20
+ * backend, comm, the model's shape, layout, world, routing, placement, overlap, dispatch, batch,
+ * seq, seed, flush_cache (1 when the caches were evicted before every timed iteration, else 0: warm and
+ * cold runs are different points). */
+#define MP_WORKLOAD_NKEY 21
 extern const char *const mp_workload_key[MP_WORKLOAD_NKEY];
 struct mp_layout;
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
                          const char *routing, const char *placement, int overlap,
                          const char *dispatch, long batch);
+
+/* 1 when this run evicts the device's caches before every timed iteration: --flush-cache (on by
+ * default) on a measured backend that has a flush_cache op; 0 otherwise (--no-flush-cache, the
+ * model backend). */
+int mp_flush_cache_active(const struct mp_session *s);
 
 /* Write a row to file i (rank 0). */
 int mp_runfiles_write(struct mp_runfiles *rf, int i, const struct mp_row *row);

@@ -121,6 +121,13 @@ struct mp_compute_ops {
      * backend's arithmetic (FLOP/s) and of a large device-memory copy (bytes/s, read + written) */
     int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *bytes_per_s);
 
+    /* optional: evict this device's last-level cache (the CPU's LLC, a GPU's L2) so the next
+     * timed iteration reads its weights from memory, as a layer does whose weights exceed the
+     * cache (--flush-cache). Queued on the backend's stream and called only outside timed regions
+     * and graph captures; the buffer it sweeps is allocated on the first call and kept. NULL where
+     * there is no cache to evict (model). */
+    int (*flush_cache)(struct mp_compute *c);
+
     /* the device stream the kernels run on (cudaStream_t), for a comm backend that must order its
      * collectives with them; NULL for host backends */
     void *(*native_stream)(struct mp_compute *c);

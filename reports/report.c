@@ -14,6 +14,7 @@
 const char *const rp_key_names[RP_NKEY] = {
     "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk",
     "shared", "layout", "routing", "placement", "seq", "seed", "overlap", "dispatch",
+    "flush_cache",
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
@@ -236,7 +237,7 @@ static int label_series(struct rp_series *s, int n)
 {
     static const int extra[] = {RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS, RP_K_TOPK,
                                 RP_K_SHARED, RP_K_SEQ, RP_K_BACKEND, RP_K_COMM, RP_K_SEED,
-                                RP_K_OVERLAP, RP_K_DISPATCH};
+                                RP_K_OVERLAP, RP_K_DISPATCH, RP_K_FLUSH};
     char bi[512], bj[512], buf[600];
     for (int i = 0; i < n; i++) {
         int bad = 0;
@@ -508,7 +509,7 @@ int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int 
         if (m == k)
             continue;
         if (ignore_env && (m == RP_K_SOURCE || m == RP_K_BACKEND || m == RP_K_COMM ||
-                           m == RP_K_SEED))
+                           m == RP_K_SEED || m == RP_K_FLUSH))
             continue;
         if (strcmp(a->key[m], b->key[m]) != 0)
             return 0;

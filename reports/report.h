@@ -29,11 +29,11 @@ void rp_run_free(struct rp_run *run);
 /* ---- curves ---- */
 
 /* The key columns that identify a layer or FFN workload apart from its batch (docs/CSV.md), plus
- * `overlap` and `dispatch` where a file has them. */
+ * `overlap`, `dispatch` and `flush_cache` where a file has them. */
 enum {
     RP_K_SOURCE, RP_K_BACKEND, RP_K_COMM, RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS,
     RP_K_TOPK, RP_K_SHARED, RP_K_LAYOUT, RP_K_ROUTING, RP_K_PLACEMENT, RP_K_SEQ, RP_K_SEED,
-    RP_K_OVERLAP, RP_K_DISPATCH, RP_NKEY
+    RP_K_OVERLAP, RP_K_DISPATCH, RP_K_FLUSH, RP_NKEY
 };
 extern const char *const rp_key_names[RP_NKEY];
 
@@ -122,8 +122,8 @@ struct rp_effect {
 struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series *alt);
 
 /* Curves that differ only in key `k` (all other key cells equal; with `ignore_env` set, source,
- * backend, comm and seed may differ too, which pairs a model run with a measured one). Returns
- * 1 when a and b form such a pair. */
+ * backend, comm, seed and flush_cache may differ too, which pairs a model run with a measured
+ * one). Returns 1 when a and b form such a pair. */
 int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int k, int ignore_env);
 
 /* Whether a placement replicates experts (replicate-hot:R, eplb:SLOTS). */

@@ -2,8 +2,17 @@
  * thread per rank, plain loops for gate selection, permutation and combine. */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#if HAVE_HWLOC
+#include <hwloc.h>
+#endif
 
 #include "clock.h"
 #include "compute.h"
@@ -22,6 +31,10 @@ struct mp_compute {
     float *gate_w;
     size_t gate_cap;
     char name[64];
+    /* --flush-cache: the buffer swept between timed iterations (2 × the LLC, first flush) */
+    uint64_t *flush_buf;
+    size_t flush_bytes;
+    uint64_t flushes, flush_sink;
 };
 
 /* OpenBLAS exports this; declared here since not every cblas.h does. */
@@ -48,6 +61,7 @@ static void cpu_fini(struct mp_compute *c)
     mp_dplan_host_free(&c->plan);
     free(c->gate_ids);
     free(c->gate_w);
+    free(c->flush_buf);
     free(c);
 }
 
@@ -233,16 +247,120 @@ static double cpu_elapsed_us(struct mp_compute *c, int a, int b) { return c->mar
 
 static int cpu_sync(struct mp_compute *c) { return MP_OK; }
 
+/* Bytes of the largest CPU cache: hwloc's caches where it is built in, else the sizes Linux
+ * lists under /sys/devices/system/cpu/cpu0/cache, else sysconf's L3 or L2; 0 when none says. */
+static size_t llc_bytes(void)
+{
+    size_t best = 0;
+#if HAVE_HWLOC
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) == 0) {
+        if (hwloc_topology_load(topo) == 0) {
+            const hwloc_obj_type_t types[] = {HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE,
+                                              HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE};
+            for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+                for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, types[t], NULL); o;
+                     o = hwloc_get_next_obj_by_type(topo, types[t], o))
+                    if (o->attr && o->attr->cache.size > best)
+                        best = (size_t)o->attr->cache.size;
+        }
+        hwloc_topology_destroy(topo);
+    }
+    if (best > 0)
+        return best;
+#endif
+    for (int i = 0; i < 16; i++) { /* "32768K" */
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        unsigned long long v = 0;
+        char unit = 0;
+        if (fscanf(f, "%llu%c", &v, &unit) >= 1) {
+            v *= unit == 'K'   ? 1024ull
+                 : unit == 'M' ? 1024ull * 1024
+                 : unit == 'G' ? 1ull << 30
+                               : 1;
+            if (v > best)
+                best = (size_t)v;
+        }
+        fclose(f);
+    }
+    if (best > 0)
+        return best;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0)
+        return (size_t)l3;
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0)
+        return (size_t)l2;
+#endif
+    return 0;
+}
+
+/* The sweep's size: twice the largest cache (an LRU-like cache then holds none of what was there
+ * before), 64 MiB when no size is known, at most 2 GiB. */
+#define FLUSH_UNKNOWN_LLC ((size_t)32 << 20)
+#define FLUSH_MAX_BYTES ((size_t)2 << 30)
+
+/* Read one word of every 64-byte line of a buffer of 2 × the LLC: every line of it passes through
+ * the caches and displaces what they held (the weights of the last iteration). Reads only, so
+ * the lines left behind are clean and evicting them during the timed iteration writes nothing
+ * back; the first call allocates the buffer and writes it once (plain stores, not memset, whose
+ * large fills may bypass the cache). */
+static int cpu_flush_cache(struct mp_compute *c)
+{
+    if (!c->flush_buf) {
+        size_t llc = llc_bytes(), bytes = 2 * (llc > 0 ? llc : FLUSH_UNKNOWN_LLC);
+        if (bytes > FLUSH_MAX_BYTES)
+            bytes = FLUSH_MAX_BYTES;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes) != 0) {
+            mp_error("--flush-cache: out of memory for a %zu MiB buffer to sweep the cache",
+                     bytes >> 20);
+            return MP_ERR_RUNTIME;
+        }
+        c->flush_buf = p;
+        c->flush_bytes = bytes;
+        for (size_t i = 0; i < bytes / sizeof *c->flush_buf; i++)
+            c->flush_buf[i] = i;
+    }
+    const volatile uint64_t *p = c->flush_buf;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < c->flush_bytes / sizeof *p; i += 64 / sizeof *p)
+        sum += p[i];
+    c->flush_sink += sum; /* the loads are used: nothing to elide */
+    c->flushes++;
+    return MP_OK;
+}
+
+/* Microseconds of CPU time this thread has run. */
+static double thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
 /* Sizes of the peak measurement: one 2048³ sgemm takes ~0.1–0.3 s on a core, one 256 MiB copy
  * ~30 ms; with allocation and first touch the whole measurement stays under ~2 s. */
 #define PEAK_GEMM_N 2048
 #define PEAK_COPY_BYTES ((size_t)256 << 20)
 #define PEAK_RUNS 3
+#define PEAK_COPY_RUNS 8 /* cheap, and a shared machine's bandwidth comes and goes */
 
 /* The roofline of one core: FLOP/s is the best of PEAK_RUNS single-threaded cblas_sgemm calls of
- * M = N = K = PEAK_GEMM_N (2·M·N·K FLOPs each); bytes/s is the best of PEAK_RUNS memcpy calls of
- * PEAK_COPY_BYTES, counted as read + written = 2·size (the STREAM copy convention, McCalpin 1995).
- * Every buffer is written before timing so page faults stay out of the timed calls. */
+ * M = N = K = PEAK_GEMM_N (2·M·N·K FLOPs each); bytes/s is the best of PEAK_COPY_RUNS memcpy calls
+ * of PEAK_COPY_BYTES, counted as read + written = 2·size (the STREAM copy convention, McCalpin
+ * 1995). Every buffer is written before timing so page faults stay out of the timed calls. Each
+ * call is timed by this thread's CPU time (CLOCK_THREAD_CPUTIME_ID; OpenBLAS runs one thread in
+ * the caller), not the wall clock: on a core shared with other processes, time spent preempted is
+ * not the core's capability, and a roofline lowered by it would put short timed iterations, which
+ * fit between preemptions, above the roofline. */
 static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *bytes_per_s)
 {
     size_t n = PEAK_GEMM_N, nn = n * n;
@@ -266,21 +384,21 @@ static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *b
 
     double best = 0;
     for (int r = 0; r < PEAK_RUNS; r++) {
-        double t0 = mp_now_us();
+        double t0 = thread_cpu_us();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a,
                     (int)n, b, (int)n, 0.0f, d, (int)n);
-        double us = mp_now_us() - t0;
+        double us = thread_cpu_us() - t0;
         if (us > 0 && (best == 0 || us < best))
             best = us;
     }
     *flops_per_s = best > 0 ? 2.0 * (double)n * n * n / (best * 1e-6) : 0;
 
     best = 0;
-    for (int r = 0; r < PEAK_RUNS; r++) {
+    for (int r = 0; r < PEAK_COPY_RUNS; r++) {
         src[r] = (char)r; /* a changed source: nothing to elide */
-        double t0 = mp_now_us();
+        double t0 = thread_cpu_us();
         memcpy(dst, src, PEAK_COPY_BYTES);
-        double us = mp_now_us() - t0;
+        double us = thread_cpu_us() - t0;
         if (us > 0 && (best == 0 || us < best))
             best = us;
     }
@@ -320,4 +438,5 @@ const struct mp_compute_ops mp_compute_cpu = {
     .elapsed_us = cpu_elapsed_us,
     .sync = cpu_sync,
     .measure_peak = cpu_measure_peak,
+    .flush_cache = cpu_flush_cache,
 };

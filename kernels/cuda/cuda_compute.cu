@@ -134,6 +134,10 @@ struct mp_compute {
     cudaGraphExec_t exec;
     int capturing;
     void *blas_ws; /* cuBLAS workspace set once, so captured GEMMs never allocate */
+    /* --flush-cache: the buffer a memset sweeps through L2 (2 × its size, first flush) */
+    void *flush_buf;
+    size_t flush_bytes;
+    unsigned flushes;
 };
 
 /* Arguments of cublasGemmGroupedBatchedEx for up to `cap` problems, one problem per group (every
@@ -271,6 +275,7 @@ static void cuda_fini(struct mp_compute *c)
     cudaFree(c->d_acc);
     cudaFree(c->skinny_ws);
     cudaFree(c->skinny_count);
+    cudaFree(c->flush_buf);
     if (c->g) {
         free(c->g->op);
         free(c->g->m);
@@ -1202,6 +1207,26 @@ static int cuda_sync(struct mp_compute *c)
     return MP_OK;
 }
 
+/* Evict L2: a memset of 2 × cudaDevAttrL2CacheSize bytes queued on the stream, whose every line
+ * passes through L2 and displaces what it held (nvbench flushes L2 between measurements the same
+ * way). Never inside a capture: a replay would run it between the marks. */
+static int cuda_flush_cache(struct mp_compute *c)
+{
+    if (c->capturing) {
+        mp_error("--flush-cache: a flush inside a graph capture would be replayed as timed work");
+        return MP_ERR_RUNTIME;
+    }
+    if (!c->flush_buf) {
+        int l2 = 0;
+        CUDACHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
+        size_t bytes = 2 * (l2 > 0 ? (size_t)l2 : (size_t)64 << 20);
+        CUDACHECK(cudaMalloc(&c->flush_buf, bytes));
+        c->flush_bytes = bytes;
+    }
+    CUDACHECK(cudaMemsetAsync(c->flush_buf, (int)(++c->flushes & 0xff), c->flush_bytes, c->stream));
+    return MP_OK;
+}
+
 /* x[i] = a uniform value in [−1, 1) from a hash of (i, seed): tensor cores switch fewer bits on
  * zeros, so a rate measured on zeros would overstate what real operands reach. */
 __global__ void fill_random_kernel(bf16 *x, size_t n, uint32_t seed)
@@ -1358,6 +1383,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .elapsed_us = cuda_elapsed_us,
     .sync = cuda_sync,
     .measure_peak = cuda_measure_peak,
+    .flush_cache = cuda_flush_cache,
     .native_stream = cuda_native_stream,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,

@@ -347,6 +347,10 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
     return cudaSuccess;
 }
 
+/* as an H100 or H200 (sm_90): 132 SMs, so grids sized from them split as there, and 50 MiB of L2 */
+#define STANDIN_SMS 132
+#define STANDIN_L2_BYTES (50 << 20)
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 {
     if (d < 0 || d >= device_count())
@@ -356,9 +360,28 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     p->totalGlobalMem = device_memory(d);
     p->major = 9;
     p->minor = 0;
-    p->multiProcessorCount = 132; /* as an H100 or H200, so grids sized from it split as there */
+    p->multiProcessorCount = STANDIN_SMS;
+    p->l2CacheSize = STANDIN_L2_BYTES;
     p->pciBusID = 0x10 + d;
     return cudaSuccess;
+}
+
+/* The attributes of cudaDeviceProp above that moeperf reads one at a time; as CUDA, an invalid
+ * device is cudaErrorInvalidDevice and an attribute it does not know (here: one the stand-in
+ * does not answer) cudaErrorInvalidValue, with *value untouched. */
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int d)
+{
+    if (!value)
+        return last_error = cudaErrorInvalidValue;
+    if (d < 0 || d >= device_count())
+        return last_error = cudaErrorInvalidDevice;
+    switch ((int)attr) {
+    case cudaDevAttrMultiProcessorCount: *value = STANDIN_SMS; return cudaSuccess;
+    case cudaDevAttrL2CacheSize: *value = STANDIN_L2_BYTES; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    }
+    return last_error = cudaErrorInvalidValue;
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)

@@ -325,11 +325,36 @@ static void cub_calls()
     cudaFree(tmp2);
 }
 
+/* Device attributes agree with the properties; an invalid device or attribute is refused. */
+static void attributes()
+{
+    cudaDeviceProp p;
+    int l2 = -1, sms = -1, n = 0, v = 7;
+    cudaGetDeviceCount(&n);
+    bool ok = cudaGetDeviceProperties(&p, 0) == cudaSuccess &&
+              cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0) == cudaSuccess &&
+              cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess;
+    expect(ok && l2 == 52428800 && l2 == p.l2CacheSize && sms == p.multiProcessorCount,
+           "cudaDevAttrL2CacheSize is an H200's 50 MiB, as cudaDeviceProp says");
+    expect(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, n) == cudaErrorInvalidDevice &&
+               cudaGetLastError() == cudaErrorInvalidDevice && v == 7,
+           "an attribute of a device past the last is refused");
+    expect(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, -1) == cudaErrorInvalidDevice &&
+               v == 7,
+           "an attribute of device -1 is refused");
+    (void)cudaGetLastError();
+    expect(cudaDeviceGetAttribute(&v, (enum cudaDeviceAttr)100000, 0) == cudaErrorInvalidValue &&
+               v == 7,
+           "an unknown attribute is refused");
+    (void)cudaGetLastError();
+}
+
 int main(void)
 {
     printf("cudaemu self-test (schedule %s)\n",
            getenv("CUDAEMU_SCHEDULE") ? getenv("CUDAEMU_SCHEDULE") : "late");
     launches();
+    attributes();
     copies();
     streams();
     capture();

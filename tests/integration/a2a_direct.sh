@@ -2,8 +2,10 @@
 # a2a_direct.sh - moeperf-a2a's uniform pattern at 64 KiB per peer agrees with a bare MPI_Alltoallv
 # loop within 10% (median of the slowest rank), and its CSV carries the size labels and bandwidths
 # with busbw = algbw·(n−1)/n. The two run one after the other on a shared machine, so up to three
-# attempts are made; a systematic difference fails all three.
+# attempts are made; a systematic difference fails all three. The ratio is a timing study: in a
+# sanitizer build it is printed, not judged.
 . "$(dirname "$0")/lib.sh"
+SANITIZERS=$(sanitizer_build)
 
 ITERS=400
 for attempt in 1 2 3; do
@@ -14,6 +16,10 @@ for attempt in 1 2 3; do
     direct=$(mpi 2 "$BUILD/tests/alltoallv_direct" 65536 $ITERS 50)
     ratio=$(awk -v a="$ours" -v b="$direct" 'BEGIN { printf "%.3f", a / b }')
     echo "attempt $attempt: moeperf-a2a ${ours} us, direct MPI_Alltoallv ${direct} us, ratio $ratio"
+    if [ "$SANITIZERS" != none ]; then
+        echo "ratio not judged: a timing study, and this build is instrumented with -fsanitize=$SANITIZERS"
+        break
+    fi
     if awk -v r="$ratio" 'BEGIN { exit !(r >= 0.9 && r <= 1.1) }'; then
         break
     fi

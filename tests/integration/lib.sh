@@ -53,3 +53,27 @@ refused() {
     [ "$rc" -eq 2 ] || fail "$* exited $rc, expected 2: $(cat "$TMP/refused.err")"
     echo "refused: $(cat "$TMP/refused.err")"
 }
+
+# sanitizer_build: prints the sanitizers $BUILD was configured with (b_sanitize, from meson's
+# introspection file, else `meson introspect`), or "none".
+sanitizer_build() {
+    python3 - "$BUILD" <<'PY' 2>/dev/null || meson introspect --buildoptions "$BUILD" 2>/dev/null |
+import json, os, sys
+path = os.path.join(sys.argv[1], "meson-info", "intro-buildoptions.json")
+v = next((o["value"] for o in json.load(open(path)) if o["name"] == "b_sanitize"), "none")
+print(",".join(v) or "none" if isinstance(v, list) else v)  # a list in newer meson
+PY
+        python3 -c 'import json, sys
+v = next((o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize"), "none")
+print(",".join(v) or "none" if isinstance(v, list) else v)' 2>/dev/null || echo none
+}
+
+# skip_timing_in_sanitizer_build WHAT: a timing study means nothing in a sanitizer build (ASan and
+# UBSan slow every access, unevenly); skips the test (77) saying so in such a build.
+skip_timing_in_sanitizer_build() {
+    san=$(sanitizer_build)
+    [ "$san" = none ] && return 0
+    echo "SKIP: $1 is a timing study; this build is instrumented with -fsanitize=$san, which" \
+        "slows it unevenly (run it in a release build)"
+    exit 77
+}

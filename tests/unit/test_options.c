@@ -23,6 +23,7 @@ struct topts {
     struct mp_strlist routing;
     int world;
     char *out;
+    int flush; /* a flag that defaults to on */
 };
 
 static const char *const backends[] = {"cpu", "cuda", "model", NULL};
@@ -42,6 +43,7 @@ static const struct mp_opt table[] = {
     {"routing", MP_OPT_STRING_LIST, OFF(routing), "uniform", 1, 0, routings, NULL, "routings"},
     {"world", MP_OPT_INT, OFF(world), NULL, 1, 4096, NULL, NULL, "virtual ranks"},
     {"out", MP_OPT_STRING, OFF(out), NULL, 1, 0, NULL, "DIR", "output directory"},
+    {"flush-cache", MP_OPT_FLAG, OFF(flush), "1", 1, 0, NULL, NULL, "evict caches"},
     {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -120,6 +122,7 @@ static void test_defaults(void)
     CHECK_STR(o.routing.v[0], "uniform");
     CHECK_INT(o.world, -1);
     CHECK(o.out == NULL);
+    CHECK_INT(o.flush, 1);
     mp_opts_free(table, &o);
     CHECK(o.backend == NULL);
     CHECK(o.batch.v == NULL && o.batch.n == 0);
@@ -236,6 +239,36 @@ static void test_errors(void)
                  "unexpected argument 'stray'*");
 }
 
+/* A flag that defaults to on: --no-NAME turns it off, --NAME on again, the last one wins; the
+ * --no- form exists only for flags and takes no value either. */
+static void test_negated_flag(void)
+{
+    struct topts o;
+    char msg[1024];
+    CHECK_INT(parse(&o, (const char *[]){"--no-flush-cache", NULL}, msg, sizeof msg), MP_OK);
+    CHECK_STR(msg, "");
+    CHECK_INT(o.flush, 0);
+    mp_opts_free(table, &o);
+    CHECK_INT(parse(&o, (const char *[]){"--no-flush-cache", "--flush-cache", NULL}, msg,
+                    sizeof msg),
+              MP_OK);
+    CHECK_INT(o.flush, 1);
+    mp_opts_free(table, &o);
+    CHECK_INT(parse(&o, (const char *[]){"--flush-cache", "--no-flush-cache", NULL}, msg,
+                    sizeof msg),
+              MP_OK);
+    CHECK_INT(o.flush, 0);
+    mp_opts_free(table, &o);
+    CHECK_INT(parse(&o, (const char *[]){"--no-check", "--check", NULL}, msg, sizeof msg), MP_OK);
+    CHECK_INT(o.check, 1);
+    mp_opts_free(table, &o);
+    expect_error((const char *[]){"--no-flush-cache=1", NULL},
+                 "--no-flush-cache takes no value (got '1')");
+    expect_error((const char *[]){"--no-iters", "3", NULL}, "unknown flag --no-iters (see --help)");
+    expect_error((const char *[]){"--no-", NULL}, "unknown flag --no- (see --help)");
+    expect_error((const char *[]){"--no-bogus", NULL}, "unknown flag --no-bogus (see --help)");
+}
+
 static void test_size_parse(void)
 {
     static const struct {
@@ -344,6 +377,7 @@ static void test_help(void)
     CHECK(strstr(out, "[one of: cpu|cuda|model]") != NULL);
     CHECK(strstr(out, "zipf:...") != NULL);
     CHECK(strstr(out, "  --check ") != NULL);
+    CHECK(strstr(out, "evict caches [default: on; --no-flush-cache turns it off]") != NULL);
     CHECK(strstr(out, "--help") != NULL && strstr(out, "--version") != NULL);
     for (const struct mp_opt *t = table; t->name; t++) {
         char want[64];
@@ -374,6 +408,7 @@ int main(void)
     test_defaults();
     test_values();
     test_errors();
+    test_negated_flag();
     test_size_parse();
     test_list_parse();
     test_positional();

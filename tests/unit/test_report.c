@@ -449,9 +449,31 @@ static void test_overlap_remedies(void)
     CHECK_INT(rp_remedies(s, 7, 1, r, 8, &at), 0);
 }
 
+/* A warm-cache curve (flush_cache 0) and a cold one are different workloads: no effect of a
+ * placement is read across them, but a model curve (which flushes nothing) still pairs with a
+ * measured cold one. */
+static void test_flush_key(void)
+{
+    struct rp_point p[] = {PT(4, 100, 95, 105)};
+    struct rp_series cold = curve("contiguous", "1", "uniform", p, 1);
+    struct rp_series warm = curve("replicate-hot:2", "1", "uniform", p, 1);
+    struct rp_series warm_same = cold, model = cold;
+    cold.key[RP_K_FLUSH] = (char *)"1";
+    warm.key[RP_K_FLUSH] = (char *)"0";
+    warm_same.key[RP_K_FLUSH] = (char *)"0";
+    model.key[RP_K_FLUSH] = (char *)"0";
+    model.key[RP_K_SOURCE] = (char *)"model";
+    CHECK_STR(rp_key_names[RP_K_FLUSH], "flush_cache");
+    CHECK_INT(rp_differ_only_in(&cold, &warm, RP_K_PLACEMENT, 0), 0);
+    CHECK_INT(rp_differ_only_in(&cold, &warm_same, RP_K_FLUSH, 0), 1);
+    CHECK_INT(rp_differ_only_in(&cold, &model, RP_K_SOURCE, 1), 1);
+    CHECK_INT(rp_differ_only_in(&cold, &model, RP_K_SOURCE, 0), 0);
+}
+
 int main(void)
 {
     mp_log_init("test_report", -1);
+    test_flush_key();
     test_cap_reference();
     test_cap_kinds();
     test_knee();

@@ -54,11 +54,20 @@ typedef struct cudaemu_graph_exec *cudaGraphExec_t;
 #define cudaEventRecordDefault 0x0
 #define cudaEventRecordExternal 0x1
 
+/* The device attributes the stand-in answers (values as in CUDA's driver_types.h). */
+enum cudaDeviceAttr {
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrL2CacheSize = 38,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+};
+
 typedef struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
     int major, minor;
     int multiProcessorCount;
+    int l2CacheSize; /* bytes */
     int pciDomainID, pciBusID, pciDeviceID;
 } cudaDeviceProp;
 
@@ -68,6 +77,7 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int d);
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaDriverGetVersion(int *v);
