@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # a2a_direct.sh - moeperf-a2a's uniform pattern at 64 KiB per peer agrees with a bare MPI_Alltoallv
 # loop within 10% (median of the slowest rank), and its CSV carries the size labels and bandwidths
-# with busbw = algbw·(n−1)/n. The two run one after the other on a shared machine, so up to three
-# attempts are made; a systematic difference fails all three. The ratio is a timing study: in a
-# sanitizer build it is printed, not judged.
+# with busbw = algbw·(n−1)/n. The two run one after the other on a shared machine, so each attempt
+# measures the direct loop before and after moeperf-a2a (their disagreement is the machine's noise),
+# and up to three attempts are made: a systematic difference measured on a quiet machine fails; when
+# every attempt that missed was noisier than the 10 % it judges, the test skips (77) and says so.
+# The ratio is a timing study: in a sanitizer build it is printed, not judged.
 . "$(dirname "$0")/lib.sh"
 SANITIZERS=$(sanitizer_build)
 
 ITERS=400
+quiet_misses=0
 for attempt in 1 2 3; do
     rm -rf "$TMP/run"
+    direct=$(mpi 2 "$BUILD/tests/alltoallv_direct" 65536 $ITERS 50)
     mpi 2 "$BIN/moeperf-a2a" --bytes 64K --iters $ITERS --warmup 50 --quiet --out "$TMP/run" ||
         fail "moeperf-a2a exit $?"
     ours=$(col "$TMP/run/a2a.csv" time_us)
-    direct=$(mpi 2 "$BUILD/tests/alltoallv_direct" 65536 $ITERS 50)
-    ratio=$(awk -v a="$ours" -v b="$direct" 'BEGIN { printf "%.3f", a / b }')
-    echo "attempt $attempt: moeperf-a2a ${ours} us, direct MPI_Alltoallv ${direct} us, ratio $ratio"
+    direct2=$(mpi 2 "$BUILD/tests/alltoallv_direct" 65536 $ITERS 50)
+    # the direct loop measured on both sides of moeperf-a2a: their mean is the reference, their
+    # disagreement how much the machine moved meanwhile
+    read -r ratio noise < <(awk -v a="$ours" -v b="$direct" -v c="$direct2" \
+        'BEGIN { m = (b + c) / 2; d = b > c ? b / c : c / b; printf "%.3f %.3f\n", a / m, d - 1 }')
+    echo "attempt $attempt: moeperf-a2a ${ours} us, direct MPI_Alltoallv ${direct} and ${direct2} us," \
+        "ratio $ratio, noise $noise"
     if [ "$SANITIZERS" != none ]; then
         echo "ratio not judged: a timing study, and this build is instrumented with -fsanitize=$SANITIZERS"
         break
@@ -23,7 +31,14 @@ for attempt in 1 2 3; do
     if awk -v r="$ratio" 'BEGIN { exit !(r >= 0.9 && r <= 1.1) }'; then
         break
     fi
-    [ $attempt -lt 3 ] || fail "ratio $ratio outside [0.9, 1.1] in three attempts"
+    if awk -v n="$noise" 'BEGIN { exit !(n <= 0.05) }'; then
+        quiet_misses=$((quiet_misses + 1))
+    fi
+    if [ $attempt -eq 3 ]; then
+        [ "$quiet_misses" -gt 0 ] ||
+            skip "the machine is too noisy to judge a 10 % ratio: the direct loop moved by more than 5 % within every attempt that missed (last: ratio $ratio, noise $noise)"
+        fail "ratio $ratio outside [0.9, 1.1] in three attempts, $quiet_misses of them on a quiet machine"
+    fi
 done
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { if ($c["bytes_per_peer"] != 65536 || $c["bytes_per_rank"] != 131072) { print "FAIL: sizes"; bad = 1 }
