@@ -18,6 +18,7 @@
 #include "routing.h"
 #include "session.h"
 #include "stats.h"
+#include "watchdog.h"
 
 static const char *const pattern_choices[] = {"uniform", "moe", NULL};
 
@@ -30,7 +31,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS,
     MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_PLACEMENT,
     MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
-    MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_END,
+    MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -276,6 +277,7 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     int moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(mp_watchdog_start());
     if (moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                    "gate routing needs the layer's activations; use moeperf-layer, "
@@ -348,7 +350,14 @@ int main(int argc, char **argv)
                                      p.bytes_per_peer);
                             mp_progress(np, npoints, label);
                         }
+                        char point[160];
+                        snprintf(point, sizeof point, "layout %s routing %s placement %s batch %ld "
+                                 "bytes_per_peer %lld", layouts[li].name, p.routing ? p.routing : "-",
+                                 p.placement ? p.placement : "-", p.batch, p.bytes_per_peer);
+                        mp_watchdog_arm(s.o.timeout, point);
                         rc = run_point(&s, &cn, sendbuf, recvbuf, mine, all, times);
+                        if (rc == MP_OK)
+                            mp_watchdog_disarm();
                         if (rc == MP_OK && c->rank == 0)
                             rc = write_point(&s, &f, &p, cn.bytes_per_rank, times);
                     }
@@ -359,6 +368,9 @@ int main(int argc, char **argv)
             }
     }
 out:
+    /* freeing device buffers waits for the device: on a failure, no longer than --timeout, and
+     * not behind exchanges the other ranks will never join */
+    rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
     if (s.dev) {
         s.cops->free(s.dev, sendbuf);
