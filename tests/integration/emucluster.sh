@@ -30,22 +30,35 @@ at() {
                                  $k == b { print $c }' "$1"
 }
 
-# 1. the crossover
-"$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $MODEL --batch 1,4,16,64,256 --iters 10 \
-    --out "$TMP/slow" >"$TMP/slow.out" 2>"$TMP/slow.err" || fail "the sweep exited $?: $(cat "$TMP/slow.err")"
-cat "$TMP/slow.out"
-L=$TMP/slow/layer.csv
-[ "$(rows "$L")" -eq 5 ] || fail "$(rows "$L") rows, expected 5"
-[ "$(col "$TMP/slow/layer_ranks.csv" node | sort -u | tr '\n' ' ')" = "0 1 " ] ||
-    fail "the two ranks are not on two nodes"
-for b in $(col "$L" bytes_internode); do
-    awk -v x="$b" 'BEGIN { exit !(x > 0) }' || fail "bytes_internode $b is not > 0"
+# 1. the crossover: a timing study, so a sweep whose ratios miss is measured once more (a shared
+# machine's load can stall one batch's exchanges), and judged only outside sanitizer builds
+SANITIZERS=$(sanitizer_build)
+for attempt in 1 2; do
+    rm -rf "$TMP/slow"
+    "$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $MODEL --batch 1,4,16,64,256 --iters 10 \
+        --out "$TMP/slow" >"$TMP/slow.out" 2>"$TMP/slow.err" ||
+        fail "the sweep exited $?: $(cat "$TMP/slow.err")"
+    cat "$TMP/slow.out"
+    L=$TMP/slow/layer.csv
+    [ "$(rows "$L")" -eq 5 ] || fail "$(rows "$L") rows, expected 5"
+    [ "$(col "$TMP/slow/layer_ranks.csv" node | sort -u | tr '\n' ' ')" = "0 1 " ] ||
+        fail "the two ranks are not on two nodes"
+    for b in $(col "$L" bytes_internode); do
+        awk -v x="$b" 'BEGIN { exit !(x > 0) }' || fail "bytes_internode $b is not > 0"
+    done
+    r1=$(at "$L" 1 comm_comp_ratio)
+    r256=$(at "$L" 256 comm_comp_ratio)
+    echo "attempt $attempt: comm_comp_ratio: batch 1 $r1, batch 256 $r256"
+    awk -v a="$r1" -v b="$r256" 'BEGIN { exit !(a < 1 && b > 1) }' && break
+    [ "$attempt" -lt 2 ] && continue
+    if [ "$SANITIZERS" != none ]; then
+        echo "crossover not judged: a timing study, and this build is instrumented with" \
+            "-fsanitize=$SANITIZERS"
+        break
+    fi
+    awk -v x="$r1" 'BEGIN { exit !(x < 1) }' || fail "batch 1 is network-bound already (ratio $r1)"
+    fail "batch 256 is not network-bound (ratio $r256)"
 done
-r1=$(at "$L" 1 comm_comp_ratio)
-r256=$(at "$L" 256 comm_comp_ratio)
-echo "comm_comp_ratio: batch 1 $r1, batch 256 $r256"
-awk -v x="$r1" 'BEGIN { exit !(x < 1) }' || fail "batch 1 is network-bound already (ratio $r1)"
-awk -v x="$r256" 'BEGIN { exit !(x > 1) }' || fail "batch 256 is not network-bound (ratio $r256)"
 
 # 2. the link is the limit: a rank's dispatch + combine time is at least the time its bytes take at
 # the link rate (less a token-bucket burst per exchange, 20% margin in all)
