@@ -134,7 +134,7 @@ struct mp_compute {
     cudaGraphExec_t exec;
     int capturing;
     void *blas_ws; /* cuBLAS workspace set once, so captured GEMMs never allocate */
-    /* --flush-cache: the buffer a memset sweeps through L2 (2 × its size, first flush) */
+    /* --flush-cache: the buffer a memset sweeps through L2 (2 × its size, taken at start-up) */
     void *flush_buf;
     size_t flush_bytes;
     unsigned flushes;
@@ -211,6 +211,12 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     const size_t ws = (size_t)32 << 20;
     CUDACHECK(cudaMalloc(&c->blas_ws, ws));
     CUBLASCHECK(cublasSetWorkspace(c->blas, c->blas_ws, ws));
+    /* --flush-cache's buffer, 2 × L2, taken now: the memory checks then see it as used, and a
+     * device too small for it fails here at start-up, not at a point's first flush */
+    int l2 = 0;
+    CUDACHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
+    c->flush_bytes = 2 * (l2 > 0 ? (size_t)l2 : (size_t)64 << 20);
+    CUDACHECK(cudaMalloc(&c->flush_buf, c->flush_bytes));
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
     cudaDeviceProp p;
@@ -1215,13 +1221,6 @@ static int cuda_flush_cache(struct mp_compute *c)
     if (c->capturing) {
         mp_error("--flush-cache: a flush inside a graph capture would be replayed as timed work");
         return MP_ERR_RUNTIME;
-    }
-    if (!c->flush_buf) {
-        int l2 = 0;
-        CUDACHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
-        size_t bytes = 2 * (l2 > 0 ? (size_t)l2 : (size_t)64 << 20);
-        CUDACHECK(cudaMalloc(&c->flush_buf, bytes));
-        c->flush_bytes = bytes;
     }
     CUDACHECK(cudaMemsetAsync(c->flush_buf, (int)(++c->flushes & 0xff), c->flush_bytes, c->stream));
     return MP_OK;

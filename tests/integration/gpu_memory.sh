@@ -8,9 +8,10 @@
 . "$(dirname "$0")/lib.sh"
 "$BIN/moeperf-layer" --version >/dev/null
 [ -n "${CUDAEMU_DEVICES:-}" ] || { echo "not the CPU stand-in: skipped"; exit 77; }
-# 50 MB on the fourth device: what the backend allocates at start leaves about 16 MB free there;
-# tp1ep4 needs about 8 MB per rank, tp4ep1 (every token on each rank) about 18 MB
-export CUDAEMU_DEVICE_MEMORY=141G,141G,141G,50M
+# 155 MB on the fourth device: what the backend allocates at start (the cuBLAS workspace, and
+# 2 × 50 MiB of L2 for --flush-cache) leaves about 16 MB free there; tp1ep4 needs about 8 MB per
+# rank, tp4ep1 (every token on each rank) about 18 MB
+export CUDAEMU_DEVICE_MEMORY=141G,141G,141G,155M
 MODEL="--backend cuda --comm nccl --model qwen3-30b-a3b --hidden 1024 --ffn 16 --experts 16
        --topk 8"
 
@@ -40,10 +41,10 @@ refused_everywhere "$TMP/layer" "$BIN/moeperf-layer" $MODEL --layout tp1ep4,tp4e
     fail "layer: $(rows "$TMP/layer/layer.csv") rows kept, expected 1"
 [ "$(col "$TMP/layer/layer.csv" layout)" = tp1ep4 ] || fail "layer: the row kept is not tp1ep4's"
 
-# moeperf-ffn measures the roofline first (about 2.5 GB at once), so its fourth device has 3 GB:
+# moeperf-ffn measures the roofline first (about 2.5 GB at once), so its fourth device has 3.1 GB:
 # batch 64 fits, batch 262144 (about 4.5 GB per rank) does not
 # shellcheck disable=SC2086
-CUDAEMU_DEVICE_MEMORY=141G,141G,141G,3G refused_everywhere "$TMP/ffn" "$BIN/moeperf-ffn" $MODEL \
+CUDAEMU_DEVICE_MEMORY=141G,141G,141G,3.1G refused_everywhere "$TMP/ffn" "$BIN/moeperf-ffn" $MODEL \
     --layout tp1ep4 --batch 64,262144 --iters 2 --warmup 1 --quiet --out "$TMP/ffn"
 [ "$(rows "$TMP/ffn/ffn.csv")" -eq 1 ] ||
     fail "ffn: $(rows "$TMP/ffn/ffn.csv") rows kept, expected 1"
