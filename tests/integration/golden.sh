@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# golden.sh - a fixed sweep on the CPU path (moeperf-layer, -a2a, -ffn under MPI) and on the model
+# writes the same CSV as the stored expected files in tests/integration/golden/, timing columns
+# left out of measured files (every column of a modelled file is kept: the model is deterministic).
+# A change that alters these rows on purpose regenerates them: golden.sh BUILD_DIR --update.
+. "$(dirname "$0")/lib.sh"
+GOLDEN=$(cd "$(dirname "$0")/golden" && pwd)
+UPDATE=${2:-}
+
+# the runs, each into $TMP/NAME
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+    --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
+    --placement contiguous,replicate-hot:2 --iters 4 \
+    --quiet --out "$TMP/model" || fail "model run exit $?"
+"$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
+    --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \
+    --iters 3 --quiet --out "$TMP/model_overlap" || fail "model --overlap run exit $?"
+mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 \
+    --layout tp1ep4,tp2ep2 --batch 1,24 --routing uniform,hot:2:30,gate --placement contiguous,round-robin \
+    --warmup 1 --iters 2 --check --no-flush-cache --quiet --out "$TMP/layer" || fail "layer run exit $?"
+mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 \
+    --layout tp1ep4 --batch 16 --routing zipf:1.1 --placement eplb:12 --dispatch dynamic,padded,padded:1.2 \
+    --warmup 1 --iters 2 --check --no-flush-cache --quiet --out "$TMP/layer_modes" ||
+    fail "layer dispatch-mode run exit $?"
+mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 --layout tp1ep4 \
+    --batch 8,40 --routing lognormal:1 --overlap 1,2,3 --warmup 1 --iters 2 --check --no-flush-cache \
+    --quiet --out "$TMP/layer_overlap" || fail "layer --overlap run exit $?"
+mpi 2 "$BIN/moeperf-a2a" --bytes 1K:64K:x4 --iters 2 --quiet --out "$TMP/a2a" || fail "a2a run exit $?"
+mpi 2 "$BIN/moeperf-a2a" --pattern moe --hidden 64 --experts 8 --topk 2 --batch 4,32 \
+    --routing hot:1:50 --iters 2 --quiet --out "$TMP/a2a_moe" || fail "a2a moe run exit $?"
+"$BIN/moeperf-ffn" --hidden 64 --ffn 32 --experts 4 --topk 2 --batch 1,8,64 --routing uniform,zipf:1.5 \
+    --iters 2 --no-flush-cache --quiet --out "$TMP/ffn" || fail "ffn run exit $?"
+
+# stable NAME/FILE: FILE without its timing columns (measured) or whole (model), to stdout
+stable() {
+    python3 - "$TMP/$1" <<'PY'
+import csv, re, sys
+path = sys.argv[1]
+modelled = "/model" in path
+timing = re.compile(r"(_us$|GBps$|GFLOPs$|^bound$|^roofline_fraction$|^comm_comp_ratio$|"
+                    r"^bubble_ratio$|^check_error$|^overlap_efficiency$)")
+rows = list(csv.reader(open(path, newline="")))
+keep = [i for i, c in enumerate(rows[0]) if modelled or not timing.search(c)]
+out = csv.writer(sys.stdout, lineterminator="\n")
+for r in rows:
+    out.writerow([r[i] for i in keep])
+PY
+}
+
+files="model/layer.csv model/layer_ranks.csv model/layer_samples.csv model_overlap/layer.csv
+    model_overlap/layer_ranks.csv layer/layer.csv layer/layer_ranks.csv layer/layer_samples.csv
+    layer_modes/layer.csv layer_modes/layer_ranks.csv layer_overlap/layer.csv
+    layer_overlap/layer_ranks.csv a2a/a2a.csv a2a/a2a_samples.csv
+    a2a_moe/a2a.csv ffn/ffn.csv ffn/ffn_samples.csv"
+bad=0
+for f in $files; do
+    want=$GOLDEN/$(echo "$f" | tr / _)
+    stable "$f" >"$TMP/got.csv" || fail "cannot read $f"
+    if [ "$UPDATE" = --update ]; then
+        cp "$TMP/got.csv" "$want"
+        continue
+    fi
+    [ -f "$want" ] || fail "no expected file $want (golden.sh BUILD_DIR --update writes it)"
+    if ! cmp -s "$TMP/got.csv" "$want"; then
+        echo "FAIL: $f differs from $(basename "$want"):" >&2
+        diff "$want" "$TMP/got.csv" | head -n 10 >&2
+        bad=1
+    fi
+done
+[ "$bad" -eq 0 ] || exit 1
+# the check passed on every measured point (a sweep that stopped computing the layer would still
+# write its counts)
+for f in layer/layer.csv layer_modes/layer.csv layer_overlap/layer.csv; do
+    col "$TMP/$f" check_error | awk '$1 == "" || $1 + 0 > 1e-4 { print "FAIL: check_error " $1; bad = 1 }
+        END { exit bad }' || fail "$f: a point failed its check"
+done
+echo PASS
