@@ -381,7 +381,7 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): with `flush` the
+/* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): with `flush` the
  * device's caches evicted first, then the device drained, barrier, then the FFN queued (or, with
  * `replay`, the captured FFN launched); duration from its marks in *us. */
 static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,

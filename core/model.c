@@ -14,7 +14,7 @@
 
 #include "error.h"
 
-/* Facts from each model's public config (DESIGN.md, Workload vocabulary). */
+/* Facts from each model's public config (fields as in docs/CSV.md, Model files). */
 const struct mp_model mp_model_presets[] = {
     {"deepseek-v3", 7168, 2048, 256, 8, 1, 58, NULL},
     {"kimi-k2", 7168, 2048, 384, 8, 1, 60, NULL},
