@@ -7,6 +7,7 @@
 #include "error.h"
 #include "files.h"
 #include "git_rev.h"
+#include "sort.h"
 #include "topo.h"
 
 #include <cjson/cJSON.h>
@@ -506,21 +507,15 @@ char *mp_table_key(const struct mp_table *t, long i, int nkey)
 
 /* ---- key sets: kept sorted, so lookups are binary searches ---- */
 
+static const char *keyset_key(long i, const void *ks)
+{
+    return ((const struct mp_keyset *)ks)->keys[i];
+}
+
 /* Index of `key` in ks, or -(insertion point) - 1. */
 static long keyset_find(const struct mp_keyset *ks, const char *key)
 {
-    long lo = 0, hi = ks->n;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        int c = strcmp(ks->keys[mid], key);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -lo - 1;
+    return mp_find_sorted(key, ks->n, keyset_key, ks);
 }
 
 /* Insert a copy of `key` unless present. The array grows in powers of two (capacity is implied by

@@ -143,21 +143,16 @@ static char **side_cells(const struct side *s, struct rowref r)
     return s->t[r.tab].cells[r.row];
 }
 
+static const char *side_key(long i, const void *side)
+{
+    const struct side *s = side;
+    return s->pts[s->order[i]].key;
+}
+
 /* Position of `key` in s->order, or -(insertion point) − 1. */
 static long side_find(const struct side *s, const char *key)
 {
-    long lo = 0, hi = s->npts;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->pts[s->order[mid]].key, key);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -lo - 1;
+    return mp_find_sorted(key, s->npts, side_key, s);
 }
 
 /* The point index of `key` or -1. */
