@@ -68,7 +68,8 @@ done
 
 n=0
 for f in $flags; do
-    args=$(sample "$f") || fail "$f is in --help but not in model_parity.sh: give it a sample and decide whether the model takes it"
+    args=$(sample "$f") ||
+        fail "$f is in --help but not here: give it a sample and decide whether the model takes it"
     n=$((n + 1))
     set +e
     # shellcheck disable=SC2086
@@ -84,12 +85,15 @@ for f in $flags; do
     esac
     case " $MODEL_REFUSES " in
     *" $f "*)
-        [ "$vrc" -eq 2 ] || fail "modelled run with $args exited $vrc, expected 2 (the model refuses $f)"
-        grep -q -- "$f" "$TMP/v.err" || fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
+        [ "$vrc" -eq 2 ] || fail "modelled run with $args exited $vrc, expected 2 (it refuses $f)"
+        grep -q -- "$f" "$TMP/v.err" ||
+            fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
         echo "model refuses $f: $(cat "$TMP/v.err")"
         ;;
     *)
-        [ "$vrc" -eq 0 ] || fail "modelled run with $args exited $vrc, but the measured one takes $f: $(head -c 400 "$TMP/v.err") (refuse it naming the flag and add it to MODEL_REFUSES and docs/planning.md, or model it)"
+        [ "$vrc" -eq 0 ] || fail "modelled run with $args exited $vrc, but the measured one" \
+            "takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the flag and" \
+            "add it to MODEL_REFUSES and docs/planning.md)"
         ;;
     esac
 done
