@@ -52,30 +52,49 @@ static const char summary[] =
     "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication and of\n"
     "overlap, those remedies ranked together, the planner's projection beside the measurement).";
 
-/* The figures of plots/render, in report order, with what each shows. */
-static const struct {
+/* The figures of plots/render, in report order, with what each shows: the rows of
+ * plots/figures.csv, the table render draws from (loaded by figures_load). */
+struct figure {
     const char *name, *title, *caption;
-} figures[] = {
-    {"layer_latency", "Layer latency vs batch",
-     "Top: the layer latency (layer_us, the slowest rank's layer time), median solid and p99 "
-     "dashed. Bottom: its parts on the critical path, the expert FFN (ffn_us, solid) and the "
-     "communication (comm_us: dispatch, TP reduce and combine, dashed). One colour per layout / "
-     "routing / placement; measured runs have filled points, model runs open points."},
-    {"comm_ratio", "Communication vs computation",
-     "comm_comp_ratio = comm_us / ffn_us against batch. Above the 1.0 line the All-to-All takes "
-     "longer than the experts' compute: the layer is network-bound. The batch cap is the last "
-     "batch below the line."},
-    {"bubble", "Bubble",
-     "bubble_ratio: the share of all ranks' layer time spent idle while the hottest expert rank "
-     "finishes its FFN. Hot experts raise it; replicating them lowers it."},
-    {"a2a_busbw", "Isolated All-to-All",
-     "Bus bandwidth of one alltoallv against the bytes one rank sends (busbw = algbw·(n−1)/n, the "
-     "nccl-tests convention): the uniform pattern and the MoE dispatch pattern."},
-    {"ffn_roofline", "Expert FFN against the roofline",
-     "Achieved GFLOP/s of the expert FFN against its arithmetic intensity (flops / weight_bytes), "
-     "each point labelled with its batch, under the roofline of the peaks measured at start-up."},
 };
-#define NFIG ((int)(sizeof figures / sizeof figures[0]))
+static struct figure *figures;
+static int NFIG;
+static struct mp_table figure_table;
+
+/* Read ROOT/plots/figures.csv into figures[0..NFIG). Returns MP_OK, or an error naming the file
+ * (missing, malformed, or without a name, title or caption column). */
+static int figures_load(const char *root)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/plots/figures.csv", root);
+    int rc = mp_table_read(path, &figure_table);
+    if (rc != MP_OK)
+        return rc;
+    int cn = mp_table_col(&figure_table, "name"), ct = mp_table_col(&figure_table, "title"),
+        cc = mp_table_col(&figure_table, "caption");
+    if (cn < 0 || ct < 0 || cc < 0) {
+        mp_error("%s: needs the columns name, title and caption", path);
+        return MP_ERR_RUNTIME;
+    }
+    figures = calloc((size_t)(figure_table.nrows > 0 ? figure_table.nrows : 1), sizeof *figures);
+    if (!figures) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (long i = 0; i < figure_table.nrows; i++)
+        figures[i] = (struct figure){figure_table.cells[i][cn], figure_table.cells[i][ct],
+                                     figure_table.cells[i][cc]};
+    NFIG = (int)figure_table.nrows;
+    return MP_OK;
+}
+
+static void figures_free(void)
+{
+    free(figures);
+    figures = NULL;
+    NFIG = 0;
+    mp_table_free(&figure_table);
+}
 
 /* ---- the document: every call writes the HTML and the Markdown version ---- */
 
@@ -1560,7 +1579,7 @@ int main(int argc, char **argv)
     struct rp_series *s = NULL;
     struct group *a2a = NULL, *ffn = NULL;
     struct reference ref = {0};
-    int have_ref = 0, have_fig[NFIG] = {0};
+    int have_ref = 0, *have_fig = NULL;
     char tmp[PATH_MAX] = "", root[PATH_MAX] = "", render[PATH_MAX + 32];
     char *html_tmp = NULL, *md_tmp = NULL, *md_dir = NULL;
     mp_log_init("moeperf-report", -1);
@@ -1618,6 +1637,13 @@ int main(int argc, char **argv)
         goto out;
     }
     snprintf(render, sizeof render, "%s/plots/render", root);
+    MP_CHECK(figures_load(root));
+    have_fig = calloc((size_t)(NFIG > 0 ? NFIG : 1), sizeof *have_fig);
+    if (!have_fig) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
 
     snprintf(tmp, sizeof tmp, "%s/moeperf-report.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmp)) {
@@ -1712,6 +1738,8 @@ out:
         rp_run_free(&runs[i]);
     free(runs);
     free(dirs);
+    free(have_fig);
+    figures_free();
     mp_opts_free(options, &o);
     return rc;
 }
