@@ -64,6 +64,10 @@ extern const struct mp_csv_schema mp_schema_layer, mp_schema_layer_samples, mp_s
     mp_schema_a2a, mp_schema_a2a_samples, mp_schema_ffn, mp_schema_ffn_samples, mp_schema_plan,
     mp_schema_compare;
 
+/* The most columns a file of fixed columns has (tests/unit/test_schema.c checks it): room for a
+ * header on the stack. */
+#define MP_SCHEMA_MAX_COLS 64
+
 /* Every file above, in docs/CSV.md order, NULL-terminated. */
 extern const struct mp_csv_schema *const mp_schemas[];
 
