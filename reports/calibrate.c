@@ -272,11 +272,12 @@ int mp_calib_load(const char *const *dirs, int ndirs, const struct mp_cluster *b
                     "%d with %g: one profile cannot describe both", dirs[d], gpn, elem,
                     set->base.gpus_per_node, set->base.elem_bytes);
         }
-        static const char *const files[] = {"layer.csv", "a2a.csv", "ffn.csv"};
+        static const struct mp_csv_schema *const files[] = {&mp_schema_layer, &mp_schema_a2a,
+                                                            &mp_schema_ffn};
         int found = 0;
         for (int f = 0; f < 3 && rc == MP_OK; f++) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dirs[d], files[f]);
+            snprintf(path, sizeof path, "%s/%s", dirs[d], files[f]->file);
             FILE *probe = fopen(path, "r");
             if (!probe)
                 continue;
