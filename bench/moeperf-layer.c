@@ -133,17 +133,25 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
                            C->p99};
             for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
                 mp_row_dbl(&row, lv[k]);
-            /* then the median of every metric from route_us on, in schema order */
+            /* then, from route_us on, each column by name: the median of a per-iteration metric,
+             * or one of the point's own values */
             for (int k = mp_schema_index(&mp_schema_layer, MPC_route_us);
-                 k < mp_schema_ncols(&mp_schema_layer); k++) {
-                const struct mp_summary *m =
-                    mp_metric_summary(sm, mp_schema_column(&mp_schema_layer, k)->name);
+                 k < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; k++) {
+                const char *name = mp_schema_column(&mp_schema_layer, k)->name;
+                const struct mp_summary *m = mp_metric_summary(sm, name);
                 if (m)
                     mp_row_dbl(&row, m->p50);
+                else if (name == MPC_check_error)
+                    mp_row_dbl(&row, res->check_error);
+                else if (name == MPC_overlap_efficiency)
+                    mp_row_dbl(&row, res->overlap_efficiency);
+                else {
+                    mp_error("layer.csv: no value for column %s", name);
+                    rc = MP_ERR_RUNTIME;
+                }
             }
-            mp_row_dbl(&row, res->check_error);
-            mp_row_dbl(&row, res->overlap_efficiency);
-            rc = mp_runfiles_write(f, FILE_LAYER, &row);
+            if (rc == MP_OK)
+                rc = mp_runfiles_write(f, FILE_LAYER, &row);
         }
     }
     if (!s->o.quiet) {
