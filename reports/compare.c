@@ -16,6 +16,7 @@
 #include "error.h"
 #include "files.h"
 #include "results.h"
+#include "schema.h"
 #include "sort.h"
 #include "stats.h"
 
@@ -23,16 +24,16 @@
 struct tool_spec {
     const char *name; /* --tool value */
     const char *tool; /* run.json "tool" */
-    const char *summary, *samples;
+    const struct mp_csv_schema *summary, *samples;
     int nmetrics;
     struct mp_cmp_metric metrics[3];
 };
 
 static const struct tool_spec tools[] = {
-    {"layer", "moeperf-layer", "layer.csv", "layer_samples.csv", 3,
-     {{"layer_us", 1}, {"ffn_us", 0}, {"comm_us", 0}}},
-    {"a2a", "moeperf-a2a", "a2a.csv", "a2a_samples.csv", 1, {{"time_us", 1}}},
-    {"ffn", "moeperf-ffn", "ffn.csv", "ffn_samples.csv", 1, {{"ffn_us", 1}}},
+    {"layer", "moeperf-layer", &mp_schema_layer, &mp_schema_layer_samples, 3,
+     {{MPC_layer_us, 1}, {MPC_ffn_us, 0}, {MPC_comm_us, 0}}},
+    {"a2a", "moeperf-a2a", &mp_schema_a2a, &mp_schema_a2a_samples, 1, {{MPC_time_us, 1}}},
+    {"ffn", "moeperf-ffn", &mp_schema_ffn, &mp_schema_ffn_samples, 1, {{MPC_ffn_us, 1}}},
 };
 #define NTOOLS ((int)(sizeof tools / sizeof tools[0]))
 
@@ -228,7 +229,7 @@ static const struct tool_spec *find_tool(const char *dir, const char *which, int
     for (int i = 0; i < NTOOLS; i++) {
         if (which && strcmp(which, tools[i].name) != 0)
             continue;
-        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
+        if (file_exists(dir, tools[i].samples->file) || file_exists(dir, tools[i].summary->file)) {
             found = &tools[i];
             (*nfound)++;
         }
@@ -313,7 +314,7 @@ static int side_runs(struct side *s, const char *dir, const char *which, int qui
                     w = &tools[i];
             if (w)
                 mp_usage("%s: no %s or %s, here or in its subdirectories (--tool %s)", dir,
-                         w->samples, w->summary, which);
+                         w->samples->file, w->summary->file, which);
             else
                 mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv, here or "
                          "in its subdirectories; expected a run directory of moeperf-layer, "
@@ -338,13 +339,13 @@ static int side_load(struct side *s, const struct tool_spec *ts)
     }
     for (int r = 0; r < s->nruns && rc == MP_OK; r++) {
         const char *dir = s->runs[r];
-        if (!file_exists(dir, ts->samples)) {
+        if (!file_exists(dir, ts->samples->file)) {
             mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s "
                      "writes next to %s",
-                     dir, ts->samples, ts->tool, ts->summary);
+                     dir, ts->samples->file, ts->tool, ts->summary->file);
             return MP_ERR_USAGE;
         }
-        char *path = mp_path_join(dir, ts->samples);
+        char *path = mp_path_join(dir, ts->samples->file);
         if (!path)
             return MP_ERR_RUNTIME;
         rc = mp_table_read(path, &s->t[r]);
@@ -353,7 +354,7 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             return rc;
         const struct mp_table *t = &s->t[r];
         if (r == 0) {
-            nkey = mp_table_col(t, "iter");
+            nkey = mp_table_col(t, MPC_iter);
             if (nkey <= 0) {
                 mp_usage("%s: no \"iter\" column after the key columns; expected the samples "
                          "file of %s",
@@ -372,8 +373,8 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             }
         }
         struct mp_keyset have = {0, NULL};
-        int use_summary = file_exists(dir, ts->summary);
-        if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
+        int use_summary = file_exists(dir, ts->summary->file);
+        if (use_summary && (rc = mp_keyset_load(dir, ts->summary->file, nkey, &have)) != MP_OK)
             return rc;
         struct mp_keyset cut = {0, NULL};
         for (long i = 0; i < t->nrows && rc == MP_OK; i++) {
@@ -885,7 +886,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
     if (rc != MP_OK)
         goto out;
     c->tool = ts->tool;
-    c->samples_file = ts->samples;
+    c->samples_file = ts->samples->file;
     c->nmetrics = ts->nmetrics;
     memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
     for (int s = 0; s < 2; s++) {
@@ -917,7 +918,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
             rc = MP_ERR_USAGE;
             goto out;
         }
-    c->nkey = mp_table_col(tb, "iter");
+    c->nkey = mp_table_col(tb, MPC_iter);
     c->key_cols = calloc((size_t)c->nkey, sizeof *c->key_cols);
     c->key_varies = calloc((size_t)c->nkey, sizeof *c->key_varies);
     if (!c->key_cols || !c->key_varies) {
@@ -937,7 +938,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
                               dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
         if (sd[s].npts == 0) {
-            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples);
+            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples->file);
             rc = MP_ERR_USAGE;
             goto out;
         }
