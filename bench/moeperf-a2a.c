@@ -237,7 +237,8 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
         if (per_peer > row_max) {
             char wide[256];
             mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer in one "
-                     "exchange; accepted: 1 to %zu with --comm %s, up to 4G with --comm %s",
+                     "exchange; accepted: 1 to %zu with --comm %s, up to 4G with a --comm that counts "
+                     "in size_t (built: %s)",
                      per_peer, s->o.comm, row_max, s->o.comm,
                      mp_comm_names_where(sends_4g, wide, sizeof wide));
             return MP_ERR_USAGE;

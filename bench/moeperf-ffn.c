@@ -578,8 +578,8 @@ int main(int argc, char **argv)
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
     if (s.o.graph && !s.cops->graph) {
         char names[256];
-        mp_usage("--graph: replaying a captured expert FFN needs a backend with graph capture: "
-                 "--backend %s (the %s backend has none)",
+        mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "
+                 "(built: %s; the %s backend has none)",
                  mp_compute_names_where(captures_graphs, names, sizeof names), s.cops->name);
         rc = MP_ERR_USAGE;
         goto out;

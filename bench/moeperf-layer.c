@@ -169,7 +169,10 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
 }
 
 /* Capabilities of compute backends, for messages that name the ones a request needs. */
-static int runs_padded(const struct mp_compute_ops *o) { return !!(o->dispatch_modes & MP_DISPATCH_PADDED); }
+static int runs_padded(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PADDED);
+}
 static int runs_pipelined(const struct mp_compute_ops *o)
 {
     return !!(o->dispatch_modes & MP_DISPATCH_PIPELINED);
@@ -233,7 +236,7 @@ int main(int argc, char **argv)
         if (padded && !(s.cops->dispatch_modes & MP_DISPATCH_PADDED)) {
             char names[256];
             mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
-                     "with --backend %s", s.o.dispatch.v[di], s.cops->name,
+                     "with a --backend that does (built: %s)", s.o.dispatch.v[di], s.cops->name,
                      mp_compute_names_where(runs_padded, names, sizeof names));
             rc = MP_ERR_USAGE;
             goto out;
@@ -254,7 +257,8 @@ int main(int argc, char **argv)
     }
     if (max_overlap > 1 && !(s.cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
         char names[256];
-        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use --backend %s",
+        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
+                 "--backend that does (built: %s)",
                  max_overlap, s.cops->name,
                  mp_compute_names_where(runs_pipelined, names, sizeof names));
         rc = MP_ERR_USAGE;
@@ -263,8 +267,8 @@ int main(int argc, char **argv)
     if (s.o.graph && (!s.cops->graph || straggle_rank >= 0)) {
         char names[256];
         if (!s.cops->graph)
-            mp_usage("--graph: replaying a captured layer needs a backend with graph capture: "
-                     "--backend %s", mp_compute_names_where(captures_graphs, names, sizeof names));
+            mp_usage("--graph: replaying a captured layer needs a --backend with graph capture "
+                     "(built: %s)", mp_compute_names_where(captures_graphs, names, sizeof names));
         else
             mp_usage("--graph: --straggle waits on the host inside the layer; drop one of them");
         rc = MP_ERR_USAGE;

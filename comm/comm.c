@@ -46,7 +46,7 @@ static int count(void)
 
 static const char *name_at(int i) { return mp_comm_backends[i]->name; }
 
-/* Every check of mp_comm_check: a condition the table must meet and the fault when it does not. */
+/* One rule of mp_comm_check: a condition the table must meet, and the fault when it does not. */
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
@@ -100,6 +100,6 @@ const char *mp_comm_names_where(int (*has)(const struct mp_comm_ops *ops), char 
         if (has(mp_comm_backends[i]))
             mp_registry_append(buf, len, mp_comm_backends[i]->name);
     if (!buf[0])
-        snprintf(buf, len, "none built into this binary");
+        snprintf(buf, len, "none");
     return buf;
 }

@@ -124,8 +124,8 @@ int mp_comm_find(const char *name, const struct mp_comm_ops **out);
  * fault described in why[len]. */
 int mp_comm_check(const struct mp_comm_ops *ops, char *why, size_t len);
 
-/* The names of the built backends that satisfy `has` ("nccl", "mpi|model"), or "none built into
- * this binary", for messages that say which backend would accept a request. */
+/* The names of the built backends that satisfy `has` ("nccl", "mpi|model"), or "none", for messages
+ * that say which backend would accept a request. */
 const char *mp_comm_names_where(int (*has)(const struct mp_comm_ops *ops), char *buf, size_t len);
 
 #endif

@@ -197,7 +197,7 @@ int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops
     if (*gemm != MP_GEMM_LOOP && !(ops->gemm_modes & 1u << *gemm)) {
         char names[256];
         mp_usage("--gemm %s: the %s backend runs one GEMM pair per expert; --gemm %s needs "
-                 "--backend %s (or use --gemm loop)", o->gemm, ops->name, o->gemm,
+                 "a --backend that has it (built: %s), or use --gemm loop", o->gemm, ops->name, o->gemm,
                  mp_compute_names_where(*gemm == MP_GEMM_GROUPED ? has_grouped : has_skinny, names, sizeof names));
         return MP_ERR_USAGE;
     }

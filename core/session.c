@@ -163,9 +163,16 @@ static int check_owner(const char *dir, const char *tool)
     return rc;
 }
 
-static int compute_on_device(const struct mp_compute_ops *o) { return o->memory == MP_MEMORY_DEVICE; }
+/* The memory kinds of backends, as predicates for the messages that name the built ones. */
+static int compute_on_device(const struct mp_compute_ops *o)
+{
+    return o->memory == MP_MEMORY_DEVICE;
+}
 static int comm_on_device(const struct mp_comm_ops *o) { return o->memory == MP_MEMORY_DEVICE; }
-static int compute_virtual(const struct mp_compute_ops *o) { return o->memory == MP_MEMORY_VIRTUAL; }
+static int compute_virtual(const struct mp_compute_ops *o)
+{
+    return o->memory == MP_MEMORY_VIRTUAL;
+}
 static int comm_virtual(const struct mp_comm_ops *o) { return o->memory == MP_MEMORY_VIRTUAL; }
 
 /* A compute and a comm backend run together only on the same kind of memory: both virtual (a model
@@ -177,29 +184,30 @@ static int check_pairing(const struct mp_session *s, const struct mp_comm_ops *m
     char names[256];
     if (compute_virtual(cops) != comm_virtual(mops)) {
         if (compute_virtual(cops))
-            mp_usage("--backend %s needs --comm %s and the reverse: the model replaces the "
-                     "hardware as a whole", cops->name, mp_comm_names_where(comm_virtual, names,
-                                                                            sizeof names));
+            mp_usage("--backend %s needs a virtual --comm (built: %s) and the reverse: the model "
+                     "replaces the hardware as a whole", cops->name,
+                     mp_comm_names_where(comm_virtual, names, sizeof names));
         else
-            mp_usage("--comm %s needs --backend %s and the reverse: the model replaces the "
-                     "hardware as a whole", mops->name, mp_compute_names_where(compute_virtual,
-                                                                               names, sizeof names));
+            mp_usage("--comm %s needs a virtual --backend (built: %s) and the reverse: the model "
+                     "replaces the hardware as a whole", mops->name,
+                     mp_compute_names_where(compute_virtual, names, sizeof names));
         return MP_ERR_USAGE;
     }
     if (cops->memory == MP_MEMORY_DEVICE && mops->memory == MP_MEMORY_HOST) {
         mp_usage("--backend %s keeps its buffers on the GPU; --comm %s moves host memory: use "
-                 "--comm %s", cops->name, mops->name,
+                 "a --comm that runs on the device (built: %s)", cops->name, mops->name,
                  mp_comm_names_where(comm_on_device, names, sizeof names));
         return MP_ERR_USAGE;
     }
     if (cops->memory == MP_MEMORY_HOST && mops->memory == MP_MEMORY_DEVICE) {
-        mp_usage("--comm %s runs its collectives on the device: it needs --backend %s", mops->name,
+        mp_usage("--comm %s runs its collectives on the device: it needs a --backend on the "
+                 "device (built: %s)", mops->name,
                  mp_compute_names_where(compute_on_device, names, sizeof names));
         return MP_ERR_USAGE;
     }
     if (s->o.cpu_bind && strcmp(s->o.cpu_bind, "gpu") == 0 && !compute_on_device(cops)) {
         mp_usage("--cpu-bind gpu: --backend %s drives no GPU; accepted here: auto, none "
-                 "(gpu needs --backend %s)", cops->name,
+                 "(gpu needs a --backend that drives a GPU; built: %s)", cops->name,
                  mp_compute_names_where(compute_on_device, names, sizeof names));
         return MP_ERR_USAGE;
     }

@@ -37,7 +37,7 @@ static int count(void)
 
 static const char *name_at(int i) { return mp_compute_backends[i]->name; }
 
-/* Every check of mp_compute_check: a condition the table must meet and the fault when it does not. */
+/* One rule of mp_compute_check: a condition the table must meet, and the fault when it does not. */
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
@@ -55,7 +55,8 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
             "lacks one of init, fini, device_name, sync (required of every backend)");
     REQUIRE(o->elem_size > 0, "has no element size");
     REQUIRE(o->dispatch_modes && !(o->dispatch_modes & ~MP_DISPATCH_ALL),
-            "has dispatch modes 0x%x (some of dynamic, padded, pipelined needed)", o->dispatch_modes);
+            "has dispatch modes 0x%x (some of dynamic, padded, pipelined needed)",
+            o->dispatch_modes);
     REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
             "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
     /* the data hooks: all of them on a backend that holds data, none on a virtual one */
@@ -74,7 +75,8 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     }
     /* device memory: the stream a device comm backend orders its collectives with */
     REQUIRE((o->memory == MP_MEMORY_DEVICE) == !!o->native_stream,
-            "has %s memory but %s native_stream", o->memory == MP_MEMORY_DEVICE ? "device" : "no device",
+            "has %s memory but %s native_stream",
+            o->memory == MP_MEMORY_DEVICE ? "device" : "no device",
             o->native_stream ? "fills" : "lacks");
     REQUIRE(o->memory == MP_MEMORY_DEVICE || (!o->preselect && !o->mem_info && !o->pci_bus_id),
             "has no device but fills preselect, mem_info or pci_bus_id");
@@ -110,6 +112,6 @@ const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops),
         if (has(mp_compute_backends[i]))
             mp_registry_append(buf, len, mp_compute_backends[i]->name);
     if (!buf[0])
-        snprintf(buf, len, "none built into this binary");
+        snprintf(buf, len, "none");
     return buf;
 }

@@ -196,8 +196,8 @@ int mp_compute_find(const char *name, const struct mp_compute_ops **out);
  * fault described in why[len]. */
 int mp_compute_check(const struct mp_compute_ops *ops, char *why, size_t len);
 
-/* The names of the built backends that satisfy `has` ("cuda", "cpu|model"), or "none built into
- * this binary", for messages that say which backend would accept a request. */
+/* The names of the built backends that satisfy `has` ("cuda", "cpu|model"), or "none", for messages
+ * that say which backend would accept a request. */
 const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,
                                    size_t len);
 
