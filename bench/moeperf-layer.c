@@ -67,6 +67,33 @@ static int variant_shown(const struct mp_session *s)
            strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph;
 }
 
+/* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
+ * model backends these are the only flags a measured run takes and a modelled one refuses
+ * (docs/planning.md lists them; tests/integration/model_parity.sh holds the list to that):
+ * --check (nothing computed to compare), --graph (nothing captured; checked where the dispatch
+ * modes are), --inject-delay-us (the model has no wire to slow: a slower link is a profile with
+ * less bandwidth) and --max-memory (virtual ranks hold no buffers). */
+static int refuse_unsupported(const struct mp_session *s)
+{
+    if (s->o.check && !s->cops->expert_ffn) { /* a backend that computes nothing */
+        mp_usage("--check compares data, and the %s backends move none; drop --check",
+                 s->cops->name);
+        return MP_ERR_USAGE;
+    }
+    if (s->o.inject_delay_us > 0 && s->modelled) { /* virtual: no wire to slow */
+        mp_usage("--inject-delay-us: the model backends have no link to slow; model a slower link "
+                 "with a cluster profile of lower intra_bw/inter_bw (--cluster FILE), or drop "
+                 "--inject-delay-us");
+        return MP_ERR_USAGE;
+    }
+    if (s->o.max_memory > 0 && s->modelled) { /* virtual: no buffers to bound */
+        mp_usage("--max-memory: the model's virtual ranks hold no buffers, so there is nothing "
+                 "to bound; drop --max-memory");
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
 static double median_of(const double *base, size_t stride, int n, double *scratch)
 {
@@ -202,11 +229,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
-    if (s.modelled && s.o.check) {
-        mp_usage("--check compares data, and the model backends move none; drop --check");
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
+    MP_CHECK(refuse_unsupported(&s));
     long max_batch = 0;
     for (int b = 0; b < s.o.batch.n; b++)
         max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;

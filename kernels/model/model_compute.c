@@ -30,8 +30,7 @@ static int model_sync(struct mp_compute *c) { return MP_OK; }
 const struct mp_compute_ops mp_compute_model = {
     .name = "model",
     .memory = MP_MEMORY_VIRTUAL,
-    /* what core/vlayer.c models; the padded dispatch is not modelled yet */
-    .dispatch_modes = MP_DISPATCH_DYNAMIC | MP_DISPATCH_PIPELINED,
+    .dispatch_modes = MP_DISPATCH_ALL, /* what core/vlayer.c models */
     .elem_size = 2, /* the profile's element size governs; bf16 by default */
     .init = model_init,
     .fini = model_fini,
