@@ -203,6 +203,17 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
     return rc;
 }
 
+/* Capabilities of compute backends, for messages that name the ones a request needs. */
+static int runs_padded(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PADDED);
+}
+static int runs_pipelined(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PIPELINED);
+}
+static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+
 int main(int argc, char **argv)
 {
     double t_main = mp_now_us(), timed_us = 0;
@@ -251,6 +262,14 @@ int main(int argc, char **argv)
         int padded;
         double factor;
         MP_CHECK(mp_dispatch_parse(s.o.dispatch.v[di], &padded, &factor));
+        if (padded && !(s.cops->dispatch_modes & MP_DISPATCH_PADDED)) {
+            char names[256];
+            mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
+                     "with a --backend that does (built: %s)", s.o.dispatch.v[di], s.cops->name,
+                     mp_compute_names_where(runs_padded, names, sizeof names));
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
         if (s.o.graph && !padded) {
             mp_usage("--graph with --dispatch %s: only the padded dispatch can be captured (the "
                      "dynamic one waits on the host for its counts); use --dispatch padded[:F]",
@@ -265,11 +284,22 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (s.o.graph && (!s.cops->capture_begin || straggle_rank >= 0)) {
-        mp_usage("--graph: %s", !s.cops->capture_begin
-                                    ? "replaying a captured layer needs --backend cuda --comm nccl"
-                                    : "--straggle waits on the host inside the layer; drop one "
-                                      "of them");
+    if (max_overlap > 1 && !(s.cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
+        char names[256];
+        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
+                 "--backend that does (built: %s)",
+                 max_overlap, s.cops->name,
+                 mp_compute_names_where(runs_pipelined, names, sizeof names));
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    if (s.o.graph && (!s.cops->graph || straggle_rank >= 0)) {
+        char names[256];
+        if (!s.cops->graph)
+            mp_usage("--graph: replaying a captured layer needs a --backend with graph capture "
+                     "(built: %s)", mp_compute_names_where(captures_graphs, names, sizeof names));
+        else
+            mp_usage("--graph: --straggle waits on the host inside the layer; drop one of them");
         rc = MP_ERR_USAGE;
         goto out;
     }
