@@ -10,9 +10,7 @@
 #include "compute.h"
 #include "layer.h"
 #include "plan.h"
-
-/* Routing draws made before timing and cycled through the iterations. */
-#define MP_POOL_DRAWS 8
+#include "routing.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
  * them): the phases' ends, then this rank's arrival at the start barrier; the pipelined layer's

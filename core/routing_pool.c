@@ -19,7 +19,8 @@ int mp_routing_pool_make(struct mp_routing_pool *p, const struct mp_point *pt, u
                          long batch_tokens, long tok0, long ntok, int K, int E)
 {
     memset(p, 0, sizeof *p);
-    p->n = pt->warmup + pt->iters < MP_POOL_DRAWS ? pt->warmup + pt->iters : MP_POOL_DRAWS;
+    p->n = pt->warmup + pt->iters < MP_ROUTING_POOL_DRAWS ? pt->warmup + pt->iters
+                                                          : MP_ROUTING_POOL_DRAWS;
     if (p->n < 1)
         p->n = 1;
     size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
@@ -133,11 +134,11 @@ int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
         return MP_OK;
     int K = L->m.topk, E = L->m.experts, rc = MP_OK;
     size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
-    uint64_t mine[MP_POOL_DRAWS] = {0}, *all = NULL;
+    uint64_t mine[MP_ROUTING_POOL_DRAWS] = {0}, *all = NULL;
     int32_t *ids = malloc(pairs * sizeof *ids);
     float *w = malloc(pairs * sizeof *w);
     if (c->rank == 0)
-        all = calloc((size_t)c->size * MP_POOL_DRAWS, sizeof *all);
+        all = calloc((size_t)c->size * MP_ROUTING_POOL_DRAWS, sizeof *all);
     if (!ids || !w || (c->rank == 0 && !all)) {
         mp_error("out of memory for the routing check");
         rc = MP_ERR_RUNTIME;
@@ -155,8 +156,8 @@ int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
     int bad_rank = -1, bad_draw = -1;
     for (int r = 0; c->rank == 0 && r < c->size && bad_rank < 0; r++)
         for (int d = 0; d < pool->n && bad_rank < 0; d++)
-            if (all[(size_t)r * MP_POOL_DRAWS + d] !=
-                all[(size_t)(r - r % L->tp) * MP_POOL_DRAWS + d]) {
+            if (all[(size_t)r * MP_ROUTING_POOL_DRAWS + d] !=
+                all[(size_t)(r - r % L->tp) * MP_ROUTING_POOL_DRAWS + d]) {
                 bad_rank = r;
                 bad_draw = d;
             }
