@@ -40,23 +40,8 @@ static const char summary[] =
     "rank's time counts. algbw = bytes_per_rank / time, busbw = algbw·(n−1)/n (nccl-tests).\n"
     "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.";
 
-static const char *const key_cols[] = {
-    "source", "backend", "comm", "pattern", "layout", "tp", "ep", "world", "model", "hidden",
-    "experts", "topk", "routing", "placement", "batch", "seq", "seed", "bytes_per_peer",
-};
-#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
-static const char *const value_cols[] = {
-    "bytes_per_rank", "iters", "time_us", "time_p99_us", "time_mean_us", "time_stdev_us",
-    "time_min_us", "time_max_us", "time_ci_lo_us", "time_ci_hi_us", "algbw_GBps", "busbw_GBps",
-};
-#define NVAL ((int)(sizeof value_cols / sizeof value_cols[0]))
-static const char *const sample_cols[] = {"iter", "time_us"};
-
 enum { FILE_A2A, FILE_SAMPLES };
-static const struct mp_runfile_spec files[] = {
-    {"a2a.csv", value_cols, NVAL},
-    {"a2a_samples.csv", sample_cols, 2},
-};
+static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
 
 /* The timer marks around the timed exchange. */
 enum { MARK_START, MARK_END };
@@ -422,7 +407,7 @@ int main(int argc, char **argv)
     size_t max_bytes = 0;
     MP_CHECK(buffer_bytes(&s, r.moe, layouts, nlayouts, &max_bytes));
     MP_CHECK(a2a_alloc(&r, max_bytes));
-    MP_CHECK(mp_runfiles_open(&f, &s, key_cols, NKEY, files, 2));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.placement.n * s.o.batch.n : s.o.bytes.n);

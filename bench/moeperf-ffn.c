@@ -40,21 +40,8 @@ static const char summary[] =
     "run.json in --out.";
 
 
-static const char *const summary_cols[] = {
-    "tokens_per_rank", "rows", "active_experts", "flops", "weight_bytes", "iters", "ffn_us",
-    "ffn_p99_us", "ffn_mean_us", "ffn_stdev_us", "ffn_min_us", "ffn_max_us", "ffn_ci_lo_us",
-    "ffn_ci_hi_us", "achieved_GFLOPs", "achieved_GBps", "peak_GFLOPs", "peak_GBps", "bound",
-    "roofline_fraction",
-};
-#define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
-static const char *const sample_extra[] = {"iter", "ffn_us"};
-#define NSAMPLE 2
-
 enum { FILE_FFN, FILE_SAMPLES };
-static const struct mp_runfile_spec files[] = {
-    {"ffn.csv", summary_cols, NSUM},
-    {"ffn_samples.csv", sample_extra, NSAMPLE},
-};
+static const struct mp_csv_schema *const files[] = {&mp_schema_ffn, &mp_schema_ffn_samples};
 
 enum { MARK_START, MARK_FFN };
 
@@ -684,7 +671,7 @@ int main(int argc, char **argv)
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_CHECK(mp_runfiles_open(&f, &s, mp_workload_key, MP_WORKLOAD_NKEY, files, 2));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     MP_CHECK(measure_peaks(&s, sw.peak));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s, sw.peak);

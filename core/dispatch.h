@@ -8,8 +8,8 @@
 #include "layer.h"
 
 struct mp_routing_pool;
-struct mp_cluster;
 struct mp_vtraffic;
+struct mp_vdraw;
 
 /* One dispatch mode. mp_layer_run calls, per point: validate, reserve, (weights, inputs and the
  * routing pool), setup, then for each pass plan, iterate (warm-up, capture, timed), and teardown
@@ -43,10 +43,10 @@ struct mp_dispatch_mode {
     void (*teardown)(struct mp_layer *L);
     /* optional: the mode a point is first run in, unpipelined, for its overlap efficiency */
     const struct mp_dispatch_mode *reference;
-    /* optional, for the cluster model (core/vlayer.c): turn the traffic of one routing draw into
-     * what this mode moves and computes; NULL: the model cannot express the mode yet */
-    int (*model_traffic)(const struct mp_cluster *cl, const struct mp_point *pt,
-                         struct mp_vtraffic *t);
+    /* for the cluster model: the traffic builder (core/vlayer.h, mp_vtraffic_fn) that fills one
+     * routing draw's traffic as this mode moves and computes it; NULL: the model cannot express
+     * the mode yet */
+    void (*model_traffic)(struct mp_vtraffic *t, const struct mp_vdraw *d);
 };
 
 extern const struct mp_dispatch_mode mp_dispatch_dynamic;

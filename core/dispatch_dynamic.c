@@ -5,6 +5,7 @@
 #include "dispatch.h"
 #include "error.h"
 #include "layer_internal.h"
+#include "vlayer.h"
 #include "nvtx.h"
 
 static int dynamic_accepts(const struct mp_point *pt)
@@ -105,4 +106,5 @@ const struct mp_dispatch_mode mp_dispatch_dynamic = {
     .reserve = dynamic_reserve,
     .plan = dynamic_plan,
     .iterate = dynamic_iterate,
+    .model_traffic = mp_vtraffic_dynamic,
 };

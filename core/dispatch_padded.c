@@ -7,6 +7,7 @@
 #include "dispatch.h"
 #include "error.h"
 #include "layer_internal.h"
+#include "vlayer.h"
 #include "nvtx.h"
 #include "padded.h"
 
@@ -256,4 +257,5 @@ const struct mp_dispatch_mode mp_dispatch_padded = {
     .iterate = padded_iterate,
     .capture = padded_capture,
     .teardown = padded_teardown,
+    .model_traffic = mp_vtraffic_padded,
 };

@@ -8,6 +8,7 @@
 #include "dispatch.h"
 #include "error.h"
 #include "layer_internal.h"
+#include "vlayer.h"
 
 static int pipelined_accepts(const struct mp_point *pt)
 {
@@ -279,4 +280,5 @@ const struct mp_dispatch_mode mp_dispatch_pipelined = {
     .iterate = pipelined_iterate,
     .teardown = pipelined_teardown,
     .reference = &mp_dispatch_dynamic,
+    .model_traffic = mp_vtraffic_dynamic, /* it cuts the chunks when t->nchunks > 1 */
 };

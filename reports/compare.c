@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "schema.h"
 #include "results.h"
 #include "stats.h"
 
@@ -21,16 +22,16 @@
 struct tool_spec {
     const char *name; /* --tool value */
     const char *tool; /* run.json "tool" */
-    const char *summary, *samples;
+    const struct mp_csv_schema *summary, *samples;
     int nmetrics;
     struct mp_cmp_metric metrics[3];
 };
 
 static const struct tool_spec tools[] = {
-    {"layer", "moeperf-layer", "layer.csv", "layer_samples.csv", 3,
-     {{"layer_us", 1}, {"ffn_us", 0}, {"comm_us", 0}}},
-    {"a2a", "moeperf-a2a", "a2a.csv", "a2a_samples.csv", 1, {{"time_us", 1}}},
-    {"ffn", "moeperf-ffn", "ffn.csv", "ffn_samples.csv", 1, {{"ffn_us", 1}}},
+    {"layer", "moeperf-layer", &mp_schema_layer, &mp_schema_layer_samples, 3,
+     {{MPC_layer_us, 1}, {MPC_ffn_us, 0}, {MPC_comm_us, 0}}},
+    {"a2a", "moeperf-a2a", &mp_schema_a2a, &mp_schema_a2a_samples, 1, {{MPC_time_us, 1}}},
+    {"ffn", "moeperf-ffn", &mp_schema_ffn, &mp_schema_ffn_samples, 1, {{MPC_ffn_us, 1}}},
 };
 #define NTOOLS ((int)(sizeof tools / sizeof tools[0]))
 
@@ -243,7 +244,7 @@ static const struct tool_spec *find_tool(const char *dir, const char *which, int
     for (int i = 0; i < NTOOLS; i++) {
         if (which && strcmp(which, tools[i].name) != 0)
             continue;
-        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
+        if (file_exists(dir, tools[i].samples->file) || file_exists(dir, tools[i].summary->file)) {
             found = &tools[i];
             (*nfound)++;
         }
@@ -328,7 +329,7 @@ static int side_runs(struct side *s, const char *dir, const char *which, int qui
                     w = &tools[i];
             if (w)
                 mp_usage("%s: no %s or %s, here or in its subdirectories (--tool %s)", dir,
-                         w->samples, w->summary, which);
+                         w->samples->file, w->summary->file, which);
             else
                 mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv, here or "
                          "in its subdirectories; expected a run directory of moeperf-layer, "
@@ -353,13 +354,13 @@ static int side_load(struct side *s, const struct tool_spec *ts)
     }
     for (int r = 0; r < s->nruns && rc == MP_OK; r++) {
         const char *dir = s->runs[r];
-        if (!file_exists(dir, ts->samples)) {
+        if (!file_exists(dir, ts->samples->file)) {
             mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s "
                      "writes next to %s",
-                     dir, ts->samples, ts->tool, ts->summary);
+                     dir, ts->samples->file, ts->tool, ts->summary->file);
             return MP_ERR_USAGE;
         }
-        char *path = path_join(dir, ts->samples);
+        char *path = path_join(dir, ts->samples->file);
         if (!path)
             return MP_ERR_RUNTIME;
         rc = mp_table_read(path, &s->t[r]);
@@ -368,7 +369,7 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             return rc;
         const struct mp_table *t = &s->t[r];
         if (r == 0) {
-            nkey = mp_table_col(t, "iter");
+            nkey = mp_table_col(t, MPC_iter);
             if (nkey <= 0) {
                 mp_usage("%s: no \"iter\" column after the key columns; expected the samples "
                          "file of %s",
@@ -387,8 +388,8 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             }
         }
         struct mp_keyset have = {0, NULL};
-        int use_summary = file_exists(dir, ts->summary);
-        if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
+        int use_summary = file_exists(dir, ts->summary->file);
+        if (use_summary && (rc = mp_keyset_load(dir, ts->summary->file, nkey, &have)) != MP_OK)
             return rc;
         struct mp_keyset cut = {0, NULL};
         for (long i = 0; i < t->nrows && rc == MP_OK; i++) {
@@ -911,7 +912,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
     if (rc != MP_OK)
         goto out;
     c->tool = ts->tool;
-    c->samples_file = ts->samples;
+    c->samples_file = ts->samples->file;
     c->nmetrics = ts->nmetrics;
     memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
     for (int s = 0; s < 2; s++) {
@@ -943,7 +944,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
             rc = MP_ERR_USAGE;
             goto out;
         }
-    c->nkey = mp_table_col(tb, "iter");
+    c->nkey = mp_table_col(tb, MPC_iter);
     c->key_cols = calloc((size_t)c->nkey, sizeof *c->key_cols);
     c->key_varies = calloc((size_t)c->nkey, sizeof *c->key_varies);
     if (!c->key_cols || !c->key_varies) {
@@ -963,7 +964,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
                               dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
         if (sd[s].npts == 0) {
-            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples);
+            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples->file);
             rc = MP_ERR_USAGE;
             goto out;
         }

@@ -10,25 +10,26 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "schema.h"
 
 const char *const rp_key_names[RP_NKEY] = {
-    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk",
-    "shared", "layout", "routing", "placement", "seq", "seed", "overlap", "dispatch",
-    "flush_cache",
+    MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
+    MPC_shared, MPC_layout, MPC_routing, MPC_placement, MPC_seq, MPC_seed, MPC_overlap, MPC_dispatch,
+    MPC_flush_cache,
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
 static const char *const layer_need[] = {
-    "source", "layout", "routing", "placement", "batch", "layer_us", "layer_p99_us", "ffn_us",
-    "comm_us", "comm_comp_ratio", "bubble_ratio", NULL,
+    MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_batch, MPC_layer_us, MPC_layer_p99_us, MPC_ffn_us,
+    MPC_comm_us, MPC_comm_comp_ratio, MPC_bubble_ratio, NULL,
 };
 static const char *const a2a_need[] = {
-    "source", "pattern", "layout", "routing", "placement", "bytes_per_peer", "bytes_per_rank",
-    "time_us", "time_p99_us", "busbw_GBps", NULL,
+    MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement, MPC_bytes_per_peer, MPC_bytes_per_rank,
+    MPC_time_us, MPC_time_p99_us, MPC_busbw_GBps, NULL,
 };
 static const char *const ffn_need[] = {
-    "source", "layout", "routing", "placement", "batch", "rows", "ffn_us", "ffn_p99_us",
-    "achieved_GFLOPs", NULL,
+    MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_batch, MPC_rows, MPC_ffn_us, MPC_ffn_p99_us,
+    MPC_achieved_GFLOPs, NULL,
 };
 
 /* ---- run directories ---- */
@@ -141,11 +142,11 @@ int rp_run_load(const char *dir, struct rp_run *run)
     }
     free(jpath);
     if (rc == MP_OK)
-        rc = load_table(dir, "layer.csv", layer_need, &run->layer, &found);
+        rc = load_table(dir, mp_schema_layer.file, layer_need, &run->layer, &found);
     if (rc == MP_OK)
-        rc = load_table(dir, "a2a.csv", a2a_need, &run->a2a, &found);
+        rc = load_table(dir, mp_schema_a2a.file, a2a_need, &run->a2a, &found);
     if (rc == MP_OK)
-        rc = load_table(dir, "ffn.csv", ffn_need, &run->ffn, &found);
+        rc = load_table(dir, mp_schema_ffn.file, ffn_need, &run->ffn, &found);
     if (rc == MP_OK && !found) {
         mp_usage("%s: no layer.csv, a2a.csv or ffn.csv (not a moeperf run directory)", dir);
         rc = MP_ERR_USAGE;
@@ -286,13 +287,13 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
         int kc[RP_NKEY];
         for (int k = 0; k < RP_NKEY; k++)
             kc[k] = mp_table_col(t, rp_key_names[k]);
-        int c_batch = mp_table_col(t, "batch"), c_layer = mp_table_col(t, "layer_us"),
-            c_lp99 = mp_table_col(t, "layer_p99_us"), c_ffn = mp_table_col(t, "ffn_us"),
-            c_fp99 = mp_table_col(t, "ffn_p99_us"), c_comm = mp_table_col(t, "comm_us"),
-            c_cp99 = mp_table_col(t, "comm_p99_us"), c_ratio = mp_table_col(t, "comm_comp_ratio"),
-            c_bub = mp_table_col(t, "bubble_ratio"), c_imb = mp_table_col(t, "load_imbalance"),
-            c_hit = mp_table_col(t, "local_hit_rate"), c_lo = mp_table_col(t, "layer_ci_lo_us"),
-            c_hi = mp_table_col(t, "layer_ci_hi_us"), c_drop = mp_table_col(t, "drop_rate");
+        int c_batch = mp_table_col(t, MPC_batch), c_layer = mp_table_col(t, MPC_layer_us),
+            c_lp99 = mp_table_col(t, MPC_layer_p99_us), c_ffn = mp_table_col(t, MPC_ffn_us),
+            c_fp99 = mp_table_col(t, MPC_ffn_p99_us), c_comm = mp_table_col(t, MPC_comm_us),
+            c_cp99 = mp_table_col(t, MPC_comm_p99_us), c_ratio = mp_table_col(t, MPC_comm_comp_ratio),
+            c_bub = mp_table_col(t, MPC_bubble_ratio), c_imb = mp_table_col(t, MPC_load_imbalance),
+            c_hit = mp_table_col(t, MPC_local_hit_rate), c_lo = mp_table_col(t, MPC_layer_ci_lo_us),
+            c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate);
         for (long row = 0; row < t->nrows; row++) {
             struct rp_point p = {
                 .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),

@@ -1,15 +1,16 @@
-/* test_dispatch.c - the dispatch-mode table: every entry complete and named once, and each point
- * given to the mode that runs it. */
+/* test_dispatch.c - the dispatch-mode table: every entry complete and named once, each point
+ * given to the mode that runs it, and the model building the same mode's traffic. */
 #include <string.h>
 
 #include "check.h"
 #include "dispatch.h"
+#include "vlayer.h"
 
 int main(void)
 {
     int n = 0;
     for (const struct mp_dispatch_mode *const *m = mp_dispatch_modes; *m; m++, n++) {
-        CHECK((*m)->name && (*m)->accepts && (*m)->plan && (*m)->iterate);
+        CHECK((*m)->name && (*m)->accepts && (*m)->plan && (*m)->iterate && (*m)->model_traffic);
         for (const struct mp_dispatch_mode *const *o = mp_dispatch_modes; o != m; o++)
             CHECK(strcmp((*o)->name, (*m)->name) != 0);
     }
@@ -17,6 +18,12 @@ int main(void)
 
     struct mp_point pt = {.overlap = 1};
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dynamic);
+    /* the model builds each point's traffic with its mode's builder */
+    for (int padded = 0; padded <= 1; padded++)
+        for (int overlap = 0; overlap <= 4; overlap += 2) {
+            struct mp_point q = {.padded = padded, .overlap = overlap};
+            CHECK(mp_dispatch_for(&q)->model_traffic == mp_vtraffic_mode(&q));
+        }
     pt.overlap = 0; /* ≤ 1: not pipelined */
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dynamic);
     pt.overlap = 4;
