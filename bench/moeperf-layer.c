@@ -101,14 +101,121 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
     return s.p50;
 }
 
+/* A point's key cells (with the session's): what every row of its files starts with. */
+struct point_key {
+    const struct mp_layout *lay;
+    const char *routing, *placement, *dispatch;
+    int overlap;
+    long batch;
+};
+
+static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
+{
+    mp_workload_key_row(row, s, k->lay, k->routing, k->placement, k->overlap, k->dispatch,
+                        k->batch);
+}
+
+/* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
+ * layer time and its start skew. */
+static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const struct point_key *k,
+                       const struct mp_point_result *res, double *scratch, struct mp_row *row)
+{
+    int n = res->iters, N = res->nranks, rc = MP_OK;
+    for (int r = 0; r < N && rc == MP_OK; r++) {
+        const double *base = (const double *)&res->ranks[r];
+        size_t stride = (size_t)N * MP_RANK_ITER_FIELDS;
+        put_key(row, s, k);
+        mp_row_int(row, r);
+        mp_row_int(row, s->comm->node_of[r]);
+        mp_row_int(row, r / k->lay->tp);
+        mp_row_int(row, r % k->lay->tp);
+        mp_row_dbl(row, median_of(base + RANK_FIELD(tokens), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(rows), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(ffn_rows), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(bytes_sent), stride, n, scratch));
+        for (size_t ph = 0; ph < RANK_PHASES; ph++)
+            mp_row_dbl(row, median_of(base + ph, stride, n, scratch));
+        for (int i = 0; i < n; i++) {
+            const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
+            scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
+        }
+        struct mp_summary ls;
+        mp_summarize(scratch, n, &ls);
+        mp_row_dbl(row, ls.p50);
+        mp_row_dbl(row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
+        rc = mp_runfiles_write(f, FILE_RANKS, row);
+    }
+    return rc;
+}
+
+/* layer.csv: the point's summary row from the metrics' summaries `sm`. */
+static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
+                         const struct point_key *k, const struct mp_point_result *res,
+                         const struct mp_summary *sm, struct mp_row *row)
+{
+    int rc = MP_OK;
+    const struct mp_summary *L = mp_metric_summary(sm, MPC_layer_us),
+                            *F = mp_metric_summary(sm, MPC_ffn_us),
+                            *C = mp_metric_summary(sm, MPC_comm_us);
+    put_key(row, s, k);
+    mp_row_int(row, res->tokens_per_rank);
+    mp_row_int(row, res->iters);
+    double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
+                   F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
+                   C->p99};
+    for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+        mp_row_dbl(row, lv[i]);
+    /* then, from route_us on, each column by name: the median of a per-iteration metric, or one
+     * of the point's own values */
+    for (int i = mp_schema_index(&mp_schema_layer, MPC_route_us);
+         i < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; i++) {
+        const char *name = mp_schema_column(&mp_schema_layer, i)->name;
+        const struct mp_summary *m = mp_metric_summary(sm, name);
+        if (m)
+            mp_row_dbl(row, m->p50);
+        else if (name == MPC_check_error)
+            mp_row_dbl(row, res->check_error);
+        else if (name == MPC_overlap_efficiency)
+            mp_row_dbl(row, res->overlap_efficiency);
+        else {
+            mp_error("layer.csv: no value for column %s", name);
+            rc = MP_ERR_RUNTIME;
+        }
+    }
+    return rc == MP_OK ? mp_runfiles_write(f, FILE_LAYER, row) : rc;
+}
+
+/* The point's line of the console table. */
+static void print_line(const struct mp_session *s, const struct point_key *k,
+                       const struct mp_point_result *res, const struct mp_summary *sm)
+{
+    mp_progress_clear();
+    char chk[24] = "-";
+    if (!isnan(res->check_error))
+        snprintf(chk, sizeof chk, "%.1e", res->check_error);
+    char mode[128], variant[136] = "";
+    if (k->overlap > 1)
+        snprintf(mode, sizeof mode, "%s/ovl%d", k->dispatch, k->overlap);
+    else
+        snprintf(mode, sizeof mode, "%s", k->dispatch);
+    if (variant_shown(s))
+        snprintf(variant, sizeof variant, " %-16.16s", mode);
+    printf("%9s %-16s %-16s%s %7ld", k->lay->name, k->routing, k->placement, variant, k->batch);
+    mp_console_values(console_cols, NCONSOLE, sm);
+    printf(" %9s\n", chk);
+    fflush(stdout);
+}
+
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *placement, int overlap,
                        const char *dispatch, long batch, const struct mp_point_result *res)
 {
-    int n = res->iters, N = res->nranks, rc = MP_OK;
-    const size_t MN = MP_ITER_METRICS, RF = MP_RANK_ITER_FIELDS;
+    struct point_key k = {.lay = lay, .routing = routing, .placement = placement,
+                          .dispatch = dispatch, .overlap = overlap, .batch = batch};
+    int n = res->iters, rc = MP_OK;
+    const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
     struct mp_summary sm[MP_ITER_METRICS];
     struct mp_row row = {0};
@@ -116,90 +223,23 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    for (size_t k = 0; k < MN; k++)
-        mp_harness_summarize((const double *)res->metrics + k, MN, n, scratch, &sm[k]);
+    for (size_t m = 0; m < MN; m++)
+        mp_harness_summarize((const double *)res->metrics + m, MN, n, scratch, &sm[m]);
     if (f->open) {
-        for (int i = 0; i < n && rc == MP_OK; i++) {
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
+        for (int i = 0; i < n && rc == MP_OK; i++) { /* layer_samples.csv */
+            put_key(&row, s, &k);
             mp_row_int(&row, i);
-            for (size_t k = 0; k < MN; k++)
-                mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
+            for (size_t m = 0; m < MN; m++)
+                mp_row_dbl(&row, ((const double *)&res->metrics[i])[m]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
-        for (int r = 0; r < N && rc == MP_OK; r++) {
-            const double *base = (const double *)&res->ranks[r];
-            size_t stride = (size_t)N * RF;
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
-            mp_row_int(&row, r);
-            mp_row_int(&row, s->comm->node_of[r]);
-            mp_row_int(&row, r / lay->tp);
-            mp_row_int(&row, r % lay->tp);
-            mp_row_dbl(&row, median_of(base + RANK_FIELD(tokens), stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + RANK_FIELD(rows), stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + RANK_FIELD(ffn_rows), stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + RANK_FIELD(bytes_sent), stride, n, scratch));
-            for (size_t ph = 0; ph < RANK_PHASES; ph++)
-                mp_row_dbl(&row, median_of(base + ph, stride, n, scratch));
-            for (int i = 0; i < n; i++) {
-                const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
-                scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
-            }
-            struct mp_summary ls;
-            mp_summarize(scratch, n, &ls);
-            mp_row_dbl(&row, ls.p50);
-            mp_row_dbl(&row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
-            rc = mp_runfiles_write(f, FILE_RANKS, &row);
-        }
-        if (rc == MP_OK) {
-            const struct mp_summary *L = mp_metric_summary(sm, MPC_layer_us),
-                                    *F = mp_metric_summary(sm, MPC_ffn_us),
-                                    *C = mp_metric_summary(sm, MPC_comm_us);
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
-            mp_row_int(&row, res->tokens_per_rank);
-            mp_row_int(&row, n);
-            double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
-                           F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
-                           C->p99};
-            for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
-                mp_row_dbl(&row, lv[k]);
-            /* then, from route_us on, each column by name: the median of a per-iteration metric,
-             * or one of the point's own values */
-            for (int k = mp_schema_index(&mp_schema_layer, MPC_route_us);
-                 k < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; k++) {
-                const char *name = mp_schema_column(&mp_schema_layer, k)->name;
-                const struct mp_summary *m = mp_metric_summary(sm, name);
-                if (m)
-                    mp_row_dbl(&row, m->p50);
-                else if (name == MPC_check_error)
-                    mp_row_dbl(&row, res->check_error);
-                else if (name == MPC_overlap_efficiency)
-                    mp_row_dbl(&row, res->overlap_efficiency);
-                else {
-                    mp_error("layer.csv: no value for column %s", name);
-                    rc = MP_ERR_RUNTIME;
-                }
-            }
-            if (rc == MP_OK)
-                rc = mp_runfiles_write(f, FILE_LAYER, &row);
-        }
+        if (rc == MP_OK)
+            rc = write_ranks(s, f, &k, res, scratch, &row);
+        if (rc == MP_OK)
+            rc = write_summary(s, f, &k, res, sm, &row);
     }
-    if (!s->o.quiet) {
-        mp_progress_clear();
-        char chk[24] = "-";
-        if (!isnan(res->check_error))
-            snprintf(chk, sizeof chk, "%.1e", res->check_error);
-        char mode[128], variant[136] = "";
-        if (overlap > 1)
-            snprintf(mode, sizeof mode, "%s/ovl%d", dispatch, overlap);
-        else
-            snprintf(mode, sizeof mode, "%s", dispatch);
-        if (variant_shown(s))
-            snprintf(variant, sizeof variant, " %-16.16s", mode);
-        printf("%9s %-16s %-16s%s %7ld", lay->name, routing, placement, variant, batch);
-        mp_console_values(console_cols, NCONSOLE, sm);
-        printf(" %9s\n", chk);
-        fflush(stdout);
-    }
+    if (!s->o.quiet)
+        print_line(s, &k, res, sm);
     mp_row_free(&row);
     free(scratch);
     return rc;
