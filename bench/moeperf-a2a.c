@@ -205,13 +205,19 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
     return rc;
 }
 
+/* Whether one exchange of a comm backend takes the largest --bytes per peer (4G). */
+static int sends_4g(const struct mp_comm_ops *o)
+{
+    return o->memory != MP_MEMORY_VIRTUAL && o->max_row_bytes >= (size_t)4 << 30;
+}
+
 /* The bytes of the largest point's buffer over every layout. Refuses (MP_ERR_USAGE, before
  * anything is allocated) a --bytes per peer larger than one row of --comm can hold, and a MoE
  * batch whose rows (tokens·topk) overflow the int counts; all products are taken in size_t. */
 static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_layout *layouts,
                         int nlayouts, size_t *out)
 {
-    size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->o.comm);
+    size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->comm->ops);
     if (moe) {
         size_t row = (size_t)s->model.hidden * s->cops->elem_size;
         for (int b = 0; b < s->o.batch.n; b++) {
@@ -231,9 +237,12 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
     for (int b = 0; b < s->o.bytes.n; b++) {
         size_t per_peer = (size_t)s->o.bytes.v[b];
         if (per_peer > row_max) {
-            mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer (one "
-                     "MPI datatype counts its bytes in an int); accepted: 1 to %zu with --comm "
-                     "%s, up to 4G with --comm nccl", per_peer, s->o.comm, row_max, s->o.comm);
+            char wide[256];
+            mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer in one "
+                     "exchange; accepted: 1 to %zu with --comm %s, up to 4G with a --comm that counts "
+                     "in size_t (built: %s)",
+                     per_peer, s->o.comm, row_max, s->o.comm,
+                     mp_comm_names_where(sends_4g, wide, sizeof wide));
             return MP_ERR_USAGE;
         }
         for (int li = 0; li < nlayouts; li++) {

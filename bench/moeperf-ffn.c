@@ -560,6 +560,8 @@ static int measure_peaks(struct mp_session *s, double *peak)
     return rc;
 }
 
+static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+
 /* The sweep of one run: what every point shares and the progress count. */
 struct sweep {
     struct mp_session *s;
@@ -655,9 +657,11 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
-    if (s.o.graph && !s.cops->capture_begin) {
-        mp_usage("--graph: replaying a captured expert FFN needs --backend cuda (the %s backend "
-                 "runs its kernels from the host)", s.cops->name);
+    if (s.o.graph && !s.cops->graph) {
+        char names[256];
+        mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "
+                 "(built: %s; the %s backend has none)",
+                 mp_compute_names_where(captures_graphs, names, sizeof names), s.cops->name);
         rc = MP_ERR_USAGE;
         goto out;
     }

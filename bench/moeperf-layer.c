@@ -245,6 +245,17 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
     return rc;
 }
 
+/* Capabilities of compute backends, for messages that name the ones a request needs. */
+static int runs_padded(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PADDED);
+}
+static int runs_pipelined(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PIPELINED);
+}
+static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
 struct sweep {
     struct mp_session *s;
@@ -257,8 +268,9 @@ struct sweep {
     double timed_us;
 };
 
-/* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, --graph
- * with dynamic or without a backend that replays, padded with --overlap. */
+/* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
+ * mode the backend does not run, --graph with dynamic or without a backend that replays, padded
+ * with --overlap. */
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
@@ -267,6 +279,13 @@ static int refuse_flags(const struct sweep *sw)
         double factor;
         if ((rc = mp_dispatch_parse(s->o.dispatch.v[di], &padded, &factor)) != MP_OK)
             return rc;
+        if (padded && !(s->cops->dispatch_modes & MP_DISPATCH_PADDED)) {
+            char names[256];
+            mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
+                     "with a --backend that does (built: %s)", s->o.dispatch.v[di], s->cops->name,
+                     mp_compute_names_where(runs_padded, names, sizeof names));
+            return MP_ERR_USAGE;
+        }
         if (s->o.graph && !padded) {
             mp_usage("--graph with --dispatch %s: only the padded dispatch can be captured (the "
                      "dynamic one waits on the host for its counts); use --dispatch padded[:F]",
@@ -279,11 +298,21 @@ static int refuse_flags(const struct sweep *sw)
             return MP_ERR_USAGE;
         }
     }
-    if (s->o.graph && (!s->cops->capture_begin || sw->straggle_rank >= 0)) {
-        mp_usage("--graph: %s", !s->cops->capture_begin
-                                    ? "replaying a captured layer needs --backend cuda --comm nccl"
-                                    : "--straggle waits on the host inside the layer; drop one "
-                                      "of them");
+    if (sw->max_overlap > 1 && !(s->cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
+        char names[256];
+        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
+                 "--backend that does (built: %s)",
+                 sw->max_overlap, s->cops->name,
+                 mp_compute_names_where(runs_pipelined, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
+    if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
+        char names[256];
+        if (!s->cops->graph)
+            mp_usage("--graph: replaying a captured layer needs a --backend with graph capture "
+                     "(built: %s)", mp_compute_names_where(captures_graphs, names, sizeof names));
+        else
+            mp_usage("--graph: --straggle waits on the host inside the layer; drop one of them");
         return MP_ERR_USAGE;
     }
     return MP_OK;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute.h"
 #include "error.h"
 #include "layer.h"
 #include "metrics.h"
@@ -22,6 +23,23 @@ const char *const mp_calib_col_names[CAL_NCOLS] = {
 #define CAL_DRAWS 8
 
 /* ---- loading ---- */
+
+/* The element bytes of a measured run's compute backend: run.json's libraries.compute_elem_bytes
+ * (0 when out of range), or, in a run written before that was recorded, the element size of the
+ * built backend of the name libraries.compute holds (2, bf16, for one this binary lacks: a GPU's). */
+static double compute_elem_bytes(const cJSON *lib)
+{
+    const cJSON *e = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute_elem_bytes") : NULL;
+    if (cJSON_IsNumber(e))
+        return e->valuedouble > 0 && e->valuedouble <= 64 ? e->valuedouble : 0;
+    const cJSON *compute = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute") : NULL;
+    if (!cJSON_IsString(compute))
+        return 2;
+    for (int i = 0; mp_compute_backends[i]; i++)
+        if (strcmp(mp_compute_backends[i]->name, compute->valuestring) == 0)
+            return (double)mp_compute_backends[i]->elem_size;
+    return 2;
+}
 
 /* Hardware facts of a run from its run.json: ranks per node and element bytes. */
 static int run_facts(const char *dir, int *gpn, double *elem)
@@ -54,7 +72,6 @@ static int run_facts(const char *dir, int *gpn, double *elem)
     const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
     const cJSON *lib = cJSON_GetObjectItemCaseSensitive(j, "libraries");
-    const cJSON *compute = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute") : NULL;
     int rc = MP_OK;
     if (cJSON_IsObject(cl)) { /* a model run: its profile's facts */
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(cl, "gpus_per_node");
@@ -65,7 +82,7 @@ static int run_facts(const char *dir, int *gpn, double *elem)
                world->valuedouble >= 1 && world->valuedouble <= 1 << 20 &&
                nodes->valuedouble <= world->valuedouble) {
         *gpn = (world->valueint + nodes->valueint - 1) / nodes->valueint;
-        *elem = cJSON_IsString(compute) && !strcmp(compute->valuestring, "cpu") ? 4 : 2;
+        *elem = compute_elem_bytes(lib);
     } else {
         *gpn = 0;
     }

@@ -1360,6 +1360,9 @@ static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total
 
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
+    .memory = MP_MEMORY_DEVICE,
+    .dispatch_modes = MP_DISPATCH_ALL,
+    .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
