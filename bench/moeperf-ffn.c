@@ -369,7 +369,7 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): the device
+/* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): the device
  * drained, barrier, then the FFN queued (or, with `replay`, the captured FFN launched); duration
  * from its marks in *us. */
 static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,

@@ -299,7 +299,8 @@ static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
 }
 
 /* Expert FFN of `rows` rows (shared ones included) over `active` experts on one rank: the roofline
- * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (DESIGN.md, moeperf-ffn). */
+ * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (docs/METRICS.md, Expert FFN
+ * alone). */
 static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
                      int active)
 {

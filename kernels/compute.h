@@ -22,6 +22,16 @@ struct mp_chunk {
 enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY };
 #define MP_SKINNY_ROWS 8
 
+/* The GPU a local rank takes among `ndevices` visible ones: local_rank mod ndevices (ranks of a
+ * host take the GPUs in order); -1 when ndevices < 1 or local_rank < 0. The local rank is the one
+ * core/rankmap.h settles and hands to a backend's init. */
+static inline int mp_gpu_index(int local_rank, int ndevices)
+{
+    if (ndevices < 1 || local_rank < 0)
+        return -1;
+    return local_rank % ndevices;
+}
+
 /* Per-call shapes of the expert FFN: `nexp` experts, expert i owns rows [row_off[i], row_off[i+1])
  * of `in`/`out`, with weights wgu[i] (H × 2·Dl: gate | up) and wd[i] (Dl × H). */
 struct mp_ffn_args {

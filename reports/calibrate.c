@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "results.h"
 #include "schema.h"
+#include "sort.h"
 
 const char *const mp_calib_col_names[CAL_NCOLS] = {
     "layer.csv ffn_us", "layer.csv dispatch_us", "layer.csv combine_us", "layer.csv tp_reduce_us",
@@ -338,16 +339,10 @@ void mp_calib_free(struct mp_calib_set *set)
 
 /* ---- prediction ---- */
 
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Nearest-rank median of n values (sorted in place), as the measured summaries use. */
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, by_value);
+    qsort(v, (size_t)n, sizeof *v, mp_cmp_double);
     return v[(n + 1) / 2 - 1];
 }
 

@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 
 #include "error.h"
-#include "schema.h"
+#include "files.h"
 #include "results.h"
+#include "schema.h"
+#include "sort.h"
 #include "stats.h"
 
 /* The tools whose run directories can be compared, and the samples columns compared. */
@@ -84,21 +86,9 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (!p) {
-        mp_error("out of memory");
-        return NULL;
-    }
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static int file_exists(const char *dir, const char *name)
 {
-    char *p = path_join(dir, name);
+    char *p = mp_path_join(dir, name);
     struct stat st;
     int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
     free(p);
@@ -154,21 +144,16 @@ static char **side_cells(const struct side *s, struct rowref r)
     return s->t[r.tab].cells[r.row];
 }
 
+static const char *side_key(long i, const void *side)
+{
+    const struct side *s = side;
+    return s->pts[s->order[i]].key;
+}
+
 /* Position of `key` in s->order, or -(insertion point) − 1. */
 static long side_find(const struct side *s, const char *key)
 {
-    long lo = 0, hi = s->npts;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->pts[s->order[mid]].key, key);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -lo - 1;
+    return mp_find_sorted(key, s->npts, side_key, s);
 }
 
 /* The point index of `key` or -1. */
@@ -303,7 +288,7 @@ static int side_runs(struct side *s, const char *dir, const char *which, int qui
     }
     for (int i = 0; i < n; i++) {
         const char *name = ents[i]->d_name;
-        char *sub = rc == MP_OK && name[0] != '.' ? path_join(dir, name) : NULL;
+        char *sub = rc == MP_OK && name[0] != '.' ? mp_path_join(dir, name) : NULL;
         if (sub && stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
             const struct tool_spec *u = find_tool(sub, which, &nf);
             if (nf > 1 || (nf == 1 && *ts && u != *ts)) {
@@ -360,7 +345,7 @@ static int side_load(struct side *s, const struct tool_spec *ts)
                      dir, ts->samples->file, ts->tool, ts->summary->file);
             return MP_ERR_USAGE;
         }
-        char *path = path_join(dir, ts->samples->file);
+        char *path = mp_path_join(dir, ts->samples->file);
         if (!path)
             return MP_ERR_RUNTIME;
         rc = mp_table_read(path, &s->t[r]);
@@ -415,12 +400,6 @@ static int side_load(struct side *s, const struct tool_spec *ts)
     return rc;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The sample values of point `pt` in column `col` (empty cells skipped) into a new array *out
  * (count *n), and the median of each run's values (nearest rank, METRICS.md) into *runmed (count
  * *nruns). pt < 0: nothing. A cell that is not a number is a usage error naming the file. */
@@ -449,7 +428,7 @@ static int side_values(const struct side *s, long pt, int col, double **out, lon
             long m = k - run_start;
             if (m > 0) {
                 memcpy(tmp, v + run_start, (size_t)m * sizeof *tmp);
-                qsort(tmp, (size_t)m, sizeof *tmp, cmp_dbl);
+                qsort(tmp, (size_t)m, sizeof *tmp, mp_cmp_double);
                 rm[nr++] = mp_percentile(tmp, m, 50.0);
             }
             run_start = k;
@@ -494,7 +473,7 @@ static void median_ci(double *v, long n, double *med, double *lo, double *hi)
 
 static struct cJSON *load_runjson(const char *dir)
 {
-    char *path = path_join(dir, "run.json");
+    char *path = mp_path_join(dir, "run.json");
     if (!path)
         return NULL;
     FILE *f = fopen(path, "rb");
@@ -644,11 +623,6 @@ static char *ranks_text(const cJSON *run, const char *field)
     return sb_done(&sb);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* The NCCL_* and UCX_* variables (sorted "K=V" words): they configure the communication library.
  * OMPI_* is left out, as mpirun puts per-job identifiers there. */
 static char *env_text(const cJSON *run)
@@ -677,7 +651,7 @@ static char *env_text(const cJSON *run)
         }
         k++;
     }
-    qsort(words, (size_t)k, sizeof *words, cmp_str);
+    qsort(words, (size_t)k, sizeof *words, mp_cmp_str);
     struct sbuf sb = {0};
     for (int i = 0; i < k; i++) {
         if (i)

@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "files.h"
 #include "options.h"
 #include "report.h"
 #include "results.h"
 #include "schema.h"
+#include "sort.h"
 
 /* Latency that grows with a log-log slope above this is "faster than batch"; the 10 % margin keeps
  * a single noisy median from making a knee. */
@@ -410,28 +412,6 @@ static void remove_tree(const char *dir)
     }
     closedir(d);
     rmdir(dir);
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long n = ftell(f);
-    rewind(f);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(f);
-    return buf;
 }
 
 /* ---- groups of a2a.csv and ffn.csv rows ---- */
@@ -1063,12 +1043,6 @@ static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The bubble at each batch: one row per batch, one column per curve (and the reference). */
 static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
                               const struct reference *ref)
@@ -1094,7 +1068,7 @@ static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
             if (!seen)
                 batches[nb++] = s[i].pt[p].batch;
         }
-    qsort(batches, (size_t)nb, sizeof *batches, cmp_double);
+    qsort(batches, (size_t)nb, sizeof *batches, mp_cmp_double);
     doc_h(d, 2, "Bubble at each batch (share of all ranks' layer time idle)");
     doc_table(d, 1);
     snprintf(cells[0], CELL, "batch");
@@ -1497,7 +1471,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
         snprintf(path, sizeof path, "%s/%s.svg", figdir, figures[f].name);
         doc_h(&d, 3, figures[f].title);
         if (d.h) {
-            char *svg = read_file(path), prefix[32];
+            char *svg = mp_read_file(path, NULL), prefix[32];
             if (!svg) {
                 mp_error("%s: %s", path, strerror(errno));
                 rc = MP_ERR_RUNTIME;
@@ -1548,7 +1522,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
 /* Copy a file (the SVG figures next to the Markdown). */
 static int copy_file(const char *from, const char *to)
 {
-    char *data = read_file(from);
+    char *data = mp_read_file(from, NULL);
     if (!data)
         return -1;
     FILE *f = fopen(to, "w");

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "files.h"
 #include "schema.h"
 
 const char *const rp_key_names[RP_NKEY] = {
@@ -34,50 +35,12 @@ static const char *const ffn_need[] = {
 
 /* ---- run directories ---- */
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0)
-            break;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf)
-        buf[len] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Read dir/name into t when the file exists, checking the columns in need[]. */
 static int load_table(const char *dir, const char *name, const char *const *need,
                       struct mp_table *t, int *found)
 {
     memset(t, 0, sizeof *t);
-    char *path = path_join(dir, name);
+    char *path = mp_path_join(dir, name);
     if (!path) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
@@ -120,14 +83,14 @@ int rp_run_load(const char *dir, struct rp_run *run)
         return MP_ERR_RUNTIME;
     }
     int rc = MP_OK, found = 0;
-    char *jpath = path_join(dir, "run.json");
+    char *jpath = mp_path_join(dir, "run.json");
     if (!jpath) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
     }
     if (stat(jpath, &st) == 0) {
-        char *text = slurp(jpath);
+        char *text = mp_read_file(jpath, NULL);
         if (!text) {
             mp_usage("%s: %s", jpath, strerror(errno));
             rc = MP_ERR_USAGE;

@@ -13,7 +13,6 @@
 extern "C" {
 #include "compute.h"
 #include "error.h"
-#include "rankmap.h"
 }
 #include "chunks.h"
 #include "cuda_helpers.cuh"
@@ -196,7 +195,7 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (rankmap.h) */
+    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (compute.h) */
     *out = c;
     if (preselected >= 0 && preselected != c->device)
         mp_warn("--backend cuda: the launcher's local rank chose GPU %d before MPI started, the "
