@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "console.h"
 #include "error.h"
+#include "harness.h"
 #include "plan.h"
 #include "results.h"
 #include "runfiles.h"
@@ -41,6 +42,9 @@ static const char summary[] =
 
 enum { FILE_A2A, FILE_SAMPLES };
 static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
+
+/* The timer marks around the timed exchange. */
+enum { MARK_START, MARK_END };
 
 /* One point: for uniform, routing/placement are NULL and batch 0. */
 struct a2a_point {
@@ -121,34 +125,47 @@ static int counts_moe(struct mp_a2a_counts *c, struct mp_session *s, const struc
     return rc;
 }
 
+/* One point's exchange buffers and counts, and this rank's timed samples: the harness's argument. */
+struct a2a_pass {
+    struct mp_session *s;
+    const struct mp_a2a_counts *c;
+    void *sendbuf, *recvbuf;
+    double *mine; /* [iters] */
+};
+
+/* One synchronized exchange of draw step mod ndraws: drained, barrier, the alltoallv between the
+ * marks, drained; a timed one's time into mine[sample]. */
+static int a2a_iterate(void *arg, int step, int sample, int replay)
+{
+    struct a2a_pass *p = arg;
+    struct mp_session *s = p->s;
+    struct mp_comm *cm = s->comm;
+    const struct mp_a2a_counts *c = p->c;
+    size_t o = (size_t)(step % c->ndraws) * c->ep;
+    int rc = MP_OK;
+    (void)replay;
+    MP_CHECK(s->cops->sync(s->dev));
+    MP_CHECK(cm->ops->barrier(cm));
+    MP_CHECK(s->cops->mark(s->dev, MARK_START));
+    MP_CHECK(cm->ops->alltoallv(cm, p->sendbuf, c->scount + o, c->sdispl + o, p->recvbuf,
+                                c->rcount + o, c->rdispl + o, c->row_bytes));
+    MP_CHECK(s->cops->mark(s->dev, MARK_END));
+    MP_CHECK(s->cops->sync(s->dev));
+    if (sample >= 0)
+        p->mine[sample] = s->cops->elapsed_us(s->dev, MARK_START, MARK_END);
+out:
+    return rc;
+}
+
 /* Time `iters` exchanges (after `warmup`); on rank 0 times[i] = the slowest rank's time. */
 static int run_point(struct mp_session *s, const struct mp_a2a_counts *c, void *sendbuf,
                      void *recvbuf, double *mine, double *all, double *times)
 {
-    struct mp_comm *cm = s->comm;
-    int rc = MP_OK;
-    for (int i = 0; i < s->o.warmup + s->o.iters && rc == MP_OK; i++) {
-        int d = i % c->ndraws;
-        size_t o = (size_t)d * c->ep;
-        MP_CHECK(s->cops->sync(s->dev));
-        MP_CHECK(cm->ops->barrier(cm));
-        MP_CHECK(s->cops->mark(s->dev, 0));
-        MP_CHECK(cm->ops->alltoallv(cm, sendbuf, c->scount + o, c->sdispl + o, recvbuf,
-                                    c->rcount + o, c->rdispl + o, c->row_bytes));
-        MP_CHECK(s->cops->mark(s->dev, 1));
-        MP_CHECK(s->cops->sync(s->dev));
-        if (i >= s->o.warmup)
-            mine[i - s->o.warmup] = s->cops->elapsed_us(s->dev, 0, 1);
-    }
-    MP_CHECK(cm->ops->gather(cm, mine, (size_t)s->o.iters * sizeof *mine, all));
-    if (cm->rank == 0)
-        for (int i = 0; i < s->o.iters; i++) {
-            times[i] = 0;
-            for (int r = 0; r < cm->size; r++)
-                times[i] = fmax(times[i], all[(size_t)r * s->o.iters + i]);
-        }
-out:
-    return rc;
+    struct a2a_pass p = {.s = s, .c = c, .sendbuf = sendbuf, .recvbuf = recvbuf, .mine = mine};
+    struct mp_harness h = {.warmup = s->o.warmup, .iters = s->o.iters, .iterate = a2a_iterate,
+                           .arg = &p};
+    int rc = mp_harness_run(&h, NULL);
+    return rc != MP_OK ? rc : mp_harness_max_over_ranks(s->comm, mine, s->o.iters, all, times);
 }
 
 static int write_point(struct mp_session *s, struct mp_runfiles *f,
@@ -256,124 +273,168 @@ static void touch_buffers(struct mp_session *s, void *sendbuf, void *recvbuf, si
     free(fill);
 }
 
+/* The run's shared state: session, files, buffers sized for the largest point, sample arrays
+ * and the progress count. */
+struct a2a_run {
+    struct mp_session *s;
+    struct mp_runfiles *f;
+    struct mp_routing *routings;
+    int moe, np, npoints;
+    void *sendbuf, *recvbuf;
+    double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
+};
+
+/* The counts of point `bi` of a layout (and a routing and placement with --pattern moe). */
+static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn, int ri,
+                        int pi, const struct mp_placement *pl, int bi)
+{
+    struct mp_session *s = r->s;
+    if (!r->moe) {
+        p->bytes_per_peer = s->o.bytes.v[bi];
+        return mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
+    }
+    p->routing = s->o.routing.v[ri];
+    p->placement = s->o.placement.v[pi];
+    p->batch = s->o.batch.v[bi];
+    int rc = counts_moe(cn, s, &r->routings[ri], pl, p->batch * s->o.seq,
+                        s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS
+                            ? s->o.iters + s->o.warmup
+                            : MP_ROUTING_POOL_DRAWS);
+    p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
+    return rc;
+}
+
+/* One point: its counts, then (unless --resume found it) measured under the watchdog and
+ * written. */
+static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, int ri, int pi,
+                     const struct mp_placement *pl, int bi)
+{
+    struct mp_session *s = r->s;
+    struct a2a_point p = {.lay = lay};
+    struct mp_a2a_counts cn = {0};
+    int rc = point_counts(r, &p, &cn, ri, pi, pl, bi);
+    r->np++;
+    int skip = 0;
+    if (rc == MP_OK) {
+        struct mp_row key = {0};
+        put_key(&key, s, &p);
+        skip = mp_runfiles_done(r->f, s, &key);
+        mp_row_free(&key);
+    }
+    if (rc == MP_OK && !skip) {
+        if (s->comm->rank == 0) {
+            char label[128];
+            snprintf(label, sizeof label, "%s %lld B/peer", lay->name, p.bytes_per_peer);
+            mp_progress(r->np, r->npoints, label);
+        }
+        char point[160];
+        snprintf(point, sizeof point, "layout %s routing %s placement %s batch %ld "
+                 "bytes_per_peer %lld", lay->name, p.routing ? p.routing : "-",
+                 p.placement ? p.placement : "-", p.batch, p.bytes_per_peer);
+        mp_watchdog_arm(s->o.timeout, point);
+        rc = run_point(s, &cn, r->sendbuf, r->recvbuf, r->mine, r->all, r->times);
+        if (rc == MP_OK)
+            mp_watchdog_disarm();
+        if (rc == MP_OK && s->comm->rank == 0)
+            rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times);
+    }
+    mp_a2a_counts_free(&cn);
+    return rc;
+}
+
+/* Every point of one layout: routing × placement × batch (moe), or the --bytes sweep. */
+static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
+{
+    struct mp_session *s = r->s;
+    int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
+    int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
+    int nb = r->moe ? s->o.batch.n : s->o.bytes.n;
+    for (int ri = 0; ri < nr && rc == MP_OK; ri++)
+        for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
+            struct mp_placement pl = {0};
+            if (r->moe && (rc = mp_placement_build(s->o.placement.v[pi], s->model.experts,
+                                                   lay->ep, r->routings[ri].prob, &pl)) != MP_OK)
+                break;
+            for (int bi = 0; bi < nb && rc == MP_OK; bi++)
+                rc = a2a_point(r, lay, ri, pi, &pl, bi);
+            if (r->moe)
+                mp_placement_free(&pl);
+        }
+    return rc;
+}
+
+static void print_header(const struct mp_session *s)
+{
+    printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
+           "iterations, slowest rank\n", s->o.pattern, s->comm->size, s->comm->nnodes, s->o.comm,
+           s->o.iters);
+    printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "layout", "routing",
+           "placement", "batch", "bytes/peer", "bytes/rank", "time_p50", "time_p99", "time_min",
+           "algbw", "busbw");
+    printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "", "", "", "", "(B)", "(B)",
+           "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)");
+}
+
+/* Buffers for `max_bytes` (written through before timing) and the sample arrays. */
+static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
+{
+    struct mp_session *s = r->s;
+    size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
+    r->sendbuf = s->cops->alloc(s->dev, elems);
+    r->recvbuf = s->cops->alloc(s->dev, elems);
+    r->mine = calloc((size_t)s->o.iters, sizeof *r->mine);
+    r->times = calloc((size_t)s->o.iters, sizeof *r->times);
+    r->all = s->comm->rank == 0 ? calloc((size_t)s->o.iters * s->comm->size, sizeof *r->all) : NULL;
+    if (!r->sendbuf || !r->recvbuf || !r->mine || !r->times || (s->comm->rank == 0 && !r->all)) {
+        mp_error("out of memory for %zu-byte buffers", max_bytes);
+        return MP_ERR_RUNTIME;
+    }
+    touch_buffers(s, r->sendbuf, r->recvbuf, elems);
+    return MP_OK;
+}
+
 int main(int argc, char **argv)
 {
     struct mp_session s;
     struct mp_layout *layouts = NULL;
-    struct mp_routing *routings = NULL;
     struct mp_runfiles f = {0};
-    double *mine = NULL, *all = NULL, *times = NULL;
-    void *sendbuf = NULL, *recvbuf = NULL;
+    struct a2a_run r = {.s = &s, .f = &f};
     int nlayouts = 0, nrout = 0;
     int rc = mp_session_start(&s, "moeperf-a2a", options, summary, argc, argv);
     if (rc != MP_OK)
         goto out;
     struct mp_comm *c = s.comm;
-    int moe = strcmp(s.o.pattern, "moe") == 0;
+    r.moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_watchdog_start());
-    if (moe)
+    if (r.moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                    "gate routing needs the layer's activations; use moeperf-layer, "
                                    "or a generated routing or a trace with --pattern moe",
-                                   &routings, &nrout));
+                                   &r.routings, &nrout));
     /* buffers sized once for the largest point, after refusing points no count can express */
     size_t max_bytes = 0;
-    MP_CHECK(buffer_bytes(&s, moe, layouts, nlayouts, &max_bytes));
-    size_t elems = (max_bytes + s.cops->elem_size - 1) / s.cops->elem_size + 1;
-    sendbuf = s.cops->alloc(s.dev, elems);
-    recvbuf = s.cops->alloc(s.dev, elems);
-    mine = calloc((size_t)s.o.iters, sizeof *mine);
-    times = calloc((size_t)s.o.iters, sizeof *times);
-    all = c->rank == 0 ? calloc((size_t)s.o.iters * c->size, sizeof *all) : NULL;
-    if (!sendbuf || !recvbuf || !mine || !times || (c->rank == 0 && !all)) {
-        mp_error("out of memory for %zu-byte buffers", max_bytes);
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
-    touch_buffers(&s, sendbuf, recvbuf, elems);
-
+    MP_CHECK(buffer_bytes(&s, r.moe, layouts, nlayouts, &max_bytes));
+    MP_CHECK(a2a_alloc(&r, max_bytes));
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
-    if (!s.o.quiet && c->rank == 0) {
-        printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
-               "iterations, slowest rank\n", s.o.pattern, c->size, c->nnodes, s.o.comm, s.o.iters);
-        printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "layout", "routing",
-               "placement", "batch", "bytes/peer", "bytes/rank", "time_p50", "time_p99",
-               "time_min", "algbw", "busbw");
-        printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "", "", "", "", "(B)",
-               "(B)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)");
-    }
-    int npoints = nlayouts * (moe ? s.o.routing.n * s.o.placement.n * s.o.batch.n : s.o.bytes.n);
-    int np = 0;
-    for (int li = 0; li < nlayouts && rc == MP_OK; li++) {
-        MP_CHECK(c->ops->split(c, layouts[li].tp, layouts[li].ep));
-        int nr = moe ? s.o.routing.n : 1, npl = moe ? s.o.placement.n : 1;
-        int nb = moe ? s.o.batch.n : s.o.bytes.n;
-        for (int ri = 0; ri < nr && rc == MP_OK; ri++)
-            for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
-                struct mp_placement pl = {0};
-                if (moe)
-                    MP_CHECK(mp_placement_build(s.o.placement.v[pi], s.model.experts,
-                                                layouts[li].ep, routings[ri].prob, &pl));
-                for (int bi = 0; bi < nb && rc == MP_OK; bi++) {
-                    struct a2a_point p = {.lay = &layouts[li]};
-                    struct mp_a2a_counts cn = {0};
-                    if (moe) {
-                        p.routing = s.o.routing.v[ri];
-                        p.placement = s.o.placement.v[pi];
-                        p.batch = s.o.batch.v[bi];
-                        rc = counts_moe(&cn, &s, &routings[ri], &pl, p.batch * s.o.seq,
-                                        s.o.iters + s.o.warmup < 8 ? s.o.iters + s.o.warmup : 8);
-                        p.bytes_per_peer = (long long)llround(cn.bytes_per_rank / layouts[li].ep);
-                    } else {
-                        p.bytes_per_peer = s.o.bytes.v[bi];
-                        rc = mp_a2a_counts_uniform(&cn, layouts[li].ep, p.bytes_per_peer);
-                    }
-                    np++;
-                    int skip = 0;
-                    if (rc == MP_OK) {
-                        struct mp_row key = {0};
-                        put_key(&key, &s, &p);
-                        skip = mp_runfiles_done(&f, &s, &key);
-                        mp_row_free(&key);
-                    }
-                    if (rc == MP_OK && !skip) {
-                        if (c->rank == 0) {
-                            char label[128];
-                            snprintf(label, sizeof label, "%s %lld B/peer", layouts[li].name,
-                                     p.bytes_per_peer);
-                            mp_progress(np, npoints, label);
-                        }
-                        char point[160];
-                        snprintf(point, sizeof point, "layout %s routing %s placement %s batch %ld "
-                                 "bytes_per_peer %lld", layouts[li].name, p.routing ? p.routing : "-",
-                                 p.placement ? p.placement : "-", p.batch, p.bytes_per_peer);
-                        mp_watchdog_arm(s.o.timeout, point);
-                        rc = run_point(&s, &cn, sendbuf, recvbuf, mine, all, times);
-                        if (rc == MP_OK)
-                            mp_watchdog_disarm();
-                        if (rc == MP_OK && c->rank == 0)
-                            rc = write_point(&s, &f, &p, cn.bytes_per_rank, times);
-                    }
-                    mp_a2a_counts_free(&cn);
-                }
-                if (moe)
-                    mp_placement_free(&pl);
-            }
-    }
+    if (!s.o.quiet && c->rank == 0)
+        print_header(&s);
+    r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.placement.n * s.o.batch.n : s.o.bytes.n);
+    for (int li = 0; li < nlayouts && rc == MP_OK; li++)
+        MP_CHECK(a2a_layout(&r, &layouts[li]));
 out:
     /* freeing device buffers waits for the device: on a failure, no longer than --timeout, and
      * not behind exchanges the other ranks will never join */
     rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
     if (s.dev) {
-        s.cops->free(s.dev, sendbuf);
-        s.cops->free(s.dev, recvbuf);
+        s.cops->free(s.dev, r.sendbuf);
+        s.cops->free(s.dev, r.recvbuf);
     }
-    free(mine);
-    free(all);
-    free(times);
-    mp_routings_free(routings, nrout);
+    free(r.mine);
+    free(r.all);
+    free(r.times);
+    mp_routings_free(r.routings, nrout);
     free(layouts);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;

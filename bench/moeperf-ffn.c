@@ -11,6 +11,7 @@
 #include "bench_opts.h"
 #include "console.h"
 #include "error.h"
+#include "harness.h"
 #include "memguard.h"
 #include "placement.h"
 #include "plan.h"
@@ -368,20 +369,16 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): with `flush` the
- * device's caches evicted first, then the device drained, barrier, then the FFN queued (or, with
- * `replay`, the captured FFN launched); duration from its marks in *us. */
+/* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): the device
+ * drained, barrier, then the FFN queued (or, with `replay`, the captured FFN launched); duration
+ * from its marks in *us. */
 static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
-                         int replay, int flush, double *us)
+                         int replay, double *us)
 {
     const struct mp_compute_ops *o = s->cops;
     struct mp_compute *dev = s->dev;
     struct mp_comm *c = s->comm;
     int rc = MP_OK;
-    if (flush) { /* outside the marks and any capture: before the drain */
-        MP_CHECK(o->flush_cache(dev));
-        cache_flushes++;
-    }
     MP_CHECK(o->sync(dev));
     MP_CHECK(c->ops->barrier(c));
     MP_CHECK(replay ? o->replay(dev) : ffn_queue(s, b, w));
@@ -403,6 +400,36 @@ static int ffn_capture(const struct mp_session *s, const struct bufs *b, const s
     return rc != MP_OK ? rc : end;
 }
 
+/* One point's buffers and rows, and this rank's timed samples: the harness's argument. */
+struct ffn_pass {
+    const struct mp_session *s;
+    const struct bufs *b;
+    const struct work *w;
+    double *mine, scratch; /* [iters] timed samples; an untimed one */
+};
+
+static int pass_iterate(void *arg, int step, int sample, int replay)
+{
+    struct ffn_pass *p = arg;
+    (void)step;
+    return ffn_iteration(p->s, p->b, p->w, replay, sample >= 0 ? &p->mine[sample] : &p->scratch);
+}
+
+static int pass_capture(void *arg)
+{
+    struct ffn_pass *p = arg;
+    return ffn_capture(p->s, p->b, p->w);
+}
+
+/* --flush-cache: outside the marks and any capture, before the iteration's drain. */
+static int pass_flush(void *arg)
+{
+    struct ffn_pass *p = arg;
+    int rc = p->s->cops->flush_cache(p->s->dev);
+    cache_flushes += rc == MP_OK;
+    return rc;
+}
+
 /* Run one point on every rank; on rank 0, ffn[i] = max over ranks of iteration i's FFN time. */
 static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w, int gemm,
                      double *ffn)
@@ -410,7 +437,7 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
     struct mp_comm *c = s->comm;
     int n = s->o.iters, rc = MP_OK;
     struct bufs b = {0};
-    double *mine = calloc((size_t)n, sizeof *mine), *all = NULL, scratch;
+    double *mine = calloc((size_t)n, sizeof *mine), *all = NULL;
     if (c->rank == 0)
         all = malloc((size_t)n * c->size * sizeof *all);
     if (!mine || (c->rank == 0 && !all)) {
@@ -420,24 +447,12 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
     }
     MP_CHECK(bufs_make(&b, s, wc, w));
     b.gemm = gemm;
-    int flush = mp_flush_cache_active(s);
-    for (int i = 0; i < s->o.warmup; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, 0, 0, &scratch));
-    if (s->o.graph) { /* grown buffers first, then the capture, then one replay untimed */
-        if (s->o.warmup == 0)
-            MP_CHECK(ffn_iteration(s, &b, w, 0, 0, &scratch));
-        MP_CHECK(ffn_capture(s, &b, w));
-        MP_CHECK(ffn_iteration(s, &b, w, 1, 0, &scratch));
-    }
-    for (int i = 0; i < n; i++)
-        MP_CHECK(ffn_iteration(s, &b, w, s->o.graph, flush, &mine[i]));
-    MP_CHECK(c->ops->gather(c, mine, (size_t)n * sizeof *mine, all));
-    if (c->rank == 0)
-        for (int i = 0; i < n; i++) {
-            ffn[i] = all[i];
-            for (int r = 1; r < c->size; r++)
-                ffn[i] = all[(size_t)r * n + i] > ffn[i] ? all[(size_t)r * n + i] : ffn[i];
-        }
+    struct ffn_pass p = {.s = s, .b = &b, .w = w, .mine = mine};
+    struct mp_harness h = {.warmup = s->o.warmup, .iters = n, .iterate = pass_iterate, .arg = &p,
+                           .capture = s->o.graph ? pass_capture : NULL,
+                           .before_timed = mp_flush_cache_active(s) ? pass_flush : NULL};
+    MP_CHECK(mp_harness_run(&h, NULL));
+    MP_CHECK(mp_harness_max_over_ranks(c, mine, n, all, ffn));
 out:
     if (s->o.graph && s->cops->graph_reset)
         s->cops->graph_reset(s->dev);
@@ -461,9 +476,8 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    memcpy(x, ffn, (size_t)n * sizeof *x);
     struct mp_summary sm;
-    mp_summarize(x, n, &sm);
+    mp_harness_summarize(ffn, 1, n, x, &sm);
     double flops = mp_ffn_flops(m->hidden, m->ffn, lay->tp, (double)w->crit_rows);
     double bytes = mp_ffn_weight_bytes(m->hidden, m->ffn, lay->tp, w->crit_active,
                                        s->cops->elem_size);
@@ -548,21 +562,101 @@ static int measure_peaks(struct mp_session *s, double *peak)
 
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
 
+/* The sweep of one run: what every point shares and the progress count. */
+struct sweep {
+    struct mp_session *s;
+    struct mp_runfiles *f;
+    struct mp_routing *routings;
+    int gemm, npoint, total;
+    double peak[2]; /* FLOP/s, bytes/s measured at start-up */
+    double *ffn;    /* [iters] the slowest rank's times of the point (rank 0) */
+};
+
+/* One point: skipped when --resume found it, else planned, checked against the memory budget,
+ * measured and written. */
+static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
+                     int pi, const struct mp_placement *pl, int bi)
+{
+    struct mp_session *s = sw->s;
+    long batch = s->o.batch.v[bi];
+    const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
+    struct mp_row key = {0};
+    sw->npoint++;
+    mp_workload_key_row(&key, s, lay, rname, pname, 1, s->o.graph ? "dynamic+graph" : "dynamic",
+                        batch);
+    int skip = mp_runfiles_done(sw->f, s, &key);
+    mp_row_free(&key);
+    if (skip)
+        return MP_OK;
+    if (s->comm->rank == 0) {
+        char label[256];
+        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name, rname, pname, batch);
+        mp_progress(sw->npoint, sw->total, label);
+    }
+    struct work w;
+    int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
+    if (rc == MP_OK)
+        rc = memory_guard(s, wc, &w, batch);
+    if (rc == MP_OK)
+        rc = run_point(s, wc, &w, sw->gemm, sw->ffn);
+    if (rc == MP_OK && s->comm->rank == 0)
+        rc = write_point(s, sw->f, lay, rname, pname, batch, &w, sw->ffn, sw->peak);
+    work_free(&w);
+    return rc;
+}
+
+/* Every point of one layout, its expert weights cached across them. */
+static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
+{
+    struct mp_session *s = sw->s;
+    struct wcache wc = {0};
+    int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
+    if (rc != MP_OK || (rc = wcache_init(&wc, s, lay->tp)) != MP_OK)
+        return rc;
+    for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
+        for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
+            struct mp_placement pl;
+            rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
+                                    sw->routings[ri].prob, &pl);
+            if (rc != MP_OK)
+                break;
+            for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi);
+            mp_placement_free(&pl);
+        }
+    wcache_free(&wc, s);
+    return rc;
+}
+
+static void print_header(const struct mp_session *s, const double *peak)
+{
+    const struct mp_model *m = &s->model;
+    printf("# moeperf-ffn: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
+           "node(s), backend %s, GEMMs %s%s\n",
+           m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, s->comm->size,
+           s->comm->nnodes, s->o.backend, s->o.gemm,
+           s->o.graph ? ", replayed as a CUDA Graph" : "");
+    printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
+           peak[1] / 1e9);
+    printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
+           "iterations, max over ranks\n",
+           s->o.iters);
+    printf("%9s %-16s %-16s %7s %8s %11s %11s %9s %8s %-8s %6s\n", "layout", "routing",
+           "placement", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound", "roof");
+}
+
 int main(int argc, char **argv)
 {
     struct mp_session s;
     struct mp_runfiles f = {0};
     struct mp_layout *layouts = NULL;
-    struct mp_routing *routings = NULL;
-    double peak[2] = {NAN, NAN}, *ffn = NULL;
+    struct sweep sw = {.s = &s, .f = &f, .peak = {NAN, NAN}};
     int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-ffn", options, summary, argc, argv);
     if (rc != MP_OK)
         goto out;
     struct mp_comm *c = s.comm;
-    const struct mp_model *m = &s.model;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
-    int gemm;
-    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
+    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
     if (s.o.graph && !s.cops->graph) {
         char names[256];
         mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "
@@ -571,86 +665,30 @@ int main(int argc, char **argv)
         rc = MP_ERR_USAGE;
         goto out;
     }
-    MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed,
+    MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
-                               "generated routing or a trace", &routings, &nrout));
-    MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
-    ffn = malloc((size_t)s.o.iters * sizeof *ffn);
-    if (!ffn) {
+                               "generated routing or a trace", &sw.routings, &nrout));
+    MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
+    sw.ffn = malloc((size_t)s.o.iters * sizeof *sw.ffn);
+    if (!sw.ffn) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
     }
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
-    MP_CHECK(measure_peaks(&s, peak));
-
-    if (!s.o.quiet && c->rank == 0) {
-        printf("# moeperf-ffn: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
-               "node(s), backend %s, GEMMs %s%s\n",
-               m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, c->size, c->nnodes,
-               s.o.backend, s.o.gemm, s.o.graph ? ", replayed as a CUDA Graph" : "");
-        printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
-               peak[1] / 1e9);
-        printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
-               "iterations, max over ranks\n",
-               s.o.iters);
-        printf("%9s %-16s %-16s %7s %8s %11s %11s %9s %8s %-8s %6s\n", "layout", "routing",
-               "placement", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound",
-               "roof");
-    }
-    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n, npoint = 0;
-    for (int li = 0; li < nlayouts; li++) {
-        const struct mp_layout *lay = &layouts[li];
-        struct wcache wc = {0};
-        MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
-        MP_CHECK(wcache_init(&wc, &s, lay->tp));
-        for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
-            for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
-                struct mp_placement pl;
-                rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
-                if (rc != MP_OK)
-                    break;
-                for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
-                    long batch = s.o.batch.v[bi];
-                    const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
-                    struct mp_row key = {0};
-                    npoint++;
-                    mp_workload_key_row(&key, &s, lay, rname, pname, 1,
-                                        s.o.graph ? "dynamic+graph" : "dynamic", batch);
-                    int skip = mp_runfiles_done(&f, &s, &key);
-                    mp_row_free(&key);
-                    if (skip)
-                        continue;
-                    if (c->rank == 0) {
-                        char label[256];
-                        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name, rname,
-                                 pname, batch);
-                        mp_progress(npoint, total, label);
-                    }
-                    struct work w;
-                    rc = work_plan(&w, &s, lay, &routings[ri], &pl, batch);
-                    if (rc == MP_OK)
-                        rc = memory_guard(&s, &wc, &w, batch);
-                    if (rc == MP_OK)
-                        rc = run_point(&s, &wc, &w, gemm, ffn);
-                    if (rc == MP_OK && c->rank == 0)
-                        rc = write_point(&s, &f, lay, rname, pname, batch, &w, ffn, peak);
-                    work_free(&w);
-                }
-                mp_placement_free(&pl);
-            }
-        }
-        wcache_free(&wc, &s);
-        if (rc != MP_OK)
-            goto out;
-    }
+    MP_CHECK(measure_peaks(&s, sw.peak));
+    if (!s.o.quiet && c->rank == 0)
+        print_header(&s, sw.peak);
+    sw.total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n;
+    for (int li = 0; li < nlayouts; li++)
+        MP_CHECK(ffn_layout(&sw, &layouts[li]));
 out:
     if (s.run)
         mp_session_note(&s, "cache_flushes", cJSON_CreateNumber((double)cache_flushes));
     mp_runfiles_close(&f);
-    mp_routings_free(routings, nrout);
+    mp_routings_free(sw.routings, nrout);
     free(layouts);
-    free(ffn);
+    free(sw.ffn);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;
     return mp_session_end(&s, rc);

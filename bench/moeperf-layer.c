@@ -2,6 +2,7 @@
  * a sweep of batch sizes, layouts, routings and placements, and writes layer.csv. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "clock.h"
 #include "console.h"
 #include "error.h"
+#include "harness.h"
 #include "layer.h"
 #include "results.h"
 #include "runfiles.h"
@@ -86,14 +88,122 @@ static int refuse_unsupported(const struct mp_session *s)
     return MP_OK;
 }
 
+/* The index of a field of struct mp_rank_iter in doubles; its phase durations are the fields
+ * before `tokens`. */
+#define RANK_FIELD(field) (offsetof(struct mp_rank_iter, field) / sizeof(double))
+#define RANK_PHASES RANK_FIELD(tokens)
+
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
 static double median_of(const double *base, size_t stride, int n, double *scratch)
 {
-    for (int i = 0; i < n; i++)
-        scratch[i] = base[(size_t)i * stride];
     struct mp_summary s;
-    mp_summarize(scratch, n, &s);
+    mp_harness_summarize(base, stride, n, scratch, &s);
     return s.p50;
+}
+
+/* A point's key cells (with the session's): what every row of its files starts with. */
+struct point_key {
+    const struct mp_layout *lay;
+    const char *routing, *placement, *dispatch;
+    int overlap;
+    long batch;
+};
+
+static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
+{
+    mp_workload_key_row(row, s, k->lay, k->routing, k->placement, k->overlap, k->dispatch,
+                        k->batch);
+}
+
+/* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
+ * layer time and its start skew. */
+static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const struct point_key *k,
+                       const struct mp_point_result *res, double *scratch, struct mp_row *row)
+{
+    int n = res->iters, N = res->nranks, rc = MP_OK;
+    for (int r = 0; r < N && rc == MP_OK; r++) {
+        const double *base = (const double *)&res->ranks[r];
+        size_t stride = (size_t)N * MP_RANK_ITER_FIELDS;
+        put_key(row, s, k);
+        mp_row_int(row, r);
+        mp_row_int(row, s->comm->node_of[r]);
+        mp_row_int(row, r / k->lay->tp);
+        mp_row_int(row, r % k->lay->tp);
+        mp_row_dbl(row, median_of(base + RANK_FIELD(tokens), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(rows), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(ffn_rows), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(bytes_sent), stride, n, scratch));
+        for (size_t ph = 0; ph < RANK_PHASES; ph++)
+            mp_row_dbl(row, median_of(base + ph, stride, n, scratch));
+        for (int i = 0; i < n; i++) {
+            const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
+            scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
+        }
+        struct mp_summary ls;
+        mp_summarize(scratch, n, &ls);
+        mp_row_dbl(row, ls.p50);
+        mp_row_dbl(row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
+        rc = mp_runfiles_write(f, FILE_RANKS, row);
+    }
+    return rc;
+}
+
+/* layer.csv: the point's summary row from the metrics' summaries `sm`. */
+static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
+                         const struct point_key *k, const struct mp_point_result *res,
+                         const struct mp_summary *sm, struct mp_row *row)
+{
+    int rc = MP_OK;
+    const struct mp_summary *L = mp_metric_summary(sm, MPC_layer_us),
+                            *F = mp_metric_summary(sm, MPC_ffn_us),
+                            *C = mp_metric_summary(sm, MPC_comm_us);
+    put_key(row, s, k);
+    mp_row_int(row, res->tokens_per_rank);
+    mp_row_int(row, res->iters);
+    double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
+                   F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
+                   C->p99};
+    for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+        mp_row_dbl(row, lv[i]);
+    /* then, from route_us on, each column by name: the median of a per-iteration metric, or one
+     * of the point's own values */
+    for (int i = mp_schema_index(&mp_schema_layer, MPC_route_us);
+         i < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; i++) {
+        const char *name = mp_schema_column(&mp_schema_layer, i)->name;
+        const struct mp_summary *m = mp_metric_summary(sm, name);
+        if (m)
+            mp_row_dbl(row, m->p50);
+        else if (name == MPC_check_error)
+            mp_row_dbl(row, res->check_error);
+        else if (name == MPC_overlap_efficiency)
+            mp_row_dbl(row, res->overlap_efficiency);
+        else {
+            mp_error("layer.csv: no value for column %s", name);
+            rc = MP_ERR_RUNTIME;
+        }
+    }
+    return rc == MP_OK ? mp_runfiles_write(f, FILE_LAYER, row) : rc;
+}
+
+/* The point's line of the console table. */
+static void print_line(const struct mp_session *s, const struct point_key *k,
+                       const struct mp_point_result *res, const struct mp_summary *sm)
+{
+    mp_progress_clear();
+    char chk[24] = "-";
+    if (!isnan(res->check_error))
+        snprintf(chk, sizeof chk, "%.1e", res->check_error);
+    char mode[128], variant[136] = "";
+    if (k->overlap > 1)
+        snprintf(mode, sizeof mode, "%s/ovl%d", k->dispatch, k->overlap);
+    else
+        snprintf(mode, sizeof mode, "%s", k->dispatch);
+    if (variant_shown(s))
+        snprintf(variant, sizeof variant, " %-16.16s", mode);
+    printf("%9s %-16s %-16s%s %7ld", k->lay->name, k->routing, k->placement, variant, k->batch);
+    mp_console_values(console_cols, NCONSOLE, sm);
+    printf(" %9s\n", chk);
+    fflush(stdout);
 }
 
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
@@ -102,8 +212,10 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
                        const char *routing, const char *placement, int overlap,
                        const char *dispatch, long batch, const struct mp_point_result *res)
 {
-    int n = res->iters, N = res->nranks, rc = MP_OK;
-    const size_t MN = MP_ITER_METRICS, RF = MP_RANK_ITER_FIELDS;
+    struct point_key k = {.lay = lay, .routing = routing, .placement = placement,
+                          .dispatch = dispatch, .overlap = overlap, .batch = batch};
+    int n = res->iters, rc = MP_OK;
+    const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
     struct mp_summary sm[MP_ITER_METRICS];
     struct mp_row row = {0};
@@ -111,93 +223,23 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    for (size_t k = 0; k < MN; k++) {
-        for (int i = 0; i < n; i++)
-            scratch[i] = ((const double *)&res->metrics[i])[k];
-        mp_summarize(scratch, n, &sm[k]);
-    }
+    for (size_t m = 0; m < MN; m++)
+        mp_harness_summarize((const double *)res->metrics + m, MN, n, scratch, &sm[m]);
     if (f->open) {
-        for (int i = 0; i < n && rc == MP_OK; i++) {
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
+        for (int i = 0; i < n && rc == MP_OK; i++) { /* layer_samples.csv */
+            put_key(&row, s, &k);
             mp_row_int(&row, i);
-            for (size_t k = 0; k < MN; k++)
-                mp_row_dbl(&row, ((const double *)&res->metrics[i])[k]);
+            for (size_t m = 0; m < MN; m++)
+                mp_row_dbl(&row, ((const double *)&res->metrics[i])[m]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
-        for (int r = 0; r < N && rc == MP_OK; r++) {
-            const double *base = (const double *)&res->ranks[r];
-            size_t stride = (size_t)N * RF;
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
-            mp_row_int(&row, r);
-            mp_row_int(&row, s->comm->node_of[r]);
-            mp_row_int(&row, r / lay->tp);
-            mp_row_int(&row, r % lay->tp);
-            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, tokens) / 8, stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, rows) / 8, stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, ffn_rows) / 8, stride, n, scratch));
-            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, bytes_sent) / 8, stride, n, scratch));
-            for (int ph = 0; ph < 5; ph++) /* route, dispatch, ffn, tp_reduce, combine */
-                mp_row_dbl(&row, median_of(base + ph, stride, n, scratch));
-            for (int i = 0; i < n; i++) {
-                const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
-                scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
-            }
-            struct mp_summary ls;
-            mp_summarize(scratch, n, &ls);
-            mp_row_dbl(&row, ls.p50);
-            mp_row_dbl(&row, median_of(base + offsetof(struct mp_rank_iter, start_skew) / 8, stride, n, scratch));
-            rc = mp_runfiles_write(f, FILE_RANKS, &row);
-        }
-        if (rc == MP_OK) {
-            const struct mp_summary *L = mp_metric_summary(sm, MPC_layer_us),
-                                    *F = mp_metric_summary(sm, MPC_ffn_us),
-                                    *C = mp_metric_summary(sm, MPC_comm_us);
-            mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
-            mp_row_int(&row, res->tokens_per_rank);
-            mp_row_int(&row, n);
-            double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
-                           F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
-                           C->p99};
-            for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
-                mp_row_dbl(&row, lv[k]);
-            /* then, from route_us on, each column by name: the median of a per-iteration metric,
-             * or one of the point's own values */
-            for (int k = mp_schema_index(&mp_schema_layer, MPC_route_us);
-                 k < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; k++) {
-                const char *name = mp_schema_column(&mp_schema_layer, k)->name;
-                const struct mp_summary *m = mp_metric_summary(sm, name);
-                if (m)
-                    mp_row_dbl(&row, m->p50);
-                else if (name == MPC_check_error)
-                    mp_row_dbl(&row, res->check_error);
-                else if (name == MPC_overlap_efficiency)
-                    mp_row_dbl(&row, res->overlap_efficiency);
-                else {
-                    mp_error("layer.csv: no value for column %s", name);
-                    rc = MP_ERR_RUNTIME;
-                }
-            }
-            if (rc == MP_OK)
-                rc = mp_runfiles_write(f, FILE_LAYER, &row);
-        }
+        if (rc == MP_OK)
+            rc = write_ranks(s, f, &k, res, scratch, &row);
+        if (rc == MP_OK)
+            rc = write_summary(s, f, &k, res, sm, &row);
     }
-    if (!s->o.quiet) {
-        mp_progress_clear();
-        char chk[24] = "-";
-        if (!isnan(res->check_error))
-            snprintf(chk, sizeof chk, "%.1e", res->check_error);
-        char mode[128], variant[136] = "";
-        if (overlap > 1)
-            snprintf(mode, sizeof mode, "%s/ovl%d", dispatch, overlap);
-        else
-            snprintf(mode, sizeof mode, "%s", dispatch);
-        if (variant_shown(s))
-            snprintf(variant, sizeof variant, " %-16.16s", mode);
-        printf("%9s %-16s %-16s%s %7ld", lay->name, routing, placement, variant, batch);
-        mp_console_values(console_cols, NCONSOLE, sm);
-        printf(" %9s\n", chk);
-        fflush(stdout);
-    }
+    if (!s->o.quiet)
+        print_line(s, &k, res, sm);
     mp_row_free(&row);
     free(scratch);
     return rc;
@@ -214,183 +256,222 @@ static int runs_pipelined(const struct mp_compute_ops *o)
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
 
-int main(int argc, char **argv)
-{
-    double t_main = mp_now_us(), timed_us = 0;
-    int measured = 0;
-    struct mp_session s;
-    struct mp_runfiles f = {0};
-    struct mp_layout *layouts = NULL;
-    struct mp_routing *routings = NULL;
-    int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-layer", options, summary, argc, argv);
-    if (rc != MP_OK)
-        goto out;
-    struct mp_comm *c = s.comm;
-    const struct mp_model *m = &s.model;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
-    MP_CHECK(mp_routings_parse(&s.o.routing, m, s.o.seed, NULL, &routings, &nrout));
-    MP_CHECK(mp_sweep_validate(m, layouts, nlayouts, &s.o.placement));
-    int straggle_rank;
+/* The sweep of one run: what every point shares, and the counts run.json notes. */
+struct sweep {
+    struct mp_session *s;
+    struct mp_runfiles *f;
+    struct mp_routing *routings;
+    int gemm, straggle_rank, max_overlap;
     double straggle_us;
-    MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &straggle_rank, &straggle_us));
-    int gemm;
-    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
-    if (!s.modelled)
-        MP_CHECK(mp_watchdog_start());
-    MP_CHECK(refuse_unsupported(&s));
-    long max_batch = 0;
-    for (int b = 0; b < s.o.batch.n; b++)
-        max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
-    MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
+    long max_batch;
+    int npoint, total, measured;
+    double timed_us;
+};
 
-    if (!s.o.quiet && c->rank == 0) {
-        printf("# moeperf-layer: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
-               "node(s), backend %s, comm %s\n",
-               m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, c->size, c->nnodes,
-               s.o.backend, s.o.comm);
-        printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
-               s.o.iters);
-        printf("%9s %-16s %-16s%s %7s", "layout", "routing", "placement",
-               variant_shown(&s) ? " dispatch/overlap" : "", "batch");
-        mp_console_titles(console_cols, NCONSOLE);
-        printf(" %9s\n", "check");
-    }
-    int max_overlap = 1;
-    for (int i = 0; i < s.o.overlap.n; i++)
-        max_overlap = s.o.overlap.v[i] > max_overlap ? (int)s.o.overlap.v[i] : max_overlap;
-    for (int di = 0; di < s.o.dispatch.n; di++) { /* refuse a bad --dispatch before measuring */
-        int padded;
+/* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
+ * mode the backend does not run, --graph with dynamic or without a backend that replays, padded
+ * with --overlap. */
+static int refuse_flags(const struct sweep *sw)
+{
+    const struct mp_session *s = sw->s;
+    for (int di = 0; di < s->o.dispatch.n; di++) {
+        int padded, rc;
         double factor;
-        MP_CHECK(mp_dispatch_parse(s.o.dispatch.v[di], &padded, &factor));
-        if (padded && !(s.cops->dispatch_modes & MP_DISPATCH_PADDED)) {
+        if ((rc = mp_dispatch_parse(s->o.dispatch.v[di], &padded, &factor)) != MP_OK)
+            return rc;
+        if (padded && !(s->cops->dispatch_modes & MP_DISPATCH_PADDED)) {
             char names[256];
             mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
-                     "with a --backend that does (built: %s)", s.o.dispatch.v[di], s.cops->name,
+                     "with a --backend that does (built: %s)", s->o.dispatch.v[di], s->cops->name,
                      mp_compute_names_where(runs_padded, names, sizeof names));
-            rc = MP_ERR_USAGE;
-            goto out;
+            return MP_ERR_USAGE;
         }
-        if (s.o.graph && !padded) {
+        if (s->o.graph && !padded) {
             mp_usage("--graph with --dispatch %s: only the padded dispatch can be captured (the "
                      "dynamic one waits on the host for its counts); use --dispatch padded[:F]",
-                     s.o.dispatch.v[di]);
-            rc = MP_ERR_USAGE;
-            goto out;
+                     s->o.dispatch.v[di]);
+            return MP_ERR_USAGE;
         }
-        if (padded && max_overlap > 1) {
+        if (padded && sw->max_overlap > 1) {
             mp_usage("--dispatch %s with --overlap %d: the pipelined layer exchanges exact counts; "
-                     "sweep them in separate runs", s.o.dispatch.v[di], max_overlap);
-            rc = MP_ERR_USAGE;
-            goto out;
+                     "sweep them in separate runs", s->o.dispatch.v[di], sw->max_overlap);
+            return MP_ERR_USAGE;
         }
     }
-    if (max_overlap > 1 && !(s.cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
+    if (sw->max_overlap > 1 && !(s->cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
         char names[256];
         mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
                  "--backend that does (built: %s)",
-                 max_overlap, s.cops->name,
+                 sw->max_overlap, s->cops->name,
                  mp_compute_names_where(runs_pipelined, names, sizeof names));
-        rc = MP_ERR_USAGE;
-        goto out;
+        return MP_ERR_USAGE;
     }
-    if (s.o.graph && (!s.cops->graph || straggle_rank >= 0)) {
+    if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
-        if (!s.cops->graph)
+        if (!s->cops->graph)
             mp_usage("--graph: replaying a captured layer needs a --backend with graph capture "
                      "(built: %s)", mp_compute_names_where(captures_graphs, names, sizeof names));
         else
             mp_usage("--graph: --straggle waits on the host inside the layer; drop one of them");
-        rc = MP_ERR_USAGE;
-        goto out;
+        return MP_ERR_USAGE;
     }
-    int total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
-                s.o.batch.n;
-    int npoint = 0;
-    for (int li = 0; li < nlayouts; li++) {
-        const struct mp_layout *lay = &layouts[li];
-        struct mp_layer *L = NULL;
-        MP_CHECK(c->ops->split(c, lay->tp, lay->ep));
-        if (!s.modelled)
-            MP_CHECK(mp_layer_create(&L, s.cops, s.dev, c, m, (uint64_t)s.o.seed,
-                                     max_batch * s.o.seq, s.o.max_memory, max_overlap));
-        for (int ri = 0; ri < s.o.routing.n && rc == MP_OK; ri++) {
-            for (int pi = 0; pi < s.o.placement.n && rc == MP_OK; pi++) {
-                struct mp_placement pl;
-                rc = mp_placement_build(s.o.placement.v[pi], m->experts, lay->ep, routings[ri].prob, &pl);
-                for (int oi = 0; oi < s.o.overlap.n && rc == MP_OK; oi++)
-                for (int di = 0; di < s.o.dispatch.n && rc == MP_OK; di++)
-                for (int bi = 0; bi < s.o.batch.n && rc == MP_OK; bi++) {
-                    long batch = s.o.batch.v[bi];
-                    int overlap = (int)s.o.overlap.v[oi];
-                    int padded;
-                    double capacity;
-                    mp_dispatch_parse(s.o.dispatch.v[di], &padded, &capacity); /* validated above */
-                    char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
-                    snprintf(dispatch, sizeof dispatch, "%s%s", s.o.dispatch.v[di],
-                             s.o.graph ? "+graph" : "");
-                    const char *rname = s.o.routing.v[ri], *pname = s.o.placement.v[pi];
-                    struct mp_row key = {0};
-                    npoint++;
-                    mp_workload_key_row(&key, &s, lay, rname, pname, overlap, dispatch, batch);
-                    int skip = mp_runfiles_done(&f, &s, &key);
-                    mp_row_free(&key);
-                    if (skip)
-                        continue;
-                    char label[512];
-                    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d "
-                             "dispatch %s batch %ld", lay->name, rname, pname, overlap, dispatch,
-                             batch);
-                    if (c->rank == 0)
-                        mp_progress(npoint, total, label);
-                    if (!s.modelled)
-                        mp_watchdog_arm(s.o.timeout, label);
-                    struct mp_point pt = {.batch = batch, .seq = s.o.seq, .routing = &routings[ri],
-                                          .placement = &pl, .warmup = s.o.warmup,
-                                          .iters = s.o.iters, .check = s.o.check,
-                                          .overlap = overlap, .padded = padded,
-                                          .capacity = capacity, .gemm = gemm,
-                                          .graph = s.o.graph,
-                                          .flush_cache = mp_flush_cache_active(&s),
-                                          .straggle_rank = straggle_rank,
-                                          .straggle_us = straggle_us};
-                    struct mp_point_result res;
-                    rc = s.modelled ? mp_vlayer_run(&s.cluster, m, lay->tp, lay->ep,
-                                                    (uint64_t)s.o.seed, &pt, &res)
-                                    : mp_layer_run(L, &pt, &res);
-                    if (rc == MP_OK)
-                        mp_watchdog_disarm();
-                    else /* freeing the layer waits for the device: no longer than --timeout */
-                        rc = mp_session_fail(&s, rc);
-                    timed_us += res.timed_us;
-                    measured++;
-                    if (rc == MP_OK && c->rank == 0)
-                        rc = write_point(&s, &f, lay, rname, pname, overlap, dispatch, batch, &res);
-                    if (rc == MP_OK && s.o.check && !(res.check_error <= s.cops->check_tolerance)) {
-                        mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
-                                 res.check_error, s.cops->check_tolerance);
-                        rc = MP_ERR_RUNTIME;
-                        s.agreed = 1;
-                    }
-                    mp_point_result_free(&res);
-                }
-                mp_placement_free(&pl);
-            }
+    return MP_OK;
+}
+
+static void print_header(const struct mp_session *s)
+{
+    const struct mp_model *m = &s->model;
+    printf("# moeperf-layer: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
+           "node(s), backend %s, comm %s\n",
+           m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, s->comm->size,
+           s->comm->nnodes, s->o.backend, s->o.comm);
+    printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
+           s->o.iters);
+    printf("%9s %-16s %-16s%s %7s", "layout", "routing", "placement",
+           variant_shown(s) ? " dispatch/overlap" : "", "batch");
+    mp_console_titles(console_cols, NCONSOLE);
+    printf(" %9s\n", "check");
+}
+
+/* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
+ * and checked. */
+static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L, int ri,
+                     int pi, const struct mp_placement *pl, int oi, int di, int bi)
+{
+    struct mp_session *s = sw->s;
+    struct mp_comm *c = s->comm;
+    long batch = s->o.batch.v[bi];
+    int overlap = (int)s->o.overlap.v[oi], padded, rc;
+    double capacity;
+    mp_dispatch_parse(s->o.dispatch.v[di], &padded, &capacity); /* validated by refuse_flags */
+    char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
+    snprintf(dispatch, sizeof dispatch, "%s%s", s->o.dispatch.v[di], s->o.graph ? "+graph" : "");
+    const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
+    struct mp_row key = {0};
+    sw->npoint++;
+    mp_workload_key_row(&key, s, lay, rname, pname, overlap, dispatch, batch);
+    int skip = mp_runfiles_done(sw->f, s, &key);
+    mp_row_free(&key);
+    if (skip)
+        return MP_OK;
+    char label[512];
+    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d dispatch %s "
+             "batch %ld", lay->name, rname, pname, overlap, dispatch, batch);
+    if (c->rank == 0)
+        mp_progress(sw->npoint, sw->total, label);
+    if (!s->modelled)
+        mp_watchdog_arm(s->o.timeout, label);
+    struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = &sw->routings[ri],
+                          .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
+                          .check = s->o.check, .overlap = overlap, .padded = padded,
+                          .capacity = capacity, .gemm = sw->gemm, .graph = s->o.graph,
+                          .flush_cache = mp_flush_cache_active(s),
+                          .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
+    struct mp_point_result res;
+    rc = s->modelled ? mp_vlayer_run(&s->cluster, &s->model, lay->tp, lay->ep,
+                                     (uint64_t)s->o.seed, &pt, &res)
+                     : mp_layer_run(L, &pt, &res);
+    if (rc == MP_OK)
+        mp_watchdog_disarm();
+    else /* freeing the layer waits for the device: no longer than --timeout */
+        rc = mp_session_fail(s, rc);
+    sw->timed_us += res.timed_us;
+    sw->measured++;
+    if (rc == MP_OK && c->rank == 0)
+        rc = write_point(s, sw->f, lay, rname, pname, overlap, dispatch, batch, &res);
+    if (rc == MP_OK && s->o.check && !(res.check_error <= s->cops->check_tolerance)) {
+        mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
+                 res.check_error, s->cops->check_tolerance);
+        rc = MP_ERR_RUNTIME;
+        s->agreed = 1;
+    }
+    mp_point_result_free(&res);
+    return rc;
+}
+
+/* Every point of one layout: its layer created once (measured runs), then routing × placement ×
+ * overlap × dispatch × batch. */
+static int run_layout(struct sweep *sw, const struct mp_layout *lay)
+{
+    struct mp_session *s = sw->s;
+    struct mp_comm *c = s->comm;
+    const struct mp_model *m = &s->model;
+    struct mp_layer *L = NULL;
+    int rc = c->ops->split(c, lay->tp, lay->ep);
+    if (rc == MP_OK && !s->modelled)
+        rc = mp_layer_create(&L, s->cops, s->dev, c, m, (uint64_t)s->o.seed,
+                             sw->max_batch * s->o.seq, s->o.max_memory, sw->max_overlap);
+    for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
+        for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
+            struct mp_placement pl;
+            rc = mp_placement_build(s->o.placement.v[pi], m->experts, lay->ep,
+                                    sw->routings[ri].prob, &pl);
+            for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
+                for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
+                    for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                        rc = run_point(sw, lay, L, ri, pi, &pl, oi, di, bi);
+            mp_placement_free(&pl);
         }
-        mp_layer_destroy(L);
-        if (rc != MP_OK)
-            goto out;
-    }
+    mp_layer_destroy(L);
+    return rc;
+}
+
+/* The largest --batch and --overlap of the sweep: what each layout's layer is sized for. */
+static void sweep_bounds(struct sweep *sw)
+{
+    const struct mp_bench_opts *o = &sw->s->o;
+    sw->max_batch = 0;
+    for (int b = 0; b < o->batch.n; b++)
+        sw->max_batch = o->batch.v[b] > sw->max_batch ? o->batch.v[b] : sw->max_batch;
+    sw->max_overlap = 1;
+    for (int i = 0; i < o->overlap.n; i++)
+        sw->max_overlap = o->overlap.v[i] > sw->max_overlap ? (int)o->overlap.v[i] : sw->max_overlap;
+}
+
+/* run.json: how much of the wall time the timed iterations took. */
+static void note_sweep(struct mp_session *s, const struct sweep *sw, double t_main)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "points", sw->measured);
+    cJSON_AddNumberToObject(j, "wall_s", (mp_now_us() - t_main) * 1e-6);
+    cJSON_AddNumberToObject(j, "timed_s", sw->timed_us * 1e-6);
+    mp_session_note(s, "sweep", j);
+    mp_session_note(s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(s)));
+}
+
+int main(int argc, char **argv)
+{
+    double t_main = mp_now_us();
+    struct mp_session s;
+    struct mp_runfiles f = {0};
+    struct mp_layout *layouts = NULL;
+    struct sweep sw = {.s = &s, .f = &f};
+    int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-layer", options, summary, argc, argv);
+    if (rc != MP_OK)
+        goto out;
+    struct mp_comm *c = s.comm;
+    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed, NULL, &sw.routings, &nrout));
+    MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
+    MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &sw.straggle_rank, &sw.straggle_us));
+    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
+    if (!s.modelled)
+        MP_CHECK(mp_watchdog_start());
+    MP_CHECK(refuse_unsupported(&s));
+    sweep_bounds(&sw);
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
+    if (!s.o.quiet && c->rank == 0)
+        print_header(&s);
+    MP_CHECK(refuse_flags(&sw));
+    sw.total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
+               s.o.batch.n;
+    for (int li = 0; li < nlayouts; li++)
+        MP_CHECK(run_layout(&sw, &layouts[li]));
 out:
-    if (s.run) { /* how much of the wall time the timed iterations took */
-        cJSON *sw = cJSON_CreateObject();
-        cJSON_AddNumberToObject(sw, "points", measured);
-        cJSON_AddNumberToObject(sw, "wall_s", (mp_now_us() - t_main) * 1e-6);
-        cJSON_AddNumberToObject(sw, "timed_s", timed_us * 1e-6);
-        mp_session_note(&s, "sweep", sw);
-        mp_session_note(&s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(&s)));
-    }
+    if (s.run)
+        note_sweep(&s, &sw, t_main);
     mp_runfiles_close(&f);
-    mp_routings_free(routings, nrout);
+    mp_routings_free(sw.routings, nrout);
     free(layouts);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "comm.h"
-#include "compute.h"
+#include "compute.h" /* MP_MAX_CHUNKS */
 #include "model.h"
 #include "options.h"
 
@@ -80,7 +80,7 @@ extern const char *const mp_cpu_bind_choices[];
      "refuse points that need more per rank (default: 90% of the GPU's free memory with "      \
      "--backend cuda, else 90% of free host memory / ranks per host)"}
 #define MP_OPT_OVERLAP                                                                             \
-    {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, 32, NULL, "LIST",                          \
+    {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, MP_MAX_CHUNKS, NULL, "LIST",               \
      "chunks to pipeline so dispatch, expert FFN and combine overlap (1: none; a list sweeps)"}
 #define MP_OPT_DISPATCH                                                                            \
     {"dispatch", MP_OPT_STRING_LIST, MP_O(dispatch), "dynamic", MP_NOLIMIT, mp_dispatch_choices,   \

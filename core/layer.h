@@ -80,8 +80,7 @@ void mp_point_result_free(struct mp_point_result *res);
 double mp_layer_bytes_estimate(const struct mp_model *model, int tp, int ep, int max_local,
                                long max_tokens, size_t elem);
 
-/* 1 while this rank is inside a timed iteration: a test's malloc interposer reads it to prove the
- * timed loop allocates nothing. */
-extern volatile int mp_in_timed_loop;
+/* mp_in_timed_loop (harness.h): 1 while this rank is inside a timed iteration */
+#include "harness.h"
 
 #endif

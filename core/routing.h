@@ -14,6 +14,10 @@ enum mp_routing_kind {
     MP_ROUTE_TRACE_TOKENS, /* "trace:FILE" with header "token,expert0,...,expert{K-1}" */
 };
 
+/* Routing draws a point makes before timing and cycles through its iterations (fewer when it has
+ * fewer iterations). */
+#define MP_ROUTING_POOL_DRAWS 8
+
 struct mp_routing {
     enum mp_routing_kind kind;
     char spec[512];  /* as given (CSV column) */

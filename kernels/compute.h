@@ -181,9 +181,15 @@ struct mp_compute_ops {
     int (*mem_info)(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes);
 };
 
-/* 7 for the phases of a layer and its start alignment, 4 per chunk of a pipelined one (up to 32
- * chunks) */
-#define MP_TIMER_SLOTS 135
+/* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,
+ * TP reduce, combine) and the rank's arrival at the start barrier. */
+#define MP_PHASE_MARKS 7
+/* A pipelined layer's marks per chunk: FFN start and end, TP reduce start and end. */
+#define MP_CHUNK_MARKS 4
+/* The most chunks a layer pipelines (--overlap's upper bound). */
+#define MP_MAX_CHUNKS 32
+/* Timer slots a backend keeps: a layer's phase marks, then every chunk's. */
+#define MP_TIMER_SLOTS (MP_PHASE_MARKS + MP_CHUNK_MARKS * MP_MAX_CHUNKS)
 
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */

@@ -1,0 +1,284 @@
+/* dispatch_pipelined.c - the pipelined dispatch mode (--overlap N): each rank's token-expert pairs
+ * cut into N chunks by expert group, chunk k+1's dispatch and chunk k−1's combine in flight while
+ * chunk k's experts compute (comm backends with a non-blocking all-to-all only). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "error.h"
+#include "layer_internal.h"
+#include "vlayer.h"
+
+static int pipelined_accepts(const struct mp_point *pt)
+{
+    return pt->overlap > 1;
+}
+
+static int pipelined_validate(const struct mp_layer *L, const struct mp_point *pt)
+{
+    const struct mp_comm *c = L->comm;
+    int N = pt->overlap;
+    if (N > L->nchunk_plans || N > MP_MAX_CHUNKS || !c->ops->ialltoallv) {
+        char why[64] = "has no non-blocking all-to-all";
+        if (c->ops->ialltoallv)
+            snprintf(why, sizeof why, "supports at most %d", MP_MAX_CHUNKS);
+        mp_usage("--overlap %d: the layout was prepared for %d chunks; the comm backend %s %s", N,
+                 L->nchunk_plans, c->ops->name, why);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* One plan per chunk, for up to the layout's --overlap, and the count exchange's arrays. */
+static int pipelined_create(struct mp_layer *L)
+{
+    int N = L->max_overlap;
+    if (N <= 1)
+        return MP_OK;
+    L->chunk_plans = calloc((size_t)N, sizeof *L->chunk_plans);
+    if (!L->chunk_plans)
+        return MP_ERR_RUNTIME;
+    L->nchunk_plans = N;
+    for (int i = 0; i < N; i++) /* a chunk covers every token, some of its pairs */
+        if (mp_plan_alloc(&L->chunk_plans[i], L->ep, L->m.experts, L->max_tok_rank, L->m.topk) !=
+            MP_OK)
+            return MP_ERR_RUNTIME;
+    size_t cells = (size_t)L->ep * N * L->chunk_plans[0].max_local;
+    L->chunk_cnt_send = calloc(cells, sizeof(int));
+    L->chunk_cnt_recv = calloc(cells, sizeof(int));
+    return L->chunk_cnt_send && L->chunk_cnt_recv ? MP_OK : MP_ERR_RUNTIME;
+}
+
+static void pipelined_teardown(struct mp_layer *L)
+{
+    for (int i = 0; i < L->nchunk_plans; i++)
+        mp_plan_free(&L->chunk_plans[i]);
+    free(L->chunk_plans);
+    free(L->chunk_cnt_send);
+    free(L->chunk_cnt_recv);
+    L->chunk_plans = NULL;
+    L->chunk_cnt_send = L->chunk_cnt_recv = NULL;
+    L->nchunk_plans = 0;
+}
+
+/* The routed-row buffers hold every chunk's rows one after another: the dynamic mode's bound. */
+static int pipelined_reserve(struct mp_layer *L, const struct mp_point *pt, long total)
+{
+    return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
+}
+
+/* The chunks' plans follow the placement, as the dynamic plan does (mp_layer_run). */
+static int pipelined_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
+{
+    (void)tokens_per_rank;
+    for (int k = 0; k < L->nchunk_plans; k++)
+        if (L->chunk_plans[k].max_local != pt->placement->max_local) {
+            mp_plan_free(&L->chunk_plans[k]);
+            int rc = mp_plan_alloc(&L->chunk_plans[k], L->ep, pt->placement->max_local,
+                                   L->max_tok_rank, L->m.topk);
+            if (rc != MP_OK)
+                return rc;
+        }
+    return MP_OK;
+}
+
+static int pipelined_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
+{
+    return mp_layer_plan_setup(L, pt, tok0, ntok, L->chunk_plans[0].max_local, pt->overlap, 0);
+}
+
+/* The pipeline's progress hook: lets the pending exchanges advance between expert GEMMs. */
+static void progress_hook(void *arg)
+{
+    struct mp_comm *c = arg;
+    c->ops->progress(c);
+}
+
+/* Route the draw, build every chunk's plan from the backend's counts (chunk k's cells after the
+ * earlier chunks'), and exchange all chunks' counts at once; soff[k]: where chunk k's send rows
+ * start. Marks ROUTE after the plans, before the exchange. */
+static int plan_chunks(struct mp_layer *L, struct mp_routing_pool *pool, int d, long ntok, int N,
+                       long *soff)
+{
+    struct mp_comm *c = L->comm;
+    int Lm = L->chunk_plans[0].max_local, me = c->ep_rank, rc = MP_OK;
+    size_t cells = (size_t)L->ep * Lm;
+    MP_CHECK(mp_layer_route(L, pool, d, ntok, 0, 1));
+    for (int k = 0; k < N; k++) {
+        memcpy(L->chunk_plans[k].send_cnt, L->dplan_totals + k * cells, cells * sizeof(int));
+        mp_plan_from_counts(&L->chunk_plans[k], me, ntok);
+    }
+    soff[0] = 0;
+    for (int k = 0; k < N; k++)
+        soff[k + 1] = soff[k] + L->chunk_plans[k].nsend;
+    MP_CHECK(L->ops->mark(L->dev, MARK_ROUTE));
+    for (int p = 0; p < L->ep; p++)
+        for (int k = 0; k < N; k++)
+            memcpy(L->chunk_cnt_send + ((size_t)p * N + k) * Lm,
+                   L->chunk_plans[k].send_cnt + (size_t)p * Lm, (size_t)Lm * sizeof(int));
+    MP_CHECK(c->ops->alltoall_int(c, L->chunk_cnt_send, L->chunk_cnt_recv, N * Lm));
+    for (int k = 0; k < N; k++) {
+        for (int p = 0; p < L->ep; p++)
+            memcpy(L->chunk_plans[k].recv_cnt + (size_t)p * Lm,
+                   L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
+        mp_plan_recv(&L->chunk_plans[k], L->nlocal);
+    }
+out:
+    return rc;
+}
+
+/* Where the chunks' rows lie: chunk k's send rows from soff[k], received rows from roff[k], FFN
+ * output rows from ooff[k] (after the earlier chunks' and chunk 0's shared rows). */
+struct chunk_offsets {
+    long soff[MP_MAX_CHUNKS + 1], roff[MP_MAX_CHUNKS + 1], ooff[MP_MAX_CHUNKS + 1];
+};
+
+/* What the chunks moved and computed, summed for the record. */
+struct chunk_counts {
+    double sent, inter, rows, local;
+};
+
+/* Step s's middle: compute chunk k = s−1 (its partners advance between experts) and start its
+ * combine. The shared experts ride with chunk 0. */
+static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
+                         const struct mp_point *plain_pt, int k, long ntok,
+                         const struct chunk_offsets *of, struct chunk_counts *n)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, S = k == 0 ? L->S : 0, rc = MP_OK;
+    struct mp_plan *pl = &L->chunk_plans[k];
+    char *recv = (char *)L->recvbuf + (size_t)of->roff[k] * L->row_bytes;
+    char *exp = (char *)L->expbuf + (size_t)of->roff[k] * L->row_bytes;
+    char *out = (char *)L->outbuf + (size_t)of->ooff[k] * L->row_bytes;
+    MP_CHECK(c->ops->wait(c, 2 * k));
+    MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
+    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
+    MP_CHECK(mp_layer_ffn(L, k == 0 ? pt : plain_pt, exp, out, pl->expert_off, L->work, pl->nrecv,
+                          ntok, S, progress_hook, c));
+    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_END)));
+    /* the reduce waits first for the exchanges in flight (where the backend orders its
+     * collectives so): that wait is communication, so the reduce's mark follows it */
+    if (L->tp > 1 && c->ops->join_exchanges)
+        MP_CHECK(c->ops->join_exchanges(c));
+    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN)));
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
+    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_END)));
+    MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
+    char *back = (char *)L->sendbuf + (size_t)of->soff[k] * L->row_bytes;
+    MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back, pl->send_rows,
+                                pl->send_displ, L->row_bytes, 2 * k + 1));
+    n->rows += (double)pl->nrecv;
+    n->local += (double)pl->local_pairs;
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, &n->sent, &n->inter);
+out:
+    return rc;
+}
+
+/* The pipeline's steps: step s starts chunk s's dispatch, computes chunk s−1 and finishes chunk
+ * s−2's combine into y (chunk 0 with the shared experts, the rest added to it). Request slots: 2k
+ * dispatch, 2k+1 combine. */
+static int run_pipeline(struct mp_layer *L, const struct mp_point *pt, long ntok, int N,
+                        const struct chunk_offsets *of, struct chunk_counts *n)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, rc = MP_OK;
+    struct mp_point plain_pt = *pt; /* chunks after the first: no straggler delay */
+    plain_pt.straggle_us = 0;
+    for (int s = 0; s < N + 2; s++) {
+        if (s < N) { /* start the dispatch of chunk s */
+            struct mp_plan *pl = &L->chunk_plans[s];
+            char *send = (char *)L->sendbuf + (size_t)of->soff[s] * L->row_bytes;
+            char *recv = (char *)L->recvbuf + (size_t)of->roff[s] * L->row_bytes;
+            MP_CHECK(o->permute(dev, L->x, NULL, of->soff[s], pl->nsend, H, send));
+            MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
+                                        pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
+        }
+        if (s >= 1 && s <= N) /* compute chunk s−1 and start its combine */
+            MP_CHECK(compute_chunk(L, pt, &plain_pt, s - 1, ntok, of, n));
+        if (s >= 2) { /* finish the combine of chunk s−2 */
+            int k = s - 2;
+            struct mp_plan *pl = &L->chunk_plans[k];
+            char *out = (char *)L->outbuf + (size_t)of->ooff[k] * L->row_bytes;
+            MP_CHECK(c->ops->wait(c, 2 * k + 1));
+            MP_CHECK(o->combine(dev, (char *)L->sendbuf + (size_t)of->soff[k] * L->row_bytes,
+                                NULL, NULL, of->soff[k], pl->nsend,
+                                k == 0 && L->S ? out + (size_t)pl->nrecv * L->row_bytes : NULL,
+                                k == 0 ? L->S : 0, ntok, H, L->y, k > 0));
+        }
+    }
+out:
+    return rc;
+}
+
+/* One layer forward pipelined over N = pt->overlap chunks: chunk k carries the token-expert pairs
+ * whose expert is in group k of its destination's local experts (mp_plan_expert_group), so every
+ * expert's weights are still read once. After one count exchange for all chunks (the pipeline
+ * waits for a peer only on data), the steps of run_pipeline. Times come from the compute
+ * backend's marks (device events on GPUs, where the host only queues the work): route from the
+ * start, per chunk its FFN and its TP reduce, and the whole; the rest is dispatch (communication
+ * left exposed). */
+static int pipelined_iterate(struct mp_layer *L, const struct mp_point *pt,
+                             struct mp_routing_pool *pool, int d, long ntok,
+                             struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    int N = pt->overlap, rc = MP_OK;
+    struct chunk_offsets of;
+    struct chunk_counts n = {0};
+
+    MP_CHECK(mp_layer_start_aligned(L));
+    MP_CHECK(plan_chunks(L, pool, d, ntok, N, of.soff));
+    of.roff[0] = 0;
+    for (int k = 0; k < N; k++)
+        of.roff[k + 1] = of.roff[k] + L->chunk_plans[k].nrecv;
+    MP_CHECK(mp_layer_check_rows(L, of.roff[N]));
+    for (int k = 0; k < N; k++)
+        of.ooff[k] = of.roff[k] + (k > 0 ? (long)L->S * ntok : 0);
+    MP_CHECK(run_pipeline(L, pt, ntok, N, &of, &n));
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_CHECK(mp_layer_drain(L));
+
+    double total = o->elapsed_us(dev, MARK_START, MARK_COMBINE);
+    double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE), t_ffn = 0, t_tp = 0;
+    for (int k = 0; k < N; k++) {
+        t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN), MARK_CHUNK(k, CHUNK_FFN_END));
+        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
+    }
+    rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
+    rec->route = t_route;
+    rec->ffn = t_ffn;
+    rec->tp_reduce = t_tp;
+    rec->dispatch = total - t_route - t_ffn - t_tp; /* communication left exposed */
+    rec->combine = 0;
+    rec->tokens = (double)ntok;
+    rec->rows = n.rows;
+    rec->ffn_rows = n.rows + (double)L->S * ntok;
+    rec->pairs = (double)ntok * L->m.topk;
+    rec->local_pairs = n.local;
+    rec->bytes_sent = n.sent;
+    rec->bytes_internode = n.inter;
+    rec->dropped = 0;
+out:
+    return rc;
+}
+
+const struct mp_dispatch_mode mp_dispatch_pipelined = {
+    .name = "pipelined",
+    .accepts = pipelined_accepts,
+    .validate = pipelined_validate,
+    .create = pipelined_create,
+    .reserve = pipelined_reserve,
+    .setup = pipelined_setup,
+    .plan = pipelined_plan,
+    .iterate = pipelined_iterate,
+    .teardown = pipelined_teardown,
+    .reference = &mp_dispatch_dynamic,
+    .model_traffic = mp_vtraffic_dynamic, /* it cuts the chunks when t->nchunks > 1 */
+};

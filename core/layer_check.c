@@ -1,0 +1,79 @@
+/* layer_check.c - --check: the layer's output of routing draw 0, gathered on rank 0 and compared
+ * with the single-process double-precision reference forward. */
+#include <stdlib.h>
+
+#include "error.h"
+#include "layer_internal.h"
+#include "reference.h"
+#include "routing.h"
+#include "topo.h"
+#include "weights.h"
+
+int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
+                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err)
+{
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    int rc = MP_ERR_RUNTIME;
+    size_t mine = c->tp_rank == 0 ? (size_t)ntok * H * sizeof(float) : 0;
+    float *y = malloc(mine ? mine : 1), *yall = NULL, *ref = NULL, *xall = NULL, *wall = NULL,
+          *noise = NULL;
+    int32_t *ids = NULL;
+    size_t *bytes_of = NULL;
+    if (!y)
+        goto oom;
+    if (mine)
+        MP_CHECK(L->ops->download(L->dev, y, L->y, (size_t)ntok * H));
+    if (c->rank == 0) {
+        size_t all = (size_t)batch_tokens * H;
+        yall = malloc(all * sizeof(float));
+        ref = malloc(all * sizeof(float));
+        xall = malloc(all * sizeof(float));
+        ids = malloc((size_t)batch_tokens * K * sizeof(int32_t));
+        wall = malloc((size_t)batch_tokens * K * sizeof(float));
+        bytes_of = malloc((size_t)c->size * sizeof(size_t));
+        if (!yall || !ref || !xall || !ids || !wall || !bytes_of)
+            goto oom;
+        for (int r = 0; r < c->size; r++) {
+            long t0;
+            long n = mp_token_split(batch_tokens, L->ep, r / L->tp, &t0);
+            bytes_of[r] = r % L->tp == 0 ? (size_t)n * H * sizeof(float) : 0;
+        }
+    }
+    MP_CHECK(c->ops->gatherv(c, y, mine, yall, bytes_of));
+    if (c->rank == 0) {
+        mp_activations(L->seed, 0, batch_tokens, H, xall);
+        if (pool->noise) {
+            noise = malloc((size_t)batch_tokens * E * sizeof(float));
+            if (!noise)
+                goto oom;
+            mp_routing_gate_noise(pt->routing, L->seed, 0, 0, batch_tokens, noise);
+            mp_reference_gate(xall, L->wg_host, noise, batch_tokens, H, E, K, ids, wall);
+        } else {
+            mp_routing_draw(pt->routing, L->seed, 0, batch_tokens, 0, batch_tokens, ids, wall);
+        }
+        /* the padded dispatch dropped the pairs over capacity: so does the reference */
+        if (pt->padded && mp_padded_drop(pt->placement, L->ep, batch_tokens, K, ids, wall,
+                                         L->pad.cap) < 0)
+            goto oom;
+        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, batch_tokens, K, ids,
+                                      wall, ref));
+        *err = mp_rel_error(yall, ref, (long)batch_tokens * H);
+    }
+    MP_CHECK(c->ops->bcast(c, err, sizeof *err));
+    rc = MP_OK;
+    goto out;
+oom:
+    mp_error("out of memory for --check with %ld tokens", batch_tokens);
+    rc = MP_ERR_RUNTIME;
+out:
+    free(y);
+    free(yall);
+    free(ref);
+    free(xall);
+    free(ids);
+    free(wall);
+    free(noise);
+    free(bytes_of);
+    return rc;
+}

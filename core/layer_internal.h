@@ -1,0 +1,195 @@
+/* layer_internal.h - the state of one layout's layer and the steps its files share (buffers,
+ * weights, routing pool, --check, the dispatch modes); not for use outside core/layer*.c,
+ * core/dispatch*.c and core/routing_pool.c. */
+#ifndef MP_LAYER_INTERNAL_H
+#define MP_LAYER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute.h"
+#include "layer.h"
+#include "plan.h"
+#include "routing.h"
+
+/* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
+ * them): the phases' ends, then this rank's arrival at the start barrier; the pipelined layer's
+ * per-chunk marks follow them. */
+enum mp_layer_mark {
+    MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE,
+    MARK_ALIGN, /* this rank's arrival at the start barrier */
+    MARK_CHUNKS
+};
+_Static_assert(MARK_CHUNKS == MP_PHASE_MARKS, "kernels/compute.h's MP_PHASE_MARKS counts the marks");
+
+/* The pipelined layer's marks of chunk k (MP_CHUNK_MARKS per chunk): FFN start, FFN end, TP
+ * reduce start (after the wait for the exchanges in flight), TP reduce end. */
+enum mp_chunk_mark { CHUNK_FFN_BEGIN, CHUNK_FFN_END, CHUNK_TP_BEGIN, CHUNK_TP_END, CHUNK_MARKS };
+_Static_assert(CHUNK_MARKS == MP_CHUNK_MARKS, "kernels/compute.h's MP_CHUNK_MARKS counts them");
+#define MARK_CHUNK(k, i) (MARK_CHUNKS + CHUNK_MARKS * (k) + (i))
+
+struct mp_layer {
+    const struct mp_compute_ops *ops;
+    struct mp_compute *dev;
+    struct mp_comm *comm;
+    struct mp_model m;
+    uint64_t seed;
+    int tp, ep, Dl, S;
+    long max_tokens, max_tok_rank;
+    long max_rows; /* routed rows the buffers below hold: what this rank can receive (rows_bound) */
+    long long max_memory;
+    int max_overlap; /* the most chunks a point of this layout pipelines */
+    size_t row_bytes;
+
+    /* device buffers */
+    void *x;        /* [max_tok_rank × H] this rank's tokens */
+    void *sendbuf;  /* [max_tok_rank·K × H] dispatch out / combine in */
+    /* the routed rows: a pipelined layer's chunk k uses the rows after the earlier chunks' (its
+     * slice is as large as its received counts) */
+    void *recvbuf;  /* [max_rows × H] dispatch in (source-major) / combine out */
+    void *expbuf;   /* [max_rows × H] dispatch in, expert-major */
+    void *outbuf;   /* [(max_rows + S·max_tok_rank) × H] FFN out: routed rows, then shared rows */
+    void *work;     /* [max(max_rows, max_tok_rank) × 2·Dl] */
+    void *y;        /* [max_tok_rank × H] layer output */
+    void *wg;       /* [H × E] router weights (gate routing), uploaded on first use */
+    float *wg_host;
+
+    /* local expert weights, cached while the set of local experts stays the same */
+    int nlocal, cap_local;
+    int *local_ids;
+    void **wgu, **wd;       /* [nlocal + S] */
+    long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
+
+    struct mp_plan plan;
+    float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
+
+    /* the dispatch plan is built by the compute backend (plan_setup/plan_build): the routing goes
+     * from the gate or the pool to the backend, which sorts the pairs where they are; the host
+     * sees only the pairs per cell */
+    const int32_t *dplan_totals; /* [chunks·ep·max_local of the plan in use] */
+    int32_t *route_off, *route_cell; /* this rank's route table (mp_route_table) */
+    /* --graph with the backend plan: the draw's routing inputs in page-locked memory, read by the
+     * replay (pooled ids and weights, or the gate's noise) */
+    int32_t *pin_ids;
+    float *pin_rw, *pin_noise;
+    size_t pin_ids_n, pin_noise_n;
+
+    /* the pipelined mode: one plan per chunk; chunk c uses its own slice of the row buffers */
+    int nchunk_plans;
+    struct mp_plan *chunk_plans;
+    int *chunk_cnt_send, *chunk_cnt_recv; /* [ep][chunks][max_local]: one count exchange for all */
+
+    /* the padded dispatch: fixed slots, its own buffers (grown when a point needs more rows) */
+    struct mp_padded pad;
+    long pad_rows;              /* slot rows the buffers below hold */
+    void *pad_send;             /* [pad_rows × H] dispatch out / combine in */
+    void *pad_recv;             /* [pad_rows × H] dispatch in (source-major) / combine out */
+    void *pad_exp;              /* [pad_rows × H] expert-major */
+    void *pad_out;              /* [(pad_rows + S·max_tok_rank) × H] FFN out: slot rows, then shared */
+    void *pad_work;             /* [max(pad_rows, max_tok_rank) × 2·Dl] */
+    int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
+    int captured; /* --graph: the padded layer captured for the current point */
+};
+
+/* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */
+struct mp_routing_pool {
+    int n;
+    int32_t *ids;  /* [n][ntok·K] */
+    float *w;      /* [n][ntok·K] */
+    float *noise;  /* [n][ntok·E], gate only */
+};
+
+/* ---- layer_buffers.c: the routed-row buffers and the memory checks -------------------------- */
+
+/* The most token-expert rows a rank holding `nlocal` experts can receive for `tokens` tokens in
+ * all: a token's top-K experts are distinct, so it sends a rank at most min(K, nlocal) pairs. */
+long mp_layer_rows_bound(long tokens, int K, int nlocal);
+/* (Re)allocate the routed-row buffers for `rows` rows (recvbuf, expbuf, outbuf, work); what they
+ * held is not kept. */
+int mp_layer_alloc_rows(struct mp_layer *L, long rows);
+/* Size the routed-row buffers for a point of `total` tokens on which this rank holds `nlocal`
+ * experts: grown (never shrunk) to what it can receive, after a collective memory check of the
+ * growth. Collective: every rank calls it for every point of a mode that uses them. */
+int mp_layer_size_rows(struct mp_layer *L, long total, int nlocal);
+/* The received rows fit the routed-row buffers (mp_layer_size_rows bounds them; a count beyond is
+ * a broken exchange, refused before it overwrites memory). */
+int mp_layer_check_rows(struct mp_layer *L, long nrecv);
+/* Refuse, on every rank alike, when `need` bytes exceed some rank's budget: the message names the
+ * bytes, the worst rank's free memory and where it is. MP_OK when they fit everywhere. */
+int mp_layer_memory_refusal(struct mp_comm *comm, const struct mp_compute_ops *ops,
+                            struct mp_compute *dev, long long max_memory, double need,
+                            const char *what);
+/* A zero-filled backend buffer of n elements (padding rows must hold finite values); NULL when
+ * out of memory. */
+void *mp_layer_alloc_zero(struct mp_layer *L, size_t n);
+/* Free every buffer mp_layer_create allocated (the routed rows, x, sendbuf, y). */
+void mp_layer_free_buffers(struct mp_layer *L);
+
+/* ---- layer_weights.c: expert and router weights ----------------------------------------------- */
+
+/* Make this rank's expert weights match the placement (no work when the set is unchanged). */
+int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl);
+/* The router weights, generated and uploaded on first use. */
+int mp_layer_setup_gate(struct mp_layer *L);
+void mp_layer_free_weights(struct mp_layer *L);
+
+/* ---- routing_pool.c: the point's routing draws and the route step ----------------------------- */
+
+int mp_routing_pool_make(struct mp_routing_pool *p, const struct mp_point *pt, uint64_t seed,
+                         long batch_tokens, long tok0, long ntok, int K, int E);
+void mp_routing_pool_free(struct mp_routing_pool *p);
+/* The routing step for draw `d`: the gate on the device (gate routing; its result stays there)
+ * or the pooled draw handed over, then the backend's sort by cell. `pinned`: read the draw from
+ * the page-locked copies (mp_layer_pin_routing) a captured graph replays from. `wait`: return once
+ * the pairs per cell are on the host (the dynamic dispatch's one host sync). */
+int mp_layer_route(struct mp_layer *L, struct mp_routing_pool *pool, int d, long ntok, int pinned,
+                   int wait);
+/* Copy draw `d`'s routing inputs where a captured graph reads them (allocated on first use). */
+int mp_layer_pin_routing(struct mp_layer *L, struct mp_routing_pool *pool, int d, long ntok);
+/* The page-locked routing inputs of a graph that routes on the device. */
+void mp_layer_free_pinned(struct mp_layer *L);
+/* Gate routing: the TP ranks of an EP rank each compute the gate on their own device, and must
+ * come out alike (a difference changes the counts, and the TP reduce of unequal row counts hangs).
+ * Untimed, before a point's iterations: every draw of the pool through the gate, the top-k ids
+ * hashed, the hashes compared within each TP group on rank 0, the verdict agreed by every rank.
+ * MP_ERR_RUNTIME on every rank, with rank 0 naming the ranks and the draw, when they differ. */
+int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
+                              struct mp_routing_pool *pool, long ntok);
+/* Test hook: MOEPERF_TEST_GATE_SKEW=RANK negates world rank RANK's first token before the gate
+ * reads it, as a TP rank whose gate came out different. */
+void mp_layer_gate_skew_hook(struct mp_layer *L, long ntok);
+
+/* ---- layer_steps.c: the steps every dispatch mode's iteration shares ------------------------- */
+
+/* Wait for this rank's queued device work: the comm backend's drain where it has one (it watches
+ * its communicators while waiting), else the compute backend's sync. */
+int mp_layer_drain(struct mp_layer *L);
+/* The ranks' common start of an iteration: the device drained, mark ALIGN (this rank's arrival),
+ * the world barrier, the comm backend's device alignment where it has one, mark START. ALIGN to
+ * START is the time this rank waited for the last one (its start_skew). */
+int mp_layer_start_aligned(struct mp_layer *L);
+/* A drained iteration's five phase durations and its start skew, from the marks ALIGN … COMBINE. */
+void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec);
+/* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
+ * then each shared expert on the rank's own `ntok` tokens, written after the `routed` rows of
+ * `out`, then the debug straggler's delay. `progress` (may be NULL) runs between experts. */
+int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, void *out,
+                 const long *row_off, void *work, long routed, long ntok, int nshared,
+                 void (*progress)(void *), void *progress_arg);
+/* Hand the compute backend this rank's route table in a mode's cell layout: `max_local` cells per
+ * peer, one block of cells per chunk of `chunks`, slots of `cap` rows (padded; 0 otherwise). */
+int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
+                        int max_local, int chunks, long cap);
+/* Add to *sent the bytes this rank exchanges with the other EP ranks when it sends send[p] and
+ * receives recv[p] rows to and from each EP peer p, and to *inter those with ranks on other
+ * nodes. */
+void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
+                             double *sent, double *inter);
+
+/* ---- layer_check.c ----------------------------------------------------------------------------- */
+
+/* Gather every rank's output to rank 0 and compare with the reference forward of draw 0. */
+int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
+                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err);
+
+#endif

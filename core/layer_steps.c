@@ -1,0 +1,119 @@
+/* layer_steps.c - the steps every dispatch mode's iteration shares: the ranks' aligned start, the
+ * expert FFN phase, the phase times from the backend's marks, the dispatch plan's cell layout and
+ * the bytes exchanged with peers. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "error.h"
+#include "layer_internal.h"
+
+int mp_layer_drain(struct mp_layer *L)
+{
+    return L->comm->ops->drain ? L->comm->ops->drain(L->comm) : L->ops->sync(L->dev);
+}
+
+/* Test hook: MOEPERF_START_DELAY=RANK:US makes world rank RANK wait US µs before every
+ * iteration's start barrier, as a rank that arrives late (0: none). */
+static double start_delay_us(const struct mp_comm *c)
+{
+    static int read;
+    static int rank = -1;
+    static double us;
+    if (!read) {
+        read = 1;
+        const char *v = getenv("MOEPERF_START_DELAY");
+        if (v && sscanf(v, "%d:%lf", &rank, &us) != 2)
+            rank = -1;
+    }
+    return c->rank == rank && us > 0 ? us : 0;
+}
+
+int mp_layer_start_aligned(struct mp_layer *L)
+{
+    int rc = MP_OK;
+    struct mp_comm *c = L->comm;
+    MP_CHECK(mp_layer_drain(L));
+    double delay = start_delay_us(c);
+    if (delay > 0) {
+        double until = mp_now_us() + delay;
+        while (mp_now_us() < until)
+            ;
+    }
+    MP_CHECK(L->ops->mark(L->dev, MARK_ALIGN));
+    MP_CHECK(c->ops->barrier(c));
+    if (c->ops->align)
+        MP_CHECK(c->ops->align(c));
+    MP_CHECK(L->ops->mark(L->dev, MARK_START));
+out:
+    return rc;
+}
+
+void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    rec->route = o->elapsed_us(L->dev, MARK_START, MARK_ROUTE);
+    rec->dispatch = o->elapsed_us(L->dev, MARK_ROUTE, MARK_DISPATCH);
+    rec->ffn = o->elapsed_us(L->dev, MARK_DISPATCH, MARK_FFN);
+    rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
+    rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
+    rec->start_skew = o->elapsed_us(L->dev, MARK_ALIGN, MARK_START);
+}
+
+int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, void *out,
+                 const long *row_off, void *work, long routed, long ntok, int nshared,
+                 void (*progress)(void *), void *progress_arg)
+{
+    int rc = MP_OK;
+    struct mp_ffn_args a = {.in = in, .out = out, .row_off = row_off, .nexp = L->nlocal,
+                            .wgu = L->wgu, .wd = L->wd, .H = L->m.hidden, .Dl = L->Dl,
+                            .work = work, .gemm = pt->gemm, .progress = progress,
+                            .progress_arg = progress_arg};
+    MP_CHECK(L->ops->expert_ffn(L->dev, &a));
+    L->shared_off[0] = 0;
+    L->shared_off[1] = ntok;
+    for (int s = 0; s < nshared; s++) {
+        struct mp_ffn_args sa = a;
+        sa.in = L->x;
+        sa.out = (char *)out + ((size_t)routed + (size_t)s * ntok) * L->row_bytes;
+        sa.row_off = L->shared_off;
+        sa.nexp = 1;
+        sa.wgu = L->wgu + L->nlocal + s;
+        sa.wd = L->wd + L->nlocal + s;
+        MP_CHECK(L->ops->expert_ffn(L->dev, &sa));
+    }
+    if (pt->straggle_us > 0 && L->comm->rank == pt->straggle_rank) { /* debug: a slow rank */
+        MP_CHECK(L->ops->sync(L->dev)); /* the device's FFN first, then the host's delay */
+        double until = mp_now_us() + pt->straggle_us;
+        while (mp_now_us() < until)
+            ;
+    }
+out:
+    return rc;
+}
+
+int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
+                        int max_local, int chunks, long cap)
+{
+    mp_route_table(pt->placement, L->comm->ep_rank, max_local, chunks, L->route_off,
+                   L->route_cell);
+    struct mp_dplan_shape s = {.experts = L->m.experts, .K = L->m.topk, .max_local = max_local,
+                               .ncells = chunks * L->ep * max_local, .ntok = ntok, .tok0 = tok0,
+                               .cap = cap, .route_off = L->route_off,
+                               .route_cell = L->route_cell};
+    return L->ops->plan_setup(L->dev, &s, &L->dplan_totals);
+}
+
+void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
+                             double *sent, double *inter)
+{
+    const struct mp_comm *c = L->comm;
+    for (int p = 0; p < L->ep; p++) {
+        if (p == c->ep_rank)
+            continue;
+        double b = ((double)send[p] + recv[p]) * (double)L->row_bytes;
+        *sent += b;
+        if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank])
+            *inter += b;
+    }
+}
