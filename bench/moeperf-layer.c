@@ -10,9 +10,11 @@
 #include "bench_opts.h"
 #include "clock.h"
 #include "console.h"
+#include "dispatch.h"
 #include "error.h"
 #include "harness.h"
 #include "layer.h"
+#include "registry.h"
 #include "results.h"
 #include "runfiles.h"
 #include "session.h"
@@ -245,14 +247,12 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
     return rc;
 }
 
-/* Capabilities of compute backends, for messages that name the ones a request needs. */
-static int runs_padded(const struct mp_compute_ops *o)
+/* Capabilities of compute backends, for messages that name the ones a request needs: the
+ * dispatch-mode bit asked about (runs_wanted_mode reads it). */
+static unsigned wanted_mode_bit;
+static int runs_wanted_mode(const struct mp_compute_ops *o)
 {
-    return !!(o->dispatch_modes & MP_DISPATCH_PADDED);
-}
-static int runs_pipelined(const struct mp_compute_ops *o)
-{
-    return !!(o->dispatch_modes & MP_DISPATCH_PIPELINED);
+    return !!(o->dispatch_modes & wanted_mode_bit);
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
 
@@ -268,43 +268,64 @@ struct sweep {
     double timed_us;
 };
 
+/* Names of the dispatch modes whose `has` holds, '|'-joined into buf. */
+static const char *modes_where(int (*has)(const struct mp_dispatch_mode *m), char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int i = 0; mp_dispatch_modes[i]; i++)
+        if (has(mp_dispatch_modes[i]))
+            mp_registry_append(buf, len, mp_dispatch_modes[i]->name);
+    return buf;
+}
+static int is_captured(const struct mp_dispatch_mode *m) { return m->capture != NULL; }
+static int is_pipelined(const struct mp_dispatch_mode *m) { return m->pipelined != NULL; }
+
+/* The backend runs mode `m` (`flag` its flag and value for the message), or a usage message. */
+static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatch_mode *m,
+                             const char *flag)
+{
+    if (s->cops->dispatch_modes & m->backend_bit)
+        return MP_OK;
+    char names[256];
+    wanted_mode_bit = m->backend_bit;
+    mp_usage("%s: the %s backend does not run the %s dispatch; measure it with a --backend that "
+             "does (built: %s)", flag, s->cops->name, m->name,
+             mp_compute_names_where(runs_wanted_mode, names, sizeof names));
+    return MP_ERR_USAGE;
+}
+
 /* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
- * mode the backend does not run, --graph with dynamic or without a backend that replays, padded
- * with --overlap. */
+ * mode the backend does not run, --graph with a mode that cannot be captured or without a backend
+ * that replays, --overlap with a mode that has no pipelined form. */
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
     for (int di = 0; di < s->o.dispatch.n; di++) {
-        int padded, rc;
-        double factor;
-        if ((rc = mp_dispatch_parse(s->o.dispatch.v[di], &padded, &factor)) != MP_OK)
+        const struct mp_dispatch_mode *mode;
+        const char *word = s->o.dispatch.v[di];
+        char flag[128], names[128];
+        double arg;
+        int rc;
+        if ((rc = mp_dispatch_parse(word, &mode, &arg)) != MP_OK)
             return rc;
-        if (padded && !(s->cops->dispatch_modes & MP_DISPATCH_PADDED)) {
-            char names[256];
-            mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
-                     "with a --backend that does (built: %s)", s->o.dispatch.v[di], s->cops->name,
-                     mp_compute_names_where(runs_padded, names, sizeof names));
+        snprintf(flag, sizeof flag, "--dispatch %s", word);
+        if ((rc = refuse_unrun_mode(s, mode, flag)) != MP_OK)
+            return rc;
+        if (s->o.graph && !mode->capture) {
+            mp_usage("--graph with --dispatch %s: only a dispatch that needs no host sync can be "
+                     "captured; use --dispatch %s", word,
+                     modes_where(is_captured, names, sizeof names));
             return MP_ERR_USAGE;
         }
-        if (s->o.graph && !padded) {
-            mp_usage("--graph with --dispatch %s: only the padded dispatch can be captured (the "
-                     "dynamic one waits on the host for its counts); use --dispatch padded[:F]",
-                     s->o.dispatch.v[di]);
+        if (sw->max_overlap > 1 && !mode->pipelined) {
+            mp_usage("--dispatch %s with --overlap %d: the %s dispatch has no pipelined form; "
+                     "sweep them in separate runs, or use --dispatch %s with --overlap", word,
+                     sw->max_overlap, mode->name, modes_where(is_pipelined, names, sizeof names));
             return MP_ERR_USAGE;
         }
-        if (padded && sw->max_overlap > 1) {
-            mp_usage("--dispatch %s with --overlap %d: the pipelined layer exchanges exact counts; "
-                     "sweep them in separate runs", s->o.dispatch.v[di], sw->max_overlap);
-            return MP_ERR_USAGE;
-        }
-    }
-    if (sw->max_overlap > 1 && !(s->cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
-        char names[256];
-        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
-                 "--backend that does (built: %s)",
-                 sw->max_overlap, s->cops->name,
-                 mp_compute_names_where(runs_pipelined, names, sizeof names));
-        return MP_ERR_USAGE;
+        snprintf(flag, sizeof flag, "--overlap %d", sw->max_overlap);
+        if (sw->max_overlap > 1 && (rc = refuse_unrun_mode(s, mode->pipelined, flag)) != MP_OK)
+            return rc;
     }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
@@ -341,9 +362,10 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
     long batch = s->o.batch.v[bi];
-    int overlap = (int)s->o.overlap.v[oi], padded, rc;
-    double capacity;
-    mp_dispatch_parse(s->o.dispatch.v[di], &padded, &capacity); /* validated by refuse_flags */
+    int overlap = (int)s->o.overlap.v[oi], rc;
+    const struct mp_dispatch_mode *mode;
+    double dispatch_arg;
+    mp_dispatch_parse(s->o.dispatch.v[di], &mode, &dispatch_arg); /* validated by refuse_flags */
     char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
     snprintf(dispatch, sizeof dispatch, "%s%s", s->o.dispatch.v[di], s->o.graph ? "+graph" : "");
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
@@ -363,8 +385,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         mp_watchdog_arm(s->o.timeout, label);
     struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = &sw->routings[ri],
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
-                          .check = s->o.check, .overlap = overlap, .padded = padded,
-                          .capacity = capacity, .gemm = sw->gemm, .graph = s->o.graph,
+                          .check = s->o.check, .overlap = overlap, .dispatch = mode,
+                          .dispatch_arg = dispatch_arg, .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
     struct mp_point_result res;

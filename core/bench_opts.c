@@ -14,7 +14,6 @@ const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal
                                           "gate:", "trace:", NULL};
 const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", "eplb:",
                                             NULL};
-const char *const mp_dispatch_choices[] = {"dynamic", "padded", "padded:", NULL};
 const char *const mp_gemm_choices[] = {"loop", "grouped", "skinny", NULL};
 const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
 
@@ -161,26 +160,6 @@ int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts,
             mp_placement_free(&pl);
         }
     }
-    return MP_OK;
-}
-
-int mp_dispatch_parse(const char *text, int *padded, double *factor)
-{
-    *padded = 0;
-    *factor = 0;
-    if (strcmp(text, "dynamic") == 0)
-        return MP_OK;
-    *padded = 1;
-    if (strcmp(text, "padded") == 0)
-        return MP_OK;
-    char *end = NULL;
-    double f = strncmp(text, "padded:", 7) == 0 ? strtod(text + 7, &end) : -1;
-    if (!end || end == text + 7 || *end || !(f > 0) || f > 1024) {
-        mp_usage("--dispatch: '%s' is not dynamic, padded or padded:F with a capacity factor "
-                 "0 < F <= 1024", text);
-        return MP_ERR_USAGE;
-    }
-    *factor = f;
     return MP_OK;
 }
 

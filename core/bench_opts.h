@@ -7,6 +7,7 @@
 
 #include "comm.h"
 #include "compute.h" /* MP_MAX_CHUNKS */
+#include "dispatch.h" /* mp_dispatch_choices, MP_DISPATCH_HELP */
 #include "model.h"
 #include "options.h"
 
@@ -15,7 +16,6 @@
 
 extern const char *const mp_routing_choices[];
 extern const char *const mp_placement_choices[];
-extern const char *const mp_dispatch_choices[];
 extern const char *const mp_gemm_choices[];
 extern const char *const mp_cpu_bind_choices[];
 
@@ -84,8 +84,7 @@ extern const char *const mp_cpu_bind_choices[];
      "chunks to pipeline so dispatch, expert FFN and combine overlap (1: none; a list sweeps)"}
 #define MP_OPT_DISPATCH                                                                            \
     {"dispatch", MP_OPT_STRING_LIST, MP_O(dispatch), "dynamic", MP_NOLIMIT, mp_dispatch_choices,   \
-     "LIST", "dynamic (exact counts exchanged first), padded (fixed slots, lossless) or "           \
-     "padded:F (capacity factor F, pairs over it dropped); a list sweeps them"}
+     "LIST", MP_DISPATCH_HELP}
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \
@@ -132,10 +131,6 @@ void mp_routings_free(struct mp_routing *r, int n);
  * cannot be built for a layout's EP size. */
 int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
                       const struct mp_strlist *placements);
-
-/* Parse one --dispatch word: "dynamic" (*padded 0), "padded" (1, factor 0: lossless) or
- * "padded:F" with 0 < F ≤ 1024. Errors name --dispatch; MP_ERR_USAGE. */
-int mp_dispatch_parse(const char *text, int *padded, double *factor);
 
 struct mp_compute_ops;
 

@@ -1,19 +1,93 @@
-/* dispatch.c - the table of the layer's dispatch modes and the choice of a point's mode. */
+/* dispatch.c - the table of the layer's dispatch modes, the --dispatch words it accepts, and the
+ * choice of a point's mode. */
 #include "dispatch.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
-const struct mp_dispatch_mode *const mp_dispatch_modes[] = {
-    &mp_dispatch_padded,
-    &mp_dispatch_pipelined,
-    &mp_dispatch_dynamic, /* last: it accepts every point */
-    NULL,
-};
+#include "error.h"
+#include "registry.h"
+
+#define MODE_OF(name, words, help) &mp_dispatch_##name,
+const struct mp_dispatch_mode *const mp_dispatch_modes[] = {MP_DISPATCH_MODES(MODE_OF) NULL};
+#undef MODE_OF
+
+#define MP_DISPATCH_WORD(name) #name,
+#define MP_DISPATCH_WORD_ARG(name) #name, #name ":",
+#define MP_DISPATCH_NO_WORD(name)
+#define WORDS_OF(name, words, help) words(name)
+const char *const mp_dispatch_choices[] = {MP_DISPATCH_MODES(WORDS_OF) NULL};
+#undef WORDS_OF
+#undef MP_DISPATCH_WORD
+#undef MP_DISPATCH_WORD_ARG
+#undef MP_DISPATCH_NO_WORD
+
+static const struct mp_dispatch_mode *mode_named(const char *name, size_t len)
+{
+    for (int i = 0; mp_dispatch_modes[i]; i++)
+        if (strlen(mp_dispatch_modes[i]->name) == len &&
+            strncmp(mp_dispatch_modes[i]->name, name, len) == 0)
+            return mp_dispatch_modes[i];
+    return NULL;
+}
+
+/* Whether `choice` (an entry of mp_dispatch_choices) admits `word`. */
+static int admits(const char *choice, const char *word)
+{
+    size_t n = strlen(choice);
+    return n && choice[n - 1] == ':' ? strncmp(choice, word, n) == 0 : strcmp(choice, word) == 0;
+}
+
+int mp_dispatch_parse(const char *word, const struct mp_dispatch_mode **mode, double *arg)
+{
+    *mode = NULL;
+    *arg = 0;
+    for (int i = 0; mp_dispatch_choices[i]; i++) {
+        const char *choice = mp_dispatch_choices[i];
+        if (!admits(choice, word))
+            continue;
+        size_t n = strlen(choice);
+        int with_arg = choice[n - 1] == ':';
+        const struct mp_dispatch_mode *m = mode_named(choice, with_arg ? n - 1 : n);
+        if (!m || (with_arg && !m->parse_arg))
+            break; /* a table fault: test_dispatch checks the choices against the modes */
+        if (with_arg) {
+            int rc = m->parse_arg(word, word + n, arg);
+            if (rc != MP_OK)
+                return rc;
+        }
+        *mode = m;
+        return MP_OK;
+    }
+    char accepted[256] = "";
+    for (int i = 0; mp_dispatch_choices[i]; i++) {
+        char shown[64];
+        size_t n = strlen(mp_dispatch_choices[i]);
+        snprintf(shown, sizeof shown, "%s%s", mp_dispatch_choices[i],
+                 n && mp_dispatch_choices[i][n - 1] == ':' ? "ARG" : "");
+        mp_registry_append(accepted, sizeof accepted, shown);
+    }
+    mp_usage("--dispatch: '%s' is not one of %s", word, accepted);
+    return MP_ERR_USAGE;
+}
 
 const struct mp_dispatch_mode *mp_dispatch_for(const struct mp_point *pt)
 {
+    const struct mp_dispatch_mode *m = pt->dispatch ? pt->dispatch : &mp_dispatch_dynamic;
+    return pt->overlap > 1 && m->pipelined ? m->pipelined : m;
+}
+
+int mp_dispatch_check_overlap(const struct mp_point *pt)
+{
+    const struct mp_dispatch_mode *m = pt->dispatch ? pt->dispatch : &mp_dispatch_dynamic;
+    if (pt->overlap <= 1 || m->pipelined)
+        return MP_OK;
+    char pipelining[128] = "";
     for (int i = 0; mp_dispatch_modes[i]; i++)
-        if (mp_dispatch_modes[i]->accepts(pt))
-            return mp_dispatch_modes[i];
-    return &mp_dispatch_dynamic;
+        if (mp_dispatch_modes[i]->pipelined)
+            mp_registry_append(pipelining, sizeof pipelining, mp_dispatch_modes[i]->name);
+    mp_usage("--overlap %d with --dispatch %s: the %s dispatch has no pipelined form; use "
+             "--overlap 1 with it, or --dispatch %s", pt->overlap, m->name, m->name, pipelining);
+    return MP_ERR_USAGE;
 }

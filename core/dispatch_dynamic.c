@@ -8,12 +8,6 @@
 #include "vlayer.h"
 #include "nvtx.h"
 
-static int dynamic_accepts(const struct mp_point *pt)
-{
-    (void)pt;
-    return 1;
-}
-
 /* The routed-row buffers, grown to what this rank can receive with the point's placement. */
 static int dynamic_reserve(struct mp_layer *L, const struct mp_point *pt, long total)
 {
@@ -102,7 +96,8 @@ out:
 
 const struct mp_dispatch_mode mp_dispatch_dynamic = {
     .name = "dynamic",
-    .accepts = dynamic_accepts,
+    .backend_bit = MP_DISPATCH_DYNAMIC,
+    .pipelined = &mp_dispatch_pipelined,
     .reserve = dynamic_reserve,
     .plan = dynamic_plan,
     .iterate = dynamic_iterate,

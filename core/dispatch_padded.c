@@ -11,19 +11,16 @@
 #include "nvtx.h"
 #include "padded.h"
 
-static int padded_accepts(const struct mp_point *pt)
+/* padded:F, the capacity factor 0 < F ≤ 1024. */
+static int padded_parse_arg(const char *word, const char *arg, double *factor)
 {
-    return pt->padded;
-}
-
-static int padded_validate(const struct mp_layer *L, const struct mp_point *pt)
-{
-    (void)L;
-    if (pt->overlap > 1) {
-        mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact "
-                 "counts; use --overlap 1 with padded, or --dispatch dynamic", pt->overlap);
+    char *end = NULL;
+    double f = strtod(arg, &end);
+    if (end == arg || *end || !(f > 0) || f > 1024) {
+        mp_usage("--dispatch: '%s' is not padded:F with a capacity factor 0 < F <= 1024", word);
         return MP_ERR_USAGE;
     }
+    *factor = f;
     return MP_OK;
 }
 
@@ -113,7 +110,7 @@ static int padded_setup(struct mp_layer *L, const struct mp_point *pt, long toke
     for (int e = 0; e < L->ep; e++)
         if (mp_placement_nlocal(pt->placement, e) > max_local)
             max_local = mp_placement_nlocal(pt->placement, e);
-    long cap = mp_padded_capacity(tokens_per_rank, L->m.topk, L->m.experts, pt->capacity, 1);
+    long cap = mp_padded_capacity(tokens_per_rank, L->m.topk, L->m.experts, pt->dispatch_arg, 1);
     int rc = size_padded(L, max_local, cap);
     if (rc == MP_OK)
         mp_padded_recv(&L->pad, L->nlocal);
@@ -248,14 +245,23 @@ out:
     return rc;
 }
 
+/* --check: the padded dispatch dropped the pairs over capacity, so does the reference. */
+static int padded_check_routing(const struct mp_layer *L, const struct mp_point *pt, long ntok,
+                                int K, int32_t *ids, float *w)
+{
+    return mp_padded_drop(pt->placement, L->ep, ntok, K, ids, w, L->pad.cap) < 0 ? MP_ERR_RUNTIME
+                                                                                   : MP_OK;
+}
+
 const struct mp_dispatch_mode mp_dispatch_padded = {
     .name = "padded",
-    .accepts = padded_accepts,
-    .validate = padded_validate,
+    .parse_arg = padded_parse_arg,
+    .backend_bit = MP_DISPATCH_PADDED,
     .setup = padded_setup,
     .plan = padded_plan,
     .iterate = padded_iterate,
     .capture = padded_capture,
     .teardown = padded_teardown,
+    .check_routing = padded_check_routing,
     .model_traffic = mp_vtraffic_padded,
 };

@@ -10,11 +10,6 @@
 #include "layer_internal.h"
 #include "vlayer.h"
 
-static int pipelined_accepts(const struct mp_point *pt)
-{
-    return pt->overlap > 1;
-}
-
 static int pipelined_validate(const struct mp_layer *L, const struct mp_point *pt)
 {
     const struct mp_comm *c = L->comm;
@@ -271,7 +266,7 @@ out:
 
 const struct mp_dispatch_mode mp_dispatch_pipelined = {
     .name = "pipelined",
-    .accepts = pipelined_accepts,
+    .backend_bit = MP_DISPATCH_PIPELINED,
     .validate = pipelined_validate,
     .create = pipelined_create,
     .reserve = pipelined_reserve,

@@ -216,12 +216,16 @@ static int run_pass(struct pass *p, struct mp_point_result *res, long tok0)
     return rc != MP_OK ? rc : gather_results(L, pt, p->mine, res);
 }
 
-/* Refuse what no mode can do: --graph in a mode that cannot be captured. */
+/* Refuse what no mode can do: --overlap with a mode that has no pipelined form, --graph in a mode
+ * that cannot be captured. */
 static int validate_point(const struct mp_layer *L, const struct mp_point *pt,
                           const struct mp_dispatch_mode *mode)
 {
+    int rc = mp_dispatch_check_overlap(pt);
+    if (rc != MP_OK)
+        return rc;
     if (mode->validate) {
-        int rc = mode->validate(L, pt);
+        rc = mode->validate(L, pt);
         if (rc != MP_OK)
             return rc;
     }

@@ -12,6 +12,8 @@
 #include "placement.h"
 #include "routing.h"
 
+struct mp_dispatch_mode;
+
 /* One point of a sweep, as every rank sees it. */
 struct mp_point {
     long batch;  /* tokens per decode step for the whole EP instance */
@@ -21,8 +23,11 @@ struct mp_point {
     int warmup, iters;
     int check;   /* compare the output with the single-process reference */
     int overlap;         /* chunks pipelined so dispatch, FFN and combine overlap (≤ 1: off) */
-    int padded;          /* dispatch mode: 0 dynamic (exact counts exchanged first), 1 padded */
-    double capacity;     /* padded: capacity factor (mp_padded_capacity; ≤ 0: lossless) */
+    /* the dispatch mode --dispatch chose (core/dispatch.h; NULL: dynamic); with overlap > 1 its
+     * pipelined form runs (mp_dispatch_for) */
+    const struct mp_dispatch_mode *dispatch;
+    double dispatch_arg; /* the mode's NAME:ARG (padded: capacity factor, mp_padded_capacity);
+                          * 0 without one (padded: lossless) */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
@@ -68,9 +73,9 @@ void mp_layer_destroy(struct mp_layer *L);
  * non-blocking all-to-all only); the per-phase split of a rank's time is then route, FFN and TP
  * reduce as measured, the rest counted as dispatch (exposed communication), and the point is also
  * run unpipelined for the overlap efficiency.
- * With pt->padded every rank sends every peer fixed slots of mp_padded_capacity() rows per local
- * expert (no count exchange before the data; pairs over capacity dropped, padding computed like
- * data), the all-to-all moves the padded volume and the FFN computes every slot row. The valid
+ * With the padded dispatch (pt->dispatch) every rank sends every peer fixed slots of
+ * mp_padded_capacity() rows per local expert (no count exchange before the data; pairs over
+ * capacity dropped, padding computed like data), the all-to-all moves the padded volume and the FFN computes every slot row. The valid
  * counts are exchanged after the timed phases, for the metrics only.
  * Collective: every rank of the world calls it with the same point. */
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);

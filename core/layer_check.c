@@ -2,6 +2,7 @@
  * with the single-process double-precision reference forward. */
 #include <stdlib.h>
 
+#include "dispatch.h"
 #include "error.h"
 #include "layer_internal.h"
 #include "reference.h"
@@ -52,9 +53,10 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
         } else {
             mp_routing_draw(pt->routing, L->seed, 0, batch_tokens, 0, batch_tokens, ids, wall);
         }
-        /* the padded dispatch dropped the pairs over capacity: so does the reference */
-        if (pt->padded && mp_padded_drop(pt->placement, L->ep, batch_tokens, K, ids, wall,
-                                         L->pad.cap) < 0)
+        /* what the mode did to the routing (padded: pairs over capacity dropped), so does the
+         * reference */
+        const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
+        if (mode->check_routing && mode->check_routing(L, pt, batch_tokens, K, ids, wall) != MP_OK)
             goto oom;
         MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, batch_tokens, K, ids,
                                       wall, ref));

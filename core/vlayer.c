@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "dispatch.h"
 #include "error.h"
 #include "padded.h"
 #include "plan.h"
@@ -165,7 +166,7 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
     int slots = 1; /* max_local of the slot layout: the most experts any rank holds, at least 1 */
     for (int p = 0; p < ep; p++)
         slots = mp_placement_nlocal(pl, p) > slots ? mp_placement_nlocal(pl, p) : slots;
-    long cap = mp_padded_capacity((T + ep - 1) / ep, K, d->m->experts, d->pt->capacity, 1);
+    long cap = mp_padded_capacity((T + ep - 1) / ep, K, d->m->experts, d->pt->dispatch_arg, 1);
     t->count_exchange = 0;
     for (int p = 0; p < ep; p++)
         t->rows[p] = 0;
@@ -198,11 +199,6 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
                 &t->a2a, t->bytes_sent, t->bytes_inter);
 }
 
-mp_vtraffic_fn mp_vtraffic_mode(const struct mp_point *pt)
-{
-    return pt->padded ? mp_vtraffic_padded : mp_vtraffic_dynamic;
-}
-
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -213,12 +209,15 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     int P = pt->iters < POOL_DRAWS ? pt->iters : POOL_DRAWS, N = pt->overlap > 1 ? pt->overlap : 1;
     if (P < 1)
         P = 1;
-    if (pt->padded && N > 1) { /* as the measured layer refuses it */
-        mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact counts; "
-                 "use --overlap 1 with padded, or --dispatch dynamic", N);
+    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
+        return MP_ERR_USAGE;
+    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
+    mp_vtraffic_fn traffic = mode->model_traffic;
+    if (!traffic) {
+        mp_usage("--dispatch %s: the model cannot express the %s dispatch yet; measure it with a "
+                 "host or device --backend", mode->name, mode->name);
         return MP_ERR_USAGE;
     }
-    mp_vtraffic_fn traffic = mp_vtraffic_mode(pt);
     size_t pairs = (size_t)T * K;
     /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too) and
      * the per-rank arrays */

@@ -71,14 +71,12 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * expert is active. Never pipelined (t->nchunks must be 1). */
 void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
-/* The traffic builder of a point's dispatch mode (pt->padded). */
-mp_vtraffic_fn mp_vtraffic_mode(const struct mp_point *pt);
-
 /* The traffic of the point's routing pool (up to 8 draws, as measured runs cycle through): *ndraws
- * entries in *out, built by the point's dispatch mode (mp_vtraffic_mode) with the profile's node
- * size and element bytes, cut into pt->overlap chunks when that is above 1. Free with
- * mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, or a padded point
- * with overlap above 1, which the measured layer refuses too) or MP_ERR_RUNTIME. */
+ * entries in *out, built by the point's dispatch mode (its model_traffic, core/dispatch.h) with
+ * the profile's node size and element bytes, cut into pt->overlap chunks when that is above 1.
+ * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point
+ * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too, or
+ * a mode the model cannot express) or MP_ERR_RUNTIME. */
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws);

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "comm.h"
 #include "compute.h"
+#include "dispatch.h"
 #include "error.h"
 #include "layer.h"
 #include "model.h"
@@ -80,7 +81,8 @@ int main(int argc, char **argv)
         const int iters = 5;
         struct mp_point pt = {.batch = 64, .seq = 1, .routing = &rt, .placement = &pl,
                               .warmup = 2, .iters = iters, .overlap = mode == 1 ? 2 : 1,
-                              .padded = mode == 2, .flush_cache = mode != 3};
+                              .dispatch = mode == 2 ? &mp_dispatch_padded : NULL,
+                              .flush_cache = mode != 3};
         struct mp_point_result res;
         flushes = marks_after_flush = flushes_inside = 0;
         last_was_flush = 0;

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "comm.h"
 #include "compute.h"
+#include "dispatch.h"
 #include "error.h"
 #include "layer.h"
 #include "model.h"
@@ -105,7 +106,8 @@ int main(int argc, char **argv)
         CHECK_INT(mp_placement_build("replicate-hot:2", m.experts, c->ep, rt.prob, &pl), MP_OK);
         struct mp_point pt = {.batch = 64, .seq = 1, .routing = &rt, .placement = &pl,
                               .warmup = 1, .iters = 6, .check = 0, .overlap = i / 2 == 1 ? 2 : 1,
-                              .padded = i >= 4, .capacity = i == 5 ? 1.0 : 0};
+                              .dispatch = i >= 4 ? &mp_dispatch_padded : NULL,
+                              .dispatch_arg = i == 5 ? 1.0 : 0};
         struct mp_point_result res;
         long before = all_allocs;
         CHECK_INT(mp_layer_run(L, &pt, &res), MP_OK);

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "cluster.h"
+#include "dispatch.h"
 #include "error.h"
 #include "metrics.h"
 #include "placement.h"
@@ -35,6 +36,14 @@ static struct mp_point_result run(const struct mp_cluster *cl, long batch, int o
 }
 
 /* Median over iterations of metric field `k` (index in struct mp_iter_metrics). */
+/* A traffic builder that counts its calls, for a mode the model must build with its entry's. */
+static int stub_calls;
+static void stub_traffic(struct mp_vtraffic *t, const struct mp_vdraw *d)
+{
+    stub_calls++;
+    mp_vtraffic_dynamic(t, d);
+}
+
 static double median(const struct mp_point_result *r, size_t k)
 {
     double v[ITERS];
@@ -127,7 +136,7 @@ int main(void)
      * tokens a rank holds), nothing dropped, every slot row computed; the dispatch is launch and
      * the data round, with no count exchange */
     struct mp_point pp = pt;
-    pp.padded = 1;
+    pp.dispatch = &mp_dispatch_padded;
     CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_OK);
     long cap = 256 / EP;
     double slot_bytes = (double)placement.max_local * cap * model.hidden * h100.elem_bytes;
@@ -158,7 +167,7 @@ int main(void)
     CHECK_NEAR(pm.drop_rate, 0, 0);
     mp_vtraffic_free(t, ndraws);
     /* a tight capacity (0.5: half the mean load per slot) drops pairs; kept and dropped add up */
-    pp.capacity = 0.5;
+    pp.dispatch_arg = 0.5;
     CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_OK);
     double dropped = 0;
     kept = 0;
@@ -171,6 +180,18 @@ int main(void)
     mp_vtraffic_free(t, ndraws);
     pp.overlap = 2; /* never pipelined, as measured */
     CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_ERR_USAGE);
+
+    /* the model builds a point's traffic with its mode's model_traffic, and refuses a mode that
+     * has none */
+    struct mp_dispatch_mode other = mp_dispatch_dynamic;
+    other.model_traffic = stub_traffic;
+    struct mp_point op = pt;
+    op.dispatch = &other;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &op, &t, &ndraws), MP_OK);
+    CHECK(stub_calls == ndraws && ndraws > 0);
+    mp_vtraffic_free(t, ndraws);
+    other.model_traffic = NULL;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &op, &t, &ndraws), MP_ERR_USAGE);
 
     /* a straggler (rank 3, 1 ms): its FFN takes that much more, the slowest FFN sets every rank's
      * wait, and the communication is unchanged */
