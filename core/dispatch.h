@@ -76,7 +76,8 @@ struct mp_dispatch_mode {
     void (*model_traffic)(struct mp_vtraffic *t, const struct mp_vdraw *d);
 };
 
-#define MP_DISPATCH_DECLARE(name, words, help) extern const struct mp_dispatch_mode mp_dispatch_##name;
+#define MP_DISPATCH_DECLARE(name, words, help)                                                     \
+    extern const struct mp_dispatch_mode mp_dispatch_##name;
 MP_DISPATCH_MODES(MP_DISPATCH_DECLARE)
 #undef MP_DISPATCH_DECLARE
 

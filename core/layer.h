@@ -75,8 +75,9 @@ void mp_layer_destroy(struct mp_layer *L);
  * run unpipelined for the overlap efficiency.
  * With the padded dispatch (pt->dispatch) every rank sends every peer fixed slots of
  * mp_padded_capacity() rows per local expert (no count exchange before the data; pairs over
- * capacity dropped, padding computed like data), the all-to-all moves the padded volume and the FFN computes every slot row. The valid
- * counts are exchanged after the timed phases, for the metrics only.
+ * capacity dropped, padding computed like data), the all-to-all moves the padded volume and the
+ * FFN computes every slot row. The valid counts are exchanged after the timed phases, for the
+ * metrics only.
  * Collective: every rank of the world calls it with the same point. */
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
 void mp_point_result_free(struct mp_point_result *res);
