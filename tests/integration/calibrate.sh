@@ -3,7 +3,7 @@
 # parameters, calibrated from another starting profile, give the parameters back within 2%;
 # (2) held out: a profile fitted to CPU measurements of moeperf-layer on 2 ranks at batch
 # 1, 4, 16, 64 predicts batch 8, 32 and 128 within 25% on the layer_us median (a timing study: the
-# perf tier, not judged in a sanitizer build).
+# perf tier, not judged in a sanitizer build; the fast tier fits and validates once, unjudged).
 . "$(dirname "$0")/lib.sh"
 PLAN=$BUILD/reports/moeperf-plan
 
@@ -59,7 +59,9 @@ PY
 if checks_tier; then round_trip; fi
 
 # ---- 2. held out, on CPU measurements ----
-timing_study "the held-out prediction" || { echo PASS; exit 0; }
+# the fast tier fits and predicts once, and checks only that the three held-out points are there
+judge=0
+timing_study "the held-out prediction" && judge=1
 # One run measures every batch (so both halves see the same machine), split by batch into the
 # points fitted and the points predicted. Timing on a shared machine can spike: up to 3 attempts,
 # each a fresh measurement; a model that cannot predict fails all three.
@@ -79,13 +81,14 @@ for attempt in 1 2 3; do
     "$PLAN" --calibrate --out "$TMP/cpu.ini" "$TMP/fit-runs" >"$TMP/cpu.out" || fail "calibrate CPU"
     tail -n 10 "$TMP/cpu.out"
     "$PLAN" --validate --cluster "$TMP/cpu.ini" "$TMP/held-out" | tee "$TMP/validate.out"
-    if awk '/batch (8|32|128) / { e = $NF; sub(/%/, "", e); e += 0; e = e < 0 ? -e : e; n++
-                                  if (e > 25) { print "attempt: held-out error above 25%: " $0; bad = 1 } }
+    if awk -v judge=$judge '/batch (8|32|128) / { e = $NF; sub(/%/, "", e); e += 0; e = e < 0 ? -e : e; n++
+                                  if (judge && e > 25) { print "attempt: held-out error above 25%: " $0; bad = 1 } }
             END { if (n != 3) { print "expected 3 held-out points, got " n; bad = 1 } exit bad }' \
         "$TMP/validate.out"; then
         echo PASS
         exit 0
     fi
+    [ "$judge" = 1 ] || fail "the held-out validation did not list the 3 points"
     # the worst held-out error of this attempt, signed, for the noise judgement below
     worst=$(awk '/batch (8|32|128) / { e = $NF; sub(/%/, "", e); e += 0
                  if (!n++ || (e < 0 ? -e : e) > (w < 0 ? -w : w)) w = e } END { print w + 0 }' \
