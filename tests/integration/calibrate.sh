@@ -66,6 +66,7 @@ timing_study "the held-out prediction" && judge=1
 # points fitted and the points predicted. Timing on a shared machine can spike: up to 3 attempts,
 # each a fresh measurement; a model that cannot predict fails all three.
 W="--experts 64 --topk 1 --shared 0 --hidden 1024 --ffn 1024 --routing uniform --warmup 3 --iters 31 --quiet"
+[ "$judge" = 1 ] || W=${W/--warmup 3 --iters 31/--warmup 1 --iters 3} # unjudged: a few iterations do
 split_run() { # split_run RUN DEST BATCH_REGEX
     mkdir -p "$2"
     cp "$1/run.json" "$2/"
