@@ -39,23 +39,8 @@ static const char summary[] =
     "rank's time counts. algbw = bytes_per_rank / time, busbw = algbw·(n−1)/n (nccl-tests).\n"
     "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.";
 
-static const char *const key_cols[] = {
-    "source", "backend", "comm", "pattern", "layout", "tp", "ep", "world", "model", "hidden",
-    "experts", "topk", "routing", "placement", "batch", "seq", "seed", "bytes_per_peer",
-};
-#define NKEY ((int)(sizeof key_cols / sizeof key_cols[0]))
-static const char *const value_cols[] = {
-    "bytes_per_rank", "iters", "time_us", "time_p99_us", "time_mean_us", "time_stdev_us",
-    "time_min_us", "time_max_us", "time_ci_lo_us", "time_ci_hi_us", "algbw_GBps", "busbw_GBps",
-};
-#define NVAL ((int)(sizeof value_cols / sizeof value_cols[0]))
-static const char *const sample_cols[] = {"iter", "time_us"};
-
 enum { FILE_A2A, FILE_SAMPLES };
-static const struct mp_runfile_spec files[] = {
-    {"a2a.csv", value_cols, NVAL},
-    {"a2a_samples.csv", sample_cols, 2},
-};
+static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
 
 /* One point: for uniform, routing/placement are NULL and batch 0. */
 struct a2a_point {
@@ -203,13 +188,19 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
     return rc;
 }
 
+/* Whether one exchange of a comm backend takes the largest --bytes per peer (4G). */
+static int sends_4g(const struct mp_comm_ops *o)
+{
+    return o->memory != MP_MEMORY_VIRTUAL && o->max_row_bytes >= (size_t)4 << 30;
+}
+
 /* The bytes of the largest point's buffer over every layout. Refuses (MP_ERR_USAGE, before
  * anything is allocated) a --bytes per peer larger than one row of --comm can hold, and a MoE
  * batch whose rows (tokens·topk) overflow the int counts; all products are taken in size_t. */
 static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_layout *layouts,
                         int nlayouts, size_t *out)
 {
-    size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->o.comm);
+    size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->comm->ops);
     if (moe) {
         size_t row = (size_t)s->model.hidden * s->cops->elem_size;
         for (int b = 0; b < s->o.batch.n; b++) {
@@ -229,9 +220,12 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
     for (int b = 0; b < s->o.bytes.n; b++) {
         size_t per_peer = (size_t)s->o.bytes.v[b];
         if (per_peer > row_max) {
-            mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer (one "
-                     "MPI datatype counts its bytes in an int); accepted: 1 to %zu with --comm "
-                     "%s, up to 4G with --comm nccl", per_peer, s->o.comm, row_max, s->o.comm);
+            char wide[256];
+            mp_usage("--bytes: %zu bytes per peer is more than --comm %s sends to one peer in one "
+                     "exchange; accepted: 1 to %zu with --comm %s, up to 4G with a --comm that counts "
+                     "in size_t (built: %s)",
+                     per_peer, s->o.comm, row_max, s->o.comm,
+                     mp_comm_names_where(sends_4g, wide, sizeof wide));
             return MP_ERR_USAGE;
         }
         for (int li = 0; li < nlayouts; li++) {
@@ -299,7 +293,7 @@ int main(int argc, char **argv)
     }
     touch_buffers(&s, sendbuf, recvbuf, elems);
 
-    MP_CHECK(mp_runfiles_open(&f, &s, key_cols, NKEY, files, 2));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0) {
         printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
                "iterations, slowest rank\n", s.o.pattern, c->size, c->nnodes, s.o.comm, s.o.iters);

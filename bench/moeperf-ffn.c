@@ -39,21 +39,8 @@ static const char summary[] =
     "run.json in --out.";
 
 
-static const char *const summary_cols[] = {
-    "tokens_per_rank", "rows", "active_experts", "flops", "weight_bytes", "iters", "ffn_us",
-    "ffn_p99_us", "ffn_mean_us", "ffn_stdev_us", "ffn_min_us", "ffn_max_us", "ffn_ci_lo_us",
-    "ffn_ci_hi_us", "achieved_GFLOPs", "achieved_GBps", "peak_GFLOPs", "peak_GBps", "bound",
-    "roofline_fraction",
-};
-#define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
-static const char *const sample_extra[] = {"iter", "ffn_us"};
-#define NSAMPLE 2
-
 enum { FILE_FFN, FILE_SAMPLES };
-static const struct mp_runfile_spec files[] = {
-    {"ffn.csv", summary_cols, NSUM},
-    {"ffn_samples.csv", sample_extra, NSAMPLE},
-};
+static const struct mp_csv_schema *const files[] = {&mp_schema_ffn, &mp_schema_ffn_samples};
 
 enum { MARK_START, MARK_FFN };
 
@@ -381,7 +368,7 @@ out:
     return rc;
 }
 
-/* One synchronized FFN iteration of this rank (DESIGN.md, Measurement protocol): with `flush` the
+/* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): with `flush` the
  * device's caches evicted first, then the device drained, barrier, then the FFN queued (or, with
  * `replay`, the captured FFN launched); duration from its marks in *us. */
 static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
@@ -559,6 +546,8 @@ static int measure_peaks(struct mp_session *s, double *peak)
     return rc;
 }
 
+static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+
 int main(int argc, char **argv)
 {
     struct mp_session s;
@@ -574,9 +563,11 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     int gemm;
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
-    if (s.o.graph && !s.cops->capture_begin) {
-        mp_usage("--graph: replaying a captured expert FFN needs --backend cuda (the %s backend "
-                 "runs its kernels from the host)", s.cops->name);
+    if (s.o.graph && !s.cops->graph) {
+        char names[256];
+        mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "
+                 "(built: %s; the %s backend has none)",
+                 mp_compute_names_where(captures_graphs, names, sizeof names), s.cops->name);
         rc = MP_ERR_USAGE;
         goto out;
     }
@@ -590,7 +581,7 @@ int main(int argc, char **argv)
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_CHECK(mp_runfiles_open(&f, &s, mp_workload_key, MP_WORKLOAD_NKEY, files, 2));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     MP_CHECK(measure_peaks(&s, peak));
 
     if (!s.o.quiet && c->rank == 0) {

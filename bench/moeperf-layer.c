@@ -36,27 +36,19 @@ static const char summary[] =
 
 
 
-static const char *const summary_cols[] = {
-    "tokens_per_rank", "iters", "layer_us", "layer_p99_us", "layer_mean_us", "layer_stdev_us",
-    "layer_min_us", "layer_max_us", "layer_ci_lo_us", "layer_ci_hi_us", "ffn_us", "ffn_p99_us",
-    "ffn_mean_us", "comm_us", "comm_p99_us", "route_us", "dispatch_us", "tp_reduce_us",
-    "combine_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance", "local_hit_rate",
-    "bytes_rank_max", "bytes_internode", "drop_rate", "check_error", "overlap_efficiency",
-};
-static const char *const rank_cols[] = {
-    "rank", "node", "ep_rank", "tp_rank", "tokens", "rows", "ffn_rows", "bytes_sent",
-    "route_us", "dispatch_us", "ffn_us", "tp_reduce_us", "combine_us", "layer_us", "start_skew_us",
-};
-#define NSUM ((int)(sizeof summary_cols / sizeof summary_cols[0]))
-#define NRANK ((int)(sizeof rank_cols / sizeof rank_cols[0]))
-static const char *sample_cols[1 + MP_ITER_METRICS] = {"iter"}; /* + the metric names, at start-up */
-
 enum { FILE_LAYER, FILE_SAMPLES, FILE_RANKS };
-static const struct mp_runfile_spec files[] = {
-    {"layer.csv", summary_cols, NSUM},
-    {"layer_samples.csv", sample_cols, 1 + (int)MP_ITER_METRICS},
-    {"layer_ranks.csv", rank_cols, NRANK},
+static const struct mp_csv_schema *const files[] = {
+    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks};
+
+/* The numbers of the console table, by metric name. */
+static const struct mp_console_metric console_cols[] = {
+    {"layer_p50", MPC_layer_us, 0, 11, 1},   {"layer_p99", MPC_layer_us, 1, 11, 1},
+    {"route", MPC_route_us, 0, 9, 1},        {"ffn", MPC_ffn_us, 0, 10, 1},
+    {"comm", MPC_comm_us, 0, 10, 1},         {"ratio", MPC_comm_comp_ratio, 0, 7, 2},
+    {"bubble", MPC_bubble_ratio, 0, 7, 3},   {"imbal", MPC_load_imbalance, 0, 7, 2},
+    {"hit", MPC_local_hit_rate, 0, 6, 3},
 };
+#define NCONSOLE ((int)(sizeof console_cols / sizeof console_cols[0]))
 
 
 /* Whether the console table needs a column telling the dispatch mode and pipelining apart: when
@@ -65,6 +57,33 @@ static int variant_shown(const struct mp_session *s)
 {
     return s->o.overlap.n > 1 || s->o.overlap.v[0] != 1 || s->o.dispatch.n > 1 ||
            strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph;
+}
+
+/* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
+ * model backends these are the only flags a measured run takes and a modelled one refuses
+ * (docs/planning.md lists them; tests/integration/model_parity.sh holds the list to that):
+ * --check (nothing computed to compare), --graph (nothing captured; checked where the dispatch
+ * modes are), --inject-delay-us (the model has no wire to slow: a slower link is a profile with
+ * less bandwidth) and --max-memory (virtual ranks hold no buffers). */
+static int refuse_unsupported(const struct mp_session *s)
+{
+    if (s->o.check && !s->cops->expert_ffn) { /* a backend that computes nothing */
+        mp_usage("--check compares data, and the %s backends move none; drop --check",
+                 s->cops->name);
+        return MP_ERR_USAGE;
+    }
+    if (s->o.inject_delay_us > 0 && s->modelled) { /* virtual: no wire to slow */
+        mp_usage("--inject-delay-us: the model backends have no link to slow; model a slower link "
+                 "with a cluster profile of lower intra_bw/inter_bw (--cluster FILE), or drop "
+                 "--inject-delay-us");
+        return MP_ERR_USAGE;
+    }
+    if (s->o.max_memory > 0 && s->modelled) { /* virtual: no buffers to bound */
+        mp_usage("--max-memory: the model's virtual ranks hold no buffers, so there is nothing "
+                 "to bound; drop --max-memory");
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
 }
 
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
@@ -130,19 +149,36 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
             rc = mp_runfiles_write(f, FILE_RANKS, &row);
         }
         if (rc == MP_OK) {
-            const struct mp_summary *L = &sm[0];
+            const struct mp_summary *L = mp_metric_summary(sm, MPC_layer_us),
+                                    *F = mp_metric_summary(sm, MPC_ffn_us),
+                                    *C = mp_metric_summary(sm, MPC_comm_us);
             mp_workload_key_row(&row, s, lay, routing, placement, overlap, dispatch, batch);
             mp_row_int(&row, res->tokens_per_rank);
             mp_row_int(&row, n);
             double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
-                           sm[1].p50, sm[1].p99, sm[2].p50, sm[3].p50, sm[3].p99};
+                           F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
+                           C->p99};
             for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
                 mp_row_dbl(&row, lv[k]);
-            for (size_t k = 4; k < MN; k++)
-                mp_row_dbl(&row, sm[k].p50);
-            mp_row_dbl(&row, res->check_error);
-            mp_row_dbl(&row, res->overlap_efficiency);
-            rc = mp_runfiles_write(f, FILE_LAYER, &row);
+            /* then, from route_us on, each column by name: the median of a per-iteration metric,
+             * or one of the point's own values */
+            for (int k = mp_schema_index(&mp_schema_layer, MPC_route_us);
+                 k < mp_schema_ncols(&mp_schema_layer) && rc == MP_OK; k++) {
+                const char *name = mp_schema_column(&mp_schema_layer, k)->name;
+                const struct mp_summary *m = mp_metric_summary(sm, name);
+                if (m)
+                    mp_row_dbl(&row, m->p50);
+                else if (name == MPC_check_error)
+                    mp_row_dbl(&row, res->check_error);
+                else if (name == MPC_overlap_efficiency)
+                    mp_row_dbl(&row, res->overlap_efficiency);
+                else {
+                    mp_error("layer.csv: no value for column %s", name);
+                    rc = MP_ERR_RUNTIME;
+                }
+            }
+            if (rc == MP_OK)
+                rc = mp_runfiles_write(f, FILE_LAYER, &row);
         }
     }
     if (!s->o.quiet) {
@@ -157,16 +193,26 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
             snprintf(mode, sizeof mode, "%s", dispatch);
         if (variant_shown(s))
             snprintf(variant, sizeof variant, " %-16.16s", mode);
-        printf("%9s %-16s %-16s%s %7ld %11.1f %11.1f %9.1f %10.1f %10.1f %7.2f %7.3f %7.2f %6.3f "
-               "%9s\n",
-               lay->name, routing, placement, variant, batch, sm[0].p50, sm[0].p99, sm[4].p50,
-               sm[1].p50, sm[3].p50, sm[8].p50, sm[9].p50, sm[10].p50, sm[11].p50, chk);
+        printf("%9s %-16s %-16s%s %7ld", lay->name, routing, placement, variant, batch);
+        mp_console_values(console_cols, NCONSOLE, sm);
+        printf(" %9s\n", chk);
         fflush(stdout);
     }
     mp_row_free(&row);
     free(scratch);
     return rc;
 }
+
+/* Capabilities of compute backends, for messages that name the ones a request needs. */
+static int runs_padded(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PADDED);
+}
+static int runs_pipelined(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_modes & MP_DISPATCH_PIPELINED);
+}
+static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
 
 int main(int argc, char **argv)
 {
@@ -188,20 +234,14 @@ int main(int argc, char **argv)
     double straggle_us;
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &straggle_rank, &straggle_us));
     int gemm;
-    MP_CHECK(mp_gemm_mode(&s.o, s.modelled ? NULL : s.cops, &gemm));
+    MP_CHECK(mp_gemm_mode(&s.o, s.cops, &gemm));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
-    if (s.modelled && s.o.check) {
-        mp_usage("--check compares data, and the model backends move none; drop --check");
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
+    MP_CHECK(refuse_unsupported(&s));
     long max_batch = 0;
     for (int b = 0; b < s.o.batch.n; b++)
         max_batch = s.o.batch.v[b] > max_batch ? s.o.batch.v[b] : max_batch;
-    for (size_t i = 0; i < MP_ITER_METRICS; i++)
-        sample_cols[1 + i] = mp_iter_metric_names[i];
-    MP_CHECK(mp_runfiles_open(&f, &s, mp_workload_key, MP_WORKLOAD_NKEY, files, 3));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
 
     if (!s.o.quiet && c->rank == 0) {
         printf("# moeperf-layer: model %s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
@@ -210,10 +250,10 @@ int main(int argc, char **argv)
                s.o.backend, s.o.comm);
         printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
                s.o.iters);
-        printf("%9s %-16s %-16s%s %7s %11s %11s %9s %10s %10s %7s %7s %7s %6s %9s\n", "layout",
-               "routing", "placement", variant_shown(&s) ? " dispatch/overlap" : "", "batch",
-               "layer_p50", "layer_p99", "route", "ffn", "comm", "ratio", "bubble", "imbal",
-               "hit", "check");
+        printf("%9s %-16s %-16s%s %7s", "layout", "routing", "placement",
+               variant_shown(&s) ? " dispatch/overlap" : "", "batch");
+        mp_console_titles(console_cols, NCONSOLE);
+        printf(" %9s\n", "check");
     }
     int max_overlap = 1;
     for (int i = 0; i < s.o.overlap.n; i++)
@@ -222,9 +262,11 @@ int main(int argc, char **argv)
         int padded;
         double factor;
         MP_CHECK(mp_dispatch_parse(s.o.dispatch.v[di], &padded, &factor));
-        if (padded && s.modelled) {
-            mp_usage("--dispatch %s: the cluster model times the dynamic dispatch only; measure "
-                     "the padded one with the cpu or cuda backend", s.o.dispatch.v[di]);
+        if (padded && !(s.cops->dispatch_modes & MP_DISPATCH_PADDED)) {
+            char names[256];
+            mp_usage("--dispatch %s: the %s backend does not run the padded dispatch; measure it "
+                     "with a --backend that does (built: %s)", s.o.dispatch.v[di], s.cops->name,
+                     mp_compute_names_where(runs_padded, names, sizeof names));
             rc = MP_ERR_USAGE;
             goto out;
         }
@@ -242,11 +284,22 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (s.o.graph && (s.modelled || !s.cops->capture_begin || straggle_rank >= 0)) {
-        mp_usage("--graph: %s", s.modelled || !s.cops->capture_begin
-                                    ? "replaying a captured layer needs --backend cuda --comm nccl"
-                                    : "--straggle waits on the host inside the layer; drop one "
-                                      "of them");
+    if (max_overlap > 1 && !(s.cops->dispatch_modes & MP_DISPATCH_PIPELINED)) {
+        char names[256];
+        mp_usage("--overlap %d: the %s backend does not run the pipelined layer; use a "
+                 "--backend that does (built: %s)",
+                 max_overlap, s.cops->name,
+                 mp_compute_names_where(runs_pipelined, names, sizeof names));
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
+    if (s.o.graph && (!s.cops->graph || straggle_rank >= 0)) {
+        char names[256];
+        if (!s.cops->graph)
+            mp_usage("--graph: replaying a captured layer needs a --backend with graph capture "
+                     "(built: %s)", mp_compute_names_where(captures_graphs, names, sizeof names));
+        else
+            mp_usage("--graph: --straggle waits on the host inside the layer; drop one of them");
         rc = MP_ERR_USAGE;
         goto out;
     }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "registry.h"
 
 struct mp_comm_ops;
 
@@ -30,8 +31,16 @@ struct mp_comm_params {
     int gpus_per_node; /* ranks per node, packed */
 };
 
+/* The ops table of a comm backend. Its capability data come first and must agree with its hooks
+ * (mp_comm_check, run on every lookup). */
 struct mp_comm_ops {
     const char *name;
+    /* host: exchanges host buffers; device: runs its collectives on the compute backend's stream
+     * (bind_device); virtual: builds a world of virtual ranks from mp_comm_params, moves no data */
+    enum mp_memory_kind memory;
+    /* the largest row, hence the most bytes to one peer, one all-to-all can express: an MPI
+     * datatype counts its bytes in an int (INT_MAX); NCCL counts in size_t (SIZE_MAX) */
+    size_t max_row_bytes;
     /* join the world (MPI_Init where needed); fills rank, size, local_*, nodes. `p` describes a
      * virtual world for backends that have no launcher (ignored by mpi and nccl). */
     int (*init)(struct mp_comm **out, int *argc, char ***argv, const struct mp_comm_params *p);
@@ -88,12 +97,17 @@ struct mp_comm_ops {
     int (*bind_device)(struct mp_comm *c, void *stream, size_t elem_size);
 };
 
+/* The backends built into this binary, NULL-terminated, in the order of meson.build's list
+ * (config.h's MP_COMM_BACKENDS, which declares each as mp_comm_NAME). */
 extern const struct mp_comm_ops *const mp_comm_backends[];
-extern const struct mp_comm_ops mp_comm_mpi;
-extern const struct mp_comm_ops mp_comm_model;
-#if HAVE_NCCL
-extern const struct mp_comm_ops mp_comm_nccl;
-#endif
+#define MP_BUILT(n) extern const struct mp_comm_ops mp_comm_##n;
+#define MP_ABSENT(n, hint)
+MP_COMM_BACKENDS
+#undef MP_BUILT
+#undef MP_ABSENT
+/* The names --comm accepts, NULL-terminated: every backend of the source tree, the ones this
+ * binary was configured without included (looking one up says what builds it). */
+extern const char *const mp_comm_choices[];
 
 /* Collective over the world: whether every rank passed ok != 0 (one max_double). A refusal that
  * depends on a rank's own state (its free memory) goes through it, so every rank leaves together
@@ -101,7 +115,17 @@ extern const struct mp_comm_ops mp_comm_nccl;
  * exchange failed (−status). */
 int mp_comm_agree(struct mp_comm *c, int ok);
 
-/* Find a backend by name; NULL and a usage message naming --comm if absent. */
-const struct mp_comm_ops *mp_comm_find(const char *name);
+/* Find a backend by name and check its table (mp_comm_check). MP_OK with *out set; MP_ERR_USAGE
+ * (a message naming --comm and the built ones, or what builds a known backend left out of this
+ * build); MP_ERR_RUNTIME for a table that fails its check (an internal error). */
+int mp_comm_find(const char *name, const struct mp_comm_ops **out);
+
+/* Whether a table is complete and its capability data agree with its hooks: 1, or 0 with the first
+ * fault described in why[len]. */
+int mp_comm_check(const struct mp_comm_ops *ops, char *why, size_t len);
+
+/* The names of the built backends that satisfy `has` ("nccl", "mpi|model"), or "none", for messages
+ * that say which backend would accept a request. */
+const char *mp_comm_names_where(int (*has)(const struct mp_comm_ops *ops), char *buf, size_t len);
 
 #endif

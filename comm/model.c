@@ -1,6 +1,7 @@
 /* model.c - the model communication backend: a virtual world of --world ranks in one process. It
  * moves no data; the layer's exchange durations come from the cluster model (core/vlayer.c). Host
  * collectives act as if every virtual rank held what this process holds. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,8 @@ static int model_max_double(struct mp_comm *c, double *v) { return MP_OK; }
 
 const struct mp_comm_ops mp_comm_model = {
     .name = "model",
+    .memory = MP_MEMORY_VIRTUAL,
+    .max_row_bytes = SIZE_MAX, /* moves no data */
     .init = model_init,
     .fini = model_fini,
     .version = model_version,

@@ -306,6 +306,8 @@ static int mpi_max_double(struct mp_comm *c, double *v)
 
 const struct mp_comm_ops mp_comm_mpi = {
     .name = "mpi",
+    .memory = MP_MEMORY_HOST,
+    .max_row_bytes = INT_MAX, /* one MPI datatype counts its bytes in an int */
     .init = mpi_init,
     .fini = mpi_fini,
     .version = mpi_version,

@@ -5,6 +5,7 @@
  * stream by events, and waiting polls ncclCommGetAsyncError. */
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +420,8 @@ static int nccl_max_double(struct mp_comm *c, double *v)
 
 const struct mp_comm_ops mp_comm_nccl = {
     .name = "nccl",
+    .memory = MP_MEMORY_DEVICE,
+    .max_row_bytes = SIZE_MAX, /* NCCL counts elements in size_t */
     .init = nccl_init,
     .fini = nccl_fini,
     .abort = nccl_abort,

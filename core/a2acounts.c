@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "error.h"
 
 void mp_a2a_counts_free(struct mp_a2a_counts *c)
@@ -52,9 +53,9 @@ size_t mp_a2a_offset(const int *displ, int p, size_t row_bytes)
     return (size_t)displ[p] * row_bytes;
 }
 
-size_t mp_a2a_max_row_bytes(const char *comm)
+size_t mp_a2a_max_row_bytes(const struct mp_comm_ops *comm)
 {
-    return comm && strcmp(comm, "mpi") == 0 ? (size_t)INT_MAX : SIZE_MAX;
+    return comm->max_row_bytes;
 }
 
 int mp_a2a_moe_fits(long long tokens, int topk, size_t row_bytes, size_t *bytes)

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+struct mp_comm_ops;
+
 /* Per-iteration send/receive counts and displacements in rows of `row_bytes`, one set per draw.
  * Peer p's block of draw d starts (size_t)sdispl[d·ep + p] · row_bytes bytes into the buffer. */
 struct mp_a2a_counts {
@@ -26,9 +28,9 @@ int mp_a2a_counts_uniform(struct mp_a2a_counts *c, int ep, long long bytes_per_p
  * backends compute it. */
 size_t mp_a2a_offset(const int *displ, int p, size_t row_bytes);
 
-/* The largest row, hence the largest uniform bytes per peer, that --comm `comm` can move: an MPI
- * datatype counts its bytes in an int (INT_MAX); NCCL counts in size_t (SIZE_MAX). */
-size_t mp_a2a_max_row_bytes(const char *comm);
+/* The largest row, hence the largest uniform bytes per peer, that --comm `comm` can move (its
+ * table's max_row_bytes: an MPI datatype counts its bytes in an int, NCCL counts in size_t). */
+size_t mp_a2a_max_row_bytes(const struct mp_comm_ops *comm);
 
 /* The MoE pattern's rows per rank are at most tokens·topk (every pair of the whole batch), and
  * they are counted and displaced in ints: returns 1 and the buffer bytes that hold them all in

@@ -14,8 +14,6 @@ const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal
                                           "gate:", "trace:", NULL};
 const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", "eplb:",
                                             NULL};
-const char *const mp_backend_choices[] = {"cpu", "cuda", "model", NULL};
-const char *const mp_comm_choices[] = {"mpi", "nccl", "model", NULL};
 const char *const mp_dispatch_choices[] = {"dynamic", "padded", "padded:", NULL};
 const char *const mp_gemm_choices[] = {"loop", "grouped", "skinny", NULL};
 const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
@@ -186,6 +184,9 @@ int mp_dispatch_parse(const char *text, int *padded, double *factor)
     return MP_OK;
 }
 
+static int has_grouped(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_GROUPED); }
+static int has_skinny(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_SKINNY); }
+
 int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm)
 {
     *gemm = MP_GEMM_LOOP;
@@ -193,10 +194,11 @@ int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops
         *gemm = MP_GEMM_GROUPED;
     else if (o->gemm && strcmp(o->gemm, "skinny") == 0)
         *gemm = MP_GEMM_SKINNY;
-    if (*gemm != MP_GEMM_LOOP && (!ops || !(ops->gemm_modes & 1u << *gemm))) {
-        mp_usage("--gemm %s: the %s backend runs one GEMM pair per expert; grouped and skinny "
-                 "GEMMs need --backend cuda (or use --gemm loop)", o->gemm,
-                 ops ? ops->name : "model");
+    if (*gemm != MP_GEMM_LOOP && !(ops->gemm_modes & 1u << *gemm)) {
+        char names[256];
+        mp_usage("--gemm %s: the %s backend runs one GEMM pair per expert; --gemm %s needs "
+                 "a --backend that has it (built: %s), or use --gemm loop", o->gemm, ops->name, o->gemm,
+                 mp_compute_names_where(*gemm == MP_GEMM_GROUPED ? has_grouped : has_skinny, names, sizeof names));
         return MP_ERR_USAGE;
     }
     return MP_OK;

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "comm.h"
+#include "compute.h"
 #include "model.h"
 #include "options.h"
 
@@ -13,8 +15,6 @@
 
 extern const char *const mp_routing_choices[];
 extern const char *const mp_placement_choices[];
-extern const char *const mp_backend_choices[];
-extern const char *const mp_comm_choices[];
 extern const char *const mp_dispatch_choices[];
 extern const char *const mp_gemm_choices[];
 extern const char *const mp_cpu_bind_choices[];
@@ -48,7 +48,7 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_WARMUP(def) {"warmup", MP_OPT_INT, MP_O(warmup), def, 0, 1000000, NULL, NULL, "untimed iterations per point"}
 #define MP_OPT_ITERS(def) {"iters", MP_OPT_INT, MP_O(iters), def, 1, 10000000, NULL, NULL, "timed iterations per point"}
 #define MP_OPT_BACKEND                                                                             \
-    {"backend", MP_OPT_STRING, MP_O(backend), "cpu", MP_NOLIMIT, mp_backend_choices, NULL,         \
+    {"backend", MP_OPT_STRING, MP_O(backend), "cpu", MP_NOLIMIT, mp_compute_choices, NULL,         \
      "compute backend"}
 #define MP_OPT_COMM                                                                                \
     {"comm", MP_OPT_STRING, MP_O(comm), "mpi", MP_NOLIMIT, mp_comm_choices, NULL,                  \
@@ -139,8 +139,8 @@ int mp_dispatch_parse(const char *text, int *padded, double *factor);
 
 struct mp_compute_ops;
 
-/* The enum mp_gemm that --gemm names; MP_ERR_USAGE (naming --gemm) when the compute backend `ops`
- * (NULL: a model backend) runs only the per-expert loop. */
+/* The enum mp_gemm that --gemm names; MP_ERR_USAGE (naming --gemm and the backends that run it)
+ * when the compute backend `ops` lacks it in its gemm_modes. */
 int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm);
 
 /* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */

@@ -134,20 +134,15 @@ static int read_file(const char *path, struct mp_cluster *out)
     for (int pass = 0; pass < 2 && rc == MP_OK; pass++) {
         rewind(f);
         for (int ln = 1; fgets(line, sizeof line, f) && rc == MP_OK; ln++) {
-            char *hash = strchr(line, '#');
-            if (hash)
-                *hash = '\0';
-            char *s = mp_trim(line);
-            if (!*s)
+            char *key, *val;
+            int kv = mp_kv_split(line, &key, &val);
+            if (kv == 0)
                 continue;
-            char *eq = strchr(s, '=');
-            if (!eq) {
+            if (kv < 0) {
                 mp_usage("cluster file %s line %d: expected key=value", path, ln);
                 rc = MP_ERR_USAGE;
                 break;
             }
-            *eq = '\0';
-            char *key = mp_trim(s), *val = mp_trim(eq + 1);
             if (!strcmp(key, "base")) {
                 if (pass == 0 && !find_preset(val, &c)) {
                     mp_usage("cluster file %s line %d: base '%s' is not a preset", path, ln, val);

@@ -12,4 +12,23 @@ void mp_progress_clear(void);
  * lets option errors print once before MPI is initialised. */
 int mp_launcher_rank(void);
 
+struct mp_summary;
+
+/* One number column of a console table: its title, the per-iteration metric it shows (a column
+ * name of the schema), which statistic (median or p99) and its printf width and precision. */
+struct mp_console_metric {
+    const char *title, *metric;
+    int p99, width, prec;
+};
+
+/* The summary of metric `name` in `sm`, whose entries follow the metric columns of
+ * layer_samples.csv (mp_schema_layer_samples after its key and `iter`); NULL when there is none. */
+const struct mp_summary *mp_metric_summary(const struct mp_summary *sm, const char *name);
+
+/* Print " %*s" for each column's title (the table header). */
+void mp_console_titles(const struct mp_console_metric *cols, int n);
+/* Print " %*.*f" for each column: its statistic of its metric, picked by name from `sm` as
+ * mp_metric_summary does (NaN when the metric is unknown). */
+void mp_console_values(const struct mp_console_metric *cols, int n, const struct mp_summary *sm);
+
 #endif

@@ -1,5 +1,5 @@
 /* layer.h - the MoE layer pipeline of one rank: route | dispatch | expert FFN | tp-reduce | combine,
- * run through a compute and a comm backend under DESIGN.md's measurement protocol. */
+ * run through a compute and a comm backend under the measurement protocol of docs/METRICS.md. */
 #ifndef MP_LAYER_H
 #define MP_LAYER_H
 

@@ -1,4 +1,4 @@
-/* metrics.c - the layer metrics of DESIGN.md ("Measurement protocol and metrics"), per iteration. */
+/* metrics.c - the layer metrics of docs/METRICS.md ("Per-iteration metrics"), per iteration. */
 #include "metrics.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* metrics.h - DESIGN.md's per-iteration layer metrics computed from every rank's phase durations
- * and counts, and their summary over iterations. */
+/* metrics.h - the per-iteration layer metrics of docs/METRICS.md computed from every rank's phase
+ * durations and counts, and their summary over iterations. */
 #ifndef MP_METRICS_H
 #define MP_METRICS_H
 

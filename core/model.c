@@ -14,7 +14,7 @@
 
 #include "error.h"
 
-/* Facts from each model's public config (DESIGN.md, Workload vocabulary). */
+/* Facts from each model's public config (fields as in docs/CSV.md, Model files). */
 const struct mp_model mp_model_presets[] = {
     {"deepseek-v3", 7168, 2048, 256, 8, 1, 58, NULL},
     {"kimi-k2", 7168, 2048, 384, 8, 1, 60, NULL},
@@ -111,20 +111,15 @@ static int read_model_file(const char *path, struct mp_model *out)
             rc = MP_ERR_USAGE;
             goto out;
         }
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        char *s = mp_trim(line);
-        if (!*s)
+        char *key, *value;
+        int kv = mp_kv_split(line, &key, &value);
+        if (kv == 0)
             continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            mp_usage("model file %s line %d: expected key=value, got '%s'", path, lineno, s);
+        if (kv < 0) {
+            mp_usage("model file %s line %d: expected key=value, got '%s'", path, lineno, key);
             rc = MP_ERR_USAGE;
             goto out;
         }
-        *eq = '\0';
-        char *key = mp_trim(s), *value = mp_trim(eq + 1);
         int k = 0;
         while (k < K_COUNT && strcmp(key_names[k], key) != 0)
             k++;

@@ -75,7 +75,7 @@ void mp_list_free(struct mp_list *l);
 /* Parse a size with an optional K/M/G suffix (powers of 1024). Returns 0 on success, -1 if not. */
 int mp_size_parse(const char *text, long long *out);
 
-/* The flags the three benchmark binaries share (DESIGN.md, Conventions), plus the few that only
+/* The flags the three benchmark binaries share (README.md, The binaries), plus the few that only
  * one binary reads; each binary's table lists the subset it accepts. */
 struct mp_bench_opts {
     char *model;

@@ -252,29 +252,6 @@ void mp_padded_free(struct mp_padded *p)
     memset(p, 0, sizeof *p);
 }
 
-void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank)
-{
-    int L = p->max_local;
-    long pos = 0; /* the plan's rows are ordered by (peer, expert), token order inside a block */
-    p->dropped = 0;
-    p->local_pairs = 0;
-    for (int d = 0; d < p->ep; d++)
-        for (int l = 0; l < L; l++) {
-            long n = l < src->max_local ? src->send_cnt[d * src->max_local + l] : 0;
-            long keep = n < p->cap ? n : p->cap;
-            for (long j = 0; j < p->cap; j++) {
-                long row = mp_padded_row(d, l, j, L, p->cap);
-                p->src_tok[row] = j < keep ? src->src_tok[pos + j] : 0;
-                p->w[row] = j < keep ? src->row_w[pos + j] : 0.0f;
-            }
-            p->kept[d * L + l] = (int)keep;
-            p->dropped += n - keep;
-            if (d == ep_rank)
-                p->local_pairs += keep;
-            pos += n;
-        }
-}
-
 void mp_padded_from_counts(struct mp_padded *p, const int32_t *totals, int ep_rank)
 {
     int L = p->max_local;

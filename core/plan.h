@@ -103,9 +103,6 @@ struct mp_padded {
 int mp_padded_alloc(struct mp_padded *p, int ep, int max_local, long cap);
 void mp_padded_free(struct mp_padded *p);
 
-/* Lay out the send side of plan `src` (built by mp_plan_send for EP rank `ep_rank`) in slots. */
-void mp_padded_send(struct mp_padded *p, const struct mp_plan *src, int ep_rank);
-
 /* The kept/dropped/local counts of a padded send side whose slot rows a compute backend built, from
  * the pairs of each cell (`totals`, [ep·max_local]) of EP rank `ep_rank`. */
 void mp_padded_from_counts(struct mp_padded *p, const int32_t *totals, int ep_rank);

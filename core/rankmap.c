@@ -129,10 +129,3 @@ int mp_local_rank_resolve(struct mp_comm *c, const char **source)
     }
     return MP_OK;
 }
-
-int mp_gpu_index(int local_rank, int ndevices)
-{
-    if (ndevices < 1 || local_rank < 0)
-        return -1;
-    return local_rank % ndevices;
-}

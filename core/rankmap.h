@@ -31,8 +31,4 @@ int mp_local_ranks_usable(int size, const int *env, const int *split, const int 
  * variable used, or "shared-memory split". Returns MP_OK or a comm error. */
 int mp_local_rank_resolve(struct mp_comm *c, const char **source);
 
-/* The GPU a local rank takes among `ndevices` visible ones: local_rank mod ndevices (ranks of a
- * host take the GPUs in order); -1 when ndevices < 1 or local_rank < 0. */
-int mp_gpu_index(int local_rank, int ndevices);
-
 #endif

@@ -5,7 +5,9 @@
 #include "clock.h"
 #include "config.h"
 #include "error.h"
+#include "files.h"
 #include "git_rev.h"
+#include "sort.h"
 #include "topo.h"
 
 #include <cjson/cJSON.h>
@@ -161,20 +163,6 @@ char *mp_row_key(const struct mp_row *r, int nkey)
 
 /* ---- writing files ---- */
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    size_t n = a;
-    if (a > 0 && dir[a - 1] != '/')
-        p[n++] = '/';
-    memcpy(p + n, name, b + 1);
-    return p;
-}
-
 /* Offset just past the last '\n' of the open file `fd` of `size` bytes (0 when there is none). */
 static off_t last_newline_end(int fd, off_t size)
 {
@@ -251,7 +239,7 @@ int mp_csv_open(struct mp_csv *c, const char *dir, const char *name, const char 
     int rc = MP_OK, fresh = 1;
     c->f = NULL;
     c->ncols = ncols;
-    c->path = path_join(dir, name);
+    c->path = mp_path_join(dir, name);
     for (int i = 0; i < ncols; i++)
         mp_row_str(&hdr, cols[i]);
     if (ncols <= 0) {
@@ -409,46 +397,6 @@ static void free_cells(char **cells, int n)
     free(cells);
 }
 
-/* Read a whole file into a NUL-terminated heap buffer. Sets errno on failure. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                errno = ENOMEM;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t got = fread(b + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                int e = errno ? errno : EIO;
-                free(b);
-                b = NULL;
-                errno = e;
-            }
-            break;
-        }
-    }
-    fclose(f);
-    if (!b)
-        return NULL;
-    b[n] = '\0';
-    *len = n;
-    return b;
-}
-
 int mp_table_read(const char *path, struct mp_table *t)
 {
     memset(t, 0, sizeof *t);
@@ -460,7 +408,7 @@ int mp_table_read(const char *path, struct mp_table *t)
         mp_usage("%s: %s", path, strerror(EISDIR));
         return MP_ERR_USAGE;
     }
-    char *text = slurp(path, &len);
+    char *text = mp_read_file(path, &len);
     if (!text) {
         mp_usage("%s: %s", path, strerror(errno));
         return MP_ERR_USAGE;
@@ -559,21 +507,15 @@ char *mp_table_key(const struct mp_table *t, long i, int nkey)
 
 /* ---- key sets: kept sorted, so lookups are binary searches ---- */
 
+static const char *keyset_key(long i, const void *ks)
+{
+    return ((const struct mp_keyset *)ks)->keys[i];
+}
+
 /* Index of `key` in ks, or -(insertion point) - 1. */
 static long keyset_find(const struct mp_keyset *ks, const char *key)
 {
-    long lo = 0, hi = ks->n;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        int c = strcmp(ks->keys[mid], key);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -lo - 1;
+    return mp_find_sorted(key, ks->n, keyset_key, ks);
 }
 
 /* Insert a copy of `key` unless present. The array grows in powers of two (capacity is implied by
@@ -631,7 +573,7 @@ int mp_keyset_load(const char *dir, const char *name, int nkey, struct mp_keyset
     int rc = MP_OK;
     ks->n = 0;
     ks->keys = NULL;
-    char *path = path_join(dir, name);
+    char *path = mp_path_join(dir, name);
     if (!path) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
@@ -680,7 +622,7 @@ int mp_csv_filter(const char *dir, const char *name, int nkey, const struct mp_k
 {
     int rc = MP_OK, fd = -1;
     FILE *in = NULL, *out = NULL;
-    char *path = path_join(dir, name), *tmp = NULL, *line = NULL;
+    char *path = mp_path_join(dir, name), *tmp = NULL, *line = NULL;
     size_t cap = 0;
     if (!path)
         goto oom;
@@ -929,7 +871,7 @@ int mp_runjson_write(struct cJSON *j, const char *dir, int finished)
     cJSON_AddItemToObject(j, "end", cJSON_CreateString(now));
     cJSON_AddItemToObject(j, "finished", cJSON_CreateBool(finished));
     char *text = cJSON_Print(j);
-    char *tmp = path_join(dir, ".run.json.tmp"), *path = path_join(dir, "run.json");
+    char *tmp = mp_path_join(dir, ".run.json.tmp"), *path = mp_path_join(dir, "run.json");
     FILE *f = NULL;
     if (!text || !tmp || !path) {
         mp_error("out of memory writing run.json");

@@ -5,13 +5,14 @@
 
 double mp_ffn_flops(int H, int D, int tp, double rows)
 {
-    /* DESIGN.md, Expert FFN: 6·H·(D/tp)·rows */
+    /* docs/METRICS.md, Expert FFN alone: 6·H·(D/tp)·rows */
     return 6.0 * H * ((double)D / tp) * rows;
 }
 
 double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem)
 {
-    /* DESIGN.md, Expert FFN: 3·H·(D/tp)·active·sizeof(w) (W_gate, W_up: H×Dl; W_down: Dl×H) */
+    /* docs/METRICS.md, Expert FFN alone: 3·H·(D/tp)·active·sizeof(w)
+     * (W_gate, W_up: H×Dl; W_down: Dl×H) */
     return 3.0 * H * ((double)D / tp) * active_experts * (double)elem;
 }
 

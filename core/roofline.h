@@ -1,18 +1,19 @@
 /* roofline.h - FLOP and byte counts of the expert FFN and the roofline bound of a kernel, as
- * DESIGN.md "Expert FFN (moeperf-ffn)" defines them for moeperf-ffn. */
+ * docs/METRICS.md "Expert FFN alone (moeperf-ffn)" defines them for moeperf-ffn. */
 #ifndef MP_ROOFLINE_H
 #define MP_ROOFLINE_H
 
 #include <stddef.h>
 
-/* FLOPs of `rows` token-expert rows through one SwiGLU expert shard: 6·H·(D/tp)·rows (DESIGN.md,
- * Expert FFN): three GEMMs (gate and up H → D/tp, down D/tp → H) of 2 FLOPs per multiply-add.
- * The activation's elementwise work is not counted. D/tp is the real quotient (tp divides D in
- * every layout the binaries accept). */
+/* FLOPs of `rows` token-expert rows through one SwiGLU expert shard: 6·H·(D/tp)·rows
+ * (docs/METRICS.md, Expert FFN alone): three GEMMs (gate and up H → D/tp, down D/tp → H) of 2 FLOPs
+ * per multiply-add. The activation's elementwise work is not counted. D/tp is the real quotient (tp
+ * divides D in every layout the binaries accept). */
 double mp_ffn_flops(int H, int D, int tp, double rows);
 
-/* Weight bytes one rank reads for the FFN: 3·H·(D/tp)·active_experts·elem (DESIGN.md, Expert FFN),
- * `active_experts` counting only experts with at least one row, `elem` bytes per weight. */
+/* Weight bytes one rank reads for the FFN: 3·H·(D/tp)·active_experts·elem (docs/METRICS.md,
+ * Expert FFN alone), `active_experts` counting only experts with at least one row, `elem` bytes per
+ * weight. */
 double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem);
 
 /* Where a kernel sits under the roofline of a device (Williams, Waterman, Patterson 2009). */

@@ -6,27 +6,30 @@
 
 #include "error.h"
 
-static int open_all(struct mp_runfiles *rf, const struct mp_session *s, const char *const *key,
-                    const struct mp_runfile_spec *files)
+static int open_all(struct mp_runfiles *rf, const struct mp_session *s,
+                    const struct mp_csv_schema *const *files)
 {
     int rc;
     if (s->o.resume) {
-        rc = mp_keyset_load(s->o.out, files[0].name, rf->nkey, &rf->done);
+        rc = mp_keyset_load(s->o.out, files[0]->file, rf->nkey, &rf->done);
         for (int i = 1; i < rf->nfiles && rc == MP_OK; i++)
-            rc = mp_csv_filter(s->o.out, files[i].name, rf->nkey, &rf->done);
+            rc = mp_csv_filter(s->o.out, files[i]->file, rf->nkey, &rf->done);
         if (rc != MP_OK)
             return rc;
     }
     for (int i = 0; i < rf->nfiles; i++) {
-        int n = rf->nkey + files[i].ncols;
+        if (files[i]->key != files[0]->key) {
+            mp_error("%s: its key columns differ from %s's", files[i]->file, files[0]->file);
+            return MP_ERR_RUNTIME;
+        }
+        int n = mp_schema_ncols(files[i]);
         rf->cols[i] = malloc((size_t)n * sizeof *rf->cols[i]);
         if (!rf->cols[i]) {
             mp_error("out of memory");
             return MP_ERR_RUNTIME;
         }
-        memcpy(rf->cols[i], key, (size_t)rf->nkey * sizeof *key);
-        memcpy(rf->cols[i] + rf->nkey, files[i].cols, (size_t)files[i].ncols * sizeof *key);
-        rc = mp_csv_open(&rf->csv[i], s->o.out, files[i].name, rf->cols[i], n, s->o.resume);
+        mp_schema_header(files[i], rf->cols[i]);
+        rc = mp_csv_open(&rf->csv[i], s->o.out, files[i]->file, rf->cols[i], n, s->o.resume);
         if (rc != MP_OK)
             return rc;
     }
@@ -34,15 +37,15 @@ static int open_all(struct mp_runfiles *rf, const struct mp_session *s, const ch
     return MP_OK;
 }
 
-int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s, const char *const *key, int nkey,
-                     const struct mp_runfile_spec *files, int nfiles)
+int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s,
+                     const struct mp_csv_schema *const *files, int nfiles)
 {
     memset(rf, 0, sizeof *rf);
-    rf->nkey = nkey;
+    rf->nkey = files[0]->key->n;
     rf->nfiles = nfiles < MP_RUNFILES_MAX ? nfiles : MP_RUNFILES_MAX;
     if (!s->o.out)
         return MP_OK;
-    int rc = s->comm->rank == 0 ? open_all(rf, s, key, files) : MP_OK;
+    int rc = s->comm->rank == 0 ? open_all(rf, s, files) : MP_OK;
     int status = rc; /* every rank takes rank 0's verdict */
     s->comm->ops->bcast(s->comm, &status, sizeof status);
     if (status != MP_OK)
@@ -76,12 +79,6 @@ void mp_runfiles_close(struct mp_runfiles *rf)
     mp_keyset_free(&rf->done);
     memset(rf, 0, sizeof *rf);
 }
-
-const char *const mp_workload_key[MP_WORKLOAD_NKEY] = {
-    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk", "shared", "layout",
-    "tp", "ep", "world", "routing", "placement", "overlap", "dispatch", "batch", "seq", "seed",
-    "flush_cache",
-};
 
 int mp_flush_cache_active(const struct mp_session *s)
 {

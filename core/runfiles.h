@@ -5,16 +5,11 @@
 #define MP_RUNFILES_H
 
 #include "results.h"
+#include "schema.h"
 #include "session.h"
 
 #define MP_RUNFILES_MAX 4
 
-/* One file: its name and the columns that follow the key columns. */
-struct mp_runfile_spec {
-    const char *name;
-    const char *const *cols;
-    int ncols;
-};
 
 struct mp_runfiles {
     int nkey, nfiles, open;
@@ -24,21 +19,20 @@ struct mp_runfiles {
 };
 
 /* Collective. Without --out: nothing to open, MP_OK. With --out, rank 0 opens files[0] (the summary,
- * whose rows mark points done) and the companions, each with header key ++ spec cols; with
+ * whose rows mark points done) and the companions, each with the header of its schema (all of them
+ * sharing files[0]'s key columns); with
  * --resume it first loads the done keys and drops companion rows of points without a summary row.
  * Every rank returns the same status (s->agreed is set on failure). */
-int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s, const char *const *key, int nkey,
-                     const struct mp_runfile_spec *files, int nfiles);
+int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s,
+                     const struct mp_csv_schema *const *files, int nfiles);
 
 /* Collective: 1 when --resume found the point whose key cells are `key` (rank 0's row) done. */
 int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct mp_row *key);
 
-/* The key columns of a layer or FFN point (its workload), and the cells of one point: source,
- * backend, comm, the model's shape, layout, world, routing, placement, overlap, dispatch, batch,
- * seq, seed, flush_cache (1 when the caches were evicted before every timed iteration, else 0: warm and
- * cold runs are different points). */
-#define MP_WORKLOAD_NKEY 21
-extern const char *const mp_workload_key[MP_WORKLOAD_NKEY];
+/* The key cells of a layer or FFN point (its workload), in the order of mp_workload_key_columns:
+ * source, backend, comm, the model's shape, layout, world, routing, placement, overlap, dispatch,
+ * batch, seq, seed, flush_cache (1 when the caches were evicted before every timed iteration, else
+ * 0: warm and cold runs are different points). */
 struct mp_layout;
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
                          const char *routing, const char *placement, int overlap,

@@ -73,6 +73,7 @@ static int note_ranks(struct mp_session *s, const char *local_rank_from)
         cJSON_AddStringToObject(lib, "comm", c->ops->name);
         cJSON_AddStringToObject(lib, "comm_version", c->ops->version(c));
         cJSON_AddStringToObject(lib, "compute", s->cops->name);
+        cJSON_AddNumberToObject(lib, "compute_elem_bytes", (double)s->cops->elem_size);
     }
     free(all);
     return rc;
@@ -162,24 +163,69 @@ static int check_owner(const char *dir, const char *tool)
     return rc;
 }
 
-/* The model backends replace compute and communication together; they need a cluster profile and
- * a virtual world (--world, or the first --layout's tp·ep). */
-static int model_setup(struct mp_session *s, struct mp_comm_params *params)
+/* The memory kinds of backends, as predicates for the messages that name the built ones. */
+static int compute_on_device(const struct mp_compute_ops *o)
 {
-    int cm = strcmp(s->o.backend, "model") == 0, mm = strcmp(s->o.comm, "model") == 0;
-    if (!cm && !mm)
-        return MP_OK;
-    if (cm != mm) {
-        mp_usage("--backend model needs --comm model and the reverse: the model replaces the "
-                 "hardware as a whole");
+    return o->memory == MP_MEMORY_DEVICE;
+}
+static int comm_on_device(const struct mp_comm_ops *o) { return o->memory == MP_MEMORY_DEVICE; }
+static int compute_virtual(const struct mp_compute_ops *o)
+{
+    return o->memory == MP_MEMORY_VIRTUAL;
+}
+static int comm_virtual(const struct mp_comm_ops *o) { return o->memory == MP_MEMORY_VIRTUAL; }
+
+/* A compute and a comm backend run together only on the same kind of memory: both virtual (a model
+ * replaces the hardware as a whole), both on the host, or both on the device. --cpu-bind gpu needs
+ * a backend that drives a device. */
+static int check_pairing(const struct mp_session *s, const struct mp_comm_ops *mops)
+{
+    const struct mp_compute_ops *cops = s->cops;
+    char names[256];
+    if (compute_virtual(cops) != comm_virtual(mops)) {
+        if (compute_virtual(cops))
+            mp_usage("--backend %s needs a virtual --comm (built: %s) and the reverse: the model "
+                     "replaces the hardware as a whole", cops->name,
+                     mp_comm_names_where(comm_virtual, names, sizeof names));
+        else
+            mp_usage("--comm %s needs a virtual --backend (built: %s) and the reverse: the model "
+                     "replaces the hardware as a whole", mops->name,
+                     mp_compute_names_where(compute_virtual, names, sizeof names));
         return MP_ERR_USAGE;
     }
+    if (cops->memory == MP_MEMORY_DEVICE && mops->memory == MP_MEMORY_HOST) {
+        mp_usage("--backend %s keeps its buffers on the GPU; --comm %s moves host memory: use "
+                 "a --comm that runs on the device (built: %s)", cops->name, mops->name,
+                 mp_comm_names_where(comm_on_device, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
+    if (cops->memory == MP_MEMORY_HOST && mops->memory == MP_MEMORY_DEVICE) {
+        mp_usage("--comm %s runs its collectives on the device: it needs a --backend on the "
+                 "device (built: %s)", mops->name,
+                 mp_compute_names_where(compute_on_device, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
+    if (s->o.cpu_bind && strcmp(s->o.cpu_bind, "gpu") == 0 && !compute_on_device(cops)) {
+        mp_usage("--cpu-bind gpu: --backend %s drives no GPU; accepted here: auto, none "
+                 "(gpu needs a --backend that drives a GPU; built: %s)", cops->name,
+                 mp_compute_names_where(compute_on_device, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* The virtual (model) backends replace compute and communication together (check_pairing); they
+ * need a cluster profile and a virtual world (--world, or the first --layout's tp·ep). */
+static int model_setup(struct mp_session *s, struct mp_comm_params *params)
+{
+    if (!compute_virtual(s->cops))
+        return MP_OK;
     int has_cluster = 0;
     for (int i = 0; s->table[i].name; i++)
         has_cluster |= strcmp(s->table[i].name, "cluster") == 0;
     if (!has_cluster) {
-        mp_usage("--backend model: %s measures hardware only; model runs are made by "
-                 "moeperf-layer and moeperf-plan", s->tool);
+        mp_usage("--backend %s: %s measures hardware only; model runs are made by "
+                 "moeperf-layer and moeperf-plan", s->cops->name, s->tool);
         return MP_ERR_USAGE;
     }
     if (mp_cluster_resolve(s->o.cluster, &s->cluster) != MP_OK)
@@ -217,22 +263,16 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         return rc;
     if (mp_bench_model(&s->o, &s->model) != MP_OK)
         return MP_ERR_USAGE;
-    s->cops = mp_compute_find(s->o.backend);
-    if (!s->cops)
-        return MP_ERR_USAGE;
-    const struct mp_comm_ops *mops = mp_comm_find(s->o.comm);
-    if (!mops)
-        return MP_ERR_USAGE;
-    if (strcmp(s->o.backend, "cuda") == 0 && strcmp(s->o.comm, "mpi") == 0) {
-        mp_usage("--backend cuda keeps its buffers on the GPU; --comm mpi moves host memory: use "
-                 "--comm nccl");
-        return MP_ERR_USAGE;
-    }
-    if (s->o.cpu_bind && strcmp(s->o.cpu_bind, "gpu") == 0 && strcmp(s->o.backend, "cuda") != 0) {
-        mp_usage("--cpu-bind gpu: --backend %s drives no GPU; accepted here: auto, none "
-                 "(gpu needs --backend cuda)", s->o.backend);
-        return MP_ERR_USAGE;
-    }
+    rc = mp_compute_find(s->o.backend, &s->cops);
+    if (rc != MP_OK)
+        return rc;
+    const struct mp_comm_ops *mops;
+    rc = mp_comm_find(s->o.comm, &mops);
+    if (rc != MP_OK)
+        return rc;
+    rc = check_pairing(s, mops);
+    if (rc != MP_OK)
+        return rc;
     struct mp_comm_params params = {0};
     rc = model_setup(s, &params);
     if (rc != MP_OK)
@@ -289,10 +329,10 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         if (rc != MP_OK)
             return rc;
         void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
-        if (!stream) {
-            mp_usage("--comm %s runs its collectives on the device: it needs --backend cuda",
-                     s->comm->ops->name);
-            return MP_ERR_USAGE;
+        if (!stream) { /* check_pairing refused a host backend; a device backend gives its stream */
+            mp_error("internal error: the %s compute backend has no device stream",
+                     s->cops->name);
+            return MP_ERR_RUNTIME;
         }
         rc = s->comm->ops->bind_device(s->comm, stream, s->cops->elem_size);
         if (rc != MP_OK)

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "sort.h"
+
 void mp_welford_add(struct mp_welford *w, double x)
 {
     /* Welford 1962; Knuth TAOCP vol. 2, 4.2.2: M_k = M_{k-1} + (x - M_{k-1}) / k,
@@ -123,12 +125,6 @@ void mp_median_ci95(const double *sorted, long n, double *lo, double *hi)
     *hi = sorted[n - j]; /* x_(n-j+1) */
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 void mp_summarize(double *x, long n, struct mp_summary *s)
 {
     s->n = n > 0 ? n : 0;
@@ -136,7 +132,7 @@ void mp_summarize(double *x, long n, struct mp_summary *s)
         s->p50 = s->p99 = s->mean = s->stdev = s->min = s->max = s->ci_lo = s->ci_hi = NAN;
         return;
     }
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    qsort(x, (size_t)n, sizeof *x, mp_cmp_double);
     struct mp_welford w = {0, 0, 0};
     for (long i = 0; i < n; i++)
         mp_welford_add(&w, x[i]);

@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "padded.h"
 #include "plan.h"
 #include "topo.h"
 
@@ -26,7 +27,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 
 static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
-    double *blk = calloc((size_t)ep * 7, sizeof *blk);
+    double *blk = calloc((size_t)ep * 8, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
     t->nchunks = nchunks;
     if (nchunks > 1) {
@@ -46,6 +47,7 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
     t->local = blk + 4 * ep;
     t->bytes_sent = blk + 5 * ep;
     t->bytes_inter = blk + 6 * ep;
+    t->dropped = blk + 7 * ep;
     return MP_OK;
 }
 
@@ -84,14 +86,20 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
     }
 }
 
-/* Route one draw over every EP rank and total what the plan sends where; with t->nchunks > 1,
- * also per chunk (chunk_to: [nchunks·ep·ep] scratch). */
-static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const struct mp_model *m,
-                     const struct mp_placement *pl, struct mp_plan *plan, long T,
-                     const int32_t *ids, const float *w, double *rows_to, double *exp_rows,
-                     double *chunk_to)
+/* The dynamic dispatch: route the draw over every EP rank and total what the plan sends where;
+ * with t->nchunks > 1, also per chunk. */
+void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
 {
+    const struct mp_cluster *cl = d->cl;
+    const struct mp_model *m = d->m;
+    const struct mp_placement *pl = d->pt->placement;
+    struct mp_plan *plan = d->plan;
+    const int32_t *ids = d->ids;
+    const float *w = d->w;
+    double *rows_to = d->rows_to, *exp_rows = d->exp_rows, *chunk_to = d->chunk_to;
+    long T = d->tokens;
     int ep = t->ep, tp = t->tp, L = plan->max_local, K = m->topk, N = t->nchunks;
+    t->count_exchange = 1;
     double row_bytes = m->hidden * cl->elem_bytes;
     size_t cells = (size_t)ep * ep;
     memset(rows_to, 0, sizeof(double) * cells);
@@ -104,6 +112,7 @@ static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const s
         t->tokens[e] = (double)n;
         t->pairs[e] = (double)n * K;
         t->local[e] = (double)plan->local_pairs;
+        t->dropped[e] = 0; /* every routed row moves */
         for (int p = 0; p < ep; p++) {
             rows_to[e * ep + p] = plan->send_rows[p];
             int nl = mp_placement_nlocal(pl, p); /* slots past a rank's experts stay empty */
@@ -144,6 +153,56 @@ static void one_draw(struct mp_vtraffic *t, const struct mp_cluster *cl, const s
                     NULL, NULL);
 }
 
+/* The padded dispatch (core/layer.c's padded iteration, kernels/padded.h): the same routing as
+ * the dynamic plan, then each (source, destination expert) cell keeps at most cap pairs and every
+ * slot moves whole, padding included. */
+void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
+{
+    const struct mp_placement *pl = d->pt->placement;
+    struct mp_plan *plan = d->plan;
+    long T = d->tokens;
+    int ep = t->ep, L = plan->max_local, K = d->m->topk, S = d->m->shared;
+    int slots = 1; /* max_local of the slot layout: the most experts any rank holds, at least 1 */
+    for (int p = 0; p < ep; p++)
+        slots = mp_placement_nlocal(pl, p) > slots ? mp_placement_nlocal(pl, p) : slots;
+    long cap = mp_padded_capacity((T + ep - 1) / ep, K, d->m->experts, d->pt->capacity, 1);
+    t->count_exchange = 0;
+    for (int p = 0; p < ep; p++)
+        t->rows[p] = 0;
+    for (int e = 0; e < ep; e++) {
+        long tok0, n = mp_token_split(T, ep, e, &tok0);
+        mp_plan_send(plan, pl, e, tok0, n, d->ids + (size_t)tok0 * K, d->w + (size_t)tok0 * K);
+        double local = 0, dropped = 0;
+        for (int p = 0; p < ep; p++) {
+            for (int l = 0; l < mp_placement_nlocal(pl, p) && l < L; l++) {
+                long cnt = plan->send_cnt[p * L + l], keep = cnt < cap ? cnt : cap;
+                t->rows[p] += (double)keep; /* the valid rows p receives */
+                dropped += (double)(cnt - keep);
+                if (p == e)
+                    local += (double)keep;
+            }
+            d->rows_to[e * ep + p] = (double)slots * cap; /* whole slots, whatever they hold */
+        }
+        t->tokens[e] = (double)n;
+        t->pairs[e] = (double)n * K;
+        t->local[e] = local;
+        t->dropped[e] = dropped;
+    }
+    for (int p = 0; p < ep; p++) {
+        int nl = mp_placement_nlocal(pl, p) < slots ? mp_placement_nlocal(pl, p) : slots;
+        int sh = S > 0 && t->tokens[p] > 0 ? S : 0;
+        t->ffn_rows[p] = (double)nl * ep * cap + (double)S * t->tokens[p]; /* padding computed */
+        t->active[p] = nl + sh;
+    }
+    exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, d->m->hidden * d->cl->elem_bytes,
+                &t->a2a, t->bytes_sent, t->bytes_inter);
+}
+
+mp_vtraffic_fn mp_vtraffic_mode(const struct mp_point *pt)
+{
+    return pt->padded ? mp_vtraffic_padded : mp_vtraffic_dynamic;
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -154,6 +213,12 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     int P = pt->iters < POOL_DRAWS ? pt->iters : POOL_DRAWS, N = pt->overlap > 1 ? pt->overlap : 1;
     if (P < 1)
         P = 1;
+    if (pt->padded && N > 1) { /* as the measured layer refuses it */
+        mp_usage("--overlap %d with --dispatch padded: the pipelined layer exchanges exact counts; "
+                 "use --overlap 1 with padded, or --dispatch dynamic", N);
+        return MP_ERR_USAGE;
+    }
+    mp_vtraffic_fn traffic = mp_vtraffic_mode(pt);
     size_t pairs = (size_t)T * K;
     /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too) and
      * the per-rank arrays */
@@ -181,10 +246,15 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         t[d].tp = tp;
         t[d].ep = ep;
         t[d].gate = mp_routing_is_gate(pt->routing);
+        t[d].straggle_rank = pt->straggle_rank;
+        t[d].straggle_us = pt->straggle_us > 0 ? pt->straggle_us : 0;
         if (vtraffic_alloc(&t[d], ep, N) != MP_OK)
             goto out;
         mp_routing_draw(pt->routing, seed, d, T, 0, T, ids, w);
-        one_draw(&t[d], cl, m, pl, &plan, T, ids, w, rows_to, exp_rows, chunk_to);
+        struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = ids, .w = w,
+                                .plan = &plan, .rows_to = rows_to, .exp_rows = exp_rows,
+                                .chunk_to = chunk_to};
+        traffic(&t[d], &draw);
     }
     rc = MP_OK;
 out:
@@ -214,7 +284,7 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->local_pairs = t->local[p];
     x->bytes_sent = t->bytes_sent[p];
     x->bytes_internode = t->bytes_inter[p];
-    x->dropped = 0; /* the model times the dynamic dispatch, which drops nothing */
+    x->dropped = t->dropped[p];
     x->start_skew = 0; /* the model's ranks start together */
 }
 
@@ -229,12 +299,36 @@ static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
 }
 
 /* Expert FFN of `rows` rows (shared ones included) over `active` experts on one rank: the roofline
- * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (DESIGN.md, moeperf-ffn). */
+ * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (docs/METRICS.md, Expert FFN
+ * alone). */
 static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
                      int active)
 {
     double H = m->hidden, Dl = (double)m->ffn / tp;
     return mp_model_ffn_us(cl, 6.0 * H * Dl * rows, 3.0 * H * Dl * active * cl->elem_bytes, active);
+}
+
+/* The debug straggler's extra FFN time at world rank ep_rank·tp + tp_rank, and what a TP peer of
+ * it waits for in the TP reduce (the allreduce ends when the straggler joins). */
+static double straggle_ffn(const struct mp_vtraffic *t, int p, int k)
+{
+    return t->straggle_us > 0 && p * t->tp + k == t->straggle_rank ? t->straggle_us : 0;
+}
+
+static double straggle_wait(const struct mp_vtraffic *t, int p, int k)
+{
+    int s = t->straggle_rank;
+    return t->straggle_us > 0 && t->tp > 1 && s / t->tp == p && s % t->tp != k ? t->straggle_us
+                                                                               : 0;
+}
+
+/* The count exchange that precedes a dispatch's data: one latency-bound round on the links the
+ * data uses, or nothing for a mode that sends fixed sizes (padded). */
+static double count_round_us(const struct mp_cluster *cl, const struct mp_vtraffic *t)
+{
+    return t->count_exchange ? mp_model_exchange_us(cl, 0, 0, t->a2a.uses_intra,
+                                                    t->a2a.uses_inter, 1)
+                             : 0;
 }
 
 /* The pipelined layer (docs/planning.md): each chunk's dispatch and combine are one exchange round
@@ -254,7 +348,7 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     }
     double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
     double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
-    double counts = mp_model_exchange_us(cl, 0, 0, t->a2a.uses_intra, t->a2a.uses_inter, 1);
+    double counts = count_round_us(cl, t);
     for (int k = 0; k < N; k++) {
         const struct mp_vexchange *x = &t->chunk_a2a[k];
         double data = mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
@@ -272,15 +366,17 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             ffn[p] += f;
             reduce[p] += r;
         }
+        if (t->straggle_us > 0 && t->straggle_rank / tp == p) /* its whole TP group waits */
+            compute[p] += t->straggle_us;
     }
     double end = counts + mp_model_pipeline_us(N, dispatch, combine, compute, ep, rank_end);
     for (int p = 0; p < ep; p++)
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
             x->route = route_us(cl, m, t, p);
-            x->ffn = ffn[p];
-            x->tp_reduce = reduce[p];
-            x->dispatch = end - ffn[p] - reduce[p]; /* the communication left exposed */
+            x->ffn = ffn[p] + straggle_ffn(t, p, k);
+            x->tp_reduce = reduce[p] + straggle_wait(t, p, k);
+            x->dispatch = end - x->ffn - x->tp_reduce; /* the communication left exposed */
             x->combine = 0;
             rank_counts(t, p, x);
         }
@@ -297,7 +393,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     int tp = t->tp, ep = t->ep;
     double row_bytes = m->hidden * cl->elem_bytes;
     const struct mp_vexchange *a = &t->a2a;
-    double counts = mp_model_exchange_us(cl, 0, 0, a->uses_intra, a->uses_inter, 1);
+    double counts = count_round_us(cl, t);
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
     double dispatch = cl->launch_us + counts + data, combine = cl->launch_us + data;
@@ -305,11 +401,11 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     for (int p = 0; p < ep; p++) {
         double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p]);
         double r = mp_model_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
-        slowest = fmax(slowest, f + r);
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
-            x->ffn = f;
-            x->tp_reduce = r;
+            x->ffn = f + straggle_ffn(t, p, k);
+            x->tp_reduce = r + straggle_wait(t, p, k);
+            slowest = fmax(slowest, x->ffn + x->tp_reduce);
         }
     }
     for (int p = 0; p < ep; p++)

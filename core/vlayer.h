@@ -20,7 +20,11 @@ struct mp_vexchange {
 /* The traffic of one routing draw on a tp × ep layout (ranks packed gpus_per_node to a node). */
 struct mp_vtraffic {
     int tp, ep, gate;
+    int count_exchange; /* the dispatch exchanges counts before the data (dynamic: 1, padded: 0) */
+    int straggle_rank;  /* --straggle: this world rank's FFN takes straggle_us more (us 0: off) */
+    double straggle_us;
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
+    double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */
     double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
     struct mp_vexchange a2a;                          /* the whole layer's exchange */
@@ -32,19 +36,61 @@ struct mp_vtraffic {
     struct mp_vexchange *chunk_a2a; /* [nchunks] each chunk's exchange */
 };
 
+struct mp_plan;
+
+/* One routing draw as a dispatch mode's traffic builder gets it: the point, the draw's pairs and
+ * scratch that mp_vtraffic_build sized for the point. */
+struct mp_vdraw {
+    const struct mp_cluster *cl;
+    const struct mp_model *m;
+    const struct mp_point *pt; /* placement, capacity factor, overlap */
+    long tokens;               /* T, the whole batch (batch · seq) */
+    const int32_t *ids;        /* [T·K] expert of each token-expert pair */
+    const float *w;            /* [T·K] its routing weight */
+    struct mp_plan *plan;      /* one source rank's plan, cells for the placement's max_local */
+    double *rows_to;           /* [ep·ep] scratch */
+    double *exp_rows;          /* [ep·max_local] scratch */
+    double *chunk_to;          /* [nchunks·ep·ep] scratch when t->nchunks > 1, else NULL */
+};
+
+/* A dispatch mode's traffic: fill every per-rank array and exchange of `t` (allocated for the
+ * point by mp_vtraffic_build) with what that mode's measured layer moves and computes for the
+ * draw `d`, and set t->count_exchange. One function per mode, so a dispatch-mode table can name
+ * its model hook. */
+typedef void (*mp_vtraffic_fn)(struct mp_vtraffic *t, const struct mp_vdraw *d);
+
+/* Dynamic dispatch (core/layer.c's default mode): counts exchanged first, then exactly the routed
+ * rows; nothing dropped; with t->nchunks > 1 also cut into the pipelined layer's chunks. */
+void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
+
+/* Padded dispatch (--dispatch padded[:F], kernels/padded.h): no count exchange; every rank sends
+ * every peer max_local slots of cap rows (mp_padded_capacity of the most tokens a rank holds),
+ * padding included, and gets as many back; a slot keeps its first cap pairs and the rest are
+ * dropped (t->dropped, at the sender); rows counts the kept pairs a rank receives, ffn_rows every
+ * slot row of its local experts (nlocal·ep·cap) plus the shared experts' tokens, and every local
+ * expert is active. Never pipelined (t->nchunks must be 1). */
+void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
+
+/* The traffic builder of a point's dispatch mode (pt->padded). */
+mp_vtraffic_fn mp_vtraffic_mode(const struct mp_point *pt);
+
 /* The traffic of the point's routing pool (up to 8 draws, as measured runs cycle through): *ndraws
- * entries in *out, built with the profile's node size and element bytes, cut into pt->overlap
- * chunks when that is above 1. Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more
- * memory than the host has) or MP_ERR_RUNTIME. */
+ * entries in *out, built by the point's dispatch mode (mp_vtraffic_mode) with the profile's node
+ * size and element bytes, cut into pt->overlap chunks when that is above 1. Free with
+ * mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, or a padded point
+ * with overlap above 1, which the measured layer refuses too) or MP_ERR_RUNTIME. */
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws);
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
- * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. With t->nchunks > 1 the layer is pipelined
- * (mp_model_pipeline_us) and, as a measured pipelined point records it, each rank's dispatch is
- * the communication left exposed and its combine 0; otherwise the phases follow one another. */
+ * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The dispatch is charged a count-exchange round
+ * only when t->count_exchange. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
+ * and, as a measured pipelined point records it, each rank's dispatch is the communication left
+ * exposed and its combine 0; otherwise the phases follow one another. A straggler (straggle_us
+ * > 0) spends that much more in its FFN phase (in the first chunk when pipelined), and its TP
+ * peers wait for it in the TP reduce. */
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks);
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "compute.h" /* struct mp_chunk */
-#include "topk.h"    /* MP_HD */
+#include "hostdevice.h"
 
 /* The next maximal run of the moves ch[0..nch) from *i on: consecutive chunks that continue one
  * another on both sides (each starts where the previous ends, in src and in dst) form one run, and

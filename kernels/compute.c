@@ -1,34 +1,117 @@
-/* compute.c - the list of compute backends built into this binary and lookup by name. */
+/* compute.c - the registry of compute backends (the ones built into this binary, from meson.build's
+ * list), lookup by name and the start-up check of a backend's table. */
 #include "compute.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
 #include "error.h"
+#include "registry.h"
 
-const struct mp_compute_ops *const mp_compute_backends[] = {
-    &mp_compute_cpu,
-#if HAVE_CUDA
-    &mp_compute_cuda,
-#endif
-    &mp_compute_model,
-    NULL,
-};
+#define MP_BUILT(n) &mp_compute_##n,
+#define MP_ABSENT(n, hint)
+const struct mp_compute_ops *const mp_compute_backends[] = {MP_COMPUTE_BACKENDS NULL};
+#undef MP_BUILT
+#undef MP_ABSENT
 
-const struct mp_compute_ops *mp_compute_find(const char *name)
+#define MP_BUILT(n) #n,
+#define MP_ABSENT(n, hint) #n,
+const char *const mp_compute_choices[] = {MP_COMPUTE_BACKENDS NULL};
+#undef MP_BUILT
+#undef MP_ABSENT
+
+#define MP_BUILT(n)
+#define MP_ABSENT(n, hint) {#n, hint},
+static const struct mp_backend_absent absent[] = {MP_COMPUTE_BACKENDS{NULL, NULL}};
+#undef MP_BUILT
+#undef MP_ABSENT
+
+static int count(void)
 {
-    char built[256] = "";
-    for (int i = 0; mp_compute_backends[i]; i++) {
-        if (strcmp(mp_compute_backends[i]->name, name) == 0)
-            return mp_compute_backends[i];
-        if (i)
-            strncat(built, "|", sizeof built - strlen(built) - 1);
-        strncat(built, mp_compute_backends[i]->name, sizeof built - strlen(built) - 1);
+    int n = 0;
+    while (mp_compute_backends[n])
+        n++;
+    return n;
+}
+
+static const char *name_at(int i) { return mp_compute_backends[i]->name; }
+
+/* One rule of mp_compute_check: a condition the table must meet, and the fault when it does not. */
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf(why, len, __VA_ARGS__);                                                       \
+            return 0;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
+{
+    REQUIRE(o->name && o->name[0], "has no name");
+    REQUIRE(o->memory == MP_MEMORY_HOST || o->memory == MP_MEMORY_DEVICE ||
+                o->memory == MP_MEMORY_VIRTUAL, "has an unknown memory kind %d", (int)o->memory);
+    REQUIRE(o->init && o->fini && o->device_name && o->sync,
+            "lacks one of init, fini, device_name, sync (required of every backend)");
+    REQUIRE(o->elem_size > 0, "has no element size");
+    REQUIRE(o->dispatch_modes && !(o->dispatch_modes & ~MP_DISPATCH_ALL),
+            "has dispatch modes 0x%x (some of dynamic, padded, pipelined needed)",
+            o->dispatch_modes);
+    REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
+            "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
+    /* the data hooks: all of them on a backend that holds data, none on a virtual one */
+    int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->gate + !!o->permute +
+               !!o->copy_rows + !!o->expert_ffn + !!o->combine + !!o->plan_setup +
+               !!o->plan_build + !!o->mark + !!o->elapsed_us + !!o->measure_peak;
+    if (o->memory == MP_MEMORY_VIRTUAL) {
+        REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
+                "is virtual but fills a hook that moves data");
+        REQUIRE(!o->gemm_modes, "is virtual but claims gemm modes");
+    } else {
+        REQUIRE(data == 14, "holds data but lacks one of alloc, free, upload, download, gate, "
+                            "permute, copy_rows, expert_ffn, combine, plan_setup, plan_build, "
+                            "mark, elapsed_us, measure_peak");
+        REQUIRE(o->check_tolerance > 0, "holds data but has no --check tolerance");
     }
-    if (strcmp(name, "cuda") == 0)
-        mp_usage("--backend: cuda is not built into this binary (built: %s); configure with nvcc "
-                 "available", built);
-    else
-        mp_usage("--backend: '%s' is not one of the built backends: %s", name, built);
-    return NULL;
+    /* device memory: the stream a device comm backend orders its collectives with */
+    REQUIRE((o->memory == MP_MEMORY_DEVICE) == !!o->native_stream,
+            "has %s memory but %s native_stream",
+            o->memory == MP_MEMORY_DEVICE ? "device" : "no device",
+            o->native_stream ? "fills" : "lacks");
+    REQUIRE(o->memory == MP_MEMORY_DEVICE || (!o->preselect && !o->mem_info && !o->pci_bus_id),
+            "has no device but fills preselect, mem_info or pci_bus_id");
+    int capture = !!o->capture_begin + !!o->capture_end + !!o->replay + !!o->graph_reset +
+                  !!o->host_alloc + !!o->host_free;
+    REQUIRE(o->graph ? capture == 6 : capture == 0,
+            "%s graph capture but fills %d of capture_begin, capture_end, replay, graph_reset, "
+            "host_alloc, host_free", o->graph ? "claims" : "does not claim", capture);
+    REQUIRE(!o->graph || o->memory == MP_MEMORY_DEVICE, "claims graph capture without a device");
+    return 1;
+}
+
+int mp_compute_find(const char *name, const struct mp_compute_ops **out)
+{
+    *out = NULL;
+    int i = mp_registry_find("--backend", name, count(), name_at, absent);
+    if (i < 0)
+        return MP_ERR_USAGE;
+    char why[256];
+    if (!mp_compute_check(mp_compute_backends[i], why, sizeof why)) {
+        mp_error("internal error: the %s compute backend's table %s", name, why);
+        return MP_ERR_RUNTIME;
+    }
+    *out = mp_compute_backends[i];
+    return MP_OK;
+}
+
+const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,
+                                   size_t len)
+{
+    buf[0] = '\0';
+    for (int i = 0; mp_compute_backends[i]; i++)
+        if (has(mp_compute_backends[i]))
+            mp_registry_append(buf, len, mp_compute_backends[i]->name);
+    if (!buf[0])
+        snprintf(buf, len, "none");
+    return buf;
 }

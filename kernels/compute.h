@@ -1,5 +1,6 @@
 /* compute.h - the compute backend ops table: every kernel the layer pipeline runs, behind one small
- * static table per backend (cpu, cuda, model). */
+ * static table per backend (cpu, cuda, model), with the capability data the rest of the suite
+ * reads instead of a backend's name. */
 #ifndef MP_COMPUTE_H
 #define MP_COMPUTE_H
 
@@ -7,6 +8,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "registry.h"
 
 /* A block of whole rows moved by copy_rows: rows [src, src+n) → [dst, dst+n). */
 struct mp_chunk {
@@ -19,6 +21,16 @@ struct mp_chunk {
  * the larger experts as in the loop. */
 enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY };
 #define MP_SKINNY_ROWS 8
+
+/* The GPU a local rank takes among `ndevices` visible ones: local_rank mod ndevices (ranks of a
+ * host take the GPUs in order); -1 when ndevices < 1 or local_rank < 0. The local rank is the one
+ * core/rankmap.h settles and hands to a backend's init. */
+static inline int mp_gpu_index(int local_rank, int ndevices)
+{
+    if (ndevices < 1 || local_rank < 0)
+        return -1;
+    return local_rank % ndevices;
+}
 
 /* Per-call shapes of the expert FFN: `nexp` experts, expert i owns rows [row_off[i], row_off[i+1])
  * of `in`/`out`, with weights wgu[i] (H × 2·Dl: gate | up) and wd[i] (Dl × H). */
@@ -52,8 +64,23 @@ struct mp_dplan_shape {
 
 struct mp_compute; /* a backend instance */
 
+/* The dispatch modes of a layer (--dispatch, and a pipelined layer's chunks), as bits of
+ * dispatch_modes: the ones a backend's kernels (or its model) carry out. */
+#define MP_DISPATCH_DYNAMIC (1u << 0)
+#define MP_DISPATCH_PADDED (1u << 1)
+#define MP_DISPATCH_PIPELINED (1u << 2)
+#define MP_DISPATCH_ALL (MP_DISPATCH_DYNAMIC | MP_DISPATCH_PADDED | MP_DISPATCH_PIPELINED)
+
+/* The ops table of a compute backend. Its capability data come first and must agree with the
+ * hooks it fills (mp_compute_check, run on every lookup): a host or device backend fills every
+ * kernel hook, a virtual one none of them; graph iff the capture hooks; device memory iff
+ * native_stream. The fields are in declaration order because the CUDA backend (C++) initialises
+ * them by designator, which C++ requires in that order. */
 struct mp_compute_ops {
     const char *name;
+    enum mp_memory_kind memory; /* where its buffers live (registry.h) */
+    unsigned dispatch_modes; /* MP_DISPATCH_* bits this backend carries out */
+    int graph;               /* graph capture and replay: capture_begin ... host_free filled */
     size_t elem_size; /* bytes per activation/weight element in buffers (4 cpu, 2 cuda) */
     /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers
      * 1e-5; bf16 storage rounds weights, activations and intermediates to 8 bits of mantissa */
@@ -158,15 +185,30 @@ struct mp_compute_ops {
  * chunks) */
 #define MP_TIMER_SLOTS 135
 
-/* The backends built into this binary, NULL-terminated. */
+/* The backends built into this binary, NULL-terminated, in the order of meson.build's list
+ * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */
 extern const struct mp_compute_ops *const mp_compute_backends[];
-extern const struct mp_compute_ops mp_compute_cpu;
-extern const struct mp_compute_ops mp_compute_model;
-#if HAVE_CUDA
-extern const struct mp_compute_ops mp_compute_cuda;
-#endif
+#define MP_BUILT(n) extern const struct mp_compute_ops mp_compute_##n;
+#define MP_ABSENT(n, hint)
+MP_COMPUTE_BACKENDS
+#undef MP_BUILT
+#undef MP_ABSENT
+/* The names --backend accepts, NULL-terminated: every backend of the source tree, the ones this
+ * binary was configured without included (looking one up says what builds it). */
+extern const char *const mp_compute_choices[];
 
-/* Find a backend by name; NULL (and a usage message naming --backend and the built ones) if absent. */
-const struct mp_compute_ops *mp_compute_find(const char *name);
+/* Find a backend by name and check its table (mp_compute_check). MP_OK with *out set;
+ * MP_ERR_USAGE (a message naming --backend and the built ones, or what builds a known backend
+ * left out of this build); MP_ERR_RUNTIME for a table that fails its check (an internal error). */
+int mp_compute_find(const char *name, const struct mp_compute_ops **out);
+
+/* Whether a table is complete and its capability data agree with its hooks: 1, or 0 with the first
+ * fault described in why[len]. */
+int mp_compute_check(const struct mp_compute_ops *ops, char *why, size_t len);
+
+/* The names of the built backends that satisfy `has` ("cuda", "cpu|model"), or "none", for messages
+ * that say which backend would accept a request. */
+const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,
+                                   size_t len);
 
 #endif

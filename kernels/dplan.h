@@ -7,7 +7,8 @@
 
 #include <stdint.h>
 
-#include "padded.h" /* mp_padded_row, MP_HD */
+#include "hostdevice.h"
+#include "padded.h" /* mp_padded_row */
 
 /* The cell of the pair of global token `token` routed to `expert`: route_off[expert] ..
  * route_off[expert+1] lists the candidate cells (mp_route_table's: chunk, dest, local index); one

@@ -1,11 +1,12 @@
 /* padded.h - the index rules of the padded dispatch mode (fixed rows per expert slot, no count
- * exchange before the data moves), plain C usable in host and device code. */
+ * exchange before the data moves), plain C usable in host and device code: a contract between the
+ * backends' kernels and core's host plan (core/plan.c), so core may include it beside compute.h. */
 #ifndef MP_PADDED_H
 #define MP_PADDED_H
 
 #include <math.h>
 
-#include "topk.h" /* MP_HD */
+#include "hostdevice.h"
 
 /* Rows per (source, destination expert) slot of the padded dispatch: with capacity factor
  * `factor` > 0, ⌈tokens·K·factor / experts⌉ (the per-expert capacity of GShard, Lepikhin et al.

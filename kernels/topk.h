@@ -6,11 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define MP_HD __host__ __device__
-#else
-#define MP_HD
-#endif
+#include "hostdevice.h"
 
 /* Indices of the k largest of v[0..n) in descending order of value, ties broken by lower index
  * (insertion into a sorted list of k: O(n·k), best for the k ≤ 16 of MoE gates). */

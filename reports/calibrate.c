@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute.h"
 #include "error.h"
 #include "layer.h"
 #include "metrics.h"
 #include "results.h"
+#include "schema.h"
+#include "sort.h"
 
 const char *const mp_calib_col_names[CAL_NCOLS] = {
     "layer.csv ffn_us", "layer.csv dispatch_us", "layer.csv combine_us", "layer.csv tp_reduce_us",
@@ -21,6 +24,23 @@ const char *const mp_calib_col_names[CAL_NCOLS] = {
 #define CAL_DRAWS 8
 
 /* ---- loading ---- */
+
+/* The element bytes of a measured run's compute backend: run.json's libraries.compute_elem_bytes
+ * (0 when out of range), or, in a run written before that was recorded, the element size of the
+ * built backend of the name libraries.compute holds (2, bf16, for one this binary lacks: a GPU's). */
+static double compute_elem_bytes(const cJSON *lib)
+{
+    const cJSON *e = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute_elem_bytes") : NULL;
+    if (cJSON_IsNumber(e))
+        return e->valuedouble > 0 && e->valuedouble <= 64 ? e->valuedouble : 0;
+    const cJSON *compute = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute") : NULL;
+    if (!cJSON_IsString(compute))
+        return 2;
+    for (int i = 0; mp_compute_backends[i]; i++)
+        if (strcmp(mp_compute_backends[i]->name, compute->valuestring) == 0)
+            return (double)mp_compute_backends[i]->elem_size;
+    return 2;
+}
 
 /* Hardware facts of a run from its run.json: ranks per node and element bytes. */
 static int run_facts(const char *dir, int *gpn, double *elem)
@@ -53,7 +73,6 @@ static int run_facts(const char *dir, int *gpn, double *elem)
     const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
     const cJSON *lib = cJSON_GetObjectItemCaseSensitive(j, "libraries");
-    const cJSON *compute = lib ? cJSON_GetObjectItemCaseSensitive(lib, "compute") : NULL;
     int rc = MP_OK;
     if (cJSON_IsObject(cl)) { /* a model run: its profile's facts */
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(cl, "gpus_per_node");
@@ -64,7 +83,7 @@ static int run_facts(const char *dir, int *gpn, double *elem)
                world->valuedouble >= 1 && world->valuedouble <= 1 << 20 &&
                nodes->valuedouble <= world->valuedouble) {
         *gpn = (world->valueint + nodes->valueint - 1) / nodes->valueint;
-        *elem = cJSON_IsString(compute) && !strcmp(compute->valuestring, "cpu") ? 4 : 2;
+        *elem = compute_elem_bytes(lib);
     } else {
         *gpn = 0;
     }
@@ -130,17 +149,17 @@ static int need(const struct mp_table *t, const char *const *cols)
 
 static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
 {
-    static const char *const cols[] = {"model", "hidden", "ffn", "experts", "topk", "shared",
-                                       "tp", "ep", "routing", "placement", "batch", "seq",
-                                       "seed", "ffn_us", "dispatch_us", "combine_us",
-                                       "tp_reduce_us", "layer_us", NULL};
-    static const char *const meas_cols[] = {"ffn_us", "dispatch_us", "combine_us",
-                                            "tp_reduce_us", "layer_us"};
+    static const char *const cols[] = {MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk, MPC_shared,
+                                       MPC_tp, MPC_ep, MPC_routing, MPC_placement, MPC_batch, MPC_seq,
+                                       MPC_seed, MPC_ffn_us, MPC_dispatch_us, MPC_combine_us,
+                                       MPC_tp_reduce_us, MPC_layer_us, NULL};
+    static const char *const meas_cols[] = {MPC_ffn_us, MPC_dispatch_us, MPC_combine_us,
+                                            MPC_tp_reduce_us, MPC_layer_us};
     int rc = need(t, cols);
-    int has_dispatch = mp_table_col(t, "dispatch") >= 0;
+    int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the model times the dynamic dispatch: padded rows are not its to fit */
-        if (has_dispatch && strcmp(cell(t, r, "dispatch"), "dynamic") != 0)
+        if (has_dispatch && strcmp(cell(t, r, MPC_dispatch), "dynamic") != 0)
             continue;
         struct mp_calib_point *p = new_point(set);
         if (!p) {
@@ -149,22 +168,22 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         }
         p->tool = 0;
         struct mp_model *m = &p->model;
-        snprintf(m->name, sizeof m->name, "%s", cell(t, r, "model"));
-        m->hidden = int_cell(t, r, "hidden");
-        m->ffn = int_cell(t, r, "ffn");
-        m->experts = int_cell(t, r, "experts");
-        m->topk = int_cell(t, r, "topk");
-        m->shared = int_cell(t, r, "shared");
+        snprintf(m->name, sizeof m->name, "%s", cell(t, r, MPC_model));
+        m->hidden = int_cell(t, r, MPC_hidden);
+        m->ffn = int_cell(t, r, MPC_ffn);
+        m->experts = int_cell(t, r, MPC_experts);
+        m->topk = int_cell(t, r, MPC_topk);
+        m->shared = int_cell(t, r, MPC_shared);
         m->layers = 1;
-        p->tp = int_cell(t, r, "tp");
-        p->ep = int_cell(t, r, "ep");
+        p->tp = int_cell(t, r, MPC_tp);
+        p->ep = int_cell(t, r, MPC_ep);
         p->iters = CAL_DRAWS;
-        long batch = int_cell(t, r, "batch");
-        int seq = int_cell(t, r, "seq");
-        double seedv = num(t, r, "seed");
+        long batch = int_cell(t, r, MPC_batch);
+        int seq = int_cell(t, r, MPC_seq);
+        double seedv = num(t, r, MPC_seed);
         uint64_t seed = seedv >= 0 && seedv < 1.8e19 ? (uint64_t)seedv : 0;
         /* a pipelined point is replayed pipelined (older files have no overlap column) */
-        int overlap = mp_table_col(t, "overlap") >= 0 ? int_cell(t, r, "overlap") : 1;
+        int overlap = mp_table_col(t, MPC_overlap) >= 0 ? int_cell(t, r, MPC_overlap) : 1;
         /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
          * (what one process can replay); anything else is not a run this tool wrote */
         if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
@@ -178,10 +197,10 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
             return MP_ERR_USAGE;
         }
         snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s batch %ld", dir, p->tp, p->ep,
-                 cell(t, r, "routing"), cell(t, r, "placement"), batch);
-        rc = mp_routing_parse(cell(t, r, "routing"), m->experts, m->topk, seed, &p->routing);
+                 cell(t, r, MPC_routing), cell(t, r, MPC_placement), batch);
+        rc = mp_routing_parse(cell(t, r, MPC_routing), m->experts, m->topk, seed, &p->routing);
         if (rc == MP_OK)
-            rc = mp_placement_build(cell(t, r, "placement"), m->experts, p->ep, p->routing.prob,
+            rc = mp_placement_build(cell(t, r, MPC_placement), m->experts, p->ep, p->routing.prob,
                                     &p->placement);
         if (rc == MP_OK) {
             struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
@@ -205,19 +224,19 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
 
 static int load_a2a(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
 {
-    static const char *const cols[] = {"pattern", "tp", "ep", "bytes_per_peer", "time_us", NULL};
+    static const char *const cols[] = {MPC_pattern, MPC_tp, MPC_ep, MPC_bytes_per_peer, MPC_time_us, NULL};
     int rc = need(t, cols);
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
-        if (strcmp(cell(t, r, "pattern"), "uniform") != 0)
+        if (strcmp(cell(t, r, MPC_pattern), "uniform") != 0)
             continue; /* the MoE pattern is covered by layer.csv's dispatch */
         struct mp_calib_point *p = new_point(set);
         if (!p)
             return MP_ERR_RUNTIME;
         p->tool = 1;
-        p->tp = int_cell(t, r, "tp");
-        p->ep = int_cell(t, r, "ep");
-        p->bytes_per_peer = num(t, r, "bytes_per_peer");
-        p->meas[CAL_A2A_TIME] = num(t, r, "time_us");
+        p->tp = int_cell(t, r, MPC_tp);
+        p->ep = int_cell(t, r, MPC_ep);
+        p->bytes_per_peer = num(t, r, MPC_bytes_per_peer);
+        p->meas[CAL_A2A_TIME] = num(t, r, MPC_time_us);
         snprintf(p->label, sizeof p->label, "%s: a2a tp%dep%d %.0f B/peer", dir, p->tp, p->ep,
                  p->bytes_per_peer);
         if (p->ep < 2)
@@ -228,24 +247,24 @@ static int load_a2a(struct mp_calib_set *set, const char *dir, const struct mp_t
 
 static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
 {
-    static const char *const cols[] = {"flops", "weight_bytes", "active_experts", "ffn_us",
-                                       "batch", NULL};
+    static const char *const cols[] = {MPC_flops, MPC_weight_bytes, MPC_active_experts, MPC_ffn_us,
+                                       MPC_batch, NULL};
     int rc = need(t, cols);
-    int has_dispatch = mp_table_col(t, "dispatch") >= 0;
+    int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the model launches the FFN's kernels from the host: rows replayed as a graph
          * (dynamic+graph) leave that cost out and are not its to fit */
-        if (has_dispatch && strcmp(cell(t, r, "dispatch"), "dynamic") != 0)
+        if (has_dispatch && strcmp(cell(t, r, MPC_dispatch), "dynamic") != 0)
             continue;
         struct mp_calib_point *p = new_point(set);
         if (!p)
             return MP_ERR_RUNTIME;
         p->tool = 2;
-        p->flops = num(t, r, "flops");
-        p->weight_bytes = num(t, r, "weight_bytes");
-        p->active = int_cell(t, r, "active_experts");
-        p->meas[CAL_FFN_FFN] = num(t, r, "ffn_us");
-        snprintf(p->label, sizeof p->label, "%s: ffn batch %.0f", dir, num(t, r, "batch"));
+        p->flops = num(t, r, MPC_flops);
+        p->weight_bytes = num(t, r, MPC_weight_bytes);
+        p->active = int_cell(t, r, MPC_active_experts);
+        p->meas[CAL_FFN_FFN] = num(t, r, MPC_ffn_us);
+        snprintf(p->label, sizeof p->label, "%s: ffn batch %.0f", dir, num(t, r, MPC_batch));
     }
     return rc;
 }
@@ -271,11 +290,12 @@ int mp_calib_load(const char *const *dirs, int ndirs, const struct mp_cluster *b
                     "%d with %g: one profile cannot describe both", dirs[d], gpn, elem,
                     set->base.gpus_per_node, set->base.elem_bytes);
         }
-        static const char *const files[] = {"layer.csv", "a2a.csv", "ffn.csv"};
+        static const struct mp_csv_schema *const files[] = {&mp_schema_layer, &mp_schema_a2a,
+                                                            &mp_schema_ffn};
         int found = 0;
         for (int f = 0; f < 3 && rc == MP_OK; f++) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dirs[d], files[f]);
+            snprintf(path, sizeof path, "%s/%s", dirs[d], files[f]->file);
             FILE *probe = fopen(path, "r");
             if (!probe)
                 continue;
@@ -319,16 +339,10 @@ void mp_calib_free(struct mp_calib_set *set)
 
 /* ---- prediction ---- */
 
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Nearest-rank median of n values (sorted in place), as the measured summaries use. */
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, by_value);
+    qsort(v, (size_t)n, sizeof *v, mp_cmp_double);
     return v[(n + 1) / 2 - 1];
 }
 

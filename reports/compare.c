@@ -14,23 +14,26 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "files.h"
 #include "results.h"
+#include "schema.h"
+#include "sort.h"
 #include "stats.h"
 
 /* The tools whose run directories can be compared, and the samples columns compared. */
 struct tool_spec {
     const char *name; /* --tool value */
     const char *tool; /* run.json "tool" */
-    const char *summary, *samples;
+    const struct mp_csv_schema *summary, *samples;
     int nmetrics;
     struct mp_cmp_metric metrics[3];
 };
 
 static const struct tool_spec tools[] = {
-    {"layer", "moeperf-layer", "layer.csv", "layer_samples.csv", 3,
-     {{"layer_us", 1}, {"ffn_us", 0}, {"comm_us", 0}}},
-    {"a2a", "moeperf-a2a", "a2a.csv", "a2a_samples.csv", 1, {{"time_us", 1}}},
-    {"ffn", "moeperf-ffn", "ffn.csv", "ffn_samples.csv", 1, {{"ffn_us", 1}}},
+    {"layer", "moeperf-layer", &mp_schema_layer, &mp_schema_layer_samples, 3,
+     {{MPC_layer_us, 1}, {MPC_ffn_us, 0}, {MPC_comm_us, 0}}},
+    {"a2a", "moeperf-a2a", &mp_schema_a2a, &mp_schema_a2a_samples, 1, {{MPC_time_us, 1}}},
+    {"ffn", "moeperf-ffn", &mp_schema_ffn, &mp_schema_ffn_samples, 1, {{MPC_ffn_us, 1}}},
 };
 #define NTOOLS ((int)(sizeof tools / sizeof tools[0]))
 
@@ -83,21 +86,9 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (!p) {
-        mp_error("out of memory");
-        return NULL;
-    }
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static int file_exists(const char *dir, const char *name)
 {
-    char *p = path_join(dir, name);
+    char *p = mp_path_join(dir, name);
     struct stat st;
     int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
     free(p);
@@ -153,21 +144,16 @@ static char **side_cells(const struct side *s, struct rowref r)
     return s->t[r.tab].cells[r.row];
 }
 
+static const char *side_key(long i, const void *side)
+{
+    const struct side *s = side;
+    return s->pts[s->order[i]].key;
+}
+
 /* Position of `key` in s->order, or -(insertion point) − 1. */
 static long side_find(const struct side *s, const char *key)
 {
-    long lo = 0, hi = s->npts;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->pts[s->order[mid]].key, key);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -lo - 1;
+    return mp_find_sorted(key, s->npts, side_key, s);
 }
 
 /* The point index of `key` or -1. */
@@ -243,7 +229,7 @@ static const struct tool_spec *find_tool(const char *dir, const char *which, int
     for (int i = 0; i < NTOOLS; i++) {
         if (which && strcmp(which, tools[i].name) != 0)
             continue;
-        if (file_exists(dir, tools[i].samples) || file_exists(dir, tools[i].summary)) {
+        if (file_exists(dir, tools[i].samples->file) || file_exists(dir, tools[i].summary->file)) {
             found = &tools[i];
             (*nfound)++;
         }
@@ -302,7 +288,7 @@ static int side_runs(struct side *s, const char *dir, const char *which, int qui
     }
     for (int i = 0; i < n; i++) {
         const char *name = ents[i]->d_name;
-        char *sub = rc == MP_OK && name[0] != '.' ? path_join(dir, name) : NULL;
+        char *sub = rc == MP_OK && name[0] != '.' ? mp_path_join(dir, name) : NULL;
         if (sub && stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
             const struct tool_spec *u = find_tool(sub, which, &nf);
             if (nf > 1 || (nf == 1 && *ts && u != *ts)) {
@@ -328,7 +314,7 @@ static int side_runs(struct side *s, const char *dir, const char *which, int qui
                     w = &tools[i];
             if (w)
                 mp_usage("%s: no %s or %s, here or in its subdirectories (--tool %s)", dir,
-                         w->samples, w->summary, which);
+                         w->samples->file, w->summary->file, which);
             else
                 mp_usage("%s: no layer_samples.csv, a2a_samples.csv or ffn_samples.csv, here or "
                          "in its subdirectories; expected a run directory of moeperf-layer, "
@@ -353,13 +339,13 @@ static int side_load(struct side *s, const struct tool_spec *ts)
     }
     for (int r = 0; r < s->nruns && rc == MP_OK; r++) {
         const char *dir = s->runs[r];
-        if (!file_exists(dir, ts->samples)) {
+        if (!file_exists(dir, ts->samples->file)) {
             mp_usage("%s/%s: missing; moeperf-compare needs the per-iteration samples that %s "
                      "writes next to %s",
-                     dir, ts->samples, ts->tool, ts->summary);
+                     dir, ts->samples->file, ts->tool, ts->summary->file);
             return MP_ERR_USAGE;
         }
-        char *path = path_join(dir, ts->samples);
+        char *path = mp_path_join(dir, ts->samples->file);
         if (!path)
             return MP_ERR_RUNTIME;
         rc = mp_table_read(path, &s->t[r]);
@@ -368,7 +354,7 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             return rc;
         const struct mp_table *t = &s->t[r];
         if (r == 0) {
-            nkey = mp_table_col(t, "iter");
+            nkey = mp_table_col(t, MPC_iter);
             if (nkey <= 0) {
                 mp_usage("%s: no \"iter\" column after the key columns; expected the samples "
                          "file of %s",
@@ -387,8 +373,8 @@ static int side_load(struct side *s, const struct tool_spec *ts)
             }
         }
         struct mp_keyset have = {0, NULL};
-        int use_summary = file_exists(dir, ts->summary);
-        if (use_summary && (rc = mp_keyset_load(dir, ts->summary, nkey, &have)) != MP_OK)
+        int use_summary = file_exists(dir, ts->summary->file);
+        if (use_summary && (rc = mp_keyset_load(dir, ts->summary->file, nkey, &have)) != MP_OK)
             return rc;
         struct mp_keyset cut = {0, NULL};
         for (long i = 0; i < t->nrows && rc == MP_OK; i++) {
@@ -412,12 +398,6 @@ static int side_load(struct side *s, const struct tool_spec *ts)
         mp_keyset_free(&cut);
     }
     return rc;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* The sample values of point `pt` in column `col` (empty cells skipped) into a new array *out
@@ -448,7 +428,7 @@ static int side_values(const struct side *s, long pt, int col, double **out, lon
             long m = k - run_start;
             if (m > 0) {
                 memcpy(tmp, v + run_start, (size_t)m * sizeof *tmp);
-                qsort(tmp, (size_t)m, sizeof *tmp, cmp_dbl);
+                qsort(tmp, (size_t)m, sizeof *tmp, mp_cmp_double);
                 rm[nr++] = mp_percentile(tmp, m, 50.0);
             }
             run_start = k;
@@ -493,7 +473,7 @@ static void median_ci(double *v, long n, double *med, double *lo, double *hi)
 
 static struct cJSON *load_runjson(const char *dir)
 {
-    char *path = path_join(dir, "run.json");
+    char *path = mp_path_join(dir, "run.json");
     if (!path)
         return NULL;
     FILE *f = fopen(path, "rb");
@@ -643,11 +623,6 @@ static char *ranks_text(const cJSON *run, const char *field)
     return sb_done(&sb);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* The NCCL_* and UCX_* variables (sorted "K=V" words): they configure the communication library.
  * OMPI_* is left out, as mpirun puts per-job identifiers there. */
 static char *env_text(const cJSON *run)
@@ -676,7 +651,7 @@ static char *env_text(const cJSON *run)
         }
         k++;
     }
-    qsort(words, (size_t)k, sizeof *words, cmp_str);
+    qsort(words, (size_t)k, sizeof *words, mp_cmp_str);
     struct sbuf sb = {0};
     for (int i = 0; i < k; i++) {
         if (i)
@@ -911,7 +886,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
     if (rc != MP_OK)
         goto out;
     c->tool = ts->tool;
-    c->samples_file = ts->samples;
+    c->samples_file = ts->samples->file;
     c->nmetrics = ts->nmetrics;
     memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
     for (int s = 0; s < 2; s++) {
@@ -943,7 +918,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
             rc = MP_ERR_USAGE;
             goto out;
         }
-    c->nkey = mp_table_col(tb, "iter");
+    c->nkey = mp_table_col(tb, MPC_iter);
     c->key_cols = calloc((size_t)c->nkey, sizeof *c->key_cols);
     c->key_varies = calloc((size_t)c->nkey, sizeof *c->key_varies);
     if (!c->key_cols || !c->key_varies) {
@@ -963,7 +938,7 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
                               dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
         if (sd[s].npts == 0) {
-            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples);
+            mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples->file);
             rc = MP_ERR_USAGE;
             goto out;
         }

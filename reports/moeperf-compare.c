@@ -16,6 +16,7 @@
 #include "error.h"
 #include "options.h"
 #include "results.h"
+#include "schema.h"
 
 struct cmp_opts {
     double threshold; /* percent */
@@ -242,14 +243,8 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
 
 static int write_csv(const struct mp_cmp *c, const char *dir, int gate_all)
 {
-    static const char *const tail[] = {
-        "metric",       "gated",        "n_base",        "n_new",         "runs_base",
-        "runs_new",     "unit",         "units_base",    "units_new",     "base_median_us",
-        "base_ci_lo_us", "base_ci_hi_us", "new_median_us", "new_ci_lo_us", "new_ci_hi_us",
-        "change_pct",   "u_base",       "p_value",       "test",          "verdict",
-        "reason",
-    };
-    int nt = (int)(sizeof tail / sizeof *tail), ncols = c->nkey + nt, rc = MP_OK;
+    const struct mp_csv_schema *f = &mp_schema_compare; /* its key: the compared files' key */
+    int nt = mp_schema_ncols(f), ncols = c->nkey + nt, rc = MP_OK;
     const char **cols = malloc((size_t)ncols * sizeof *cols);
     if (!cols) {
         mp_error("out of memory");
@@ -257,10 +252,9 @@ static int write_csv(const struct mp_cmp *c, const char *dir, int gate_all)
     }
     for (int k = 0; k < c->nkey; k++)
         cols[k] = c->key_cols[k];
-    for (int k = 0; k < nt; k++)
-        cols[c->nkey + k] = tail[k];
+    mp_schema_header(f, cols + c->nkey);
     struct mp_csv csv;
-    rc = mp_csv_open(&csv, dir, "compare.csv", cols, ncols, 0);
+    rc = mp_csv_open(&csv, dir, f->file, cols, ncols, 0);
     free(cols);
     if (rc != MP_OK)
         return rc;

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "plan.h"
 #include "results.h"
+#include "schema.h"
 #include "routing.h"
 
 struct plan_opts {
@@ -297,15 +298,11 @@ static int run_plan(struct plan_opts *o)
     q.iters = o->b.iters;
     q.seed = (unsigned long long)o->b.seed;
     if (o->b.out) {
-        static const char *const cols[] = {
-            "source", "routing", "tp", "ep", "replicate", "placement", "batch", "layer_us",
-            "layer_p99_us",
-            "ffn_us", "comm_us", "comm_comp_ratio", "bubble_ratio", "load_imbalance",
-            "local_hit_rate", "token_ms", "token_p99_ms", "replica_tokens_per_s", "dp", "gpus",
-            "meets_slo", "overlap"};
+        const struct mp_csv_schema *f = &mp_schema_plan;
+        const char *cols[MP_SCHEMA_MAX_COLS];
         rc = mp_mkdir_p(o->b.out, "--out");
         if (rc == MP_OK)
-            rc = mp_csv_open(&csv, o->b.out, "plan.csv", cols, (int)(sizeof cols / sizeof cols[0]), 0);
+            rc = mp_csv_open(&csv, o->b.out, f->file, cols, mp_schema_header(f, cols), 0);
         if (rc != MP_OK)
             goto out;
     }

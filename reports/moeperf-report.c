@@ -16,9 +16,12 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "files.h"
 #include "options.h"
 #include "report.h"
 #include "results.h"
+#include "schema.h"
+#include "sort.h"
 
 /* Latency that grows with a log-log slope above this is "faster than batch"; the 10 % margin keeps
  * a single noisy median from making a knee. */
@@ -52,30 +55,49 @@ static const char summary[] =
     "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication and of\n"
     "overlap, those remedies ranked together, the planner's projection beside the measurement).";
 
-/* The figures of plots/render, in report order, with what each shows. */
-static const struct {
+/* The figures of plots/render, in report order, with what each shows: the rows of
+ * plots/figures.csv, the table render draws from (loaded by figures_load). */
+struct figure {
     const char *name, *title, *caption;
-} figures[] = {
-    {"layer_latency", "Layer latency vs batch",
-     "Top: the layer latency (layer_us, the slowest rank's layer time), median solid and p99 "
-     "dashed. Bottom: its parts on the critical path, the expert FFN (ffn_us, solid) and the "
-     "communication (comm_us: dispatch, TP reduce and combine, dashed). One colour per layout / "
-     "routing / placement; measured runs have filled points, model runs open points."},
-    {"comm_ratio", "Communication vs computation",
-     "comm_comp_ratio = comm_us / ffn_us against batch. Above the 1.0 line the All-to-All takes "
-     "longer than the experts' compute: the layer is network-bound. The batch cap is the last "
-     "batch below the line."},
-    {"bubble", "Bubble",
-     "bubble_ratio: the share of all ranks' layer time spent idle while the hottest expert rank "
-     "finishes its FFN. Hot experts raise it; replicating them lowers it."},
-    {"a2a_busbw", "Isolated All-to-All",
-     "Bus bandwidth of one alltoallv against the bytes one rank sends (busbw = algbw·(n−1)/n, the "
-     "nccl-tests convention): the uniform pattern and the MoE dispatch pattern."},
-    {"ffn_roofline", "Expert FFN against the roofline",
-     "Achieved GFLOP/s of the expert FFN against its arithmetic intensity (flops / weight_bytes), "
-     "each point labelled with its batch, under the roofline of the peaks measured at start-up."},
 };
-#define NFIG ((int)(sizeof figures / sizeof figures[0]))
+static struct figure *figures;
+static int NFIG;
+static struct mp_table figure_table;
+
+/* Read ROOT/plots/figures.csv into figures[0..NFIG). Returns MP_OK, or an error naming the file
+ * (missing, malformed, or without a name, title or caption column). */
+static int figures_load(const char *root)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/plots/figures.csv", root);
+    int rc = mp_table_read(path, &figure_table);
+    if (rc != MP_OK)
+        return rc;
+    int cn = mp_table_col(&figure_table, "name"), ct = mp_table_col(&figure_table, "title"),
+        cc = mp_table_col(&figure_table, "caption");
+    if (cn < 0 || ct < 0 || cc < 0) {
+        mp_error("%s: needs the columns name, title and caption", path);
+        return MP_ERR_RUNTIME;
+    }
+    figures = calloc((size_t)(figure_table.nrows > 0 ? figure_table.nrows : 1), sizeof *figures);
+    if (!figures) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (long i = 0; i < figure_table.nrows; i++)
+        figures[i] = (struct figure){figure_table.cells[i][cn], figure_table.cells[i][ct],
+                                     figure_table.cells[i][cc]};
+    NFIG = (int)figure_table.nrows;
+    return MP_OK;
+}
+
+static void figures_free(void)
+{
+    free(figures);
+    figures = NULL;
+    NFIG = 0;
+    mp_table_free(&figure_table);
+}
 
 /* ---- the document: every call writes the HTML and the Markdown version ---- */
 
@@ -392,28 +414,6 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long n = ftell(f);
-    rewind(f);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* ---- groups of a2a.csv and ffn.csv rows ---- */
 
 struct group {
@@ -556,7 +556,7 @@ static int reference_load(const char *path, struct reference *r)
     int rc = mp_table_read(path, &r->t);
     if (rc != MP_OK)
         return rc;
-    if (mp_table_col(&r->t, "batch") < 0) {
+    if (mp_table_col(&r->t, MPC_batch) < 0) {
         mp_usage("--reference '%s': no column \"batch\"; a reference table has batch and metric "
                  "columns (comm_comp_ratio, bubble_ratio, ffn_us, comm_us, layer_us)", path);
         mp_table_free(&r->t);
@@ -582,12 +582,12 @@ static int reference_load(const char *path, struct reference *r)
     }
     r->n = (int)r->t.nrows;
     for (int i = 0; i < r->n; i++) {
-        r->batch[i] = num(&r->t, i, "batch");
-        r->ratio[i] = num(&r->t, i, "comm_comp_ratio");
-        r->bubble[i] = num(&r->t, i, "bubble_ratio");
-        r->lat[i] = mp_table_col(&r->t, "layer_us") >= 0
-                        ? num(&r->t, i, "layer_us")
-                        : num(&r->t, i, "ffn_us") + num(&r->t, i, "comm_us");
+        r->batch[i] = num(&r->t, i, MPC_batch);
+        r->ratio[i] = num(&r->t, i, MPC_comm_comp_ratio);
+        r->bubble[i] = num(&r->t, i, MPC_bubble_ratio);
+        r->lat[i] = mp_table_col(&r->t, MPC_layer_us) >= 0
+                        ? num(&r->t, i, MPC_layer_us)
+                        : num(&r->t, i, MPC_ffn_us) + num(&r->t, i, MPC_comm_us);
     }
     return MP_OK;
 }
@@ -834,7 +834,7 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         size_t kl = strlen(cells[2]);
         if (kl > 0 && cells[2][kl - 1] == ')') /* the published table has no layer_us column */
             snprintf(cells[2] + kl - 1, CELL - kl + 1, "; latency = %s)",
-                     mp_table_col(&ref->t, "layer_us") >= 0 ? "layer_us" : "ffn_us + comm_us");
+                     mp_table_col(&ref->t, MPC_layer_us) >= 0 ? "layer_us" : "ffn_us + comm_us");
         bubble_cells(cells[3], cells[4], &bb);
         doc_row(d, 5, cells, 0);
     }
@@ -960,10 +960,10 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         const struct mp_table *t = a2a[g].t;
         double best = NAN, best_at = NAN;
         for (int r = 0; r < a2a[g].n; r++) {
-            double v = num(t, a2a[g].rows[r], "busbw_GBps");
+            double v = num(t, a2a[g].rows[r], MPC_busbw_GBps);
             if (!isnan(v) && (isnan(best) || v > best)) {
                 best = v;
-                best_at = num(t, a2a[g].rows[r], "bytes_per_rank");
+                best_at = num(t, a2a[g].rows[r], MPC_bytes_per_rank);
             }
         }
         char sz[CELL];
@@ -977,7 +977,7 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         double lo = NAN, hi = NAN, lo_at = NAN, hi_at = NAN, first_compute = NAN;
         for (int r = 0; r < ffn[g].n; r++) {
             long row = ffn[g].rows[r];
-            double f = num(t, row, "roofline_fraction"), bt = num(t, row, "batch");
+            double f = num(t, row, MPC_roofline_fraction), bt = num(t, row, MPC_batch);
             if (!isnan(f) && (isnan(lo) || f < lo)) {
                 lo = f;
                 lo_at = bt;
@@ -986,7 +986,7 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                 hi = f;
                 hi_at = bt;
             }
-            if (isnan(first_compute) && !strcmp(str(t, row, "bound"), "compute"))
+            if (isnan(first_compute) && !strcmp(str(t, row, MPC_bound), "compute"))
                 first_compute = bt;
         }
         if (isnan(lo))
@@ -1043,17 +1043,11 @@ static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The bubble at each batch: one row per batch, one column per curve (and the reference). */
 static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
                               const struct reference *ref)
 {
-    int nb = 0, cap = 0, refcol = ref && mp_table_col(&ref->t, "bubble_ratio") >= 0;
+    int nb = 0, cap = 0, refcol = ref && mp_table_col(&ref->t, MPC_bubble_ratio) >= 0;
     for (int i = 0; i < ns; i++)
         cap += s[i].n;
     if (!ns)
@@ -1074,7 +1068,7 @@ static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
             if (!seen)
                 batches[nb++] = s[i].pt[p].batch;
         }
-    qsort(batches, (size_t)nb, sizeof *batches, cmp_double);
+    qsort(batches, (size_t)nb, sizeof *batches, mp_cmp_double);
     doc_h(d, 2, "Bubble at each batch (share of all ranks' layer time idle)");
     doc_table(d, 1);
     snprintf(cells[0], CELL, "batch");
@@ -1157,17 +1151,17 @@ static void write_a2a_tables(struct doc *d, const struct group *g, int n)
         for (int r = 0; r < g[i].n; r++) {
             long row = g[i].rows[r];
             const struct mp_table *t = g[i].t;
-            f_bytes(cells[0], num(t, row, "bytes_per_peer"));
-            f_bytes(cells[1], num(t, row, "bytes_per_rank"));
-            double b = num(t, row, "batch");
+            f_bytes(cells[0], num(t, row, MPC_bytes_per_peer));
+            f_bytes(cells[1], num(t, row, MPC_bytes_per_rank));
+            double b = num(t, row, MPC_batch);
             if (b > 0)
                 batch_text(cells[2], b);
             else
                 snprintf(cells[2], CELL, "–");
-            f_us(cells[3], num(t, row, "time_us"));
-            f_us(cells[4], num(t, row, "time_p99_us"));
-            f_g(cells[5], num(t, row, "algbw_GBps"), "%.3g");
-            f_g(cells[6], num(t, row, "busbw_GBps"), "%.3g");
+            f_us(cells[3], num(t, row, MPC_time_us));
+            f_us(cells[4], num(t, row, MPC_time_p99_us));
+            f_g(cells[5], num(t, row, MPC_algbw_GBps), "%.3g");
+            f_g(cells[6], num(t, row, MPC_busbw_GBps), "%.3g");
             doc_row(d, NC, cells, 0);
         }
         doc_table(d, 0);
@@ -1188,14 +1182,14 @@ static void write_ffn_tables(struct doc *d, const struct group *g, int n)
         for (int r = 0; r < g[i].n; r++) {
             long row = g[i].rows[r];
             const struct mp_table *t = g[i].t;
-            batch_text(cells[0], num(t, row, "batch"));
-            f_g(cells[1], num(t, row, "rows"), "%.0f");
-            f_us(cells[2], num(t, row, "ffn_us"));
-            f_us(cells[3], num(t, row, "ffn_p99_us"));
-            f_g(cells[4], num(t, row, "achieved_GFLOPs"), "%.3g");
-            f_g(cells[5], num(t, row, "achieved_GBps"), "%.3g");
-            snprintf(cells[6], CELL, "%s", *str(t, row, "bound") ? str(t, row, "bound") : "–");
-            f_pct(cells[7], num(t, row, "roofline_fraction"));
+            batch_text(cells[0], num(t, row, MPC_batch));
+            f_g(cells[1], num(t, row, MPC_rows), "%.0f");
+            f_us(cells[2], num(t, row, MPC_ffn_us));
+            f_us(cells[3], num(t, row, MPC_ffn_p99_us));
+            f_g(cells[4], num(t, row, MPC_achieved_GFLOPs), "%.3g");
+            f_g(cells[5], num(t, row, MPC_achieved_GBps), "%.3g");
+            snprintf(cells[6], CELL, "%s", *str(t, row, MPC_bound) ? str(t, row, MPC_bound) : "–");
+            f_pct(cells[7], num(t, row, MPC_roofline_fraction));
             doc_row(d, NC, cells, 0);
         }
         doc_table(d, 0);
@@ -1477,7 +1471,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
         snprintf(path, sizeof path, "%s/%s.svg", figdir, figures[f].name);
         doc_h(&d, 3, figures[f].title);
         if (d.h) {
-            char *svg = read_file(path), prefix[32];
+            char *svg = mp_read_file(path, NULL), prefix[32];
             if (!svg) {
                 mp_error("%s: %s", path, strerror(errno));
                 rc = MP_ERR_RUNTIME;
@@ -1528,7 +1522,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
 /* Copy a file (the SVG figures next to the Markdown). */
 static int copy_file(const char *from, const char *to)
 {
-    char *data = read_file(from);
+    char *data = mp_read_file(from, NULL);
     if (!data)
         return -1;
     FILE *f = fopen(to, "w");
@@ -1560,7 +1554,7 @@ int main(int argc, char **argv)
     struct rp_series *s = NULL;
     struct group *a2a = NULL, *ffn = NULL;
     struct reference ref = {0};
-    int have_ref = 0, have_fig[NFIG] = {0};
+    int have_ref = 0, *have_fig = NULL;
     char tmp[PATH_MAX] = "", root[PATH_MAX] = "", render[PATH_MAX + 32];
     char *html_tmp = NULL, *md_tmp = NULL, *md_dir = NULL;
     mp_log_init("moeperf-report", -1);
@@ -1618,6 +1612,13 @@ int main(int argc, char **argv)
         goto out;
     }
     snprintf(render, sizeof render, "%s/plots/render", root);
+    MP_CHECK(figures_load(root));
+    have_fig = calloc((size_t)(NFIG > 0 ? NFIG : 1), sizeof *have_fig);
+    if (!have_fig) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
 
     snprintf(tmp, sizeof tmp, "%s/moeperf-report.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmp)) {
@@ -1635,14 +1636,14 @@ int main(int argc, char **argv)
     }
 
     MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));
-    static const char *const a2a_cols[] = {"source", "pattern", "layout", "routing", "placement",
-                                           "backend", "comm", "model", "hidden", "experts",
-                                           "topk", "seq", "seed"};
-    static const char *const ffn_cols[] = {"source", "layout", "routing", "placement", "backend",
-                                           "comm", "model", "hidden", "ffn", "experts", "topk",
-                                           "shared", "seq", "seed"};
-    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 13, 5, "bytes_per_rank", &a2a, &na2a));
-    MP_CHECK(make_groups(runs, nruns, 2, ffn_cols, 14, 4, "batch", &ffn, &nffn));
+    static const char *const a2a_cols[] = {MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement,
+                                           MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_experts,
+                                           MPC_topk, MPC_seq, MPC_seed};
+    static const char *const ffn_cols[] = {MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_backend,
+                                           MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
+                                           MPC_shared, MPC_seq, MPC_seed};
+    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 13, 5, MPC_bytes_per_rank, &a2a, &na2a));
+    MP_CHECK(make_groups(runs, nruns, 2, ffn_cols, 14, 4, MPC_batch, &ffn, &nffn));
 
     /* outputs: written to FILE.tmp and renamed, so no half-written report is left */
     const char *md_rel = NULL;
@@ -1712,6 +1713,8 @@ out:
         rp_run_free(&runs[i]);
     free(runs);
     free(dirs);
+    free(have_fig);
+    figures_free();
     mp_opts_free(options, &o);
     return rc;
 }

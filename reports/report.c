@@ -10,73 +10,37 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "files.h"
+#include "schema.h"
 
 const char *const rp_key_names[RP_NKEY] = {
-    "source", "backend", "comm", "model", "hidden", "ffn", "experts", "topk",
-    "shared", "layout", "routing", "placement", "seq", "seed", "overlap", "dispatch",
-    "flush_cache",
+    MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
+    MPC_shared, MPC_layout, MPC_routing, MPC_placement, MPC_seq, MPC_seed, MPC_overlap, MPC_dispatch,
+    MPC_flush_cache,
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
 static const char *const layer_need[] = {
-    "source", "layout", "routing", "placement", "batch", "layer_us", "layer_p99_us", "ffn_us",
-    "comm_us", "comm_comp_ratio", "bubble_ratio", NULL,
+    MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_batch, MPC_layer_us, MPC_layer_p99_us, MPC_ffn_us,
+    MPC_comm_us, MPC_comm_comp_ratio, MPC_bubble_ratio, NULL,
 };
 static const char *const a2a_need[] = {
-    "source", "pattern", "layout", "routing", "placement", "bytes_per_peer", "bytes_per_rank",
-    "time_us", "time_p99_us", "busbw_GBps", NULL,
+    MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement, MPC_bytes_per_peer, MPC_bytes_per_rank,
+    MPC_time_us, MPC_time_p99_us, MPC_busbw_GBps, NULL,
 };
 static const char *const ffn_need[] = {
-    "source", "layout", "routing", "placement", "batch", "rows", "ffn_us", "ffn_p99_us",
-    "achieved_GFLOPs", NULL,
+    MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_batch, MPC_rows, MPC_ffn_us, MPC_ffn_p99_us,
+    MPC_achieved_GFLOPs, NULL,
 };
 
 /* ---- run directories ---- */
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0)
-            break;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf)
-        buf[len] = '\0';
-    fclose(f);
-    return buf;
-}
 
 /* Read dir/name into t when the file exists, checking the columns in need[]. */
 static int load_table(const char *dir, const char *name, const char *const *need,
                       struct mp_table *t, int *found)
 {
     memset(t, 0, sizeof *t);
-    char *path = path_join(dir, name);
+    char *path = mp_path_join(dir, name);
     if (!path) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
@@ -119,14 +83,14 @@ int rp_run_load(const char *dir, struct rp_run *run)
         return MP_ERR_RUNTIME;
     }
     int rc = MP_OK, found = 0;
-    char *jpath = path_join(dir, "run.json");
+    char *jpath = mp_path_join(dir, "run.json");
     if (!jpath) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
     }
     if (stat(jpath, &st) == 0) {
-        char *text = slurp(jpath);
+        char *text = mp_read_file(jpath, NULL);
         if (!text) {
             mp_usage("%s: %s", jpath, strerror(errno));
             rc = MP_ERR_USAGE;
@@ -141,11 +105,11 @@ int rp_run_load(const char *dir, struct rp_run *run)
     }
     free(jpath);
     if (rc == MP_OK)
-        rc = load_table(dir, "layer.csv", layer_need, &run->layer, &found);
+        rc = load_table(dir, mp_schema_layer.file, layer_need, &run->layer, &found);
     if (rc == MP_OK)
-        rc = load_table(dir, "a2a.csv", a2a_need, &run->a2a, &found);
+        rc = load_table(dir, mp_schema_a2a.file, a2a_need, &run->a2a, &found);
     if (rc == MP_OK)
-        rc = load_table(dir, "ffn.csv", ffn_need, &run->ffn, &found);
+        rc = load_table(dir, mp_schema_ffn.file, ffn_need, &run->ffn, &found);
     if (rc == MP_OK && !found) {
         mp_usage("%s: no layer.csv, a2a.csv or ffn.csv (not a moeperf run directory)", dir);
         rc = MP_ERR_USAGE;
@@ -286,13 +250,13 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
         int kc[RP_NKEY];
         for (int k = 0; k < RP_NKEY; k++)
             kc[k] = mp_table_col(t, rp_key_names[k]);
-        int c_batch = mp_table_col(t, "batch"), c_layer = mp_table_col(t, "layer_us"),
-            c_lp99 = mp_table_col(t, "layer_p99_us"), c_ffn = mp_table_col(t, "ffn_us"),
-            c_fp99 = mp_table_col(t, "ffn_p99_us"), c_comm = mp_table_col(t, "comm_us"),
-            c_cp99 = mp_table_col(t, "comm_p99_us"), c_ratio = mp_table_col(t, "comm_comp_ratio"),
-            c_bub = mp_table_col(t, "bubble_ratio"), c_imb = mp_table_col(t, "load_imbalance"),
-            c_hit = mp_table_col(t, "local_hit_rate"), c_lo = mp_table_col(t, "layer_ci_lo_us"),
-            c_hi = mp_table_col(t, "layer_ci_hi_us"), c_drop = mp_table_col(t, "drop_rate");
+        int c_batch = mp_table_col(t, MPC_batch), c_layer = mp_table_col(t, MPC_layer_us),
+            c_lp99 = mp_table_col(t, MPC_layer_p99_us), c_ffn = mp_table_col(t, MPC_ffn_us),
+            c_fp99 = mp_table_col(t, MPC_ffn_p99_us), c_comm = mp_table_col(t, MPC_comm_us),
+            c_cp99 = mp_table_col(t, MPC_comm_p99_us), c_ratio = mp_table_col(t, MPC_comm_comp_ratio),
+            c_bub = mp_table_col(t, MPC_bubble_ratio), c_imb = mp_table_col(t, MPC_load_imbalance),
+            c_hit = mp_table_col(t, MPC_local_hit_rate), c_lo = mp_table_col(t, MPC_layer_ci_lo_us),
+            c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate);
         for (long row = 0; row < t->nrows; row++) {
             struct rp_point p = {
                 .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),

@@ -418,6 +418,8 @@ out:
 
 const struct mp_compute_ops mp_compute_cpu = {
     .name = "cpu",
+    .memory = MP_MEMORY_HOST,
+    .dispatch_modes = MP_DISPATCH_ALL,
     .elem_size = sizeof(float),
     .check_tolerance = 1e-5,
     .init = cpu_init,

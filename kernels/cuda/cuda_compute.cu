@@ -13,7 +13,6 @@
 extern "C" {
 #include "compute.h"
 #include "error.h"
-#include "rankmap.h"
 }
 #include "chunks.h"
 #include "cuda_helpers.cuh"
@@ -196,7 +195,7 @@ static int cuda_init(struct mp_compute **out, int local_rank)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (rankmap.h) */
+    c->device = mp_gpu_index(local_rank, n); /* one rank per GPU, in order (compute.h) */
     *out = c;
     if (preselected >= 0 && preselected != c->device)
         mp_warn("--backend cuda: the launcher's local rank chose GPU %d before MPI started, the "
@@ -1360,6 +1359,9 @@ static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total
 
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
+    .memory = MP_MEMORY_DEVICE,
+    .dispatch_modes = MP_DISPATCH_ALL,
+    .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,

@@ -29,6 +29,8 @@ static int model_sync(struct mp_compute *c) { return MP_OK; }
 
 const struct mp_compute_ops mp_compute_model = {
     .name = "model",
+    .memory = MP_MEMORY_VIRTUAL,
+    .dispatch_modes = MP_DISPATCH_ALL, /* what core/vlayer.c models */
     .elem_size = 2, /* the profile's element size governs; bf16 by default */
     .init = model_init,
     .fini = model_fini,

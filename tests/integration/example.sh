@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # example.sh - the foundation's headline command on 4 ranks writes layer.csv with every metric
-# column of DESIGN.md, the per-iteration samples and per-rank files, and run.json; --check passes.
+# column of docs/CSV.md (layer.csv), the per-iteration samples and per-rank files, and run.json;
+# --check passes.
 . "$(dirname "$0")/lib.sh"
 
 mpi 4 "$BIN/moeperf-layer" --model mixtral-8x7b --hidden 1024 --ffn 2048 --batch 1,16,64 \

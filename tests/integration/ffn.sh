@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ffn.sh - moeperf-ffn on one process: one summary row per point, rows and FLOPs as DESIGN.md
+# ffn.sh - moeperf-ffn on one process: one summary row per point, rows and FLOPs as docs/METRICS.md
 # counts them (top-8 of 8 experts: every token is a row of every expert), a roofline bound and a
 # roofline fraction of at most 1.05 (a timing study: the perf tier, up to 3 runs) with the caches
 # flushed (the default: the test's 6 MB of

@@ -10,7 +10,7 @@ UPDATE=${2:-}
 # the runs, each into $TMP/NAME
 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
     --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
-    --placement contiguous,replicate-hot:2 --iters 4 \
+    --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
     --quiet --out "$TMP/model" || fail "model run exit $?"
 "$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
     --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \

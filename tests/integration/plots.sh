@@ -24,7 +24,15 @@ awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
 # is_png FILE / is_svg FILE: the image signature
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
 is_svg() { head -c 2000 "$1" | grep -q '<svg'; }
-FIGS_LAYER="layer_latency comm_ratio bubble"
+# the figures of each file, from the figure table render draws from
+figs_of() { awk -F, -v f="$1" '!/^#/ && $1 != "name" && $2 == f { printf "%s ", $1 }' "$SRC/plots/figures.csv"; }
+FIGS_LAYER=$(figs_of layer.csv) FIGS_A2A=$(figs_of a2a.csv) FIGS_FFN=$(figs_of ffn.csv)
+count() { echo $#; }
+[ "$(count $FIGS_LAYER)" -ge 3 ] && [ -n "$FIGS_A2A" ] && [ -n "$FIGS_FFN" ] ||
+    fail "plots/figures.csv: expected layer, a2a and ffn figures, got '$FIGS_LAYER' '$FIGS_A2A' '$FIGS_FFN'"
+for f in $FIGS_LAYER $FIGS_A2A $FIGS_FFN; do
+    "$RENDER" --help | grep -q "^  $f " || fail "render --help does not list $f"
+done
 
 # 1. each run directory on its own, PNG, into RUN_DIR/plots/
 "$RENDER" "$TMP/l1" "$TMP/l2" "$TMP/a2a" "$TMP/ffn" >"$TMP/out1" || fail "render (png) exit $?"
@@ -36,16 +44,19 @@ for d in l1 l2; do
     done
     [ ! -e "$TMP/$d/plots/a2a_busbw.png" ] || fail "$d has no a2a.csv but got a2a_busbw.png"
 done
-for p in "$TMP/a2a/plots/a2a_busbw.png" "$TMP/ffn/plots/ffn_roofline.png"; do
+for p in $(for f in $FIGS_A2A; do echo "$TMP/a2a/plots/$f.png"; done) \
+    $(for f in $FIGS_FFN; do echo "$TMP/ffn/plots/$f.png"; done); do
     [ -s "$p" ] && is_png "$p" || fail "$p missing, empty or not a PNG"
 done
-[ "$(wc -l <"$TMP/out1")" -eq 8 ] || fail "render listed $(wc -l <"$TMP/out1") images, expected 8"
+expected=$((2 * $(count $FIGS_LAYER) + $(count $FIGS_A2A) + $(count $FIGS_FFN)))
+[ "$(wc -l <"$TMP/out1")" -eq $expected ] ||
+    fail "render listed $(wc -l <"$TMP/out1") images, expected $expected"
 if ls -a "$TMP"/*/plots | grep -q '\.tmp'; then fail "temporary files left in plots/"; fi
 
 # 2. all runs on one set of figures, SVG, with the published reference
 "$RENDER" --format svg --out "$TMP/svg" --reference "$SRC/plots/seed-h100-64gpu.csv" \
     "$TMP/l2" "$TMP/model" "$TMP/a2a" "$TMP/ffn" >/dev/null || fail "render (svg) exit $?"
-for f in $FIGS_LAYER a2a_busbw ffn_roofline; do
+for f in $FIGS_LAYER $FIGS_A2A $FIGS_FFN; do
     p=$TMP/svg/$f.svg
     [ -s "$p" ] || fail "$p missing or empty"
     is_svg "$p" || fail "$p is not an SVG"

@@ -7,6 +7,7 @@
 
 #include "a2acounts.h"
 #include "check.h"
+#include "comm.h"
 #include "error.h"
 
 /* The uniform pattern of `ep` peers at `bytes` per peer: blocks tile the buffer in order. */
@@ -43,8 +44,10 @@ int main(void)
     check_uniform(64, 4 * G);       /* the --bytes maximum at 64 peers: 252 GiB offsets */
 
     /* one MPI datatype counts its bytes in an int; NCCL counts in size_t */
-    CHECK_INT(mp_a2a_max_row_bytes("mpi"), INT_MAX);
-    CHECK(mp_a2a_max_row_bytes("nccl") >= (size_t)4 * G);
+    CHECK_INT(mp_a2a_max_row_bytes(&mp_comm_mpi), INT_MAX);
+    for (int i = 0; mp_comm_backends[i]; i++)
+        if (mp_comm_backends[i]->memory == MP_MEMORY_DEVICE) /* nccl */
+            CHECK(mp_a2a_max_row_bytes(mp_comm_backends[i]) >= (size_t)4 * G);
 
     /* MoE rows: tokens·topk must fit an int; the buffer is counted in size_t */
     size_t bytes = 0;

@@ -1,7 +1,7 @@
 /* test_dplan.c - the dispatch plan a backend builds itself (kernels/dplan.h, dplan.c) equals the host
  * plan exactly: the route table picks the rank and expert slot mp_placement_dest does for every
  * (expert, token); the sort by cell gives the same send rows, tokens and weights as mp_plan_send
- * (dynamic), mp_padded_send (padded, with drops) and mp_plan_send_group chunk by chunk (pipelined);
+ * (dynamic), the host padded oracle (padded, with drops) and mp_plan_send_group chunk by chunk (pipelined);
  * the counts rebuild the same totals. */
 #include <stdlib.h>
 
@@ -10,6 +10,7 @@
 #include "dplan_host.h"
 #include "error.h"
 #include "padded.h"
+#include "padded_oracle.h"
 #include "plan.h"
 #include "routing.h"
 
@@ -62,14 +63,14 @@ static void compare_rank(const struct mp_placement *pl, int ep, int K, long tota
         CHECK_INT(fp.send_displ[d], hp.send_displ[d]);
     }
 
-    /* padded: the slot rows, padding and drops equal mp_padded_send's */
+    /* padded: the slot rows, padding and drops equal the host oracle's */
     int PL = pl->max_local;
     struct mp_padded pd;
     CHECK_INT(mp_padded_alloc(&pd, ep, PL, cap), MP_OK);
     struct mp_plan hq; /* the host padded layout reads a plan in the padded cell layout */
     CHECK_INT(mp_plan_alloc(&hq, ep, PL, ntok, K), MP_OK);
     mp_plan_send(&hq, pl, r, tok0, ntok, ids + tok0 * K, w + tok0 * K);
-    mp_padded_send(&pd, &hq, r);
+    oracle_padded_send(&pd, &hq, r);
     mp_route_table(pl, r, PL, 1, off, cell);
     s.max_local = PL;
     s.ncells = ep * PL;

@@ -1,4 +1,4 @@
-/* test_metrics.c - DESIGN.md's per-iteration metrics on hand-computed rank records. */
+/* test_metrics.c - the per-iteration metrics of docs/METRICS.md on hand-computed rank records. */
 #include "check.h"
 #include "metrics.h"
 

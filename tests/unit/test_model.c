@@ -7,7 +7,7 @@
 #include "error.h"
 #include "model.h"
 
-/* DESIGN.md, Workload vocabulary: name, H, D, E, K, shared, MoE layers. */
+/* The presets' fields (docs/CSV.md, Model files): name, H, D, E, K, shared, MoE layers. */
 static const struct {
     const char *name;
     int h, d, e, k, shared, layers;

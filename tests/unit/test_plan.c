@@ -6,6 +6,7 @@
 #include "check.h"
 #include "error.h"
 #include "padded.h"
+#include "padded_oracle.h"
 #include "plan.h"
 #include "routing.h"
 
@@ -92,7 +93,7 @@ int main(void)
             struct mp_padded pd;
             CHECK_INT(mp_padded_alloc(&pd, EP, L, cap), MP_OK);
             CHECK_INT(pd.rows, (long)EP * L * cap);
-            mp_padded_send(&pd, &p[r], r);
+            oracle_padded_send(&pd, &p[r], r);
             for (int d = 0; d < EP; d++) {
                 CHECK_INT(pd.peer_rows[d], L * cap);
                 long row = p[r].send_displ[d];

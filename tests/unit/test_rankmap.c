@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "compute.h" /* mp_gpu_index */
 #include "rankmap.h"
 
 static void clear_env(void)

@@ -1,7 +1,9 @@
 /* test_vlayer.c - the model's layer for virtual ranks, pipelined and not: --overlap 1 is the
  * unpipelined model to the bit and follows its equations; with communication about as long as the
  * expert FFN, 2 and 4 chunks shorten the layer; with negligible communication overlap costs at most
- * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. */
+ * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. The padded
+ * dispatch moves whole slots with no count round and drops what a tight capacity cuts; a
+ * straggler lengthens its own FFN and every rank's wait, not the communication. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +122,70 @@ int main(void)
         mp_point_result_free(&fn);
     }
     mp_point_result_free(&f1);
+
+    /* the padded dispatch, lossless: every pair of ranks exchanges max_local·cap rows (cap = the
+     * tokens a rank holds), nothing dropped, every slot row computed; the dispatch is launch and
+     * the data round, with no count exchange */
+    struct mp_point pp = pt;
+    pp.padded = 1;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_OK);
+    long cap = 256 / EP;
+    double slot_bytes = (double)placement.max_local * cap * model.hidden * h100.elem_bytes;
+    CHECK_INT(t[0].count_exchange, 0);
+    CHECK_NEAR(t[0].a2a.intra_max, (EP - 1) * slot_bytes, 0);
+    slowest = 0;
+    double kept = 0;
+    for (int p = 0; p < EP; p++) {
+        CHECK_NEAR(t[0].dropped[p], 0, 0);
+        CHECK_NEAR(t[0].bytes_sent[p], 2 * (EP - 1) * slot_bytes, 0);
+        CHECK_NEAR(t[0].ffn_rows[p], (double)placement.max_local * EP * cap + t[0].tokens[p], 0);
+        CHECK_INT(t[0].active[p], placement.max_local + model.shared);
+        kept += t[0].rows[p];
+        double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
+                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p]);
+        slowest = f > slowest ? f : slowest;
+    }
+    CHECK_NEAR(kept, 256.0 * model.topk, 0); /* every pair kept */
+    a = &t[0].a2a;
+    data = mp_model_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra, a->uses_inter,
+                                a->incast);
+    struct mp_rank_iter pr[EP];
+    mp_vtraffic_time(&h100, &model, &t[0], pr);
+    struct mp_iter_metrics pm;
+    mp_metrics_iter(pr, EP, &pm);
+    L = h100.launch_us + (h100.launch_us + data) + slowest + (h100.launch_us + data);
+    CHECK_NEAR(pm.layer_us, L, 1e-12);
+    CHECK_NEAR(pm.drop_rate, 0, 0);
+    mp_vtraffic_free(t, ndraws);
+    /* a tight capacity (0.5: half the mean load per slot) drops pairs; kept and dropped add up */
+    pp.capacity = 0.5;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_OK);
+    double dropped = 0;
+    kept = 0;
+    for (int p = 0; p < EP; p++) {
+        dropped += t[0].dropped[p];
+        kept += t[0].rows[p];
+    }
+    CHECK(dropped > 0);
+    CHECK_NEAR(kept + dropped, 256.0 * model.topk, 0);
+    mp_vtraffic_free(t, ndraws);
+    pp.overlap = 2; /* never pipelined, as measured */
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_ERR_USAGE);
+
+    /* a straggler (rank 3, 1 ms): its FFN takes that much more, the slowest FFN sets every rank's
+     * wait, and the communication is unchanged */
+    struct mp_point sp = pt;
+    sp.straggle_rank = 3;
+    sp.straggle_us = 1000;
+    struct mp_point_result sr;
+    CHECK_INT(mp_vlayer_run(&h100, &model, 1, EP, 5, &sp, &sr), MP_OK);
+    for (int i = 0; i < ITERS; i++) {
+        CHECK_NEAR(sr.ranks[(size_t)i * EP + 3].ffn, r1.ranks[(size_t)i * EP + 3].ffn + 1000, 1e-9);
+        CHECK_NEAR(sr.metrics[i].ffn_us, r1.ranks[(size_t)i * EP + 3].ffn + 1000, 1e-9);
+        CHECK_NEAR(sr.metrics[i].layer_us - sr.metrics[i].ffn_us,
+                   r1.metrics[i].layer_us - r1.metrics[i].ffn_us, 1e-9);
+    }
+    mp_point_result_free(&sr);
 
     /* ranks holding fewer experts than the most loaded one (replicas of 4 hot experts: 12 or 8
      * local experts), pipelined: every chunk's rows add up to the unpipelined rows */

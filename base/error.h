@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-/* Status codes double as process exit codes (DESIGN.md, Conventions). */
+/* Status codes double as process exit codes (docs/ARCHITECTURE.md, Layers). */
 enum mp_status {
     MP_OK = 0,
     MP_ERR_RUNTIME = 1,    /* a measurement or library call failed */

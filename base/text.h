@@ -17,6 +17,28 @@ static inline char *mp_trim(char *s)
     return s;
 }
 
+/* Split one line of a key=value file in place: '#' starts a comment, white space around the key
+ * and the value is dropped. Returns 0 when nothing is left (a blank or comment line), 1 with *key
+ * and *value set, or -1 when what is left has no '=' (*key then points at it, for the message). */
+static inline int mp_kv_split(char *line, char **key, char **value)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    char *s = mp_trim(line);
+    *key = s;
+    *value = NULL;
+    if (!*s)
+        return 0;
+    char *eq = strchr(s, '=');
+    if (!eq)
+        return -1;
+    *eq = '\0';
+    *key = mp_trim(s);
+    *value = mp_trim(eq + 1);
+    return 1;
+}
+
 /* The file name of `path` without its directories and extension ("custom" if that is empty), the
  * default name of a model or profile read from a file. */
 static inline void mp_file_stem(const char *path, char *out, size_t len)

@@ -17,27 +17,29 @@ void mp_log_init(const char *prog, int rank)
 const char *mp_prog(void) { return log_prog; }
 int mp_log_rank(void) { return log_rank; }
 
-void mp_usage(const char *fmt, ...)
+/* "prog: <kind>message" on stderr, from rank 0 (or a process without a rank) only. */
+static void say_once(const char *kind, const char *fmt, va_list ap)
 {
     if (log_rank > 0)
         return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", log_prog);
+    fprintf(stderr, "%s: %s", log_prog, kind);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+void mp_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say_once("", fmt, ap);
     va_end(ap);
 }
 
 void mp_warn(const char *fmt, ...)
 {
-    if (log_rank > 0)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: warning: ", log_prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say_once("warning: ", fmt, ap);
     va_end(ap);
 }
 

@@ -1,0 +1,17 @@
+/* files.h - path joining and whole-file reading, the file helpers the results writers and the
+ * report tools share. */
+#ifndef MP_FILES_H
+#define MP_FILES_H
+
+#include <stddef.h>
+
+/* "dir/name" in a new heap string (no second '/' when dir ends with one; just `name` when dir is
+ * empty). NULL when out of memory (errno ENOMEM); the caller frees it. */
+char *mp_path_join(const char *dir, const char *name);
+
+/* The whole file at `path` in a new NUL-terminated heap buffer, its length (without the NUL) in
+ * *len when len is not NULL. NULL on failure with errno saying why (the file's open or read
+ * error, or ENOMEM); the caller frees it. */
+char *mp_read_file(const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,28 @@
+/* registry.h - what the compute and comm backend registries share: the kinds of memory a backend
+ * works on, and lookup by name with the usage message that names the built backends. */
+#ifndef MP_REGISTRY_H
+#define MP_REGISTRY_H
+
+#include <stddef.h>
+
+/* Where a backend's buffers live: host memory, device memory (a device comm backend orders its
+ * collectives with the compute backend's stream), or nowhere: a virtual backend moves no data and
+ * its durations come from a model of the hardware. A compute and a comm backend run together only
+ * when both are of the same kind. */
+enum mp_memory_kind { MP_MEMORY_HOST, MP_MEMORY_DEVICE, MP_MEMORY_VIRTUAL };
+
+/* A backend of the source tree this binary was configured without, and what builds it. */
+struct mp_backend_absent {
+    const char *name, *hint;
+};
+
+/* Index of `name` among the `n` built backends, whose names name_at(i) gives; -1 after a usage
+ * message naming `flag` ("--backend") and the built ones, and for a backend listed in `absent`
+ * (terminated by a NULL name) what builds it. */
+int mp_registry_find(const char *flag, const char *name, int n, const char *(*name_at)(int i),
+                     const struct mp_backend_absent *absent);
+
+/* Append `word` to the '|'-joined list in buf (truncating at len). */
+void mp_registry_append(char *buf, size_t len, const char *word);
+
+#endif

@@ -1,0 +1,345 @@
+/* schema.c - the columns of every CSV file the tools write (see schema.h); docs/CSV.md shows these
+ * tables and tests/unit/test_schema.c keeps the two equal. */
+#include "schema.h"
+
+#include <string.h>
+
+#define MP_COLUMN_DEFINE(n) const char MPC_##n[] = #n;
+MP_COLUMN_NAMES(MP_COLUMN_DEFINE)
+#undef MP_COLUMN_DEFINE
+
+#define T MP_CELL_TEXT
+#define I MP_CELL_INT
+#define R MP_CELL_REAL
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- keys ---- */
+
+static const struct mp_column workload_key[] = {
+    {MPC_source, "–", T, "`measured` for a measured run, `model` for `--backend model`"},
+    {MPC_backend, "–", T, "compute backend (`--backend`)"},
+    {MPC_comm, "–", T, "communication backend (`--comm`)"},
+    {MPC_model, "–", T,
+     "model name: the preset, the model file's `name`, or the file's basename; overrides such as "
+     "`--hidden` do not change it"},
+    {MPC_hidden, "–", I, "H, hidden size"},
+    {MPC_ffn, "–", I, "D, expert FFN dimension (whole, before the TP split)"},
+    {MPC_experts, "–", I, "E, routed experts"},
+    {MPC_topk, "–", I, "K, experts per token"},
+    {MPC_shared, "–", I, "shared experts"},
+    {MPC_layout, "–", T, "canonical `tpXepY`"},
+    {MPC_tp, "ranks", I, "TP group size"},
+    {MPC_ep, "ranks", I, "EP group size"},
+    {MPC_world, "ranks", I, "ranks in the run (= tp · ep)"},
+    {MPC_routing, "–", T,
+     "`--routing` entry as given (`uniform`, `zipf:1.2`, `trace:/path/file.csv`, …)"},
+    {MPC_placement, "–", T, "`--placement` entry as given"},
+    {MPC_overlap, "chunks", I, "`--overlap` entry: chunks pipelined (1: none; 1 for ffn.csv)"},
+    {MPC_dispatch, "–", T,
+     "`--dispatch` entry as given: `dynamic`, `padded` or `padded:F`, with `+graph` when "
+     "`--graph` replayed the layer (`dynamic` for ffn.csv, `dynamic+graph` when `--graph` "
+     "replayed the FFN)"},
+    {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
+    {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
+    {MPC_seed, "–", I, "`--seed`"},
+    {MPC_flush_cache, "–", I,
+     "1 when the device's caches were evicted before every timed iteration (`--flush-cache`, the "
+     "default), 0 with `--no-flush-cache` and for `--backend model` (METRICS.md); warm and cold "
+     "runs are different points"},
+};
+const struct mp_columns mp_workload_key_columns = {workload_key, N(workload_key)};
+
+static const struct mp_column a2a_key[] = {
+    {MPC_source, "–", T, "`measured` for a measured run, `model` for `--backend model`"},
+    {MPC_backend, "–", T, "compute backend (`--backend`)"},
+    {MPC_comm, "–", T, "communication backend (`--comm`)"},
+    {MPC_pattern, "–", T, "`uniform` or `moe`"},
+    {MPC_layout, "–", T, "canonical `tpXepY`"},
+    {MPC_tp, "ranks", I, "TP group size"},
+    {MPC_ep, "ranks", I, "EP group size"},
+    {MPC_world, "ranks", I, "ranks in the run (= tp · ep)"},
+    {MPC_model, "–", T, "model name (moe; empty for uniform)"},
+    {MPC_hidden, "–", I, "H, hidden size (moe; empty for uniform)"},
+    {MPC_experts, "–", I, "E, routed experts (moe; empty for uniform)"},
+    {MPC_topk, "–", I, "K, experts per token (moe; empty for uniform)"},
+    {MPC_routing, "–", T, "`--routing` entry as given (moe; empty for uniform)"},
+    {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
+    {MPC_batch, "tokens", I, "tokens per step for the whole EP instance (0 for uniform)"},
+    {MPC_seq, "–", I, "`--seq` (0 for uniform)"},
+    {MPC_seed, "–", I, "`--seed`"},
+    {MPC_bytes_per_peer, "bytes", I,
+     "what one rank sends to one peer: the `--bytes` value for uniform, derived from the routing "
+     "for moe (METRICS.md)"},
+};
+const struct mp_columns mp_a2a_key_columns = {a2a_key, N(a2a_key)};
+
+/* ---- moeperf-layer ---- */
+
+static const struct mp_column layer_cols[] = {
+    {MPC_tokens_per_rank, "tokens", I, "most tokens any EP rank holds: `ceil(batch·seq / ep)`"},
+    {MPC_iters, "count", I, "timed iterations"},
+    {MPC_layer_us, "µs", R, "median of `layer_us`"},
+    {MPC_layer_p99_us, "µs", R, "p99 of `layer_us`"},
+    {MPC_layer_mean_us, "µs", R, "mean of `layer_us` over iterations"},
+    {MPC_layer_stdev_us, "µs", R, "sample standard deviation of `layer_us` over iterations"},
+    {MPC_layer_min_us, "µs", R, "minimum of `layer_us` over iterations"},
+    {MPC_layer_max_us, "µs", R, "maximum of `layer_us` over iterations"},
+    {MPC_layer_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median of `layer_us`"},
+    {MPC_layer_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median of `layer_us`"},
+    {MPC_ffn_us, "µs", R, "median of `ffn_us` (max over ranks)"},
+    {MPC_ffn_p99_us, "µs", R, "p99 of `ffn_us` (max over ranks)"},
+    {MPC_ffn_mean_us, "µs", R,
+     "median over iterations of the per-iteration mean over ranks of the FFN time"},
+    {MPC_comm_us, "µs", R, "median of `comm_us`"},
+    {MPC_comm_p99_us, "µs", R, "p99 of `comm_us`"},
+    {MPC_route_us, "µs", R, "median of the route phase's max over ranks"},
+    {MPC_dispatch_us, "µs", R, "median of the dispatch phase's max over ranks"},
+    {MPC_tp_reduce_us, "µs", R, "median of the TP reduce phase's max over ranks"},
+    {MPC_combine_us, "µs", R, "median of the combine phase's max over ranks"},
+    {MPC_comm_comp_ratio, "–", R, "median of `comm_us / ffn_us`"},
+    {MPC_bubble_ratio, "–", R, "median of `bubble_ratio`"},
+    {MPC_load_imbalance, "–", R, "median of max/mean routed rows per rank"},
+    {MPC_local_hit_rate, "–", R, "median share of token-expert pairs served on the token's rank"},
+    {MPC_bytes_rank_max, "bytes", R,
+     "median of the largest dispatch + combine bytes one rank sends to others"},
+    {MPC_bytes_internode, "bytes", R,
+     "median of dispatch + combine bytes sent between nodes, all ranks"},
+    {MPC_drop_rate, "–", R,
+     "median share of token-expert pairs a padded dispatch dropped over capacity (0 otherwise)"},
+    {MPC_check_error, "–", R, "`‖out − ref‖/‖ref‖` with `--check`, else empty"},
+    {MPC_overlap_efficiency, "–", R,
+     "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
+     "(METRICS.md), else empty"},
+};
+
+/* The per-iteration metrics of METRICS.md, in the field order of struct mp_iter_metrics. */
+static const struct mp_column layer_sample_cols[] = {
+    {MPC_iter, "–", I, "0-based index of the timed iteration"},
+    {MPC_layer_us, "µs", R, "the slowest rank's layer time"},
+    {MPC_ffn_us, "µs", R, "the slowest rank's FFN time"},
+    {MPC_ffn_mean_us, "µs", R, "mean over ranks of the FFN time"},
+    {MPC_comm_us, "µs", R, "`layer_us − ffn_us −` the slowest rank's route time"},
+    {MPC_route_us, "µs", R, "the route phase's max over ranks"},
+    {MPC_dispatch_us, "µs", R, "the dispatch phase's max over ranks"},
+    {MPC_tp_reduce_us, "µs", R, "the TP reduce phase's max over ranks"},
+    {MPC_combine_us, "µs", R, "the combine phase's max over ranks"},
+    {MPC_comm_comp_ratio, "–", R, "`comm_us / ffn_us`"},
+    {MPC_bubble_ratio, "–", R, "share of all ranks' layer time spent waiting for the slowest FFN"},
+    {MPC_load_imbalance, "–", R, "max/mean routed rows per rank"},
+    {MPC_local_hit_rate, "–", R, "share of token-expert pairs served on the token's rank"},
+    {MPC_bytes_rank_max, "bytes", R, "largest dispatch + combine bytes one rank sends to others"},
+    {MPC_bytes_internode, "bytes", R, "dispatch + combine bytes sent between nodes, all ranks"},
+    {MPC_drop_rate, "–", R,
+     "share of token-expert pairs a padded dispatch dropped over capacity (0 otherwise)"},
+};
+
+static const struct mp_column layer_rank_cols[] = {
+    {MPC_rank, "–", I, "world rank"},
+    {MPC_node, "–", I,
+     "node index: ranks sharing memory form a node; nodes are numbered in order of their lowest "
+     "rank"},
+    {MPC_ep_rank, "–", I, "`rank / tp`"},
+    {MPC_tp_rank, "–", I, "`rank mod tp`"},
+    {MPC_tokens, "tokens", R, "tokens this rank holds"},
+    {MPC_rows, "rows", R, "routed token-expert rows this rank's experts received and computed"},
+    {MPC_ffn_rows, "rows", R, "`rows` + shared-expert rows (`shared · tokens`)"},
+    {MPC_bytes_sent, "bytes", R, "dispatch + combine bytes sent to other ranks"},
+    {MPC_route_us, "µs", R, "this rank's route time"},
+    {MPC_dispatch_us, "µs", R, "this rank's dispatch time"},
+    {MPC_ffn_us, "µs", R, "this rank's FFN time"},
+    {MPC_tp_reduce_us, "µs", R, "this rank's TP reduce time"},
+    {MPC_combine_us, "µs", R, "this rank's combine time"},
+    {MPC_layer_us, "µs", R, "median of this rank's `L_r`, the sum of its five phases"},
+    {MPC_start_skew_us, "µs", R,
+     "start skew: how long this rank waited at the start of an iteration for the last rank to "
+     "arrive, from its arrival at the start barrier to the end of the start alignment (mark to "
+     "mark on this rank's timer, [METRICS.md](METRICS.md#measurement-protocol-moeperf-layer)); "
+     "≥ 0, about the barrier's own latency on the last rank to arrive; not part of `layer_us`. 0 "
+     "for `--backend model`"},
+};
+
+const struct mp_csv_schema mp_schema_layer = {
+    "layer.csv", "moeperf-layer", "one per point: summary over iterations",
+    &mp_workload_key_columns, {layer_cols, N(layer_cols)}};
+const struct mp_csv_schema mp_schema_layer_samples = {
+    "layer_samples.csv", "moeperf-layer", "one per point and timed iteration",
+    &mp_workload_key_columns, {layer_sample_cols, N(layer_sample_cols)}};
+const struct mp_csv_schema mp_schema_layer_ranks = {
+    "layer_ranks.csv", "moeperf-layer",
+    "one per point and rank; each value is the median over the timed iterations, taken per column",
+    &mp_workload_key_columns, {layer_rank_cols, N(layer_rank_cols)}};
+
+/* ---- moeperf-a2a ---- */
+
+static const struct mp_column a2a_cols[] = {
+    {MPC_bytes_per_rank, "bytes", I,
+     "bytes one rank sends in one alltoallv, self included (moe: mean over draws of the largest "
+     "rank's send)"},
+    {MPC_iters, "count", I, "timed iterations"},
+    {MPC_time_us, "µs", R, "median of the slowest rank's time"},
+    {MPC_time_p99_us, "µs", R, "p99 of the slowest rank's time"},
+    {MPC_time_mean_us, "µs", R, "mean of the slowest rank's time"},
+    {MPC_time_stdev_us, "µs", R, "sample standard deviation of the slowest rank's time"},
+    {MPC_time_min_us, "µs", R, "minimum of the slowest rank's time"},
+    {MPC_time_max_us, "µs", R, "maximum of the slowest rank's time"},
+    {MPC_time_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median"},
+    {MPC_time_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median"},
+    {MPC_algbw_GBps, "GB/s", R, "`bytes_per_rank / time_us / 10³`"},
+    {MPC_busbw_GBps, "GB/s", R, "`algbw · (ep − 1) / ep`"},
+};
+static const struct mp_column a2a_sample_cols[] = {
+    {MPC_iter, "–", I, "0-based index of the timed iteration"},
+    {MPC_time_us, "µs", R, "the slowest rank's time"},
+};
+
+const struct mp_csv_schema mp_schema_a2a = {"a2a.csv", "moeperf-a2a",
+                                            "one per point: summary over iterations",
+                                            &mp_a2a_key_columns, {a2a_cols, N(a2a_cols)}};
+const struct mp_csv_schema mp_schema_a2a_samples = {
+    "a2a_samples.csv", "moeperf-a2a", "one per point and timed iteration", &mp_a2a_key_columns,
+    {a2a_sample_cols, N(a2a_sample_cols)}};
+
+/* ---- moeperf-ffn ---- */
+
+static const struct mp_column ffn_cols[] = {
+    {MPC_tokens_per_rank, "tokens", I, "`ceil(batch·seq / ep)`"},
+    {MPC_rows, "rows", I,
+     "rows of the critical rank (the EP rank with the most rows), shared-expert rows included"},
+    {MPC_active_experts, "count", I,
+     "the critical rank's experts with at least one row, shared experts included"},
+    {MPC_flops, "FLOP", I, "`6 · H · (D/tp) · rows`"},
+    {MPC_weight_bytes, "bytes", I, "`3 · H · (D/tp) · active_experts · elem`"},
+    {MPC_iters, "count", I, "timed iterations"},
+    {MPC_ffn_us, "µs", R, "median of the FFN time (max over ranks)"},
+    {MPC_ffn_p99_us, "µs", R, "p99 of the FFN time (max over ranks)"},
+    {MPC_ffn_mean_us, "µs", R,
+     "mean over iterations of the FFN time (in layer.csv: the mean over ranks)"},
+    {MPC_ffn_stdev_us, "µs", R, "sample standard deviation over iterations"},
+    {MPC_ffn_min_us, "µs", R, "minimum over iterations"},
+    {MPC_ffn_max_us, "µs", R, "maximum over iterations"},
+    {MPC_ffn_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median"},
+    {MPC_ffn_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median"},
+    {MPC_achieved_GFLOPs, "GFLOP/s", R, "`flops` / median time"},
+    {MPC_achieved_GBps, "GB/s", R, "`weight_bytes` / median time"},
+    {MPC_peak_GFLOPs, "GFLOP/s", R,
+     "compute roofline peak measured at start-up (rank 0); empty if not measured"},
+    {MPC_peak_GBps, "GB/s", R,
+     "memory roofline peak measured at start-up (rank 0); empty if not measured"},
+    {MPC_bound, "–", T, "`memory` or `compute`; empty without peaks"},
+    {MPC_roofline_fraction, "–", R, "achieved FLOP/s / attainable FLOP/s; empty without peaks"},
+};
+static const struct mp_column ffn_sample_cols[] = {
+    {MPC_iter, "–", I, "0-based index of the timed iteration"},
+    {MPC_ffn_us, "µs", R, "the FFN time, max over ranks"},
+};
+
+const struct mp_csv_schema mp_schema_ffn = {"ffn.csv", "moeperf-ffn",
+                                            "one per point: summary over iterations",
+                                            &mp_workload_key_columns, {ffn_cols, N(ffn_cols)}};
+const struct mp_csv_schema mp_schema_ffn_samples = {
+    "ffn_samples.csv", "moeperf-ffn", "one per point and timed iteration",
+    &mp_workload_key_columns, {ffn_sample_cols, N(ffn_sample_cols)}};
+
+/* ---- moeperf-plan ---- */
+
+static const struct mp_column plan_cols[] = {
+    {MPC_source, "–", T, "`model`"},
+    {MPC_routing, "–", T, "`--routing` entry as given"},
+    {MPC_tp, "ranks", I, "TP group size"},
+    {MPC_ep, "ranks", I, "EP group size"},
+    {MPC_replicate, "–", I, "hot experts replicated (`replicate-hot:R`), 0 for none"},
+    {MPC_placement, "–", T, "the placement of the candidate"},
+    {MPC_batch, "tokens", I, "tokens per step for one replica"},
+    {MPC_layer_us, "µs", R, "modelled median layer time"},
+    {MPC_layer_p99_us, "µs", R, "modelled p99 layer time"},
+    {MPC_ffn_us, "µs", R, "modelled median FFN time"},
+    {MPC_comm_us, "µs", R, "modelled median communication time"},
+    {MPC_comm_comp_ratio, "–", R, "`comm_us / ffn_us`"},
+    {MPC_bubble_ratio, "–", R, "modelled bubble ratio"},
+    {MPC_load_imbalance, "–", R, "max/mean routed rows per rank"},
+    {MPC_local_hit_rate, "–", R, "share of token-expert pairs served on the token's rank"},
+    {MPC_token_ms, "ms", R, "the MoE layers of one decode step: layers × median layer time"},
+    {MPC_token_p99_ms, "ms", R, "layers × p99 layer time"},
+    {MPC_replica_tokens_per_s, "tokens/s", R, "tokens per second one replica serves"},
+    {MPC_dp, "–", I, "replicas needed for the target throughput"},
+    {MPC_gpus, "GPUs", I, "GPUs of all replicas"},
+    {MPC_meets_slo, "–", I, "1 when the candidate meets the SLO, else 0"},
+    {MPC_overlap, "chunks", I, "chunks pipelined (1: none)"},
+};
+static const struct mp_columns no_key = {NULL, 0};
+const struct mp_csv_schema mp_schema_plan = {"plan.csv", "moeperf-plan", "one per candidate",
+                                             &no_key, {plan_cols, N(plan_cols)}};
+
+/* ---- moeperf-compare: its key is the key columns of the compared files ---- */
+
+static const struct mp_column compare_cols[] = {
+    {MPC_metric, "–", T, "the compared column, e.g. `layer_us`"},
+    {MPC_gated, "–", I, "1 when the metric sets the exit status, 0 for a secondary metric"},
+    {MPC_n_base, "count", I, "samples of the base run"},
+    {MPC_n_new, "count", I, "samples of the new run"},
+    {MPC_runs_base, "count", I, "base run directories"},
+    {MPC_runs_new, "count", I, "new run directories"},
+    {MPC_unit, "–", T, "what is ranked: `iteration` (samples) or `run` (one median per run)"},
+    {MPC_units_base, "count", I, "units ranked on the base side"},
+    {MPC_units_new, "count", I, "units ranked on the new side"},
+    {MPC_base_median_us, "µs", R, "median of the base side"},
+    {MPC_base_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval, base side"},
+    {MPC_base_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval, base side"},
+    {MPC_new_median_us, "µs", R, "median of the new side"},
+    {MPC_new_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval, new side"},
+    {MPC_new_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval, new side"},
+    {MPC_change_pct, "%", R, "new median over base median, minus 1, in percent"},
+    {MPC_u_base, "–", R, "Mann-Whitney U of the base side"},
+    {MPC_p_value, "–", T, "two-sided p value, `%.6g`; empty when no test was made"},
+    {MPC_test, "–", T, "`exact` or `normal`; empty when no test was made"},
+    {MPC_verdict, "–", T, "the verdict (docs/regression.md)"},
+    {MPC_reason, "–", T, "why a verdict is inconclusive; empty otherwise"},
+};
+const struct mp_csv_schema mp_schema_compare = {
+    "compare.csv", "moeperf-compare",
+    "one per point and metric; the key columns are those of the compared files", &no_key,
+    {compare_cols, N(compare_cols)}};
+
+const struct mp_csv_schema *const mp_schemas[] = {
+    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks, &mp_schema_a2a,
+    &mp_schema_a2a_samples, &mp_schema_ffn, &mp_schema_ffn_samples, &mp_schema_plan,
+    &mp_schema_compare, NULL,
+};
+
+/* ---- lookups ---- */
+
+const struct mp_csv_schema *mp_schema_find(const char *file)
+{
+    for (int i = 0; mp_schemas[i]; i++)
+        if (strcmp(mp_schemas[i]->file, file) == 0)
+            return mp_schemas[i];
+    return NULL;
+}
+
+int mp_schema_ncols(const struct mp_csv_schema *f) { return f->key->n + f->cols.n; }
+
+const struct mp_column *mp_schema_column(const struct mp_csv_schema *f, int i)
+{
+    return i < f->key->n ? &f->key->col[i] : &f->cols.col[i - f->key->n];
+}
+
+int mp_schema_index(const struct mp_csv_schema *f, const char *name)
+{
+    for (int i = 0; i < mp_schema_ncols(f); i++)
+        if (strcmp(mp_schema_column(f, i)->name, name) == 0)
+            return i;
+    return -1;
+}
+
+int mp_schema_header(const struct mp_csv_schema *f, const char **names)
+{
+    int n = mp_schema_ncols(f);
+    for (int i = 0; i < n; i++)
+        names[i] = mp_schema_column(f, i)->name;
+    return n;
+}
+
+const char *mp_cell_format_name(enum mp_cell_format f)
+{
+    return f == MP_CELL_INT ? "int" : f == MP_CELL_REAL ? "real" : "text";
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# model_parity.sh - moeperf-layer's measured (cpu+mpi) and modelled runs take the same flags, but
+# for a documented short list the model refuses naming the flag; they write the same CSV headers;
+# and the model's padded dispatch moves, keeps and drops exactly the rows a measured run does.
+. "$(dirname "$0")/lib.sh"
+LAYER=$BIN/moeperf-layer
+
+# The flags a measured run takes and a modelled one refuses (exit 2, the message naming the
+# flag): the same list as refuse_unsupported in bench/moeperf-layer.c and docs/planning.md.
+MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
+# --graph needs --backend cuda --comm nccl: the measured cpu run refuses it too.
+CPU_REFUSES="--graph"
+
+base="--hidden 32 --ffn 16 --experts 4 --topk 2 --batch 8 --iters 2 --warmup 0 --quiet"
+model="--backend model --comm model --cluster cpu-host --world 2"
+
+# sample FLAG: the arguments that exercise FLAG in a 2-rank run (empty for a plain flag); exit 1
+# for a flag this test does not know, so a new flag in --help must be placed here.
+sample() {
+    case $1 in
+    --model) echo "--model mixtral-8x7b" ;;
+    --experts) echo "--experts 6" ;;
+    --topk) echo "--topk 3" ;;
+    --shared) echo "--shared 1" ;;
+    --hidden) echo "--hidden 48" ;;
+    --ffn) echo "--ffn 24" ;;
+    --layers) echo "--layers 3" ;;
+    --batch) echo "--batch 4,12" ;;
+    --seq) echo "--seq 2" ;;
+    --layout) echo "--layout tp2ep1,tp1ep2" ;;
+    --routing) echo "--routing zipf:1.2,hot:1:40" ;;
+    --placement) echo "--placement round-robin,eplb:2" ;;
+    --overlap) echo "--overlap 1,2" ;;
+    --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
+    --gemm) echo "--gemm loop" ;;
+    --graph) echo "--graph --dispatch padded" ;;
+    --seed) echo "--seed 9" ;;
+    --warmup) echo "--warmup 1" ;;
+    --iters) echo "--iters 3" ;;
+    --cpu-bind) echo "--cpu-bind none" ;;
+    --cluster) echo "--cluster h100-ndr" ;;
+    --world) echo "--world 2" ;;
+    --out) echo "" ;; # every run below writes into --out
+    --resume) echo "--resume" ;;
+    --check) echo "--check" ;;
+    --quiet) echo "--quiet" ;;
+    --timeout) echo "--timeout 60" ;;
+    --max-memory) echo "--max-memory 1G" ;;
+    --inject-delay-us) echo "--inject-delay-us 5" ;;
+    --straggle) echo "--straggle 1:50" ;;
+    --flush-cache) echo "--flush-cache" ;;
+    --no-flush-cache) echo "--no-flush-cache" ;;
+    -h | --help) echo "--help" ;;
+    --version) echo "--version" ;;
+    --backend | --comm) echo "" ;; # the two runs differ by these: they choose the side
+    *) return 1 ;;
+    esac
+}
+
+# every flag --help lists, negations included
+"$LAYER" --help >"$TMP/help.txt"
+flags=$(grep -oE '^  (-h, )?--[a-z-]+|--no-[a-z-]+ turns' "$TMP/help.txt" | grep -oE '\-\-?[a-z-]+' |
+    grep -v '^--$' | sort -u)
+[ "$(echo "$flags" | wc -l)" -ge 30 ] || fail "read only $(echo "$flags" | wc -l) flags from --help"
+for f in $MODEL_REFUSES; do
+    echo "$flags" | grep -qx -- "$f" || fail "$f is on the refused list but not in --help"
+done
+
+n=0
+for f in $flags; do
+    args=$(sample "$f") ||
+        fail "$f is in --help but not here: give it a sample and decide whether the model takes it"
+    n=$((n + 1))
+    set +e
+    # shellcheck disable=SC2086
+    mpi 2 "$LAYER" $base $args --out "$TMP/m$n" >/dev/null 2>"$TMP/m.err"
+    mrc=$?
+    # shellcheck disable=SC2086
+    "$LAYER" $model $base $args --out "$TMP/v$n" >/dev/null 2>"$TMP/v.err"
+    vrc=$?
+    set -e
+    case " $CPU_REFUSES " in
+    *" $f "*) [ "$mrc" -eq 2 ] || fail "measured $f exited $mrc, expected 2 (a cuda-only flag)" ;;
+    *) [ "$mrc" -eq 0 ] || fail "measured run with $args exited $mrc: $(head -c 400 "$TMP/m.err")" ;;
+    esac
+    case " $MODEL_REFUSES " in
+    *" $f "*)
+        [ "$vrc" -eq 2 ] || fail "modelled run with $args exited $vrc, expected 2 (it refuses $f)"
+        grep -q -- "$f" "$TMP/v.err" ||
+            fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
+        echo "model refuses $f: $(cat "$TMP/v.err")"
+        ;;
+    *)
+        [ "$vrc" -eq 0 ] || fail "modelled run with $args exited $vrc, but the measured one" \
+            "takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the flag and" \
+            "add it to MODEL_REFUSES and docs/planning.md)"
+        ;;
+    esac
+done
+echo "$n flags: both take all but $MODEL_REFUSES"
+
+# the same columns, and the model's counts are the measured run's: rows, slot rows, bytes and
+# drops of the dynamic and padded dispatches (warm-up 0 so both time the same routing draws; the
+# cpu-host profile has the cpu backend's 4-byte elements)
+sweep="--hidden 32 --ffn 16 --experts 8 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
+    --routing zipf:1.2,hot:2:30 --placement contiguous,eplb:4 --dispatch dynamic,padded,padded:0.75
+    --iters 3 --warmup 0 --seed 7 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
+# shellcheck disable=SC2086
+"$LAYER" --backend model --comm model --cluster cpu-host --world 4 $sweep --out "$TMP/modelled" ||
+    fail "modelled sweep exit $?"
+for f in layer.csv layer_ranks.csv layer_samples.csv; do
+    [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
+        fail "$f: measured and modelled headers differ"
+done
+python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "the model's counts differ from the measured run's"
+import csv, sys
+key = ["layout", "routing", "placement", "overlap", "dispatch", "batch"]
+checks = [("layer.csv", [], ["tokens_per_rank", "load_imbalance", "local_hit_rate", "bytes_rank_max",
+                             "drop_rate"]),
+          ("layer_ranks.csv", ["rank"], ["tokens", "rows", "ffn_rows", "bytes_sent"]),
+          ("layer_samples.csv", ["iter"], ["load_imbalance", "local_hit_rate", "bytes_rank_max",
+                                           "drop_rate"])]
+def load(path, extra):
+    return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(path, newline=""))}
+bad = cells = 0
+for name, extra, cols in checks:
+    a, b = (load(f"{d}/{name}", extra) for d in sys.argv[1:3])
+    if a.keys() != b.keys():
+        sys.exit(f"{name}: the measured and modelled runs wrote different points")
+    for k in a:
+        for c in cols:
+            cells += 1
+            if a[k][c] != b[k][c]:
+                bad += 1
+                print(f"{name} {k} {c}: measured {a[k][c]}, modelled {b[k][c]}", file=sys.stderr)
+print(f"{cells} count cells compared, {bad} differ")
+# a tight capacity drops pairs (and the measured run drops the same); lossless padded drops none
+mod = load(f"{sys.argv[2]}/layer.csv", [])
+tight = [float(r["drop_rate"]) for k, r in mod.items() if k[4] == "padded:0.75"]
+lossless = [float(r["drop_rate"]) for k, r in mod.items() if k[4] in ("padded", "dynamic")]
+if not tight or min(tight) <= 0:
+    sys.exit(f"padded:0.75 points with drop_rate 0: {tight}")
+if any(lossless):
+    sys.exit(f"lossless points with drops: {lossless}")
+sys.exit(1 if bad else 0)
+PY
+echo PASS

@@ -1,0 +1,163 @@
+/* test_backends.c - the backend registries: every built compute and comm backend passes its table
+ * check and is found by name, the choice lists hold every built backend, and a table whose hooks
+ * disagree with its capability data (copies of the real tables with a hook removed or a capability
+ * changed) is refused. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "compute.h"
+#include "error.h"
+
+static int in_list(const char *const *list, const char *name)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(list[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether the check refuses `o`, printing the fault it names. */
+static int compute_refused(const struct mp_compute_ops *o, const char *what)
+{
+    char why[256] = "";
+    int ok = mp_compute_check(o, why, sizeof why);
+    printf("  compute %s (%s): %s\n", o->name, what, ok ? "accepted" : why);
+    return !ok && why[0];
+}
+
+static int comm_refused(const struct mp_comm_ops *o, const char *what)
+{
+    char why[256] = "";
+    int ok = mp_comm_check(o, why, sizeof why);
+    printf("  comm %s (%s): %s\n", o->name, what, ok ? "accepted" : why);
+    return !ok && why[0];
+}
+
+static void test_built_compute(void)
+{
+    int n = 0;
+    for (int i = 0; mp_compute_backends[i]; i++, n++) {
+        const struct mp_compute_ops *o = mp_compute_backends[i], *found = NULL;
+        char why[256] = "";
+        CHECK(mp_compute_check(o, why, sizeof why));
+        if (why[0])
+            fprintf(stderr, "the %s table: %s\n", o->name, why);
+        CHECK_INT(mp_compute_find(o->name, &found), MP_OK);
+        CHECK(found == o);
+        CHECK(in_list(mp_compute_choices, o->name));
+    }
+    CHECK(n >= 2); /* cpu and model are always built */
+    CHECK(mp_compute_cpu.memory == MP_MEMORY_HOST);
+    CHECK(mp_compute_model.memory == MP_MEMORY_VIRTUAL);
+    const struct mp_compute_ops *found = &mp_compute_cpu;
+    CHECK_INT(mp_compute_find("gpu", &found), MP_ERR_USAGE);
+    CHECK(found == NULL);
+}
+
+static void test_built_comm(void)
+{
+    int n = 0;
+    for (int i = 0; mp_comm_backends[i]; i++, n++) {
+        const struct mp_comm_ops *o = mp_comm_backends[i], *found = NULL;
+        char why[256] = "";
+        CHECK(mp_comm_check(o, why, sizeof why));
+        if (why[0])
+            fprintf(stderr, "the %s table: %s\n", o->name, why);
+        CHECK_INT(mp_comm_find(o->name, &found), MP_OK);
+        CHECK(found == o);
+        CHECK(in_list(mp_comm_choices, o->name));
+    }
+    CHECK(n >= 2); /* mpi and model are always built */
+    const struct mp_comm_ops *found = &mp_comm_mpi;
+    CHECK_INT(mp_comm_find("tcp", &found), MP_ERR_USAGE);
+    CHECK(found == NULL);
+}
+
+/* Copies of the real compute tables, each broken in one way, are refused. */
+static void test_broken_compute(void)
+{
+    struct mp_compute_ops t = mp_compute_cpu;
+    t.combine = NULL;
+    CHECK(compute_refused(&t, "combine removed"));
+    t = mp_compute_cpu;
+    t.sync = NULL;
+    CHECK(compute_refused(&t, "sync removed"));
+    t = mp_compute_cpu;
+    t.graph = 1;
+    CHECK(compute_refused(&t, "claims graph capture without its hooks"));
+    t = mp_compute_cpu;
+    t.memory = MP_MEMORY_DEVICE;
+    CHECK(compute_refused(&t, "claims device memory without native_stream"));
+    t = mp_compute_cpu;
+    t.dispatch_modes = 0;
+    CHECK(compute_refused(&t, "no dispatch mode"));
+    t = mp_compute_cpu;
+    t.check_tolerance = 0;
+    CHECK(compute_refused(&t, "no --check tolerance"));
+    t = mp_compute_model;
+    t.alloc = mp_compute_cpu.alloc;
+    CHECK(compute_refused(&t, "virtual with alloc"));
+    t = mp_compute_model;
+    t.memory = MP_MEMORY_HOST;
+    CHECK(compute_refused(&t, "host memory without kernels"));
+    t = mp_compute_model;
+    t.gemm_modes = 1u << MP_GEMM_GROUPED;
+    CHECK(compute_refused(&t, "virtual with a gemm mode"));
+    for (int i = 0; mp_compute_backends[i]; i++) { /* the device backends (cuda) */
+        const struct mp_compute_ops *o = mp_compute_backends[i];
+        if (o->memory != MP_MEMORY_DEVICE)
+            continue;
+        t = *o;
+        t.replay = NULL;
+        CHECK(compute_refused(&t, "replay removed"));
+        t = *o;
+        t.native_stream = NULL;
+        CHECK(compute_refused(&t, "native_stream removed"));
+        t = *o;
+        t.memory = MP_MEMORY_HOST;
+        CHECK(compute_refused(&t, "host memory with a stream"));
+    }
+}
+
+/* Copies of the real comm tables, each broken in one way, are refused. */
+static void test_broken_comm(void)
+{
+    struct mp_comm_ops t = mp_comm_mpi;
+    t.wait = NULL;
+    CHECK(comm_refused(&t, "wait removed, ialltoallv kept"));
+    t = mp_comm_mpi;
+    t.alltoallv = NULL;
+    CHECK(comm_refused(&t, "alltoallv removed"));
+    t = mp_comm_mpi;
+    t.memory = MP_MEMORY_DEVICE;
+    CHECK(comm_refused(&t, "device memory without bind_device"));
+    t = mp_comm_mpi;
+    t.max_row_bytes = 0;
+    CHECK(comm_refused(&t, "no largest row"));
+    t = mp_comm_model;
+    t.max_double = NULL;
+    CHECK(comm_refused(&t, "max_double removed"));
+    for (int i = 0; mp_comm_backends[i]; i++) { /* the device backends (nccl) */
+        const struct mp_comm_ops *o = mp_comm_backends[i];
+        if (o->memory != MP_MEMORY_DEVICE)
+            continue;
+        t = *o;
+        t.bind_device = NULL;
+        CHECK(comm_refused(&t, "bind_device removed"));
+        t = *o;
+        t.memory = MP_MEMORY_HOST;
+        CHECK(comm_refused(&t, "host memory with bind_device"));
+    }
+}
+
+int main(void)
+{
+    mp_log_init("test_backends", -1);
+    test_built_compute();
+    test_built_comm();
+    test_broken_compute();
+    test_broken_comm();
+    return check_failures;
+}
