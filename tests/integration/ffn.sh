@@ -2,10 +2,9 @@
 # ffn.sh - moeperf-ffn on one process: one summary row per point, rows and FLOPs as docs/METRICS.md
 # counts them (top-8 of 8 experts: every token is a row of every expert), a roofline bound and a
 # roofline fraction of at most 1.05 (a timing study: the perf tier, up to 3 runs) with the caches
-# flushed (the default: the test's 6 MB of
-# weights fit in a CPU's last-level cache, which would otherwise serve them faster than the memory
-# copy the roofline measures), flush_cache recorded in ffn.csv and run.json, and exit 2 on a bad
-# flag.
+# flushed (the default: the test's 6 MB of weights fit in a CPU's last-level cache, which would
+# otherwise serve them faster than the memory copy the roofline measures), flush_cache recorded in
+# ffn.csv and run.json, and exit 2 on a bad flag.
 . "$(dirname "$0")/lib.sh"
 
 out="$TMP/ffn"
