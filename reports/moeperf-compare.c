@@ -40,9 +40,9 @@ static const struct mp_opt options[] = {
      "smallest change of the median, in percent, that counts as a regression or improvement"},
     {"alpha", MP_OPT_DOUBLE, O(alpha), "0.01", 1e-15, 0.5, NULL, "P",
      "significance level of the two-sided Mann-Whitney U test"},
-    {"out", MP_OPT_STRING, O(out), "compare-out", 1.0, 0.0, NULL, "DIR",
+    {"out", MP_OPT_STRING, O(out), NULL, 1.0, 0.0, NULL, "DIR",
      "write compare.csv, compare.md, compare.junit.xml, compare_plot.gp/.dat and compare.svg "
-     "into DIR (created if missing)"},
+     "into DIR (created if missing) [default: NEW_DIR-compare, beside the new run]"},
     {"tool", MP_OPT_STRING, O(tool), "auto", 1.0, 0.0, tool_choices, NULL,
      "whose results to compare; auto: the one tool whose files BASE_DIR holds"},
     {"gate", MP_OPT_STRING, O(gate), "primary", 1.0, 0.0, gate_choices, NULL,
@@ -87,6 +87,35 @@ struct counts {
 static int row_gated(const struct mp_cmp *c, const struct mp_cmp_row *r, int gate_all)
 {
     return gate_all || c->metrics[r->metric].primary;
+}
+
+/* default_out: the default --out, a directory beside the new run named after it (NEW_DIR with
+ * "-compare" appended, trailing slashes dropped), so results never land in whatever directory the
+ * tool runs from; a NEW_DIR without a name of its own (".", "..") is resolved first. Returns a
+ * malloc'ed path, or NULL with a usage error when NEW_DIR is the root (nothing is beside it). */
+static char *default_out(const char *new_dir)
+{
+    char *dir = strdup(new_dir), *out = NULL;
+    if (!dir)
+        return NULL;
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        dir[--len] = '\0';
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strcmp(dir, "/") == 0) {
+        char *real = realpath(dir, NULL);
+        free(dir);
+        dir = real;
+        if (!dir)
+            return NULL;
+    }
+    if (strcmp(dir, "/") == 0)
+        mp_usage("--out: NEW_DIR is /, which has no directory beside it for the results; "
+                 "give --out DIR");
+    else if (asprintf(&out, "%s-compare", dir) < 0)
+        out = NULL;
+    free(dir);
+    return out;
 }
 
 /* ---- number formatting ---- */
@@ -720,6 +749,10 @@ int main(int argc, char **argv)
                                                                 : MP_CMP_UNIT_AUTO};
     if ((rc = mp_cmp_load(pos[0], pos[1], &co, &c)) != MP_OK)
         goto out;
+    if (!o.out && !(o.out = default_out(pos[1]))) {
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
 
     struct counts n = {0};
     for (long i = 0; i < c.nrows; i++) {

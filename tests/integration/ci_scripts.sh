@@ -3,7 +3,9 @@
 # srun (SRUN_CPUS_PER_TASK), places ranks in blocks, ends the step when a rank fails and sets no
 # NCCL_IB_HCA default; ci/nccl-regress launches one rank per visible GPU on the cuda backend
 # (CUDA_VISIBLE_DEVICES, else nvidia-smi -L) and 2 on the CPU path, seen through stand-in
-# nvidia-smi and mpirun commands that only record what they were asked.
+# nvidia-smi and mpirun commands that only record what they were asked; ci/nccl-regress --out and
+# ci/gpu-check's MOEPERF_GPU_OUT refuse (exit 2) a non-empty directory they did not write, and
+# take an earlier output of theirs.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -92,4 +94,36 @@ set -e
 [ "$rc" -eq 2 ] && grep -q -- '--np' "$TMP/err" ||
     fail "CUDA_VISIBLE_DEVICES empty on the cuda backend: exit $rc, expected 2 naming --np:" \
         "$(cat "$TMP/err")"
+
+# ---- output directories: each run replaces its own, and refuses to remove anything else ----
+mkdir -p "$TMP/mine"
+echo precious >"$TMP/mine/notes.txt"
+# out_status WHAT CMD...: CMD's exit status, its stderr in $TMP/err
+out_status() {
+    set +e
+    env PATH="$TMP/bin:$PATH" FAKE_GPUS=0 FAKE_LOG="$TMP/log" "$@" >/dev/null 2>"$TMP/err"
+    echo $?
+    set -e
+}
+rc=$(out_status "$SRC/ci/nccl-regress" --self-test --repeats 1 --tools a2a --build "$TMP/cpu" --out "$TMP/mine")
+[ "$rc" -eq 2 ] && grep -q -- "--out: '$TMP/mine' is not empty" "$TMP/err" ||
+    fail "nccl-regress --out on a directory it did not write: exit $rc, expected 2: $(cat "$TMP/err")"
+[ "$(cat "$TMP/mine/notes.txt" 2>/dev/null)" = precious ] || fail "nccl-regress removed a directory it did not write"
+echo "nccl-regress --out on someone else's directory: $(cat "$TMP/err")"
+# $TMP/out is the earlier runs' output above: taken again (the fake mpirun then fails: exit 1)
+rc=$(out_status "$SRC/ci/nccl-regress" --self-test --repeats 1 --tools a2a --build "$TMP/cpu" --out "$TMP/out")
+[ "$rc" -eq 1 ] && [ -f "$TMP/out/.nccl-regress-out" ] ||
+    fail "nccl-regress --out on its own earlier output: exit $rc, expected 1 (the fake mpirun): $(cat "$TMP/err")"
+rc=$(out_status env MOEPERF_GPU_OUT="$TMP/mine" "$SRC/ci/gpu-check")
+[ "$rc" -eq 2 ] && grep -q "MOEPERF_GPU_OUT='$TMP/mine' is not empty" "$TMP/err" ||
+    fail "gpu-check with MOEPERF_GPU_OUT on a directory it did not write: exit $rc, expected 2: $(cat "$TMP/err")"
+[ "$(cat "$TMP/mine/notes.txt" 2>/dev/null)" = precious ] || fail "gpu-check removed a directory it did not write"
+echo "gpu-check MOEPERF_GPU_OUT on someone else's directory: $(cat "$TMP/err")"
+# an earlier output (its marker) and an empty directory are taken: without a GPU, exit 77
+mkdir -p "$TMP/gpu-old" "$TMP/gpu-empty"
+echo old >"$TMP/gpu-old/.gpu-check-out"
+for d in gpu-old gpu-empty; do
+    rc=$(out_status env MOEPERF_GPU_OUT="$TMP/$d" "$SRC/ci/gpu-check")
+    [ "$rc" -eq 77 ] || fail "gpu-check with MOEPERF_GPU_OUT=$d: exit $rc, expected 77 (no GPU): $(cat "$TMP/err")"
+done
 echo PASS

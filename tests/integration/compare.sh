@@ -3,7 +3,8 @@
 # same sweep with --inject-delay-us exits 3 with every point's layer_us (and comm_us) marked
 # regression; compare.csv, compare.md, compare.junit.xml (and compare.svg) parse; a run compared
 # with itself is unchanged; too few samples are inconclusive (--strict fails them); usage errors
-# exit 2.
+# exit 2; without --out the files go beside the new run (NEW_DIR-compare), not into the directory
+# it runs from.
 . "$(dirname "$0")/lib.sh"
 CMP=$BUILD/reports/moeperf-compare
 [ -x "$CMP" ] || fail "$CMP is not built"
@@ -160,4 +161,15 @@ usage "different workloads" "$TMP/base" "$TMP/a2a"
 usage "two run directories" "$TMP/base"
 usage "--threshold" --threshold -1 "$TMP/base" "$TMP/slow"
 usage "--gate" --gate some "$TMP/base" "$TMP/slow"
+
+# ---- the default --out: NEW_DIR-compare beside the new run, whatever the working directory ----
+mkdir -p "$TMP/cwd"
+(cd "$TMP/cwd" && "$CMP" --quiet --no-svg "$TMP/base" "$TMP/slow/") >/dev/null 2>&1 || true
+[ -z "$(ls -A "$TMP/cwd")" ] || fail "moeperf-compare without --out wrote into its working directory: $(ls -A "$TMP/cwd")"
+[ -f "$TMP/slow-compare/compare.csv" ] || fail "moeperf-compare without --out: no slow-compare/compare.csv beside the new run"
+# a NEW_DIR without a name of its own (".") is resolved to the directory it names
+(cd "$TMP/base" && "$CMP" --quiet --no-svg "$TMP/base" .) >/dev/null || fail "moeperf-compare base . exited $?"
+[ -f "$TMP/base-compare/compare.csv" ] && [ ! -e "$TMP/base/compare.csv" ] ||
+    fail "moeperf-compare with NEW_DIR . did not write base-compare/ beside it"
+echo "default --out: slow-compare/ and base-compare/ beside the new runs, nothing in the working directory"
 echo PASS

@@ -4,17 +4,17 @@
 # moeperf-a2a sweep, never gives a regression verdict at moeperf-compare's defaults, in any metric.
 # Single runs are not compared here: on a shared host two single runs of one build differ by more
 # than their iterations scatter (docs/regression.md), which only repeated runs can show.
-# A timing study: skipped (77) in a sanitizer build. It first measures the machine's noise: the
-# coefficient of variation (CV) of one configuration's run medians over 6 runs of each sweep, per
-# point and metric. A comparison whose CV exceeds moeperf-compare's 5 % threshold is too noisy to
-# judge: the threshold cannot keep chance out of its verdict, so an alarm there is reported, not
-# failed; when no comparison can be judged the test skips, saying so. A repetition with a judged
-# alarm is measured once more, and a second one fails unless a fresh noise measurement finds the
-# machine now too noisy to judge it (then the test skips, saying so).
+# A timing study (the perf tier): skipped (77) in the fast tier and in a sanitizer build. It first
+# measures the machine's noise: the coefficient of variation (CV) of one configuration's run medians
+# over 6 runs of each sweep, per point and metric. A comparison whose CV exceeds moeperf-compare's
+# 5 % threshold is too noisy to judge: the threshold cannot keep chance out of its verdict, so an
+# alarm there is reported, not failed; when no comparison can be judged the test skips, saying so. A
+# repetition with a judged alarm is measured once more, and a second one fails unless a fresh noise
+# measurement finds the machine now too noisy to judge it (then the test skips, saying so).
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -x "$BUILD/reports/moeperf-compare" ] || fail "$BUILD/reports/moeperf-compare is not built"
-skip_timing_in_sanitizer_build "compare_alarms (no false regression verdicts)"
+perf_tier_only "compare_alarms (no false regression verdicts)"
 
 THRESHOLD=5 # moeperf-compare's default --threshold, percent
 # The largest CV of run medians (percent) judged. Simulated with independent normal run medians:

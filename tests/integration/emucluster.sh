@@ -2,8 +2,8 @@
 # emucluster.sh - the network-bound regime on an emulated 2-node cluster (ci/emucluster): over a
 # 200 Mbit/s link comm_comp_ratio is below 1 at batch 1 and above 1 at batch 256, the link is what
 # limits the exchange (no rank sends faster than the link rate; an unshaped link is several times
-# faster), ranks of one node share it (2 x 2), a SIGTERM stops a job naming its point, and nothing
-# of any cluster is left afterwards.
+# faster): the timing studies, judged in the perf tier; ranks of one node share it (2 x 2), a SIGTERM
+# stops a job naming its point, and nothing of any cluster is left afterwards.
 # Skips (77) only where network namespaces cannot be created.
 . "$(dirname "$0")/lib.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -31,11 +31,15 @@ at() {
 }
 
 # 1. the crossover: a timing study, so a sweep whose ratios miss is measured once more (a shared
-# machine's load can stall one batch's exchanges), and judged only outside sanitizer builds
-SANITIZERS=$(sanitizer_build)
+# machine's load can stall one batch's exchanges), and judged only in the perf tier outside
+# sanitizer builds
+judge=0
+timing_study "the crossover and the link's limit" && judge=1
+ITERS=10
+[ "$judge" = 1 ] || ITERS=3 # unjudged: a few iterations do
 for attempt in 1 2; do
     rm -rf "$TMP/slow"
-    "$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $MODEL --batch 1,4,16,64,256 --iters 10 \
+    "$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $MODEL --batch 1,4,16,64,256 --iters $ITERS \
         --out "$TMP/slow" >"$TMP/slow.out" 2>"$TMP/slow.err" ||
         fail "the sweep exited $?: $(cat "$TMP/slow.err")"
     cat "$TMP/slow.out"
@@ -49,20 +53,22 @@ for attempt in 1 2; do
     r1=$(at "$L" 1 comm_comp_ratio)
     r256=$(at "$L" 256 comm_comp_ratio)
     echo "attempt $attempt: comm_comp_ratio: batch 1 $r1, batch 256 $r256"
+    [ "$judge" = 1 ] || break
     awk -v a="$r1" -v b="$r256" 'BEGIN { exit !(a < 1 && b > 1) }' && break
-    [ "$attempt" -lt 2 ] && continue
-    if [ "$SANITIZERS" != none ]; then
-        echo "crossover not judged: a timing study, and this build is instrumented with" \
-            "-fsanitize=$SANITIZERS"
-        break
-    fi
+    [ "$attempt" -lt 2 ] && { first1=$r1 first256=$r256; continue; }
+    # two misses: when a ratio moved by more than 20 % between the two sweeps, the machine's load
+    # decided it, not the link
+    awk -v a="$first1" -v b="$r1" -v c="$first256" -v d="$r256" 'function moved(x, y) {
+            return (x > y ? x / y : y / x) > 1.2 } BEGIN { exit !(moved(a, b) || moved(c, d)) }' &&
+        skip "the machine is too noisy to judge the crossover: comm_comp_ratio moved between the" \
+            "two sweeps (batch 1: $first1 then $r1, batch 256: $first256 then $r256)"
     awk -v x="$r1" 'BEGIN { exit !(x < 1) }' || fail "batch 1 is network-bound already (ratio $r1)"
     fail "batch 256 is not network-bound (ratio $r256)"
 done
 
 # 2. the link is the limit: a rank's dispatch + combine time is at least the time its bytes take at
 # the link rate (less a token-bucket burst per exchange, 20% margin in all)
-awk -F, -v bps="$RATE_BPS" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+[ "$judge" = 0 ] || awk -F, -v bps="$RATE_BPS" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     $c["batch"] == 256 { wire = ($c["bytes_sent"] - 2 * 65536) * 8 / bps * 1e6
                          t = $c["dispatch_us"] + $c["combine_us"]
                          printf "rank %d: %d bytes sent, dispatch+combine %.0f us, %.0f us at the link rate\n",
@@ -72,46 +78,48 @@ awk -F, -v bps="$RATE_BPS" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next 
 
 # 3. the same point over an unshaped link, on a cluster that run makes and removes by itself
 "$EMU" run --name "${NAME}u" --nodes 2 --rate 0 -- "$BIN/moeperf-layer" $MODEL --batch 256 \
-    --iters 10 --quiet --out "$TMP/fast" >/dev/null 2>"$TMP/fast.err" ||
+    --iters $ITERS --quiet --out "$TMP/fast" >/dev/null 2>"$TMP/fast.err" ||
     fail "the unshaped run exited $?: $(cat "$TMP/fast.err")"
 slow=$(at "$L" 256 comm_us)
 fast=$(at "$TMP/fast/layer.csv" 256 comm_us)
 echo "comm_us at batch 256: 200 Mbit/s $slow, unshaped $fast"
-awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(s > 3 * f) }' || fail "the slow link is not what makes comm slow"
+[ "$judge" = 0 ] || awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(s > 3 * f) }' || fail "the slow link is not what makes comm slow"
 [ -z "$(ip netns list | grep "^${NAME}u-")" ] && [ ! -e "/tmp/emucluster-${NAME}u" ] ||
     fail "the cluster of run --rate 0 was left behind"
 
 # 4. two ranks per node: ranks 0, 1 on node0 and 2, 3 on node1; only what crosses nodes counts in
-# bytes_internode
-"$EMU" run --name "${NAME}r" --nodes 2 --ranks-per-node 2 -- "$BIN/moeperf-layer" $MODEL --batch 16 \
-    --iters 3 --quiet --out "$TMP/rpn" >/dev/null 2>"$TMP/rpn.err" ||
-    fail "the 2 x 2 run exited $?: $(cat "$TMP/rpn.err")"
-[ "$(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' ')" = "0 0 1 1 " ] ||
-    fail "ranks per node: $(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' '), expected 0 0 1 1"
-sent=$(col "$TMP/rpn/layer_ranks.csv" bytes_sent | awk '{ s += $1 } END { print s }')
-inter=$(col "$TMP/rpn/layer.csv" bytes_internode)
-echo "2 x 2 ranks at batch 16: $sent bytes sent, $inter of them between nodes"
-awk -v s="$sent" -v i="$inter" 'BEGIN { exit !(i > 0 && i < s) }' ||
-    fail "bytes_internode $inter is not between 0 and the $sent bytes sent"
+# bytes_internode (4 and 5 are not timing: left out of the perf tier)
+if checks_tier; then
+    "$EMU" run --name "${NAME}r" --nodes 2 --ranks-per-node 2 -- "$BIN/moeperf-layer" $MODEL --batch 16 \
+        --iters 3 --quiet --out "$TMP/rpn" >/dev/null 2>"$TMP/rpn.err" ||
+        fail "the 2 x 2 run exited $?: $(cat "$TMP/rpn.err")"
+    [ "$(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' ')" = "0 0 1 1 " ] ||
+        fail "ranks per node: $(col "$TMP/rpn/layer_ranks.csv" node | tr '\n' ' '), expected 0 0 1 1"
+    sent=$(col "$TMP/rpn/layer_ranks.csv" bytes_sent | awk '{ s += $1 } END { print s }')
+    inter=$(col "$TMP/rpn/layer.csv" bytes_internode)
+    echo "2 x 2 ranks at batch 16: $sent bytes sent, $inter of them between nodes"
+    awk -v s="$sent" -v i="$inter" 'BEGIN { exit !(i > 0 && i < s) }' ||
+        fail "bytes_internode $inter is not between 0 and the $sent bytes sent"
 
-# 5. SIGTERM to run: the ranks name the point, the job stops, the cluster it made is removed
-"$EMU" run --name "${NAME}s" --nodes 2 -- "$BIN/moeperf-layer" $MODEL --batch 1:256:x2 --iters 20 \
-    --quiet --out "$TMP/sig" >/dev/null 2>"$TMP/sig.err" &
-job=$!
-for _ in $(seq 1 600); do
-    [ -f "$TMP/sig/layer.csv" ] && [ "$(rows "$TMP/sig/layer.csv")" -ge 1 ] && break
-    sleep 0.1
-done
-kill -TERM "$job"
-t0=$(date +%s)
-rc=0
-wait "$job" || rc=$?
-echo "SIGTERM: exit $rc after $(($(date +%s) - t0)) s; $(grep 'stopped by a signal' "$TMP/sig.err" | head -1)"
-[ "$rc" -eq 143 ] || fail "run exited $rc after SIGTERM, expected 143: $(cat "$TMP/sig.err")"
-grep -Eq 'stopped by a signal during rank [01] \(host node[01]\) at point layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)?( dispatch [a-z0-9:.+]+)? batch [0-9]+' "$TMP/sig.err" ||
-    fail "no rank named the point it was stopped in: $(cat "$TMP/sig.err")"
-[ -z "$(ip netns list | grep "^${NAME}s-")" ] && [ ! -e "/tmp/emucluster-${NAME}s" ] ||
-    fail "the cluster of the stopped run was left behind"
+    # 5. SIGTERM to run: the ranks name the point, the job stops, the cluster it made is removed
+    "$EMU" run --name "${NAME}s" --nodes 2 -- "$BIN/moeperf-layer" $MODEL --batch 1:256:x2 --iters 20 \
+        --quiet --out "$TMP/sig" >/dev/null 2>"$TMP/sig.err" &
+    job=$!
+    for _ in $(seq 1 600); do
+        [ -f "$TMP/sig/layer.csv" ] && [ "$(rows "$TMP/sig/layer.csv")" -ge 1 ] && break
+        sleep 0.1
+    done
+    kill -TERM "$job"
+    t0=$(date +%s)
+    rc=0
+    wait "$job" || rc=$?
+    echo "SIGTERM: exit $rc after $(($(date +%s) - t0)) s; $(grep 'stopped by a signal' "$TMP/sig.err" | head -1)"
+    [ "$rc" -eq 143 ] || fail "run exited $rc after SIGTERM, expected 143: $(cat "$TMP/sig.err")"
+    grep -Eq 'stopped by a signal during rank [01] \(host node[01]\) at point layout tp1ep2 routing uniform placement contiguous( overlap [0-9]+)?( dispatch [a-z0-9:.+]+)? batch [0-9]+' "$TMP/sig.err" ||
+        fail "no rank named the point it was stopped in: $(cat "$TMP/sig.err")"
+    [ -z "$(ip netns list | grep "^${NAME}s-")" ] && [ ! -e "/tmp/emucluster-${NAME}s" ] ||
+        fail "the cluster of the stopped run was left behind"
+fi
 
 # 6. down leaves nothing: namespaces, state, shared memory, processes, links of the host
 "$EMU" down --name "$NAME" || fail "down exited $?"

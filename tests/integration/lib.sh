@@ -75,6 +75,45 @@ v = next((o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize")
 print(",".join(v) or "none" if isinstance(v, list) else v)' 2>/dev/null || echo none
 }
 
+# The tier a test runs in (MOEPERF_TEST_TIER, set by tests/meson.build): "fast" judges what the
+# programs compute and write and no timing; "perf" judges only the timing studies (ratios, rooflines,
+# false alarms, margins between measured times), in a build without sanitizers; "all", the default
+# when a script is run by hand, judges both.
+TIER=${MOEPERF_TEST_TIER:-all}
+case $TIER in
+fast | perf | all) ;;
+*) fail "MOEPERF_TEST_TIER=$TIER: expected fast, perf or all" ;;
+esac
+
+# timing_study WHAT: whether this run judges the timing study WHAT. Not in the fast tier (it says so
+# and returns 1); in a sanitizer build, which slows every access unevenly, the perf tier skips (77)
+# and "all" returns 1, saying why; otherwise returns 0.
+timing_study() {
+    if [ "$TIER" = fast ]; then
+        echo "$1: a timing study, judged in the perf tier"
+        return 1
+    fi
+    san=$(sanitizer_build)
+    [ "$san" = none ] && return 0
+    [ "$TIER" = perf ] && skip "$1 is a timing study; this build is instrumented with" \
+        "-fsanitize=$san, which slows it unevenly (run it in a release build)"
+    echo "$1 not judged: a timing study, and this build is instrumented with -fsanitize=$san"
+    return 1
+}
+
+# perf_tier_only WHAT: for a test that is a timing study as a whole: skips (77) in the fast tier and,
+# like timing_study, in a sanitizer build.
+perf_tier_only() {
+    [ "$TIER" != fast ] || skip "$1 is a timing study, run in the perf tier (ci/test --tier perf)"
+    timing_study "$1" || skip "$1 is a timing study; not judged in a sanitizer build"
+}
+
+# checks_tier: whether this run judges what is not timing (fast or all; the perf tier leaves the
+# checks to the fast tier and judges only the timing studies).
+checks_tier() {
+    [ "$TIER" != perf ]
+}
+
 # skip_timing_in_sanitizer_build WHAT: a timing study means nothing in a sanitizer build (ASan and
 # UBSan slow every access, unevenly); skips the test (77) saying so in such a build.
 skip_timing_in_sanitizer_build() {
