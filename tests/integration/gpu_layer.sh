@@ -30,12 +30,14 @@ layer() {
     n=$1
     shift
     mpi "$n" "$BIN/moeperf-layer" --backend cuda --comm nccl --model qwen3-30b-a3b --hidden $H \
-        --ffn $F --experts 16 --topk 4 --iters 3 --check "$@" ||
+        --ffn $F --experts 16 --topk 4 --warmup 1 --iters 3 --check "$@" ||
         fail "moeperf-layer $* (stand-in schedule ${CUDAEMU_SCHEDULE:-late}): exit $?"
 }
+# every routing in every dispatch mode, then every placement (under the skewed routing)
 layer $np --shared 1 --batch 1,7,64 --routing uniform,hot:2:15,gate,gate:0.5 \
-    --placement contiguous,round-robin,replicate-hot:2 --dispatch dynamic,padded,padded:1.0 \
-    --out "$TMP/gpu"
+    --dispatch dynamic,padded,padded:1.0 --out "$TMP/gpu"
+layer $np --shared 1 --batch 1,7,64 --routing hot:2:15,gate --placement round-robin,replicate-hot:2 \
+    --dispatch dynamic,padded,padded:1.0 --out "$TMP/gpu-placement"
 layer $np --shared 1 --batch 7,64 --routing hot:2:15 --placement "$eplb" --gemm grouped \
     --overlap 1,2,4 --out "$TMP/gpu-overlap"
 if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the CPU stand-in: the pipeline again in its other schedule
