@@ -263,7 +263,7 @@ static void check_figures(const char *path)
         snprintf(dir, sizeof dir, "./");
     for (long i = 0; i < t.nrows; i++) {
         char **r = t.cells[i];
-        const char *name = r[col[0]];
+        const char *name = r[col[0]] ? r[col[0]] : ""; /* (a full row: never NULL) */
         const struct mp_csv_schema *f = mp_schema_find(r[col[1]]);
         if (!f) {
             fprintf(stderr, "figures.csv: figure %s: %s is not a file of the schema\n", name,
