@@ -3,7 +3,8 @@
 becomes `cudaemu_launch("kernel", coop, kernel, config)(args)`, where coop says whether the kernel
 calls __syncthreads (itself or through a __device__ function that does), `extern __shared__ T
 name[];` becomes the launch's dynamic shared memory, and `#pragma unroll` (nvcc's, unknown to the
-host compiler) an empty line.
+host compiler) an empty line, and a `const __grid_constant__ T name` parameter a const reference
+to the launch's one copy of it (each emulated thread would otherwise copy the whole parameter).
 Line numbers are kept, and a #line directive names the .cu file in compiler messages.
 Usage: rewrite.py IN.cu OUT.cc"""
 import re
@@ -61,6 +62,7 @@ def main():
     text = re.sub(r'extern\s+__shared__\s+([\w\s]+?)\s*(\w+)\s*\[\s*\]\s*;',
                   r'\1 *\2 = (\1 *)cudaemu::dynamic_shared();', text)
     text = re.sub(r'^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$', '', text, flags=re.M)
+    text = re.sub(r'\bconst\s+__grid_constant__\s+((?:struct\s+)?\w+)\s+(\w+)', r'const \1 &\2', text)
     with open(out, 'w', encoding='utf-8') as f:
         f.write(f'#line 1 "{path}"\n' + text)
 

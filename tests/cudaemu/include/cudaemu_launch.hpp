@@ -81,9 +81,10 @@ template <class... P> struct launcher {
         const void *ptrs[sizeof...(P) + 1] = {};
         int n = 0;
         (collect_pointer(ptrs, n, a), ...);
-        std::tuple<P...> args(a...);
+        std::tuple<std::decay_t<P>...> args(a...); /* a const T & parameter (__grid_constant__)
+                                                     * refers to this one copy */
         void (*k)(P...) = kernel;
-        launch(name, coop, grid, block, shmem, stream, sizeof(std::tuple<P...>), ptrs, n,
+        launch(name, coop, grid, block, shmem, stream, sizeof(args), ptrs, n,
                [k, args]() { std::apply(k, args); });
     }
 };
