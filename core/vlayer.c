@@ -10,9 +10,8 @@
 #include "error.h"
 #include "padded.h"
 #include "plan.h"
+#include "routing.h"
 #include "topo.h"
-
-#define POOL_DRAWS 8
 
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 {
@@ -206,7 +205,11 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     const struct mp_placement *pl = pt->placement;
     long T = pt->batch * pt->seq;
     int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
-    int P = pt->iters < POOL_DRAWS ? pt->iters : POOL_DRAWS, N = pt->overlap > 1 ? pt->overlap : 1;
+    /* the measured layer's pool: one draw per warm-up and timed iteration, at most
+     * MP_ROUTING_POOL_DRAWS (core/routing_pool.c) */
+    int steps = (pt->warmup > 0 ? pt->warmup : 0) + pt->iters;
+    int P = steps < MP_ROUTING_POOL_DRAWS ? steps : MP_ROUTING_POOL_DRAWS;
+    int N = pt->overlap > 1 ? pt->overlap : 1;
     if (P < 1)
         P = 1;
     if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
@@ -451,11 +454,14 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
         free(scratch);
         return rc;
     }
+    int warmup = pt->warmup > 0 ? pt->warmup : 0;
     for (int it = 0; it < pt->iters; it++) {
-        mp_vtraffic_time(cl, m, &t[it % P], res->ranks + (size_t)it * N);
+        /* timed iteration it is the layer's step warmup + it, which routes draw step mod P */
+        const struct mp_vtraffic *draw = &t[(warmup + it) % P];
+        mp_vtraffic_time(cl, m, draw, res->ranks + (size_t)it * N);
         mp_metrics_iter(res->ranks + (size_t)it * N, N, &res->metrics[it]);
         if (plain) { /* the same draw with its phases one after the other */
-            struct mp_vtraffic whole = t[it % P];
+            struct mp_vtraffic whole = *draw;
             whole.nchunks = 1;
             mp_vtraffic_time(cl, m, &whole, scratch);
             mp_metrics_iter(scratch, N, &plain[it]);

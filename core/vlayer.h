@@ -71,7 +71,8 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * expert is active. Never pipelined (t->nchunks must be 1). */
 void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
-/* The traffic of the point's routing pool (up to 8 draws, as measured runs cycle through): *ndraws
+/* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
+ * MP_ROUTING_POOL_DRAWS, as measured runs cycle through them): *ndraws
  * entries in *out, built by the point's dispatch mode (its model_traffic, core/dispatch.h) with
  * the profile's node size and element bytes, cut into pt->overlap chunks when that is above 1.
  * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point
@@ -92,7 +93,8 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks);
 
-/* Run one point: traffic, then durations for each of pt->iters iterations (draw i mod ndraws).
+/* Run one point: traffic, then durations for each of pt->iters iterations (timed iteration i is
+ * step warmup + i and routes draw (warmup + i) mod ndraws, as the measured layer's).
  * Fills `res` as mp_layer_run does on rank 0; check_error NAN; with pt->overlap > 1 the point is
  * pipelined and overlap_efficiency is computed against the same draws unpipelined. Gate routing
  * is modelled with uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */

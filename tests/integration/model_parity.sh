@@ -100,11 +100,12 @@ done
 echo "$n flags: both take all but $MODEL_REFUSES"
 
 # the same columns, and the model's counts are the measured run's: rows, slot rows, bytes and
-# drops of the dynamic and padded dispatches (warm-up 0 so both time the same routing draws; the
-# cpu-host profile has the cpu backend's 4-byte elements)
+# drops of the dynamic and padded dispatches, with two warm-up iterations, so the timed ones must
+# route the same draws of the pool in both (the cpu-host profile has the cpu backend's 4-byte
+# elements)
 sweep="--hidden 32 --ffn 16 --experts 8 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
     --routing zipf:1.2,hot:2:30 --placement contiguous,eplb:4 --dispatch dynamic,padded,padded:0.75
-    --iters 3 --warmup 0 --seed 7 --quiet --no-flush-cache"
+    --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
 # shellcheck disable=SC2086
