@@ -22,6 +22,17 @@ struct mp_backend_absent {
 int mp_registry_find(const char *flag, const char *name, int n, const char *(*name_at)(int i),
                      const struct mp_backend_absent *absent);
 
+/* One rule of a backend table's start-up check (mp_compute_check, mp_comm_check), in a function
+ * with `char *why, size_t len` parameters that returns 1 when the table is sound: a condition the
+ * table must meet, and the fault written into why when it does not (the check returns 0). */
+#define MP_REGISTRY_REQUIRE(cond, ...)                                                             \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf(why, len, __VA_ARGS__);                                                       \
+            return 0;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 /* Append `word` to the '|'-joined list in buf (truncating at len). */
 void mp_registry_append(char *buf, size_t len, const char *word);
 

@@ -36,24 +36,9 @@ int mp_comm_agree(struct mp_comm *c, int ok)
     return failed == 0;
 }
 
-static int count(void)
-{
-    int n = 0;
-    while (mp_comm_backends[n])
-        n++;
-    return n;
-}
-
 static const char *name_at(int i) { return mp_comm_backends[i]->name; }
 
-/* One rule of mp_comm_check: a condition the table must meet, and the fault when it does not. */
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            snprintf(why, len, __VA_ARGS__);                                                       \
-            return 0;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE MP_REGISTRY_REQUIRE
 
 int mp_comm_check(const struct mp_comm_ops *o, char *why, size_t len)
 {
@@ -81,7 +66,10 @@ int mp_comm_check(const struct mp_comm_ops *o, char *why, size_t len)
 int mp_comm_find(const char *name, const struct mp_comm_ops **out)
 {
     *out = NULL;
-    int i = mp_registry_find("--comm", name, count(), name_at, absent);
+    int n = 0;
+    while (mp_comm_backends[n])
+        n++;
+    int i = mp_registry_find("--comm", name, n, name_at, absent);
     if (i < 0)
         return MP_ERR_USAGE;
     char why[256];

@@ -27,24 +27,9 @@ static const struct mp_backend_absent absent[] = {MP_COMPUTE_BACKENDS{NULL, NULL
 #undef MP_BUILT
 #undef MP_ABSENT
 
-static int count(void)
-{
-    int n = 0;
-    while (mp_compute_backends[n])
-        n++;
-    return n;
-}
-
 static const char *name_at(int i) { return mp_compute_backends[i]->name; }
 
-/* One rule of mp_compute_check: a condition the table must meet, and the fault when it does not. */
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            snprintf(why, len, __VA_ARGS__);                                                       \
-            return 0;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE MP_REGISTRY_REQUIRE
 
 int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
 {
@@ -92,7 +77,10 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
 int mp_compute_find(const char *name, const struct mp_compute_ops **out)
 {
     *out = NULL;
-    int i = mp_registry_find("--backend", name, count(), name_at, absent);
+    int n = 0;
+    while (mp_compute_backends[n])
+        n++;
+    int i = mp_registry_find("--backend", name, n, name_at, absent);
     if (i < 0)
         return MP_ERR_USAGE;
     char why[256];
