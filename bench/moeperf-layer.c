@@ -10,6 +10,7 @@
 #include "bench_opts.h"
 #include "clock.h"
 #include "console.h"
+#include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
 #include "harness.h"
@@ -25,7 +26,7 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_DEDUP, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -60,7 +61,8 @@ static const struct mp_console_metric console_cols[] = {
 static int variant_shown(const struct mp_session *s)
 {
     return s->o.overlap.n > 1 || s->o.overlap.v[0] != 1 || s->o.dispatch.n > 1 ||
-           strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph;
+           strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph || s->o.dedup.n > 1 ||
+           strcmp(s->o.dedup.v[0], "pair") != 0;
 }
 
 /* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
@@ -106,7 +108,7 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 /* A point's key cells (with the session's): what every row of its files starts with. */
 struct point_key {
     const struct mp_layout *lay;
-    const char *routing, *placement, *dispatch;
+    const char *routing, *placement, *dispatch, *dedup;
     int overlap;
     long batch;
 };
@@ -114,7 +116,7 @@ struct point_key {
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->placement, k->overlap, k->dispatch,
-                        k->batch);
+                        k->dedup, k->batch);
 }
 
 /* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
@@ -195,11 +197,13 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     char chk[24] = "-";
     if (!isnan(res->check_error))
         snprintf(chk, sizeof chk, "%.1e", res->check_error);
-    char mode[128], variant[136] = "";
+    char mode[128], variant[136] = "", dedup[16] = "";
+    if (strcmp(k->dedup, "pair") != 0)
+        snprintf(dedup, sizeof dedup, "/%s", k->dedup);
     if (k->overlap > 1)
-        snprintf(mode, sizeof mode, "%s/ovl%d", k->dispatch, k->overlap);
+        snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
-        snprintf(mode, sizeof mode, "%s", k->dispatch);
+        snprintf(mode, sizeof mode, "%s%s", k->dispatch, dedup);
     if (variant_shown(s))
         snprintf(variant, sizeof variant, " %-16.16s", mode);
     printf("%9s %-16s %-16s%s %7ld", k->lay->name, k->routing, k->placement, variant, k->batch);
@@ -212,10 +216,12 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *placement, int overlap,
-                       const char *dispatch, long batch, const struct mp_point_result *res)
+                       const char *dispatch, const char *dedup, long batch,
+                       const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .routing = routing, .placement = placement,
-                          .dispatch = dispatch, .overlap = overlap, .batch = batch};
+                          .dispatch = dispatch, .dedup = dedup, .overlap = overlap,
+                          .batch = batch};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -296,7 +302,8 @@ static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatc
 
 /* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
  * mode the backend does not run, --graph with a mode that cannot be captured or without a backend
- * that replays, --overlap with a mode that has no pipelined form. */
+ * that replays, --overlap with a mode that has no pipelined form, --dedup rank|node outside the
+ * model or with a padded or pipelined dispatch. */
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
@@ -326,6 +333,36 @@ static int refuse_flags(const struct sweep *sw)
         snprintf(flag, sizeof flag, "--overlap %d", sw->max_overlap);
         if (sw->max_overlap > 1 && (rc = refuse_unrun_mode(s, mode->pipelined, flag)) != MP_OK)
             return rc;
+    }
+    for (int xi = 0; xi < s->o.dedup.n; xi++) {
+        enum mp_dedup dedup;
+        const char *word = s->o.dedup.v[xi];
+        int rc = mp_dedup_parse(word, &dedup);
+        if (rc != MP_OK)
+            return rc;
+        if (dedup == MP_DEDUP_PAIR)
+            continue;
+        if (!s->modelled) { /* the measured dispatch modes move one row per pair so far */
+            mp_usage("--dedup %s: only the model (--backend model --comm model) runs it so far; "
+                     "measured runs take --dedup pair", word);
+            return MP_ERR_USAGE;
+        }
+        for (int di = 0; di < s->o.dispatch.n; di++) {
+            const struct mp_dispatch_mode *mode;
+            double arg;
+            mp_dispatch_parse(s->o.dispatch.v[di], &mode, &arg); /* checked above */
+            if (mode != &mp_dispatch_dynamic) {
+                mp_usage("--dedup %s with --dispatch %s: deduplication is modelled for the dynamic "
+                         "dispatch only; use --dispatch dynamic with it, or --dedup pair",
+                         word, s->o.dispatch.v[di]);
+                return MP_ERR_USAGE;
+            }
+        }
+        if (sw->max_overlap > 1) {
+            mp_usage("--dedup %s with --overlap %d: deduplication is modelled unpipelined only; "
+                     "use --overlap 1 with it, or --dedup pair", word, sw->max_overlap);
+            return MP_ERR_USAGE;
+        }
     }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
@@ -357,7 +394,7 @@ static void print_header(const struct mp_session *s)
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L, int ri,
-                     int pi, const struct mp_placement *pl, int oi, int di, int bi)
+                     int pi, const struct mp_placement *pl, int oi, int di, int xi, int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
@@ -369,16 +406,22 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
     snprintf(dispatch, sizeof dispatch, "%s%s", s->o.dispatch.v[di], s->o.graph ? "+graph" : "");
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
+    const char *dedup_word = s->o.dedup.v[xi];
+    enum mp_dedup dedup;
+    mp_dedup_parse(dedup_word, &dedup); /* validated by refuse_flags */
     struct mp_row key = {0};
     sw->npoint++;
-    mp_workload_key_row(&key, s, lay, rname, pname, overlap, dispatch, batch);
+    mp_workload_key_row(&key, s, lay, rname, pname, overlap, dispatch, dedup_word, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
         return MP_OK;
     char label[512];
-    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d dispatch %s "
-             "batch %ld", lay->name, rname, pname, overlap, dispatch, batch);
+    char dedup_label[24] = ""; /* the default unnamed, as before --dedup */
+    if (dedup != MP_DEDUP_PAIR)
+        snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
+    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d dispatch %s%s "
+             "batch %ld", lay->name, rname, pname, overlap, dispatch, dedup_label, batch);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     if (!s->modelled)
@@ -386,7 +429,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = &sw->routings[ri],
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
-                          .dispatch_arg = dispatch_arg, .gemm = sw->gemm, .graph = s->o.graph,
+                          .dispatch_arg = dispatch_arg, .dedup = (int)dedup, .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
     struct mp_point_result res;
@@ -400,7 +443,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && c->rank == 0)
-        rc = write_point(s, sw->f, lay, rname, pname, overlap, dispatch, batch, &res);
+        rc = write_point(s, sw->f, lay, rname, pname, overlap, dispatch, dedup_word, batch,
+                         &res);
     if (rc == MP_OK && s->o.check && !(res.check_error <= s->cops->check_tolerance)) {
         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                  res.check_error, s->cops->check_tolerance);
@@ -412,7 +456,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
 }
 
 /* Every point of one layout: its layer created once (measured runs), then routing × placement ×
- * overlap × dispatch × batch. */
+ * overlap × dispatch × dedup × batch. */
 static int run_layout(struct sweep *sw, const struct mp_layout *lay)
 {
     struct mp_session *s = sw->s;
@@ -430,8 +474,9 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                                     sw->routings[ri].prob, &pl);
             for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
                 for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
-                    for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
-                        rc = run_point(sw, lay, L, ri, pi, &pl, oi, di, bi);
+                    for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
+                        for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                            rc = run_point(sw, lay, L, ri, pi, &pl, oi, di, xi, bi);
             mp_placement_free(&pl);
         }
     mp_layer_destroy(L);
@@ -486,7 +531,7 @@ int main(int argc, char **argv)
         print_header(&s);
     MP_CHECK(refuse_flags(&sw));
     sw.total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
-               s.o.batch.n;
+               s.o.dedup.n * s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
 out:

@@ -28,6 +28,8 @@ struct mp_point {
     const struct mp_dispatch_mode *dispatch;
     double dispatch_arg; /* the mode's NAME:ARG (padded: capacity factor, mp_padded_capacity);
                           * 0 without one (padded: lossless) */
+    int dedup;           /* what a dispatched row stands for: enum mp_dedup (core/dedup.h; 0:
+                          * pair, one row per token-expert pair) */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */

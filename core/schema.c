@@ -39,6 +39,10 @@ static const struct mp_column workload_key[] = {
      "`--dispatch` entry as given: `dynamic`, `padded` or `padded:F`, with `+graph` when "
      "`--graph` replayed the layer (`dynamic` for ffn.csv, `dynamic+graph` when `--graph` "
      "replayed the FFN)"},
+    {MPC_dedup, "–", T,
+     "`--dedup` entry: what a dispatched row stands for, `pair` (one per token-expert pair), "
+     "`rank` (one per token and destination rank) or `node` (one per token and destination node, "
+     "forwarded inside it); `pair` for ffn.csv"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
     {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
     {MPC_seed, "–", I, "`--seed`"},

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
 #include "padded.h"
@@ -86,6 +87,30 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
     }
 }
 
+/* The exchanges of a deduplicated dispatch (docs/METRICS.md, "Deduplicated dispatch"): each hop's
+ * rows from mp_dedup_count with their metadata, the combine's return of each hop without it, and
+ * every rank's bytes on the wire; the FFN rows are the plan's (every pair still runs). */
+static void dedup_exchanges(struct mp_vtraffic *t, const struct mp_vdraw *d)
+{
+    int ep = t->ep, tp = t->tp, gpn = d->cl->gpus_per_node, K = d->m->topk;
+    enum mp_dedup mode = (enum mp_dedup)d->pt->dedup;
+    double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    size_t cells = (size_t)ep * ep;
+    struct mp_dedup_counts *c = d->dedup;
+    mp_dedup_count(mode, d->pt->placement, d->ids, d->tokens, K, tp, gpn, c);
+    t->dedup_hops = c->hops;
+    for (int h = 0; h < c->hops; h++) {
+        const double *rows = c->rows + h * cells;
+        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL, NULL);
+        for (int e = 0; e < ep; e++) /* the combine: p returns to e what e sent it */
+            for (int p = 0; p < ep; p++)
+                d->rows_to[p * ep + e] = rows[e * ep + p];
+        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL, NULL);
+    }
+    t->a2a = t->hop[0];
+    mp_dedup_bytes(c, tp, gpn, row_bytes, meta, t->bytes_sent, t->bytes_inter);
+}
+
 /* The dynamic dispatch: route the draw over every EP rank and total what the plan sends where;
  * with t->nchunks > 1, also per chunk. */
 void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
@@ -148,6 +173,8 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
     }
     exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t->bytes_sent,
                 t->bytes_inter);
+    if (d->dedup)
+        dedup_exchanges(t, d);
     for (int g = 0; g < N && N > 1; g++)
         exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, &t->chunk_a2a[g],
                     NULL, NULL);
@@ -221,10 +248,17 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                  "host or device --backend", mode->name, mode->name);
         return MP_ERR_USAGE;
     }
+    if (pt->dedup != MP_DEDUP_PAIR && (traffic != mp_vtraffic_dynamic || N > 1)) {
+        mp_usage("--dedup %s with --dispatch %s%s: deduplication is modelled for the unpipelined "
+                 "dynamic dispatch only; use --dispatch dynamic --overlap 1, or --dedup pair",
+                 mp_dedup_choices[pt->dedup], mode->name, N > 1 ? " and --overlap above 1" : "");
+        return MP_ERR_USAGE;
+    }
     size_t pairs = (size_t)T * K;
-    /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too) and
-     * the per-rank arrays */
-    double need = (double)pairs * 8 + (double)ep * ep * 8 * (N > 1 ? N + 1 : 1) +
+    /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too, two
+     * for the dedup counts) and the per-rank arrays */
+    int matrices = N > 1 ? N + 1 : 1 + 2 * (pt->dedup != MP_DEDUP_PAIR);
+    double need = (double)pairs * 8 + (double)ep * ep * 8 * matrices +
                   (double)ep * L * 8 + (double)P * ep * 8 * (8 + (N > 1 ? 2 * N : 0)) +
                   (double)(T / ep + 1) * K * 16;
     double budget = mp_memory_budget(0, 1);
@@ -235,6 +269,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         return MP_ERR_USAGE;
     }
     struct mp_plan plan = {0};
+    struct mp_dedup_counts dedup = {0};
     struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
     int32_t *ids = malloc(pairs * sizeof *ids);
     float *w = malloc(pairs * sizeof *w);
@@ -242,7 +277,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     double *exp_rows = malloc(sizeof(double) * (size_t)ep * L);
     double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
     if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) ||
-        mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK)
+        mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK ||
+        (pt->dedup != MP_DEDUP_PAIR && mp_dedup_alloc(&dedup, ep) != MP_OK))
         goto out;
     for (int d = 0; d < P; d++) {
         t[d].tp = tp;
@@ -255,7 +291,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         mp_routing_draw(pt->routing, seed, d, T, 0, T, ids, w);
         struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = ids, .w = w,
                                 .plan = &plan, .rows_to = rows_to, .exp_rows = exp_rows,
-                                .chunk_to = chunk_to};
+                                .chunk_to = chunk_to,
+                                .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL};
         traffic(&t[d], &draw);
     }
     rc = MP_OK;
@@ -268,6 +305,7 @@ out:
         *ndraws = P;
     }
     mp_plan_free(&plan);
+    mp_dedup_free(&dedup);
     free(ids);
     free(w);
     free(rows_to);
@@ -399,6 +437,19 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
     double dispatch = cl->launch_us + counts + data, combine = cl->launch_us + data;
+    if (t->dedup_hops) { /* node: the network hop, then the forward inside the node; combine back */
+        dispatch = combine = 0;
+        for (int h = 0; h < t->dedup_hops; h++) {
+            const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
+            dispatch += cl->launch_us +
+                        mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1) +
+                        mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
+                                             x->uses_inter, x->incast);
+            combine += cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
+                                                            y->uses_intra, y->uses_inter,
+                                                            y->incast);
+        }
+    }
     double slowest = 0;
     for (int p = 0; p < ep; p++) {
         double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p]);

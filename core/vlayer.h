@@ -28,6 +28,11 @@ struct mp_vtraffic {
     int *active;                                      /* [ep] experts with rows, shared included */
     double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
     struct mp_vexchange a2a;                          /* the whole layer's exchange */
+    /* with --dedup rank or node (core/dedup.h): the dispatch's hops (node: the direct and
+     * inter-node rows, then the forwards inside the node) and the combine's return of each, its
+     * rows one per row received, without metadata; dedup_hops 0 (pair): a2a is both ways */
+    int dedup_hops;
+    struct mp_vexchange hop[2], back[2];
     /* with a pipelined point (overlap N > 1), the same cut into the N chunks of the measured
      * pipeline (mp_plan_expert_group); nchunks = 1 and the arrays NULL otherwise */
     int nchunks;
@@ -37,6 +42,7 @@ struct mp_vtraffic {
 };
 
 struct mp_plan;
+struct mp_dedup_counts;
 
 /* One routing draw as a dispatch mode's traffic builder gets it: the point, the draw's pairs and
  * scratch that mp_vtraffic_build sized for the point. */
@@ -51,6 +57,7 @@ struct mp_vdraw {
     double *rows_to;           /* [ep·ep] scratch */
     double *exp_rows;          /* [ep·max_local] scratch */
     double *chunk_to;          /* [nchunks·ep·ep] scratch when t->nchunks > 1, else NULL */
+    struct mp_dedup_counts *dedup; /* scratch when pt->dedup is not pair, else NULL */
 };
 
 /* A dispatch mode's traffic: fill every per-rank array and exchange of `t` (allocated for the
@@ -60,7 +67,10 @@ struct mp_vdraw {
 typedef void (*mp_vtraffic_fn)(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
 /* Dynamic dispatch (core/layer.c's default mode): counts exchanged first, then exactly the routed
- * rows; nothing dropped; with t->nchunks > 1 also cut into the pipelined layer's chunks. */
+ * rows; nothing dropped; with t->nchunks > 1 also cut into the pipelined layer's chunks. With
+ * pt->dedup rank or node (never pipelined) the wire carries mp_dedup_count's rows instead, each
+ * dispatched row with its metadata (mp_dedup_meta_bytes), in t->dedup_hops exchange rounds; the
+ * FFN rows stay the pairs each rank serves. */
 void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
 /* Padded dispatch (--dispatch padded[:F], kernels/padded.h): no count exchange; every rank sends
@@ -76,8 +86,9 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * entries in *out, built by the point's dispatch mode (its model_traffic, core/dispatch.h) with
  * the profile's node size and element bytes, cut into pt->overlap chunks when that is above 1.
  * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point
- * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too, or
- * a mode the model cannot express) or MP_ERR_RUNTIME. */
+ * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too, a
+ * mode the model cannot express, or --dedup rank|node with a dispatch other than the unpipelined
+ * dynamic one) or MP_ERR_RUNTIME. */
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws);
@@ -85,7 +96,8 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
  * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The dispatch is charged a count-exchange round
- * only when t->count_exchange. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
+ * only when t->count_exchange. With t->dedup_hops the dispatch is, per hop, launch, count round
+ * and the hop's exchange, and the combine launch and the return exchange per hop. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
  * and, as a measured pipelined point records it, each rank's dispatch is the communication left
  * exposed and its combine 0; otherwise the phases follow one another. A straggler (straggle_us
  * > 0) spends that much more in its FFN phase (in the first chunk when pipelined), and its TP

@@ -16,7 +16,7 @@
 const char *const rp_key_names[RP_NKEY] = {
     MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
     MPC_shared, MPC_layout, MPC_routing, MPC_placement, MPC_seq, MPC_seed, MPC_overlap, MPC_dispatch,
-    MPC_flush_cache,
+    MPC_dedup, MPC_flush_cache,
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
@@ -201,7 +201,7 @@ static int label_series(struct rp_series *s, int n)
 {
     static const int extra[] = {RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS, RP_K_TOPK,
                                 RP_K_SHARED, RP_K_SEQ, RP_K_BACKEND, RP_K_COMM, RP_K_SEED,
-                                RP_K_OVERLAP, RP_K_DISPATCH, RP_K_FLUSH};
+                                RP_K_OVERLAP, RP_K_DISPATCH, RP_K_DEDUP, RP_K_FLUSH};
     char bi[512], bj[512], buf[600];
     for (int i = 0; i < n; i++) {
         int bad = 0;

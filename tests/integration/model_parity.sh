@@ -32,6 +32,7 @@ sample() {
     --placement) echo "--placement round-robin,eplb:2" ;;
     --overlap) echo "--overlap 1,2" ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
+    --dedup) echo "--dedup pair" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) echo "--graph --dispatch padded" ;;
     --seed) echo "--seed 9" ;;
