@@ -756,7 +756,7 @@ int mp_group_limit_check(const struct mp_routing *r, const char *spec, int group
     }
     free(nz);
     if (worst < r->topk) {
-        mp_usage("--group-limit %s with --routing %s: some %d group(s) hold only %d expert(s) of "
+        mp_usage("--group-limit %s with --routing %s: %d group(s) can hold as few as %d expert(s) of "
                  "positive probability, fewer than the top-%d each token routes to; pick a larger "
                  "M or fewer groups",
                  spec, r->spec, pick, worst, r->topk);
