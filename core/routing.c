@@ -1,4 +1,5 @@
-/* routing.c - parses --routing specs, reads routing traces and draws each token's top-k experts. */
+/* routing.c - parses --routing specs and --group-limit entries, reads routing traces and draws
+ * each token's top-k experts. */
 #include "routing.h"
 
 #include "error.h"
