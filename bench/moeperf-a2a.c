@@ -30,8 +30,8 @@ static const struct mp_opt options[] = {
      "uniform: bytes per peer, e.g. 64K or 1K:16M:x4 (K/M/G = 1024^n); --comm mpi: < 2G"},
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS,
-    MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_PLACEMENT,
-    MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
+    MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT,
+    MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
     MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
 };
 
@@ -49,7 +49,7 @@ enum { MARK_START, MARK_END };
 /* One point: for uniform, routing/placement are NULL and batch 0. */
 struct a2a_point {
     const struct mp_layout *lay;
-    const char *routing, *placement;
+    const char *routing, *group_limit, *placement;
     long batch;
     long long bytes_per_peer;
 };
@@ -77,6 +77,7 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
         mp_row_str(r, "");
     }
     mp_row_str(r, moe ? p->routing : "");
+    mp_row_str(r, moe ? p->group_limit : "");
     mp_row_str(r, moe ? p->placement : "");
     mp_row_int(r, moe ? p->batch : 0);
     mp_row_int(r, moe ? s->o.seq : 0);
@@ -284,9 +285,11 @@ struct a2a_run {
     double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
 };
 
-/* The counts of point `bi` of a layout (and a routing and placement with --pattern moe). */
-static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn, int ri,
-                        int pi, const struct mp_placement *pl, int bi)
+/* The counts of point `bi` of a layout (and a routing, group limit and placement with --pattern
+ * moe; `rt` is the routing under the group limit). */
+static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn,
+                        const struct mp_routing *rt, int ri, int gi, int pi,
+                        const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
     if (!r->moe) {
@@ -294,9 +297,10 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
         return mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
     }
     p->routing = s->o.routing.v[ri];
+    p->group_limit = s->o.group_limit.v[gi];
     p->placement = s->o.placement.v[pi];
     p->batch = s->o.batch.v[bi];
-    int rc = counts_moe(cn, s, &r->routings[ri], pl, p->batch * s->o.seq,
+    int rc = counts_moe(cn, s, rt, pl, p->batch * s->o.seq,
                         s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS
                             ? s->o.iters + s->o.warmup
                             : MP_ROUTING_POOL_DRAWS);
@@ -306,13 +310,13 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
 
 /* One point: its counts, then (unless --resume found it) measured under the watchdog and
  * written. */
-static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, int ri, int pi,
-                     const struct mp_placement *pl, int bi)
+static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
+                     int ri, int gi, int pi, const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
     struct a2a_point p = {.lay = lay};
     struct mp_a2a_counts cn = {0};
-    int rc = point_counts(r, &p, &cn, ri, pi, pl, bi);
+    int rc = point_counts(r, &p, &cn, rt, ri, gi, pi, pl, bi);
     r->np++;
     int skip = 0;
     if (rc == MP_OK) {
@@ -327,10 +331,11 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, int ri, int
             snprintf(label, sizeof label, "%s %lld B/peer", lay->name, p.bytes_per_peer);
             mp_progress(r->np, r->npoints, label);
         }
-        char point[160];
-        snprintf(point, sizeof point, "layout %s routing %s placement %s batch %ld "
+        char point[256];
+        snprintf(point, sizeof point, "layout %s routing %s group-limit %s placement %s batch %ld "
                  "bytes_per_peer %lld", lay->name, p.routing ? p.routing : "-",
-                 p.placement ? p.placement : "-", p.batch, p.bytes_per_peer);
+                 p.group_limit ? p.group_limit : "-", p.placement ? p.placement : "-", p.batch,
+                 p.bytes_per_peer);
         mp_watchdog_arm(s->o.timeout, point);
         rc = run_point(s, &cn, r->sendbuf, r->recvbuf, r->mine, r->all, r->times);
         if (rc == MP_OK)
@@ -342,23 +347,32 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, int ri, int
     return rc;
 }
 
-/* Every point of one layout: routing × placement × batch (moe), or the --bytes sweep. */
+/* Every point of one layout: routing × group limit × placement × batch (moe), or the --bytes
+ * sweep. */
 static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
 {
     struct mp_session *s = r->s;
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
     int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
-    int nb = r->moe ? s->o.batch.n : s->o.bytes.n;
+    int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? s->o.batch.n : s->o.bytes.n;
+    int nodes = mp_ep_nodes(s->comm, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < nr && rc == MP_OK; ri++)
-        for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
-            struct mp_placement pl = {0};
-            if (r->moe && (rc = mp_placement_build(s->o.placement.v[pi], s->model.experts,
-                                                   lay->ep, r->routings[ri].prob, &pl)) != MP_OK)
-                break;
-            for (int bi = 0; bi < nb && rc == MP_OK; bi++)
-                rc = a2a_point(r, lay, ri, pi, &pl, bi);
+        for (int gi = 0; gi < ng && rc == MP_OK; gi++) {
+            struct mp_routing rt = {0}; /* validated by mp_group_limits_validate */
             if (r->moe)
-                mp_placement_free(&pl);
+                rc = mp_group_limit_apply(&r->routings[ri], s->o.group_limit.v[gi], nodes, &rt,
+                                          &inactive);
+            for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
+                struct mp_placement pl = {0};
+                if (r->moe &&
+                    (rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
+                                             r->routings[ri].prob, &pl)) != MP_OK)
+                    break;
+                for (int bi = 0; bi < nb && rc == MP_OK; bi++)
+                    rc = a2a_point(r, lay, &rt, ri, gi, pi, &pl, bi);
+                if (r->moe)
+                    mp_placement_free(&pl);
+            }
         }
     return rc;
 }
@@ -412,6 +426,9 @@ int main(int argc, char **argv)
                                    "gate routing needs the layer's activations; use moeperf-layer, "
                                    "or a generated routing or a trace with --pattern moe",
                                    &r.routings, &nrout));
+    if (r.moe)
+        MP_CHECK(mp_group_limits_validate(&s.o.group_limit, r.routings, nrout, layouts, nlayouts,
+                                          c));
     /* buffers sized once for the largest point, after refusing points no count can express */
     size_t max_bytes = 0;
     MP_CHECK(buffer_bytes(&s, r.moe, layouts, nlayouts, &max_bytes));
@@ -419,7 +436,8 @@ int main(int argc, char **argv)
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
-    r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.placement.n * s.o.batch.n : s.o.bytes.n);
+    r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.batch.n
+                                  : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));
 out:

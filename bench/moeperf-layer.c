@@ -26,7 +26,8 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
-    MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH, MP_OPT_DEDUP, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
+    MP_OPT_DEDUP, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -108,15 +109,15 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 /* A point's key cells (with the session's): what every row of its files starts with. */
 struct point_key {
     const struct mp_layout *lay;
-    const char *routing, *placement, *dispatch, *dedup;
+    const char *routing, *group_limit, *placement, *dispatch, *dedup;
     int overlap;
     long batch;
 };
 
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
-    mp_workload_key_row(row, s, k->lay, k->routing, k->placement, k->overlap, k->dispatch,
-                        k->dedup, k->batch);
+    mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
+                        k->dispatch, k->dedup, k->batch);
 }
 
 /* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
@@ -206,7 +207,10 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
         snprintf(mode, sizeof mode, "%s%s", k->dispatch, dedup);
     if (variant_shown(s))
         snprintf(variant, sizeof variant, " %-16.16s", mode);
-    printf("%9s %-16s %-16s%s %7ld", k->lay->name, k->routing, k->placement, variant, k->batch);
+    char routing[600]; /* the routing, with the group limit when there is one */
+    snprintf(routing, sizeof routing, "%s%s%s", k->routing, strcmp(k->group_limit, "off") ? "/" : "",
+             strcmp(k->group_limit, "off") ? k->group_limit : "");
+    printf("%9s %-16s %-16s%s %7ld", k->lay->name, routing, k->placement, variant, k->batch);
     mp_console_values(console_cols, NCONSOLE, sm);
     printf(" %9s\n", chk);
     fflush(stdout);
@@ -215,13 +219,13 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
 /* Write the point's samples, per-rank medians and summary row (in that order, so a summary row
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
-                       const char *routing, const char *placement, int overlap,
-                       const char *dispatch, const char *dedup, long batch,
+                       const char *routing, const char *group_limit, const char *placement,
+                       int overlap, const char *dispatch, const char *dedup, long batch,
                        const struct mp_point_result *res)
 {
-    struct point_key k = {.lay = lay, .routing = routing, .placement = placement,
-                          .dispatch = dispatch, .dedup = dedup, .overlap = overlap,
-                          .batch = batch};
+    struct point_key k = {.lay = lay, .routing = routing, .group_limit = group_limit,
+                          .placement = placement, .dispatch = dispatch, .dedup = dedup,
+                          .overlap = overlap, .batch = batch};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -393,8 +397,9 @@ static void print_header(const struct mp_session *s)
 
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
-static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L, int ri,
-                     int pi, const struct mp_placement *pl, int oi, int di, int xi, int bi)
+static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
+                     const struct mp_routing *routing, int ri, int gi, int pi,
+                     const struct mp_placement *pl, int oi, int di, int xi, int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
@@ -406,12 +411,13 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     char dispatch[96]; /* the key cell: the entry, "+graph" when replayed */
     snprintf(dispatch, sizeof dispatch, "%s%s", s->o.dispatch.v[di], s->o.graph ? "+graph" : "");
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
+    const char *gname = s->o.group_limit.v[gi];
     const char *dedup_word = s->o.dedup.v[xi];
     enum mp_dedup dedup;
     mp_dedup_parse(dedup_word, &dedup); /* validated by refuse_flags */
     struct mp_row key = {0};
     sw->npoint++;
-    mp_workload_key_row(&key, s, lay, rname, pname, overlap, dispatch, dedup_word, batch);
+    mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
@@ -420,13 +426,14 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     char dedup_label[24] = ""; /* the default unnamed, as before --dedup */
     if (dedup != MP_DEDUP_PAIR)
         snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
-    snprintf(label, sizeof label, "layout %s routing %s placement %s overlap %d dispatch %s%s "
-             "batch %ld", lay->name, rname, pname, overlap, dispatch, dedup_label, batch);
+    snprintf(label, sizeof label, "layout %s routing %s group-limit %s placement %s overlap %d "
+             "dispatch %s%s batch %ld", lay->name, rname, gname, pname, overlap, dispatch,
+             dedup_label, batch);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     if (!s->modelled)
         mp_watchdog_arm(s->o.timeout, label);
-    struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = &sw->routings[ri],
+    struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = routing,
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
                           .dispatch_arg = dispatch_arg, .dedup = (int)dedup, .gemm = sw->gemm, .graph = s->o.graph,
@@ -443,8 +450,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && c->rank == 0)
-        rc = write_point(s, sw->f, lay, rname, pname, overlap, dispatch, dedup_word, batch,
-                         &res);
+        rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
+                         batch, &res);
     if (rc == MP_OK && s->o.check && !(res.check_error <= s->cops->check_tolerance)) {
         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                  res.check_error, s->cops->check_tolerance);
@@ -455,8 +462,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     return rc;
 }
 
-/* Every point of one layout: its layer created once (measured runs), then routing × placement ×
- * overlap × dispatch × dedup × batch. */
+/* Every point of one layout: its layer created once (measured runs), then routing × group limit ×
+ * placement × overlap × dispatch × dedup × batch. */
 static int run_layout(struct sweep *sw, const struct mp_layout *lay)
 {
     struct mp_session *s = sw->s;
@@ -467,17 +474,24 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
     if (rc == MP_OK && !s->modelled)
         rc = mp_layer_create(&L, s->cops, s->dev, c, m, (uint64_t)s->o.seed,
                              sw->max_batch * s->o.seq, s->o.max_memory, sw->max_overlap);
+    int nodes = mp_ep_nodes(c, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
-        for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
-            struct mp_placement pl;
-            rc = mp_placement_build(s->o.placement.v[pi], m->experts, lay->ep,
-                                    sw->routings[ri].prob, &pl);
-            for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
-                for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
-                    for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
-                        for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
-                            rc = run_point(sw, lay, L, ri, pi, &pl, oi, di, xi, bi);
-            mp_placement_free(&pl);
+        for (int gi = 0; gi < s->o.group_limit.n && rc == MP_OK; gi++) {
+            struct mp_routing routing; /* validated by mp_group_limits_validate */
+            rc = mp_group_limit_apply(&sw->routings[ri], s->o.group_limit.v[gi], nodes, &routing,
+                                      &inactive);
+            for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
+                struct mp_placement pl;
+                rc = mp_placement_build(s->o.placement.v[pi], m->experts, lay->ep,
+                                        sw->routings[ri].prob, &pl);
+                for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
+                    for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
+                        for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
+                            for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                                rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi, di,
+                                               xi, bi);
+                mp_placement_free(&pl);
+            }
         }
     mp_layer_destroy(L);
     return rc;
@@ -520,6 +534,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed, NULL, &sw.routings, &nrout));
     MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
+    MP_CHECK(mp_group_limits_validate(&s.o.group_limit, sw.routings, nrout, layouts, nlayouts, c));
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &sw.straggle_rank, &sw.straggle_us));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
     if (!s.modelled)
@@ -530,8 +545,8 @@ int main(int argc, char **argv)
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     MP_CHECK(refuse_flags(&sw));
-    sw.total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.overlap.n * s.o.dispatch.n *
-               s.o.dedup.n * s.o.batch.n;
+    sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
+               s.o.dispatch.n * s.o.dedup.n * s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
 out:

@@ -163,6 +163,48 @@ int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts,
     return MP_OK;
 }
 
+int mp_ep_nodes(const struct mp_comm *c, int tp, int ep)
+{
+    int n = 0;
+    for (int j = 0; j < ep; j++) {
+        int seen = 0;
+        for (int i = 0; i < j && !seen; i++)
+            seen = c->node_of[i * tp] == c->node_of[j * tp];
+        n += !seen;
+    }
+    return n;
+}
+
+int mp_group_limit_apply(const struct mp_routing *r, const char *spec, int nodes,
+                         struct mp_routing *out, int *inactive)
+{
+    *out = *r;
+    int rc = mp_group_limit_parse(spec, r->experts, r->topk, nodes, &out->groups,
+                                  &out->group_pick, inactive);
+    return rc != MP_OK ? rc : mp_group_limit_check(r, spec, out->groups, out->group_pick);
+}
+
+int mp_group_limits_validate(const struct mp_strlist *limits, const struct mp_routing *routings,
+                             int nrout, const struct mp_layout *layouts, int nlayouts,
+                             const struct mp_comm *c)
+{
+    for (int g = 0; g < limits->n; g++)
+        for (int li = 0; li < nlayouts; li++) {
+            int nodes = mp_ep_nodes(c, layouts[li].tp, layouts[li].ep), inactive = 0;
+            for (int ri = 0; ri < nrout; ri++) {
+                struct mp_routing view;
+                int rc = mp_group_limit_apply(&routings[ri], limits->v[g], nodes, &view, &inactive);
+                if (rc != MP_OK)
+                    return rc;
+            }
+            if (inactive && c->rank == 0)
+                mp_warn("--group-limit %s: the EP ranks of layout %s span %d node(s), so a token "
+                        "cannot reach more; its points route as with --group-limit off",
+                        limits->v[g], layouts[li].name, nodes);
+        }
+    return MP_OK;
+}
+
 static int has_grouped(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_GROUPED); }
 static int has_skinny(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_SKINNY); }
 

@@ -44,6 +44,10 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_PLACEMENT                                                                           \
     {"placement", MP_OPT_STRING_LIST, MP_O(placement), "contiguous", MP_NOLIMIT,                   \
      mp_placement_choices, "LIST", "contiguous, round-robin, replicate-hot:R, eplb:SLOTS"}
+#define MP_OPT_GROUP_LIMIT                                                                         \
+    {"group-limit", MP_OPT_STRING_LIST, MP_O(group_limit), "off", MP_NOLIMIT, NULL, "LIST",       \
+     "off, G:M (G groups of consecutive experts, each token routed within M of them) or M (G = "  \
+     "the nodes the EP ranks span)"}
 #define MP_OPT_SEED {"seed", MP_OPT_LLONG, MP_O(seed), "1", MP_NOLIMIT, NULL, NULL, "seed of weights, inputs and routing"}
 /* Protocol */
 #define MP_OPT_WARMUP(def) {"warmup", MP_OPT_INT, MP_O(warmup), def, 0, 1000000, NULL, NULL, "untimed iterations per point"}
@@ -135,6 +139,22 @@ void mp_routings_free(struct mp_routing *r, int n);
  * cannot be built for a layout's EP size. */
 int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts, int nlayouts,
                       const struct mp_strlist *placements);
+
+/* The nodes the EP group of world rank 0 spans in a tp × ep layout (ranks 0, tp, 2·tp, ...),
+ * from the launcher's node_of: the G of a --group-limit entry given as M alone. */
+int mp_ep_nodes(const struct mp_comm *c, int tp, int ep);
+
+/* The routing of the points of --group-limit entry `spec`: a shallow copy of `r` (sharing its
+ * arrays; never free it) with groups and group_pick set for a layout whose EP ranks span `nodes`
+ * nodes (mp_group_limit_parse, mp_group_limit_check). *inactive as mp_group_limit_parse. */
+int mp_group_limit_apply(const struct mp_routing *r, const char *spec, int nodes,
+                         struct mp_routing *out, int *inactive);
+
+/* Refuse, before anything is measured, every --group-limit entry that some routing and layout
+ * cannot take; rank 0 notes an "M" entry that cannot bind on a layout (it routes as off). */
+int mp_group_limits_validate(const struct mp_strlist *limits, const struct mp_routing *routings,
+                             int nrout, const struct mp_layout *layouts, int nlayouts,
+                             const struct mp_comm *c);
 
 struct mp_compute_ops;
 

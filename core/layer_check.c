@@ -49,7 +49,8 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
             if (!noise)
                 goto oom;
             mp_routing_gate_noise(pt->routing, L->seed, 0, 0, batch_tokens, noise);
-            mp_reference_gate(xall, L->wg_host, noise, batch_tokens, H, E, K, ids, wall);
+            mp_reference_gate(xall, L->wg_host, noise, batch_tokens, H, E, K,
+                              pt->routing->groups, pt->routing->group_pick, ids, wall);
         } else {
             mp_routing_draw(pt->routing, L->seed, 0, batch_tokens, 0, batch_tokens, ids, wall);
         }

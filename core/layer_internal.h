@@ -97,6 +97,7 @@ struct mp_routing_pool {
     int32_t *ids;  /* [n][ntok·K] */
     float *w;      /* [n][ntok·K] */
     float *noise;  /* [n][ntok·E], gate only */
+    int groups, group_pick; /* the point's --group-limit G:M (0, 0: off), for the gate */
 };
 
 /* ---- layer_buffers.c: the routed-row buffers and the memory checks -------------------------- */

@@ -83,6 +83,7 @@ struct mp_bench_opts {
     struct mp_list batch;
     int seq;
     struct mp_strlist layout, routing, placement;
+    struct mp_strlist group_limit; /* --group-limit: off, G:M or M; a list sweeps them */
     long long seed;
     int warmup, iters;
     char *backend, *comm, *cluster;

@@ -21,8 +21,48 @@ static int by_value_desc(const void *pa, const void *pb)
     return a->id - b->id;
 }
 
+/* Score of the group s[e0 .. e0+size) (by expert id, unsorted): the sum of its two largest
+ * exp(l − lmax), the rule of mp_group_score (kernels/topk.h) in double. */
+static double group_score(const struct scored *s, int e0, int size, double lmax)
+{
+    double a = -INFINITY, b = -INFINITY;
+    for (int e = e0; e < e0 + size; e++) {
+        if (s[e].v > a) {
+            b = a;
+            a = s[e].v;
+        } else if (s[e].v > b) {
+            b = s[e].v;
+        }
+    }
+    return exp(a - lmax) + (size > 1 ? exp(b - lmax) : 0.0);
+}
+
+/* Group limit: mask (value −∞) the experts of every group that is not among the M best by
+ * group_score, ties to the lower group index. */
+static void limit_groups(struct scored *s, int E, int G, int M)
+{
+    int size = E / G;
+    double lmax = -INFINITY;
+    for (int e = 0; e < E; e++)
+        lmax = s[e].v > lmax ? s[e].v : lmax;
+    double *score = malloc((size_t)G * sizeof *score);
+    if (!score)
+        abort();
+    for (int g = 0; g < G; g++)
+        score[g] = group_score(s, g * size, size, lmax);
+    for (int g = 0; g < G; g++) {
+        int better = 0;
+        for (int h = 0; h < G; h++)
+            better += score[h] > score[g] || (score[h] == score[g] && h < g);
+        if (better >= M)
+            for (int e = g * size; e < (g + 1) * size; e++)
+                s[e].v = -INFINITY;
+    }
+    free(score);
+}
+
 void mp_reference_gate(const float *x, const float *wg, const float *noise, long ntok, int H, int E,
-                       int K, int32_t *ids, float *w)
+                       int K, int G, int M, int32_t *ids, float *w)
 {
     struct scored *s = malloc((size_t)E * sizeof *s);
     if (!s)
@@ -39,6 +79,8 @@ void mp_reference_gate(const float *x, const float *wg, const float *noise, long
             s[e].v = l;
             s[e].id = e;
         }
+        if (G > 0)
+            limit_groups(s, E, G, M);
         qsort(s, (size_t)E, sizeof *s, by_value_desc);
         double sum = 0.0;
         for (int k = 0; k < K; k++)

@@ -6,9 +6,11 @@
 #include <stdint.h>
 
 /* Reference gate: logits in double, top-k by value (ties: lower id), softmax over the chosen k.
- * noise: [ntok·E] or NULL. Written independently of the backends' gate. */
+ * With G > 0 (--group-limit G:M) only the experts of the M best of G groups of consecutive
+ * experts compete, a group scored by the sum of its two largest softmax numerators (the rule of
+ * kernels/topk.h). noise: [ntok·E] or NULL. Written independently of the backends' gate. */
 void mp_reference_gate(const float *x, const float *wg, const float *noise, long ntok, int H, int E,
-                       int K, int32_t *ids, float *w);
+                       int K, int G, int M, int32_t *ids, float *w);
 
 /* y[t] = Σ_k w[t,k]·FFN_{ids[t,k]}(x_t) + Σ_s FFN_{E+s}(x_t) for ntok tokens, with the full
  * (unsharded) weights of weights.h rebuilt from `seed`. FFN is SwiGLU: (silu(x·Wg) ⊙ x·Wu)·Wd.

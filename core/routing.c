@@ -1,4 +1,5 @@
-/* routing.c - parses --routing specs, reads routing traces and draws each token's top-k experts. */
+/* routing.c - parses --routing specs and --group-limit entries, reads routing traces and draws
+ * each token's top-k experts. */
 #include "routing.h"
 
 #include "error.h"
@@ -17,6 +18,11 @@
 #define STREAM_WEIGHTS 0x77656967687473ull /* "weights": combine weights */
 #define STREAM_GUMBEL 0x67756d62656cull    /* "gumbel": gate noise */
 #define STREAM_LOGNORMAL 0x4c4e            /* "LN": lognormal expert scores */
+#define STREAM_GROUPS 0x67726f757073ull    /* "groups": --group-limit group picks */
+
+#define GL_ACCEPTED                                                                                \
+    "accepted: off, G:M with G dividing the experts and 1 <= M <= G, or M alone (G = the nodes "  \
+    "the EP ranks span)"
 
 /* Strict number parsers: the whole string must be consumed and the value finite. */
 static int parse_double(const char *s, double *out)
@@ -542,6 +548,81 @@ static void random_weights(int K, uint64_t seed, uint64_t draw, uint64_t tok, fl
                        sum);
 }
 
+/* The M groups of one token (--group-limit): successive sampling without replacement, each pick
+ * proportional to mass[g] among the groups not yet picked (uniform among the rest once only
+ * massless groups remain); chosen[g] = 1 for the picked groups. */
+static void pick_groups(const double *mass, int G, int M, uint64_t seed, uint64_t draw,
+                        uint64_t tok, unsigned char *chosen)
+{
+    struct mp_rng rng;
+    mp_rng_seed(&rng, mp_hash4(seed ^ STREAM_GROUPS, draw, tok, 0));
+    memset(chosen, 0, (size_t)G);
+    for (int m = 0; m < M; m++) {
+        double rest = 0;
+        int left = 0;
+        for (int g = 0; g < G; g++)
+            if (!chosen[g]) {
+                rest += mass[g];
+                left++;
+            }
+        double u = mp_rng_u01(&rng);
+        int pick = -1;
+        if (rest > 0) {
+            u *= rest;
+            for (int g = 0; g < G; g++) {
+                if (chosen[g] || !(mass[g] > 0))
+                    continue;
+                pick = g;
+                if (u < mass[g])
+                    break;
+                u -= mass[g];
+            }
+        } else {
+            int n = (int)(u * left) < left ? (int)(u * left) : left - 1;
+            for (int g = 0; g < G && pick < 0; g++)
+                if (!chosen[g] && n-- == 0)
+                    pick = g;
+        }
+        chosen[pick] = 1;
+    }
+}
+
+/* mp_routing_draw with --group-limit: groups by pick_groups, then sample_topk over the experts of
+ * the chosen groups (the others' probabilities set to 0; sample_topk draws against the masked
+ * total, which renormalises). The masked CDF is summed in the order mp_routing_parse sums the
+ * full one, so with every group chosen it is bit for bit the same. */
+static void draw_grouped(const struct mp_routing *r, uint64_t seed, int draw, long tok0, long ntok,
+                         int32_t *ids, float *w)
+{
+    int E = r->experts, K = r->topk, G = r->groups, M = r->group_pick, size = E / G;
+    double *mass = malloc((size_t)G * sizeof *mass);
+    double *prob = malloc((size_t)E * sizeof *prob);
+    double *cdf = malloc(((size_t)E + 1) * sizeof *cdf);
+    unsigned char *chosen = malloc((size_t)G);
+    if (!mass || !prob || !cdf || !chosen)
+        abort(); /* a few kB; the draws have no error path */
+    for (int g = 0; g < G; g++) {
+        mass[g] = 0;
+        for (int e = g * size; e < (g + 1) * size; e++)
+            mass[g] += r->prob ? r->prob[e] : 1.0;
+    }
+    for (long i = 0; i < ntok; i++) {
+        uint64_t t = (uint64_t)(tok0 + i);
+        pick_groups(mass, G, M, seed, (uint64_t)draw, t, chosen);
+        cdf[0] = 0;
+        for (int e = 0; e < E; e++) {
+            prob[e] = chosen[e / size] ? (r->prob ? r->prob[e] : 1.0) : 0.0;
+            cdf[e + 1] = cdf[e] + prob[e];
+        }
+        sample_topk(cdf, prob, E, K, seed, (uint64_t)draw, t, ids + i * K);
+        random_weights(K, seed, (uint64_t)draw, t, w + i * K);
+    }
+    free(mass);
+    free(prob);
+    free(cdf);
+    free(chosen);
+}
+
 void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long batch, long tok0,
                      long ntok, int32_t *ids, float *w)
 {
@@ -556,6 +637,10 @@ void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long b
                 w[i * K + k] = 1.0f / (float)K;
             }
         }
+        return;
+    }
+    if (r->groups > 0) {
+        draw_grouped(r, seed, draw, tok0, ntok, ids, w);
         return;
     }
     /* Gate routing has no prob: it gets uniform samples here (the backend's gate decides). */
@@ -581,4 +666,102 @@ void mp_routing_gate_noise(const struct mp_routing *r, uint64_t seed, int draw, 
             }
             noise[i * E + e] = g;
         }
+}
+
+/* ---- --group-limit ---------------------------------------------------------------------------- */
+
+int mp_group_limit_parse(const char *spec, int experts, int topk, int nodes, int *groups, int *pick,
+                         int *inactive)
+{
+    *groups = *pick = *inactive = 0;
+    if (!spec || !strcmp(spec, "off"))
+        return MP_OK;
+    const char *colon = strchr(spec, ':');
+    long long G = nodes, M;
+    int ok;
+    if (colon) {
+        char gbuf[32];
+        ok = (size_t)(colon - spec) < sizeof gbuf;
+        if (ok) {
+            memcpy(gbuf, spec, (size_t)(colon - spec));
+            gbuf[colon - spec] = '\0';
+            ok = !parse_ll(gbuf, &G) && !parse_ll(colon + 1, &M);
+        }
+    } else {
+        ok = !parse_ll(spec, &M);
+    }
+    if (!ok || G < 1 || M < 1) {
+        mp_usage("--group-limit: '%s' is not a group limit (%s)", spec, GL_ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+    if (!colon && M >= G) { /* a token cannot reach more nodes than there are */
+        *inactive = 1;
+        return MP_OK;
+    }
+    if (G > experts || experts % G != 0) {
+        if (colon)
+            mp_usage("--group-limit: '%s' — G = %lld groups must divide the %d experts (%s)", spec,
+                     G, experts, GL_ACCEPTED);
+        else
+            mp_usage("--group-limit: '%s' — the EP ranks span %lld nodes, which do not divide the "
+                     "%d experts into equal groups; give G:M (%s)",
+                     spec, G, experts, GL_ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+    if (M > G) {
+        mp_usage("--group-limit: '%s' — M = %lld must be in 1..%lld (G) (%s)", spec, M, G,
+                 GL_ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+    if (M * (experts / G) < topk) {
+        mp_usage("--group-limit: '%s' — %lld group(s) of %lld experts hold fewer than the top-%d "
+                 "each token routes to (M·E/G >= K is needed; %s)",
+                 spec, M, experts / G, topk, GL_ACCEPTED);
+        return MP_ERR_USAGE;
+    }
+    *groups = (int)G;
+    *pick = (int)M;
+    return MP_OK;
+}
+
+int mp_group_limit_check(const struct mp_routing *r, const char *spec, int groups, int pick)
+{
+    if (groups <= 0)
+        return MP_OK;
+    if (r->kind == MP_ROUTE_TRACE_TOKENS) {
+        mp_usage("--group-limit %s with --routing %s: a per-token trace fixes every token's expert "
+                 "ids, which cannot be limited to groups; use --group-limit off or a counts trace",
+                 spec, r->spec);
+        return MP_ERR_USAGE;
+    }
+    if (!r->prob)
+        return MP_OK;
+    /* the M groups with the fewest experts of positive probability must still hold top-k */
+    int size = r->experts / groups, worst = 0;
+    int *nz = calloc((size_t)groups, sizeof *nz);
+    if (!nz) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int e = 0; e < r->experts; e++)
+        nz[e / size] += r->prob[e] > 0;
+    for (int m = 0; m < pick; m++) { /* selection of the pick smallest counts */
+        int lo = m;
+        for (int g = m + 1; g < groups; g++)
+            if (nz[g] < nz[lo])
+                lo = g;
+        int tmp = nz[m];
+        nz[m] = nz[lo];
+        nz[lo] = tmp;
+        worst += nz[m];
+    }
+    free(nz);
+    if (worst < r->topk) {
+        mp_usage("--group-limit %s with --routing %s: %d group(s) can hold as few as %d expert(s) of "
+                 "positive probability, fewer than the top-%d each token routes to; pick a larger "
+                 "M or fewer groups",
+                 spec, r->spec, pick, worst, r->topk);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
 }

@@ -28,6 +28,9 @@ struct mp_routing {
     double *cdf;     /* [experts+1] prefix sums of prob (cdf[0] = 0), when prob is set */
     long ntrace;     /* per-token trace: rows */
     int32_t *trace;  /* per-token trace: [ntrace * topk] expert ids */
+    /* --group-limit G:M (0, 0: off): the experts form `groups` groups of experts/groups
+     * consecutive ids and each token is routed within `group_pick` of them (mp_group_limit_*) */
+    int groups, group_pick;
 };
 
 /* Parse `spec` for a model with `experts` experts and top-`topk` routing. Trace files are read
@@ -46,9 +49,28 @@ int mp_routing_is_gate(const struct mp_routing *r);
  * proportional to p among the experts not yet picked: the distribution Efraimidis-Spirakis keys
  * also give), in O(K log E) per token; ids come in the order they were picked. Trace tokens use
  * row (draw*batch + token) mod ntrace with equal weights 1/K. For gate routing the ids are uniform
- * samples (the backend's gate decides the real routing). */
+ * samples (the backend's gate decides the real routing).
+ * With r->groups > 0 (--group-limit G:M) each token first draws M of the G groups without
+ * replacement, each pick proportional to a group's total probability mass among the groups not
+ * yet picked (gate routing: equal masses), then its top-k as above from the experts of the chosen
+ * groups alone (their probabilities renormalised), from a stream of its own: with M = G the ids
+ * and weights equal those without the limit. */
 void mp_routing_draw(const struct mp_routing *r, uint64_t seed, int draw, long batch, long tok0,
                      long ntok, int32_t *ids, float *w);
+
+/* Parse one --group-limit entry: "off", "G:M" (G groups of consecutive expert ids, M of them per
+ * token), or "M" (G = `nodes`, the nodes the layout's EP ranks span, so under contiguous placement
+ * a token reaches at most M nodes). Sets *groups and *pick (0, 0 for off, and for "M" when
+ * M >= nodes: the limit cannot bind; *inactive is then set to 1, else 0). Refuses, naming
+ * --group-limit, the value and what is accepted: G not dividing `experts`, M outside 1..G,
+ * M·experts/G < topk. Returns MP_OK or MP_ERR_USAGE. */
+int mp_group_limit_parse(const char *spec, int experts, int topk, int nodes, int *groups, int *pick,
+                         int *inactive);
+
+/* Whether routing `r` can be limited to `pick` of `groups` groups: refuses (MP_ERR_USAGE, naming
+ * --group-limit `spec` and --routing) a per-token trace (its expert ids are fixed) and a routing
+ * whose experts of positive probability could leave fewer than top-k in some choice of groups. */
+int mp_group_limit_check(const struct mp_routing *r, const char *spec, int groups, int pick);
 
 /* Gumbel noise for the gate: noise[t*experts + e] = TAU·g, g ~ Gumbel(0,1), for global tokens
  * [tok0, tok0+ntok) of draw `draw`; all zeros when TAU = 0. */

@@ -24,6 +24,8 @@ int mp_routing_pool_make(struct mp_routing_pool *p, const struct mp_point *pt, u
     if (p->n < 1)
         p->n = 1;
     size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
+    p->groups = pt->routing->groups;
+    p->group_pick = pt->routing->group_pick;
     if (mp_routing_is_gate(pt->routing)) {
         p->noise = malloc((size_t)p->n * (ntok > 0 ? ntok : 1) * E * sizeof(float));
         if (!p->noise)
@@ -52,7 +54,8 @@ int mp_layer_route(struct mp_layer *L, struct mp_routing_pool *pool, int d, long
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
     if (pool->noise) {
         const float *noise = pinned ? L->pin_noise : pool->noise + (size_t)d * ntok * E;
-        int rc = L->ops->gate(L->dev, L->x, L->wg, noise, ntok, H, E, K, NULL, NULL);
+        int rc = L->ops->gate(L->dev, L->x, L->wg, noise, ntok, H, E, K, pool->groups,
+                              pool->group_pick, NULL, NULL);
         return rc != MP_OK ? rc : L->ops->plan_build(L->dev, NULL, NULL, wait);
     }
     const int32_t *ids = pinned ? L->pin_ids : pool->ids + (size_t)d * ntok * K;
@@ -148,7 +151,8 @@ int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
         mine[d] = FNV1A_OFFSET_BASIS;
         if (ntok > 0) {
             MP_CHECK(L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok,
-                                  L->m.hidden, E, K, ids, w));
+                                  L->m.hidden, E, K, pt->routing->groups,
+                                  pt->routing->group_pick, ids, w));
             mine[d] = fnv1a(ids, (size_t)ntok * K * sizeof *ids, mine[d]);
         }
     }

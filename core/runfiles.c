@@ -86,8 +86,8 @@ int mp_flush_cache_active(const struct mp_session *s)
 }
 
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
-                         const char *routing, const char *placement, int overlap,
-                         const char *dispatch, const char *dedup, long batch)
+                         const char *routing, const char *group_limit, const char *placement,
+                         int overlap, const char *dispatch, const char *dedup, long batch)
 {
     const struct mp_model *m = &s->model;
     mp_row_reset(r);
@@ -105,6 +105,7 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
     mp_row_int(r, lay->ep);
     mp_row_int(r, s->comm->size);
     mp_row_str(r, routing);
+    mp_row_str(r, group_limit);
     mp_row_str(r, placement);
     mp_row_int(r, overlap);
     mp_row_str(r, dispatch);

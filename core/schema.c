@@ -33,6 +33,9 @@ static const struct mp_column workload_key[] = {
     {MPC_world, "ranks", I, "ranks in the run (= tp · ep)"},
     {MPC_routing, "–", T,
      "`--routing` entry as given (`uniform`, `zipf:1.2`, `trace:/path/file.csv`, …)"},
+    {MPC_group_limit, "–", T,
+     "`--group-limit` entry as given: `off`, `G:M` or `M` (METRICS.md, Group-limited routing); "
+     "`off` for ffn.csv"},
     {MPC_placement, "–", T, "`--placement` entry as given"},
     {MPC_overlap, "chunks", I, "`--overlap` entry: chunks pipelined (1: none; 1 for ffn.csv)"},
     {MPC_dispatch, "–", T,
@@ -67,6 +70,7 @@ static const struct mp_column a2a_key[] = {
     {MPC_experts, "–", I, "E, routed experts (moe; empty for uniform)"},
     {MPC_topk, "–", I, "K, experts per token (moe; empty for uniform)"},
     {MPC_routing, "–", T, "`--routing` entry as given (moe; empty for uniform)"},
+    {MPC_group_limit, "–", T, "`--group-limit` entry as given (moe; empty for uniform)"},
     {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance (0 for uniform)"},
     {MPC_seq, "–", I, "`--seq` (0 for uniform)"},

@@ -106,10 +106,12 @@ struct mp_compute_ops {
     int (*download)(struct mp_compute *c, float *dst, const void *src, size_t n);
 
     /* gate: logits = x·wg (+ noise) over E experts, softmax, top-k, weights renormalised over the
-     * chosen k. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. With ids == NULL
-     * the result stays in the backend for the next plan_build. */
+     * chosen k. With G > 0 (--group-limit G:M) the top-k is taken among the experts of the M best
+     * of G groups of consecutive experts only (mp_topk_select_grouped, kernels/topk.h); G = 0:
+     * off. ids/w are host arrays [ntok·K]; noise is host [ntok·E] or NULL. With ids == NULL the
+     * result stays in the backend for the next plan_build. */
     int (*gate)(struct mp_compute *c, const void *x, const void *wg, const float *noise, long ntok,
-                int H, int E, int K, int32_t *ids, float *w);
+                int H, int E, int K, int G, int M, int32_t *ids, float *w);
     /* permute: out[i] = x[src_row[row0 + i]] for i < nrows (src_row: host array; NULL: the rows
      * of the backend's last plan_build, so a pipelined layer permutes its chunks' windows) */
     int (*permute)(struct mp_compute *c, const void *x, const int32_t *src_row, long row0,

@@ -157,9 +157,15 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
                                             MPC_tp_reduce_us, MPC_layer_us};
     int rc = need(t, cols);
     int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
+    int has_limit = mp_table_col(t, MPC_group_limit) >= 0, inactive;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the model times the dynamic dispatch: padded rows are not its to fit */
         if (has_dispatch && strcmp(cell(t, r, MPC_dispatch), "dynamic") != 0)
+            continue;
+        /* the group limit is replayed (older files have none); "M" alone took its groups from
+         * the run's node count, which the row does not hold: not replayed */
+        const char *limit = has_limit ? cell(t, r, MPC_group_limit) : "off";
+        if (strcmp(limit, "off") != 0 && !strchr(limit, ':'))
             continue;
         struct mp_calib_point *p = new_point(set);
         if (!p) {
@@ -199,6 +205,9 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s batch %ld", dir, p->tp, p->ep,
                  cell(t, r, MPC_routing), cell(t, r, MPC_placement), batch);
         rc = mp_routing_parse(cell(t, r, MPC_routing), m->experts, m->topk, seed, &p->routing);
+        if (rc == MP_OK)
+            rc = mp_group_limit_parse(limit, m->experts, m->topk, 1, &p->routing.groups,
+                                      &p->routing.group_pick, &inactive);
         if (rc == MP_OK)
             rc = mp_placement_build(cell(t, r, MPC_placement), m->experts, p->ep, p->routing.prob,
                                     &p->placement);

@@ -90,7 +90,7 @@ static int cpu_download(struct mp_compute *c, float *dst, const void *src, size_
 }
 
 static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
-                    long ntok, int H, int E, int K, int32_t *ids, float *w)
+                    long ntok, int H, int E, int K, int G, int M, int32_t *ids, float *w)
 {
     size_t need = (size_t)ntok * E;
     if (need > c->logits_cap) {
@@ -128,7 +128,7 @@ static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const f
         if (noise)
             for (int e = 0; e < E; e++)
                 l[e] += noise[(size_t)t * E + e];
-        mp_topk_select(l, E, K, ids + t * K);
+        mp_topk_select_grouped(l, E, K, G, M, ids + t * K);
         mp_topk_weights(l, K, ids + t * K, w + t * K);
     }
     return MP_OK;

@@ -355,7 +355,7 @@ static cublasStatus_t gemm_rm(cublasHandle_t h, int m, int n, int k, const void 
 
 /* One thread per token: noise, top-k, renormalised softmax weights. */
 __global__ void gate_topk_kernel(float *logits, const float *noise, long ntok, int E, int K,
-                                 int32_t *ids, float *w)
+                                 int G, int M, int32_t *ids, float *w)
 {
     long t = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (t >= ntok)
@@ -364,12 +364,12 @@ __global__ void gate_topk_kernel(float *logits, const float *noise, long ntok, i
     if (noise)
         for (int e = 0; e < E; e++)
             l[e] += noise[t * E + e];
-    mp_topk_select(l, E, K, ids + t * K);
+    mp_topk_select_grouped(l, E, K, G, M, ids + t * K);
     mp_topk_weights(l, K, ids + t * K, w + t * K);
 }
 
 static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
-                     long ntok, int H, int E, int K, int32_t *ids, float *w)
+                     long ntok, int H, int E, int K, int G, int M, int32_t *ids, float *w)
 {
     if (ntok <= 0)
         return MP_OK;
@@ -385,7 +385,7 @@ static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const 
                                   c->stream));
     int threads = 128;
     gate_topk_kernel<<<(unsigned)((ntok + threads - 1) / threads), threads, 0, c->stream>>>(
-        c->d_logits, noise ? c->d_noise : NULL, ntok, E, K, c->d_ids, c->d_w);
+        c->d_logits, noise ? c->d_noise : NULL, ntok, E, K, G, M, c->d_ids, c->d_w);
     CUDACHECK(cudaGetLastError());
     if (!ids) /* plan_build sorts it where it is */
         return MP_OK;

@@ -131,9 +131,9 @@ static void check_gate(long T, int H, int E, int K)
     fill(x, (size_t)T * H, 4, 1.0f);
     fill(wg, (size_t)H * E, 5, 4.0f / sqrtf((float)H));
     void *dx = to_device(x, (size_t)T * H), *dwg = to_device(wg, (size_t)H * E);
-    cpu->gate(h, x, wg, NULL, T, H, E, K, ic, wc);
+    cpu->gate(h, x, wg, NULL, T, H, E, K, 0, 0, ic, wc);
     memset(ig, 0xff, sizeof(int32_t) * T * K);
-    gpu->gate(g, dx, dwg, NULL, T, H, E, K, ig, wgpu);
+    gpu->gate(g, dx, dwg, NULL, T, H, E, K, 0, 0, ig, wgpu);
     long same = 0;
     double err = 0;
     for (long t = 0; t < T; t++) {
@@ -261,8 +261,8 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
             break;
         }
         if (gate) { /* the device gate's own choice, handed to the host plan */
-            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, ids, w);
-            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, NULL, NULL);
+            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, 0, 0, ids, w);
+            gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, 0, 0, NULL, NULL);
             gpu->plan_build(g, NULL, NULL, 1);
         } else {
             gpu->plan_build(g, ids, w, 1);

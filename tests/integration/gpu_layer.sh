@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
-# --check against the reference for every routing and placement, in both dispatch modes, with
-# grouped GEMMs and the two-stream pipeline, and with padded points replayed as CUDA Graphs (GEMM
-# loop, and grouped or skinny with two shared experts: several captured argument blocks); the
-# skinny GEMMs on small and large experts; moeperf-a2a on nccl;
+# --check against the reference for every routing and placement, in both dispatch modes, with a
+# group limit, with grouped GEMMs and the two-stream pipeline, and with padded points replayed as
+# CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
+# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl;
 # with four GPUs, TP, EP and TP+EP layouts. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
 # missing event wait between the compute and comm streams fails --check in either direction.
@@ -38,6 +38,9 @@ layer $np --shared 1 --batch 1,7,64 --routing uniform,hot:2:15,gate,gate:0.5 \
     --dispatch dynamic,padded,padded:1.0 --out "$TMP/gpu"
 layer $np --shared 1 --batch 1,7,64 --routing hot:2:15,gate --placement round-robin,replicate-hot:2 \
     --dispatch dynamic,padded,padded:1.0 --out "$TMP/gpu-placement"
+# the gate kernel's group limit (kernels/topk.h), against the reference's (sampled routings too)
+layer $np --shared 1 --batch 1,7,64 --routing hot:2:15,gate,gate:0.5 --group-limit 4:1,2:1 \
+    --out "$TMP/gpu-group-limit"
 layer $np --shared 1 --batch 7,64 --routing hot:2:15 --placement "$eplb" --gemm grouped \
     --overlap 1,2,4 --out "$TMP/gpu-overlap"
 if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the CPU stand-in: the pipeline again in its other schedule

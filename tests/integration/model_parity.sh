@@ -29,6 +29,7 @@ sample() {
     --seq) echo "--seq 2" ;;
     --layout) echo "--layout tp2ep1,tp1ep2" ;;
     --routing) echo "--routing zipf:1.2,hot:1:40" ;;
+    --group-limit) echo "--group-limit off,2:1" ;;
     --placement) echo "--placement round-robin,eplb:2" ;;
     --overlap) echo "--overlap 1,2" ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
@@ -101,12 +102,12 @@ done
 echo "$n flags: both take all but $MODEL_REFUSES"
 
 # the same columns, and the model's counts are the measured run's: rows, slot rows, bytes and
-# drops of the dynamic and padded dispatches, with two warm-up iterations, so the timed ones must
-# route the same draws of the pool in both (the cpu-host profile has the cpu backend's 4-byte
-# elements)
+# drops of the dynamic and padded dispatches, with and without a group limit, after two warm-up
+# iterations, so the timed ones must route the same draws of the pool in both (the cpu-host
+# profile has the cpu backend's 4-byte elements)
 sweep="--hidden 32 --ffn 16 --experts 8 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
-    --routing zipf:1.2,hot:2:30 --placement contiguous,eplb:4 --dispatch dynamic,padded,padded:0.75
-    --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
+    --routing zipf:1.2,hot:2:30 --group-limit off,2:1 --placement contiguous,eplb:4
+    --dispatch dynamic,padded,padded:0.75 --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
 # shellcheck disable=SC2086
@@ -118,7 +119,7 @@ for f in layer.csv layer_ranks.csv layer_samples.csv; do
 done
 python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "the model's counts differ from the measured run's"
 import csv, sys
-key = ["layout", "routing", "placement", "overlap", "dispatch", "batch"]
+key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "batch"]
 checks = [("layer.csv", [], ["tokens_per_rank", "load_imbalance", "local_hit_rate", "bytes_rank_max",
                              "drop_rate"]),
           ("layer_ranks.csv", ["rank"], ["tokens", "rows", "ffn_rows", "bytes_sent"]),
@@ -140,8 +141,8 @@ for name, extra, cols in checks:
 print(f"{cells} count cells compared, {bad} differ")
 # a tight capacity drops pairs (and the measured run drops the same); lossless padded drops none
 mod = load(f"{sys.argv[2]}/layer.csv", [])
-tight = [float(r["drop_rate"]) for k, r in mod.items() if k[4] == "padded:0.75"]
-lossless = [float(r["drop_rate"]) for k, r in mod.items() if k[4] in ("padded", "dynamic")]
+tight = [float(r["drop_rate"]) for k, r in mod.items() if k[key.index("dispatch")] == "padded:0.75"]
+lossless = [float(r["drop_rate"]) for k, r in mod.items() if k[key.index("dispatch")] in ("padded", "dynamic")]
 if not tight or min(tight) <= 0:
     sys.exit(f"padded:0.75 points with drop_rate 0: {tight}")
 if any(lossless):

@@ -27,8 +27,8 @@ int main(void)
     /* gate: same experts and weights as the reference gate */
     int32_t ids[T * KK], rids[T * KK];
     float w[T * KK], rw[T * KK];
-    CHECK_INT(o->gate(c, x, wg, NULL, T, HH, E, KK, ids, w), MP_OK);
-    mp_reference_gate(x, wg, NULL, T, HH, E, KK, rids, rw);
+    CHECK_INT(o->gate(c, x, wg, NULL, T, HH, E, KK, 0, 0, ids, w), MP_OK);
+    mp_reference_gate(x, wg, NULL, T, HH, E, KK, 0, 0, rids, rw);
     for (int i = 0; i < T * KK; i++) {
         CHECK_INT(ids[i], rids[i]);
         CHECK_NEAR(w[i], rw[i], 1e-5);
