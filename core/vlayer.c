@@ -28,7 +28,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 
 static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
-    double *blk = calloc((size_t)ep * 8, sizeof *blk);
+    double *blk = calloc((size_t)ep * 11, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
     t->nchunks = nchunks;
     if (nchunks > 1) {
@@ -47,16 +47,21 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
     t->pairs = blk + 3 * ep;
     t->local = blk + 4 * ep;
     t->bytes_sent = blk + 5 * ep;
-    t->bytes_inter = blk + 6 * ep;
-    t->dropped = blk + 7 * ep;
+    t->dropped = blk + 6 * ep;
+    t->dispatch_intra = blk + 7 * ep;
+    t->dispatch_inter = blk + 8 * ep;
+    t->combine_intra = blk + 9 * ep;
+    t->combine_inter = blk + 10 * ep;
     return MP_OK;
 }
 
 /* The exchange that `rows_to` ([ep·ep] rows from rank e to rank p at e·ep + p) makes: the largest
- * per-rank volume on each link class and the incast across nodes; per rank, when bytes_sent is
- * not NULL, the bytes dispatch and combine move to other ranks (combine sends back what came in). */
+ * per-rank volume on each link class and the incast across nodes; per rank, when `bytes` is not
+ * NULL, the bytes dispatch and combine move to other ranks in its bytes_sent and, per phase and
+ * link class, its dispatch_/combine_ intra/inter (the dispatch sends what rows_to says, the
+ * combine sends back what came in). */
 static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
-                        struct mp_vexchange *x, double *bytes_sent, double *bytes_inter)
+                        struct mp_vexchange *x, struct mp_vtraffic *bytes)
 {
     *x = (struct mp_vexchange){0};
     for (int p = 0; p < ep; p++) {
@@ -80,9 +85,12 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
         x->intra_max = fmax(x->intra_max, fmax(in_intra, out_intra));
         x->inter_max = fmax(x->inter_max, fmax(in_inter, out_inter));
         x->incast = senders > x->incast ? senders : x->incast;
-        if (bytes_sent) {
-            bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
-            bytes_inter[p] = out_inter + in_inter;
+        if (bytes) {
+            bytes->bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
+            bytes->dispatch_intra[p] = out_intra;
+            bytes->dispatch_inter[p] = out_inter;
+            bytes->combine_intra[p] = in_intra;
+            bytes->combine_inter[p] = in_inter;
         }
     }
 }
@@ -147,11 +155,10 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
             t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
         }
     }
-    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t->bytes_sent,
-                t->bytes_inter);
+    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t);
     for (int g = 0; g < N && N > 1; g++)
         exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, &t->chunk_a2a[g],
-                    NULL, NULL);
+                    NULL);
 }
 
 /* The padded dispatch (core/layer.c's padded iteration, kernels/padded.h): the same routing as
@@ -196,7 +203,7 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
         t->active[p] = nl + sh;
     }
     exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, d->m->hidden * d->cl->elem_bytes,
-                &t->a2a, t->bytes_sent, t->bytes_inter);
+                &t->a2a, t);
 }
 
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
@@ -222,7 +229,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too) and
      * the per-rank arrays */
     double need = (double)pairs * 8 + (double)ep * ep * 8 * (N > 1 ? N + 1 : 1) +
-                  (double)ep * L * 8 + (double)P * ep * 8 * (8 + (N > 1 ? 2 * N : 0)) +
+                  (double)ep * L * 8 + (double)P * ep * 8 * (11 + (N > 1 ? 2 * N : 0)) +
                   (double)(T / ep + 1) * K * 16;
     double budget = mp_memory_budget(0, 1);
     if ((budget > 0 && need > budget) || (double)(T / ep + 1) * K > 2147483647.0) {
@@ -282,7 +289,10 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->pairs = t->pairs[p];
     x->local_pairs = t->local[p];
     x->bytes_sent = t->bytes_sent[p];
-    x->bytes_internode = t->bytes_inter[p];
+    x->dispatch_intra = t->dispatch_intra[p];
+    x->dispatch_inter = t->dispatch_inter[p];
+    x->combine_intra = t->combine_intra[p];
+    x->combine_inter = t->combine_inter[p];
     x->dropped = t->dropped[p];
     x->start_skew = 0; /* the model's ranks start together */
 }
@@ -321,8 +331,8 @@ static double straggle_wait(const struct mp_vtraffic *t, int p, int k)
                                                                                : 0;
 }
 
-/* The count exchange that precedes a dispatch's data: one latency-bound round on the links the
- * data uses, or nothing for a mode that sends fixed sizes (padded). */
+/* The count exchange that precedes a dispatch's data (the notify phase): one latency-bound round
+ * on the links the data uses, or nothing for a mode that sends fixed sizes (padded). */
 static double count_round_us(const struct mp_cluster *cl, const struct mp_vtraffic *t)
 {
     return t->count_exchange ? mp_model_exchange_us(cl, 0, 0, t->a2a.uses_intra,
@@ -341,8 +351,8 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     double *blk = malloc(sizeof(double) * ((size_t)N * ep + 2 * (size_t)N + 3 * (size_t)ep));
     if (!blk) { /* no schedule without memory: a point of NANs rather than a wrong number */
         for (int r = 0; r < tp * ep; r++)
-            ranks[r].route = ranks[r].dispatch = ranks[r].ffn = ranks[r].tp_reduce =
-                ranks[r].combine = NAN;
+            ranks[r].route = ranks[r].notify = ranks[r].dispatch = ranks[r].ffn =
+                ranks[r].tp_reduce = ranks[r].combine = NAN;
         return;
     }
     double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
@@ -375,7 +385,8 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             x->route = route_us(cl, m, t, p);
             x->ffn = ffn[p] + straggle_ffn(t, p, k);
             x->tp_reduce = reduce[p] + straggle_wait(t, p, k);
-            x->dispatch = end - x->ffn - x->tp_reduce; /* the communication left exposed */
+            x->notify = counts;
+            x->dispatch = end - counts - x->ffn - x->tp_reduce; /* the data's exposed part */
             x->combine = 0;
             rank_counts(t, p, x);
         }
@@ -395,7 +406,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     double counts = count_round_us(cl, t);
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
-    double dispatch = cl->launch_us + counts + data, combine = cl->launch_us + data;
+    double dispatch = cl->launch_us + data, combine = cl->launch_us + data;
     double slowest = 0;
     for (int p = 0; p < ep; p++) {
         double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p]);
@@ -411,6 +422,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
             x->route = route_us(cl, m, t, p);
+            x->notify = counts;
             x->dispatch = dispatch;
             x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
             rank_counts(t, p, x);
@@ -454,6 +466,8 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     for (int it = 0; it < pt->iters; it++) {
         mp_vtraffic_time(cl, m, &t[it % P], res->ranks + (size_t)it * N);
         mp_metrics_iter(res->ranks + (size_t)it * N, N, &res->metrics[it]);
+        if (pt->overlap > 1)
+            mp_metrics_pipelined(&res->metrics[it]);
         if (plain) { /* the same draw with its phases one after the other */
             struct mp_vtraffic whole = t[it % P];
             whole.nchunks = 1;

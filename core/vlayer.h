@@ -26,7 +26,9 @@ struct mp_vtraffic {
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */
-    double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
+    double *bytes_sent;                               /* [ep] dispatch + combine, to other ranks */
+    /* [ep] of bytes_sent, per phase, to ranks of the sender's node (intra) and of other nodes */
+    double *dispatch_intra, *dispatch_inter, *combine_intra, *combine_inter;
     struct mp_vexchange a2a;                          /* the whole layer's exchange */
     /* with a pipelined point (overlap N > 1), the same cut into the N chunks of the measured
      * pipeline (mp_plan_expert_group); nchunks = 1 and the arrays NULL otherwise */
@@ -83,8 +85,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
- * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The dispatch is charged a count-exchange round
- * only when t->count_exchange. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
+ * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The count-exchange round is the notify phase,
+ * when t->count_exchange (0 otherwise), and not part of the dispatch. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
  * and, as a measured pipelined point records it, each rank's dispatch is the communication left
  * exposed and its combine 0; otherwise the phases follow one another. A straggler (straggle_us
  * > 0) spends that much more in its FFN phase (in the first chunk when pipelined), and its TP
