@@ -49,7 +49,8 @@ static const struct mp_csv_schema *const files[] = {
 /* The numbers of the console table, by metric name. */
 static const struct mp_console_metric console_cols[] = {
     {"layer_p50", MPC_layer_us, 0, 11, 1},   {"layer_p99", MPC_layer_us, 1, 11, 1},
-    {"route", MPC_route_us, 0, 9, 1},        {"ffn", MPC_ffn_us, 0, 10, 1},
+    {"route", MPC_route_us, 0, 9, 1},        {"notify", MPC_notify_us, 0, 8, 1},
+    {"ffn", MPC_ffn_us, 0, 10, 1},
     {"comm", MPC_comm_us, 0, 10, 1},         {"ratio", MPC_comm_comp_ratio, 0, 7, 2},
     {"bubble", MPC_bubble_ratio, 0, 7, 3},   {"imbal", MPC_load_imbalance, 0, 7, 2},
     {"hit", MPC_local_hit_rate, 0, 6, 3},
@@ -138,12 +139,14 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
         mp_row_dbl(row, median_of(base + RANK_FIELD(rows), stride, n, scratch));
         mp_row_dbl(row, median_of(base + RANK_FIELD(ffn_rows), stride, n, scratch));
         mp_row_dbl(row, median_of(base + RANK_FIELD(bytes_sent), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_intra), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_inter), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_intra), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_inter), stride, n, scratch));
         for (size_t ph = 0; ph < RANK_PHASES; ph++)
             mp_row_dbl(row, median_of(base + ph, stride, n, scratch));
-        for (int i = 0; i < n; i++) {
-            const struct mp_rank_iter *q = &res->ranks[(size_t)i * N + r];
-            scratch[i] = q->route + q->dispatch + q->ffn + q->tp_reduce + q->combine;
-        }
+        for (int i = 0; i < n; i++)
+            scratch[i] = mp_rank_layer_us(&res->ranks[(size_t)i * N + r]);
         struct mp_summary ls;
         mp_summarize(scratch, n, &ls);
         mp_row_dbl(row, ls.p50);

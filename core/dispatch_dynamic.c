@@ -1,5 +1,6 @@
 /* dispatch_dynamic.c - the dynamic dispatch mode: exact counts exchanged first, then exactly the
- * routed rows move (route | count exchange, permute, all-to-all | FFN | TP reduce | combine). */
+ * routed rows move (route | notify: count exchange | permute, all-to-all | FFN | TP reduce |
+ * combine). */
 #include <string.h>
 
 #include "dispatch.h"
@@ -40,12 +41,17 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
     mp_plan_from_counts(pl, c->ep_rank, ntok);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
-    MP_RANGE_PUSH("moeperf/dispatch");
+    MP_RANGE_PUSH("moeperf/notify");
 
-    /* dispatch: count exchange, permute, all-to-all, regroup by expert */
+    /* notify: the count exchange, then the receive side of the plan */
     MP_CHECK(c->ops->alltoall_int(c, pl->send_cnt, pl->recv_cnt, pl->max_local));
     mp_plan_recv(pl, L->nlocal);
     MP_CHECK(mp_layer_check_rows(L, pl->nrecv));
+    MP_CHECK(o->mark(dev, MARK_NOTIFY));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/dispatch");
+
+    /* dispatch: permute, all-to-all, regroup by expert */
     MP_CHECK(o->permute(dev, L->x, NULL, 0, pl->nsend, H, L->sendbuf));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
                                pl->recv_rows, pl->recv_displ, L->row_bytes));
@@ -79,16 +85,15 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_RANGE_POP();
     MP_CHECK(mp_layer_drain(L));
 
-    mp_layer_phase_times(L, rec);
+    mp_layer_phase_times(L, rec, 1);
     rec->tokens = (double)ntok;
     rec->rows = (double)pl->nrecv;
     rec->ffn_rows = (double)pl->nrecv + (double)L->S * ntok;
     rec->pairs = (double)pl->nsend;
     rec->local_pairs = (double)pl->local_pairs;
-    double sent = 0, inter = 0;
-    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, &sent, &inter);
-    rec->bytes_sent = sent;
-    rec->bytes_internode = inter;
+    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
+    rec->combine_intra = rec->combine_inter = 0;
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, rec);
     rec->dropped = 0;
 out:
     return rc;

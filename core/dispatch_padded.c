@@ -224,7 +224,7 @@ static int padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
     mp_padded_from_counts(pd, L->dplan_totals, me); /* the pairs per slot came with the drain */
 
-    mp_layer_phase_times(L, rec);
+    mp_layer_phase_times(L, rec, 0); /* no count exchange: notify 0 */
 
     /* untimed: the valid rows each slot carried, for load_imbalance and rows */
     MP_CHECK(c->ops->alltoall_int(c, pd->kept, L->pad_cnt_recv, pd->max_local));
@@ -237,10 +237,9 @@ static int padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->pairs = (double)ntok * L->m.topk;
     rec->local_pairs = (double)pd->local_pairs;
     rec->dropped = (double)pd->dropped;
-    double sent = 0, inter = 0; /* slots out and back */
-    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, &sent, &inter);
-    rec->bytes_sent = sent;
-    rec->bytes_internode = inter;
+    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0; /* slots out and back */
+    rec->combine_intra = rec->combine_inter = 0;
+    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, rec);
 out:
     return rc;
 }

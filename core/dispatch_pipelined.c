@@ -92,7 +92,7 @@ static void progress_hook(void *arg)
 
 /* Route the draw, build every chunk's plan from the backend's counts (chunk k's cells after the
  * earlier chunks'), and exchange all chunks' counts at once; soff[k]: where chunk k's send rows
- * start. Marks ROUTE after the plans, before the exchange. */
+ * start. Marks ROUTE after the plans, before the exchange, and NOTIFY after it. */
 static int plan_chunks(struct mp_layer *L, struct mp_routing_pool *pool, int d, long ntok, int N,
                        long *soff)
 {
@@ -119,6 +119,7 @@ static int plan_chunks(struct mp_layer *L, struct mp_routing_pool *pool, int d, 
                    L->chunk_cnt_recv + ((size_t)p * N + k) * Lm, (size_t)Lm * sizeof(int));
         mp_plan_recv(&L->chunk_plans[k], L->nlocal);
     }
+    MP_CHECK(L->ops->mark(L->dev, MARK_NOTIFY));
 out:
     return rc;
 }
@@ -129,16 +130,17 @@ struct chunk_offsets {
     long soff[MP_MAX_CHUNKS + 1], roff[MP_MAX_CHUNKS + 1], ooff[MP_MAX_CHUNKS + 1];
 };
 
-/* What the chunks moved and computed, summed for the record. */
+/* What the chunks computed, summed for the record. */
 struct chunk_counts {
-    double sent, inter, rows, local;
+    double rows, local;
 };
 
 /* Step s's middle: compute chunk k = s−1 (its partners advance between experts) and start its
  * combine. The shared experts ride with chunk 0. */
 static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
                          const struct mp_point *plain_pt, int k, long ntok,
-                         const struct chunk_offsets *of, struct chunk_counts *n)
+                         const struct chunk_offsets *of, struct chunk_counts *n,
+                         struct mp_rank_iter *rec)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -168,7 +170,7 @@ static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
                                 pl->send_displ, L->row_bytes, 2 * k + 1));
     n->rows += (double)pl->nrecv;
     n->local += (double)pl->local_pairs;
-    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, &n->sent, &n->inter);
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, rec);
 out:
     return rc;
 }
@@ -177,7 +179,8 @@ out:
  * s−2's combine into y (chunk 0 with the shared experts, the rest added to it). Request slots: 2k
  * dispatch, 2k+1 combine. */
 static int run_pipeline(struct mp_layer *L, const struct mp_point *pt, long ntok, int N,
-                        const struct chunk_offsets *of, struct chunk_counts *n)
+                        const struct chunk_offsets *of, struct chunk_counts *n,
+                        struct mp_rank_iter *rec)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
@@ -195,7 +198,7 @@ static int run_pipeline(struct mp_layer *L, const struct mp_point *pt, long ntok
                                         pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
         }
         if (s >= 1 && s <= N) /* compute chunk s−1 and start its combine */
-            MP_CHECK(compute_chunk(L, pt, &plain_pt, s - 1, ntok, of, n));
+            MP_CHECK(compute_chunk(L, pt, &plain_pt, s - 1, ntok, of, n, rec));
         if (s >= 2) { /* finish the combine of chunk s−2 */
             int k = s - 2;
             struct mp_plan *pl = &L->chunk_plans[k];
@@ -216,8 +219,8 @@ out:
  * expert's weights are still read once. After one count exchange for all chunks (the pipeline
  * waits for a peer only on data), the steps of run_pipeline. Times come from the compute
  * backend's marks (device events on GPUs, where the host only queues the work): route from the
- * start, per chunk its FFN and its TP reduce, and the whole; the rest is dispatch (communication
- * left exposed). */
+ * start, notify (the count exchange) from there, per chunk its FFN and its TP reduce, and the
+ * whole; the rest is dispatch (the data communication left exposed). */
 static int pipelined_iterate(struct mp_layer *L, const struct mp_point *pt,
                              struct mp_routing_pool *pool, int d, long ntok,
                              struct mp_rank_iter *rec)
@@ -228,6 +231,8 @@ static int pipelined_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct chunk_offsets of;
     struct chunk_counts n = {0};
 
+    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0; /* the chunks add theirs */
+    rec->combine_intra = rec->combine_inter = 0;
     MP_CHECK(mp_layer_start_aligned(L));
     MP_CHECK(plan_chunks(L, pool, d, ntok, N, of.soff));
     of.roff[0] = 0;
@@ -236,29 +241,29 @@ static int pipelined_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_check_rows(L, of.roff[N]));
     for (int k = 0; k < N; k++)
         of.ooff[k] = of.roff[k] + (k > 0 ? (long)L->S * ntok : 0);
-    MP_CHECK(run_pipeline(L, pt, ntok, N, &of, &n));
+    MP_CHECK(run_pipeline(L, pt, ntok, N, &of, &n, rec));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_CHECK(mp_layer_drain(L));
 
     double total = o->elapsed_us(dev, MARK_START, MARK_COMBINE);
     double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE), t_ffn = 0, t_tp = 0;
+    double t_notify = o->elapsed_us(dev, MARK_ROUTE, MARK_NOTIFY);
     for (int k = 0; k < N; k++) {
         t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN), MARK_CHUNK(k, CHUNK_FFN_END));
         t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
     }
     rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
     rec->route = t_route;
+    rec->notify = t_notify;
     rec->ffn = t_ffn;
     rec->tp_reduce = t_tp;
-    rec->dispatch = total - t_route - t_ffn - t_tp; /* communication left exposed */
+    rec->dispatch = total - t_route - t_notify - t_ffn - t_tp; /* data communication exposed */
     rec->combine = 0;
     rec->tokens = (double)ntok;
     rec->rows = n.rows;
     rec->ffn_rows = n.rows + (double)L->S * ntok;
     rec->pairs = (double)ntok * L->m.topk;
     rec->local_pairs = n.local;
-    rec->bytes_sent = n.sent;
-    rec->bytes_internode = n.inter;
     rec->dropped = 0;
 out:
     return rc;

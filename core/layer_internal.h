@@ -13,11 +13,12 @@
 #include "routing.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
- * them): the phases' ends, then this rank's arrival at the start barrier; the pipelined layer's
- * per-chunk marks follow them. */
+ * them): the phases' ends, then this rank's arrival at the start barrier and the end of the count
+ * exchange; the pipelined layer's per-chunk marks follow them. */
 enum mp_layer_mark {
     MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE,
-    MARK_ALIGN, /* this rank's arrival at the start barrier */
+    MARK_ALIGN,  /* this rank's arrival at the start barrier */
+    MARK_NOTIFY, /* the end of the count exchange (notify phase, from ROUTE; dynamic dispatch) */
     MARK_CHUNKS
 };
 _Static_assert(MARK_CHUNKS == MP_PHASE_MARKS, "kernels/compute.h's MP_PHASE_MARKS counts the marks");
@@ -169,8 +170,11 @@ int mp_layer_drain(struct mp_layer *L);
  * the world barrier, the comm backend's device alignment where it has one, mark START. ALIGN to
  * START is the time this rank waited for the last one (its start_skew). */
 int mp_layer_start_aligned(struct mp_layer *L);
-/* A drained iteration's five phase durations and its start skew, from the marks ALIGN … COMBINE. */
-void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec);
+/* A drained iteration's six phase durations and its start skew, from the marks ALIGN … COMBINE.
+ * `notified`: the iteration exchanged counts between marks ROUTE and NOTIFY (notify phase), and
+ * its dispatch runs from NOTIFY to DISPATCH; 0: no count exchange (notify 0, dispatch from
+ * ROUTE). */
+void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int notified);
 /* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
  * then each shared expert on the rank's own `ntok` tokens, written after the `routed` rows of
  * `out`, then the debug straggler's delay. `progress` (may be NULL) runs between experts. */
@@ -181,11 +185,11 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
  * peer, one block of cells per chunk of `chunks`, slots of `cap` rows (padded; 0 otherwise). */
 int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
                         int max_local, int chunks, long cap);
-/* Add to *sent the bytes this rank exchanges with the other EP ranks when it sends send[p] and
- * receives recv[p] rows to and from each EP peer p, and to *inter those with ranks on other
- * nodes. */
+/* Add to rec's byte counts what this rank sends the other EP ranks when it dispatches send[p]
+ * rows to each EP peer p and returns it recv[p] rows in the combine: bytes_sent, and per phase
+ * those to ranks of its own node (dispatch_intra, combine_intra) and of other nodes (_inter). */
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             double *sent, double *inter);
+                             struct mp_rank_iter *rec);
 
 /* ---- layer_check.c ----------------------------------------------------------------------------- */
 

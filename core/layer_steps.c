@@ -49,11 +49,12 @@ out:
     return rc;
 }
 
-void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec)
+void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int notified)
 {
     const struct mp_compute_ops *o = L->ops;
     rec->route = o->elapsed_us(L->dev, MARK_START, MARK_ROUTE);
-    rec->dispatch = o->elapsed_us(L->dev, MARK_ROUTE, MARK_DISPATCH);
+    rec->notify = notified ? o->elapsed_us(L->dev, MARK_ROUTE, MARK_NOTIFY) : 0;
+    rec->dispatch = o->elapsed_us(L->dev, notified ? MARK_NOTIFY : MARK_ROUTE, MARK_DISPATCH);
     rec->ffn = o->elapsed_us(L->dev, MARK_DISPATCH, MARK_FFN);
     rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
     rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
@@ -105,15 +106,21 @@ int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0
 }
 
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             double *sent, double *inter)
+                             struct mp_rank_iter *rec)
 {
     const struct mp_comm *c = L->comm;
     for (int p = 0; p < L->ep; p++) {
         if (p == c->ep_rank)
             continue;
-        double b = ((double)send[p] + recv[p]) * (double)L->row_bytes;
-        *sent += b;
-        if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank])
-            *inter += b;
+        double out = (double)send[p] * (double)L->row_bytes; /* dispatch: rows to p */
+        double back = (double)recv[p] * (double)L->row_bytes; /* combine: p's rows returned */
+        rec->bytes_sent += out + back;
+        if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank]) {
+            rec->dispatch_inter += out;
+            rec->combine_inter += back;
+        } else {
+            rec->dispatch_intra += out;
+            rec->combine_intra += back;
+        }
     }
 }

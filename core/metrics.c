@@ -7,27 +7,50 @@
 
 const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "layer_us",        "ffn_us",       "ffn_mean_us",     "comm_us",
-    "route_us",        "dispatch_us",  "tp_reduce_us",    "combine_us",
-    "comm_comp_ratio", "bubble_ratio", "load_imbalance",  "local_hit_rate",
-    "bytes_rank_max",  "bytes_internode", "drop_rate",
+    "route_us",        "notify_us",    "dispatch_us",     "tp_reduce_us",
+    "combine_us",      "comm_comp_ratio", "bubble_ratio", "load_imbalance",
+    "local_hit_rate",  "bytes_rank_max",  "bytes_internode", "bytes_intranode",
+    "dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
+    "combine_bytes_internode",  "drop_rate",
+    "dispatch_intranode_GBps",  "dispatch_internode_GBps",  "combine_intranode_GBps",
+    "combine_internode_GBps",
 };
 
 static double max2(double a, double b) { return a > b ? a : b; }
+
+double mp_rank_layer_us(const struct mp_rank_iter *r)
+{
+    return r->route + r->notify + r->dispatch + r->ffn + r->tp_reduce + r->combine;
+}
+
+/* Achieved bandwidth in GB/s of `bytes` moved in `us` µs (bytes / µs / 1e3), as moeperf-a2a's
+ * algbw (docs/METRICS.md); NAN when the class carries nothing in the phase (`total` 0) or the
+ * phase took no time. */
+static double link_GBps(double bytes, double us, double total)
+{
+    return total > 0 && us > 0 ? bytes / us / 1e3 : NAN;
+}
 
 void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m)
 {
     struct mp_iter_metrics z = {0};
     double ffn_sum = 0, rows_sum = 0, rows_max = 0, pairs = 0, local = 0, dropped = 0;
+    int slow_d = 0, slow_c = 0; /* the slowest rank of the dispatch and of the combine */
     for (int i = 0; i < n; i++) {
-        double L = r[i].route + r[i].dispatch + r[i].ffn + r[i].tp_reduce + r[i].combine;
-        z.layer_us = max2(z.layer_us, L);
+        z.layer_us = max2(z.layer_us, mp_rank_layer_us(&r[i]));
         z.ffn_us = max2(z.ffn_us, r[i].ffn);
         z.route_us = max2(z.route_us, r[i].route);
+        z.notify_us = max2(z.notify_us, r[i].notify);
         z.dispatch_us = max2(z.dispatch_us, r[i].dispatch);
         z.tp_reduce_us = max2(z.tp_reduce_us, r[i].tp_reduce);
         z.combine_us = max2(z.combine_us, r[i].combine);
+        slow_d = r[i].dispatch > r[slow_d].dispatch ? i : slow_d;
+        slow_c = r[i].combine > r[slow_c].combine ? i : slow_c;
         z.bytes_rank_max = max2(z.bytes_rank_max, r[i].bytes_sent);
-        z.bytes_internode += r[i].bytes_internode;
+        z.dispatch_bytes_intranode += r[i].dispatch_intra;
+        z.dispatch_bytes_internode += r[i].dispatch_inter;
+        z.combine_bytes_intranode += r[i].combine_intra;
+        z.combine_bytes_internode += r[i].combine_inter;
         ffn_sum += r[i].ffn;
         rows_sum += r[i].rows;
         rows_max = max2(rows_max, r[i].rows);
@@ -45,7 +68,28 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
     z.load_imbalance = rows_sum > 0 ? rows_max / (rows_sum / n) : 1.0;
     z.local_hit_rate = pairs > 0 ? local / pairs : 0;
     z.drop_rate = pairs > 0 ? dropped / pairs : 0;
+    z.bytes_internode = z.dispatch_bytes_internode + z.combine_bytes_internode;
+    z.bytes_intranode = z.dispatch_bytes_intranode + z.combine_bytes_intranode;
+    if (n > 0) {
+        const struct mp_rank_iter *d = &r[slow_d], *c = &r[slow_c];
+        z.dispatch_intranode_GBps = link_GBps(d->dispatch_intra, d->dispatch,
+                                              z.dispatch_bytes_intranode);
+        z.dispatch_internode_GBps = link_GBps(d->dispatch_inter, d->dispatch,
+                                              z.dispatch_bytes_internode);
+        z.combine_intranode_GBps = link_GBps(c->combine_intra, c->combine,
+                                             z.combine_bytes_intranode);
+        z.combine_internode_GBps = link_GBps(c->combine_inter, c->combine,
+                                             z.combine_bytes_internode);
+    } else {
+        mp_metrics_pipelined(&z); /* no rank: no bandwidth */
+    }
     *m = z;
+}
+
+void mp_metrics_pipelined(struct mp_iter_metrics *m)
+{
+    m->dispatch_intranode_GBps = m->dispatch_internode_GBps = NAN;
+    m->combine_intranode_GBps = m->combine_internode_GBps = NAN;
 }
 
 /* The median over `n` iterations of the field at `offset`, less route_us when `minus_route`. */

@@ -101,7 +101,11 @@ static const struct mp_column layer_cols[] = {
     {MPC_comm_us, "µs", R, "median of `comm_us`"},
     {MPC_comm_p99_us, "µs", R, "p99 of `comm_us`"},
     {MPC_route_us, "µs", R, "median of the route phase's max over ranks"},
-    {MPC_dispatch_us, "µs", R, "median of the dispatch phase's max over ranks"},
+    {MPC_notify_us, "µs", R,
+     "median of the notify phase's (the dynamic dispatch's count exchange) max over ranks; 0 "
+     "without a count exchange (padded)"},
+    {MPC_dispatch_us, "µs", R,
+     "median of the dispatch phase's max over ranks (the data, without the count exchange)"},
     {MPC_tp_reduce_us, "µs", R, "median of the TP reduce phase's max over ranks"},
     {MPC_combine_us, "µs", R, "median of the combine phase's max over ranks"},
     {MPC_comm_comp_ratio, "–", R, "median of `comm_us / ffn_us`"},
@@ -112,8 +116,31 @@ static const struct mp_column layer_cols[] = {
      "median of the largest dispatch + combine bytes one rank sends to others"},
     {MPC_bytes_internode, "bytes", R,
      "median of dispatch + combine bytes sent between nodes, all ranks"},
+    {MPC_bytes_intranode, "bytes", R,
+     "median of dispatch + combine bytes sent between different ranks of one node, all ranks"},
+    {MPC_dispatch_bytes_intranode, "bytes", R,
+     "median of the dispatch's bytes sent within nodes, all ranks"},
+    {MPC_dispatch_bytes_internode, "bytes", R,
+     "median of the dispatch's bytes sent between nodes, all ranks"},
+    {MPC_combine_bytes_intranode, "bytes", R,
+     "median of the combine's bytes sent within nodes, all ranks"},
+    {MPC_combine_bytes_internode, "bytes", R,
+     "median of the combine's bytes sent between nodes, all ranks"},
     {MPC_drop_rate, "–", R,
      "median share of token-expert pairs a padded dispatch dropped over capacity (0 otherwise)"},
+    {MPC_dispatch_intranode_GBps, "GB/s", R,
+     "median of the dispatch's slowest rank's intra-node bytes / its dispatch time "
+     "([METRICS.md](METRICS.md#link-bandwidth)); empty when no rank sends within a node, or "
+     "pipelined"},
+    {MPC_dispatch_internode_GBps, "GB/s", R,
+     "median of the dispatch's slowest rank's inter-node bytes / its dispatch time; empty when no "
+     "rank sends between nodes, or pipelined"},
+    {MPC_combine_intranode_GBps, "GB/s", R,
+     "median of the combine's slowest rank's intra-node bytes / its combine time; empty when no "
+     "rank sends within a node, or pipelined"},
+    {MPC_combine_internode_GBps, "GB/s", R,
+     "median of the combine's slowest rank's inter-node bytes / its combine time; empty when no "
+     "rank sends between nodes, or pipelined"},
     {MPC_check_error, "–", R, "`‖out − ref‖/‖ref‖` with `--check`, else empty"},
     {MPC_overlap_efficiency, "–", R,
      "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
@@ -128,6 +155,7 @@ static const struct mp_column layer_sample_cols[] = {
     {MPC_ffn_mean_us, "µs", R, "mean over ranks of the FFN time"},
     {MPC_comm_us, "µs", R, "`layer_us − ffn_us −` the slowest rank's route time"},
     {MPC_route_us, "µs", R, "the route phase's max over ranks"},
+    {MPC_notify_us, "µs", R, "the notify phase's (count exchange) max over ranks; 0 for padded"},
     {MPC_dispatch_us, "µs", R, "the dispatch phase's max over ranks"},
     {MPC_tp_reduce_us, "µs", R, "the TP reduce phase's max over ranks"},
     {MPC_combine_us, "µs", R, "the combine phase's max over ranks"},
@@ -137,8 +165,26 @@ static const struct mp_column layer_sample_cols[] = {
     {MPC_local_hit_rate, "–", R, "share of token-expert pairs served on the token's rank"},
     {MPC_bytes_rank_max, "bytes", R, "largest dispatch + combine bytes one rank sends to others"},
     {MPC_bytes_internode, "bytes", R, "dispatch + combine bytes sent between nodes, all ranks"},
+    {MPC_bytes_intranode, "bytes", R,
+     "dispatch + combine bytes sent between different ranks of one node, all ranks"},
+    {MPC_dispatch_bytes_intranode, "bytes", R, "the dispatch's bytes sent within nodes, all ranks"},
+    {MPC_dispatch_bytes_internode, "bytes", R, "the dispatch's bytes sent between nodes, all ranks"},
+    {MPC_combine_bytes_intranode, "bytes", R, "the combine's bytes sent within nodes, all ranks"},
+    {MPC_combine_bytes_internode, "bytes", R, "the combine's bytes sent between nodes, all ranks"},
     {MPC_drop_rate, "–", R,
      "share of token-expert pairs a padded dispatch dropped over capacity (0 otherwise)"},
+    {MPC_dispatch_intranode_GBps, "GB/s", R,
+     "intra-node bytes / dispatch time of the rank with the longest dispatch; empty when no rank "
+     "sends within a node, or pipelined"},
+    {MPC_dispatch_internode_GBps, "GB/s", R,
+     "inter-node bytes / dispatch time of the rank with the longest dispatch; empty when no rank "
+     "sends between nodes, or pipelined"},
+    {MPC_combine_intranode_GBps, "GB/s", R,
+     "intra-node bytes / combine time of the rank with the longest combine; empty when no rank "
+     "sends within a node, or pipelined"},
+    {MPC_combine_internode_GBps, "GB/s", R,
+     "inter-node bytes / combine time of the rank with the longest combine; empty when no rank "
+     "sends between nodes, or pipelined"},
 };
 
 static const struct mp_column layer_rank_cols[] = {
@@ -152,12 +198,19 @@ static const struct mp_column layer_rank_cols[] = {
     {MPC_rows, "rows", R, "routed token-expert rows this rank's experts received and computed"},
     {MPC_ffn_rows, "rows", R, "`rows` + shared-expert rows (`shared · tokens`)"},
     {MPC_bytes_sent, "bytes", R, "dispatch + combine bytes sent to other ranks"},
+    {MPC_dispatch_bytes_intranode, "bytes", R,
+     "of those, the dispatch's to other ranks of this rank's node"},
+    {MPC_dispatch_bytes_internode, "bytes", R, "of those, the dispatch's to ranks of other nodes"},
+    {MPC_combine_bytes_intranode, "bytes", R,
+     "of those, the combine's to other ranks of this rank's node"},
+    {MPC_combine_bytes_internode, "bytes", R, "of those, the combine's to ranks of other nodes"},
     {MPC_route_us, "µs", R, "this rank's route time"},
+    {MPC_notify_us, "µs", R, "this rank's notify time (the count exchange; 0 for padded)"},
     {MPC_dispatch_us, "µs", R, "this rank's dispatch time"},
     {MPC_ffn_us, "µs", R, "this rank's FFN time"},
     {MPC_tp_reduce_us, "µs", R, "this rank's TP reduce time"},
     {MPC_combine_us, "µs", R, "this rank's combine time"},
-    {MPC_layer_us, "µs", R, "median of this rank's `L_r`, the sum of its five phases"},
+    {MPC_layer_us, "µs", R, "median of this rank's `L_r`, the sum of its six phases"},
     {MPC_start_skew_us, "µs", R,
      "start skew: how long this rank waited at the start of an iteration for the last rank to "
      "arrive, from its arrival at the start barrier to the end of the start alignment (mark to "

@@ -28,7 +28,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 
 static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
-    double *blk = calloc((size_t)ep * 8, sizeof *blk);
+    double *blk = calloc((size_t)ep * 11, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
     t->nchunks = nchunks;
     if (nchunks > 1) {
@@ -47,16 +47,21 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
     t->pairs = blk + 3 * ep;
     t->local = blk + 4 * ep;
     t->bytes_sent = blk + 5 * ep;
-    t->bytes_inter = blk + 6 * ep;
-    t->dropped = blk + 7 * ep;
+    t->dropped = blk + 6 * ep;
+    t->dispatch_intra = blk + 7 * ep;
+    t->dispatch_inter = blk + 8 * ep;
+    t->combine_intra = blk + 9 * ep;
+    t->combine_inter = blk + 10 * ep;
     return MP_OK;
 }
 
 /* The exchange that `rows_to` ([ep·ep] rows from rank e to rank p at e·ep + p) makes: the largest
- * per-rank volume on each link class and the incast across nodes; per rank, when bytes_sent is
- * not NULL, the bytes dispatch and combine move to other ranks (combine sends back what came in). */
+ * per-rank volume on each link class and the incast across nodes; per rank, when `bytes` is not
+ * NULL, the bytes dispatch and combine move to other ranks in its bytes_sent and, per phase and
+ * link class, its dispatch_/combine_ intra/inter (the dispatch sends what rows_to says, the
+ * combine sends back what came in). */
 static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
-                        struct mp_vexchange *x, double *bytes_sent, double *bytes_inter)
+                        struct mp_vexchange *x, struct mp_vtraffic *bytes)
 {
     *x = (struct mp_vexchange){0};
     for (int p = 0; p < ep; p++) {
@@ -80,9 +85,12 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
         x->intra_max = fmax(x->intra_max, fmax(in_intra, out_intra));
         x->inter_max = fmax(x->inter_max, fmax(in_inter, out_inter));
         x->incast = senders > x->incast ? senders : x->incast;
-        if (bytes_sent) {
-            bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
-            bytes_inter[p] = out_inter + in_inter;
+        if (bytes) {
+            bytes->bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
+            bytes->dispatch_intra[p] = out_intra;
+            bytes->dispatch_inter[p] = out_inter;
+            bytes->combine_intra[p] = in_intra;
+            bytes->combine_inter[p] = in_inter;
         }
     }
 }
@@ -101,14 +109,32 @@ static void dedup_exchanges(struct mp_vtraffic *t, const struct mp_vdraw *d)
     t->dedup_hops = c->hops;
     for (int h = 0; h < c->hops; h++) {
         const double *rows = c->rows + h * cells;
-        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL, NULL);
+        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL);
         for (int e = 0; e < ep; e++) /* the combine: p returns to e what e sent it */
             for (int p = 0; p < ep; p++)
                 d->rows_to[p * ep + e] = rows[e * ep + p];
-        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL, NULL);
+        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL);
     }
     t->a2a = t->hop[0];
-    mp_dedup_bytes(c, tp, gpn, row_bytes, meta, t->bytes_sent, t->bytes_inter);
+    /* each rank's bytes per phase and link class: in dispatch the rows it sends in every hop
+     * (with their metadata), in combine the rows it returns (what it received) */
+    for (int p = 0; p < ep; p++) {
+        double di = 0, dx = 0, ci = 0, cx = 0;
+        for (int h = 0; h < c->hops; h++)
+            for (int q = 0; q < ep; q++) {
+                const double *rows = c->rows + h * cells;
+                int same = mp_dedup_node_of(q, tp, gpn) == mp_dedup_node_of(p, tp, gpn);
+                double out = rows[p * ep + q] * (row_bytes + meta);
+                double back = rows[q * ep + p] * row_bytes;
+                *(same ? &di : &dx) += q == p ? 0 : out;
+                *(same ? &ci : &cx) += q == p ? 0 : back;
+            }
+        t->dispatch_intra[p] = di;
+        t->dispatch_inter[p] = dx;
+        t->combine_intra[p] = ci;
+        t->combine_inter[p] = cx;
+        t->bytes_sent[p] = di + dx + ci + cx;
+    }
 }
 
 /* The dynamic dispatch: route the draw over every EP rank and total what the plan sends where;
@@ -171,13 +197,12 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
             t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
         }
     }
-    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t->bytes_sent,
-                t->bytes_inter);
+    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t);
     if (d->dedup)
         dedup_exchanges(t, d);
     for (int g = 0; g < N && N > 1; g++)
         exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, &t->chunk_a2a[g],
-                    NULL, NULL);
+                    NULL);
 }
 
 /* The padded dispatch (core/layer.c's padded iteration, kernels/padded.h): the same routing as
@@ -222,7 +247,7 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
         t->active[p] = nl + sh;
     }
     exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, d->m->hidden * d->cl->elem_bytes,
-                &t->a2a, t->bytes_sent, t->bytes_inter);
+                &t->a2a, t);
 }
 
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
@@ -259,7 +284,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
      * for the dedup counts) and the per-rank arrays */
     int matrices = N > 1 ? N + 1 : 1 + 2 * (pt->dedup != MP_DEDUP_PAIR);
     double need = (double)pairs * 8 + (double)ep * ep * 8 * matrices +
-                  (double)ep * L * 8 + (double)P * ep * 8 * (8 + (N > 1 ? 2 * N : 0)) +
+                  (double)ep * L * 8 + (double)P * ep * 8 * (11 + (N > 1 ? 2 * N : 0)) +
                   (double)(T / ep + 1) * K * 16;
     double budget = mp_memory_budget(0, 1);
     if ((budget > 0 && need > budget) || (double)(T / ep + 1) * K > 2147483647.0) {
@@ -323,7 +348,10 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->pairs = t->pairs[p];
     x->local_pairs = t->local[p];
     x->bytes_sent = t->bytes_sent[p];
-    x->bytes_internode = t->bytes_inter[p];
+    x->dispatch_intra = t->dispatch_intra[p];
+    x->dispatch_inter = t->dispatch_inter[p];
+    x->combine_intra = t->combine_intra[p];
+    x->combine_inter = t->combine_inter[p];
     x->dropped = t->dropped[p];
     x->start_skew = 0; /* the model's ranks start together */
 }
@@ -362,8 +390,8 @@ static double straggle_wait(const struct mp_vtraffic *t, int p, int k)
                                                                                : 0;
 }
 
-/* The count exchange that precedes a dispatch's data: one latency-bound round on the links the
- * data uses, or nothing for a mode that sends fixed sizes (padded). */
+/* The count exchange that precedes a dispatch's data (the notify phase): one latency-bound round
+ * on the links the data uses, or nothing for a mode that sends fixed sizes (padded). */
 static double count_round_us(const struct mp_cluster *cl, const struct mp_vtraffic *t)
 {
     return t->count_exchange ? mp_model_exchange_us(cl, 0, 0, t->a2a.uses_intra,
@@ -382,8 +410,8 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     double *blk = malloc(sizeof(double) * ((size_t)N * ep + 2 * (size_t)N + 3 * (size_t)ep));
     if (!blk) { /* no schedule without memory: a point of NANs rather than a wrong number */
         for (int r = 0; r < tp * ep; r++)
-            ranks[r].route = ranks[r].dispatch = ranks[r].ffn = ranks[r].tp_reduce =
-                ranks[r].combine = NAN;
+            ranks[r].route = ranks[r].notify = ranks[r].dispatch = ranks[r].ffn =
+                ranks[r].tp_reduce = ranks[r].combine = NAN;
         return;
     }
     double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
@@ -416,7 +444,8 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             x->route = route_us(cl, m, t, p);
             x->ffn = ffn[p] + straggle_ffn(t, p, k);
             x->tp_reduce = reduce[p] + straggle_wait(t, p, k);
-            x->dispatch = end - x->ffn - x->tp_reduce; /* the communication left exposed */
+            x->notify = counts;
+            x->dispatch = end - counts - x->ffn - x->tp_reduce; /* the data's exposed part */
             x->combine = 0;
             rank_counts(t, p, x);
         }
@@ -436,15 +465,15 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     double counts = count_round_us(cl, t);
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
-    double dispatch = cl->launch_us + counts + data, combine = cl->launch_us + data;
+    double dispatch = cl->launch_us + data, combine = cl->launch_us + data;
     if (t->dedup_hops) { /* node: the network hop, then the forward inside the node; combine back */
-        dispatch = combine = 0;
-        for (int h = 0; h < t->dedup_hops; h++) {
+        counts = dispatch = combine = 0;
+        for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
-            dispatch += cl->launch_us +
-                        mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1) +
-                        mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
-                                             x->uses_inter, x->incast);
+            counts += mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
+            dispatch += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
+                                                             x->uses_intra, x->uses_inter,
+                                                             x->incast);
             combine += cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
                                                             y->uses_intra, y->uses_inter,
                                                             y->incast);
@@ -465,6 +494,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
             x->route = route_us(cl, m, t, p);
+            x->notify = counts;
             x->dispatch = dispatch;
             x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
             rank_counts(t, p, x);
@@ -511,6 +541,8 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
         const struct mp_vtraffic *draw = &t[(warmup + it) % P];
         mp_vtraffic_time(cl, m, draw, res->ranks + (size_t)it * N);
         mp_metrics_iter(res->ranks + (size_t)it * N, N, &res->metrics[it]);
+        if (pt->overlap > 1)
+            mp_metrics_pipelined(&res->metrics[it]);
         if (plain) { /* the same draw with its phases one after the other */
             struct mp_vtraffic whole = *draw;
             whole.nchunks = 1;

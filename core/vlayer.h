@@ -26,7 +26,9 @@ struct mp_vtraffic {
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */
-    double *bytes_sent, *bytes_inter;                 /* [ep] dispatch + combine, to other ranks */
+    double *bytes_sent;                               /* [ep] dispatch + combine, to other ranks */
+    /* [ep] of bytes_sent, per phase, to ranks of the sender's node (intra) and of other nodes */
+    double *dispatch_intra, *dispatch_inter, *combine_intra, *combine_inter;
     struct mp_vexchange a2a;                          /* the whole layer's exchange */
     /* with --dedup rank or node (core/dedup.h): the dispatch's hops (node: the direct and
      * inter-node rows, then the forwards inside the node) and the combine's return of each, its
@@ -95,9 +97,10 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
- * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The dispatch is charged a count-exchange round
- * only when t->count_exchange. With t->dedup_hops the dispatch is, per hop, launch, count round
- * and the hop's exchange, and the combine launch and the return exchange per hop. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
+ * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The count-exchange round is the notify phase,
+ * when t->count_exchange (0 otherwise), and not part of the dispatch. With t->dedup_hops each
+ * hop exchanges its counts (notify, one round per hop), then its rows (dispatch: launch and the
+ * hop's exchange), and the combine is launch and the return exchange per hop. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
  * and, as a measured pipelined point records it, each rank's dispatch is the communication left
  * exposed and its combine 0; otherwise the phases follow one another. A straggler (straggle_us
  * > 0) spends that much more in its FFN phase (in the first chunk when pipelined), and its TP

@@ -184,8 +184,8 @@ struct mp_compute_ops {
 };
 
 /* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,
- * TP reduce, combine) and the rank's arrival at the start barrier. */
-#define MP_PHASE_MARKS 7
+ * TP reduce, combine), the rank's arrival at the start barrier and the end of the count exchange. */
+#define MP_PHASE_MARKS 8
 /* A pipelined layer's marks per chunk: FFN start and end, TP reduce start and end. */
 #define MP_CHUNK_MARKS 4
 /* The most chunks a layer pipelines (--overlap's upper bound). */

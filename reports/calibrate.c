@@ -220,6 +220,10 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         }
         for (int c = 0; c < 5; c++)
             p->meas[CAL_LAYER_FFN + c] = num(t, r, meas_cols[c]);
+        /* the dispatch is fitted with its count exchange, which a run since notify_us holds
+         * apart (an older run's dispatch_us includes it), so runs of either age fit alike */
+        if (mp_table_col(t, MPC_notify_us) >= 0)
+            p->meas[CAL_LAYER_DISPATCH] += num(t, r, MPC_notify_us);
         /* combine_us holds the wait for the slowest rank, which layer_us already weighs: fitting
          * it too would count that one quantity twice */
         p->meas[CAL_LAYER_COMBINE] = NAN;
@@ -388,7 +392,7 @@ double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_c
         mp_vtraffic_time(cl, &p->model, &p->traffic[d], ranks);
         mp_metrics_iter(ranks, N, &m);
         v[d] = col == CAL_LAYER_FFN        ? m.ffn_us
-               : col == CAL_LAYER_DISPATCH ? m.dispatch_us
+               : col == CAL_LAYER_DISPATCH ? m.notify_us + m.dispatch_us
                : col == CAL_LAYER_COMBINE  ? m.combine_us
                : col == CAL_LAYER_TP       ? m.tp_reduce_us
                                            : m.layer_us;

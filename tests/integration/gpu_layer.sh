@@ -4,7 +4,8 @@
 # group limit, with grouped GEMMs and the two-stream pipeline, and with padded points replayed as
 # CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
 # blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl;
-# with four GPUs, TP, EP and TP+EP layouts. On the CPU stand-in
+# with four GPUs, TP, EP and TP+EP layouts; the count exchange timed as notify_us by the dynamic
+# and pipelined dispatches, 0 for padded. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
 # missing event wait between the compute and comm streams fails --check in either direction.
 # Exits 77 where no CUDA device is present.
@@ -59,6 +60,16 @@ layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 \
 layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm skinny \
     --out "$TMP/gpu-graph-skinny"
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
+# the count exchange is the notify phase, timed by the cuda backend's marks: 0 in every padded
+# point (none is made), and with two ranks or more (one rank's exchange can be shorter than an
+# event's resolution) above 0 in every dynamic and pipelined one
+notify_check() {
+    awk -F, -v np="$np" 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "dispatch") d = i; if ($i == "notify_us") n = i }; next }
+        $d ~ /^padded/ && $n != 0 { print "padded point with notify_us " $n; bad = 1 }
+        $d == "dynamic" && np >= 2 && !($n > 0) { print "dynamic point with notify_us " $n; bad = 1 }
+        END { exit bad || !n }' "$1" || fail "$1: notify_us is not what its dispatch exchanges"
+}
+for d in gpu gpu-overlap gpu-graph; do notify_check "$TMP/$d/layer.csv"; done
 # moeperf-a2a on nccl: uniform sizes and MoE counts
 mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \
     --out "$TMP/a2a" || fail "moeperf-a2a --comm nccl exit $?"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # model_parity.sh - moeperf-layer's measured (cpu+mpi) and modelled runs take the same flags, but
 # for a documented short list the model refuses naming the flag; they write the same CSV headers;
-# and the model's padded dispatch moves, keeps and drops exactly the rows a measured run does.
+# and the model's dispatches move (per phase and link class), keep and drop exactly the rows a
+# measured run does.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 
@@ -101,18 +102,21 @@ for f in $flags; do
 done
 echo "$n flags: both take all but $MODEL_REFUSES"
 
-# the same columns, and the model's counts are the measured run's: rows, slot rows, bytes and
-# drops of the dynamic and padded dispatches, with and without a group limit, after two warm-up
-# iterations, so the timed ones must route the same draws of the pool in both (the cpu-host
-# profile has the cpu backend's 4-byte elements)
+# the same columns, and the model's counts are the measured run's: rows, slot rows, bytes (per
+# phase and link class too) and drops of the dynamic and padded dispatches, with and without a
+# group limit, after two warm-up iterations, so the timed ones must route the same draws of the
+# pool in both (the cpu-host profile has the cpu backend's 4-byte elements)
 sweep="--hidden 32 --ffn 16 --experts 8 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
     --routing zipf:1.2,hot:2:30 --group-limit off,2:1 --placement contiguous,eplb:4
     --dispatch dynamic,padded,padded:0.75 --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
+# the measured ranks share one host, one node: the profile's node holds all four, so the bytes
+# within and between nodes compare too
+printf 'base=cpu-host\ngpus_per_node=4\n' >"$TMP/one-node.profile"
 # shellcheck disable=SC2086
-"$LAYER" --backend model --comm model --cluster cpu-host --world 4 $sweep --out "$TMP/modelled" ||
-    fail "modelled sweep exit $?"
+"$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $sweep \
+    --out "$TMP/modelled" || fail "modelled sweep exit $?"
 for f in layer.csv layer_ranks.csv layer_samples.csv; do
     [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
         fail "$f: measured and modelled headers differ"
@@ -120,11 +124,14 @@ done
 python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "the model's counts differ from the measured run's"
 import csv, sys
 key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "batch"]
+phase_bytes = ["dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
+               "combine_bytes_internode"]
+link_bytes = ["bytes_internode", "bytes_intranode"] + phase_bytes
 checks = [("layer.csv", [], ["tokens_per_rank", "load_imbalance", "local_hit_rate", "bytes_rank_max",
-                             "drop_rate"]),
-          ("layer_ranks.csv", ["rank"], ["tokens", "rows", "ffn_rows", "bytes_sent"]),
+                             "drop_rate"] + link_bytes),
+          ("layer_ranks.csv", ["rank"], ["tokens", "rows", "ffn_rows", "bytes_sent"] + phase_bytes),
           ("layer_samples.csv", ["iter"], ["load_imbalance", "local_hit_rate", "bytes_rank_max",
-                                           "drop_rate"])]
+                                           "drop_rate"] + link_bytes)]
 def load(path, extra):
     return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(path, newline=""))}
 bad = cells = 0

@@ -1,4 +1,6 @@
 /* test_metrics.c - the per-iteration metrics of docs/METRICS.md on hand-computed rank records. */
+#include <math.h>
+
 #include "check.h"
 #include "metrics.h"
 
@@ -8,10 +10,10 @@ int main(void)
     struct mp_rank_iter r[2] = {
         {.route = 1, .dispatch = 10, .ffn = 100, .tp_reduce = 0, .combine = 9, .tokens = 4,
          .rows = 12, .ffn_rows = 12, .pairs = 8, .local_pairs = 6, .bytes_sent = 1000,
-         .bytes_internode = 400},
+         .dispatch_intra = 300, .dispatch_inter = 250, .combine_intra = 300, .combine_inter = 150},
         {.route = 2, .dispatch = 50, .ffn = 40, .tp_reduce = 0, .combine = 20, .tokens = 4,
          .rows = 4, .ffn_rows = 4, .pairs = 8, .local_pairs = 2, .bytes_sent = 3000,
-         .bytes_internode = 0, .dropped = 3},
+         .dispatch_intra = 1000, .combine_intra = 2000, .dropped = 3},
     };
     struct mp_iter_metrics m;
     mp_metrics_iter(r, 2, &m);
@@ -25,10 +27,37 @@ int main(void)
     CHECK_NEAR(m.local_hit_rate, 8 / 16.0, 1e-12);
     CHECK_NEAR(m.bytes_rank_max, 3000, 1e-12);
     CHECK_NEAR(m.bytes_internode, 400, 1e-12);
+    CHECK_NEAR(m.bytes_intranode, 300 + 300 + 1000 + 2000, 1e-12);
+    CHECK_NEAR(m.dispatch_bytes_intranode, 1300, 0);
+    CHECK_NEAR(m.dispatch_bytes_internode, 250, 0);
+    CHECK_NEAR(m.combine_bytes_intranode, 2300, 0);
+    CHECK_NEAR(m.combine_bytes_internode, 150, 0);
+    CHECK_NEAR(m.notify_us, 0, 0);
     CHECK_NEAR(m.dispatch_us, 50, 1e-12);
     CHECK_NEAR(m.combine_us, 20, 1e-12);
     CHECK_NEAR(m.drop_rate, 3 / 16.0, 1e-12);          /* Σ dropped / Σ pairs */
+    /* the slowest rank of both phases is rank 1: its bytes per class over its phase time (B/µs
+     * / 1e3 = GB/s); it sent nothing across nodes, though rank 0 did: 0, not empty */
+    CHECK_NEAR(m.dispatch_intranode_GBps, 1000 / 50.0 / 1e3, 1e-15);
+    CHECK_NEAR(m.dispatch_internode_GBps, 0, 0);
+    CHECK_NEAR(m.combine_intranode_GBps, 2000 / 20.0 / 1e3, 1e-15);
+    CHECK_NEAR(m.combine_internode_GBps, 0, 0);
+    mp_metrics_pipelined(&m); /* a pipelined point's phases are not the bytes' time */
+    CHECK(isnan(m.dispatch_intranode_GBps) && isnan(m.combine_internode_GBps));
+
+    /* the count exchange is a phase of its own: in the layer time, not in the dispatch; the
+     * slowest dispatch is rank 0 now, whose bandwidth counts; no inter-node bytes: empty */
+    r[0].notify = 15;
+    r[0].dispatch = 60;
+    r[0].dispatch_inter = r[0].combine_inter = 0;
+    mp_metrics_iter(r, 2, &m);
+    CHECK_NEAR(m.notify_us, 15, 0);
+    CHECK_NEAR(m.dispatch_us, 60, 0);
+    CHECK_NEAR(m.layer_us, 1 + 15 + 60 + 100 + 0 + 9, 1e-12);
+    CHECK_NEAR(mp_rank_layer_us(&r[0]), m.layer_us, 1e-12);
+    CHECK_NEAR(m.dispatch_intranode_GBps, 300 / 60.0 / 1e3, 1e-15);
+    CHECK(isnan(m.dispatch_internode_GBps) && isnan(m.combine_internode_GBps));
     CHECK_STR(mp_iter_metric_names[0], "layer_us");
-    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "drop_rate");
+    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "combine_internode_GBps");
     CHECK_DONE();
 }

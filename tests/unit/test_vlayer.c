@@ -3,7 +3,9 @@
  * expert FFN, 2 and 4 chunks shorten the layer; with negligible communication overlap costs at most
  * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. The padded
  * dispatch moves whole slots with no count round and drops what a tight capacity cuts; a
- * straggler lengthens its own FFN and every rank's wait, not the communication. */
+ * straggler lengthens its own FFN and every rank's wait, not the communication; the bytes per
+ * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,70 @@ static void stub_traffic(struct mp_vtraffic *t, const struct mp_vdraw *d)
 {
     stub_calls++;
     mp_vtraffic_dynamic(t, d);
+}
+
+/* The bytes per phase and link class of a tp1ep8 point (uniform routing, contiguous placement,
+ * batch 256) on a profile of `gpn` ranks per node, against a count made here from the routing
+ * draws alone: rank s holds tokens [32·s, 32·s + 32), expert x lives on rank x / 8, each pair to
+ * another rank is one row out in the dispatch (from s) and one row back in the combine (from its
+ * expert's rank), intra-node when both ranks share node rank / gpn. */
+static void check_link_bytes(const struct mp_cluster *base, int gpn)
+{
+    struct mp_cluster cl = *base;
+    cl.gpus_per_node = gpn;
+    long T = 256, per = T / EP;
+    int K = model.topk, per_rank = model.experts / EP;
+    struct mp_point pt = {.batch = T, .seq = 1, .routing = &routing, .placement = &placement,
+                          .iters = ITERS, .overlap = 1};
+    struct mp_point_result res;
+    CHECK_INT(mp_vlayer_run(&cl, &model, 1, EP, 5, &pt, &res), MP_OK);
+    int32_t *ids = malloc(sizeof *ids * (size_t)T * K);
+    float *w = malloc(sizeof *w * (size_t)T * K);
+    double row = model.hidden * cl.elem_bytes;
+    for (int it = 0; it < ITERS && ids && w; it++) {
+        double want[EP][4] = {{0}}; /* dispatch intra, dispatch inter, combine intra, inter */
+        mp_routing_draw(&routing, 5, it, T, 0, T, ids, w); /* ITERS draws: iteration it, draw it */
+        for (long tok = 0; tok < T; tok++)
+            for (int k = 0; k < K; k++) {
+                int s = (int)(tok / per), d = ids[tok * K + k] / per_rank;
+                if (d == s)
+                    continue;
+                int inter = s / gpn != d / gpn;
+                want[s][inter] += row;
+                want[d][2 + inter] += row;
+            }
+        const struct mp_rank_iter *r = res.ranks + (size_t)it * EP;
+        const struct mp_iter_metrics *m = &res.metrics[it];
+        double sum[4] = {0}, sent = 0;
+        for (int q = 0; q < EP; q++) {
+            CHECK_NEAR(r[q].dispatch_intra, want[q][0], 0);
+            CHECK_NEAR(r[q].dispatch_inter, want[q][1], 0);
+            CHECK_NEAR(r[q].combine_intra, want[q][2], 0);
+            CHECK_NEAR(r[q].combine_inter, want[q][3], 0);
+            for (int c = 0; c < 4; c++)
+                sum[c] += want[q][c];
+            sent += r[q].bytes_sent;
+        }
+        CHECK_NEAR(m->dispatch_bytes_intranode, sum[0], 0);
+        CHECK_NEAR(m->dispatch_bytes_internode, sum[1], 0);
+        CHECK_NEAR(m->combine_bytes_intranode, sum[2], 0);
+        CHECK_NEAR(m->combine_bytes_internode, sum[3], 0);
+        CHECK_NEAR(m->bytes_intranode, sum[0] + sum[2], 0);
+        CHECK_NEAR(m->bytes_internode, sum[1] + sum[3], 0);
+        CHECK_NEAR(sum[0] + sum[1] + sum[2] + sum[3], sent, 0);
+        CHECK(gpn > 1 ? sum[0] > 0 && sum[2] > 0 : sum[0] == 0 && sum[2] == 0);
+        CHECK(sum[1] > 0 && sum[3] > 0); /* gpn < EP: some pairs cross nodes */
+        /* every rank's dispatch and combine take alike here, so the slowest is rank 0 */
+        if (gpn > 1)
+            CHECK_NEAR(m->dispatch_intranode_GBps, r[0].dispatch_intra / r[0].dispatch / 1e3,
+                       1e-12);
+        else
+            CHECK(isnan(m->dispatch_intranode_GBps) && isnan(m->combine_intranode_GBps));
+        CHECK_NEAR(m->combine_internode_GBps, r[0].combine_inter / r[0].combine / 1e3, 1e-12);
+    }
+    free(ids);
+    free(w);
+    mp_point_result_free(&res);
 }
 
 static double median(const struct mp_point_result *r, size_t k)
@@ -89,8 +155,10 @@ int main(void)
                                    3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p]);
         slowest = f > slowest ? f : slowest;
     }
-    double L = h100.launch_us + (h100.launch_us + counts + data) + slowest + (h100.launch_us + data);
+    double L = h100.launch_us + counts + (h100.launch_us + data) + slowest + (h100.launch_us + data);
     CHECK_NEAR(r1.metrics[0].layer_us, L, 1e-12);
+    CHECK_NEAR(r1.metrics[0].notify_us, counts, 1e-12); /* the count round: its own phase */
+    CHECK_NEAR(r1.metrics[0].dispatch_us, h100.launch_us + data, 1e-12);
     mp_vtraffic_free(t, ndraws);
 
     /* communication about as long as the FFN (an NVLink of 70 GB/s at batch 4096): 2 and 4 chunks
@@ -164,6 +232,7 @@ int main(void)
     mp_metrics_iter(pr, EP, &pm);
     L = h100.launch_us + (h100.launch_us + data) + slowest + (h100.launch_us + data);
     CHECK_NEAR(pm.layer_us, L, 1e-12);
+    CHECK_NEAR(pm.notify_us, 0, 0); /* no count exchange */
     CHECK_NEAR(pm.drop_rate, 0, 0);
     mp_vtraffic_free(t, ndraws);
     /* a tight capacity (0.5: half the mean load per slot) drops pairs; kept and dropped add up */
@@ -207,6 +276,10 @@ int main(void)
                    r1.metrics[i].layer_us - r1.metrics[i].ffn_us, 1e-9);
     }
     mp_point_result_free(&sr);
+
+    /* bytes per phase and link class against an independent count, 1, 2 and 4 ranks per node */
+    for (int gpn = 1; gpn <= 4; gpn *= 2)
+        check_link_bytes(&h100, gpn);
 
     /* ranks holding fewer experts than the most loaded one (replicas of 4 hot experts: 12 or 8
      * local experts), pipelined: every chunk's rows add up to the unpipelined rows */
