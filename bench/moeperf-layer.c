@@ -426,12 +426,14 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     if (skip)
         return MP_OK;
     char label[512];
-    char dedup_label[24] = ""; /* the default unnamed, as before --dedup */
+    char dedup_label[24] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
     if (dedup != MP_DEDUP_PAIR)
         snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
-    snprintf(label, sizeof label, "layout %s routing %s group-limit %s placement %s overlap %d "
-             "dispatch %s%s batch %ld", lay->name, rname, gname, pname, overlap, dispatch,
-             dedup_label, batch);
+    if (strcmp(gname, "off") != 0)
+        snprintf(group_label, sizeof group_label, " group-limit %s", gname);
+    snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
+             "batch %ld", lay->name, rname, group_label, pname, overlap, dispatch, dedup_label,
+             batch);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     if (!s->modelled)
