@@ -53,7 +53,8 @@ static const char summary[] =
     "Reads moeperf run directories (run.json, layer.csv, a2a.csv, ffn.csv; any subset; measured\n"
     "and model runs alike) and writes a report: environment, the figures of plots/render, tables\n"
     "of medians and p99, and findings (batch cap, knee, bubble, the effect of replication and of\n"
-    "overlap, those remedies ranked together, the planner's projection beside the measurement).";
+    "overlap, those remedies ranked together, the dedup modes against pair, the planner's\n"
+    "projection beside the measurement).";
 
 /* The figures of plots/render, in report order, with what each shows: the rows of
  * plots/figures.csv, the table render draws from (loaded by figures_load). */
@@ -885,6 +886,46 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
+    /* deduplicated dispatch: pair against rank and node, all else equal, at each batch: the
+     * inter-node bytes and layer latency of each mode and the mode the data favours */
+    for (int i = 0; i < ns; i++) {
+        char all[4 * 2048] = "";
+        int any = 0;
+        for (int k = 0; k < s[i].n; k++) {
+            struct rp_dedup_cmp c;
+            if (!rp_dedup_compare(s, ns, i, k, &c))
+                continue;
+            char bt[CELL], modes[1536] = "", lat[CELL], by[CELL];
+            batch_text(bt, c.batch);
+            for (int m = 0; m < c.n; m++) {
+                f_us(lat, c.mode[m].layer_us);
+                f_bytes(by, c.mode[m].bytes_internode);
+                size_t len = strlen(modes);
+                snprintf(modes + len, sizeof modes - len, "%s%s %s µs / %s inter-node",
+                         m ? ", " : "", s[c.mode[m].series].key[RP_K_DEDUP], lat, by);
+            }
+            const char *best = s[c.mode[c.best].series].key[RP_K_DEDUP];
+            char fav[512];
+            if (c.best == 0)
+                snprintf(fav, sizeof fav, "favours pair (no other mode is faster)");
+            else
+                snprintf(fav, sizeof fav, "favours %s (%+.1f %% layer_us against pair, %s)", best,
+                         100 * (c.ratio - 1),
+                         c.verdict < 0    ? "beyond the 95 % confidence intervals"
+                         : c.verdict == 0 ? "within the 95 % confidence intervals: noise"
+                                          : "no confidence intervals: modelled");
+            size_t len = strlen(all);
+            snprintf(all + len, sizeof all - len, "%sat batch %s: %s; %s", any ? "; " : "", bt,
+                     modes, fav);
+            any = 1;
+        }
+        if (!any)
+            continue;
+        char head[600];
+        snprintf(head, sizeof head, "dedup modes, %s %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                 s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
+        doc_li(d, head, "%s.", all);
+    }
     /* overlap: the pipeline depths of a workload ranked against the same workload without */
     for (int i = 0; i < ns; i++) {
         int order[32];

@@ -265,7 +265,8 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
             c_cp99 = mp_table_col(t, MPC_comm_p99_us), c_ratio = mp_table_col(t, MPC_comm_comp_ratio),
             c_bub = mp_table_col(t, MPC_bubble_ratio), c_imb = mp_table_col(t, MPC_load_imbalance),
             c_hit = mp_table_col(t, MPC_local_hit_rate), c_lo = mp_table_col(t, MPC_layer_ci_lo_us),
-            c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate);
+            c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate),
+            c_inter = mp_table_col(t, MPC_bytes_internode);
         for (long row = 0; row < t->nrows; row++) {
             struct rp_point p = {
                 .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),
@@ -275,6 +276,7 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
                 .bubble = cell_num(t, row, c_bub), .imbalance = cell_num(t, row, c_imb),
                 .hit = cell_num(t, row, c_hit), .layer_ci_lo_us = cell_num(t, row, c_lo),
                 .layer_ci_hi_us = cell_num(t, row, c_hi), .drop_rate = cell_num(t, row, c_drop),
+                .bytes_internode = cell_num(t, row, c_inter),
             };
             if (isnan(p.batch))
                 continue;
@@ -543,6 +545,41 @@ static const struct rp_point *point_at(const struct rp_series *s, double batch)
         if (s->pt[i].batch == batch && s->pt[i].layer_us > 0)
             return &s->pt[i];
     return NULL;
+}
+
+int rp_dedup_compare(const struct rp_series *s, int ns, int b, int i, struct rp_dedup_cmp *out)
+{
+    memset(out, 0, sizeof *out);
+    if (strcmp(s[b].key[RP_K_DEDUP], "pair") != 0 || i < 0 || i >= s[b].n)
+        return 0;
+    out->batch = s[b].pt[i].batch;
+    const struct rp_point *p0 = point_at(&s[b], out->batch);
+    if (!p0)
+        return 0;
+    out->mode[out->n++] = (struct rp_dedup_mode){b, p0->layer_us, p0->bytes_internode,
+                                                 p0->layer_ci_lo_us, p0->layer_ci_hi_us};
+    for (int j = 0; j < ns && out->n < 8; j++) {
+        if (j == b || !rp_differ_only_in(&s[b], &s[j], RP_K_DEDUP, 0))
+            continue;
+        const struct rp_point *p = point_at(&s[j], out->batch);
+        if (p)
+            out->mode[out->n++] = (struct rp_dedup_mode){j, p->layer_us, p->bytes_internode,
+                                                         p->layer_ci_lo_us, p->layer_ci_hi_us};
+    }
+    if (out->n < 2) {
+        out->n = 0;
+        return 0;
+    }
+    for (int m = 1; m < out->n; m++)
+        if (out->mode[m].layer_us < out->mode[out->best].layer_us)
+            out->best = m;
+    const struct rp_dedup_mode *p = &out->mode[0], *w = &out->mode[out->best];
+    out->ratio = w->layer_us / p->layer_us;
+    if (isnan(p->ci_lo) || isnan(p->ci_hi) || isnan(w->ci_lo) || isnan(w->ci_hi))
+        out->verdict = 2;
+    else
+        out->verdict = w->ci_hi < p->ci_lo ? -1 : 0;
+    return out->n;
 }
 
 int rp_remedies(const struct rp_series *s, int ns, int b, struct rp_remedy *out, int max,

@@ -45,6 +45,7 @@ struct rp_point {
     double layer_ci_lo_us, layer_ci_hi_us; /* 95 % CI of the layer median; NAN when absent */
     double ratio, bubble, imbalance, hit;
     double drop_rate; /* share of token-expert pairs a padded dispatch dropped; NAN when absent */
+    double bytes_internode; /* bytes_internode (one layer, all ranks); NAN when absent */
 };
 
 /* One curve: the rows of one run directory that share every key cell but batch, sorted by batch. */
@@ -155,6 +156,27 @@ struct rp_remedy {
  * first. Returns how many (at most `max`); *at is NAN when none. */
 int rp_remedies(const struct rp_series *s, int ns, int b, struct rp_remedy *out, int max,
                 double *at);
+
+/* The deduplication modes of one workload at one batch: s[b], a curve with dedup `pair`, and the
+ * curves that differ from it only in `dedup` (rank, node). */
+struct rp_dedup_mode {
+    int series;                /* the curve */
+    double layer_us, bytes_internode, ci_lo, ci_hi; /* its point at the batch (NAN when absent) */
+};
+struct rp_dedup_cmp {
+    double batch;
+    int n;                        /* modes with a point at this batch, s[b] ('pair') first */
+    struct rp_dedup_mode mode[8];
+    int best;                     /* index in mode[] of the lowest layer_us */
+    double ratio;                 /* the best mode's layer_us / pair's */
+    int verdict; /* −1 faster than pair with the 95 % CIs of the medians apart, 0 within them,
+                    2 when either point has no interval (modelled rows) */
+};
+
+/* The deduplication comparison of s[b] (dedup `pair`) at its point i against every curve that
+ * differs from it only in `dedup` and has a point at the same batch. Returns how many modes
+ * (pair included) it compares, 0 when s[b] is not `pair`, has no such point or no other mode. */
+int rp_dedup_compare(const struct rp_series *s, int ns, int b, int i, struct rp_dedup_cmp *out);
 
 /* ---- the reference table ---- */
 

@@ -3,7 +3,8 @@
 # the HTML is self-contained (every figure an inline <svg>, nothing fetched from anywhere), the
 # Markdown references SVG files written beside it, the findings are there (on runs with --overlap
 # 1,2 too: overlap ranked against none, and the remedies ranked together; with --dispatch, the
-# padded modes against the dynamic one), and bad input exits 2
+# padded modes against the dynamic one; with --dedup, each mode's bytes and latency and the mode
+# favoured), and bad input exits 2
 # naming the file and column without touching an earlier report.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -105,6 +106,42 @@ grep -qF "**dispatch mode, tp1ep2 hot:2:10 contiguous (measured)**: padded inste
     fail "report.md lacks the padded dispatch against the dynamic one"
 grep -F "padded:0.5 instead of dynamic" "$TMP/d.md" | grep -Eq "it dropped [0-9.]+ % of the token-expert pairs at batch 64" ||
     fail "the padded:0.5 finding does not name its drops"
+
+# dedup modes: a modelled run with --dedup pair,rank,node; at each batch the finding names every
+# mode's layer_us and bytes_internode and favours the mode with the lowest layer_us, all as
+# counted here from layer.csv
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 16 --model deepseek-v3 \
+    --layout tp1ep16 --batch 64,512 --dedup pair,rank,node --iters 3 --quiet --out "$TMP/ddp" ||
+    fail "moeperf-layer --dedup exit $?"
+"$REPORT" "$TMP/ddp" --no-reference --out "$TMP/dd.html" --md "$TMP/dd.md" >/dev/null ||
+    fail "dedup report exit $?"
+grep -F 'dedup modes,' "$TMP/dd.md"
+python3 - "$TMP/ddp/layer.csv" "$TMP/dd.md" <<'EOF' || fail "the dedup finding"
+import csv, sys
+rows = list(csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("#")))
+md = open(sys.argv[2], encoding="utf-8").read().replace("\\_", "_")
+head = "**dedup modes, tp1ep16 uniform contiguous (model)**: "
+line = next((l for l in md.splitlines() if head in l), None)
+assert line, "no dedup finding"
+def mib(v): return "%.4g MiB" % (float(v) / 2**20)
+def us(v): v = float(v); return "%.0f" % v if abs(v) >= 100 else "%.3g" % v
+for b in ("64", "512"):
+    at = {r["dedup"]: r for r in rows if r["batch"] == b}
+    assert sorted(at) == ["node", "pair", "rank"], at.keys()
+    want = "at batch %s: " % b + ", ".join("%s %s µs / %s inter-node" % (m, us(at[m]["layer_us"]),
+        mib(at[m]["bytes_internode"])) for m in ("pair", "rank", "node"))
+    assert want in line, (want, line)
+    best = min(at, key=lambda m: float(at[m]["layer_us"]))
+    part = line.split(want, 1)[1].split("; at batch", 1)[0]
+    assert part.startswith("; favours %s " % best), (best, part)
+    if best != "pair":
+        pct = 100 * (float(at[best]["layer_us"]) / float(at["pair"]["layer_us"]) - 1)
+        assert ("(%+.1f %% layer_us against pair, " % pct) in part, (pct, part)
+    # fewer inter-node rows: node < rank < pair
+    assert float(at["node"]["bytes_internode"]) < float(at["rank"]["bytes_internode"]) < \
+        float(at["pair"]["bytes_internode"]), at
+EOF
+grep -qF "dedup modes, tp1ep16 uniform contiguous (model)" "$TMP/dd.html" || fail "the HTML lacks the dedup finding"
 
 # bad input: exit 2, one line naming the file and column; the earlier report is untouched
 cp "$out" "$TMP/before.html"

@@ -1,6 +1,6 @@
 /* test_report.c - the report's findings on synthetic data: batch cap, knee, bubble, the effect of
- * replication, overlap ranked against none and the remedies ranked together, curve grouping of a
- * run directory, the reference label and SVG inlining. */
+ * replication, overlap ranked against none and the remedies ranked together, the dedup modes,
+ * curve grouping of a run directory, the reference label and SVG inlining. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -449,6 +449,49 @@ static void test_overlap_remedies(void)
     CHECK_INT(rp_remedies(s, 7, 1, r, 8, &at), 0);
 }
 
+/* The dedup modes of one workload at each batch: pair first, the others as they appear, the
+ * fastest favoured, with the 95 % CIs apart, overlapping or (model rows) absent. */
+static void test_dedup_compare(void)
+{
+    struct rp_point pair[] = {PT(4, 100, 95, 105), PT(8, 200, 190, 210)};
+    struct rp_point rank[] = {PT(4, 98, 94, 102), PT(8, 150, 140, 160)};
+    struct rp_point node[] = {PT(4, 120, 115, 125), {.batch = 8, .layer_us = 140,
+                                                     .layer_ci_lo_us = NAN, .layer_ci_hi_us = NAN}};
+    struct rp_point other[] = {PT(4, 10, 9, 11)};
+    pair[0].bytes_internode = 1000;
+    rank[0].bytes_internode = 600;
+    struct rp_series s[] = {
+        curve("contiguous", "1", "uniform", rank, 2), curve("contiguous", "1", "uniform", pair, 2),
+        curve("contiguous", "1", "uniform", node, 2), curve("contiguous", "1", "hot:2:10", other, 1),
+    };
+    s[0].key[RP_K_DEDUP] = (char *)"rank";
+    s[1].key[RP_K_DEDUP] = (char *)"pair";
+    s[2].key[RP_K_DEDUP] = (char *)"node";
+    s[3].key[RP_K_DEDUP] = (char *)"rank"; /* another routing: another workload */
+    struct rp_dedup_cmp c;
+    CHECK_INT(rp_dedup_compare(s, 4, 1, 0, &c), 3);
+    CHECK_NEAR(c.batch, 4, 0);
+    CHECK_INT(c.mode[0].series, 1);
+    CHECK_INT(c.mode[1].series, 0);
+    CHECK_INT(c.mode[2].series, 2);
+    CHECK_NEAR(c.mode[0].bytes_internode, 1000, 0);
+    CHECK_NEAR(c.mode[1].bytes_internode, 600, 0);
+    CHECK_INT(c.best, 1);
+    CHECK_NEAR(c.ratio, 0.98, 1e-12);
+    CHECK_INT(c.verdict, 0); /* 94..102 overlaps 95..105 */
+    CHECK_INT(rp_dedup_compare(s, 4, 1, 1, &c), 3);
+    CHECK_INT(c.best, 2); /* node at 140 */
+    CHECK_INT(c.verdict, 2); /* node has no interval */
+    s[2].pt[1].layer_us = 300; /* now rank, apart from pair */
+    CHECK_INT(rp_dedup_compare(s, 4, 1, 1, &c), 3);
+    CHECK_INT(c.best, 1);
+    CHECK_INT(c.verdict, -1);
+    /* only a pair curve is a base */
+    CHECK_INT(rp_dedup_compare(s, 4, 0, 0, &c), 0);
+    CHECK_INT(rp_dedup_compare(&s[1], 1, 0, 0, &c), 0); /* nothing to compare */
+    CHECK_INT(rp_dedup_compare(s, 4, 1, 5, &c), 0);
+}
+
 /* A warm-cache curve (flush_cache 0) and a cold one are different workloads: no effect of a
  * placement is read across them, but a model curve (which flushes nothing) still pairs with a
  * measured cold one. */
@@ -480,6 +523,7 @@ int main(void)
     test_bubble();
     test_run_dir();
     test_overlap_remedies();
+    test_dedup_compare();
     test_label_and_svg();
     CHECK_DONE();
 }
