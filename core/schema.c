@@ -326,6 +326,7 @@ static const struct mp_column plan_cols[] = {
     {MPC_gpus, "GPUs", I, "GPUs of all replicas"},
     {MPC_meets_slo, "–", I, "1 when the candidate meets the SLO, else 0"},
     {MPC_overlap, "chunks", I, "chunks pipelined (1: none)"},
+    {MPC_dedup, "–", T, "what a dispatched row stands for (`--dedup`: pair, rank, node)"},
 };
 static const struct mp_columns no_key = {NULL, 0};
 const struct mp_csv_schema mp_schema_plan = {"plan.csv", "moeperf-plan", "one per candidate",

@@ -1,5 +1,5 @@
 /* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes, hot-expert
- * replicas, eplb slots and pipeline depths for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
+ * replicas, eplb slots, pipeline depths and dedup modes for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
  * target throughput; --calibrate fits a cluster profile to measured runs, --validate checks one. */
 #include <math.h>
 #include <stddef.h>
@@ -10,6 +10,7 @@
 #include "bench_opts.h"
 #include "calibrate.h"
 #include "cluster.h"
+#include "dedup.h"
 #include "error.h"
 #include "plan.h"
 #include "results.h"
@@ -42,6 +43,7 @@ static const struct mp_opt options[] = {
      "redundant expert slots to try with the eplb:SLOTS placement (default: none)"},
     {"overlap", MP_OPT_INT_LIST, PO(b.overlap), "1", 1, 32, NULL, "LIST",
      "pipeline depths to try: chunks moeperf-layer --overlap would pipeline (1: none)"},
+    MP_OPT_DEDUP,
     {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
      "p99 latency budget per generated token over all MoE layers (0: none)"},
     {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
@@ -59,10 +61,11 @@ static const char summary[] =
     "usage: moeperf-plan --cluster PROFILE [workload] [--slo-token-ms MS] [--throughput TOK/S]\n"
     "       moeperf-plan --calibrate [--cluster BASE] --out PROFILE RUN_DIR...\n"
     "       moeperf-plan --validate --cluster PROFILE RUN_DIR...\n"
-    "Runs every candidate layout (tp × ep), batch, placement and pipeline depth through the cluster\n"
-    "model (docs/planning.md), reports the batch cap (largest batch with comm/ffn <= 1), the\n"
-    "cheapest plan (fewest GPUs, DP replicas included) that meets the p99 SLO at the target\n"
-    "throughput, and whether more replicas beat a larger batch.";
+    "Runs every candidate layout (tp × ep), batch, placement, pipeline depth and dedup mode\n"
+    "through the cluster model (docs/planning.md), reports the batch cap (largest batch with\n"
+    "comm/ffn <= 1), the cheapest plan (fewest GPUs, DP replicas included) that meets the p99 SLO\n"
+    "at the target throughput, the remedies and dedup modes ranked, and whether more replicas\n"
+    "beat a larger batch.";
 
 static int to_ints(const struct mp_list *l, int **out)
 {
@@ -201,6 +204,7 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         mp_row_int(&row, c[i].gpus);
         mp_row_int(&row, c[i].meets);
         mp_row_int(&row, c[i].overlap);
+        mp_row_str(&row, mp_dedup_choices[c[i].dedup]);
         mp_csv_write(csv, &row);
     }
     mp_row_free(&row);
@@ -208,8 +212,8 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 
 static void print_cand_header(void)
 {
-    printf("  %-9s %-16s %3s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
-           "placement", "ovl", "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
+    printf("  %-9s %-16s %3s %-5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
+           "placement", "ovl", "dedup", "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
            "token_ms", "tok/s/rep", "dp", "gpus", "slo");
 }
 
@@ -217,22 +221,22 @@ static void print_cand(const struct mp_plan_cand *c)
 {
     char lay[32], pl[32];
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
-    printf("  %-9s %-16s %3d %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
-           lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
+    printf("  %-9s %-16s %3d %-5s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
+           lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup], c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
            c->ratio, c->bubble, c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus,
            c->meets ? "yes" : "no");
 }
 
 /* The remedies at the cheapest plan's layout and batch, ranked by the layer time they save against
- * contiguous placement without overlap (hot-expert replication, eplb, pipelining, and their
- * combinations in the sweep). */
+ * contiguous placement without overlap with dedup pair (hot-expert replication, eplb, pipelining,
+ * dedup rank and node, and their combinations in the sweep). */
 static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *b)
 {
     int base, order[64];
     int na = mp_plan_remedies(c, n, b, &base, order, 64);
     if (base < 0 || na == 0)
         return;
-    printf("remedies at tp%dep%d batch %ld against contiguous without overlap (layer %.1f µs, "
+    printf("remedies at tp%dep%d batch %ld against contiguous without overlap, dedup pair (layer %.1f µs, "
            "imbalance %.2f):",
            b->tp, b->ep, b->batch, c[base].layer_us, c[base].imbalance);
     for (int i = 0; i < na; i++) {
@@ -240,6 +244,32 @@ static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_
         char what[64];
         printf("%s %s %+.0f%% (imbalance %.2f)", i ? "," : "", mp_plan_remedy(a, what, sizeof what),
                100 * (a->layer_us / c[base].layer_us - 1), a->imbalance);
+    }
+    printf("\n");
+}
+
+/* The dedup modes at the cheapest plan's layout, batch and placement, without overlap (the model
+ * times rank and node unpipelined only), fastest first, each against pair: the remedy of --dedup
+ * on its own. */
+static void print_dedup(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *b)
+{
+    int order[8], pair = -1;
+    struct mp_plan_cand like = *b;
+    like.overlap = 1;
+    int k = mp_plan_dedup_modes(c, n, &like, order, 8);
+    for (int i = 0; i < k; i++)
+        if (c[order[i]].dedup == MP_DEDUP_PAIR)
+            pair = order[i];
+    if (k < 2 || pair < 0)
+        return;
+    char pl[64];
+    printf("dedup modes at tp%dep%d batch %ld %s without overlap, fastest first:", b->tp, b->ep,
+           b->batch, mp_plan_placement(b, pl, sizeof pl));
+    for (int i = 0; i < k; i++) {
+        const struct mp_plan_cand *a = &c[order[i]];
+        printf("%s %d. %s %.1f µs", i ? "," : "", i + 1, mp_dedup_choices[a->dedup], a->layer_us);
+        if (a != &c[pair])
+            printf(" (%+.1f%% against pair)", 100 * (a->layer_us / c[pair].layer_us - 1));
     }
     printf("\n");
 }
@@ -258,7 +288,7 @@ static int run_plan(struct plan_opts *o)
 {
     struct mp_plan_req q = {0};
     struct mp_csv csv = {0};
-    int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, rc;
+    int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
     long *batches = NULL;
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, a100-hdr, "
@@ -272,12 +302,21 @@ static int run_plan(struct plan_opts *o)
         (rc = to_ints(&o->b.overlap, &overlaps)) != MP_OK)
         goto out;
     batches = malloc((size_t)o->b.batch.n * sizeof *batches);
-    if (!batches) {
+    dedups = malloc((size_t)(o->b.dedup.n > 0 ? o->b.dedup.n : 1) * sizeof *dedups);
+    if (!batches || !dedups) {
         rc = MP_ERR_RUNTIME;
         goto out;
     }
     for (int i = 0; i < o->b.batch.n; i++)
         batches[i] = (long)o->b.batch.v[i];
+    for (int i = 0; i < o->b.dedup.n; i++) {
+        enum mp_dedup d;
+        if ((rc = mp_dedup_parse(o->b.dedup.v[i], &d)) != MP_OK)
+            goto out;
+        dedups[i] = (int)d;
+    }
+    q.dedups = dedups;
+    q.ndedup = o->b.dedup.n;
     q.batches = batches;
     q.nbatch = o->b.batch.n;
     q.seq = o->b.seq;
@@ -350,6 +389,7 @@ static int run_plan(struct plan_opts *o)
                 printf("batch cap for tp%dep%d %s: none (network-bound at every batch)\n", b->tp,
                        b->ep, pl);
             print_remedies(c, n, b);
+            print_dedup(c, n, b);
             int up = mp_plan_scaled_batch(c, n, best, 2, 1);
             int down = mp_plan_scaled_batch(c, n, best, 1, 2);
             if (up >= 0)
@@ -383,10 +423,12 @@ static int run_plan(struct plan_opts *o)
                 /* the chosen setup, then contiguous placement without overlap beside it */
                 struct mp_plan_cand like = *ref;
                 if (pass == 1) {
-                    if (ref->replicate == 0 && ref->eplb == 0 && ref->overlap <= 1)
+                    if (ref->replicate == 0 && ref->eplb == 0 && ref->overlap <= 1 &&
+                        ref->dedup == MP_DEDUP_PAIR)
                         break;
                     like.replicate = like.eplb = 0;
                     like.overlap = 1;
+                    like.dedup = MP_DEDUP_PAIR;
                 }
                 char pl[64];
                 printf("\ntp%dep%d %s over batch:\n", like.tp, like.ep,
@@ -410,6 +452,7 @@ out:
     free(reps);
     free(eplbs);
     free(overlaps);
+    free(dedups);
     free(batches);
     return rc;
 }

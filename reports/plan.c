@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dedup.h"
 #include "error.h"
 #include "placement.h"
 #include "stats.h"
@@ -27,12 +28,17 @@ const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned lon
     char pl[32];
     mp_plan_placement(c, pl, sizeof pl);
     int placed = c->replicate > 0 || c->eplb > 0;
-    if (c->overlap > 1 && placed)
-        snprintf(buf, len, "%s + overlap %d", pl, c->overlap);
-    else if (c->overlap > 1)
-        snprintf(buf, len, "overlap %d", c->overlap);
-    else
+    char ovl[32] = "", dd[32] = "";
+    if (c->overlap > 1)
+        snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
+    if (c->dedup != MP_DEDUP_PAIR)
+        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
+    if (!placed && !ovl[0] && !dd[0]) {
         snprintf(buf, len, "%s", pl);
+        return buf;
+    }
+    snprintf(buf, len, "%s%s%s%s%s", placed ? pl : "", placed && ovl[0] ? " + " : "", ovl,
+             (placed || ovl[0]) && dd[0] ? " + " : "", dd);
     return buf;
 }
 
@@ -42,7 +48,7 @@ static int depth(const struct mp_plan_cand *c) { return c->overlap > 1 ? c->over
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
 {
     return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate &&
-           a->eplb == b->eplb && depth(a) == depth(b);
+           a->eplb == b->eplb && depth(a) == depth(b) && a->dedup == b->dedup;
 }
 
 int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
@@ -53,7 +59,8 @@ int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_c
     for (int i = 0; i < n; i++) {
         if (c[i].tp != at->tp || c[i].ep != at->ep || c[i].batch != at->batch)
             continue;
-        if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1)
+        if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1 &&
+            c[i].dedup == MP_DEDUP_PAIR)
             *base = i;
         else if (k < max)
             order[k++] = i;
@@ -67,21 +74,39 @@ int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_c
     return k;
 }
 
+int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                        int *order, int max)
+{
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++)
+        if (c[i].tp == at->tp && c[i].ep == at->ep && c[i].batch == at->batch &&
+            c[i].replicate == at->replicate && c[i].eplb == at->eplb && depth(&c[i]) == depth(at))
+            order[k++] = i;
+    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
+        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return k;
+}
+
 static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
-                        int overlap, long batch, struct mp_plan_cand *c)
+                        int overlap, int dedup, long batch, struct mp_plan_cand *c)
 {
     const struct mp_model *m = &q->model;
     char spec[64];
     c->replicate = R;
     c->eplb = slots;
     c->overlap = overlap;
+    c->dedup = dedup;
     mp_plan_placement(c, spec, sizeof spec);
     struct mp_placement pl;
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
     if (rc != MP_OK)
         return rc;
     struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
-                          .iters = q->iters, .overlap = overlap};
+                          .iters = q->iters, .overlap = overlap, .dedup = dedup};
     struct mp_point_result res;
     rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
     mp_placement_free(&pl);
@@ -135,10 +160,12 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
-    static const int no_overlap[] = {1};
+    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR};
     const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
     int novl = q->noverlap > 0 ? q->noverlap : 1;
-    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * q->nbatch, k = 0, rc = MP_OK;
+    const int *dds = q->ndedup > 0 ? q->dedups : pair_only;
+    int ndd = q->ndedup > 0 ? q->ndedup : 1;
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * q->nbatch, k = 0, rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
         mp_error("out of memory for %d candidates", cap);
@@ -159,8 +186,13 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                     (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
                     continue; /* no room for that many redundant slots */
                 for (int o = 0; o < novl && rc == MP_OK; o++)
-                    for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                        rc = evaluate_one(q, tp, ep, R, slots, ovl[o], q->batches[i], &c[k++]);
+                    for (int x = 0; x < ndd && rc == MP_OK; x++) {
+                        if (dds[x] != MP_DEDUP_PAIR && ovl[o] > 1)
+                            continue; /* the model times deduplication unpipelined only */
+                        for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                            rc = evaluate_one(q, tp, ep, R, slots, ovl[o], dds[x], q->batches[i],
+                                              &c[k++]);
+                    }
             }
         }
     if (rc != MP_OK) {

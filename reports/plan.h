@@ -1,5 +1,5 @@
 /* plan.h - the capacity planner: every candidate (layout tp×ep, batch, hot-expert replicas, eplb
- * slots, pipeline depth) run through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
+ * slots, pipeline depth, dedup mode) run through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
  * check, and the findings a capacity plan rests on (batch cap, cheapest layout, replicas vs batch). */
 #ifndef MP_PLAN_H
 #define MP_PLAN_H
@@ -20,6 +20,8 @@ struct mp_plan_req {
     int neplb;
     const int *overlaps;         /* candidate pipeline depths (--overlap; none: 1 only) */
     int noverlap;
+    const int *dedups;           /* candidate dedup modes, enum mp_dedup (none: pair only) */
+    int ndedup;
     double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
     double slo_layer_us;  /* p99 per MoE layer, or 0 */
     double throughput;    /* target tokens/s over all replicas */
@@ -31,6 +33,7 @@ struct mp_plan_cand {
     int tp, ep, replicate; /* replicate-hot:R (0: contiguous, or eplb when eplb > 0) */
     int eplb;              /* eplb:SLOTS, 0 when not */
     int overlap;           /* chunks pipelined (1: none) */
+    int dedup;             /* enum mp_dedup: what a dispatched row stands for */
     long batch;
     double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
     double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
@@ -40,7 +43,7 @@ struct mp_plan_cand {
 };
 
 /* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤
- * max_gpus). *out is a heap array of *n candidates in enumeration order. */
+ * max_gpus; dedup rank and node only without overlap, as the model times them). *out is a heap array of *n candidates in enumeration order. */
 int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
 
 /* The placement of a candidate as --placement writes it ("contiguous", "replicate-hot:4",
@@ -48,18 +51,24 @@ int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, i
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
 /* The remedies a candidate applies, as a label: its placement when not contiguous, "overlap N"
- * when pipelined, both joined by " + ", or "contiguous" when none. */
+ * when pipelined, "dedup rank|node" when not pair, joined by " + ", or "contiguous" when none. */
 const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
-/* 1 when two candidates have the same layout, placement and overlap (batch may differ). */
+/* 1 when two candidates have the same layout, placement, overlap and dedup (batch may differ). */
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b);
 
 /* The remedies at the layout and batch of `at`: *base receives the index of the candidate there
- * with contiguous placement and no overlap (-1 when the sweep has none), and `order` (room for
+ * with contiguous placement, no overlap and dedup pair (-1 when the sweep has none), and `order` (room for
  * `max`) the indices of every other candidate there, by layer time saved against it, most first.
  * Returns how many are in `order`. */
 int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
                      int *base, int *order, int max);
+
+/* The dedup modes at the layout, batch, placement and overlap of `at`: the indices of the
+ * candidates there that differ from it at most in dedup (itself included) in `order` (room for
+ * `max`), fastest first, ties in sweep order. Returns how many. */
+int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                        int *order, int max);
 
 /* Largest batch whose comm_comp_ratio is ≤ 1 for the layout, placement and overlap of `like`, or
  * -1 if every batch is network-bound. */

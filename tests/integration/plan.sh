@@ -3,7 +3,8 @@
 # hot:4:15): layer time grows with batch, skew raises the bubble at small batch, replicate-hot
 # cuts the imbalance and the layer time; the findings are printed and plan.csv holds every
 # candidate; --overlap adds pipelined candidates that the remedies rank with the placements, and
-# overlap 1 repeats the unpipelined numbers; bad input exits 2.
+# overlap 1 repeats the unpipelined numbers; --dedup adds the dedup modes, ranked by layer time;
+# bad input exits 2.
 . "$(dirname "$0")/lib.sh"
 PLAN=$BUILD/reports/moeperf-plan
 
@@ -37,7 +38,7 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     --overlap 1,2,4 --batch 64,128 --slo-token-ms 50 --throughput 20000 \
     --out "$TMP/ovl" >"$TMP/ovl.out" || fail "moeperf-plan --overlap exit $?"
 grep '^remedies\|^cheapest' "$TMP/ovl.out"
-[ "$(head -1 "$TMP/ovl/plan.csv" | awk -F, '{ print $NF }')" = overlap ] || fail "plan.csv: no overlap column at the end"
+[ "$(head -1 "$TMP/ovl/plan.csv" | awk -F, '{ print $(NF-1) }')" = overlap ] || fail "plan.csv: no overlap column before dedup"
 [ "$(rows "$TMP/ovl/plan.csv")" -eq 12 ] || fail "plan.csv with --overlap: $(rows "$TMP/ovl/plan.csv") rows"
 [ "$(col "$TMP/ovl/plan.csv" overlap | sort -u | tr '\n' ' ')" = "1 2 4 " ] || fail "plan.csv: overlap values"
 # the remedies line names every other setup at the chosen layout and batch, most time saved first
@@ -54,6 +55,38 @@ awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     FILENAME == ARGV[2] && $c["overlap"] == 1 { n++; if (v[$c["replicate"], $c["batch"]] != $c["layer_us"]) { print "FAIL: overlap 1 differs at " $c["replicate"] "/" $c["batch"]; bad = 1 } }
     END { if (n != 4) { print "FAIL: " n " overlap-1 rows"; bad = 1 }; exit bad }' \
     "$TMP/plan/plan.csv" "$TMP/ovl/plan.csv" || exit 1
+
+# dedup modes on a two-node deepseek-v3 layout (tp1ep16 on 8-GPU nodes): --dedup rank and node
+# are candidates beside pair (unpipelined only: none with overlap 2), ranked with the remedies and
+# on a line of their own by layer time; fewer inter-node rows, less communication at batch 512
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --tp 1 --ep 16 --replicate 0 --overlap 1,2 \
+    --batch 64,512 --dedup pair,rank,node --iters 3 --out "$TMP/ddp" >"$TMP/ddp.out" ||
+    fail "moeperf-plan --dedup exit $?"
+grep '^remedies\|^dedup\|^cheapest' "$TMP/ddp.out"
+[ "$(head -1 "$TMP/ddp/plan.csv" | awk -F, '{ print $(NF-1) "," $NF }')" = overlap,dedup ] ||
+    fail "plan.csv: no dedup column after overlap"
+[ "$(rows "$TMP/ddp/plan.csv")" -eq 8 ] || fail "plan.csv with --dedup: $(rows "$TMP/ddp/plan.csv") rows"
+[ "$(awk -F, 'NR > 1 && $(NF-1) == 2 { print $NF }' "$TMP/ddp/plan.csv" | sort -u)" = pair ] ||
+    fail "plan.csv: a deduplicated candidate with overlap 2"
+[ "$(col "$TMP/plan/plan.csv" dedup | sort -u)" = pair ] || fail "plan.csv: dedup is not pair by default"
+line=$(grep '^dedup modes at tp1ep16 batch' "$TMP/ddp.out") || fail "no dedup modes line"
+b=$(echo "$line" | awk '{ print $6 }')
+want=$(awk -F, -v b="$b" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["batch"] == b && $c["overlap"] == 1 { print $c["layer_us"], $c["dedup"] }' "$TMP/ddp/plan.csv" |
+    sort -g | awk '{ printf "%s%d. %s", (NR > 1 ? ", " : ""), NR, $2 }')
+got=$(echo "$line" | sed 's/^[^:]*: //; s/ [0-9.]* µs[^,]*//g')
+[ "$got" = "$want" ] || fail "dedup modes not ranked by plan.csv's layer_us: got '$got', want '$want'"
+echo "$line" | grep -Eq "(rank|node) [0-9.]+ µs \([+-][0-9.]+% against pair\)" || fail "no change against pair: $line"
+rline=$(grep '^remedies at tp1ep16 batch' "$TMP/ddp.out") || fail "no remedies line with --dedup"
+for r in 'dedup rank [+-]' 'dedup node [+-]'; do
+    echo "$rline" | grep -Eq "$r" || fail "remedies do not rank '$r': $rline"
+done
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["batch"] == 512 && $c["overlap"] == 1 { v[$c["dedup"]] = $c["comm_us"] }
+    END { if (!(v["node"] < v["rank"] && v["rank"] < v["pair"])) { print "FAIL: comm_us at 512 not node < rank < pair: " v["node"] " " v["rank"] " " v["pair"]; exit 1 } }' \
+    "$TMP/ddp/plan.csv" || exit 1
+refused "$PLAN" --cluster h100-ndr --dedup pair,rnak
+grep -q -- "--dedup: 'rnak'" "$TMP/refused.err" || fail "the refusal does not name --dedup and the value"
 
 refused "$PLAN" --routing uniform
 refused "$PLAN" --cluster h100-ndr --overlap 0

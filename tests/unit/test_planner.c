@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "dedup.h"
 #include "error.h"
 #include "plan.h"
 
@@ -79,6 +80,29 @@ int main(void)
     CHECK_INT(mp_plan_remedies(r, 8, &r[5], &base, order, 8), 1); /* batch 128: only overlap 2, */
     CHECK_INT(base, -1); /* no contiguous run without overlap to rank it against */
     CHECK_INT(mp_plan_remedies(r, 8, &r[0], &base, order, 2), 2); /* room for two */
+
+    /* dedup is part of a setup and of its label; a dedup mode is a remedy, and the modes at one
+     * layout, batch, placement and overlap rank fastest first */
+    struct mp_plan_cand dd[] = {
+        {.tp = 1, .ep = 16, .batch = 64, .layer_us = 100},                            /* pair */
+        {.tp = 1, .ep = 16, .batch = 64, .dedup = MP_DEDUP_RANK, .layer_us = 90},
+        {.tp = 1, .ep = 16, .batch = 64, .dedup = MP_DEDUP_NODE, .layer_us = 95},
+        {.tp = 1, .ep = 16, .batch = 64, .replicate = 2, .dedup = MP_DEDUP_NODE, .layer_us = 50},
+        {.tp = 1, .ep = 16, .batch = 128, .dedup = MP_DEDUP_NODE, .layer_us = 10},
+    };
+    CHECK(!mp_plan_same_setup(&dd[0], &dd[1]));
+    CHECK_STR(mp_plan_remedy(&dd[1], buf, sizeof buf), "dedup rank");
+    CHECK_STR(mp_plan_remedy(&dd[3], buf, sizeof buf), "replicate-hot:2 + dedup node");
+    struct mp_plan_cand odd = dd[2];
+    odd.overlap = 2;
+    CHECK_STR(mp_plan_remedy(&odd, buf, sizeof buf), "overlap 2 + dedup node");
+    CHECK_INT(mp_plan_dedup_modes(dd, 5, &dd[0], order, 8), 3);
+    CHECK_INT(order[0], 1);
+    CHECK_INT(order[1], 2);
+    CHECK_INT(order[2], 0);
+    CHECK_INT(mp_plan_remedies(dd, 5, &dd[1], &base, order, 8), 3);
+    CHECK_INT(base, 0);
+    CHECK_INT(order[0], 3);
 
     /* pipelined candidates through the model: every setup at every depth, overlap 1 the same as
      * a sweep without --overlap, and at the first seed's setting overlap 2 saves time at batch 128 */
