@@ -1,5 +1,6 @@
 /* moeperf-a2a - measures the isolated All-to-All: a uniform pattern over a --bytes sweep
- * (comparable with nccl-tests, OSU and IMB) or the MoE dispatch pattern from routing. */
+ * (comparable with nccl-tests, OSU and IMB) or the MoE dispatch pattern from routing, per pair or
+ * deduplicated per rank (--dedup). */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include "bench_opts.h"
 #include "clock.h"
 #include "console.h"
+#include "dedup.h"
 #include "error.h"
 #include "harness.h"
 #include "plan.h"
@@ -31,14 +33,20 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS,
     MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT,
-    MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
+    MP_OPT_PLACEMENT,
+    {"dedup", MP_OPT_STRING_LIST, MP_O(dedup), "pair", MP_NOLIMIT, mp_dedup_choices, "LIST",
+     "moe: what a dispatched row stands for: pair (one per token-expert pair) or rank (one per "
+     "token and destination rank, carrying its top-k ids and weights); a list sweeps them"},
+    MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
     MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
 };
 
 static const char summary[] =
     "Measure the All-to-All alone: barrier, then one alltoallv, timed on every rank; the slowest\n"
     "rank's time counts. algbw = bytes_per_rank / time, busbw = algbw·(n−1)/n (nccl-tests).\n"
-    "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.";
+    "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.\n"
+    "--pattern moe --dedup rank sends one row per token and destination rank (the dispatch hop of\n"
+    "docs/METRICS.md \"Deduplicated dispatch\"); node's two hops are timed by moeperf-layer's model.";
 
 enum { FILE_A2A, FILE_SAMPLES };
 static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
@@ -46,10 +54,10 @@ static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a
 /* The timer marks around the timed exchange. */
 enum { MARK_START, MARK_END };
 
-/* One point: for uniform, routing/placement are NULL and batch 0. */
+/* One point: for uniform, routing/placement/dedup are NULL and batch 0. */
 struct a2a_point {
     const struct mp_layout *lay;
-    const char *routing, *group_limit, *placement;
+    const char *routing, *group_limit, *placement, *dedup;
     long batch;
     long long bytes_per_peer;
 };
@@ -79,10 +87,61 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
     mp_row_str(r, moe ? p->routing : "");
     mp_row_str(r, moe ? p->group_limit : "");
     mp_row_str(r, moe ? p->placement : "");
+    mp_row_str(r, moe ? p->dedup : "");
     mp_row_int(r, moe ? p->batch : 0);
     mp_row_int(r, moe ? s->o.seq : 0);
     mp_row_int(r, s->o.seed);
     mp_row_int(r, p->bytes_per_peer);
+}
+
+/* MoE deduplicated per rank: the dispatch counts of `ndraws` routing draws as core/dedup.c counts
+ * them, one row per (token, destination rank ≠ own rank) of H·elem bytes plus the top-K ids and
+ * weights (mp_dedup_meta_bytes); every rank counts the whole batch, so the receive counts need no
+ * exchange. */
+static int counts_dedup_rank(struct mp_a2a_counts *c, struct mp_session *s,
+                             const struct mp_routing *rt, const struct mp_placement *pl,
+                             long total, int ndraws)
+{
+    struct mp_comm *cm = s->comm;
+    int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK;
+    struct mp_dedup_counts dc = {0};
+    int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
+    float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
+    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, ep) != MP_OK ||
+        mp_dedup_alloc(&dc, ep) != MP_OK) {
+        free(ids);
+        free(w);
+        mp_dedup_free(&dc);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size +
+                   (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, K);
+    int gpn = cm->nnodes > 0 ? cm->size / cm->nnodes : cm->size; /* rank rows ignore nodes */
+    double sum_max = 0;
+    for (int d = 0; d < ndraws && rc == MP_OK; d++) {
+        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
+        mp_dedup_count(MP_DEDUP_RANK, pl, ids, total, K, cm->tp, gpn > 0 ? gpn : 1, &dc);
+        int *sc = c->scount + (size_t)d * ep, *sd = c->sdispl + (size_t)d * ep;
+        int *rc_ = c->rcount + (size_t)d * ep, *rd = c->rdispl + (size_t)d * ep;
+        long sent = 0, got = 0;
+        for (int p = 0; p < ep; p++) {
+            sc[p] = (int)dc.rows[(size_t)e * ep + p];
+            rc_[p] = (int)dc.rows[(size_t)p * ep + e];
+            sd[p] = (int)sent;
+            rd[p] = (int)got;
+            sent += sc[p];
+            got += rc_[p];
+        }
+        double mine = (double)sent * (double)c->row_bytes;
+        rc = cm->ops->max_double(cm, &mine);
+        sum_max += mine;
+    }
+    c->bytes_per_rank = sum_max / ndraws;
+    mp_dedup_free(&dc);
+    free(ids);
+    free(w);
+    return rc;
 }
 
 /* MoE: the dispatch counts of `ndraws` routing draws, exchanged now (untimed). */
@@ -220,7 +279,9 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
 {
     size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->comm->ops);
     if (moe) {
-        size_t row = (size_t)s->model.hidden * s->cops->elem_size;
+        /* a rank-deduplicated row carries its top-K ids and weights: at most as many rows */
+        size_t row = (size_t)s->model.hidden * s->cops->elem_size +
+                     (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, s->model.topk);
         for (int b = 0; b < s->o.batch.n; b++) {
             long long tokens = s->o.batch.v[b] * (long long)s->o.seq;
             size_t need;
@@ -285,10 +346,10 @@ struct a2a_run {
     double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
 };
 
-/* The counts of point `bi` of a layout (and a routing, group limit and placement with --pattern
- * moe; `rt` is the routing under the group limit). */
+/* The counts of point `bi` of a layout (and a routing, group limit, placement and dedup mode with
+ * --pattern moe; `rt` is the routing under the group limit). */
 static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn,
-                        const struct mp_routing *rt, int ri, int gi, int pi,
+                        const struct mp_routing *rt, int ri, int gi, int pi, int xi,
                         const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
@@ -299,11 +360,13 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->routing = s->o.routing.v[ri];
     p->group_limit = s->o.group_limit.v[gi];
     p->placement = s->o.placement.v[pi];
+    p->dedup = s->o.dedup.v[xi];
     p->batch = s->o.batch.v[bi];
-    int rc = counts_moe(cn, s, rt, pl, p->batch * s->o.seq,
-                        s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS
-                            ? s->o.iters + s->o.warmup
-                            : MP_ROUTING_POOL_DRAWS);
+    int ndraws = s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS ? s->o.iters + s->o.warmup
+                                                                   : MP_ROUTING_POOL_DRAWS;
+    int rc = strcmp(p->dedup, "rank") == 0
+                 ? counts_dedup_rank(cn, s, rt, pl, p->batch * s->o.seq, ndraws)
+                 : counts_moe(cn, s, rt, pl, p->batch * s->o.seq, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
 }
@@ -311,12 +374,12 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
 /* One point: its counts, then (unless --resume found it) measured under the watchdog and
  * written. */
 static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
-                     int ri, int gi, int pi, const struct mp_placement *pl, int bi)
+                     int ri, int gi, int pi, int xi, const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
     struct a2a_point p = {.lay = lay};
     struct mp_a2a_counts cn = {0};
-    int rc = point_counts(r, &p, &cn, rt, ri, gi, pi, pl, bi);
+    int rc = point_counts(r, &p, &cn, rt, ri, gi, pi, xi, pl, bi);
     r->np++;
     int skip = 0;
     if (rc == MP_OK) {
@@ -332,10 +395,10 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
             mp_progress(r->np, r->npoints, label);
         }
         char point[256];
-        snprintf(point, sizeof point, "layout %s routing %s group-limit %s placement %s batch %ld "
-                 "bytes_per_peer %lld", lay->name, p.routing ? p.routing : "-",
-                 p.group_limit ? p.group_limit : "-", p.placement ? p.placement : "-", p.batch,
-                 p.bytes_per_peer);
+        snprintf(point, sizeof point, "layout %s routing %s group-limit %s placement %s dedup %s "
+                 "batch %ld bytes_per_peer %lld", lay->name, p.routing ? p.routing : "-",
+                 p.group_limit ? p.group_limit : "-", p.placement ? p.placement : "-",
+                 p.dedup ? p.dedup : "-", p.batch, p.bytes_per_peer);
         mp_watchdog_arm(s->o.timeout, point);
         rc = run_point(s, &cn, r->sendbuf, r->recvbuf, r->mine, r->all, r->times);
         if (rc == MP_OK)
@@ -347,14 +410,15 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
     return rc;
 }
 
-/* Every point of one layout: routing × group limit × placement × batch (moe), or the --bytes
- * sweep. */
+/* Every point of one layout: routing × group limit × placement × dedup × batch (moe), or the
+ * --bytes sweep. */
 static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
 {
     struct mp_session *s = r->s;
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
     int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
     int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? s->o.batch.n : s->o.bytes.n;
+    int nx = r->moe ? s->o.dedup.n : 1;
     int nodes = mp_ep_nodes(s->comm, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < nr && rc == MP_OK; ri++)
         for (int gi = 0; gi < ng && rc == MP_OK; gi++) {
@@ -368,8 +432,9 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
                     (rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
                                              r->routings[ri].prob, &pl)) != MP_OK)
                     break;
-                for (int bi = 0; bi < nb && rc == MP_OK; bi++)
-                    rc = a2a_point(r, lay, &rt, ri, gi, pi, &pl, bi);
+                for (int xi = 0; xi < nx && rc == MP_OK; xi++)
+                    for (int bi = 0; bi < nb && rc == MP_OK; bi++)
+                        rc = a2a_point(r, lay, &rt, ri, gi, pi, xi, &pl, bi);
                 if (r->moe)
                     mp_placement_free(&pl);
             }
@@ -387,6 +452,30 @@ static void print_header(const struct mp_session *s)
            "algbw", "busbw");
     printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "", "", "", "", "(B)", "(B)",
            "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)");
+}
+
+/* --dedup: pair or rank with --pattern moe (node's relay and forward are two exchanges that
+ * moeperf-a2a does not time), pair alone with the uniform pattern. Refuses with MP_ERR_USAGE. */
+static int check_dedup(const struct mp_session *s, int moe)
+{
+    for (int i = 0; i < s->o.dedup.n; i++) {
+        enum mp_dedup d;
+        const char *word = s->o.dedup.v[i];
+        if (mp_dedup_parse(word, &d) != MP_OK)
+            return MP_ERR_USAGE;
+        if (!moe && d != MP_DEDUP_PAIR) {
+            mp_usage("--dedup %s: the uniform pattern has no routing to deduplicate; use "
+                     "--pattern moe with it, or --dedup pair", word);
+            return MP_ERR_USAGE;
+        }
+        if (d == MP_DEDUP_NODE) {
+            mp_usage("--dedup node: moeperf-a2a times one exchange, and node dispatches in two (to "
+                     "a relay per node, then forwarded inside it); accepted here: pair, rank; "
+                     "moeperf-layer --backend model --comm model times node");
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
 }
 
 /* Buffers for `max_bytes` (written through before timing) and the sample arrays. */
@@ -420,6 +509,7 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     r.moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(check_dedup(&s, r.moe));
     MP_CHECK(mp_watchdog_start());
     if (r.moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
@@ -436,7 +526,8 @@ int main(int argc, char **argv)
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
-    r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.batch.n
+    r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n *
+                                        s.o.dedup.n * s.o.batch.n
                                   : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));

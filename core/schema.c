@@ -72,6 +72,8 @@ static const struct mp_column a2a_key[] = {
     {MPC_routing, "–", T, "`--routing` entry as given (moe; empty for uniform)"},
     {MPC_group_limit, "–", T, "`--group-limit` entry as given (moe; empty for uniform)"},
     {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
+    {MPC_dedup, "–", T,
+     "what a dispatched row stands for (`--dedup` pair or rank; moe; empty for uniform)"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance (0 for uniform)"},
     {MPC_seq, "–", I, "`--seq` (0 for uniform)"},
     {MPC_seed, "–", I, "`--seed`"},

@@ -1678,12 +1678,12 @@ int main(int argc, char **argv)
 
     MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));
     static const char *const a2a_cols[] = {MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement,
-                                           MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_experts,
-                                           MPC_topk, MPC_seq, MPC_seed};
+                                           MPC_dedup, MPC_backend, MPC_comm, MPC_model, MPC_hidden,
+                                           MPC_experts, MPC_topk, MPC_seq, MPC_seed};
     static const char *const ffn_cols[] = {MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_backend,
                                            MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
                                            MPC_shared, MPC_seq, MPC_seed};
-    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 13, 5, MPC_bytes_per_rank, &a2a, &na2a));
+    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 14, 6, MPC_bytes_per_rank, &a2a, &na2a));
     MP_CHECK(make_groups(runs, nruns, 2, ffn_cols, 14, 4, MPC_batch, &ffn, &nffn));
 
     /* outputs: written to FILE.tmp and renamed, so no half-written report is left */

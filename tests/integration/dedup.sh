@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dedup.sh - --dedup on the model: a DeepSeek-V3-shaped layer on two 8-GPU nodes moves fewer
 # inter-node bytes deduplicated per rank than per pair, and fewer again per node, with the FFN rows
-# unchanged; measured runs and the combinations not modelled yet are refused naming the flags.
+# unchanged; measured runs and the combinations not modelled yet are refused naming the flags;
+# moeperf-a2a --pattern moe --dedup rank sends the rank-deduplicated rows, node is refused.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 model="--backend model --comm model --cluster h100-ndr --world 16 --model deepseek-v3 --layout tp1ep16"
@@ -44,4 +45,39 @@ refused "$LAYER" $model --batch 64 --dedup node --overlap 2
 grep -q -- "--overlap 2" "$TMP/refused.err" || fail "overlap refusal names no --overlap"
 # shellcheck disable=SC2086
 refused "$LAYER" $model --batch 64 --dedup token
+
+# moeperf-a2a --pattern moe follows --dedup rank: the rows core/dedup.c counts, each with its top-K
+# ids and weights. With experts = topk = 2 on two ranks every token has one pair on each rank: per
+# pair a rank sends 2 rows per own token (self included), per rank 1 row (to the other rank) of
+# H·elem + 2·(4 + 4) bytes, exactly
+A2A=$BIN/moeperf-a2a
+mpi 2 "$A2A" --pattern moe --experts 2 --topk 2 --hidden 64 --batch 64 --dedup pair,rank \
+    --iters 2 --warmup 1 --quiet --out "$TMP/a" || fail "moeperf-a2a --dedup exit $?"
+[ "$(col "$TMP/a/a2a.csv" dedup | tr '\n' ' ')" = "pair rank " ] ||
+    fail "a2a dedup column: $(col "$TMP/a/a2a.csv" dedup | tr '\n' ' ')"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { v[$c["dedup"]] = $c["bytes_per_rank"] }
+    END { own = 64 / 2; row = v["pair"] / (own * 2); want = own * (row + 2 * 8)
+          if (row != int(row) || row < 64 || v["rank"] != want) { print "FAIL: rank bytes_per_rank " v["rank"] ", expected " want " (pair " v["pair"] ")"; exit 1 }
+          print "a2a bytes_per_rank: pair " v["pair"] ", rank " v["rank"] }' "$TMP/a/a2a.csv" || exit 1
+# top-4 of 8 experts on two ranks: tokens with several experts on the other rank send it one row,
+# so at most one row of H·elem + 4·(4 + 4) bytes per own token, and fewer bytes than per pair
+row=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["dedup"] == "pair" { print $c["bytes_per_rank"] / 64 }' "$TMP/a/a2a.csv")
+mpi 2 "$A2A" --pattern moe --experts 8 --topk 4 --hidden 64 --batch 16,64 --dedup pair,rank \
+    --iters 2 --warmup 1 --quiet --out "$TMP/a8" || fail "moeperf-a2a --dedup top-4 exit $?"
+awk -F, -v row="$row" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { v[$c["batch"], $c["dedup"]] = $c["bytes_per_rank"]; n++ }
+    END { if (n != 4) { print "FAIL: " n " rows"; exit 1 }
+          for (b = 16; b <= 64; b *= 4) {
+              if (!(v[b, "rank"] > 0 && v[b, "rank"] < v[b, "pair"])) { print "FAIL: batch " b ": rank " v[b, "rank"] " not below pair " v[b, "pair"]; exit 1 }
+              if (v[b, "rank"] > b / 2 * (row + 4 * 8)) { print "FAIL: batch " b ": rank " v[b, "rank"] " bytes, more than one row per own token"; exit 1 } } }' \
+    "$TMP/a8/a2a.csv" || exit 1
+mpi 2 "$A2A" --bytes 1K --iters 2 --warmup 1 --quiet --out "$TMP/u" || fail "uniform a2a exit $?"
+[ -z "$(col "$TMP/u/a2a.csv" dedup)" ] || fail "the uniform pattern has a dedup cell"
+# node dispatches in two exchanges: refused naming the flag and value; rank needs a routing
+refused "$A2A" --pattern moe --experts 8 --topk 4 --hidden 64 --batch 16 --dedup pair,node
+grep -q -- "--dedup node" "$TMP/refused.err" || fail "the a2a refusal does not name --dedup node"
+refused "$A2A" --bytes 1K --dedup rank
+grep -q -- "--dedup rank" "$TMP/refused.err" || fail "the uniform refusal does not name --dedup rank"
 echo PASS
