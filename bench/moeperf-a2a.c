@@ -117,21 +117,21 @@ static int counts_dedup_rank(struct mp_a2a_counts *c, struct mp_session *s,
     }
     c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size +
                    (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, K);
-    int gpn = cm->nnodes > 0 ? cm->size / cm->nnodes : cm->size; /* rank rows ignore nodes */
+    int gpn = cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1; /* unused by rank */
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
-        mp_dedup_count(MP_DEDUP_RANK, pl, ids, total, K, cm->tp, gpn > 0 ? gpn : 1, &dc);
+        mp_dedup_count(MP_DEDUP_RANK, pl, ids, total, K, cm->tp, gpn, &dc);
         int *sc = c->scount + (size_t)d * ep, *sd = c->sdispl + (size_t)d * ep;
-        int *rc_ = c->rcount + (size_t)d * ep, *rd = c->rdispl + (size_t)d * ep;
+        int *rn = c->rcount + (size_t)d * ep, *rd = c->rdispl + (size_t)d * ep;
         long sent = 0, got = 0;
         for (int p = 0; p < ep; p++) {
             sc[p] = (int)dc.rows[(size_t)e * ep + p];
-            rc_[p] = (int)dc.rows[(size_t)p * ep + e];
+            rn[p] = (int)dc.rows[(size_t)p * ep + e];
             sd[p] = (int)sent;
             rd[p] = (int)got;
             sent += sc[p];
-            got += rc_[p];
+            got += rn[p];
         }
         double mine = (double)sent * (double)c->row_bytes;
         rc = cm->ops->max_double(cm, &mine);
@@ -255,9 +255,13 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
         rc = mp_runfiles_write(f, FILE_A2A, &row);
     }
     if (!s->o.quiet) {
+        char place[64]; /* the placement, and the dedup mode when not pair */
+        snprintf(place, sizeof place, "%s%s%s", p->placement ? p->placement : "-",
+                 p->dedup && strcmp(p->dedup, "pair") != 0 ? "/" : "",
+                 p->dedup && strcmp(p->dedup, "pair") != 0 ? p->dedup : "");
         mp_progress_clear();
         printf("%9s %-14s %-14s %6ld %12lld %12.0f %10.2f %10.2f %10.2f %9.3f %9.3f\n",
-               p->lay->name, p->routing ? p->routing : "-", p->placement ? p->placement : "-",
+               p->lay->name, p->routing ? p->routing : "-", place,
                p->batch, p->bytes_per_peer, bytes_per_rank, sm.p50, sm.p99, sm.min, algbw, busbw);
         fflush(stdout);
     }
