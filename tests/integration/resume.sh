@@ -33,7 +33,10 @@ for f in layer.csv layer_samples.csv layer_ranks.csv; do
     awk -F, 'NR == 1 { n = NF; next } NF != n { exit 1 }' "$OUT/$f" || fail "$f has a broken row after resume"
 done
 # every point exactly once; samples: 8 per point; per-rank rows: 2 per point
-dups=$(cut -d, -f1-19 "$OUT/layer.csv" | sort | uniq -d | wc -l)
+# a point's key: the columns before tokens_per_rank (docs/CSV.md), wherever new key columns put it
+nkey=$(($(head -1 "$OUT/layer.csv" | tr , '\n' | grep -nx tokens_per_rank | cut -d: -f1) - 1))
+[ "$nkey" -gt 0 ] || fail "layer.csv has no tokens_per_rank column"
+dups=$(cut -d, -f1-"$nkey" "$OUT/layer.csv" | sort | uniq -d | wc -l)
 [ "$dups" -eq 0 ] || fail "$dups points measured twice"
 [ "$(rows "$OUT/layer_samples.csv")" -eq $((POINTS * 8)) ] || fail "samples: $(rows "$OUT/layer_samples.csv") rows, expected $((POINTS * 8))"
 [ "$(rows "$OUT/layer_ranks.csv")" -eq $((POINTS * 2)) ] || fail "ranks: $(rows "$OUT/layer_ranks.csv") rows"
