@@ -86,7 +86,7 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->pairs = (double)pl->nsend;
     rec->local_pairs = (double)pl->local_pairs;
     double sent = 0, inter = 0;
-    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, &sent, &inter);
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, 0, &sent, &inter);
     rec->bytes_sent = sent;
     rec->bytes_internode = inter;
     rec->dropped = 0;
@@ -98,6 +98,7 @@ const struct mp_dispatch_mode mp_dispatch_dynamic = {
     .name = "dynamic",
     .backend_bit = MP_DISPATCH_DYNAMIC,
     .pipelined = &mp_dispatch_pipelined,
+    .deduplicated = &mp_dispatch_dedup,
     .reserve = dynamic_reserve,
     .plan = dynamic_plan,
     .iterate = dynamic_iterate,

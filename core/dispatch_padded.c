@@ -238,7 +238,7 @@ static int padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->local_pairs = (double)pd->local_pairs;
     rec->dropped = (double)pd->dropped;
     double sent = 0, inter = 0; /* slots out and back */
-    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, &sent, &inter);
+    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, 0, &sent, &inter);
     rec->bytes_sent = sent;
     rec->bytes_internode = inter;
 out:

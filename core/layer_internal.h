@@ -10,6 +10,7 @@
 #include "compute.h"
 #include "layer.h"
 #include "plan.h"
+#include "plan_dedup.h"
 #include "routing.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
@@ -89,6 +90,9 @@ struct mp_layer {
     void *pad_work;             /* [max(pad_rows, max_tok_rank) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
     int captured; /* --graph: the padded layer captured for the current point */
+
+    /* the rank-deduplicated dispatch (--dedup rank): its host plan, sized at the point's setup */
+    struct mp_dedup_plan dedup;
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */
@@ -180,11 +184,12 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
  * peer, one block of cells per chunk of `chunks`, slots of `cap` rows (padded; 0 otherwise). */
 int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
                         int max_local, int chunks, long cap);
-/* Add to *sent the bytes this rank exchanges with the other EP ranks when it sends send[p] and
- * receives recv[p] rows to and from each EP peer p, and to *inter those with ranks on other
- * nodes. */
+/* Add to *sent the bytes this rank exchanges with the other EP ranks when it sends send[p]
+ * dispatch rows of row_bytes + meta_bytes bytes to each EP peer p and receives recv[p] rows of
+ * row_bytes back from it (a dispatch row's metadata travels one way only: mp_dedup_bytes), and to
+ * *inter those with ranks on other nodes. */
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             double *sent, double *inter);
+                             double meta_bytes, double *sent, double *inter);
 
 /* ---- layer_check.c ----------------------------------------------------------------------------- */
 

@@ -105,13 +105,14 @@ int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0
 }
 
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             double *sent, double *inter)
+                             double meta_bytes, double *sent, double *inter)
 {
     const struct mp_comm *c = L->comm;
     for (int p = 0; p < L->ep; p++) {
         if (p == c->ep_rank)
             continue;
-        double b = ((double)send[p] + recv[p]) * (double)L->row_bytes;
+        double b = (double)send[p] * ((double)L->row_bytes + meta_bytes) +
+                   (double)recv[p] * (double)L->row_bytes;
         *sent += b;
         if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank])
             *inter += b;

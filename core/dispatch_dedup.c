@@ -1,0 +1,152 @@
+/* dispatch_dedup.c - the rank-deduplicated dynamic dispatch (--dedup rank): each token goes once
+ * to every EP rank that serves one of its pairs, with its top-K metadata; the destination expands
+ * it into its experts' rows, runs them, and returns one row per received row, pre-weighted and
+ * summed over its experts (route on the host | count exchange, permute, rows and metadata
+ * all-to-all, expand | FFN | TP reduce | weighted sum per row, all-to-all back, sum into tokens). */
+#include <string.h>
+
+#include "dedup.h"
+#include "dispatch.h"
+#include "error.h"
+#include "layer_internal.h"
+#include "nvtx.h"
+#include "vlayer.h"
+
+/* The routed-row buffers, as the dynamic dispatch grows them: the rows this rank receives and
+ * expands are at most the pairs it serves. */
+static int dedup_reserve(struct mp_layer *L, const struct mp_point *pt, long total)
+{
+    return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
+}
+
+/* The host plan, sized for the placement, this layout's tokens and the routed-row buffers. */
+static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
+{
+    (void)tokens_per_rank;
+    struct mp_dedup_plan *p = &L->dedup;
+    if (p->send_rows && p->max_local == pt->placement->max_local && p->max_tok >= L->max_tok_rank &&
+        p->max_recv >= L->max_rows)
+        return MP_OK;
+    mp_dedup_plan_free(p);
+    if (mp_dedup_plan_alloc(p, L->ep, pt->placement->max_local, L->m.topk, L->max_tok_rank,
+                            L->max_rows) != MP_OK) {
+        mp_error("out of memory for the --dedup rank plan of %ld rows", L->max_rows);
+        return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The plan is built on the host every iteration, from the routing: nothing for the backend. */
+static int dedup_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
+{
+    (void)L, (void)pt, (void)tok0, (void)ntok;
+    return MP_OK;
+}
+
+/* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
+static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
+                         struct mp_routing_pool *pool, int d, long ntok,
+                         struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    struct mp_dedup_plan *p = &L->dedup;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
+    int rc = MP_OK;
+    long tok0;
+    mp_token_split(pt->batch * pt->seq, L->ep, c->ep_rank, &tok0);
+
+    /* route: the gate's or the pool's top-K on the host, and the rows each rank gets from it */
+    MP_CHECK(mp_layer_start_aligned(L));
+    MP_RANGE_PUSH("moeperf/route");
+    const int32_t *ids = p->ids;
+    const float *w = p->w;
+    if (pool->noise)
+        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
+                         p->ids, p->w));
+    else {
+        ids = pool->ids + (size_t)d * ntok * K;
+        w = pool->w + (size_t)d * ntok * K;
+    }
+    mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w);
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/dispatch");
+
+    /* dispatch: count exchange, permute, rows and metadata all-to-all, expand by expert */
+    MP_CHECK(c->ops->alltoall_int(c, p->send_rows, p->recv_rows, 1));
+    MP_CHECK(mp_dedup_plan_recv(p));
+    MP_CHECK(mp_layer_check_rows(L, p->nrecv));
+    MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
+    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, L->recvbuf,
+                               p->recv_rows, p->recv_displ, L->row_bytes));
+    MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
+                               p->recv_rows, p->recv_displ, meta_bytes));
+    MP_CHECK(mp_dedup_plan_expand(p, L->nlocal));
+    MP_CHECK(mp_layer_check_rows(L, p->nexp));
+    MP_CHECK(o->permute(dev, L->recvbuf, p->exp_row, 0, p->nexp, H, L->expbuf));
+    MP_CHECK(o->mark(dev, MARK_DISPATCH));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/ffn");
+
+    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
+    MP_CHECK(mp_layer_ffn(L, pt, L->expbuf, L->outbuf, p->expert_off, L->work, p->nexp, ntok,
+                          L->S, NULL, NULL));
+    MP_CHECK(o->mark(dev, MARK_FFN));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/tp-reduce");
+
+    /* TP reduce: sum the D-shards of every expert and shared row */
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)p->nexp + (size_t)L->S * ntok) * H));
+    MP_CHECK(o->mark(dev, MARK_TP));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/combine");
+
+    /* combine: each received row's expert outputs summed with their weights, all-to-all back,
+     * the returned rows (weight 1) and the shared experts summed into token order */
+    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, p->nrecv, H,
+                        L->recvbuf, 0));
+    MP_CHECK(c->ops->alltoallv(c, L->recvbuf, p->recv_rows, p->recv_displ, L->sendbuf,
+                               p->send_rows, p->send_displ, L->row_bytes));
+    MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
+                        L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
+                        ntok, H, L->y, 0));
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_RANGE_POP();
+    MP_CHECK(mp_layer_drain(L));
+
+    mp_layer_phase_times(L, rec);
+    rec->tokens = (double)ntok;
+    rec->rows = (double)p->nexp;
+    rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;
+    rec->pairs = (double)ntok * K;
+    rec->local_pairs = (double)p->local_pairs;
+    double sent = 0, inter = 0;
+    mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, mp_dedup_meta_bytes(MP_DEDUP_RANK, K),
+                            &sent, &inter);
+    rec->bytes_sent = sent;
+    rec->bytes_internode = inter;
+    rec->dropped = 0;
+out:
+    return rc;
+}
+
+static void dedup_teardown(struct mp_layer *L)
+{
+    mp_dedup_plan_free(&L->dedup);
+}
+
+const struct mp_dispatch_mode mp_dispatch_dedup = {
+    .name = "dedup",
+    .backend_bit = MP_DISPATCH_DEDUP,
+    .dedup_modes = 1u << MP_DEDUP_RANK,
+    .reserve = dedup_reserve,
+    .setup = dedup_setup,
+    .plan = dedup_plan,
+    .iterate = dedup_iterate,
+    .teardown = dedup_teardown,
+    .model_traffic = mp_vtraffic_dynamic,
+};
