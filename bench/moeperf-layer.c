@@ -302,9 +302,8 @@ static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatc
 
 /* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
  * mode the backend does not run, --graph with a mode that cannot be captured or without a backend
- * that replays, --overlap with a mode that has no pipelined form, --dedup node outside the model,
- * --dedup rank on a backend without the dedup dispatch, either with a padded or pipelined
- * dispatch. */
+ * that replays, --overlap with a mode that has no pipelined form, --dedup rank|node on a backend
+ * without the dedup dispatch or with a padded or pipelined dispatch. */
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
@@ -343,11 +342,6 @@ static int refuse_flags(const struct sweep *sw)
             return rc;
         if (dedup == MP_DEDUP_PAIR)
             continue;
-        if (!s->modelled && dedup != MP_DEDUP_RANK) { /* measured: pair and rank so far */
-            mp_usage("--dedup %s: only the model (--backend model --comm model) runs it so far; "
-                     "measured runs take --dedup pair or rank", word);
-            return MP_ERR_USAGE;
-        }
         char flag[64];
         snprintf(flag, sizeof flag, "--dedup %s", word);
         if ((rc = refuse_unrun_mode(s, &mp_dispatch_dedup, flag)) != MP_OK)

@@ -87,9 +87,8 @@ int mp_dispatch_check_dedup(const struct mp_point *pt)
     if (pt->dedup == MP_DEDUP_PAIR || (m->dedup_modes & 1u << pt->dedup))
         return MP_OK;
     if (m->dedup_modes) {
-        mp_usage("--dedup %s: the measured %s dispatch runs --dedup pair or rank so far (node on "
-                 "the model only: --backend model --comm model)", mp_dedup_choices[pt->dedup],
-                 m->name);
+        mp_usage("--dedup %s: the %s dispatch does not run it; use --dedup pair",
+                 mp_dedup_choices[pt->dedup], m->name);
         return MP_ERR_USAGE;
     }
     if (pt->overlap > 1)

@@ -1,8 +1,11 @@
-/* dispatch_dedup.c - the rank-deduplicated dynamic dispatch (--dedup rank): each token goes once
- * to every EP rank that serves one of its pairs, with its top-K metadata; the destination expands
- * it into its experts' rows, runs them, and returns one row per received row, pre-weighted and
- * summed over its experts (route on the host | count exchange, permute, rows and metadata
- * all-to-all, expand | FFN | TP reduce | weighted sum per row, all-to-all back, sum into tokens). */
+/* dispatch_dedup.c - the deduplicated dynamic dispatch (--dedup rank|node). rank: each token goes
+ * once to every EP rank that serves one of its pairs, with its top-K metadata; the destination
+ * expands it into its experts' rows, runs them, and returns one row per received row, pre-weighted
+ * and summed over its experts. node: a token goes once to each other node serving one of its
+ * pairs, to that node's relay, which forwards it to the ranks of its node serving them; pairs on
+ * the token's own node go there directly; the combine sums inside the node first (route on the
+ * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
+ * | weighted sum per row, all-to-all back per hop, sum into tokens). */
 #include <string.h>
 
 #include "dedup.h"
@@ -12,28 +15,70 @@
 #include "nvtx.h"
 #include "vlayer.h"
 
-/* The routed-row buffers, as the dynamic dispatch grows them: the rows this rank receives and
- * expands are at most the pairs it serves. */
+/* The routed-row buffers, as the dynamic dispatch grows them: the rows this rank expands are at
+ * most the pairs it serves (rank mode receives no more rows than that). */
 static int dedup_reserve(struct mp_layer *L, const struct mp_point *pt, long total)
 {
     return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
 }
 
-/* The host plan, sized for the placement, this layout's tokens and the routed-row buffers. */
+/* Node mode's own row buffers: the first-hop rows and the forwards received after them, and the
+ * forwards sent (grown, never shrunk, after a collective memory check). */
+static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows)
+{
+    int rc = MP_OK;
+    long grow_recv = recv_rows > L->dedup_recv_rows ? recv_rows : 0;
+    long grow_fwd = fwd_rows > L->dedup_fwd_rows ? fwd_rows : 0;
+    double need = (double)(grow_recv + grow_fwd) * (double)L->row_bytes;
+    MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory, need,
+                                     "the --dedup node relay buffers"));
+    size_t H = (size_t)L->m.hidden;
+    if (grow_recv) {
+        L->ops->free(L->dev, L->dedup_recv);
+        L->dedup_recv_rows = 0;
+        if (!(L->dedup_recv = mp_layer_alloc_zero(L, (size_t)grow_recv * H)))
+            goto oom;
+        L->dedup_recv_rows = grow_recv;
+    }
+    if (grow_fwd) {
+        L->ops->free(L->dev, L->dedup_fwd);
+        L->dedup_fwd_rows = 0;
+        if (!(L->dedup_fwd = mp_layer_alloc_zero(L, (size_t)grow_fwd * H)))
+            goto oom;
+        L->dedup_fwd_rows = grow_fwd;
+    }
+out:
+    return rc;
+oom:
+    mp_error("out of memory for the --dedup node relay buffers");
+    return MP_ERR_RUNTIME;
+}
+
+/* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
+ * mode also its relay buffers and the node of every EP rank (the launcher's, as bytes_internode
+ * counts it). */
 static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
 {
     (void)tokens_per_rank;
     struct mp_dedup_plan *p = &L->dedup;
-    if (p->send_rows && p->max_local == pt->placement->max_local && p->max_tok >= L->max_tok_rank &&
-        p->max_recv >= L->max_rows)
-        return MP_OK;
-    mp_dedup_plan_free(p);
-    if (mp_dedup_plan_alloc(p, L->ep, pt->placement->max_local, L->m.topk, L->max_tok_rank,
-                            L->max_rows) != MP_OK) {
-        mp_error("out of memory for the --dedup rank plan of %ld rows", L->max_rows);
-        return MP_ERR_RUNTIME;
+    struct mp_comm *c = L->comm;
+    long relayed = pt->dedup == MP_DEDUP_NODE ? pt->batch * pt->seq : 0;
+    int rc = MP_OK;
+    if (!p->send_rows || p->max_local != pt->placement->max_local || p->max_tok < L->max_tok_rank ||
+        p->max_exp < L->max_rows || p->max_recv < L->max_rows + relayed) {
+        mp_dedup_plan_free(p);
+        if (mp_dedup_plan_alloc(p, L->ep, pt->placement->max_local, L->m.topk, L->max_tok_rank,
+                                L->max_rows, relayed) != MP_OK) {
+            mp_error("out of memory for the --dedup plan of %ld rows", L->max_rows);
+            return MP_ERR_RUNTIME;
+        }
     }
-    return MP_OK;
+    for (int q = 0; q < L->ep; q++)
+        p->ep_node[q] = c->node_of[q * L->tp + c->tp_rank];
+    if (pt->dedup == MP_DEDUP_NODE)
+        MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
+out:
+    return rc;
 }
 
 /* The plan is built on the host every iteration, from the routing: nothing for the backend. */
@@ -53,7 +98,10 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_comm *c = L->comm;
     struct mp_dedup_plan *p = &L->dedup;
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    int node = pt->dedup == MP_DEDUP_NODE;
     size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
+    /* rank mode: received rows in the routed-row buffer; node: in its own, forwards beside */
+    void *rbuf = node ? L->dedup_recv : L->recvbuf, *fbuf = L->dedup_fwd;
     int rc = MP_OK;
     long tok0;
     mp_token_split(pt->batch * pt->seq, L->ep, c->ep_rank, &tok0);
@@ -70,23 +118,36 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         ids = pool->ids + (size_t)d * ntok * K;
         w = pool->w + (size_t)d * ntok * K;
     }
-    mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w);
+    mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w,
+                       node ? p->ep_node : NULL);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
 
-    /* dispatch: count exchange, permute, rows and metadata all-to-all, expand by expert */
+    /* dispatch: count exchange, permute, rows and metadata all-to-all (node: then the forwards
+     * inside the node the same way), expand by expert */
     MP_CHECK(c->ops->alltoall_int(c, p->send_rows, p->recv_rows, 1));
     MP_CHECK(mp_dedup_plan_recv(p));
-    MP_CHECK(mp_layer_check_rows(L, p->nrecv));
+    if (!node)
+        MP_CHECK(mp_layer_check_rows(L, p->nrecv));
     MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
-    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, L->recvbuf,
-                               p->recv_rows, p->recv_displ, L->row_bytes));
+    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
+                               p->recv_displ, L->row_bytes));
     MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
                                p->recv_rows, p->recv_displ, meta_bytes));
-    MP_CHECK(mp_dedup_plan_expand(p, L->nlocal));
+    if (node) {
+        MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
+        MP_CHECK(c->ops->alltoall_int(c, p->fwd_rows, p->recv1_rows, 1));
+        MP_CHECK(mp_dedup_plan_recv_forwards(p));
+        MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
+        MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
+                                   p->recv1_displ, L->row_bytes));
+        MP_CHECK(c->ops->alltoallv(c, p->fwd_meta, p->fwd_rows, p->fwd_displ, p->recv_meta,
+                                   p->recv1_rows, p->recv1_displ, meta_bytes));
+    }
+    MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
     MP_CHECK(mp_layer_check_rows(L, p->nexp));
-    MP_CHECK(o->permute(dev, L->recvbuf, p->exp_row, 0, p->nexp, H, L->expbuf));
+    MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, L->expbuf));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/ffn");
@@ -105,12 +166,20 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/combine");
 
-    /* combine: each received row's expert outputs summed with their weights, all-to-all back,
-     * the returned rows (weight 1) and the shared experts summed into token order */
-    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, p->nrecv, H,
-                        L->recvbuf, 0));
-    MP_CHECK(c->ops->alltoallv(c, L->recvbuf, p->recv_rows, p->recv_displ, L->sendbuf,
-                               p->send_rows, p->send_displ, L->row_bytes));
+    /* combine: each received row's expert outputs summed with their weights (node: the forwards'
+     * sums back to their relay, added to the rows they came from), all-to-all back, the returned
+     * rows (weight 1) and the shared experts summed into token order */
+    long nin = p->nrecv + (node ? p->nrecv1 : 0);
+    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
+                        0));
+    if (node) {
+        MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv1_rows, p->recv1_displ, fbuf, p->fwd_rows,
+                                   p->fwd_displ, L->row_bytes));
+        MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
+                            1));
+    }
+    MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
+                               p->send_displ, L->row_bytes));
     MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
@@ -124,9 +193,10 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;
     rec->pairs = (double)ntok * K;
     rec->local_pairs = (double)p->local_pairs;
-    double sent = 0, inter = 0;
-    mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, mp_dedup_meta_bytes(MP_DEDUP_RANK, K),
-                            &sent, &inter);
+    double sent = 0, inter = 0, meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K);
+    mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, &sent, &inter);
+    if (node) /* the forwards and their return, by the same rule */
+        mp_layer_add_peer_bytes(L, p->fwd_rows, p->recv1_rows, meta, &sent, &inter);
     rec->bytes_sent = sent;
     rec->bytes_internode = inter;
     rec->dropped = 0;
@@ -137,12 +207,16 @@ out:
 static void dedup_teardown(struct mp_layer *L)
 {
     mp_dedup_plan_free(&L->dedup);
+    L->ops->free(L->dev, L->dedup_recv);
+    L->ops->free(L->dev, L->dedup_fwd);
+    L->dedup_recv = L->dedup_fwd = NULL;
+    L->dedup_recv_rows = L->dedup_fwd_rows = 0;
 }
 
 const struct mp_dispatch_mode mp_dispatch_dedup = {
     .name = "dedup",
     .backend_bit = MP_DISPATCH_DEDUP,
-    .dedup_modes = 1u << MP_DEDUP_RANK,
+    .dedup_modes = 1u << MP_DEDUP_RANK | 1u << MP_DEDUP_NODE,
     .reserve = dedup_reserve,
     .setup = dedup_setup,
     .plan = dedup_plan,

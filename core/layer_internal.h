@@ -91,8 +91,11 @@ struct mp_layer {
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
     int captured; /* --graph: the padded layer captured for the current point */
 
-    /* the rank-deduplicated dispatch (--dedup rank): its host plan, sized at the point's setup */
+    /* the deduplicated dispatch (--dedup rank|node): its host plan, sized at the point's setup;
+     * node mode's first-hop rows with the forwards received after them, and the forwards sent */
     struct mp_dedup_plan dedup;
+    void *dedup_recv, *dedup_fwd;
+    long dedup_recv_rows, dedup_fwd_rows;
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */

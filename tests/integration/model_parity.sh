@@ -33,7 +33,7 @@ sample() {
     --placement) echo "--placement round-robin,eplb:2" ;;
     --overlap) echo "--overlap 1,2" ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
-    --dedup) echo "--dedup pair,rank" ;;
+    --dedup) echo "--dedup pair,rank,node" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) echo "--graph --dispatch padded" ;;
     --seed) echo "--seed 9" ;;
@@ -114,7 +114,8 @@ mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
 "$LAYER" --backend model --comm model --cluster cpu-host --world 4 $sweep --out "$TMP/modelled" ||
     fail "modelled sweep exit $?"
 # and the same for --dedup rank: the rows the experts run and the bytes on the wire, the
-# metadata of each dispatched row included
+# metadata of each dispatched row included (node relays between nodes, which one host has not:
+# tests/integration/dedup_nodes.sh compares it across emulated nodes)
 dsweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
     --routing zipf:1.2,hot:2:30 --placement contiguous,replicate-hot:2,eplb:4 --dispatch dynamic
     --dedup pair,rank --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"

@@ -98,15 +98,16 @@ int main(void)
     pt.overlap = 1;
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_padded);
     CHECK_INT(mp_dispatch_check_overlap(&pt), MP_OK);
-    /* --dedup rank runs the dynamic dispatch's deduplicated form, unpipelined only; node is no
-     * measured mode's yet, and padded or pipelined points with either are refused */
+    /* --dedup rank and node run the dynamic dispatch's deduplicated form, unpipelined only;
+     * padded or pipelined points with either are refused */
     pt.dispatch = NULL;
     pt.dedup = MP_DEDUP_RANK;
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup);
     CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
     CHECK(mp_dispatch_dedup.model_traffic == mp_vtraffic_dynamic);
     pt.dedup = MP_DEDUP_NODE;
-    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
     pt.dedup = MP_DEDUP_RANK;
     pt.overlap = 2;
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_pipelined);
