@@ -41,8 +41,10 @@ for d in sys.argv[1:]:
 PY
 
 # refused: deduplication with the padded dispatch or pipelined
+# shellcheck disable=SC2086
 refused mpi 2 "$LAYER" $shape --batch 8 --dedup rank --dispatch padded
 grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal: $(cat "$TMP/refused.err")"
+# shellcheck disable=SC2086
 refused mpi 2 "$LAYER" $shape --batch 8 --dedup node --overlap 2
 grep -q -- "--overlap 2" "$TMP/refused.err" || fail "overlap refusal: $(cat "$TMP/refused.err")"
 echo PASS
