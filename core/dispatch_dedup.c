@@ -55,8 +55,9 @@ oom:
 }
 
 /* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
- * mode also its relay buffers and the node of every EP rank (the launcher's, as bytes_internode
- * counts it). */
+ * mode also its relay buffers and the node of every EP rank: the launcher's host of its first TP
+ * rank (core/dedup.h's mp_dedup_node_of), the same for every TP rank, so the TP ranks of an EP
+ * rank build one plan and their TP reduce sums matching rows. */
 static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
 {
     (void)tokens_per_rank;
@@ -74,7 +75,7 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
         }
     }
     for (int q = 0; q < L->ep; q++)
-        p->ep_node[q] = c->node_of[q * L->tp + c->tp_rank];
+        p->ep_node[q] = c->node_of[q * L->tp];
     if (pt->dedup == MP_DEDUP_NODE)
         MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
 out:
