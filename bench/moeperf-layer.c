@@ -309,8 +309,8 @@ static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatc
 
 /* Refuse flag combinations no point can run, before measuring: a bad --dispatch entry, a dispatch
  * mode the backend does not run, --graph with a mode that cannot be captured or without a backend
- * that replays, --overlap with a mode that has no pipelined form, --dedup rank|node outside the
- * model or with a padded or pipelined dispatch. */
+ * that replays, --overlap with a mode that has no pipelined form, --dedup rank|node on a backend
+ * without the dedup dispatch or with a padded or pipelined dispatch. */
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
@@ -349,25 +349,24 @@ static int refuse_flags(const struct sweep *sw)
             return rc;
         if (dedup == MP_DEDUP_PAIR)
             continue;
-        if (!s->modelled) { /* the measured dispatch modes move one row per pair so far */
-            mp_usage("--dedup %s: only the model (--backend model --comm model) runs it so far; "
-                     "measured runs take --dedup pair", word);
-            return MP_ERR_USAGE;
-        }
+        char flag[64];
+        snprintf(flag, sizeof flag, "--dedup %s", word);
+        if ((rc = refuse_unrun_mode(s, &mp_dispatch_dedup, flag)) != MP_OK)
+            return rc;
         for (int di = 0; di < s->o.dispatch.n; di++) {
             const struct mp_dispatch_mode *mode;
             double arg;
             mp_dispatch_parse(s->o.dispatch.v[di], &mode, &arg); /* checked above */
-            if (mode != &mp_dispatch_dynamic) {
-                mp_usage("--dedup %s with --dispatch %s: deduplication is modelled for the dynamic "
+            if (!mode->deduplicated) {
+                mp_usage("--dedup %s with --dispatch %s: deduplication runs with the dynamic "
                          "dispatch only; use --dispatch dynamic with it, or --dedup pair",
                          word, s->o.dispatch.v[di]);
                 return MP_ERR_USAGE;
             }
         }
         if (sw->max_overlap > 1) {
-            mp_usage("--dedup %s with --overlap %d: deduplication is modelled unpipelined only; "
-                     "use --overlap 1 with it, or --dedup pair", word, sw->max_overlap);
+            mp_usage("--dedup %s with --overlap %d: deduplication runs unpipelined only; use "
+                     "--overlap 1 with it, or --dedup pair", word, sw->max_overlap);
             return MP_ERR_USAGE;
         }
     }

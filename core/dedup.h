@@ -22,7 +22,7 @@ extern const char *const mp_dedup_choices[];
 #define MP_DEDUP_HELP                                                                              \
     "what a dispatched row stands for: pair (one per token-expert pair), rank (one per token and " \
     "destination rank, carrying its top-k ids and weights), node (one per token and destination " \
-    "node, forwarded inside the node); a list sweeps them; rank and node run on the model only"
+    "node, forwarded inside the node); a list sweeps them"
 
 /* Read one --dedup word into *mode: MP_OK, or MP_ERR_USAGE after a message naming --dedup, the
  * word and the accepted words. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dedup.h"
 #include "error.h"
 #include "registry.h"
 
@@ -75,7 +76,29 @@ int mp_dispatch_parse(const char *word, const struct mp_dispatch_mode **mode, do
 const struct mp_dispatch_mode *mp_dispatch_for(const struct mp_point *pt)
 {
     const struct mp_dispatch_mode *m = pt->dispatch ? pt->dispatch : &mp_dispatch_dynamic;
-    return pt->overlap > 1 && m->pipelined ? m->pipelined : m;
+    if (pt->overlap > 1 && m->pipelined)
+        return m->pipelined;
+    return pt->dedup != MP_DEDUP_PAIR && pt->overlap <= 1 && m->deduplicated ? m->deduplicated : m;
+}
+
+int mp_dispatch_check_dedup(const struct mp_point *pt)
+{
+    const struct mp_dispatch_mode *m = mp_dispatch_for(pt);
+    if (pt->dedup == MP_DEDUP_PAIR || (m->dedup_modes & 1u << pt->dedup))
+        return MP_OK;
+    if (m->dedup_modes) {
+        mp_usage("--dedup %s: the %s dispatch does not run it; use --dedup pair",
+                 mp_dedup_choices[pt->dedup], m->name);
+        return MP_ERR_USAGE;
+    }
+    if (pt->overlap > 1)
+        mp_usage("--dedup %s with --overlap %d: deduplication runs unpipelined only; use "
+                 "--overlap 1 with it, or --dedup pair", mp_dedup_choices[pt->dedup], pt->overlap);
+    else
+        mp_usage("--dedup %s with --dispatch %s: deduplication runs with the dynamic dispatch "
+                 "only; use --dispatch dynamic with it, or --dedup pair",
+                 mp_dedup_choices[pt->dedup], m->name);
+    return MP_ERR_USAGE;
 }
 
 int mp_dispatch_check_overlap(const struct mp_point *pt)

@@ -14,14 +14,16 @@ struct mp_vdraw;
 /* The dispatch modes, X(NAME, WORDS, HELP) each: the mode mp_dispatch_NAME, defined in
  * core/dispatch_NAME.c with .name "NAME"; WORDS how --dispatch chooses it: MP_DISPATCH_WORD (the
  * word NAME), MP_DISPATCH_WORD_ARG (NAME, and NAME:ARG that the mode's parse_arg reads) or
- * MP_DISPATCH_NO_WORD (never named: a point comes to it as another mode's `pipelined`); HELP its
+ * MP_DISPATCH_NO_WORD (never named: a point comes to it as another mode's `pipelined` or
+ * `deduplicated`); HELP its
  * part of --dispatch's help, ending "; " (empty for NO_WORD). The order is the order of the
  * choices and the help; tests/unit/test_dispatch.c checks every entry against its table. */
 #define MP_DISPATCH_MODES(X)                                                                       \
     X(dynamic, MP_DISPATCH_WORD, "dynamic (exact counts exchanged first); ")                       \
     X(padded, MP_DISPATCH_WORD_ARG, "padded (fixed slots, lossless); padded:F (capacity factor "   \
                                     "F, pairs over it dropped); ")                                 \
-    X(pipelined, MP_DISPATCH_NO_WORD, "")
+    X(pipelined, MP_DISPATCH_NO_WORD, "")                                                         \
+    X(dedup, MP_DISPATCH_NO_WORD, "")
 
 /* --dispatch's help text: every mode's HELP, then how a list sweeps. */
 #define MP_DISPATCH_HELP_OF(name, words, help) help
@@ -42,6 +44,11 @@ struct mp_dispatch_mode {
     /* optional: the mode that runs a point of this mode with --overlap above 1 (dynamic:
      * pipelined); NULL: such a point is refused (mp_dispatch_check_overlap) */
     const struct mp_dispatch_mode *pipelined;
+    /* optional: the mode that runs a point of this mode with --dedup other than pair, unpipelined
+     * (dynamic: dedup); NULL: such a point is refused (mp_dispatch_check_dedup) */
+    const struct mp_dispatch_mode *deduplicated;
+    /* bit 1 << d for each enum mp_dedup d (core/dedup.h) besides pair this mode's rows carry out */
+    unsigned dedup_modes;
     /* optional: refuse a point this layer cannot run in this mode, before anything is set up */
     int (*validate)(const struct mp_layer *L, const struct mp_point *pt);
     /* optional, at mp_layer_create: what the mode keeps for the layout's lifetime */
@@ -94,11 +101,16 @@ extern const char *const mp_dispatch_choices[];
 int mp_dispatch_parse(const char *word, const struct mp_dispatch_mode **mode, double *arg);
 
 /* The mode that runs `pt`: the one it was given (pt->dispatch; NULL: dynamic), or with
- * pt->overlap above 1 that mode's pipelined form when it has one. */
+ * pt->overlap above 1 that mode's pipelined form when it has one, or with pt->dedup other than
+ * pair (and no pipelining) its deduplicated form when it has one. */
 const struct mp_dispatch_mode *mp_dispatch_for(const struct mp_point *pt);
 
 /* Refuse a point with --overlap above 1 whose mode has no pipelined form: MP_ERR_USAGE after a
  * message naming both flags and the modes that pipeline; else MP_OK. */
 int mp_dispatch_check_overlap(const struct mp_point *pt);
+
+/* Refuse a point whose --dedup its mode (mp_dispatch_for) does not carry out: MP_ERR_USAGE after a
+ * message naming --dedup, the word and what runs it; else MP_OK. */
+int mp_dispatch_check_dedup(const struct mp_point *pt);
 
 #endif

@@ -93,7 +93,7 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->local_pairs = (double)pl->local_pairs;
     rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
     rec->combine_intra = rec->combine_inter = 0;
-    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, rec);
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, 0, rec);
     rec->dropped = 0;
 out:
     return rc;
@@ -103,6 +103,7 @@ const struct mp_dispatch_mode mp_dispatch_dynamic = {
     .name = "dynamic",
     .backend_bit = MP_DISPATCH_DYNAMIC,
     .pipelined = &mp_dispatch_pipelined,
+    .deduplicated = &mp_dispatch_dedup,
     .reserve = dynamic_reserve,
     .plan = dynamic_plan,
     .iterate = dynamic_iterate,

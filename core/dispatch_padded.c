@@ -239,7 +239,7 @@ static int padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->dropped = (double)pd->dropped;
     rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0; /* slots out and back */
     rec->combine_intra = rec->combine_inter = 0;
-    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, rec);
+    mp_layer_add_peer_bytes(L, pd->peer_rows, pd->peer_rows, 0, rec);
 out:
     return rc;
 }

@@ -170,7 +170,7 @@ static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
                                 pl->send_displ, L->row_bytes, 2 * k + 1));
     n->rows += (double)pl->nrecv;
     n->local += (double)pl->local_pairs;
-    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, rec);
+    mp_layer_add_peer_bytes(L, pl->send_rows, pl->recv_rows, 0, rec);
 out:
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
 #include "harness.h"
@@ -218,14 +219,25 @@ static int run_pass(struct pass *p, struct mp_point_result *res, long tok0)
     return rc != MP_OK ? rc : gather_results(L, pt, p->mine, res);
 }
 
-/* Refuse what no mode can do: --overlap with a mode that has no pipelined form, --graph in a mode
- * that cannot be captured. */
+/* Refuse what no mode can do: --overlap with a mode that has no pipelined form, --dedup the mode
+ * does not carry out, a mode the compute backend does not run, --graph in a mode that cannot be
+ * captured. */
 static int validate_point(const struct mp_layer *L, const struct mp_point *pt,
                           const struct mp_dispatch_mode *mode)
 {
     int rc = mp_dispatch_check_overlap(pt);
     if (rc != MP_OK)
         return rc;
+    if ((rc = mp_dispatch_check_dedup(pt)) != MP_OK)
+        return rc;
+    if (!(L->ops->dispatch_modes & mode->backend_bit)) {
+        if (pt->dedup != MP_DEDUP_PAIR)
+            mp_usage("--dedup %s: the %s backend does not run the %s dispatch; use --dedup pair "
+                     "with it", mp_dedup_choices[pt->dedup], L->ops->name, mode->name);
+        else
+            mp_usage("the %s backend does not run the %s dispatch", L->ops->name, mode->name);
+        return MP_ERR_USAGE;
+    }
     if (mode->validate) {
         rc = mode->validate(L, pt);
         if (rc != MP_OK)

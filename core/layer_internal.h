@@ -10,6 +10,7 @@
 #include "compute.h"
 #include "layer.h"
 #include "plan.h"
+#include "plan_dedup.h"
 #include "routing.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
@@ -90,6 +91,12 @@ struct mp_layer {
     void *pad_work;             /* [max(pad_rows, max_tok_rank) × 2·Dl] */
     int *pad_cnt_recv;          /* [ep·max_local] valid rows per received slot (metrics) */
     int captured; /* --graph: the padded layer captured for the current point */
+
+    /* the deduplicated dispatch (--dedup rank|node): its host plan, sized at the point's setup;
+     * node mode's first-hop rows with the forwards received after them, and the forwards sent */
+    struct mp_dedup_plan dedup;
+    void *dedup_recv, *dedup_fwd;
+    long dedup_recv_rows, dedup_fwd_rows;
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */
@@ -186,10 +193,12 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
 int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
                         int max_local, int chunks, long cap);
 /* Add to rec's byte counts what this rank sends the other EP ranks when it dispatches send[p]
- * rows to each EP peer p and returns it recv[p] rows in the combine: bytes_sent, and per phase
- * those to ranks of its own node (dispatch_intra, combine_intra) and of other nodes (_inter). */
+ * rows of row_bytes + meta_bytes bytes to each EP peer p and returns it recv[p] rows of row_bytes
+ * in the combine (a dispatch row's metadata travels one way only: mp_dedup_bytes): bytes_sent,
+ * and per phase those to ranks of its own node (dispatch_intra, combine_intra) and of other nodes
+ * (_inter). */
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             struct mp_rank_iter *rec);
+                             double meta_bytes, struct mp_rank_iter *rec);
 
 /* ---- layer_check.c ----------------------------------------------------------------------------- */
 

@@ -106,14 +106,15 @@ int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0
 }
 
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
-                             struct mp_rank_iter *rec)
+                             double meta_bytes, struct mp_rank_iter *rec)
 {
     const struct mp_comm *c = L->comm;
     for (int p = 0; p < L->ep; p++) {
         if (p == c->ep_rank)
             continue;
-        double out = (double)send[p] * (double)L->row_bytes; /* dispatch: rows to p */
-        double back = (double)recv[p] * (double)L->row_bytes; /* combine: p's rows returned */
+        /* dispatch: rows to p with their metadata; combine: p's rows returned */
+        double out = (double)send[p] * ((double)L->row_bytes + meta_bytes);
+        double back = (double)recv[p] * (double)L->row_bytes;
         rec->bytes_sent += out + back;
         if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank]) {
             rec->dispatch_inter += out;

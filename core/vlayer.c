@@ -470,7 +470,10 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
         counts = dispatch = combine = 0;
         for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
-            counts += mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
+            /* the first hop's count round is the notify phase, as measured; node's second one
+             * (the forwards' counts, known only once the first hop's rows arrived) is dispatch */
+            *(h == 0 ? &counts : &dispatch) +=
+                mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
             dispatch += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
                                                              x->uses_intra, x->uses_inter,
                                                              x->incast);

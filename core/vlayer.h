@@ -99,8 +99,9 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws);
 /* Every rank's phase durations and counts for one draw's traffic under profile `cl`:
  * ranks[tp·ep], rank r = ep_rank·tp + tp_rank. The count-exchange round is the notify phase,
  * when t->count_exchange (0 otherwise), and not part of the dispatch. With t->dedup_hops each
- * hop exchanges its counts (notify, one round per hop), then its rows (dispatch: launch and the
- * hop's exchange), and the combine is launch and the return exchange per hop. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
+ * hop exchanges its counts (the first hop's round is the notify phase, a later hop's is part of
+ * the dispatch, as measured), then its rows (dispatch: launch and the hop's exchange), and the
+ * combine is launch and the return exchange per hop. With t->nchunks > 1 the layer is pipelined (mp_model_pipeline_us)
  * and, as a measured pipelined point records it, each rank's dispatch is the communication left
  * exposed and its combine 0; otherwise the phases follow one another. A straggler (straggle_us
  * > 0) spends that much more in its FFN phase (in the first chunk when pipelined), and its TP

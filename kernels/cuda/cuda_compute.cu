@@ -1360,7 +1360,9 @@ static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .memory = MP_MEMORY_DEVICE,
-    .dispatch_modes = MP_DISPATCH_ALL,
+    /* not the dedup dispatch (--dedup rank|node): its plan and metadata live on the host
+     * (core/dispatch_dedup.c) */
+    .dispatch_modes = MP_DISPATCH_ALL & ~MP_DISPATCH_DEDUP,
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,

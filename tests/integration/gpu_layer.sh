@@ -3,7 +3,7 @@
 # --check against the reference for every routing and placement, in both dispatch modes, with a
 # group limit, with grouped GEMMs and the two-stream pipeline, and with padded points replayed as
 # CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
-# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl;
+# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup rank refused;
 # with four GPUs, TP, EP and TP+EP layouts; the count exchange timed as notify_us by the dynamic
 # and pipelined dispatches, 0 for padded. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
@@ -20,6 +20,11 @@ if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
     exit 77
 fi
 [ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
+# --dedup rank builds its plan and metadata on the host: the cuda backend refuses it, naming it
+refused "$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
+    --dedup pair,rank
+grep -q -- "--dedup rank: the cuda backend" "$TMP/refused.err" ||
+    fail "the cuda refusal of --dedup rank: $(cat "$TMP/refused.err")"
 # MOEPERF_GPUS, MOEPERF_GPU_HIDDEN and MOEPERF_GPU_FFN override the GPU count and the layer's sizes
 # (the CPU stand-in of -Dcudaemu=true runs GEMMs on one core)
 ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # model_parity.sh - moeperf-layer's measured (cpu+mpi) and modelled runs take the same flags, but
 # for a documented short list the model refuses naming the flag; they write the same CSV headers;
-# and the model's dispatches move (per phase and link class), keep and drop exactly the rows a
+# and the model's dispatches (padded and --dedup rank too) move (per phase and link class), keep
+# and drop exactly the rows a
 # measured run does.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
@@ -34,7 +35,7 @@ sample() {
     --placement) echo "--placement round-robin,eplb:2" ;;
     --overlap) echo "--overlap 1,2" ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
-    --dedup) echo "--dedup pair" ;;
+    --dedup) echo "--dedup pair,rank,node" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) echo "--graph --dispatch padded" ;;
     --seed) echo "--seed 9" ;;
@@ -115,15 +116,27 @@ mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
 # within and between nodes compare too
 printf 'base=cpu-host\ngpus_per_node=4\n' >"$TMP/one-node.profile"
 # shellcheck disable=SC2086
+# shellcheck disable=SC2086
 "$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $sweep \
     --out "$TMP/modelled" || fail "modelled sweep exit $?"
+# and the same for --dedup rank: the rows the experts run and the bytes on the wire, the
+# metadata of each dispatched row included (node relays between nodes, which one host has not:
+# tests/integration/dedup_nodes.sh compares it across emulated nodes)
+dsweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
+    --routing zipf:1.2,hot:2:30 --placement contiguous,replicate-hot:2,eplb:4 --dispatch dynamic
+    --dedup pair,rank --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+mpi 4 "$LAYER" $dsweep --out "$TMP/dmeasured" || fail "measured --dedup sweep exit $?"
+# shellcheck disable=SC2086
+"$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $dsweep \
+    --out "$TMP/dmodelled" || fail "modelled --dedup sweep exit $?"
 for f in layer.csv layer_ranks.csv layer_samples.csv; do
     [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
         fail "$f: measured and modelled headers differ"
 done
-python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "the model's counts differ from the measured run's"
+python3 - "$TMP/measured" "$TMP/modelled" "$TMP/dmeasured" "$TMP/dmodelled" <<'PY' || fail "counts differ"
 import csv, sys
-key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "batch"]
+key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "dedup", "batch"]
 phase_bytes = ["dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
                "combine_bytes_internode"]
 link_bytes = ["bytes_internode", "bytes_intranode"] + phase_bytes
@@ -135,17 +148,22 @@ checks = [("layer.csv", [], ["tokens_per_rank", "load_imbalance", "local_hit_rat
 def load(path, extra):
     return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(path, newline=""))}
 bad = cells = 0
-for name, extra, cols in checks:
-    a, b = (load(f"{d}/{name}", extra) for d in sys.argv[1:3])
-    if a.keys() != b.keys():
-        sys.exit(f"{name}: the measured and modelled runs wrote different points")
-    for k in a:
-        for c in cols:
-            cells += 1
-            if a[k][c] != b[k][c]:
-                bad += 1
-                print(f"{name} {k} {c}: measured {a[k][c]}, modelled {b[k][c]}", file=sys.stderr)
+for measured, modelled in (sys.argv[1:3], sys.argv[3:5]):
+    for name, extra, cols in checks:
+        a, b = load(f"{measured}/{name}", extra), load(f"{modelled}/{name}", extra)
+        if a.keys() != b.keys():
+            sys.exit(f"{name}: the measured and modelled runs wrote different points")
+        for k in a:
+            for c in cols:
+                cells += 1
+                if a[k][c] != b[k][c]:
+                    bad += 1
+                    print(f"{name} {k} {c}: measured {a[k][c]}, modelled {b[k][c]}",
+                          file=sys.stderr)
 print(f"{cells} count cells compared, {bad} differ")
+ranked = [r for r in csv.DictReader(open(f"{sys.argv[3]}/layer.csv")) if r["dedup"] == "rank"]
+if len(ranked) != 24:
+    sys.exit(f"{len(ranked)} --dedup rank points measured, expected 24")
 # a tight capacity drops pairs (and the measured run drops the same); lossless padded drops none
 mod = load(f"{sys.argv[2]}/layer.csv", [])
 tight = [float(r["drop_rate"]) for k, r in mod.items() if k[key.index("dispatch")] == "padded:0.75"]

@@ -5,16 +5,17 @@
 
 #include "check.h"
 #include "compute.h"
+#include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
 #include "vlayer.h"
 
-/* Whether some mode runs `m` as its pipelined form (how a mode with no --dispatch word is
- * reached). */
-static int pipelines_of_another(const struct mp_dispatch_mode *m)
+/* Whether some mode runs `m` as its pipelined or deduplicated form (how a mode with no
+ * --dispatch word is reached). */
+static int form_of_another(const struct mp_dispatch_mode *m)
 {
     for (int i = 0; mp_dispatch_modes[i]; i++)
-        if (mp_dispatch_modes[i]->pipelined == m)
+        if (mp_dispatch_modes[i]->pipelined == m || mp_dispatch_modes[i]->deduplicated == m)
             return 1;
     return 0;
 }
@@ -35,8 +36,11 @@ int main(void)
         CHECK((*m)->backend_bit && !((*m)->backend_bit & ~MP_DISPATCH_ALL));
         for (const struct mp_dispatch_mode *const *o = mp_dispatch_modes; o != m; o++)
             CHECK(strcmp((*o)->name, (*m)->name) != 0);
-        /* a mode is named by --dispatch, or reached as another's pipelined form */
-        CHECK(in_choices((*m)->name) || pipelines_of_another(*m));
+        /* a mode is named by --dispatch, or reached as another's pipelined or deduplicated form */
+        CHECK(in_choices((*m)->name) || form_of_another(*m));
+        /* a deduplicated form carries out some --dedup besides pair, and is a form itself */
+        CHECK(!(*m)->deduplicated || ((*m)->deduplicated->dedup_modes &&
+                                      !(*m)->deduplicated->deduplicated));
         /* NAME:ARG is offered exactly when the mode reads an argument */
         char with_arg[64];
         snprintf(with_arg, sizeof with_arg, "%s:", (*m)->name);
@@ -94,6 +98,26 @@ int main(void)
     pt.overlap = 1;
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_padded);
     CHECK_INT(mp_dispatch_check_overlap(&pt), MP_OK);
+    /* --dedup rank and node run the dynamic dispatch's deduplicated form, unpipelined only;
+     * padded or pipelined points with either are refused */
+    pt.dispatch = NULL;
+    pt.dedup = MP_DEDUP_RANK;
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
+    CHECK(mp_dispatch_dedup.model_traffic == mp_vtraffic_dynamic);
+    pt.dedup = MP_DEDUP_NODE;
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
+    pt.dedup = MP_DEDUP_RANK;
+    pt.overlap = 2;
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_pipelined);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
+    pt.overlap = 1;
+    pt.dispatch = &mp_dispatch_padded;
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_padded);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
+    pt.dedup = MP_DEDUP_PAIR;
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
     /* only the padded dispatch waits on no host sync, so only it can be captured */
     CHECK(mp_dispatch_padded.capture && !mp_dispatch_dynamic.capture &&
           !mp_dispatch_pipelined.capture);

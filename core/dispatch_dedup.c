@@ -1,0 +1,228 @@
+/* dispatch_dedup.c - the deduplicated dynamic dispatch (--dedup rank|node). rank: each token goes
+ * once to every EP rank that serves one of its pairs, with its top-K metadata; the destination
+ * expands it into its experts' rows, runs them, and returns one row per received row, pre-weighted
+ * and summed over its experts. node: a token goes once to each other node serving one of its
+ * pairs, to that node's relay, which forwards it to the ranks of its node serving them; pairs on
+ * the token's own node go there directly; the combine sums inside the node first (route on the
+ * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
+ * | weighted sum per row, all-to-all back per hop, sum into tokens). */
+#include <string.h>
+
+#include "dedup.h"
+#include "dispatch.h"
+#include "error.h"
+#include "layer_internal.h"
+#include "nvtx.h"
+#include "vlayer.h"
+
+/* The routed-row buffers, as the dynamic dispatch grows them: the rows this rank expands are at
+ * most the pairs it serves (rank mode receives no more rows than that). */
+static int dedup_reserve(struct mp_layer *L, const struct mp_point *pt, long total)
+{
+    return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
+}
+
+/* Node mode's own row buffers: the first-hop rows and the forwards received after them, and the
+ * forwards sent (grown, never shrunk, after a collective memory check). */
+static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows)
+{
+    int rc = MP_OK;
+    long grow_recv = recv_rows > L->dedup_recv_rows ? recv_rows : 0;
+    long grow_fwd = fwd_rows > L->dedup_fwd_rows ? fwd_rows : 0;
+    double need = (double)(grow_recv + grow_fwd) * (double)L->row_bytes;
+    MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory, need,
+                                     "the --dedup node relay buffers"));
+    size_t H = (size_t)L->m.hidden;
+    if (grow_recv) {
+        L->ops->free(L->dev, L->dedup_recv);
+        L->dedup_recv_rows = 0;
+        if (!(L->dedup_recv = mp_layer_alloc_zero(L, (size_t)grow_recv * H)))
+            goto oom;
+        L->dedup_recv_rows = grow_recv;
+    }
+    if (grow_fwd) {
+        L->ops->free(L->dev, L->dedup_fwd);
+        L->dedup_fwd_rows = 0;
+        if (!(L->dedup_fwd = mp_layer_alloc_zero(L, (size_t)grow_fwd * H)))
+            goto oom;
+        L->dedup_fwd_rows = grow_fwd;
+    }
+out:
+    return rc;
+oom:
+    mp_error("out of memory for the --dedup node relay buffers");
+    return MP_ERR_RUNTIME;
+}
+
+/* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
+ * mode also its relay buffers and the node of every EP rank: the launcher's host of its first TP
+ * rank (core/dedup.h's mp_dedup_node_of), the same for every TP rank, so the TP ranks of an EP
+ * rank build one plan and their TP reduce sums matching rows. */
+static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
+{
+    (void)tokens_per_rank;
+    struct mp_dedup_plan *p = &L->dedup;
+    struct mp_comm *c = L->comm;
+    long relayed = pt->dedup == MP_DEDUP_NODE ? pt->batch * pt->seq : 0;
+    int rc = MP_OK;
+    if (!p->send_rows || p->max_local != pt->placement->max_local || p->max_tok < L->max_tok_rank ||
+        p->max_exp < L->max_rows || p->max_recv < L->max_rows + relayed) {
+        mp_dedup_plan_free(p);
+        if (mp_dedup_plan_alloc(p, L->ep, pt->placement->max_local, L->m.topk, L->max_tok_rank,
+                                L->max_rows, relayed) != MP_OK) {
+            mp_error("out of memory for the --dedup plan of %ld rows", L->max_rows);
+            return MP_ERR_RUNTIME;
+        }
+    }
+    for (int q = 0; q < L->ep; q++)
+        p->ep_node[q] = c->node_of[q * L->tp];
+    if (pt->dedup == MP_DEDUP_NODE)
+        MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
+out:
+    return rc;
+}
+
+/* The plan is built on the host every iteration, from the routing: nothing for the backend. */
+static int dedup_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
+{
+    (void)L, (void)pt, (void)tok0, (void)ntok;
+    return MP_OK;
+}
+
+/* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
+static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
+                         struct mp_routing_pool *pool, int d, long ntok,
+                         struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    struct mp_dedup_plan *p = &L->dedup;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    int node = pt->dedup == MP_DEDUP_NODE;
+    size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
+    /* rank mode: received rows in the routed-row buffer; node: in its own, forwards beside */
+    void *rbuf = node ? L->dedup_recv : L->recvbuf, *fbuf = L->dedup_fwd;
+    int rc = MP_OK;
+    long tok0;
+    mp_token_split(pt->batch * pt->seq, L->ep, c->ep_rank, &tok0);
+
+    /* route: the gate's or the pool's top-K on the host, and the rows each rank gets from it */
+    MP_CHECK(mp_layer_start_aligned(L));
+    MP_RANGE_PUSH("moeperf/route");
+    const int32_t *ids = p->ids;
+    const float *w = p->w;
+    if (pool->noise)
+        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
+                         pt->routing->groups, pt->routing->group_pick, p->ids, p->w));
+    else {
+        ids = pool->ids + (size_t)d * ntok * K;
+        w = pool->w + (size_t)d * ntok * K;
+    }
+    mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w,
+                       node ? p->ep_node : NULL);
+    MP_CHECK(o->mark(dev, MARK_ROUTE));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/dispatch");
+
+    /* notify: the count exchange; dispatch: permute, rows and metadata all-to-all (node: then
+     * the forwards inside the node the same way, their counts first), expand by expert */
+    MP_CHECK(c->ops->alltoall_int(c, p->send_rows, p->recv_rows, 1));
+    MP_CHECK(o->mark(dev, MARK_NOTIFY)); /* node's second count exchange stays in the dispatch */
+    MP_CHECK(mp_dedup_plan_recv(p));
+    if (!node)
+        MP_CHECK(mp_layer_check_rows(L, p->nrecv));
+    MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
+    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
+                               p->recv_displ, L->row_bytes));
+    MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
+                               p->recv_rows, p->recv_displ, meta_bytes));
+    if (node) {
+        MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
+        MP_CHECK(c->ops->alltoall_int(c, p->fwd_rows, p->recv1_rows, 1));
+        MP_CHECK(mp_dedup_plan_recv_forwards(p));
+        MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
+        MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
+                                   p->recv1_displ, L->row_bytes));
+        MP_CHECK(c->ops->alltoallv(c, p->fwd_meta, p->fwd_rows, p->fwd_displ, p->recv_meta,
+                                   p->recv1_rows, p->recv1_displ, meta_bytes));
+    }
+    MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
+    MP_CHECK(mp_layer_check_rows(L, p->nexp));
+    MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, L->expbuf));
+    MP_CHECK(o->mark(dev, MARK_DISPATCH));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/ffn");
+
+    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
+    MP_CHECK(mp_layer_ffn(L, pt, L->expbuf, L->outbuf, p->expert_off, L->work, p->nexp, ntok,
+                          L->S, NULL, NULL));
+    MP_CHECK(o->mark(dev, MARK_FFN));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/tp-reduce");
+
+    /* TP reduce: sum the D-shards of every expert and shared row */
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)p->nexp + (size_t)L->S * ntok) * H));
+    MP_CHECK(o->mark(dev, MARK_TP));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/combine");
+
+    /* combine: each received row's expert outputs summed with their weights (node: the forwards'
+     * sums back to their relay, added to the rows they came from), all-to-all back, the returned
+     * rows (weight 1) and the shared experts summed into token order */
+    long nin = p->nrecv + (node ? p->nrecv1 : 0);
+    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
+                        0));
+    if (node) {
+        MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv1_rows, p->recv1_displ, fbuf, p->fwd_rows,
+                                   p->fwd_displ, L->row_bytes));
+        MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
+                            1));
+    }
+    MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
+                               p->send_displ, L->row_bytes));
+    MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
+                        L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
+                        ntok, H, L->y, 0));
+    MP_CHECK(o->mark(dev, MARK_COMBINE));
+    MP_RANGE_POP();
+    MP_CHECK(mp_layer_drain(L));
+
+    mp_layer_phase_times(L, rec, 1);
+    rec->tokens = (double)ntok;
+    rec->rows = (double)p->nexp;
+    rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;
+    rec->pairs = (double)ntok * K;
+    rec->local_pairs = (double)p->local_pairs;
+    double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K);
+    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
+    rec->combine_intra = rec->combine_inter = 0;
+    mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, rec);
+    if (node) /* the forwards and their return, by the same rule */
+        mp_layer_add_peer_bytes(L, p->fwd_rows, p->recv1_rows, meta, rec);
+    rec->dropped = 0;
+out:
+    return rc;
+}
+
+static void dedup_teardown(struct mp_layer *L)
+{
+    mp_dedup_plan_free(&L->dedup);
+    L->ops->free(L->dev, L->dedup_recv);
+    L->ops->free(L->dev, L->dedup_fwd);
+    L->dedup_recv = L->dedup_fwd = NULL;
+    L->dedup_recv_rows = L->dedup_fwd_rows = 0;
+}
+
+const struct mp_dispatch_mode mp_dispatch_dedup = {
+    .name = "dedup",
+    .backend_bit = MP_DISPATCH_DEDUP,
+    .dedup_modes = 1u << MP_DEDUP_RANK | 1u << MP_DEDUP_NODE,
+    .reserve = dedup_reserve,
+    .setup = dedup_setup,
+    .plan = dedup_plan,
+    .iterate = dedup_iterate,
+    .teardown = dedup_teardown,
+    .model_traffic = mp_vtraffic_dynamic,
+};

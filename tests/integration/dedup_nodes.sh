@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# dedup_nodes.sh - --dedup rank and node measured across nodes: on an emulated cluster of 2 nodes x
+# 2 ranks (ci/emucluster) the cpu + mpi layer passes --check, and every rank's rows and bytes on the
+# wire, those to the other node included, are the model's for the same sweep on the cpu-host
+# profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to node on
+# some point. Skips (77) only where network namespaces cannot be created.
+. "$(dirname "$0")/lib.sh"
+export PATH="$PATH:/usr/sbin:/sbin"
+EMU=$(cd "$(dirname "$0")/../.." && pwd)/ci/emucluster
+NAME=dn$$
+cleanup() {
+    "$EMU" down --name "$NAME" >/dev/null 2>&1 || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+command -v ip >/dev/null || { echo "SKIP: ip (iproute2) is not installed"; exit 77; }
+emu_up "$EMU" "$NAME" --nodes 2 --ranks-per-node 2 --rate 0
+sweep="--hidden 64 --ffn 32 --experts 16 --topk 4 --shared 1 --layout tp1ep4,tp2ep2 --batch 24
+    --routing zipf:1.2,hot:2:30 --placement contiguous,eplb:4 --dedup pair,rank,node --iters 2
+    --warmup 1 --seed 3 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+"$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $sweep --check --timeout 120 \
+    --out "$TMP/measured" >/dev/null 2>"$TMP/m.err" || fail "measured sweep exit $?: $(cat "$TMP/m.err")"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" --backend model --comm model --cluster cpu-host --world 4 $sweep \
+    --out "$TMP/modelled" || fail "modelled sweep exit $?"
+python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "measured and modelled bytes differ"
+import csv, sys
+key = ["layout", "routing", "placement", "dedup", "batch"]
+def load(d, name, extra):
+    return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(f"{d}/{name}"))}
+m, v = (load(d, "layer_ranks.csv", ["rank"]) for d in sys.argv[1:3])
+assert m.keys() == v.keys() and m, "different points"
+assert {r["node"] for r in m.values()} == {"0", "1"}, "the ranks are not on two nodes"
+for k in m:
+    for c in ("rows", "ffn_rows", "bytes_sent"):
+        assert m[k][c] == v[k][c], (k, c, m[k][c], v[k][c])
+m, v = (load(d, "layer.csv", []) for d in sys.argv[1:3])
+assert m.keys() == v.keys()
+inter = {}
+for k in m:
+    assert float(m[k]["check_error"]) <= 1e-5, (k, m[k]["check_error"])
+    for c in ("bytes_internode", "bytes_rank_max"):
+        assert m[k][c] == v[k][c], (k, c, m[k][c], v[k][c])
+    inter.setdefault(k[:3], {})[k[3]] = float(m[k]["bytes_internode"])
+saved = 0
+for k, b in inter.items():
+    assert 0 < b["node"] <= b["rank"] < b["pair"], (k, b)
+    saved += b["node"] < b["rank"]
+    print(k, "bytes_internode", b)
+assert saved, "node never sent fewer inter-node bytes than rank"
+PY
+echo PASS
