@@ -152,20 +152,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, L->expbuf));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
     MP_RANGE_POP();
-    MP_RANGE_PUSH("moeperf/ffn");
-
-    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
-    MP_CHECK(mp_layer_ffn(L, pt, L->expbuf, L->outbuf, p->expert_off, L->work, p->nexp, ntok,
-                          L->S, NULL, NULL));
-    MP_CHECK(o->mark(dev, MARK_FFN));
-    MP_RANGE_POP();
-    MP_RANGE_PUSH("moeperf/tp-reduce");
-
-    /* TP reduce: sum the D-shards of every expert and shared row */
-    if (L->tp > 1)
-        MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)p->nexp + (size_t)L->S * ntok) * H));
-    MP_CHECK(o->mark(dev, MARK_TP));
-    MP_RANGE_POP();
+    MP_CHECK(mp_layer_ffn_reduce(L, pt, p->expert_off, p->nexp, ntok));
     MP_RANGE_PUSH("moeperf/combine");
 
     /* combine: each received row's expert outputs summed with their weights (node: the forwards'

@@ -58,20 +58,7 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
     MP_RANGE_POP();
-    MP_RANGE_PUSH("moeperf/ffn");
-
-    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
-    MP_CHECK(mp_layer_ffn(L, pt, L->expbuf, L->outbuf, pl->expert_off, L->work, pl->nrecv, ntok,
-                          L->S, NULL, NULL));
-    MP_CHECK(o->mark(dev, MARK_FFN));
-    MP_RANGE_POP();
-    MP_RANGE_PUSH("moeperf/tp-reduce");
-
-    /* TP reduce: sum the D-shards of every routed and shared row */
-    if (L->tp > 1)
-        MP_CHECK(c->ops->allreduce_sum(c, L->outbuf, ((size_t)pl->nrecv + (size_t)L->S * ntok) * H));
-    MP_CHECK(o->mark(dev, MARK_TP));
-    MP_RANGE_POP();
+    MP_CHECK(mp_layer_ffn_reduce(L, pt, pl->expert_off, pl->nrecv, ntok));
     MP_RANGE_PUSH("moeperf/combine");
 
     /* combine: back to source order, all-to-all back, weighted sum into token order */

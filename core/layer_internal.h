@@ -182,6 +182,11 @@ int mp_layer_start_aligned(struct mp_layer *L);
  * its dispatch runs from NOTIFY to DISPATCH; 0: no count exchange (notify 0, dispatch from
  * ROUTE). */
 void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int notified);
+/* The FFN and TP-reduce phases of an unpipelined iteration: mp_layer_ffn from L->expbuf (the
+ * `routed` rows, expert_off into them) to L->outbuf, marked FFN, then with TP > 1 the sum of the
+ * D-shards of every routed and shared row over the TP group, marked TP. */
+int mp_layer_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, const long *expert_off,
+                        long routed, long ntok);
 /* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
  * then each shared expert on the rank's own `ntok` tokens, written after the `routed` rows of
  * `out`, then the debug straggler's delay. `progress` (may be NULL) runs between experts. */

@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "error.h"
 #include "layer_internal.h"
+#include "nvtx.h"
 
 int mp_layer_drain(struct mp_layer *L)
 {
@@ -124,4 +125,26 @@ void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const in
             rec->combine_intra += back;
         }
     }
+}
+
+int mp_layer_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, const long *expert_off,
+                        long routed, long ntok)
+{
+    int rc = MP_OK;
+    MP_RANGE_PUSH("moeperf/ffn");
+    /* expert FFN: every local expert, then the shared experts on this rank's own tokens */
+    MP_CHECK(mp_layer_ffn(L, pt, L->expbuf, L->outbuf, expert_off, L->work, routed, ntok, L->S,
+                          NULL, NULL));
+    MP_CHECK(L->ops->mark(L->dev, MARK_FFN));
+    MP_RANGE_POP();
+    MP_RANGE_PUSH("moeperf/tp-reduce");
+    /* TP reduce: sum the D-shards of every routed and shared row */
+    if (L->tp > 1)
+        MP_CHECK(L->comm->ops->allreduce_sum(L->comm, L->outbuf,
+                                             ((size_t)routed + (size_t)L->S * ntok) *
+                                                 (size_t)L->m.hidden));
+    MP_CHECK(L->ops->mark(L->dev, MARK_TP));
+    MP_RANGE_POP();
+out:
+    return rc;
 }
