@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "compute.h"
+#include "dedup.h"
+#include "dispatch.h"
 #include "error.h"
 #include "layer.h"
 #include "metrics.h"
@@ -157,11 +159,25 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
                                             MPC_tp_reduce_us, MPC_layer_us};
     int rc = need(t, cols);
     int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
+    int has_dedup = mp_table_col(t, MPC_dedup) >= 0;
     int has_limit = mp_table_col(t, MPC_group_limit) >= 0, inactive;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
-        /* the model times the dynamic dispatch: padded rows are not its to fit */
-        if (has_dispatch && strcmp(cell(t, r, MPC_dispatch), "dynamic") != 0)
+        /* the dispatch mode and the dedup mode are replayed (older files have neither: dynamic,
+         * pair); a layer replayed as a graph (+graph) left out the host's launches, which the
+         * model counts: not its to fit */
+        const char *dispatch = has_dispatch ? cell(t, r, MPC_dispatch) : "dynamic";
+        const char *dedup = has_dedup ? cell(t, r, MPC_dedup) : "pair";
+        if (strstr(dispatch, "+graph"))
             continue;
+        const struct mp_dispatch_mode *mode;
+        double dispatch_arg;
+        enum mp_dedup dedup_mode;
+        if (mp_dispatch_parse(dispatch, &mode, &dispatch_arg) != MP_OK ||
+            mp_dedup_parse(dedup, &dedup_mode) != MP_OK) {
+            mp_usage("--calibrate: %s row %ld: dispatch '%s' or dedup '%s' is not one moeperf "
+                     "writes", t->path, r + 2, dispatch, dedup);
+            return MP_ERR_USAGE;
+        }
         /* the group limit is replayed (older files have none); "M" alone took its groups from
          * the run's node count, which the row does not hold: not replayed */
         const char *limit = has_limit ? cell(t, r, MPC_group_limit) : "off";
@@ -202,8 +218,11 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
             set->n--;
             return MP_ERR_USAGE;
         }
-        snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s batch %ld", dir, p->tp, p->ep,
-                 cell(t, r, MPC_routing), cell(t, r, MPC_placement), batch);
+        int plain = mode == &mp_dispatch_dynamic;
+        snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s%s%s%s%s batch %ld", dir, p->tp,
+                 p->ep, cell(t, r, MPC_routing), cell(t, r, MPC_placement), plain ? "" : " ",
+                 plain ? "" : dispatch, dedup_mode == MP_DEDUP_PAIR ? "" : " dedup:",
+                 dedup_mode == MP_DEDUP_PAIR ? "" : dedup, batch);
         rc = mp_routing_parse(cell(t, r, MPC_routing), m->experts, m->topk, seed, &p->routing);
         if (rc == MP_OK)
             rc = mp_group_limit_parse(limit, m->experts, m->topk, 1, &p->routing.groups,
@@ -214,7 +233,8 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         if (rc == MP_OK) {
             struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
                                   .placement = &p->placement, .iters = CAL_DRAWS,
-                                  .overlap = overlap};
+                                  .overlap = overlap, .dispatch = mode,
+                                  .dispatch_arg = dispatch_arg, .dedup = (int)dedup_mode};
             rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, seed, &pt, &p->traffic,
                                    &p->ndraws);
         }

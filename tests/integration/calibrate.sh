@@ -56,7 +56,31 @@ for k, want in truth.items():
 sys.exit(1 if bad else 0)
 PY
 }
-if checks_tier; then round_trip; fi
+# ---- 1b. every mode replayed as it ran ----
+# the model's own runs of each dispatch and dedup mode (and a group limit), predicted with the
+# profile that made them: every point's error is 0.0%, so each point was replayed in its own mode
+replay() {
+M="--backend model --comm model --cluster $TMP/truth.ini --world 16 --model seed-k3 --hidden 1024
+   --ffn 512 --experts 64 --layout tp1ep16 --batch 16,512 --routing uniform --group-limit off,2:1
+   --warmup 0 --iters 8 --quiet"
+"$BIN/moeperf-layer" $M --dispatch dynamic,padded,padded:1 --out "$TMP/modes" ||
+    fail "model run of the dispatch modes"
+"$BIN/moeperf-layer" $M --dedup rank,node --out "$TMP/dedup" || fail "model run of the dedup modes"
+tail -n +2 "$TMP/dedup/layer.csv" >>"$TMP/modes/layer.csv"
+"$PLAN" --validate --cluster "$TMP/truth.ini" "$TMP/modes" >"$TMP/modes.out" || fail "validate exit $?"
+python3 - "$TMP/modes/layer.csv" "$TMP/modes.out" <<'PY' || fail "a mode was not replayed as it ran"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+points = [l for l in open(sys.argv[2]) if " batch " in l and l.rstrip().endswith("%")]
+assert len(points) == len(rows), (len(points), len(rows))
+modes = {(r["dispatch"], r["dedup"]) for r in rows}
+assert {("dynamic", "rank"), ("dynamic", "node"), ("padded", "pair")} <= modes, modes
+for l in points:
+    assert l.split()[-1] in ("+0.0%", "-0.0%", "0.0%"), l
+print(len(points), "points of", len(modes), "modes replayed exactly")
+PY
+}
+if checks_tier; then round_trip; replay; fi
 
 # ---- 2. held out, on CPU measurements ----
 # the fast tier fits and predicts once, and checks only that the three held-out points are there
