@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "padded.h"
 #include "plan.h"
 #include "registry.h"
 
@@ -27,6 +28,65 @@ int mp_dedup_parse(const char *word, enum mp_dedup *mode)
 double mp_dedup_meta_bytes(enum mp_dedup mode, int K)
 {
     return mode == MP_DEDUP_PAIR ? 0 : (double)K * (sizeof(int32_t) + sizeof(float));
+}
+
+long mp_dedup_padded_capacity(long tokens, int K, int experts, int max_local, double factor)
+{
+    if (factor <= 0)
+        return tokens < 1 ? 1 : tokens;
+    double cap = (double)(max_local < 1 ? 1 : max_local) *
+                 (double)mp_padded_capacity(tokens, K, experts, factor, 1);
+    return cap < (double)tokens ? (long)cap : (tokens < 1 ? 1 : tokens);
+}
+
+long mp_dedup_padded_walk(const struct mp_placement *pl, int ep, long total, int K,
+                          const int32_t *ids, float *w, long cap, double *exp_pairs,
+                          double *dropped, double *local)
+{
+    long *rows = calloc((size_t)ep, sizeof *rows), *last = malloc((size_t)ep * sizeof *last);
+    char *kept = calloc((size_t)ep, 1);
+    long all = -1;
+    if (!rows || !last || !kept)
+        goto out;
+    all = 0;
+    if (exp_pairs)
+        memset(exp_pairs, 0, (size_t)ep * pl->max_local * sizeof *exp_pairs);
+    for (int e = 0; e < ep; e++) {
+        long tok0, n = mp_token_split(total, ep, e, &tok0);
+        for (int q = 0; q < ep; q++) {
+            rows[q] = 0;
+            last[q] = -1;
+        }
+        double drop = 0, own = 0;
+        for (long t = tok0; t < tok0 + n; t++)
+            for (int k = 0; k < K; k++) {
+                int32_t x = ids[t * K + k];
+                int q = mp_placement_dest(pl, e, x, t);
+                if (last[q] != t) { /* t's row at q: kept while q's slot has room */
+                    last[q] = t;
+                    kept[q] = rows[q]++ < cap;
+                }
+                if (!kept[q]) {
+                    drop++;
+                    if (w)
+                        w[t * K + k] = 0;
+                    continue;
+                }
+                own += q == e;
+                if (exp_pairs)
+                    exp_pairs[(size_t)q * pl->max_local + mp_placement_local_index(pl, q, x)]++;
+            }
+        if (dropped)
+            dropped[e] = drop;
+        if (local)
+            local[e] = own;
+        all += (long)drop;
+    }
+out:
+    free(rows);
+    free(last);
+    free(kept);
+    return all;
 }
 
 int mp_dedup_alloc(struct mp_dedup_counts *c, int ep)

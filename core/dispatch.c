@@ -86,9 +86,13 @@ int mp_dispatch_check_dedup(const struct mp_point *pt)
     const struct mp_dispatch_mode *m = mp_dispatch_for(pt);
     if (pt->dedup == MP_DEDUP_PAIR || (m->dedup_modes & 1u << pt->dedup))
         return MP_OK;
-    if (m->dedup_modes) {
-        mp_usage("--dedup %s: the %s dispatch does not run it; use --dedup pair",
-                 mp_dedup_choices[pt->dedup], m->name);
+    if (m->dedup_modes) { /* the deduplicated form of the mode given runs other dedup modes */
+        char runs[64] = "pair";
+        for (int d = 1; mp_dedup_choices[d]; d++)
+            if (m->dedup_modes & 1u << d)
+                mp_registry_append(runs, sizeof runs, mp_dedup_choices[d]);
+        mp_usage("--dedup %s with --dispatch %s: that dispatch runs --dedup %s only",
+                 mp_dedup_choices[pt->dedup], pt->dispatch ? pt->dispatch->name : "dynamic", runs);
         return MP_ERR_USAGE;
     }
     if (pt->overlap > 1)

@@ -23,7 +23,8 @@ struct mp_vdraw;
     X(padded, MP_DISPATCH_WORD_ARG, "padded (fixed slots, lossless); padded:F (capacity factor "   \
                                     "F, pairs over it dropped); ")                                 \
     X(pipelined, MP_DISPATCH_NO_WORD, "")                                                         \
-    X(dedup, MP_DISPATCH_NO_WORD, "")
+    X(dedup, MP_DISPATCH_NO_WORD, "")                                                             \
+    X(dedup_padded, MP_DISPATCH_NO_WORD, "")
 
 /* --dispatch's help text: every mode's HELP, then how a list sweeps. */
 #define MP_DISPATCH_HELP_OF(name, words, help) help

@@ -262,5 +262,6 @@ const struct mp_dispatch_mode mp_dispatch_padded = {
     .capture = padded_capture,
     .teardown = padded_teardown,
     .check_routing = padded_check_routing,
+    .deduplicated = &mp_dispatch_dedup_padded,
     .model_traffic = mp_vtraffic_padded,
 };

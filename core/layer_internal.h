@@ -97,6 +97,18 @@ struct mp_layer {
     struct mp_dedup_plan dedup;
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
+
+    /* --dispatch padded with --dedup rank: fixed slots of cap rows per EP rank (slot_rows =
+     * ep·cap), their rows both ways in the backend's memory, their tokens, weights and metadata on
+     * the host (core/dispatch_dedup_padded.c) */
+    struct {
+        long cap, slot_rows, buf_rows;
+        void *send, *recv;              /* [buf_rows × H] */
+        int32_t *tok;                   /* [slot_rows] */
+        float *w;                       /* [slot_rows] */
+        struct mp_dedup_meta *meta;     /* [slot_rows·K] */
+        int *peer_rows, *peer_displ;    /* [ep]: cap, q·cap */
+    } dpad;
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */

@@ -299,3 +299,29 @@ int mp_dedup_plan_expand(struct mp_dedup_plan *p, int self, int nlocal)
 #undef LOCAL_OF
     return MP_OK;
 }
+
+long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, long cap, int32_t *slot_tok,
+                         float *slot_w, struct mp_dedup_meta *slot_meta)
+{
+    int K = p->K;
+    long dropped = 0;
+    for (int q = 0; q < p->ep; q++)
+        for (long i = 0; i < cap || i < p->send_rows[q]; i++) {
+            long r = p->send_displ[q] + i;
+            const struct mp_dedup_meta *m = p->send_meta + (size_t)r * K;
+            if (i >= cap) { /* past the slot: dropped with its pairs */
+                for (int j = 0; j < K; j++) {
+                    dropped += m[j].li >= 0;
+                    p->local_pairs -= q == ep_rank && m[j].li >= 0;
+                }
+                continue;
+            }
+            size_t s = (size_t)q * cap + i;
+            int row = i < p->send_rows[q];
+            slot_tok[s] = row ? p->send_tok[r] : 0;
+            slot_w[s] = row ? 1.0f : 0.0f;
+            for (int j = 0; j < K; j++)
+                slot_meta[s * K + j] = row ? m[j] : (struct mp_dedup_meta){.li = -1, .w = 0};
+        }
+    return dropped;
+}

@@ -85,6 +85,15 @@ void mp_dedup_plan_send(struct mp_dedup_plan *p, const struct mp_placement *pl, 
                         long tok0, long ntok, const int32_t *ids, const float *w,
                         const int *ep_node);
 
+/* --dispatch padded (rank mode, after mp_dedup_plan_send for EP rank ep_rank): lay the send side
+ * out in fixed slots of `cap` rows per EP rank. Slot row q·cap + i holds row i bound for q when i
+ * < min(send_rows[q], cap); the others are padding (token 0, weight 0, every choice −1), and the
+ * rows past cap are dropped with their pairs. slot_tok, slot_w [ep·cap], slot_meta [ep·cap·K]
+ * (slot_w: 1 for a row, 0 for padding: the combine's weight of the row coming back). Sets
+ * local_pairs to the pairs kept on ep_rank; returns the pairs dropped. */
+long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, long cap, int32_t *slot_tok,
+                         float *slot_w, struct mp_dedup_meta *slot_meta);
+
 /* Node mode, at every rank after the first hop: the forwards of the nrecv received rows, one per
  * (row, rank other than ep_rank holding one of its cells), with only that rank's choices. Fills
  * fwd_rows, fwd_displ, fwd_src, fwd_meta, nfwd. MP_OK, or MP_ERR_RUNTIME after a message for a

@@ -250,6 +250,52 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
                 &t->a2a, t);
 }
 
+/* The padded dispatch deduplicated per rank (core/dispatch_dedup_padded.c): every source sends
+ * every rank a slot of mp_dedup_padded_capacity rows with their metadata and gets as many back;
+ * the pairs kept are mp_dedup_padded_walk's, each rank runs its kept pairs, no count exchange. */
+void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
+{
+    const struct mp_placement *pl = d->pt->placement;
+    long T = d->tokens;
+    int ep = t->ep, K = d->m->topk, S = d->m->shared, Lm = pl->max_local;
+    long cap = mp_dedup_padded_capacity((T + ep - 1) / ep, K, d->m->experts, Lm,
+                                        d->pt->dispatch_arg);
+    double row_bytes = d->m->hidden * d->cl->elem_bytes;
+    double meta = mp_dedup_meta_bytes(MP_DEDUP_RANK, K);
+    t->count_exchange = 0;
+    /* exp_rows [ep·max_local]: the kept pairs of each (rank, local expert) */
+    mp_dedup_padded_walk(pl, ep, T, K, d->ids, NULL, cap, d->exp_rows, t->dropped, t->local);
+    for (int e = 0; e < ep; e++) {
+        long tok0, n = mp_token_split(T, ep, e, &tok0);
+        t->tokens[e] = (double)n;
+        t->pairs[e] = (double)n * K;
+        for (int q = 0; q < ep; q++)
+            d->rows_to[e * ep + q] = (double)cap;
+    }
+    for (int q = 0; q < ep; q++) {
+        double rows = 0;
+        int active = 0, sh = S > 0 && t->tokens[q] > 0 ? S : 0;
+        for (int l = 0; l < Lm; l++) {
+            rows += d->exp_rows[(size_t)q * Lm + l];
+            active += d->exp_rows[(size_t)q * Lm + l] > 0;
+        }
+        t->rows[q] = rows;
+        t->ffn_rows[q] = rows + (double)S * t->tokens[q];
+        t->active[q] = active + sh;
+    }
+    /* one hop: slots with their metadata out, the same slots back without it */
+    t->dedup_hops = 1;
+    exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, row_bytes, &t->back[0], t);
+    exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, row_bytes + meta, &t->hop[0], NULL);
+    for (int p = 0; p < ep; p++) {
+        t->dispatch_intra[p] *= (row_bytes + meta) / row_bytes;
+        t->dispatch_inter[p] *= (row_bytes + meta) / row_bytes;
+        t->bytes_sent[p] = t->dispatch_intra[p] + t->dispatch_inter[p] + t->combine_intra[p] +
+                           t->combine_inter[p];
+    }
+    t->a2a = t->hop[0];
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -273,12 +319,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                  "host or device --backend", mode->name, mode->name);
         return MP_ERR_USAGE;
     }
-    if (pt->dedup != MP_DEDUP_PAIR && (traffic != mp_vtraffic_dynamic || N > 1)) {
-        mp_usage("--dedup %s with --dispatch %s%s: deduplication is modelled for the unpipelined "
-                 "dynamic dispatch only; use --dispatch dynamic --overlap 1, or --dedup pair",
-                 mp_dedup_choices[pt->dedup], mode->name, N > 1 ? " and --overlap above 1" : "");
+    if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
-    }
     size_t pairs = (size_t)T * K;
     /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too, two
      * for the dedup counts) and the per-rank arrays */
@@ -472,8 +514,9 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
             /* the first hop's count round is the notify phase, as measured; node's second one
              * (the forwards' counts, known only once the first hop's rows arrived) is dispatch */
-            *(h == 0 ? &counts : &dispatch) +=
-                mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
+            if (t->count_exchange) /* a padded hop sends fixed slots: no counts */
+                *(h == 0 ? &counts : &dispatch) +=
+                    mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
             dispatch += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
                                                              x->uses_intra, x->uses_inter,
                                                              x->incast);

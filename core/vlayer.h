@@ -83,6 +83,13 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * expert is active. Never pipelined (t->nchunks must be 1). */
 void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
+/* Padded dispatch deduplicated per rank (--dispatch padded[:F] --dedup rank,
+ * core/dispatch_dedup_padded.c): no count exchange; every source sends every rank a slot of
+ * mp_dedup_padded_capacity rows, each with its metadata, and gets the slot back without it (one
+ * hop: t->dedup_hops 1); the pairs kept, dropped and run are mp_dedup_padded_walk's; rows and
+ * ffn_rows count the kept pairs a rank runs (plus the shared experts' tokens). */
+void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
+
 /* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
  * MP_ROUTING_POOL_DRAWS, as measured runs cycle through them): *ndraws
  * entries in *out, built by the point's dispatch mode (its model_traffic, core/dispatch.h) with

@@ -30,9 +30,13 @@ PY
 "$LAYER" --hidden 32 --ffn 16 --experts 4 --topk 2 --batch 8 --iters 1 --quiet \
     --dedup pair,rank,node --out "$TMP/m" || fail "measured --dedup pair,rank,node exit $?"
 [ "$(col "$TMP/m/layer.csv" dedup | tr '\n' ' ')" = "pair rank node " ] || fail "measured dedup cells"
-# not modelled yet: with the padded dispatch, pipelined, or an unknown word
+# padded slots per rank are modelled (model_parity checks their counts); node's relays in slots,
+# pipelined deduplication and an unknown word are refused
 # shellcheck disable=SC2086
-refused "$LAYER" $model --batch 64 --dedup rank --dispatch padded
+"$LAYER" $model --batch 64 --dedup rank --dispatch padded,padded:0.5 --quiet ||
+    fail "modelled --dedup rank --dispatch padded exit $?"
+# shellcheck disable=SC2086
+refused "$LAYER" $model --batch 64 --dedup node --dispatch padded
 grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal names no --dispatch"
 # shellcheck disable=SC2086
 refused "$LAYER" $model --batch 64 --dedup node --overlap 2

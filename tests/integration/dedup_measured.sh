@@ -3,8 +3,11 @@
 # matches the reference (--check) on 2 and 4 ranks, layouts tp1ep2, tp1ep4 and tp2ep2, plain,
 # replicated and EPLB placements, uniform, skewed and gate routing; the experts run the same rows
 # as with --dedup pair while rank sends fewer bytes somewhere, and node on one host is rank (every
-# rank on the token's node: no relay); a padded or pipelined dispatch is refused naming the flags
-# (tests/integration/dedup_nodes.sh runs node's relays across emulated nodes).
+# rank on the token's node: no relay). With --dispatch padded, --dedup rank passes --check too,
+# lossless and with a capacity that drops pairs, and every rank sends and gets back exactly one
+# slot of rows per peer (metadata on the way out only); padded with node, and deduplication
+# pipelined, are refused naming the flags (tests/integration/dedup_nodes.sh runs node's relays
+# across emulated nodes).
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 shape="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --iters 1 --warmup 0 --quiet"
@@ -40,9 +43,39 @@ for d in sys.argv[1:]:
     print(d, len(pts), "points checked; rank sent fewer bytes than pair on", saved, "rank cells")
 PY
 
-# refused: deduplication with the padded dispatch or pipelined
+# padded slots deduplicated per rank: --check with and without drops, and the slot bytes exactly
+psweep="--batch 13,40 --placement contiguous,replicate-hot:2 --routing zipf:1.2,gate
+    --dispatch padded,padded:0.25 --dedup rank --check --no-flush-cache"
 # shellcheck disable=SC2086
-refused mpi 2 "$LAYER" $shape --batch 8 --dedup rank --dispatch padded
+mpi 4 "$LAYER" $shape $psweep --layout tp1ep4,tp2ep2 --out "$TMP/p4" ||
+    fail "4-rank --dispatch padded --dedup rank exit $?"
+python3 - "$TMP/p4" <<'PY' || fail "the measured padded --dedup rank points"
+import csv, math, sys
+d = sys.argv[1]
+pts = list(csv.DictReader(open(d + "/layer.csv")))
+assert len(pts) == 32, len(pts)
+H, K, E = 32, 3, 8
+row, meta = H * 4, K * 8  # fp32 rows on the cpu backend; an int32 id and a float weight per choice
+for p in pts:
+    assert float(p["check_error"]) <= 1e-5, p
+assert any(float(p["drop_rate"]) > 0 for p in pts if p["dispatch"] == "padded:0.25"), "no drops"
+assert all(float(p["drop_rate"]) == 0 for p in pts if p["dispatch"] == "padded"), "lossless dropped"
+for r in csv.DictReader(open(d + "/layer_ranks.csv")):
+    ep, batch, n = int(r["layout"].split("ep")[1]), int(r["batch"]), None
+    n = -(-batch // ep)  # the most tokens a rank holds
+    nl = (E + ep - 1) // ep + (2 if r["placement"] == "replicate-hot:2" else 0)
+    cap = n
+    if r["dispatch"] == "padded:0.25":  # max_local slots of the pair capacity, at most n
+        cap = min(n, nl * max(1, math.ceil(n * K * 0.25 / E)))
+    want = (ep - 1) * cap * (row + meta) + (ep - 1) * cap * row
+    assert float(r["bytes_sent"]) == want, (r["layout"], r["placement"], r["dispatch"], batch,
+                                            r["rank"], r["bytes_sent"], want)
+print(len(pts), "padded --dedup rank points checked")
+PY
+
+# refused: padded slots with node's relays, and deduplication pipelined
+# shellcheck disable=SC2086
+refused mpi 2 "$LAYER" $shape --batch 8 --dedup node --dispatch padded
 grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal: $(cat "$TMP/refused.err")"
 # shellcheck disable=SC2086
 refused mpi 2 "$LAYER" $shape --batch 8 --dedup node --overlap 2

@@ -119,12 +119,14 @@ printf 'base=cpu-host\ngpus_per_node=4\n' >"$TMP/one-node.profile"
 # shellcheck disable=SC2086
 "$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $sweep \
     --out "$TMP/modelled" || fail "modelled sweep exit $?"
-# and the same for --dedup rank: the rows the experts run and the bytes on the wire, the
-# metadata of each dispatched row included (node relays between nodes, which one host has not:
-# tests/integration/dedup_nodes.sh compares it across emulated nodes)
+# and the same for --dedup rank, dynamic and padded (slots of a tight capacity too): the rows the
+# experts run, the pairs dropped and the bytes on the wire, the metadata of each dispatched row
+# included (node relays between nodes, which one host has not: tests/integration/dedup_nodes.sh
+# compares it across emulated nodes)
 dsweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
-    --routing zipf:1.2,hot:2:30 --placement contiguous,replicate-hot:2,eplb:4 --dispatch dynamic
-    --dedup pair,rank --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
+    --routing zipf:1.2,hot:2:30 --placement contiguous,replicate-hot:2,eplb:4
+    --dispatch dynamic,padded,padded:0.25 --dedup pair,rank --iters 3 --warmup 2 --seed 7 --quiet
+    --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $dsweep --out "$TMP/dmeasured" || fail "measured --dedup sweep exit $?"
 # shellcheck disable=SC2086
@@ -162,8 +164,12 @@ for measured, modelled in (sys.argv[1:3], sys.argv[3:5]):
                           file=sys.stderr)
 print(f"{cells} count cells compared, {bad} differ")
 ranked = [r for r in csv.DictReader(open(f"{sys.argv[3]}/layer.csv")) if r["dedup"] == "rank"]
-if len(ranked) != 24:
-    sys.exit(f"{len(ranked)} --dedup rank points measured, expected 24")
+if len(ranked) != 72:
+    sys.exit(f"{len(ranked)} --dedup rank points measured, expected 72")
+if not any(float(r["drop_rate"]) > 0 for r in ranked if r["dispatch"] == "padded:0.25"):
+    sys.exit("no padded:0.25 --dedup rank point dropped a pair")
+if any(float(r["drop_rate"]) > 0 for r in ranked if r["dispatch"] != "padded:0.25"):
+    sys.exit("a lossless --dedup rank point dropped pairs")
 # a tight capacity drops pairs (and the measured run drops the same); lossless padded drops none
 mod = load(f"{sys.argv[2]}/layer.csv", [])
 tight = [float(r["drop_rate"]) for k, r in mod.items() if k[key.index("dispatch")] == "padded:0.75"]

@@ -114,9 +114,14 @@ int main(void)
     CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
     pt.overlap = 1;
     pt.dispatch = &mp_dispatch_padded;
-    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_padded);
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup_padded); /* slots, one row per rank */
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
+    CHECK(mp_dispatch_dedup_padded.model_traffic == mp_vtraffic_dedup_padded);
+    pt.dedup = MP_DEDUP_NODE; /* node's relays have no padded form */
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup_padded);
     CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
     pt.dedup = MP_DEDUP_PAIR;
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_padded);
     CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
     /* only the padded dispatch waits on no host sync, so only it can be captured */
     CHECK(mp_dispatch_padded.capture && !mp_dispatch_dynamic.capture &&
