@@ -209,7 +209,7 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     else
         snprintf(mode, sizeof mode, "%s%s", k->dispatch, dedup);
     if (variant_shown(s))
-        snprintf(variant, sizeof variant, " %-16.16s", mode);
+        snprintf(variant, sizeof variant, " %-22.22s", mode);
     char routing[600]; /* the routing, with the group limit when there is one */
     snprintf(routing, sizeof routing, "%s%s%s", k->routing, strcmp(k->group_limit, "off") ? "/" : "",
              strcmp(k->group_limit, "off") ? k->group_limit : "");
@@ -351,24 +351,15 @@ static int refuse_flags(const struct sweep *sw)
             continue;
         char flag[64];
         snprintf(flag, sizeof flag, "--dedup %s", word);
-        if ((rc = refuse_unrun_mode(s, &mp_dispatch_dedup, flag)) != MP_OK)
-            return rc;
-        for (int di = 0; di < s->o.dispatch.n; di++) {
-            const struct mp_dispatch_mode *mode;
-            double arg;
-            mp_dispatch_parse(s->o.dispatch.v[di], &mode, &arg); /* checked above */
-            if (!mode->deduplicated) {
-                mp_usage("--dedup %s with --dispatch %s: deduplication runs with the dynamic "
-                         "dispatch only; use --dispatch dynamic with it, or --dedup pair",
-                         word, s->o.dispatch.v[di]);
-                return MP_ERR_USAGE;
+        /* every dispatch and overlap of the sweep with it: the mode that runs them takes it */
+        for (int di = 0; di < s->o.dispatch.n; di++)
+            for (int oi = 0; oi < s->o.overlap.n; oi++) {
+                struct mp_point pt = {.overlap = (int)s->o.overlap.v[oi], .dedup = (int)dedup};
+                mp_dispatch_parse(s->o.dispatch.v[di], &pt.dispatch, &pt.dispatch_arg);
+                if ((rc = mp_dispatch_check_dedup(&pt)) != MP_OK ||
+                    (rc = refuse_unrun_mode(s, mp_dispatch_for(&pt), flag)) != MP_OK)
+                    return rc;
             }
-        }
-        if (sw->max_overlap > 1) {
-            mp_usage("--dedup %s with --overlap %d: deduplication runs unpipelined only; use "
-                     "--overlap 1 with it, or --dedup pair", word, sw->max_overlap);
-            return MP_ERR_USAGE;
-        }
     }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
@@ -392,7 +383,7 @@ static void print_header(const struct mp_session *s)
     printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
            s->o.iters);
     printf("%9s %-16s %-16s%s %7s", "layout", "routing", "placement",
-           variant_shown(s) ? " dispatch/overlap" : "", "batch");
+           variant_shown(s) ? " dispatch/dedup/overlap" : "", "batch");
     mp_console_titles(console_cols, NCONSOLE);
     printf(" %9s\n", "check");
 }

@@ -127,6 +127,13 @@ static void node_span(int p, int ep, int tp, int gpn, int *first, int *count)
 void mp_dedup_count(enum mp_dedup mode, const struct mp_placement *pl, const int32_t *ids, long T,
                     int K, int tp, int gpus_per_node, struct mp_dedup_counts *c)
 {
+    mp_dedup_count_chunk(mode, pl, ids, T, K, tp, gpus_per_node, 1, 0, c);
+}
+
+void mp_dedup_count_chunk(enum mp_dedup mode, const struct mp_placement *pl, const int32_t *ids,
+                          long T, int K, int tp, int gpus_per_node, int nchunks, int chunk,
+                          struct mp_dedup_counts *c)
+{
     int ep = c->ep;
     size_t cells = (size_t)ep * ep;
     double *hop0 = c->rows, *hop1 = c->rows + cells;
@@ -136,7 +143,9 @@ void mp_dedup_count(enum mp_dedup mode, const struct mp_placement *pl, const int
         c->seen[p] = -1;
     c->hops = mode == MP_DEDUP_NODE ? 2 : 1;
     for (int e = 0; e < ep; e++) {
-        long tok0, n = mp_token_split(T, ep, e, &tok0);
+        long tok0, n = mp_token_split(T, ep, e, &tok0), off;
+        n = mp_token_split(n, nchunks, chunk, &off); /* the chunk's share of e's tokens */
+        tok0 += off;
         int ne = mp_dedup_node_of(e, tp, gpus_per_node), first_e, count_e;
         node_span(e, ep, tp, gpus_per_node, &first_e, &count_e);
         for (long t = tok0; t < tok0 + n; t++)

@@ -82,6 +82,13 @@ void mp_dedup_free(struct mp_dedup_counts *c);
 void mp_dedup_count(enum mp_dedup mode, const struct mp_placement *pl, const int32_t *ids, long T,
                     int K, int tp, int gpus_per_node, struct mp_dedup_counts *c);
 
+/* The same for the tokens of chunk `chunk` of `nchunks` only: of each rank's tokens (as
+ * mp_token_split gives them), the chunk's share (mp_token_split of them over nchunks), as the
+ * pipelined deduplicated dispatch (--overlap N) cuts them. nchunks 1, chunk 0: mp_dedup_count. */
+void mp_dedup_count_chunk(enum mp_dedup mode, const struct mp_placement *pl, const int32_t *ids,
+                          long T, int K, int tp, int gpus_per_node, int nchunks, int chunk,
+                          struct mp_dedup_counts *c);
+
 /* Per EP rank p, the bytes it sends to other ranks in dispatch plus combine, all hops:
  * sent[p] in all, inter[p] of them to another node. A dispatch row is row_bytes + meta_bytes, a
  * combine row row_bytes. Either pointer may be NULL. */

@@ -77,8 +77,8 @@ const struct mp_dispatch_mode *mp_dispatch_for(const struct mp_point *pt)
 {
     const struct mp_dispatch_mode *m = pt->dispatch ? pt->dispatch : &mp_dispatch_dynamic;
     if (pt->overlap > 1 && m->pipelined)
-        return m->pipelined;
-    return pt->dedup != MP_DEDUP_PAIR && pt->overlap <= 1 && m->deduplicated ? m->deduplicated : m;
+        m = m->pipelined;
+    return pt->dedup != MP_DEDUP_PAIR && m->deduplicated ? m->deduplicated : m;
 }
 
 int mp_dispatch_check_dedup(const struct mp_point *pt)

@@ -24,7 +24,8 @@ struct mp_vdraw;
                                     "F, pairs over it dropped); ")                                 \
     X(pipelined, MP_DISPATCH_NO_WORD, "")                                                         \
     X(dedup, MP_DISPATCH_NO_WORD, "")                                                             \
-    X(dedup_padded, MP_DISPATCH_NO_WORD, "")
+    X(dedup_padded, MP_DISPATCH_NO_WORD, "")                                                      \
+    X(dedup_pipelined, MP_DISPATCH_NO_WORD, "")
 
 /* --dispatch's help text: every mode's HELP, then how a list sweeps. */
 #define MP_DISPATCH_HELP_OF(name, words, help) help
@@ -45,8 +46,9 @@ struct mp_dispatch_mode {
     /* optional: the mode that runs a point of this mode with --overlap above 1 (dynamic:
      * pipelined); NULL: such a point is refused (mp_dispatch_check_overlap) */
     const struct mp_dispatch_mode *pipelined;
-    /* optional: the mode that runs a point of this mode with --dedup other than pair, unpipelined
-     * (dynamic: dedup); NULL: such a point is refused (mp_dispatch_check_dedup) */
+    /* optional: the mode that runs a point of this mode with --dedup other than pair (dynamic:
+     * dedup, padded: dedup_padded, pipelined: dedup_pipelined); NULL: such a point is refused
+     * (mp_dispatch_check_dedup) */
     const struct mp_dispatch_mode *deduplicated;
     /* bit 1 << d for each enum mp_dedup d (core/dedup.h) besides pair this mode's rows carry out */
     unsigned dedup_modes;
@@ -102,8 +104,8 @@ extern const char *const mp_dispatch_choices[];
 int mp_dispatch_parse(const char *word, const struct mp_dispatch_mode **mode, double *arg);
 
 /* The mode that runs `pt`: the one it was given (pt->dispatch; NULL: dynamic), or with
- * pt->overlap above 1 that mode's pipelined form when it has one, or with pt->dedup other than
- * pair (and no pipelining) its deduplicated form when it has one. */
+ * pt->overlap above 1 that mode's pipelined form when it has one; then with pt->dedup other than
+ * pair the deduplicated form of that when it has one. */
 const struct mp_dispatch_mode *mp_dispatch_for(const struct mp_point *pt);
 
 /* Refuse a point with --overlap above 1 whose mode has no pipelined form: MP_ERR_USAGE after a

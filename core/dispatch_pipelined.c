@@ -280,5 +280,6 @@ const struct mp_dispatch_mode mp_dispatch_pipelined = {
     .iterate = pipelined_iterate,
     .teardown = pipelined_teardown,
     .reference = &mp_dispatch_dynamic,
+    .deduplicated = &mp_dispatch_dedup_pipelined,
     .model_traffic = mp_vtraffic_dynamic, /* it cuts the chunks when t->nchunks > 1 */
 };

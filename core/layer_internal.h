@@ -109,6 +109,12 @@ struct mp_layer {
         struct mp_dedup_meta *meta;     /* [slot_rows·K] */
         int *peer_rows, *peer_displ;    /* [ep]: cap, q·cap */
     } dpad;
+
+    /* --dedup rank|node with --overlap N: one host plan per chunk of this rank's tokens, and the
+     * count exchange's arrays for every chunk at once (core/dispatch_dedup_pipelined.c) */
+    struct mp_dedup_plan *dchunk;
+    int ndchunk;
+    int *dchunk_cnt_send, *dchunk_cnt_recv; /* [ep·ndchunk] */
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */

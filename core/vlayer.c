@@ -22,6 +22,8 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
         free(t[d].chunk_rows);
         free(t[d].chunk_active);
         free(t[d].chunk_a2a);
+        free(t[d].chunk_hop);
+        free(t[d].chunk_back);
     }
     free(t);
 }
@@ -296,6 +298,70 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
     t->a2a = t->hop[0];
 }
 
+void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d)
+{
+    const struct mp_placement *pl = d->pt->placement;
+    enum mp_dedup mode = (enum mp_dedup)d->pt->dedup;
+    int N = t->nchunks, ep = t->ep, tp = t->tp, gpn = d->cl->gpus_per_node, K = d->m->topk;
+    int Lm = pl->max_local > 0 ? pl->max_local : 1, S = d->m->shared;
+    long T = d->tokens;
+    double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    size_t cells = (size_t)ep * ep;
+    t->nchunks = 1; /* the whole draw unpipelined: counts, bytes, the hops' exchanges */
+    mp_vtraffic_dynamic(t, d);
+    t->nchunks = N;
+    for (int h = 0; h < t->dedup_hops; h++) { /* the metadata alone, ahead of the pipeline */
+        double f = meta / (row_bytes + meta);
+        t->meta[h] = t->hop[h];
+        t->meta[h].intra_max *= f;
+        t->meta[h].inter_max *= f;
+    }
+    if (!t->chunk_hop)
+        t->chunk_hop = calloc(2 * (size_t)N, sizeof *t->chunk_hop);
+    if (!t->chunk_back)
+        t->chunk_back = calloc(2 * (size_t)N, sizeof *t->chunk_back);
+    if (!t->chunk_hop || !t->chunk_back) { /* no chunks without memory: the timing says NAN */
+        free(t->chunk_hop);
+        free(t->chunk_back);
+        t->chunk_hop = t->chunk_back = NULL;
+        return;
+    }
+    struct mp_dedup_counts *c = d->dedup;
+    for (int k = 0; k < N; k++) {
+        mp_dedup_count_chunk(mode, pl, d->ids, T, K, tp, gpn, N, k, c);
+        for (int h = 0; h < c->hops; h++) {
+            const double *rows = c->rows + h * cells;
+            exchange_of(rows, ep, tp, gpn, row_bytes, &t->chunk_hop[2 * k + h], NULL);
+            for (int e = 0; e < ep; e++)
+                for (int p = 0; p < ep; p++)
+                    d->rows_to[p * ep + e] = rows[e * ep + p];
+            exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->chunk_back[2 * k + h], NULL);
+        }
+        /* the chunk's pairs per (rank, local expert): its rows and active experts per rank */
+        memset(d->exp_rows, 0, sizeof(double) * (size_t)ep * Lm);
+        for (int e = 0; e < ep; e++) {
+            long tok0, n = mp_token_split(T, ep, e, &tok0), off;
+            n = mp_token_split(n, N, k, &off);
+            for (long tk = tok0 + off; tk < tok0 + off + n; tk++)
+                for (int j = 0; j < K; j++) {
+                    int32_t x = d->ids[tk * K + j];
+                    int q = mp_placement_dest(pl, e, x, tk);
+                    d->exp_rows[(size_t)q * Lm + mp_placement_local_index(pl, q, x)] += 1;
+                }
+        }
+        for (int q = 0; q < ep; q++) {
+            double rows = 0;
+            int active = k == 0 && S > 0 && t->tokens[q] > 0 ? S : 0;
+            for (int l = 0; l < Lm; l++) {
+                rows += d->exp_rows[(size_t)q * Lm + l];
+                active += d->exp_rows[(size_t)q * Lm + l] > 0;
+            }
+            t->chunk_rows[k * ep + q] = rows;
+            t->chunk_active[k * ep + q] = active;
+        }
+    }
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -459,12 +525,34 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
     double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
     double counts = count_round_us(cl, t);
-    for (int k = 0; k < N; k++) {
+    for (int k = 0; k < N && !t->chunk_hop; k++) {
         const struct mp_vexchange *x = &t->chunk_a2a[k];
         double data = mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
                                            x->uses_inter, x->incast);
         dispatch[k] = cl->launch_us + data;
         combine[k] = cl->launch_us + data;
+    }
+    if (t->chunk_hop) { /* deduplicated: each hop's counts and metadata first, then rows only */
+        counts = 0;
+        for (int h = 0; h < t->dedup_hops; h++) {
+            const struct mp_vexchange *x = &t->meta[h];
+            counts += mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1) +
+                      mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
+                                           x->uses_inter, x->incast);
+        }
+        for (int k = 0; k < N; k++) {
+            dispatch[k] = combine[k] = 0;
+            for (int h = 0; h < t->dedup_hops; h++) {
+                const struct mp_vexchange *x = &t->chunk_hop[2 * k + h];
+                const struct mp_vexchange *y = &t->chunk_back[2 * k + h];
+                dispatch[k] += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
+                                                                    x->uses_intra, x->uses_inter,
+                                                                    x->incast);
+                combine[k] += cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
+                                                                   y->uses_intra, y->uses_inter,
+                                                                   y->incast);
+            }
+        }
     }
     for (int p = 0; p < ep; p++) {
         ffn[p] = reduce[p] = 0;

@@ -41,6 +41,12 @@ struct mp_vtraffic {
     double *chunk_rows;            /* [nchunks·ep] routed rows of chunk k at EP rank p */
     int *chunk_active;             /* [nchunks·ep] its active experts (shared ones in chunk 0) */
     struct mp_vexchange *chunk_a2a; /* [nchunks] each chunk's exchange */
+    /* with --dedup rank|node pipelined (chunks of tokens, mp_vtraffic_dedup_pipelined): each
+     * chunk's rows per hop out and back ([nchunks·2], hop h of chunk k at 2k + h; rows only: the
+     * metadata goes ahead with the counts), and each hop's metadata exchange for all chunks;
+     * NULL otherwise */
+    struct mp_vexchange *chunk_hop, *chunk_back;
+    struct mp_vexchange meta[2];
 };
 
 struct mp_plan;
@@ -89,6 +95,14 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * hop: t->dedup_hops 1); the pairs kept, dropped and run are mp_dedup_padded_walk's; rows and
  * ffn_rows count the kept pairs a rank runs (plus the shared experts' tokens). */
 void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
+
+/* The deduplicated dispatch pipelined (--dedup rank|node --overlap N,
+ * core/dispatch_dedup_pipelined.c): the unpipelined dedup traffic for the per-rank counts and
+ * bytes, then the chunks cut by tokens (each rank's tokens in N shares, mp_dedup_count_chunk):
+ * each chunk's rows per hop out and back (t->chunk_hop, chunk_back) and its rows and active
+ * experts per rank (the shared experts in chunk 0), and each hop's metadata exchange (t->meta),
+ * which the measured layer sends with the counts, before the pipeline. */
+void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
 /* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
  * MP_ROUTING_POOL_DRAWS, as measured runs cycle through them): *ndraws

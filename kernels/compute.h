@@ -71,9 +71,10 @@ struct mp_compute; /* a backend instance */
 #define MP_DISPATCH_PIPELINED (1u << 2)
 #define MP_DISPATCH_DEDUP (1u << 3) /* --dedup rank|node: host-built plan, host metadata exchange */
 #define MP_DISPATCH_DEDUP_PADDED (1u << 4) /* --dispatch padded --dedup rank: the same, in slots */
+#define MP_DISPATCH_DEDUP_PIPELINED (1u << 5) /* --dedup rank|node --overlap N: the same, chunked */
 #define MP_DISPATCH_ALL                                                                            \
     (MP_DISPATCH_DYNAMIC | MP_DISPATCH_PADDED | MP_DISPATCH_PIPELINED | MP_DISPATCH_DEDUP |        \
-     MP_DISPATCH_DEDUP_PADDED)
+     MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED)
 
 /* The ops table of a compute backend. Its capability data come first and must agree with the
  * hooks it fills (mp_compute_check, run on every lookup): a host or device backend fills every

@@ -248,9 +248,8 @@ static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_
     printf("\n");
 }
 
-/* The dedup modes at the cheapest plan's layout, batch and placement, without overlap (the model
- * times rank and node unpipelined only), fastest first, each against pair: the remedy of --dedup
- * on its own. */
+/* The dedup modes at the cheapest plan's layout, batch and placement, without overlap, fastest
+ * first, each against pair: the remedy of --dedup on its own. */
 static void print_dedup(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *b)
 {
     int order[8], pair = -1;

@@ -187,8 +187,6 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                     continue; /* no room for that many redundant slots */
                 for (int o = 0; o < novl && rc == MP_OK; o++)
                     for (int x = 0; x < ndd && rc == MP_OK; x++) {
-                        if (dds[x] != MP_DEDUP_PAIR && ovl[o] > 1)
-                            continue; /* the model times deduplication unpipelined only */
                         for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
                             rc = evaluate_one(q, tp, ep, R, slots, ovl[o], dds[x], q->batches[i],
                                               &c[k++]);

@@ -1362,7 +1362,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .memory = MP_MEMORY_DEVICE,
     /* not the dedup dispatch (--dedup rank|node): its plan and metadata live on the host
      * (core/dispatch_dedup.c) */
-    .dispatch_modes = MP_DISPATCH_ALL & ~(MP_DISPATCH_DEDUP | MP_DISPATCH_DEDUP_PADDED),
+    .dispatch_modes =
+        MP_DISPATCH_ALL & ~(MP_DISPATCH_DEDUP | MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED),
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,

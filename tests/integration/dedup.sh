@@ -30,17 +30,29 @@ PY
 "$LAYER" --hidden 32 --ffn 16 --experts 4 --topk 2 --batch 8 --iters 1 --quiet \
     --dedup pair,rank,node --out "$TMP/m" || fail "measured --dedup pair,rank,node exit $?"
 [ "$(col "$TMP/m/layer.csv" dedup | tr '\n' ' ')" = "pair rank node " ] || fail "measured dedup cells"
-# padded slots per rank are modelled (model_parity checks their counts); node's relays in slots,
-# pipelined deduplication and an unknown word are refused
+# padded slots per rank and pipelined deduplication are modelled (model_parity checks their
+# counts); node's relays in slots and an unknown word are refused
 # shellcheck disable=SC2086
 "$LAYER" $model --batch 64 --dedup rank --dispatch padded,padded:0.5 --quiet ||
     fail "modelled --dedup rank --dispatch padded exit $?"
 # shellcheck disable=SC2086
 refused "$LAYER" $model --batch 64 --dedup node --dispatch padded
 grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal names no --dispatch"
+# pipelined over chunks of tokens: the same rows and bytes as unpipelined, an overlap efficiency
 # shellcheck disable=SC2086
-refused "$LAYER" $model --batch 64 --dedup node --overlap 2
-grep -q -- "--overlap 2" "$TMP/refused.err" || fail "overlap refusal names no --overlap"
+"$LAYER" $model --batch 64,512 --dedup rank,node --overlap 1,2 --iters 4 --quiet --out "$TMP/o" ||
+    fail "modelled --dedup rank,node --overlap 1,2 exit $?"
+python3 - "$TMP/o/layer.csv" <<'PY' || fail "pipelined dedup against unpipelined"
+import csv, sys
+by = {}
+for r in csv.DictReader(open(sys.argv[1])):
+    by.setdefault((r["dedup"], r["batch"]), {})[r["overlap"]] = r
+assert len(by) == 4, by.keys()
+for k, v in by.items():
+    for c in ("bytes_internode", "bytes_intranode", "bytes_rank_max", "load_imbalance"):
+        assert v["1"][c] == v["2"][c], (k, c, v["1"][c], v["2"][c])
+    assert v["1"]["overlap_efficiency"] == "" and float(v["2"]["overlap_efficiency"]) == float(v["2"]["overlap_efficiency"]), k
+PY
 # shellcheck disable=SC2086
 refused "$LAYER" $model --batch 64 --dedup token
 

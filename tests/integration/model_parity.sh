@@ -132,11 +132,21 @@ mpi 4 "$LAYER" $dsweep --out "$TMP/dmeasured" || fail "measured --dedup sweep ex
 # shellcheck disable=SC2086
 "$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $dsweep \
     --out "$TMP/dmodelled" || fail "modelled --dedup sweep exit $?"
+# and pipelined (chunks of tokens): the rows and bytes of every chunk add up as measured
+osweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
+    --routing zipf:1.2 --placement contiguous,eplb:4 --dedup rank,node --overlap 2,3 --iters 3
+    --warmup 2 --seed 7 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+mpi 4 "$LAYER" $osweep --out "$TMP/omeasured" || fail "measured pipelined --dedup sweep exit $?"
+# shellcheck disable=SC2086
+"$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $osweep \
+    --out "$TMP/omodelled" || fail "modelled pipelined --dedup sweep exit $?"
 for f in layer.csv layer_ranks.csv layer_samples.csv; do
     [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
         fail "$f: measured and modelled headers differ"
 done
-python3 - "$TMP/measured" "$TMP/modelled" "$TMP/dmeasured" "$TMP/dmodelled" <<'PY' || fail "counts differ"
+python3 - "$TMP/measured" "$TMP/modelled" "$TMP/dmeasured" "$TMP/dmodelled" "$TMP/omeasured" \
+    "$TMP/omodelled" <<'PY' || fail "counts differ"
 import csv, sys
 key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "dedup", "batch"]
 phase_bytes = ["dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
@@ -150,7 +160,7 @@ checks = [("layer.csv", [], ["tokens_per_rank", "load_imbalance", "local_hit_rat
 def load(path, extra):
     return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(path, newline=""))}
 bad = cells = 0
-for measured, modelled in (sys.argv[1:3], sys.argv[3:5]):
+for measured, modelled in (sys.argv[1:3], sys.argv[3:5], sys.argv[5:7]):
     for name, extra, cols in checks:
         a, b = load(f"{measured}/{name}", extra), load(f"{modelled}/{name}", extra)
         if a.keys() != b.keys():

@@ -57,17 +57,18 @@ awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     "$TMP/plan/plan.csv" "$TMP/ovl/plan.csv" || exit 1
 
 # dedup modes on a two-node deepseek-v3 layout (tp1ep16 on 8-GPU nodes): --dedup rank and node
-# are candidates beside pair (unpipelined only: none with overlap 2), ranked with the remedies and
-# on a line of their own by layer time; fewer inter-node rows, less communication at batch 512
+# are candidates beside pair (with overlap 2 too: pipelined over chunks of tokens), ranked with the
+# remedies and on a line of their own by layer time; fewer inter-node rows, less communication at
+# batch 512
 "$PLAN" --model deepseek-v3 --cluster h100-ndr --tp 1 --ep 16 --replicate 0 --overlap 1,2 \
     --batch 64,512 --dedup pair,rank,node --iters 3 --out "$TMP/ddp" >"$TMP/ddp.out" ||
     fail "moeperf-plan --dedup exit $?"
 grep '^remedies\|^dedup\|^cheapest' "$TMP/ddp.out"
 [ "$(head -1 "$TMP/ddp/plan.csv" | awk -F, '{ print $(NF-1) "," $NF }')" = overlap,dedup ] ||
     fail "plan.csv: no dedup column after overlap"
-[ "$(rows "$TMP/ddp/plan.csv")" -eq 8 ] || fail "plan.csv with --dedup: $(rows "$TMP/ddp/plan.csv") rows"
-[ "$(awk -F, 'NR > 1 && $(NF-1) == 2 { print $NF }' "$TMP/ddp/plan.csv" | sort -u)" = pair ] ||
-    fail "plan.csv: a deduplicated candidate with overlap 2"
+[ "$(rows "$TMP/ddp/plan.csv")" -eq 12 ] || fail "plan.csv with --dedup: $(rows "$TMP/ddp/plan.csv") rows"
+[ "$(awk -F, 'NR > 1 && $(NF-1) == 2 { print $NF }' "$TMP/ddp/plan.csv" | sort -u | tr '\n' ' ')" = "node pair rank " ] ||
+    fail "plan.csv: the dedup modes with overlap 2 are not all candidates"
 [ "$(col "$TMP/plan/plan.csv" dedup | sort -u)" = pair ] || fail "plan.csv: dedup is not pair by default"
 line=$(grep '^dedup modes at tp1ep16 batch' "$TMP/ddp.out") || fail "no dedup modes line"
 b=$(echo "$line" | awk '{ print $6 }')

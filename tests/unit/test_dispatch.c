@@ -109,9 +109,11 @@ int main(void)
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup);
     CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
     pt.dedup = MP_DEDUP_RANK;
-    pt.overlap = 2;
-    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_pipelined);
-    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_ERR_USAGE);
+    pt.overlap = 2; /* pipelined over chunks of tokens */
+    CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup_pipelined);
+    CHECK_INT(mp_dispatch_check_dedup(&pt), MP_OK);
+    CHECK(mp_dispatch_dedup_pipelined.reference == &mp_dispatch_dedup);
+    CHECK(mp_dispatch_dedup_pipelined.model_traffic == mp_vtraffic_dedup_pipelined);
     pt.overlap = 1;
     pt.dispatch = &mp_dispatch_padded;
     CHECK(mp_dispatch_for(&pt) == &mp_dispatch_dedup_padded); /* slots, one row per rank */

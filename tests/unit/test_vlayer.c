@@ -4,13 +4,16 @@
  * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. The padded
  * dispatch moves whole slots with no count round and drops what a tight capacity cuts; a
  * straggler lengthens its own FFN and every rank's wait, not the communication; the bytes per
- * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node. */
+ * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node.
+ * Deduplicated per rank: padded slots move (ep − 1)·cap rows each way whatever the routing, and
+ * pipelined chunks of tokens add up to the unpipelined rows, with the metadata ahead of them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "cluster.h"
+#include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
 #include "metrics.h"
@@ -249,6 +252,53 @@ int main(void)
     mp_vtraffic_free(t, ndraws);
     pp.overlap = 2; /* never pipelined, as measured */
     CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pp, &t, &ndraws), MP_ERR_USAGE);
+
+    /* padded slots deduplicated per rank, lossless: every pair of ranks exchanges cap = 32 rows
+     * (the tokens a rank holds), each with K·8 bytes of metadata on the way out; nothing dropped,
+     * every pair kept; no count round */
+    struct mp_point dp = pt;
+    dp.dispatch = &mp_dispatch_padded;
+    dp.dedup = MP_DEDUP_RANK;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &dp, &t, &ndraws), MP_OK);
+    double row = model.hidden * h100.elem_bytes, meta = 8.0 * model.topk;
+    kept = 0;
+    for (int p = 0; p < EP; p++) {
+        CHECK_NEAR(t[0].bytes_sent[p], (EP - 1) * cap * (2 * row + meta), 0);
+        CHECK_NEAR(t[0].dropped[p], 0, 0);
+        kept += t[0].rows[p];
+    }
+    CHECK_NEAR(kept, 256.0 * model.topk, 0);
+    CHECK_INT(t[0].count_exchange, 0);
+    mp_vtraffic_time(&h100, &model, &t[0], pr);
+    mp_metrics_iter(pr, EP, &pm);
+    CHECK_NEAR(pm.notify_us, 0, 0);
+    mp_vtraffic_free(t, ndraws);
+
+    /* pipelined per rank over 2 chunks of tokens: the chunks' rows add up to each rank's, each
+     * chunk's exchange is at most the whole one's rows (no metadata), the two together at least
+     * that, and the metadata alone goes with the counts */
+    struct mp_point up = pt, op2 = pt;
+    up.dedup = op2.dedup = MP_DEDUP_RANK;
+    op2.overlap = 2;
+    struct mp_vtraffic *t1 = NULL;
+    int nd1 = 0;
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &up, &t1, &nd1), MP_OK);
+    CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &op2, &t, &ndraws), MP_OK);
+    CHECK_INT(t[0].nchunks, 2);
+    CHECK(t[0].chunk_hop != NULL && t[0].dedup_hops == 1);
+    double whole = t1[0].hop[0].intra_max * row / (row + meta), sum = 0;
+    for (int k = 0; k < 2; k++) {
+        CHECK(t[0].chunk_hop[2 * k].intra_max <= whole + 1e-6);
+        sum += t[0].chunk_hop[2 * k].intra_max;
+    }
+    CHECK(sum >= whole - 1e-6 && t[0].chunk_hop[0].intra_max > 0);
+    CHECK_NEAR(t[0].meta[0].intra_max, t1[0].hop[0].intra_max * meta / (row + meta), 1e-6);
+    for (int p = 0; p < EP; p++) {
+        CHECK_NEAR(t[0].chunk_rows[p] + t[0].chunk_rows[EP + p], t1[0].rows[p], 0);
+        CHECK_NEAR(t[0].bytes_sent[p], t1[0].bytes_sent[p], 0);
+    }
+    mp_vtraffic_free(t, ndraws);
+    mp_vtraffic_free(t1, nd1);
 
     /* the model builds a point's traffic with its mode's model_traffic, and refuses a mode that
      * has none */
