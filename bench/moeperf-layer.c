@@ -488,6 +488,8 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                 struct mp_placement pl;
                 rc = mp_placement_build(s->o.placement.v[pi], m->experts, lay->ep,
                                         sw->routings[ri].prob, &pl);
+                if (rc == MP_OK)
+                    rc = mp_placement_comm_nodes(&pl, c, lay->tp);
                 for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
                     for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
