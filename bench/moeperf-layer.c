@@ -151,6 +151,10 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
         mp_summarize(scratch, n, &ls);
         mp_row_dbl(row, ls.p50);
         mp_row_dbl(row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_inter_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_intra_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_inter_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_intra_us), stride, n, scratch));
         rc = mp_runfiles_write(f, FILE_RANKS, row);
     }
     return rc;
