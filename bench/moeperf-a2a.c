@@ -433,9 +433,12 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
             for (int pi = 0; pi < npl && rc == MP_OK; pi++) {
                 struct mp_placement pl = {0};
                 if (r->moe &&
-                    (rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
-                                             r->routings[ri].prob, &pl)) != MP_OK)
+                    ((rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
+                                              r->routings[ri].prob, &pl)) != MP_OK ||
+                     (rc = mp_placement_comm_nodes(&pl, s->comm, lay->tp)) != MP_OK)) {
+                    mp_placement_free(&pl);
                     break;
+                }
                 for (int xi = 0; xi < nx && rc == MP_OK; xi++)
                     for (int bi = 0; bi < nb && rc == MP_OK; bi++)
                         rc = a2a_point(r, lay, &rt, ri, gi, pi, xi, &pl, bi);

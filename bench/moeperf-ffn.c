@@ -620,6 +620,8 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
             struct mp_placement pl;
             rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
                                     sw->routings[ri].prob, &pl);
+            if (rc == MP_OK && (rc = mp_placement_comm_nodes(&pl, s->comm, lay->tp)) != MP_OK)
+                mp_placement_free(&pl);
             if (rc != MP_OK)
                 break;
             for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)

@@ -151,6 +151,10 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
         mp_summarize(scratch, n, &ls);
         mp_row_dbl(row, ls.p50);
         mp_row_dbl(row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_inter_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_intra_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_inter_us), stride, n, scratch));
+        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_intra_us), stride, n, scratch));
         rc = mp_runfiles_write(f, FILE_RANKS, row);
     }
     return rc;
@@ -479,6 +483,8 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                 struct mp_placement pl;
                 rc = mp_placement_build(s->o.placement.v[pi], m->experts, lay->ep,
                                         sw->routings[ri].prob, &pl);
+                if (rc == MP_OK)
+                    rc = mp_placement_comm_nodes(&pl, c, lay->tp);
                 for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
                     for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)

@@ -175,6 +175,20 @@ int mp_ep_nodes(const struct mp_comm *c, int tp, int ep)
     return n;
 }
 
+int mp_placement_comm_nodes(struct mp_placement *pl, const struct mp_comm *c, int tp)
+{
+    int *node = malloc((size_t)pl->ep * sizeof *node);
+    if (!node) {
+        mp_error("out of memory recording the nodes of %d EP ranks", pl->ep);
+        return MP_ERR_RUNTIME;
+    }
+    for (int q = 0; q < pl->ep; q++)
+        node[q] = c->node_of[q * tp];
+    int rc = mp_placement_set_nodes(pl, node);
+    free(node);
+    return rc;
+}
+
 int mp_group_limit_apply(const struct mp_routing *r, const char *spec, int nodes,
                          struct mp_routing *out, int *inactive)
 {

@@ -144,6 +144,12 @@ int mp_sweep_validate(const struct mp_model *m, const struct mp_layout *layouts,
  * from the launcher's node_of: the G of a --group-limit entry given as M alone. */
 int mp_ep_nodes(const struct mp_comm *c, int tp, int ep);
 
+/* Record on `pl` the launcher's node of each EP rank of a tp × ep layout, that of its first TP
+ * rank (c->node_of[q·tp], as the dedup dispatch takes it), so every plan prefers a replica on the
+ * token's node (mp_placement_set_nodes). MP_OK or MP_ERR_RUNTIME. */
+struct mp_placement;
+int mp_placement_comm_nodes(struct mp_placement *pl, const struct mp_comm *c, int tp);
+
 /* The routing of the points of --group-limit entry `spec`: a shallow copy of `r` (sharing its
  * arrays; never free it) with groups and group_pick set for a layout whose EP ranks span `nodes`
  * nodes (mp_group_limit_parse, mp_group_limit_check). *inactive as mp_group_limit_parse. */

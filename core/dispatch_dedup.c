@@ -6,6 +6,7 @@
  * the token's own node go there directly; the combine sums inside the node first (route on the
  * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
  * | weighted sum per row, all-to-all back per hop, sum into tokens). */
+#include <math.h>
 #include <string.h>
 
 #include "dedup.h"
@@ -133,11 +134,14 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     if (!node)
         MP_CHECK(mp_layer_check_rows(L, p->nrecv));
     MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
+    if (node)
+        MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
                                p->recv_displ, L->row_bytes));
     MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
                                p->recv_rows, p->recv_displ, meta_bytes));
     if (node) {
+        MP_CHECK(o->mark(dev, MARK_HOP0_END));
         MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
         MP_CHECK(c->ops->alltoall_int(c, p->fwd_rows, p->recv1_rows, 1));
         MP_CHECK(mp_dedup_plan_recv_forwards(p));
@@ -146,6 +150,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
                                    p->recv1_displ, L->row_bytes));
         MP_CHECK(c->ops->alltoallv(c, p->fwd_meta, p->fwd_rows, p->fwd_displ, p->recv_meta,
                                    p->recv1_rows, p->recv1_displ, meta_bytes));
+        MP_CHECK(o->mark(dev, MARK_HOP1_END));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
     MP_CHECK(mp_layer_check_rows(L, p->nexp));
@@ -162,13 +167,17 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
                         0));
     if (node) {
+        MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
         MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv1_rows, p->recv1_displ, fbuf, p->fwd_rows,
                                    p->fwd_displ, L->row_bytes));
         MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
                             1));
+        MP_CHECK(o->mark(dev, MARK_BACK1_END));
     }
     MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
                                p->send_displ, L->row_bytes));
+    if (node)
+        MP_CHECK(o->mark(dev, MARK_BACK0_END));
     MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
@@ -177,6 +186,12 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
 
     mp_layer_phase_times(L, rec, 1);
+    if (node) { /* the hops apart (docs/METRICS.md, "Hop times") */
+        rec->dispatch_inter_us = o->elapsed_us(dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
+        rec->dispatch_intra_us = o->elapsed_us(dev, MARK_HOP0_END, MARK_HOP1_END);
+        rec->combine_intra_us = o->elapsed_us(dev, MARK_BACK1_BEGIN, MARK_BACK1_END);
+        rec->combine_inter_us = o->elapsed_us(dev, MARK_BACK1_END, MARK_BACK0_END);
+    }
     rec->tokens = (double)ntok;
     rec->rows = (double)p->nexp;
     rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;

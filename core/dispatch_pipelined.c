@@ -1,6 +1,7 @@
 /* dispatch_pipelined.c - the pipelined dispatch mode (--overlap N): each rank's token-expert pairs
  * cut into N chunks by expert group, chunk k+1's dispatch and chunk k−1's combine in flight while
  * chunk k's experts compute (comm backends with a non-blocking all-to-all only). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,8 @@ static int pipelined_iterate(struct mp_layer *L, const struct mp_point *pt,
         t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
     }
     rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
+    rec->dispatch_inter_us = rec->dispatch_intra_us = NAN; /* no hops of --dedup node */
+    rec->combine_inter_us = rec->combine_intra_us = NAN;
     rec->route = t_route;
     rec->notify = t_notify;
     rec->ffn = t_ffn;

@@ -14,12 +14,18 @@
 #include "routing.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
- * them): the phases' ends, then this rank's arrival at the start barrier and the end of the count
- * exchange; the pipelined layer's per-chunk marks follow them. */
+ * them): the phases' ends, then this rank's arrival at the start barrier, the end of the count
+ * exchange and the bounds of --dedup node's hops; the pipelined layer's per-chunk marks follow. */
 enum mp_layer_mark {
     MARK_START, MARK_ROUTE, MARK_DISPATCH, MARK_FFN, MARK_TP, MARK_COMBINE,
     MARK_ALIGN,  /* this rank's arrival at the start barrier */
     MARK_NOTIFY, /* the end of the count exchange (notify phase, from ROUTE; dynamic dispatch) */
+    /* --dedup node: the dispatch's inter-node hop (its rows and metadata all-to-all) from
+     * HOP0_BEGIN to HOP0_END, its intra-node forward (count exchange, permute, all-to-alls) from
+     * HOP0_END to HOP1_END; the combine's return of the forwards to their relays (all-to-all and
+     * the relay's sum) from BACK1_BEGIN to BACK1_END, its inter-node return from BACK1_END to
+     * BACK0_END */
+    MARK_HOP0_BEGIN, MARK_HOP0_END, MARK_HOP1_END, MARK_BACK1_BEGIN, MARK_BACK1_END, MARK_BACK0_END,
     MARK_CHUNKS
 };
 _Static_assert(MARK_CHUNKS == MP_PHASE_MARKS, "kernels/compute.h's MP_PHASE_MARKS counts the marks");

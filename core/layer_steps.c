@@ -1,6 +1,7 @@
 /* layer_steps.c - the steps every dispatch mode's iteration shares: the ranks' aligned start, the
  * expert FFN phase, the phase times from the backend's marks, the dispatch plan's cell layout and
  * the bytes exchanged with peers. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -60,6 +61,8 @@ void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int noti
     rec->tp_reduce = o->elapsed_us(L->dev, MARK_FFN, MARK_TP);
     rec->combine = o->elapsed_us(L->dev, MARK_TP, MARK_COMBINE);
     rec->start_skew = o->elapsed_us(L->dev, MARK_ALIGN, MARK_START);
+    rec->dispatch_inter_us = rec->dispatch_intra_us = NAN; /* --dedup node sets them after */
+    rec->combine_inter_us = rec->combine_intra_us = NAN;
 }
 
 int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, void *out,

@@ -14,6 +14,8 @@ const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "combine_bytes_internode",  "drop_rate",
     "dispatch_intranode_GBps",  "dispatch_internode_GBps",  "combine_intranode_GBps",
     "combine_internode_GBps",
+    "dispatch_inter_us",        "dispatch_intra_us",        "combine_inter_us",
+    "combine_intra_us",
 };
 
 static double max2(double a, double b) { return a > b ? a : b; }
@@ -80,7 +82,12 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
                                              z.combine_bytes_intranode);
         z.combine_internode_GBps = link_GBps(c->combine_inter, c->combine,
                                              z.combine_bytes_internode);
+        z.dispatch_inter_us = d->dispatch_inter_us;
+        z.dispatch_intra_us = d->dispatch_intra_us;
+        z.combine_inter_us = c->combine_inter_us;
+        z.combine_intra_us = c->combine_intra_us;
     } else {
+        z.dispatch_inter_us = z.dispatch_intra_us = z.combine_inter_us = z.combine_intra_us = NAN;
         mp_metrics_pipelined(&z); /* no rank: no bandwidth */
     }
     *m = z;

@@ -20,6 +20,10 @@ struct mp_rank_iter {
     double dropped;      /* of `pairs`, those a padded dispatch dropped (over capacity) */
     double start_skew;   /* µs this rank waited at the iteration's start for the last rank to arrive
                           * (its arrival at the start barrier to the end of the alignment) */
+    /* µs of --dedup node's hops (docs/METRICS.md, "Hop times"): the dispatch's inter-node hop and
+     * intra-node forward, the combine's intra-node return and inter-node return; NAN for the
+     * other modes */
+    double dispatch_inter_us, dispatch_intra_us, combine_inter_us, combine_intra_us;
 };
 #define MP_RANK_ITER_FIELDS (sizeof(struct mp_rank_iter) / sizeof(double))
 
@@ -47,6 +51,10 @@ struct mp_iter_metrics {
      * phase time is 0, or for a pipelined point (mp_metrics_pipelined) */
     double dispatch_intranode_GBps, dispatch_internode_GBps;
     double combine_intranode_GBps, combine_internode_GBps;
+    /* --dedup node's hop times of the same slowest ranks s (its dispatch_inter_us ... of struct
+     * mp_rank_iter): dispatch_inter_us + dispatch_intra_us ≤ dispatch_us, combine_inter_us +
+     * combine_intra_us ≤ combine_us; NAN for the other modes */
+    double dispatch_inter_us, dispatch_intra_us, combine_inter_us, combine_intra_us;
 };
 #define MP_ITER_METRICS (sizeof(struct mp_iter_metrics) / sizeof(double))
 

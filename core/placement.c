@@ -241,7 +241,8 @@ void mp_placement_free(struct mp_placement *p)
     free(p->local_ids);
     free(p->holder_off);
     free(p->holders);
-    p->home = p->local_off = p->local_ids = p->holder_off = p->holders = NULL;
+    free(p->node);
+    p->home = p->local_off = p->local_ids = p->holder_off = p->holders = p->node = NULL;
     p->max_local = 0;
 }
 
@@ -261,13 +262,46 @@ int mp_placement_local_index(const struct mp_placement *p, int ep_rank, int expe
     return lo < p->local_off[ep_rank + 1] && ids[lo] == expert ? lo - p->local_off[ep_rank] : -1;
 }
 
+int mp_placement_set_nodes(struct mp_placement *p, const int *node)
+{
+    int *copy = NULL;
+    if (node) {
+        copy = malloc((size_t)p->ep * sizeof *copy);
+        if (!copy) {
+            mp_error("out of memory recording the nodes of %d EP ranks", p->ep);
+            return MP_ERR_RUNTIME;
+        }
+        memcpy(copy, node, (size_t)p->ep * sizeof *copy);
+    }
+    free(p->node);
+    p->node = copy;
+    return MP_OK;
+}
+
+int mp_placement_node_holders(const struct mp_placement *p, int src, int expert)
+{
+    int m = 0;
+    for (int h = p->holder_off[expert]; h < p->holder_off[expert + 1]; h++)
+        m += !p->node || p->node[p->holders[h]] == p->node[src];
+    return m;
+}
+
+/* The i-th (from 0) holder of `expert` on src's node, holders ascending. */
+static int node_holder(const struct mp_placement *p, int src, int expert, long i)
+{
+    for (int h = p->holder_off[expert];; h++)
+        if ((!p->node || p->node[p->holders[h]] == p->node[src]) && i-- == 0)
+            return p->holders[h];
+}
+
 int mp_placement_dest(const struct mp_placement *p, int src, int expert, long token)
 {
     if (mp_placement_local_index(p, src, expert) >= 0)
         return src;
-    long n = p->holder_off[expert + 1] - p->holder_off[expert];
+    long m = mp_placement_node_holders(p, src, expert);
+    long n = m > 0 ? m : p->holder_off[expert + 1] - p->holder_off[expert];
     long i = token % n;
     if (i < 0)
         i += n;
-    return p->holders[p->holder_off[expert] + i];
+    return m > 0 ? node_holder(p, src, expert, i) : p->holders[p->holder_off[expert] + i];
 }

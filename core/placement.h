@@ -19,6 +19,7 @@ struct mp_placement {
     int *holder_off;  /* [experts+1] prefix sums into holders */
     int *holders;     /* ranks holding each expert, ascending */
     int max_local;    /* largest number of experts on one rank */
+    int *node;        /* [ep] node of each EP rank (mp_placement_set_nodes), NULL: one node */
 };
 
 /* Build the placement named by `spec` for `experts` experts on `ep` ranks. `load` ([experts],
@@ -42,8 +43,20 @@ static inline int mp_placement_nlocal(const struct mp_placement *p, int ep_rank)
 /* Index of `expert` among rank `ep_rank`'s experts, or -1 if it holds no copy. */
 int mp_placement_local_index(const struct mp_placement *p, int ep_rank, int expert);
 
-/* The rank that serves (token, expert) for a token living on `src`: src itself if it holds a copy,
- * otherwise holders[token mod nholders]. */
+/* Record the node of every EP rank, node[q] for q < ep (copied), so that mp_placement_dest prefers
+ * a copy on the token's own node; NULL forgets them (one node). A placement starts on one node.
+ * MP_OK or MP_ERR_RUNTIME (out of memory; the placement keeps its nodes). */
+int mp_placement_set_nodes(struct mp_placement *p, const int *node);
+
+/* The rank that serves (token, expert) for a token living on `src`, the one replica rule every
+ * plan, count and model follows: src itself if it holds a copy; else, when ranks of src's node
+ * hold copies, the (token mod m)-th of those m ranks (ascending); else holders[token mod
+ * nholders] (docs/METRICS.md, "Replica choice"). */
 int mp_placement_dest(const struct mp_placement *p, int src, int expert, long token);
+
+/* How many ranks of src's node hold `expert` (0 when src holds none on its node; every holder
+ * when the placement has no nodes): the candidates mp_placement_dest rotates among, or 0 when it
+ * rotates among all holders. */
+int mp_placement_node_holders(const struct mp_placement *p, int src, int expert);
 
 #endif

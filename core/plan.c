@@ -157,8 +157,13 @@ int mp_route_table(const struct mp_placement *pl, int ep_rank, int max_local, in
             route_cell[n++] = route_cell_of(pl, ep_rank, li, max_local, ngroups);
             continue;
         }
+        /* mp_placement_dest's candidates in its order: the holders on this rank's node when
+         * there are any, else all holders; the token picks one by token mod count */
+        int near = mp_placement_node_holders(pl, ep_rank, e) > 0;
         for (int h = pl->holder_off[e]; h < pl->holder_off[e + 1]; h++) {
             int dest = pl->holders[h];
+            if (near && pl->node && pl->node[dest] != pl->node[ep_rank])
+                continue;
             route_cell[n++] = route_cell_of(pl, dest, mp_placement_local_index(pl, dest, e),
                                             max_local, ngroups);
         }

@@ -143,6 +143,18 @@ static const struct mp_column layer_cols[] = {
     {MPC_combine_internode_GBps, "GB/s", R,
      "median of the combine's slowest rank's inter-node bytes / its combine time; empty when no "
      "rank sends between nodes, or pipelined"},
+    {MPC_dispatch_inter_us, "µs", R,
+     "`--dedup node`: median of the dispatch's slowest rank's inter-node hop time "
+     "([METRICS.md](METRICS.md#hop-times)); empty for `pair` and `rank`"},
+    {MPC_dispatch_intra_us, "µs", R,
+     "`--dedup node`: median of the dispatch's slowest rank's intra-node forward time; empty for "
+     "`pair` and `rank`"},
+    {MPC_combine_inter_us, "µs", R,
+     "`--dedup node`: median of the combine's slowest rank's inter-node return time; empty for "
+     "`pair` and `rank`"},
+    {MPC_combine_intra_us, "µs", R,
+     "`--dedup node`: median of the combine's slowest rank's intra-node return time; empty for "
+     "`pair` and `rank`"},
     {MPC_check_error, "–", R, "`‖out − ref‖/‖ref‖` with `--check`, else empty"},
     {MPC_overlap_efficiency, "–", R,
      "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
@@ -187,6 +199,19 @@ static const struct mp_column layer_sample_cols[] = {
     {MPC_combine_internode_GBps, "GB/s", R,
      "inter-node bytes / combine time of the rank with the longest combine; empty when no rank "
      "sends between nodes, or pipelined"},
+    {MPC_dispatch_inter_us, "µs", R,
+     "`--dedup node`: the inter-node hop time of the rank with the longest dispatch "
+     "([METRICS.md](METRICS.md#hop-times)); with `dispatch_intra_us` at most `dispatch_us`; "
+     "empty for `pair` and `rank`"},
+    {MPC_dispatch_intra_us, "µs", R,
+     "`--dedup node`: the intra-node forward time of the rank with the longest dispatch; empty "
+     "for `pair` and `rank`"},
+    {MPC_combine_inter_us, "µs", R,
+     "`--dedup node`: the inter-node return time of the rank with the longest combine; with "
+     "`combine_intra_us` at most `combine_us`; empty for `pair` and `rank`"},
+    {MPC_combine_intra_us, "µs", R,
+     "`--dedup node`: the intra-node return time of the rank with the longest combine; empty for "
+     "`pair` and `rank`"},
 };
 
 static const struct mp_column layer_rank_cols[] = {
@@ -219,6 +244,18 @@ static const struct mp_column layer_rank_cols[] = {
      "mark on this rank's timer, [METRICS.md](METRICS.md#measurement-protocol-moeperf-layer)); "
      "≥ 0, about the barrier's own latency on the last rank to arrive; not part of `layer_us`. 0 "
      "for `--backend model`"},
+    {MPC_dispatch_inter_us, "µs", R,
+     "`--dedup node`: this rank's inter-node hop time in the dispatch "
+     "([METRICS.md](METRICS.md#hop-times)); empty for `pair` and `rank`"},
+    {MPC_dispatch_intra_us, "µs", R,
+     "`--dedup node`: this rank's intra-node forward time in the dispatch; empty for `pair` and "
+     "`rank`"},
+    {MPC_combine_inter_us, "µs", R,
+     "`--dedup node`: this rank's inter-node return time in the combine; empty for `pair` and "
+     "`rank`"},
+    {MPC_combine_intra_us, "µs", R,
+     "`--dedup node`: this rank's intra-node return time in the combine; empty for `pair` and "
+     "`rank`"},
 };
 
 const struct mp_csv_schema mp_schema_layer = {

@@ -17,7 +17,8 @@
     X(bytes_rank_max) X(bytes_internode) X(bytes_intranode) X(dispatch_bytes_intranode)             \
     X(dispatch_bytes_internode) X(combine_bytes_intranode) X(combine_bytes_internode)               \
     X(dispatch_intranode_GBps) X(dispatch_internode_GBps) X(combine_intranode_GBps)                 \
-    X(combine_internode_GBps) X(drop_rate) X(check_error) X(overlap_efficiency)                     \
+    X(combine_internode_GBps) X(dispatch_inter_us) X(dispatch_intra_us) X(combine_inter_us)        \
+    X(combine_intra_us) X(drop_rate) X(check_error) X(overlap_efficiency)                     \
     X(rank) X(node) X(ep_rank) X(tp_rank) X(tokens) X(rows) X(ffn_rows) X(bytes_sent)               \
     X(start_skew_us) X(bytes_per_rank) X(time_us) X(time_p99_us) X(time_mean_us) X(time_stdev_us)  \
     X(time_min_us) X(time_max_us) X(time_ci_lo_us) X(time_ci_hi_us) X(algbw_GBps) X(busbw_GBps)    \
@@ -69,7 +70,7 @@ extern const struct mp_csv_schema mp_schema_layer, mp_schema_layer_samples, mp_s
 
 /* The most columns a file of fixed columns has (tests/unit/test_schema.c checks it): room for a
  * header on the stack. */
-#define MP_SCHEMA_MAX_COLS 64
+#define MP_SCHEMA_MAX_COLS 80
 
 /* Every file above, in docs/CSV.md order, NULL-terminated. */
 extern const struct mp_csv_schema *const mp_schemas[];

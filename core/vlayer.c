@@ -462,6 +462,8 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->combine_inter = t->combine_inter[p];
     x->dropped = t->dropped[p];
     x->start_skew = 0; /* the model's ranks start together */
+    x->dispatch_inter_us = x->dispatch_intra_us = NAN; /* set by a --dedup node timing */
+    x->combine_inter_us = x->combine_intra_us = NAN;
 }
 
 /* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */
@@ -596,21 +598,30 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
     double dispatch = cl->launch_us + data, combine = cl->launch_us + data;
+    double hop_d[2] = {0, 0}, hop_c[2] = {0, 0}; /* each hop's share of dispatch and combine */
     if (t->dedup_hops) { /* node: the network hop, then the forward inside the node; combine back */
         counts = dispatch = combine = 0;
         for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
             /* the first hop's count round is the notify phase, as measured; node's second one
-             * (the forwards' counts, known only once the first hop's rows arrived) is dispatch */
-            if (t->count_exchange) /* a padded hop sends fixed slots: no counts */
-                *(h == 0 ? &counts : &dispatch) +=
-                    mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
-            dispatch += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
+             * (the forwards' counts, known only once the first hop's rows arrived) is dispatch,
+             * the intra-node forward's share as measured; a padded hop sends fixed slots: no
+             * counts */
+            double round = t->count_exchange
+                               ? mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1)
+                               : 0;
+            if (h == 0)
+                counts += round;
+            else
+                hop_d[h] += round;
+            hop_d[h] += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
                                                              x->uses_intra, x->uses_inter,
                                                              x->incast);
-            combine += cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
+            hop_c[h] = cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
                                                             y->uses_intra, y->uses_inter,
                                                             y->incast);
+            dispatch += hop_d[h];
+            combine += hop_c[h];
         }
     }
     double slowest = 0;
@@ -632,6 +643,12 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
             x->dispatch = dispatch;
             x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
             rank_counts(t, p, x);
+            if (t->dedup_hops == 2) { /* node: dispatch = inter + intra, combine = wait + both */
+                x->dispatch_inter_us = hop_d[0];
+                x->dispatch_intra_us = hop_d[1];
+                x->combine_inter_us = hop_c[0];
+                x->combine_intra_us = hop_c[1];
+            }
         }
 }
 

@@ -189,8 +189,9 @@ struct mp_compute_ops {
 };
 
 /* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,
- * TP reduce, combine), the rank's arrival at the start barrier and the end of the count exchange. */
-#define MP_PHASE_MARKS 8
+ * TP reduce, combine), the rank's arrival at the start barrier, the end of the count exchange, and
+ * the six bounds of --dedup node's hops (three in the dispatch, three in the combine). */
+#define MP_PHASE_MARKS 14
 /* A pipelined layer's marks per chunk: FFN start and end, TP reduce start and end. */
 #define MP_CHUNK_MARKS 4
 /* The most chunks a layer pipelines (--overlap's upper bound). */

@@ -12,8 +12,9 @@
 
 /* The cell of the pair of global token `token` routed to `expert`: route_off[expert] ..
  * route_off[expert+1] lists the candidate cells (mp_route_table's: chunk, dest, local index); one
- * candidate when the source holds the expert, else one per holder, the token choosing among them
- * as mp_placement_dest does (token mod holders). −1 cells are pairs not sent. */
+ * candidate when the source holds the expert, else one per holder on the source's node, or one per
+ * holder when its node has none, the token choosing among them as mp_placement_dest does (token
+ * mod candidates). −1 cells are pairs not sent. */
 static inline MP_HD int32_t mp_dplan_cell(const int32_t *route_off, const int32_t *route_cell,
                                           int expert, long token)
 {

@@ -219,13 +219,17 @@ static void check_moves(long N, int H)
  * exactly (a permute of rows holding their token index); the rows' weights through a combine of
  * rows holding their row number. Routing from host arrays, and from the device gate's result. */
 static void check_plan(const char *placement, const char *routing, int E, int ep, int K,
-                       long total, double factor)
+                       long total, double factor, int per_node)
 {
     const int H = 8, r = 1;
     struct mp_routing rt;
     struct mp_placement pl;
+    int node[64]; /* per_node > 0: EP ranks on nodes of that many (replicas on rank 1's node first) */
+    for (int q = 0; q < ep && q < 64; q++)
+        node[q] = per_node > 0 ? q / per_node : 0;
     if (mp_routing_parse(routing, E, K, 5, &rt) != MP_OK ||
-        mp_placement_build(placement, E, ep, rt.prob, &pl) != MP_OK) {
+        mp_placement_build(placement, E, ep, rt.prob, &pl) != MP_OK ||
+        mp_placement_set_nodes(&pl, node) != MP_OK) {
         failures++;
         return;
     }
@@ -341,8 +345,9 @@ int main(void)
     cpu->init(&h, 0);
     printf("cuda kernels against the cpu backend on %s\n", gpu->device_name(g));
     check_moves(3000, 1024);
-    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0);
-    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5);
+    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0, 0);
+    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0);
+    check_plan("eplb:12", "zipf:1.1", 32, 6, 4, 300, 0.5, 3);
     check_gate(4096, 2048, 128, 8);
     check_ffn(1024, 512, 8, 33, 8);
     check_ffn(7168, 256, 4, 129, 4);

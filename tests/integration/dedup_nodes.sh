@@ -3,7 +3,8 @@
 # ranks (ci/emucluster). (1) Counts: the cpu + mpi layer passes --check, and every rank's rows and
 # bytes on the wire, those to the other node included, are the model's for the same sweep on the
 # cpu-host profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to
-# node on some point. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
+# node on some point; node's hop times are there, non-negative and within their phase, and empty
+# for pair and rank. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
 # the absolute errors over the batches, per mode). Skips (77) where network namespaces cannot be
 # created, or when the machine is too noisy to judge.
@@ -29,7 +30,7 @@ sweep="--hidden 64 --ffn 32 --experts 16 --topk 4 --shared 1 --layout tp1ep4,tp2
 # shellcheck disable=SC2086
 "$BIN/moeperf-layer" --backend model --comm model --cluster cpu-host --world 4 $sweep \
     --out "$TMP/modelled" || fail "modelled sweep exit $?"
-python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "measured and modelled bytes differ"
+python3 - "$TMP/measured" "$TMP/modelled" <<'PY' || fail "measured and modelled files disagree"
 import csv, sys
 key = ["layout", "routing", "placement", "dedup", "batch"]
 def load(d, name, extra):
@@ -54,6 +55,23 @@ for k, b in inter.items():
     saved += b["node"] < b["rank"]
     print(k, "bytes_internode", b)
 assert saved, "node never sent fewer inter-node bytes than rank"
+# node's hop times (docs/METRICS.md, "Hop times"): present and non-negative for node, their sum
+# within the phase (per iteration the slowest rank's; per rank its medians), empty for pair and rank
+hops = {"dispatch_us": ("dispatch_inter_us", "dispatch_intra_us"),
+        "combine_us": ("combine_inter_us", "combine_intra_us")}
+for d in sys.argv[1:3]:
+    for name in ("layer_samples.csv", "layer_ranks.csv", "layer.csv"):
+        rows = list(csv.DictReader(open(f"{d}/{name}")))
+        assert rows and all(c in rows[0] for p in hops.values() for c in p), (d, name)
+        for r in rows:
+            for phase, parts in hops.items():
+                if r["dedup"] != "node":
+                    assert all(r[c] == "" for c in parts), (d, name, r["dedup"], phase)
+                    continue
+                t = [float(r[c]) for c in parts]
+                assert min(t) >= 0, (d, name, phase, t)
+                if name != "layer.csv": # a median of sums is not the sum of medians
+                    assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
 PY
 "$EMU" down --name "$NAME" >/dev/null 2>&1
 }

@@ -15,6 +15,10 @@ UPDATE=${2:-}
 "$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
     --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \
     --iters 3 --quiet --out "$TMP/model_overlap" || fail "model --overlap run exit $?"
+# replicas on some ranks of two nodes (the copy on the token's node first) and --dedup node's hops
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+    --layout tp1ep16 --batch 64,512 --routing zipf:1.2 --placement eplb:8,replicate-hot:2 \
+    --dedup pair,node --iters 2 --quiet --out "$TMP/model_eplb" || fail "model eplb run exit $?"
 mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 \
     --layout tp1ep4,tp2ep2 --batch 1,24 --routing uniform,hot:2:30,gate --placement contiguous,round-robin \
     --warmup 1 --iters 2 --check --no-flush-cache --quiet --out "$TMP/layer" || fail "layer run exit $?"
@@ -48,7 +52,7 @@ PY
 }
 
 files="model/layer.csv model/layer_ranks.csv model/layer_samples.csv model_overlap/layer.csv
-    model_overlap/layer_ranks.csv layer/layer.csv layer/layer_ranks.csv layer/layer_samples.csv
+    model_overlap/layer_ranks.csv model_eplb/layer.csv model_eplb/layer_ranks.csv layer/layer.csv layer/layer_ranks.csv layer/layer_samples.csv
     layer_modes/layer.csv layer_modes/layer_ranks.csv layer_overlap/layer.csv
     layer_overlap/layer_ranks.csv a2a/a2a.csv a2a/a2a_samples.csv
     a2a_moe/a2a.csv ffn/ffn.csv ffn/ffn_samples.csv"

@@ -1,7 +1,7 @@
 /* test_dedup.c - the rows and bytes each --dedup mode puts on every link equal a brute-force count
  * made token by token from the route table, on nodes of 1, 2 and 4 EP ranks, with plain and
- * replicated placements; deduplication never adds inter-node bytes, and with one rank per node the
- * node mode is the rank mode. */
+ * replicated placements (a replica on the token's rank, else on its node, first); deduplication
+ * never adds inter-node bytes, and with one rank per node the node mode is the rank mode. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -35,6 +35,23 @@ static int bf_relay(int n, int e, int tp, int gpn)
     return theirs[idx % nt];
 }
 
+/* The brute force's own replica rule: rank e itself when it holds x; else the holders of x on e's
+ * node (ascending), the t-th modulo their number; else all holders likewise. */
+static int bf_dest(const struct mp_placement *pl, int e, int x, long t, int tp, int gpn)
+{
+    int all[EP], na = 0, near[EP], nn = 0;
+    for (int q = 0; q < EP; q++)
+        for (int i = pl->local_off[q]; i < pl->local_off[q + 1]; i++)
+            if (pl->local_ids[i] == x) {
+                if (q == e)
+                    return e;
+                all[na++] = q;
+                if (bf_node(q, tp, gpn) == bf_node(e, tp, gpn))
+                    near[nn++] = q;
+            }
+    return nn ? near[t % nn] : all[t % na];
+}
+
 static int has(const int *v, int n, int x)
 {
     for (int i = 0; i < n; i++)
@@ -56,7 +73,7 @@ static void brute(enum mp_dedup mode, const struct mp_placement *pl, const int32
         for (long t = tok0; t < tok0 + n; t++) {
             int dest[K], nd = 0, all[K];
             for (int k = 0; k < K; k++) {
-                all[k] = mp_placement_dest(pl, e, ids[t * K + k], t);
+                all[k] = bf_dest(pl, e, ids[t * K + k], t, tp, gpn);
                 if (all[k] != e && !has(dest, nd, all[k]))
                     dest[nd++] = all[k];
             }
@@ -116,7 +133,10 @@ int main(void)
             struct mp_placement pl;
             CHECK_INT(mp_placement_build(placements[pi], E, EP, rt.prob, &pl), MP_OK);
             for (int li = 0; li < 4; li++) {
-                int tp = layouts[li][0], gpn = layouts[li][1];
+                int tp = layouts[li][0], gpn = layouts[li][1], node[EP];
+                for (int p = 0; p < EP; p++)
+                    node[p] = mp_dedup_node_of(p, tp, gpn);
+                CHECK_INT(mp_placement_set_nodes(&pl, node), MP_OK); /* as the benchmarks do */
                 double inter_of[3], rank_rows[EP * EP];
                 for (int mode = MP_DEDUP_PAIR; mode <= MP_DEDUP_NODE; mode++) {
                     double intra_b, inter_b;

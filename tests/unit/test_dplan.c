@@ -141,13 +141,20 @@ static void compare_rank(const struct mp_placement *pl, int ep, int K, long tota
     free(cell);
 }
 
+/* `per_node` > 0: EP ranks on nodes of that many, so replicas on the source's node come first. */
 static void run_case(const char *placement, const char *routing, int E, int ep, int K, long total,
-                     double factor)
+                     double factor, int per_node)
 {
     struct mp_routing rt;
     struct mp_placement pl;
     CHECK_INT(mp_routing_parse(routing, E, K, 11, &rt), MP_OK);
     CHECK_INT(mp_placement_build(placement, E, ep, rt.prob, &pl), MP_OK);
+    if (per_node > 0) {
+        int node[64];
+        for (int q = 0; q < ep && q < 64; q++)
+            node[q] = q / per_node;
+        CHECK_INT(mp_placement_set_nodes(&pl, node), MP_OK);
+    }
     int32_t *ids = malloc((size_t)total * K * sizeof *ids);
     float *w = malloc((size_t)total * K * sizeof *w);
     mp_routing_draw(&rt, 11, 0, total, 0, total, ids, w);
@@ -171,11 +178,13 @@ int main(void)
     CHECK_INT(mp_dplan_row(5, 17, 15, 3, 4), mp_padded_row(1, 1, 2, 4, 3));
     CHECK_INT(mp_dplan_row(5, 18, 15, 3, 4), -1);
 
-    run_case("contiguous", "uniform", 8, 4, 2, 37, 0);
-    run_case("round-robin", "zipf:1.2", 12, 3, 4, 50, 1.0);
-    run_case("replicate-hot:2", "hot:2:10", 16, 4, 4, 64, 0.5);
-    run_case("eplb:5", "hot:3:6", 13, 4, 3, 41, 1.25);
-    run_case("contiguous", "hot:1:20", 8, 1, 2, 9, 0.5); /* one rank: everything local */
-    run_case("replicate-hot:1", "uniform", 6, 4, 2, 3, 0); /* ranks without tokens */
+    run_case("contiguous", "uniform", 8, 4, 2, 37, 0, 0);
+    run_case("round-robin", "zipf:1.2", 12, 3, 4, 50, 1.0, 0);
+    run_case("replicate-hot:2", "hot:2:10", 16, 4, 4, 64, 0.5, 0);
+    run_case("eplb:5", "hot:3:6", 13, 4, 3, 41, 1.25, 0);
+    run_case("eplb:7", "hot:3:6", 13, 6, 3, 41, 1.25, 3); /* replicas on and off the node */
+    run_case("eplb:9", "zipf:1.2", 16, 8, 4, 77, 0, 2);
+    run_case("contiguous", "hot:1:20", 8, 1, 2, 9, 0.5, 0); /* one rank: everything local */
+    run_case("replicate-hot:1", "uniform", 6, 4, 2, 3, 0, 0); /* ranks without tokens */
     return check_failures != 0;
 }

@@ -58,6 +58,18 @@ int main(void)
     CHECK_NEAR(m.dispatch_intranode_GBps, 300 / 60.0 / 1e3, 1e-15);
     CHECK(isnan(m.dispatch_internode_GBps) && isnan(m.combine_internode_GBps));
     CHECK_STR(mp_iter_metric_names[0], "layer_us");
-    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "combine_internode_GBps");
+    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "combine_intra_us");
+    /* --dedup node's hop times are those of each phase's slowest rank (rank 0's dispatch of 60,
+     * rank 1's combine of 20) */
+    r[0].dispatch_inter_us = 30, r[0].dispatch_intra_us = 20;
+    r[1].dispatch_inter_us = r[1].dispatch_intra_us = 1;
+    r[0].combine_inter_us = r[0].combine_intra_us = 2;
+    r[1].combine_inter_us = 12, r[1].combine_intra_us = 5;
+    mp_metrics_iter(r, 2, &m);
+    CHECK_NEAR(m.dispatch_inter_us, 30, 0);
+    CHECK_NEAR(m.dispatch_intra_us, 20, 0);
+    CHECK_NEAR(m.combine_inter_us, 12, 0);
+    CHECK_NEAR(m.combine_intra_us, 5, 0);
+    CHECK(m.dispatch_inter_us + m.dispatch_intra_us <= m.dispatch_us);
     CHECK_DONE();
 }

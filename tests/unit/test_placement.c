@@ -1,4 +1,7 @@
 /* test_placement.c - placement: run sizes, round-robin, hot replicas, holder lists, errors. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "check.h"
 #include "error.h"
 #include "placement.h"
@@ -191,6 +194,70 @@ static void test_dest_single_rank(void)
     mp_placement_free(&p);
 }
 
+/* A placement from a held matrix held[e·ep + r] (the lists built as mp_placement_build does). */
+static void from_held(struct mp_placement *p, const char *held, int experts, int ep)
+{
+    memset(p, 0, sizeof *p);
+    p->experts = experts, p->ep = ep;
+    p->local_off = calloc((size_t)ep + 1, sizeof(int));
+    p->holder_off = calloc((size_t)experts + 1, sizeof(int));
+    p->home = calloc((size_t)experts, sizeof(int));
+    p->holders = calloc((size_t)experts * ep, sizeof(int));
+    p->local_ids = calloc((size_t)experts * ep, sizeof(int));
+    int n = 0;
+    for (int r = 0; r < ep; r++) {
+        for (int e = 0; e < experts; e++)
+            if (held[e * ep + r])
+                p->local_ids[n++] = e;
+        p->local_off[r + 1] = n;
+        if (n - p->local_off[r] > p->max_local)
+            p->max_local = n - p->local_off[r];
+    }
+    n = 0;
+    for (int e = 0; e < experts; e++) {
+        for (int r = ep - 1; r >= 0; r--)
+            if (held[e * ep + r])
+                p->home[e] = r;
+        for (int r = 0; r < ep; r++)
+            if (held[e * ep + r])
+                p->holders[n++] = r;
+        p->holder_off[e + 1] = n;
+    }
+}
+
+/* The replica rule: own rank, else a copy on the token's node (rotating among them by token),
+ * else the rotation among all copies; without nodes, own rank then all copies. */
+static void test_dest_nodes(void)
+{
+    enum { EPR = 6, EX = 3 };
+    /* nodes {0 1 2} {3 4 5}; expert 0 on 1 2 4, expert 1 on 3 only, expert 2 on 0 3 5 */
+    static const char held[EX * EPR] = {0, 1, 1, 0, 1, 0, /**/ 0, 0, 0, 1, 0, 0, /**/ 1, 0, 0, 1, 0, 1};
+    static const int node[EPR] = {0, 0, 0, 1, 1, 1};
+    struct mp_placement p;
+    from_held(&p, held, EX, EPR);
+    check_consistent(&p);
+    int far = 0;
+    for (long t = 0; t < 12; t++) /* no nodes: copies in turn, the other node's too */
+        far += mp_placement_dest(&p, 0, 0, t) == 4;
+    CHECK_INT(far, 4);
+    CHECK_INT(mp_placement_set_nodes(&p, node), MP_OK);
+    for (long t = 0; t < 12; t++) {
+        CHECK_INT(mp_placement_dest(&p, 1, 0, t), 1);                /* own rank */
+        CHECK_INT(mp_placement_dest(&p, 0, 0, t), t % 2 ? 2 : 1);    /* own node, in turn */
+        CHECK_INT(mp_placement_dest(&p, 2, 0, t), 2);                /* own rank */
+        CHECK_INT(mp_placement_dest(&p, 3, 0, t), 4);                /* the node's one copy */
+        CHECK_INT(mp_placement_dest(&p, 5, 0, t), 4);
+        CHECK_INT(mp_placement_dest(&p, 0, 1, t), 3);                /* none on the node */
+        CHECK_INT(mp_placement_dest(&p, 4, 2, t), t % 2 ? 5 : 3);    /* own node, in turn */
+        CHECK_INT(mp_placement_dest(&p, 1, 2, t), 0);
+    }
+    CHECK_INT(mp_placement_node_holders(&p, 0, 0), 2);
+    CHECK_INT(mp_placement_node_holders(&p, 0, 1), 0);
+    CHECK_INT(mp_placement_set_nodes(&p, NULL), MP_OK); /* forgotten: the old rotation again */
+    CHECK_INT(mp_placement_dest(&p, 0, 0, 2), 4);
+    mp_placement_free(&p);
+}
+
 static void test_errors(void)
 {
     struct mp_placement p;
@@ -215,6 +282,7 @@ int main(void)
     test_round_robin();
     test_replicate_hot();
     test_dest_single_rank();
+    test_dest_nodes();
     test_errors();
     CHECK_DONE();
 }

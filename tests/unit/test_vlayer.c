@@ -4,7 +4,8 @@
  * the latencies it adds; the overlap efficiency stays within [0, 1] in both cases. The padded
  * dispatch moves whole slots with no count round and drops what a tight capacity cuts; a
  * straggler lengthens its own FFN and every rank's wait, not the communication; the bytes per
- * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node.
+ * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node;
+ * --dedup node's hop times add up to its dispatch and, with the wait, to its combine.
  * Deduplicated per rank: padded slots move (ep − 1)·cap rows each way whatever the routing, and
  * pipelined chunks of tokens add up to the unpipelined rows, with the metadata ahead of them. */
 #include <math.h>
@@ -113,6 +114,48 @@ static void check_link_bytes(const struct mp_cluster *base, int gpn)
     mp_point_result_free(&res);
 }
 
+/* --dedup node on nodes of 2 ranks: each rank's dispatch is its inter-node hop plus its
+ * intra-node forward, its combine the two returns plus its wait for the slowest FFN and TP reduce
+ * (docs/METRICS.md, "Hop times"), every part positive, and the iteration's hop times are those of
+ * each phase's slowest rank; pair and rank leave them empty (NAN). */
+static void check_hop_times(const struct mp_cluster *base)
+{
+    struct mp_cluster cl = *base;
+    cl.gpus_per_node = 2;
+    for (int mode = MP_DEDUP_PAIR; mode <= MP_DEDUP_NODE; mode++) {
+        struct mp_point pt = {.batch = 256, .seq = 1, .routing = &routing, .placement = &placement,
+                              .iters = ITERS, .overlap = 1, .dedup = mode};
+        struct mp_point_result res;
+        CHECK_INT(mp_vlayer_run(&cl, &model, 1, EP, 5, &pt, &res), MP_OK);
+        for (int it = 0; it < ITERS; it++) {
+            const struct mp_rank_iter *r = &res.ranks[(size_t)it * EP];
+            const struct mp_iter_metrics *m = &res.metrics[it];
+            if (mode != MP_DEDUP_NODE) {
+                for (int p = 0; p < EP; p++)
+                    CHECK(isnan(r[p].dispatch_inter_us) && isnan(r[p].dispatch_intra_us) &&
+                          isnan(r[p].combine_inter_us) && isnan(r[p].combine_intra_us));
+                CHECK(isnan(m->dispatch_inter_us) && isnan(m->combine_intra_us));
+                continue;
+            }
+            double slowest = 0;
+            for (int p = 0; p < EP; p++)
+                slowest = fmax(slowest, r[p].ffn + r[p].tp_reduce);
+            for (int p = 0; p < EP; p++) {
+                const struct mp_rank_iter *x = &r[p];
+                CHECK(x->dispatch_inter_us > 0 && x->dispatch_intra_us > 0);
+                CHECK(x->combine_inter_us > 0 && x->combine_intra_us > 0);
+                CHECK_NEAR(x->dispatch_inter_us + x->dispatch_intra_us, x->dispatch,
+                           1e-9 * x->dispatch);
+                CHECK_NEAR(x->combine - x->combine_inter_us - x->combine_intra_us,
+                           slowest - x->ffn - x->tp_reduce, 1e-9 * x->combine);
+            }
+            CHECK(m->dispatch_inter_us + m->dispatch_intra_us <= m->dispatch_us * (1 + 1e-12));
+            CHECK(m->combine_inter_us + m->combine_intra_us <= m->combine_us * (1 + 1e-12));
+        }
+        mp_point_result_free(&res);
+    }
+}
+
 static double median(const struct mp_point_result *r, size_t k)
 {
     double v[ITERS];
@@ -134,6 +177,7 @@ int main(void)
     CHECK_INT(mp_cluster_resolve("h100-ndr", &h100), MP_OK);
     CHECK_INT(mp_routing_parse("uniform", model.experts, model.topk, 5, &routing), MP_OK);
     CHECK_INT(mp_placement_build("contiguous", model.experts, EP, routing.prob, &placement), MP_OK);
+    check_hop_times(&h100);
 
     /* --overlap 1 (and 0, the field's default) is the unpipelined model, bit for bit */
     struct mp_point_result r0 = run(&h100, 256, 0), r1 = run(&h100, 256, 1);
