@@ -262,6 +262,20 @@ int mp_placement_local_index(const struct mp_placement *p, int ep_rank, int expe
     return lo < p->local_off[ep_rank + 1] && ids[lo] == expert ? lo - p->local_off[ep_rank] : -1;
 }
 
+int mp_placement_pack_nodes(struct mp_placement *p, int tp, int gpus_per_node)
+{
+    int *node = malloc((size_t)p->ep * sizeof *node);
+    if (!node) {
+        mp_error("out of memory recording the nodes of %d EP ranks", p->ep);
+        return MP_ERR_RUNTIME;
+    }
+    for (int q = 0; q < p->ep; q++)
+        node[q] = (int)((long)q * tp / (gpus_per_node > 0 ? gpus_per_node : 1));
+    int rc = mp_placement_set_nodes(p, node);
+    free(node);
+    return rc;
+}
+
 int mp_placement_set_nodes(struct mp_placement *p, const int *node)
 {
     int *copy = NULL;

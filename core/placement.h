@@ -48,6 +48,11 @@ int mp_placement_local_index(const struct mp_placement *p, int ep_rank, int expe
  * MP_OK or MP_ERR_RUNTIME (out of memory; the placement keeps its nodes). */
 int mp_placement_set_nodes(struct mp_placement *p, const int *node);
 
+/* The nodes of a cluster profile's ranks, packed gpus_per_node to a node, each EP rank on the node
+ * of its first TP rank (q·tp / gpus_per_node, as the model's exchanges count them), for a replay
+ * of a run on the model (calibration, the planner). MP_OK or MP_ERR_RUNTIME (out of memory). */
+int mp_placement_pack_nodes(struct mp_placement *p, int tp, int gpus_per_node);
+
 /* The rank that serves (token, expert) for a token living on `src`, the one replica rule every
  * plan, count and model follows: src itself if it holds a copy; else, when ranks of src's node
  * hold copies, the (token mod m)-th of those m ranks (ascending); else holders[token mod

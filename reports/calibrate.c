@@ -230,6 +230,8 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         if (rc == MP_OK)
             rc = mp_placement_build(cell(t, r, MPC_placement), m->experts, p->ep, p->routing.prob,
                                     &p->placement);
+        if (rc == MP_OK) /* the run's nodes, as its replica choice saw them */
+            rc = mp_placement_pack_nodes(&p->placement, p->tp, set->base.gpus_per_node);
         if (rc == MP_OK) {
             struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
                                   .placement = &p->placement, .iters = CAL_DRAWS,

@@ -105,6 +105,10 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
     if (rc != MP_OK)
         return rc;
+    if ((rc = mp_placement_pack_nodes(&pl, tp, q->cluster.gpus_per_node)) != MP_OK) {
+        mp_placement_free(&pl);
+        return rc;
+    }
     struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
                           .iters = q->iters, .overlap = overlap, .dedup = dedup};
     struct mp_point_result res;

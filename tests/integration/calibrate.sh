@@ -58,10 +58,12 @@ PY
 }
 # ---- 1b. every mode replayed as it ran ----
 # the model's own runs of each dispatch and dedup mode (and a group limit), predicted with the
-# profile that made them: every point's error is 0.0%, so each point was replayed in its own mode
+# profile that made them: every point's error is 0.0%, so each point was replayed in its own mode,
+# its replicas chosen on the run's nodes (eplb:32 on two 8-GPU nodes)
 replay() {
 M="--backend model --comm model --cluster $TMP/truth.ini --world 16 --model seed-k3 --hidden 1024
-   --ffn 512 --experts 64 --layout tp1ep16 --batch 16,512 --routing uniform --group-limit off,2:1
+   --ffn 512 --experts 64 --layout tp1ep16 --batch 16,4096 --routing zipf:1.2 --group-limit off,2:1
+   --placement contiguous,eplb:32
    --warmup 0 --iters 8 --quiet"
 "$BIN/moeperf-layer" $M --dispatch dynamic,padded,padded:1 --out "$TMP/modes" ||
     fail "model run of the dispatch modes"
