@@ -7,6 +7,7 @@
 #include "error.h"
 #include "padded.h"
 #include "plan.h"
+#include "plan_dedup.h"
 #include "registry.h"
 
 const char *const mp_dedup_choices[] = {"pair", "rank", "node", NULL};
@@ -40,8 +41,8 @@ long mp_dedup_padded_capacity(long tokens, int K, int experts, int max_local, do
 }
 
 long mp_dedup_padded_walk(const struct mp_placement *pl, int ep, long total, int K,
-                          const int32_t *ids, float *w, long cap, double *exp_pairs,
-                          double *dropped, double *local)
+                          const int32_t *ids, float *w, long cap, const int *ep_node,
+                          double *exp_pairs, double *dropped, double *local)
 {
     long *rows = calloc((size_t)ep, sizeof *rows), *last = malloc((size_t)ep * sizeof *last);
     char *kept = calloc((size_t)ep, 1);
@@ -61,8 +62,10 @@ long mp_dedup_padded_walk(const struct mp_placement *pl, int ep, long total, int
         for (long t = tok0; t < tok0 + n; t++)
             for (int k = 0; k < K; k++) {
                 int32_t x = ids[t * K + k];
-                int q = mp_placement_dest(pl, e, x, t);
-                if (last[q] != t) { /* t's row at q: kept while q's slot has room */
+                int d = mp_placement_dest(pl, e, x, t), q = d;
+                if (ep_node && ep_node[d] != ep_node[e])
+                    q = mp_dedup_relay(ep_node, ep, e, ep_node[d]);
+                if (last[q] != t) { /* t's row at target q: kept while q's slot has room */
                     last[q] = t;
                     kept[q] = rows[q]++ < cap;
                 }
@@ -72,9 +75,9 @@ long mp_dedup_padded_walk(const struct mp_placement *pl, int ep, long total, int
                         w[t * K + k] = 0;
                     continue;
                 }
-                own += q == e;
+                own += d == e;
                 if (exp_pairs)
-                    exp_pairs[(size_t)q * pl->max_local + mp_placement_local_index(pl, q, x)]++;
+                    exp_pairs[(size_t)d * pl->max_local + mp_placement_local_index(pl, d, x)]++;
             }
         if (dropped)
             dropped[e] = drop;

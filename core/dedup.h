@@ -40,17 +40,20 @@ double mp_dedup_meta_bytes(enum mp_dedup mode, int K);
  * experts, F) (kernels/padded.h), at most `tokens`: never more slot rows than --dedup pair's. */
 long mp_dedup_padded_capacity(long tokens, int K, int experts, int max_local, double factor);
 
-/* The pairs --dispatch padded with --dedup rank keeps, walked token by token for the whole batch
- * of `total` tokens split over `ep` ranks as mp_token_split does (ids [total·K]): a source's row
- * at rank q (one per token with a pair served at q, by mp_placement_dest) is kept when fewer than
- * `cap` of its earlier tokens have one there, else dropped with every pair it carries. Fills, when
+/* The pairs --dispatch padded with --dedup rank or node keeps, walked token by token for the whole
+ * batch of `total` tokens split over `ep` ranks as mp_token_split does (ids [total·K]): a source's
+ * row at target q (rank mode, ep_node NULL: the rank serving a pair, by mp_placement_dest; node
+ * mode, ep_node [ep] the node of each EP rank: that rank when on the source's node, else the
+ * source's relay on its node, mp_dedup_relay) is kept when fewer than `cap` of its earlier tokens
+ * have one there, else dropped with every pair it carries (node's forwards never drop: their slots
+ * are lossless). Fills, when
  * not NULL: exp_pairs [ep·max_local] the kept pairs of each (rank, local expert), dropped [ep] and
  * local [ep] the pairs each source dropped and kept on itself; with w non-NULL zeroes the dropped
  * pairs' weights (the --check reference's routing). Returns the pairs dropped in all, or −1 out of
  * memory. Independent of the plan the measured layer builds (core/plan_dedup.h). */
 long mp_dedup_padded_walk(const struct mp_placement *pl, int ep, long total, int K,
-                          const int32_t *ids, float *w, long cap, double *exp_pairs,
-                          double *dropped, double *local);
+                          const int32_t *ids, float *w, long cap, const int *ep_node,
+                          double *exp_pairs, double *dropped, double *local);
 
 /* The node of EP rank p when every EP rank has tp ranks and nodes hold gpus_per_node ranks: the
  * node of its first TP rank, p·tp / gpus_per_node (as the model's exchange counts it). */

@@ -1,10 +1,13 @@
-/* dispatch_dedup_padded.c - the padded dispatch deduplicated per rank (--dispatch padded[:F]
- * --dedup rank): every source sends every EP rank one fixed slot of mp_dedup_padded_capacity rows,
- * each a token with its top-K metadata (padding: no choice), so no count exchange precedes the
- * data; the destination expands the rows into its experts' blocks, runs them, and returns the slot
+/* dispatch_dedup_padded.c - the padded dispatch deduplicated (--dispatch padded[:F] with --dedup
+ * rank or node): every source sends each of its possible targets one fixed slot of
+ * mp_dedup_padded_capacity rows (rank: every EP rank; node: the ranks of its node and its relay on
+ * each other node), each a token with its top-K metadata (padding: no choice), so no count
+ * exchange precedes the data; node's relays forward in fixed slots too (lossless); the
+ * destination expands the rows into its experts' blocks, runs them, and returns every slot
  * pre-weighted and summed; rows past a slot's capacity are dropped with their pairs (route on the
- * host | permute into slots, rows and metadata all-to-all, expand | FFN | TP reduce | weighted sum
- * per row, all-to-all back, sum into tokens). */
+ * host | permute into slots, rows and metadata all-to-all, node: forward slots, expand | FFN | TP
+ * reduce | weighted sum per row, node: forwards back and added, all-to-all back, sum into
+ * tokens). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +23,14 @@ static void free_slots(struct mp_layer *L)
 {
     L->ops->free(L->dev, L->dpad.send);
     L->ops->free(L->dev, L->dpad.recv);
+    L->ops->free(L->dev, L->dpad.fwd);
     free(L->dpad.tok);
+    free(L->dpad.fsrc);
     free(L->dpad.w);
+    free(L->dpad.fw);
     free(L->dpad.meta);
-    free(L->dpad.peer_rows);
-    free(L->dpad.peer_displ);
+    free(L->dpad.fmeta);
+    free(L->dpad.send1);
     memset(&L->dpad, 0, sizeof L->dpad);
 }
 
@@ -40,82 +46,141 @@ static int dedup_padded_reserve(struct mp_layer *L, const struct mp_point *pt, l
     return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
 }
 
-/* Slots of the point's capacity (`tokens_per_rank`: the most tokens a rank holds), their buffers
- * (grown after a collective memory check, never inside timed loops), and the host plan sized for
- * them. */
+static long sum_of(const int *v, int n)
+{
+    long s = 0;
+    for (int i = 0; i < n; i++)
+        s += v[i];
+    return s;
+}
+
+static void displ_of(const int *rows, int n, long from, int *displ)
+{
+    for (int i = 0; i < n; i++) {
+        displ[i] = (int)from;
+        from += rows[i];
+    }
+}
+
+/* A backend buffer of at least `rows` rows in *buf (holding *have), grown zero-filled. */
+static int grow(struct mp_layer *L, void **buf, long *have, long rows)
+{
+    if (rows <= *have && *buf)
+        return MP_OK;
+    L->ops->free(L->dev, *buf);
+    *have = 0;
+    if (!(*buf = mp_layer_alloc_zero(L, (size_t)(rows > 0 ? rows : 1) * L->m.hidden)))
+        return MP_ERR_RUNTIME;
+    *have = rows;
+    return MP_OK;
+}
+
+/* The point's slots: capacities, the layout of this rank's slots (every EP rank's node: the
+ * launcher's host of its first TP rank, as --dedup node's relays use), their buffers (grown after
+ * a collective memory check, never inside timed loops), and the host plan sized for them. */
 static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
 {
     const struct mp_placement *pl = pt->placement;
-    int ep = L->ep, K = L->m.topk;
-    long cap = mp_dedup_padded_capacity(tokens_per_rank, K, L->m.experts, pl->max_local,
-                                        pt->dispatch_arg);
-    long rows = (long)ep * cap;
-    size_t H = (size_t)L->m.hidden;
-    if ((double)ep * cap > 2147483647.0) {
-        mp_usage("--dispatch padded --dedup rank: %d ranks × %ld rows per slot exceed the 2^31 "
-                 "rows an MPI count holds; use a capacity factor (padded:1.25)", ep, cap);
+    struct mp_comm *c = L->comm;
+    int ep = L->ep, K = L->m.topk, me = c->ep_rank, node = pt->dedup == MP_DEDUP_NODE;
+    int *ep_node = malloc((size_t)ep * sizeof *ep_node);
+    if (!ep_node)
+        return MP_ERR_RUNTIME;
+    for (int q = 0; q < ep; q++)
+        ep_node[q] = c->node_of[q * L->tp];
+    long cap1 = mp_dedup_padded_capacity(tokens_per_rank, K, L->m.experts, pl->max_local,
+                                         pt->dispatch_arg);
+    long cap2 = node ? cap1 * mp_dedup_padded_relays(ep_node, ep) : 0;
+    if ((double)ep * (cap1 + cap2) * (node ? 2 : 1) > 2147483647.0) {
+        free(ep_node);
+        mp_usage("--dispatch padded --dedup %s: %d ranks × %ld rows per slot exceed the 2^31 rows "
+                 "an MPI count holds; use a capacity factor (padded:1.25)",
+                 mp_dedup_choices[pt->dedup], ep, cap1);
         return MP_ERR_USAGE;
     }
+    free(L->dpad.send1);
+    L->dpad.send1 = malloc(7 * (size_t)ep * sizeof(int));
+    if (!L->dpad.send1) {
+        free(ep_node);
+        return MP_ERR_RUNTIME;
+    }
+    int *a = L->dpad.send1; /* one block: the seven per-peer arrays */
+    L->dpad.sdispl1 = a + ep;
+    L->dpad.recv1 = a + 2 * ep;
+    L->dpad.rdispl1 = a + 3 * ep;
+    L->dpad.send2 = a + 4 * ep;
+    L->dpad.sdispl2 = a + 5 * ep;
+    L->dpad.recv2 = a + 6 * ep;
+    mp_dedup_padded_layout(node ? ep_node : NULL, ep, me, cap1, cap2, L->dpad.send1,
+                           L->dpad.recv1, L->dpad.send2, L->dpad.recv2);
+    L->dpad.cap1 = cap1;
+    L->dpad.cap2 = cap2;
+    L->dpad.node = node;
+    L->dpad.nsend1 = sum_of(L->dpad.send1, ep);
+    L->dpad.nrecv1 = sum_of(L->dpad.recv1, ep);
+    L->dpad.nsend2 = sum_of(L->dpad.send2, ep);
+    L->dpad.nrecv2 = sum_of(L->dpad.recv2, ep);
+    displ_of(L->dpad.send1, ep, 0, L->dpad.sdispl1);
+    displ_of(L->dpad.recv1, ep, 0, L->dpad.rdispl1);
+    displ_of(L->dpad.send2, ep, 0, L->dpad.sdispl2);
+
+    /* the host plan: node mode relays the first hop's slot rows */
     struct mp_dedup_plan *p = &L->dedup;
+    long exp = L->max_rows > L->dpad.nrecv1 + L->dpad.nrecv2 ? L->max_rows
+                                                              : L->dpad.nrecv1 + L->dpad.nrecv2;
+    long relayed = node ? L->dpad.nrecv1 : 0;
+    int rc = MP_OK;
     if (!p->send_rows || p->max_local != pl->max_local || p->max_tok < L->max_tok_rank ||
-        p->max_exp < L->max_rows || p->max_recv < rows) {
+        p->max_exp < exp || p->max_recv < exp + relayed || p->max_fwd < relayed * (K < ep ? K : ep)) {
         mp_dedup_plan_free(p);
-        long exp = L->max_rows > rows ? L->max_rows : rows;
-        if (mp_dedup_plan_alloc(p, ep, pl->max_local, K, L->max_tok_rank, exp, 0) != MP_OK) {
+        if (mp_dedup_plan_alloc(p, ep, pl->max_local, K, L->max_tok_rank, exp, relayed) != MP_OK) {
             mp_error("out of memory for the --dedup plan of %ld rows", exp);
-            return MP_ERR_RUNTIME;
+            rc = MP_ERR_RUNTIME;
+            goto out;
         }
     }
-    if (L->dpad.cap == cap && L->dpad.tok)
-        return MP_OK;
-    if (rows > L->dpad.buf_rows) {
+    memcpy(p->ep_node, ep_node, (size_t)ep * sizeof *ep_node);
+
+    /* the slot buffers, grown after a collective memory check */
+    long need = (L->dpad.nsend1 > L->dpad.send_cap ? L->dpad.nsend1 : 0) +
+                (L->dpad.nrecv1 + L->dpad.nrecv2 > L->dpad.recv_cap
+                     ? L->dpad.nrecv1 + L->dpad.nrecv2
+                     : 0) +
+                (L->dpad.nsend2 > L->dpad.fwd_cap ? L->dpad.nsend2 : 0);
+    if (need > 0) {
         char what[160];
-        snprintf(what, sizeof what, "--dispatch padded --dedup rank with %d ranks × %ld rows per "
-                 "slot", ep, cap);
-        int rc = mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory,
-                                         2.0 * (double)rows * L->row_bytes, what);
+        snprintf(what, sizeof what, "--dispatch padded --dedup %s with %d ranks × %ld rows per "
+                 "slot", mp_dedup_choices[pt->dedup], ep, cap1);
+        rc = mp_layer_memory_refusal(c, L->ops, L->dev, L->max_memory,
+                                     (double)need * L->row_bytes, what);
         if (rc != MP_OK)
-            return rc;
-    }
-    long buf = rows > L->dpad.buf_rows ? rows : L->dpad.buf_rows;
-    void *send = NULL, *recv = NULL;
-    if (rows > L->dpad.buf_rows) {
-        L->ops->free(L->dev, L->dpad.send);
-        L->ops->free(L->dev, L->dpad.recv);
-        L->dpad.send = L->dpad.recv = NULL;
-        L->dpad.buf_rows = 0;
-        send = mp_layer_alloc_zero(L, (size_t)rows * H);
-        recv = mp_layer_alloc_zero(L, (size_t)rows * H);
-    } else {
-        send = L->dpad.send;
-        recv = L->dpad.recv;
+            goto out;
     }
     free(L->dpad.tok);
     free(L->dpad.w);
     free(L->dpad.meta);
-    free(L->dpad.peer_rows);
-    free(L->dpad.peer_displ);
-    L->dpad.send = send;
-    L->dpad.recv = recv;
-    L->dpad.buf_rows = send && recv ? buf : 0;
-    L->dpad.tok = malloc((size_t)rows * sizeof *L->dpad.tok);
-    L->dpad.w = malloc((size_t)rows * sizeof *L->dpad.w);
-    L->dpad.meta = malloc((size_t)rows * K * sizeof *L->dpad.meta);
-    L->dpad.peer_rows = malloc((size_t)ep * sizeof(int));
-    L->dpad.peer_displ = malloc((size_t)ep * sizeof(int));
-    if (!send || !recv || !L->dpad.tok || !L->dpad.w || !L->dpad.meta || !L->dpad.peer_rows ||
-        !L->dpad.peer_displ) {
-        mp_error("out of memory for the --dedup rank slots: %d ranks × %ld rows", ep, cap);
+    free(L->dpad.fsrc);
+    free(L->dpad.fw);
+    free(L->dpad.fmeta);
+    long n1 = L->dpad.nsend1 > 0 ? L->dpad.nsend1 : 1, n2 = L->dpad.nsend2 > 0 ? L->dpad.nsend2 : 1;
+    L->dpad.tok = malloc((size_t)n1 * sizeof *L->dpad.tok);
+    L->dpad.w = malloc((size_t)n1 * sizeof *L->dpad.w);
+    L->dpad.meta = malloc((size_t)n1 * K * sizeof *L->dpad.meta);
+    L->dpad.fsrc = malloc((size_t)n2 * sizeof *L->dpad.fsrc);
+    L->dpad.fw = malloc((size_t)n2 * sizeof *L->dpad.fw);
+    L->dpad.fmeta = malloc((size_t)n2 * K * sizeof *L->dpad.fmeta);
+    if (!L->dpad.tok || !L->dpad.w || !L->dpad.meta || !L->dpad.fsrc || !L->dpad.fw ||
+        !L->dpad.fmeta || grow(L, &L->dpad.send, &L->dpad.send_cap, L->dpad.nsend1) != MP_OK ||
+        grow(L, &L->dpad.recv, &L->dpad.recv_cap, L->dpad.nrecv1 + L->dpad.nrecv2) != MP_OK ||
+        grow(L, &L->dpad.fwd, &L->dpad.fwd_cap, L->dpad.nsend2) != MP_OK) {
+        mp_error("out of memory for the --dedup %s slots: %d ranks × %ld rows",
+                 mp_dedup_choices[pt->dedup], ep, cap1);
         free_slots(L);
-        return MP_ERR_RUNTIME;
+        rc = MP_ERR_RUNTIME;
     }
-    for (int q = 0; q < ep; q++) {
-        L->dpad.peer_rows[q] = (int)cap;
-        L->dpad.peer_displ[q] = (int)(q * cap);
-    }
-    L->dpad.cap = cap;
-    L->dpad.slot_rows = rows;
-    return MP_OK;
+out:
+    free(ep_node);
+    return rc;
 }
 
 /* The plan is built on the host every iteration, from the routing: nothing for the backend. */
@@ -134,14 +199,15 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
     struct mp_dedup_plan *p = &L->dedup;
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, ep = L->ep;
-    long cap = L->dpad.cap, slots = L->dpad.slot_rows;
+    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, ep = L->ep, me = c->ep_rank;
+    int node = L->dpad.node;
+    long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
     size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
     int rc = MP_OK;
     long tok0;
-    mp_token_split(pt->batch * pt->seq, ep, c->ep_rank, &tok0);
+    mp_token_split(pt->batch * pt->seq, ep, me, &tok0);
 
-    /* route: the gate's or the pool's top-K on the host, each token's row per rank, into slots */
+    /* route: the gate's or the pool's top-K on the host, each token's row per target, into slots */
     MP_CHECK(mp_layer_start_aligned(L));
     MP_RANGE_PUSH("moeperf/route");
     const int32_t *ids = p->ids;
@@ -153,22 +219,38 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
         ids = pool->ids + (size_t)d * ntok * K;
         w = pool->w + (size_t)d * ntok * K;
     }
-    mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w, NULL);
-    long dropped = mp_dedup_plan_slots(p, c->ep_rank, cap, L->dpad.tok, L->dpad.w, L->dpad.meta);
+    mp_dedup_plan_send(p, pt->placement, me, tok0, ntok, ids, w, node ? p->ep_node : NULL);
+    long dropped = mp_dedup_plan_slots(p, me, L->dpad.send1, L->dpad.tok, L->dpad.w, L->dpad.meta);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
 
-    /* dispatch: whole slots and their metadata, no count exchange; expand by expert */
-    MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, slots, H, L->dpad.send));
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.send, L->dpad.peer_rows, L->dpad.peer_displ,
-                               L->dpad.recv, L->dpad.peer_rows, L->dpad.peer_displ,
-                               L->row_bytes));
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.meta, L->dpad.peer_rows, L->dpad.peer_displ,
-                               p->recv_meta, L->dpad.peer_rows, L->dpad.peer_displ, meta_bytes));
-    memcpy(p->recv_rows, L->dpad.peer_rows, (size_t)ep * sizeof(int));
+    /* dispatch: whole slots and their metadata, no count exchange (node: the forwards' slots
+     * too, after the first hop); expand by expert */
+    MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
+    if (node)
+        MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
+    MP_CHECK(c->ops->alltoallv(c, L->dpad.send, L->dpad.send1, L->dpad.sdispl1, L->dpad.recv,
+                               L->dpad.recv1, L->dpad.rdispl1, L->row_bytes));
+    MP_CHECK(c->ops->alltoallv(c, L->dpad.meta, L->dpad.send1, L->dpad.sdispl1, p->recv_meta,
+                               L->dpad.recv1, L->dpad.rdispl1, meta_bytes));
+    memcpy(p->recv_rows, L->dpad.recv1, (size_t)ep * sizeof(int));
     MP_CHECK(mp_dedup_plan_recv(p));
-    MP_CHECK(mp_dedup_plan_expand(p, -1, L->nlocal));
+    if (node) {
+        MP_CHECK(o->mark(dev, MARK_HOP0_END));
+        MP_CHECK(mp_dedup_plan_forward(p, me));
+        dropped += mp_dedup_plan_fwd_slots(p, L->dpad.send2, L->dpad.fsrc, L->dpad.fw,
+                                           L->dpad.fmeta);
+        memcpy(p->recv1_rows, L->dpad.recv2, (size_t)ep * sizeof(int));
+        MP_CHECK(mp_dedup_plan_recv_forwards(p));
+        MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
+        MP_CHECK(c->ops->alltoallv(c, L->dpad.fwd, L->dpad.send2, L->dpad.sdispl2, L->dpad.recv,
+                                   p->recv1_rows, p->recv1_displ, L->row_bytes));
+        MP_CHECK(c->ops->alltoallv(c, L->dpad.fmeta, L->dpad.send2, L->dpad.sdispl2,
+                                   p->recv_meta, p->recv1_rows, p->recv1_displ, meta_bytes));
+        MP_CHECK(o->mark(dev, MARK_HOP1_END));
+    }
+    MP_CHECK(mp_dedup_plan_expand(p, node ? me : -1, L->nlocal));
     MP_CHECK(mp_layer_check_rows(L, p->nexp));
     MP_CHECK(o->permute(dev, L->dpad.recv, p->exp_row, 0, p->nexp, H, L->expbuf));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
@@ -177,14 +259,25 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_RANGE_PUSH("moeperf/combine");
 
     /* combine: each received slot row's expert outputs summed with their weights (padding: 0),
-     * whole slots back, the returned rows (weight 1, padding 0) and the shared experts summed
-     * into token order */
-    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, slots, H,
+     * node: the forwards' slots back to their relay and added to the rows they came from, whole
+     * slots back, the returned rows (weight 1, padding 0) and the shared experts summed into
+     * token order */
+    long nin = L->dpad.nrecv1 + (node ? L->dpad.nrecv2 : 0);
+    MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H,
                         L->dpad.recv, 0));
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.peer_rows, L->dpad.peer_displ,
-                               L->dpad.send, L->dpad.peer_rows, L->dpad.peer_displ,
-                               L->row_bytes));
-    MP_CHECK(o->combine(dev, L->dpad.send, L->dpad.tok, L->dpad.w, 0, slots,
+    if (node) {
+        MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
+        MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, p->recv1_rows, p->recv1_displ, L->dpad.fwd,
+                                   L->dpad.send2, L->dpad.sdispl2, L->row_bytes));
+        MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0,
+                            L->dpad.nrecv1, H, L->dpad.recv, 1));
+        MP_CHECK(o->mark(dev, MARK_BACK1_END));
+    }
+    MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1, L->dpad.send,
+                               L->dpad.send1, L->dpad.sdispl1, L->row_bytes));
+    if (node)
+        MP_CHECK(o->mark(dev, MARK_BACK0_END));
+    MP_CHECK(o->combine(dev, L->dpad.send, L->dpad.tok, L->dpad.w, 0, n1,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
     MP_CHECK(o->mark(dev, MARK_COMBINE));
@@ -192,6 +285,12 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
 
     mp_layer_phase_times(L, rec, 0); /* no count exchange: notify 0 */
+    if (node) { /* the hops apart (docs/METRICS.md, "Hop times") */
+        rec->dispatch_inter_us = o->elapsed_us(dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
+        rec->dispatch_intra_us = o->elapsed_us(dev, MARK_HOP0_END, MARK_HOP1_END);
+        rec->combine_intra_us = o->elapsed_us(dev, MARK_BACK1_BEGIN, MARK_BACK1_END);
+        rec->combine_inter_us = o->elapsed_us(dev, MARK_BACK1_END, MARK_BACK0_END);
+    }
     rec->tokens = (double)ntok;
     rec->rows = (double)p->nexp;
     rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;
@@ -200,8 +299,10 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     rec->dropped = (double)dropped;
     rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0; /* slots out and back */
     rec->combine_intra = rec->combine_inter = 0;
-    mp_layer_add_peer_bytes(L, L->dpad.peer_rows, L->dpad.peer_rows,
-                            mp_dedup_meta_bytes(MP_DEDUP_RANK, K), rec);
+    double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K);
+    mp_layer_add_peer_bytes(L, L->dpad.send1, L->dpad.recv1, meta, rec);
+    if (node)
+        mp_layer_add_peer_bytes(L, L->dpad.send2, L->dpad.recv2, meta, rec);
 out:
     return rc;
 }
@@ -210,8 +311,9 @@ out:
 static int dedup_padded_check_routing(const struct mp_layer *L, const struct mp_point *pt,
                                       long ntok, int K, int32_t *ids, float *w)
 {
-    return mp_dedup_padded_walk(pt->placement, L->ep, ntok, K, ids, w, L->dpad.cap, NULL, NULL,
-                                NULL) < 0
+    int node = pt->dedup == MP_DEDUP_NODE;
+    return mp_dedup_padded_walk(pt->placement, L->ep, ntok, K, ids, w, L->dpad.cap1,
+                                node ? L->dedup.ep_node : NULL, NULL, NULL, NULL) < 0
                ? MP_ERR_RUNTIME
                : MP_OK;
 }
@@ -219,7 +321,7 @@ static int dedup_padded_check_routing(const struct mp_layer *L, const struct mp_
 const struct mp_dispatch_mode mp_dispatch_dedup_padded = {
     .name = "dedup_padded",
     .backend_bit = MP_DISPATCH_DEDUP_PADDED,
-    .dedup_modes = 1u << MP_DEDUP_RANK,
+    .dedup_modes = 1u << MP_DEDUP_RANK | 1u << MP_DEDUP_NODE,
     .reserve = dedup_padded_reserve,
     .setup = dedup_padded_setup,
     .plan = dedup_padded_plan,

@@ -4,6 +4,7 @@
  * experts compute (comm backends with a non-blocking all-to-all only). Every chunk's counts and
  * metadata travel first (the notify phase, node's forward plan included), so only rows move in
  * the pipeline; node's forward inside the node runs in its chunk's compute step. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,8 @@ static int dp_iterate(struct mp_layer *L, const struct mp_point *pt,
         t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
     }
     rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
+    rec->dispatch_inter_us = rec->dispatch_intra_us = NAN; /* the chunks' hops overlap compute */
+    rec->combine_inter_us = rec->combine_intra_us = NAN;
     rec->route = t_route;
     rec->notify = t_notify;
     rec->ffn = t_ffn;

@@ -104,16 +104,20 @@ struct mp_layer {
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
 
-    /* --dispatch padded with --dedup rank: fixed slots of cap rows per EP rank (slot_rows =
-     * ep·cap), their rows both ways in the backend's memory, their tokens, weights and metadata on
-     * the host (core/dispatch_dedup_padded.c) */
+    /* --dispatch padded with --dedup rank|node: fixed slots (mp_dedup_padded_layout) of the
+     * first hop (send1/recv1) and node's forwards (send2/recv2), their rows in the backend's
+     * memory (send: the first hop's out; recv: its rows in, then the forwards in; fwd: the
+     * forwards out), their tokens (or received rows), weights and metadata on the host
+     * (core/dispatch_dedup_padded.c) */
     struct {
-        long cap, slot_rows, buf_rows;
-        void *send, *recv;              /* [buf_rows × H] */
-        int32_t *tok;                   /* [slot_rows] */
-        float *w;                       /* [slot_rows] */
-        struct mp_dedup_meta *meta;     /* [slot_rows·K] */
-        int *peer_rows, *peer_displ;    /* [ep]: cap, q·cap */
+        long cap1, cap2, nsend1, nrecv1, nsend2, nrecv2; /* rows: Σ of each per-peer array */
+        int node;
+        long send_cap, recv_cap, fwd_cap;   /* rows the buffers below hold */
+        void *send, *recv, *fwd;            /* [× H] */
+        int32_t *tok, *fsrc;                /* [nsend1], [nsend2] */
+        float *w, *fw;                      /* [nsend1], [nsend2] */
+        struct mp_dedup_meta *meta, *fmeta; /* [nsend1·K], [nsend2·K] */
+        int *send1, *sdispl1, *recv1, *rdispl1, *send2, *sdispl2, *recv2; /* [ep] */
     } dpad;
 
     /* --dedup rank|node with --overlap N: one host plan per chunk of this rank's tokens, and the

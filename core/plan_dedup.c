@@ -300,28 +300,72 @@ int mp_dedup_plan_expand(struct mp_dedup_plan *p, int self, int nlocal)
     return MP_OK;
 }
 
-long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, long cap, int32_t *slot_tok,
-                         float *slot_w, struct mp_dedup_meta *slot_meta)
+void mp_dedup_padded_layout(const int *ep_node, int ep, int me, long cap1, long cap2, int *send1,
+                            int *recv1, int *send2, int *recv2)
 {
-    int K = p->K;
-    long dropped = 0;
-    for (int q = 0; q < p->ep; q++)
-        for (long i = 0; i < cap || i < p->send_rows[q]; i++) {
-            long r = p->send_displ[q] + i;
-            const struct mp_dedup_meta *m = p->send_meta + (size_t)r * K;
-            if (i >= cap) { /* past the slot: dropped with its pairs */
+    for (int q = 0; q < ep; q++) {
+        int same = !ep_node || ep_node[q] == ep_node[me];
+        send1[q] = same || mp_dedup_relay(ep_node, ep, me, ep_node[q]) == q ? (int)cap1 : 0;
+        recv1[q] = same || mp_dedup_relay(ep_node, ep, q, ep_node[me]) == me ? (int)cap1 : 0;
+        send2[q] = recv2[q] = ep_node && same && q != me ? (int)cap2 : 0;
+    }
+}
+
+int mp_dedup_padded_relays(const int *ep_node, int ep)
+{
+    int most = 0;
+    for (int r = 0; r < ep; r++) {
+        int n = 0;
+        for (int s = 0; s < ep; s++)
+            n += ep_node[s] != ep_node[r] && mp_dedup_relay(ep_node, ep, s, ep_node[r]) == r;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* One side's rows (rows[q] bound for q from displ[q], their source index and metadata) into
+ * slots of slot_rows[q]; counts the pairs of rows past a slot, and of those bound for `self`. */
+static long fill_slots(int ep, int K, const int *rows, const int *displ, const int32_t *src,
+                       const struct mp_dedup_meta *meta, const int *slot_rows, int self,
+                       int32_t *slot_src, float *slot_w, struct mp_dedup_meta *slot_meta,
+                       long *self_dropped)
+{
+    long dropped = 0, s = 0;
+    for (int q = 0; q < ep; q++)
+        for (long i = 0; i < slot_rows[q] || i < rows[q]; i++) {
+            long r = displ[q] + i;
+            const struct mp_dedup_meta *m = meta + (size_t)r * K;
+            if (i >= slot_rows[q]) { /* past the slot: dropped with its pairs */
                 for (int j = 0; j < K; j++) {
                     dropped += m[j].li >= 0;
-                    p->local_pairs -= q == ep_rank && m[j].li >= 0;
+                    *self_dropped += q == self && m[j].li >= 0;
                 }
                 continue;
             }
-            size_t s = (size_t)q * cap + i;
-            int row = i < p->send_rows[q];
-            slot_tok[s] = row ? p->send_tok[r] : 0;
+            int row = i < rows[q];
+            slot_src[s] = row ? src[r] : 0;
             slot_w[s] = row ? 1.0f : 0.0f;
             for (int j = 0; j < K; j++)
-                slot_meta[s * K + j] = row ? m[j] : (struct mp_dedup_meta){.li = -1, .w = 0};
+                slot_meta[(size_t)s * K + j] = row ? m[j] : (struct mp_dedup_meta){.li = -1, .w = 0};
+            s++;
         }
     return dropped;
+}
+
+long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, const int *slot_rows,
+                         int32_t *slot_tok, float *slot_w, struct mp_dedup_meta *slot_meta)
+{
+    long own = 0;
+    long dropped = fill_slots(p->ep, p->K, p->send_rows, p->send_displ, p->send_tok, p->send_meta,
+                              slot_rows, ep_rank, slot_tok, slot_w, slot_meta, &own);
+    p->local_pairs -= own;
+    return dropped;
+}
+
+long mp_dedup_plan_fwd_slots(const struct mp_dedup_plan *p, const int *slot_rows,
+                             int32_t *slot_src, float *slot_w, struct mp_dedup_meta *slot_meta)
+{
+    long own = 0;
+    return fill_slots(p->ep, p->K, p->fwd_rows, p->fwd_displ, p->fwd_src, p->fwd_meta, slot_rows,
+                      -1, slot_src, slot_w, slot_meta, &own);
 }

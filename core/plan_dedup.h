@@ -85,14 +85,35 @@ void mp_dedup_plan_send(struct mp_dedup_plan *p, const struct mp_placement *pl, 
                         long tok0, long ntok, const int32_t *ids, const float *w,
                         const int *ep_node);
 
-/* --dispatch padded (rank mode, after mp_dedup_plan_send for EP rank ep_rank): lay the send side
- * out in fixed slots of `cap` rows per EP rank. Slot row q·cap + i holds row i bound for q when i
- * < min(send_rows[q], cap); the others are padding (token 0, weight 0, every choice −1), and the
- * rows past cap are dropped with their pairs. slot_tok, slot_w [ep·cap], slot_meta [ep·cap·K]
- * (slot_w: 1 for a row, 0 for padding: the combine's weight of the row coming back). Sets
- * local_pairs to the pairs kept on ep_rank; returns the pairs dropped. */
-long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, long cap, int32_t *slot_tok,
-                         float *slot_w, struct mp_dedup_meta *slot_meta);
+/* --dispatch padded with --dedup rank or node: the fixed slots of EP rank `me` (mp_dedup_padded
+ * _capacity's cap1 rows per first-hop target, cap2 per forward). First hop: a slot of cap1 rows to
+ * every target a token of `me` can have, every rank with rank mode (ep_node NULL), the ranks of
+ * me's node and me's relay on every other node with node mode (mp_dedup_relay); received alike
+ * from every source that has me as a target. Node's forwards: a slot of cap2 rows to every other
+ * rank of me's node, received alike. Fills send1/recv1/send2/recv2 [ep], rows per peer (0 where
+ * no slot). */
+void mp_dedup_padded_layout(const int *ep_node, int ep, int me, long cap1, long cap2, int *send1,
+                            int *recv1, int *send2, int *recv2);
+
+/* The most sources on other nodes that relay through one rank (mp_dedup_relay), for node mode's
+ * lossless forward slots (cap2 = this · cap1: a relay forwards at most each row it received once
+ * to each rank); 0 with one node. */
+int mp_dedup_padded_relays(const int *ep_node, int ep);
+
+/* Lay the send side (after mp_dedup_plan_send for EP rank ep_rank) out in fixed slots: slot_rows
+ * [ep] rows for each target, one after another. Slot row i of target q holds row i bound for q
+ * when i < min(send_rows[q], slot_rows[q]); the others are padding (token 0, weight 0, every
+ * choice −1), and the rows past the slot are dropped with their pairs. slot_tok, slot_w and
+ * slot_meta (·K) hold Σ slot_rows (slot_w: 1 for a row, 0 for padding: the combine's weight of the
+ * row coming back). Sets local_pairs to the pairs kept on ep_rank; returns the pairs dropped. */
+long mp_dedup_plan_slots(struct mp_dedup_plan *p, int ep_rank, const int *slot_rows,
+                         int32_t *slot_tok, float *slot_w, struct mp_dedup_meta *slot_meta);
+
+/* Node mode's forwards (after mp_dedup_plan_forward) in fixed slots of slot_rows [ep] rows per
+ * rank, the same way: slot_src (the received row, 0 for padding), slot_w, slot_meta. Returns the
+ * forwards past their slot (0 with mp_dedup_padded_relays' lossless cap2). */
+long mp_dedup_plan_fwd_slots(const struct mp_dedup_plan *p, const int *slot_rows,
+                             int32_t *slot_src, float *slot_w, struct mp_dedup_meta *slot_meta);
 
 /* Node mode, at every rank after the first hop: the forwards of the nrecv received rows, one per
  * (row, rank other than ep_rank holding one of its cells), with only that rank's choices. Fills

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "padded.h"
 #include "plan.h"
+#include "plan_dedup.h"
 #include "routing.h"
 #include "topo.h"
 
@@ -252,27 +253,47 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
                 &t->a2a, t);
 }
 
-/* The padded dispatch deduplicated per rank (core/dispatch_dedup_padded.c): every source sends
- * every rank a slot of mp_dedup_padded_capacity rows with their metadata and gets as many back;
- * the pairs kept are mp_dedup_padded_walk's, each rank runs its kept pairs, no count exchange. */
+/* The padded dispatch deduplicated (core/dispatch_dedup_padded.c): every source sends each of
+ * its possible targets (mp_dedup_padded_layout) a slot of cap1 rows with their metadata, node's
+ * relays every other rank of their node a slot of cap2, and the same slots come back without it;
+ * the pairs kept, dropped and run are mp_dedup_padded_walk's; no count exchange. */
 void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
 {
     const struct mp_placement *pl = d->pt->placement;
+    enum mp_dedup mode = (enum mp_dedup)d->pt->dedup;
     long T = d->tokens;
-    int ep = t->ep, K = d->m->topk, S = d->m->shared, Lm = pl->max_local;
-    long cap = mp_dedup_padded_capacity((T + ep - 1) / ep, K, d->m->experts, Lm,
-                                        d->pt->dispatch_arg);
-    double row_bytes = d->m->hidden * d->cl->elem_bytes;
-    double meta = mp_dedup_meta_bytes(MP_DEDUP_RANK, K);
+    int ep = t->ep, tp = t->tp, K = d->m->topk, S = d->m->shared, Lm = pl->max_local;
+    int gpn = d->cl->gpus_per_node, node = mode == MP_DEDUP_NODE;
+    double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    size_t cells = (size_t)ep * ep;
+    int *ep_node = malloc((size_t)ep * 5 * sizeof *ep_node);
+    if (!ep_node) { /* no traffic without memory: the timing of an empty layer */
+        memset(t->rows, 0, (size_t)ep * sizeof *t->rows);
+        return;
+    }
+    int *send1 = ep_node + ep, *recv1 = send1 + ep, *send2 = recv1 + ep, *recv2 = send2 + ep;
+    for (int q = 0; q < ep; q++)
+        ep_node[q] = mp_dedup_node_of(q, tp, gpn);
+    long cap1 = mp_dedup_padded_capacity((T + ep - 1) / ep, K, d->m->experts, Lm,
+                                         d->pt->dispatch_arg);
+    long cap2 = node ? cap1 * mp_dedup_padded_relays(ep_node, ep) : 0;
     t->count_exchange = 0;
     /* exp_rows [ep·max_local]: the kept pairs of each (rank, local expert) */
-    mp_dedup_padded_walk(pl, ep, T, K, d->ids, NULL, cap, d->exp_rows, t->dropped, t->local);
+    mp_dedup_padded_walk(pl, ep, T, K, d->ids, NULL, cap1, node ? ep_node : NULL, d->exp_rows,
+                         t->dropped, t->local);
+    /* rows_to: hop 0 (first-hop slots), then hop 1 (forward slots) in the dedup counts' rows */
+    double *hop = d->dedup->rows;
+    memset(hop, 0, 2 * cells * sizeof *hop);
     for (int e = 0; e < ep; e++) {
         long tok0, n = mp_token_split(T, ep, e, &tok0);
         t->tokens[e] = (double)n;
         t->pairs[e] = (double)n * K;
-        for (int q = 0; q < ep; q++)
-            d->rows_to[e * ep + q] = (double)cap;
+        mp_dedup_padded_layout(node ? ep_node : NULL, ep, e, cap1, cap2, send1, recv1, send2,
+                               recv2);
+        for (int q = 0; q < ep; q++) {
+            hop[(size_t)e * ep + q] = q == e ? 0 : send1[q];
+            hop[cells + (size_t)e * ep + q] = send2[q];
+        }
     }
     for (int q = 0; q < ep; q++) {
         double rows = 0;
@@ -285,17 +306,34 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
         t->ffn_rows[q] = rows + (double)S * t->tokens[q];
         t->active[q] = active + sh;
     }
-    /* one hop: slots with their metadata out, the same slots back without it */
-    t->dedup_hops = 1;
-    exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, row_bytes, &t->back[0], t);
-    exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, row_bytes + meta, &t->hop[0], NULL);
-    for (int p = 0; p < ep; p++) {
-        t->dispatch_intra[p] *= (row_bytes + meta) / row_bytes;
-        t->dispatch_inter[p] *= (row_bytes + meta) / row_bytes;
+    /* each hop: slots with their metadata out, the same slots back without it */
+    t->dedup_hops = node ? 2 : 1;
+    for (int p = 0; p < ep; p++)
+        t->dispatch_intra[p] = t->dispatch_inter[p] = t->combine_intra[p] =
+            t->combine_inter[p] = 0;
+    for (int h = 0; h < t->dedup_hops; h++) {
+        const double *rows = hop + h * cells;
+        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL);
+        for (int e = 0; e < ep; e++)
+            for (int p = 0; p < ep; p++)
+                d->rows_to[p * ep + e] = rows[e * ep + p];
+        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL);
+        for (int p = 0; p < ep; p++)
+            for (int q = 0; q < ep; q++) {
+                if (q == p)
+                    continue;
+                int same = ep_node[q] == ep_node[p];
+                *(same ? &t->dispatch_intra[p] : &t->dispatch_inter[p]) +=
+                    rows[(size_t)p * ep + q] * (row_bytes + meta);
+                *(same ? &t->combine_intra[p] : &t->combine_inter[p]) +=
+                    rows[(size_t)q * ep + p] * row_bytes;
+            }
+    }
+    for (int p = 0; p < ep; p++)
         t->bytes_sent[p] = t->dispatch_intra[p] + t->dispatch_inter[p] + t->combine_intra[p] +
                            t->combine_inter[p];
-    }
     t->a2a = t->hop[0];
+    free(ep_node);
 }
 
 void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d)

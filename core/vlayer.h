@@ -89,11 +89,13 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * expert is active. Never pipelined (t->nchunks must be 1). */
 void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
-/* Padded dispatch deduplicated per rank (--dispatch padded[:F] --dedup rank,
- * core/dispatch_dedup_padded.c): no count exchange; every source sends every rank a slot of
- * mp_dedup_padded_capacity rows, each with its metadata, and gets the slot back without it (one
- * hop: t->dedup_hops 1); the pairs kept, dropped and run are mp_dedup_padded_walk's; rows and
- * ffn_rows count the kept pairs a rank runs (plus the shared experts' tokens). */
+/* Padded dispatch deduplicated (--dispatch padded[:F] --dedup rank|node,
+ * core/dispatch_dedup_padded.c): no count exchange; every source sends each of its targets
+ * (mp_dedup_padded_layout, nodes packed gpus_per_node ranks to one) a slot of
+ * mp_dedup_padded_capacity rows, each with its metadata, node's relays their node's ranks slots of
+ * the lossless forward capacity, and the slots come back without it (t->dedup_hops 1 or 2); the
+ * pairs kept, dropped and run are mp_dedup_padded_walk's; rows and ffn_rows count the kept pairs
+ * a rank runs (plus the shared experts' tokens). */
 void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
 /* The deduplicated dispatch pipelined (--dedup rank|node --overlap N,

@@ -30,14 +30,14 @@ PY
 "$LAYER" --hidden 32 --ffn 16 --experts 4 --topk 2 --batch 8 --iters 1 --quiet \
     --dedup pair,rank,node --out "$TMP/m" || fail "measured --dedup pair,rank,node exit $?"
 [ "$(col "$TMP/m/layer.csv" dedup | tr '\n' ' ')" = "pair rank node " ] || fail "measured dedup cells"
-# padded slots per rank and pipelined deduplication are modelled (model_parity checks their
-# counts); node's relays in slots and an unknown word are refused
+# padded slots and pipelined deduplication are modelled (model_parity and dedup_nodes check
+# their counts); padded pipelined and an unknown word are refused
 # shellcheck disable=SC2086
 "$LAYER" $model --batch 64 --dedup rank --dispatch padded,padded:0.5 --quiet ||
     fail "modelled --dedup rank --dispatch padded exit $?"
 # shellcheck disable=SC2086
-refused "$LAYER" $model --batch 64 --dedup node --dispatch padded
-grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal names no --dispatch"
+refused "$LAYER" $model --batch 64 --dedup node --dispatch padded --overlap 2
+grep -q -- "--overlap 2" "$TMP/refused.err" || fail "padded refusal names no --overlap"
 # pipelined over chunks of tokens: the same rows and bytes as unpipelined, an overlap efficiency
 # shellcheck disable=SC2086
 "$LAYER" $model --batch 64,512 --dedup rank,node --overlap 1,2 --iters 4 --quiet --out "$TMP/o" ||

@@ -5,10 +5,11 @@
 # as with --dedup pair while rank sends fewer bytes somewhere, and node on one host is rank (every
 # rank on the token's node: no relay). With --dispatch padded, --dedup rank passes --check too,
 # lossless and with a capacity that drops pairs, and every rank sends and gets back exactly one
-# slot of rows per peer (metadata on the way out only). Pipelined (--overlap 2 and 3, chunks of
+# slot of rows per peer (metadata on the way out only); on one host node's slots are rank's.
+# Pipelined (--overlap 2 and 3, chunks of
 # tokens), rank and node pass --check and every rank runs the rows and sends the bytes of the
-# unpipelined point. Padded with node is refused naming the flags (tests/integration/
-# dedup_nodes.sh runs node's relays across emulated nodes).
+# unpipelined point. A padded dispatch that cannot be pipelined is refused naming the flags
+# (tests/integration/dedup_nodes.sh runs node's relays, padded too, across emulated nodes).
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 shape="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --iters 1 --warmup 0 --quiet"
@@ -100,8 +101,8 @@ for k, v in by.items():
 print(len(pts), "pipelined --dedup points checked")
 PY
 
-# refused: padded slots with node's relays
+# refused: padded slots pipelined
 # shellcheck disable=SC2086
-refused mpi 2 "$LAYER" $shape --batch 8 --dedup node --dispatch padded
-grep -q -- "--dispatch padded" "$TMP/refused.err" || fail "padded refusal: $(cat "$TMP/refused.err")"
+refused mpi 2 "$LAYER" $shape --batch 8 --dedup node --dispatch padded --overlap 2
+grep -q -- "--overlap 2" "$TMP/refused.err" || fail "padded refusal: $(cat "$TMP/refused.err")"
 echo PASS

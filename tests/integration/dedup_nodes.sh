@@ -4,7 +4,8 @@
 # bytes on the wire, those to the other node included, are the model's for the same sweep on the
 # cpu-host profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to
 # node on some point; node's hop times are there, non-negative and within their phase, and empty
-# for pair and rank. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
+# for pair and rank; padded slots (lossless and a capacity that drops), rank and node, pass --check
+# and drop, run and send what the model counts, node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
 # the absolute errors over the batches, per mode). Skips (77) where network namespaces cannot be
 # created, or when the machine is too noisy to judge.
@@ -72,6 +73,39 @@ for d in sys.argv[1:3]:
                 assert min(t) >= 0, (d, name, phase, t)
                 if name != "layer.csv": # a median of sums is not the sum of medians
                     assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
+PY
+# padded slots deduplicated per rank and per node across the nodes
+psweep="--hidden 64 --ffn 32 --experts 16 --topk 4 --shared 1 --layout tp1ep4,tp2ep2 --batch 24,40
+    --routing zipf:1.2 --placement contiguous,eplb:4 --dispatch padded,padded:0.25 --dedup rank,node
+    --iters 2 --warmup 1 --seed 3 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+"$EMU" run --name "$NAME" -- "$BIN/moeperf-layer" $psweep --check --timeout 120 \
+    --out "$TMP/pmeasured" >/dev/null 2>"$TMP/m.err" || fail "measured padded sweep exit $?: $(cat "$TMP/m.err")"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" --backend model --comm model --cluster cpu-host --world 4 $psweep \
+    --out "$TMP/pmodelled" || fail "modelled padded sweep exit $?"
+python3 - "$TMP/pmeasured" "$TMP/pmodelled" <<'PY' || fail "measured and modelled padded slots disagree"
+import csv, sys
+key = ["layout", "routing", "placement", "dispatch", "dedup", "batch"]
+def load(d, name, extra):
+    return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(f"{d}/{name}"))}
+m, v = (load(d, "layer_ranks.csv", ["rank"]) for d in sys.argv[1:3])
+assert m.keys() == v.keys() and len(m) == 128, len(m)
+for k in m:
+    for c in ("rows", "ffn_rows", "bytes_sent", "dispatch_bytes_internode", "combine_bytes_internode"):
+        assert m[k][c] == v[k][c], (k, c, m[k][c], v[k][c])
+m, v = (load(d, "layer.csv", []) for d in sys.argv[1:3])
+inter = {}
+for k in m:
+    assert float(m[k]["check_error"]) <= 1e-5, (k, m[k]["check_error"])
+    assert m[k]["drop_rate"] == v[k]["drop_rate"], (k, m[k]["drop_rate"], v[k]["drop_rate"])
+    assert (float(m[k]["drop_rate"]) == 0) == (k[3] == "padded") or k[3] != "padded", k
+    inter.setdefault(k[:4] + k[5:], {})[k[4]] = float(m[k]["bytes_internode"])
+assert any(float(m[k]["drop_rate"]) > 0 for k in m if k[3] == "padded:0.25"), "no drops"
+for k, b in inter.items():
+    assert 0 < b["node"] <= b["rank"], (k, b)
+    assert b["node"] < b["rank"] or k[0] == "tp2ep2", (k, b)  # tp2ep2: one EP rank per node
+print(len(m), "padded points across nodes agree with the model")
 PY
 "$EMU" down --name "$NAME" >/dev/null 2>&1
 }
