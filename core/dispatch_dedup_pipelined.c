@@ -302,22 +302,7 @@ static int dp_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->mark(dev, MARK_COMBINE));
     MP_CHECK(mp_layer_drain(L));
 
-    double total = o->elapsed_us(dev, MARK_START, MARK_COMBINE);
-    double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE), t_ffn = 0, t_tp = 0;
-    double t_notify = o->elapsed_us(dev, MARK_ROUTE, MARK_NOTIFY);
-    for (int k = 0; k < N; k++) {
-        t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN), MARK_CHUNK(k, CHUNK_FFN_END));
-        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
-    }
-    rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
-    rec->dispatch_inter_us = rec->dispatch_intra_us = NAN; /* the chunks' hops overlap compute */
-    rec->combine_inter_us = rec->combine_intra_us = NAN;
-    rec->route = t_route;
-    rec->notify = t_notify;
-    rec->ffn = t_ffn;
-    rec->tp_reduce = t_tp;
-    rec->dispatch = total - t_route - t_notify - t_ffn - t_tp; /* data communication exposed */
-    rec->combine = 0;
+    mp_layer_pipelined_times(L, N, rec);
     double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K), rows = 0, local = 0;
     rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
     rec->combine_intra = rec->combine_inter = 0;

@@ -210,6 +210,11 @@ int mp_layer_start_aligned(struct mp_layer *L);
  * its dispatch runs from NOTIFY to DISPATCH; 0: no count exchange (notify 0, dispatch from
  * ROUTE). */
 void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int notified);
+/* A drained pipelined iteration's phases over its N chunks, from the marks ALIGN, START, ROUTE,
+ * NOTIFY, each chunk's FFN and TP marks (MARK_CHUNK) and COMBINE: route, notify, the chunks' FFN
+ * and TP reduce summed, dispatch the rest (the communication left exposed), combine 0, no hop
+ * times; and the start skew. */
+void mp_layer_pipelined_times(struct mp_layer *L, int N, struct mp_rank_iter *rec);
 /* The FFN and TP-reduce phases of an unpipelined iteration: mp_layer_ffn from L->expbuf (the
  * `routed` rows, expert_off into them) to L->outbuf, marked FFN, then with TP > 1 the sum of the
  * D-shards of every routed and shared row over the TP group, marked TP. */

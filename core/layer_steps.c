@@ -151,3 +151,25 @@ int mp_layer_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, const lon
 out:
     return rc;
 }
+
+void mp_layer_pipelined_times(struct mp_layer *L, int N, struct mp_rank_iter *rec)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    double total = o->elapsed_us(dev, MARK_START, MARK_COMBINE);
+    double t_route = o->elapsed_us(dev, MARK_START, MARK_ROUTE), t_ffn = 0, t_tp = 0;
+    double t_notify = o->elapsed_us(dev, MARK_ROUTE, MARK_NOTIFY);
+    for (int k = 0; k < N; k++) {
+        t_ffn += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN), MARK_CHUNK(k, CHUNK_FFN_END));
+        t_tp += o->elapsed_us(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN), MARK_CHUNK(k, CHUNK_TP_END));
+    }
+    rec->start_skew = o->elapsed_us(dev, MARK_ALIGN, MARK_START);
+    rec->dispatch_inter_us = rec->dispatch_intra_us = NAN; /* the chunks' hops overlap compute */
+    rec->combine_inter_us = rec->combine_intra_us = NAN;
+    rec->route = t_route;
+    rec->notify = t_notify;
+    rec->ffn = t_ffn;
+    rec->tp_reduce = t_tp;
+    rec->dispatch = total - t_route - t_notify - t_ffn - t_tp; /* data communication exposed */
+    rec->combine = 0;
+}

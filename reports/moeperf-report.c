@@ -779,28 +779,11 @@ static void headline(struct doc *d, const struct rp_series *s, int ns, const str
     }
 }
 
-static int write_findings(struct doc *d, struct rp_series *s, int ns, const struct reference *ref,
-                          struct group *a2a, int na2a, struct group *ffn, int nffn)
+/* The findings' table: one row per curve (batch cap, knee, bubbles), then the reference; frees
+ * nothing of `caps`. MP_OK or MP_ERR_RUNTIME (out of memory). */
+static int findings_table(struct doc *d, struct rp_series *s, int ns, const struct reference *ref,
+                          const struct rp_cap *caps)
 {
-    char text[2048];
-    struct rp_cap *caps = calloc((size_t)ns + 1, sizeof *caps);
-    if (!caps) {
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
-    for (int i = 0; i < ns; i++) {
-        struct cols c;
-        if (cols_of(&s[i], &c) != MP_OK) {
-            free(caps);
-            return MP_ERR_RUNTIME;
-        }
-        caps[i] = rp_batch_cap(c.batch, c.ratio, c.n);
-        cols_free(&c);
-    }
-    doc_h(d, 2, "Findings");
-    doc_ul(d, 1);
-    headline(d, s, ns, caps);
-    doc_ul(d, 0);
     /* one row per curve, and the reference for comparison */
     static const char *const fhead[] = {"curve", "batch cap", "knee", "largest bubble",
                                         "bubble at the largest batch"};
@@ -811,10 +794,8 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
     doc_row(d, 5, cells, 1);
     for (int i = 0; i < ns; i++) {
         struct cols c;
-        if (cols_of(&s[i], &c) != MP_OK) {
-            free(caps);
+        if (cols_of(&s[i], &c) != MP_OK)
             return MP_ERR_RUNTIME;
-        }
         struct rp_knee k = rp_knee(c.batch, c.lat, c.n, KNEE_SLOPE);
         struct rp_bubble bb = rp_bubble_summary(c.batch, c.bubble, c.n);
         snprintf(cells[0], CELL, "%.190s", s[i].label);
@@ -824,7 +805,6 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         doc_row(d, 5, cells, 0);
         cols_free(&c);
     }
-    free(caps);
     if (ref) {
         struct rp_cap c = rp_batch_cap(ref->batch, ref->ratio, ref->n);
         struct rp_knee k = rp_knee(ref->batch, ref->lat, ref->n, KNEE_SLOPE);
@@ -840,8 +820,13 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         doc_row(d, 5, cells, 0);
     }
     doc_table(d, 0);
-    doc_ul(d, 1);
-    /* replication: a replicating placement against a plain one, all else equal */
+    return MP_OK;
+}
+
+/* Replication: a replicating placement against a plain one, all else equal. */
+static void replication_findings(struct doc *d, struct rp_series *s, int ns)
+{
+    char text[2048];
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {
             if (!rp_placement_replicates(s[j].key[RP_K_PLACEMENT]) ||
@@ -863,8 +848,13 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_ROUTING], piped, s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
-    /* dispatch modes: a padded (or graph-replayed) dispatch against the dynamic one, all else
-     * equal; the drop rate says what a capacity factor cost in routed pairs */
+}
+
+/* Dispatch modes: a padded (or graph-replayed) dispatch against the dynamic one, all else equal;
+ * the drop rate says what a capacity factor cost in routed pairs. */
+static void dispatch_findings(struct doc *d, struct rp_series *s, int ns)
+{
+    char text[2048];
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {
             if (strcmp(s[i].key[RP_K_DISPATCH], "dynamic") != 0 ||
@@ -886,8 +876,12 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                      s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
             doc_li(d, head, "%s.", text);
         }
-    /* deduplicated dispatch: pair against rank and node, all else equal, at each batch: the
-     * inter-node bytes and layer latency of each mode and the mode the data favours */
+}
+
+/* Deduplicated dispatch: pair against rank and node, all else equal, at each batch: the
+ * inter-node bytes and layer latency of each mode and the mode the data favours. */
+static void dedup_findings(struct doc *d, struct rp_series *s, int ns)
+{
     for (int i = 0; i < ns; i++) {
         char all[4 * 2048] = "";
         int any = 0;
@@ -926,7 +920,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                  s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
         doc_li(d, head, "%s.", all);
     }
-    /* overlap: the pipeline depths of a workload ranked against the same workload without */
+}
+
+/* Overlap: the pipeline depths of a workload ranked against the same workload without. */
+static void overlap_findings(struct doc *d, struct rp_series *s, int ns)
+{
     for (int i = 0; i < ns; i++) {
         int order[32];
         struct rp_effect eff[32];
@@ -944,7 +942,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                  s[i].key[RP_K_ROUTING], s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
         doc_li(d, head, "ranked by geometric-mean gain: %s.", all);
     }
-    /* remedies: replication, eplb and overlap against one workload, at one batch */
+}
+
+/* Remedies: replication, eplb and overlap against one workload, at one batch. */
+static void remedy_findings(struct doc *d, struct rp_series *s, int ns)
+{
     for (int i = 0; i < ns; i++) {
         struct rp_remedy rem[32];
         double at;
@@ -980,7 +982,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         doc_li(d, head, "layer_us at batch %s against %s without overlap (%s µs), most gain first: %s.",
                bt, s[i].key[RP_K_PLACEMENT], lat, all);
     }
-    /* the planner's projection beside the measurement */
+}
+
+/* The planner's projection beside the measurement. */
+static void model_findings(struct doc *d, struct rp_series *s, int ns)
+{
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {
             if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
@@ -997,6 +1003,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                    "%d batches, ×%.2f to ×%.2f; ×%.2f at batch %s).",
                    s[i].label, e.geomean, e.n, e.min_ratio, e.max_ratio, e.ratio_at, at);
         }
+}
+
+/* Each All-to-All group's peak busbw and where it peaks. */
+static void a2a_findings(struct doc *d, struct group *a2a, int na2a)
+{
     for (int g = 0; g < na2a; g++) {
         const struct mp_table *t = a2a[g].t;
         double best = NAN, best_at = NAN;
@@ -1013,6 +1024,11 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
             doc_li(d, a2a[g].label, "All-to-All busbw peaks at %.3g GB/s with %s per rank.",
                    best, sz);
     }
+}
+
+/* Each FFN group's roofline fractions and where it turns compute-bound. */
+static void ffn_findings(struct doc *d, struct group *ffn, int nffn)
+{
     for (int g = 0; g < nffn; g++) {
         const struct mp_table *t = ffn[g].t;
         double lo = NAN, hi = NAN, lo_at = NAN, hi_at = NAN, first_compute = NAN;
@@ -1045,6 +1061,44 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
                "expert FFN at %.0f %% of its roofline at batch %s up to %.0f %% at batch %s; %s.",
                100 * lo, a, 100 * hi, b, bound);
     }
+}
+
+/* The findings section: the headline, the table of curves, then each comparison the series allow
+ * (docs/plots.md). MP_OK or MP_ERR_RUNTIME (out of memory). */
+static int write_findings(struct doc *d, struct rp_series *s, int ns, const struct reference *ref,
+                          struct group *a2a, int na2a, struct group *ffn, int nffn)
+{
+    struct rp_cap *caps = calloc((size_t)ns + 1, sizeof *caps);
+    if (!caps) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < ns; i++) {
+        struct cols c;
+        if (cols_of(&s[i], &c) != MP_OK) {
+            free(caps);
+            return MP_ERR_RUNTIME;
+        }
+        caps[i] = rp_batch_cap(c.batch, c.ratio, c.n);
+        cols_free(&c);
+    }
+    doc_h(d, 2, "Findings");
+    doc_ul(d, 1);
+    headline(d, s, ns, caps);
+    doc_ul(d, 0);
+    int rc = findings_table(d, s, ns, ref, caps);
+    free(caps);
+    if (rc != MP_OK)
+        return rc;
+    doc_ul(d, 1);
+    replication_findings(d, s, ns);
+    dispatch_findings(d, s, ns);
+    dedup_findings(d, s, ns);
+    overlap_findings(d, s, ns);
+    remedy_findings(d, s, ns);
+    model_findings(d, s, ns);
+    a2a_findings(d, a2a, na2a);
+    ffn_findings(d, ffn, nffn);
     doc_ul(d, 0);
     return MP_OK;
 }
