@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <vector>
 
+#include "fiber.h"
 #include "internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -30,7 +30,7 @@ static void *shared_dynamic;
 void *dynamic_shared(void) { return shared_dynamic; }
 
 struct fiber {
-    ucontext_t ctx;
+    fiber_context ctx;
     char *stack;
     bool done;
 };
@@ -40,7 +40,7 @@ struct fiber {
 static const size_t fiber_stack = (size_t)64 << 10;
 static const size_t fiber_guard = 4096;
 static std::vector<fiber> fibers;
-static ucontext_t scheduler;
+static fiber_context scheduler;
 static int current_fiber;
 static const std::function<void()> *fiber_body;
 #if CUDAEMU_ASAN
@@ -58,7 +58,8 @@ static void fiber_main()
 #if CUDAEMU_ASAN
     __sanitizer_start_switch_fiber(nullptr, scheduler_bottom, scheduler_size);
 #endif
-    setcontext(&scheduler);
+    fiber_context ended;
+    fiber_switch(&ended, &scheduler); /* never resumed: the block makes its fibers afresh */
 }
 
 static void block_index(unsigned t, const dim3 &b, uint3 *idx)
@@ -87,11 +88,7 @@ static void run_block_fibers(unsigned nthreads, const std::function<void()> &bod
     fiber_body = &body;
     for (unsigned t = 0; t < nthreads; t++) {
         fiber &f = fibers[t];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = fiber_stack;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_main, 0);
+        fiber_make(&f.ctx, f.stack, fiber_stack, fiber_main);
         f.done = false;
     }
     in_coop = true;
@@ -106,7 +103,7 @@ static void run_block_fibers(unsigned nthreads, const std::function<void()> &bod
             void *fake = nullptr;
             __sanitizer_start_switch_fiber(&fake, fibers[t].stack, fiber_stack);
 #endif
-            swapcontext(&scheduler, &fibers[t].ctx);
+            fiber_switch(&scheduler, &fibers[t].ctx);
 #if CUDAEMU_ASAN
             __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -182,7 +179,7 @@ void __syncthreads(void)
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, scheduler_bottom, scheduler_size);
 #endif
-    swapcontext(&f.ctx, &scheduler);
+    fiber_switch(&f.ctx, &scheduler);
 #if CUDAEMU_ASAN
     __sanitizer_finish_switch_fiber(fake, &scheduler_bottom, &scheduler_size);
 #endif

@@ -49,9 +49,12 @@ fault() {
     [ "$(rows "$out/layer.csv")" -eq ${#BATCHES[@]} ] || fail "$kind: --resume left $(rows "$out/layer.csv") rows"
 }
 
+# the deadline of the hung steps: three times the longest step before the hang on a loaded machine
+# (a point here takes well under a second, a communicator set-up less)
+HUNG=3
 fault error:24 "$TMP/error" 60 "NCCL reported 'remote process exited"
-fault hang:24 "$TMP/hang" 5 "did not complete within --timeout 5 s"
-[ "$took" -le 30 ] || fail "hang: the watchdog took ${took}s for --timeout 5"
+fault hang:24 "$TMP/hang" $HUNG "did not complete within --timeout $HUNG s"
+[ "$took" -le 30 ] || fail "hang: the watchdog took ${took}s for --timeout $HUNG"
 # one rank fails alone with its dispatch still queued: freeing the layer would wait for it for ever
 # unless that rank aborts its communicators first; no rank waits for its --timeout
 fault fail:23@1 "$TMP/alone" 30 "rank 1 .*grouped ncclSend/ncclRecv of the EP exchange"
@@ -73,12 +76,12 @@ ONE="--backend cuda --comm nccl --model qwen3-30b-a3b --hidden 128 --ffn 64 --ex
 for spec in "bootstrap:1@1 NCCL communicator set-up" "bootstrap:2@0 NCCL communicator split"; do
     set +e
     # shellcheck disable=SC2086
-    CUDAEMU_NCCL_FAULT=${spec%% *} mpi_within 120 2 "$BIN/moeperf-layer" $ONE --timeout 5 \
+    CUDAEMU_NCCL_FAULT=${spec%% *} mpi_within 120 2 "$BIN/moeperf-layer" $ONE --timeout $HUNG \
         >"$TMP/setup.log" 2>&1
     rc=$?
     set -e
     [ "$rc" -eq 1 ] || fail "${spec%% *}: exited $rc, expected 1: $(tail -3 "$TMP/setup.log")"
-    grep -q "at point ${spec#* }.*did not complete within --timeout 5 s" "$TMP/setup.log" ||
+    grep -q "at point ${spec#* }.*did not complete within --timeout $HUNG s" "$TMP/setup.log" ||
         fail "${spec%% *}: no watchdog message naming the ${spec#* }: $(tail -3 "$TMP/setup.log")"
     echo "${spec%% *}: exit 1, the watchdog named the ${spec#* }"
 done

@@ -5,7 +5,9 @@
 # and finishes with --resume. The lines are the script's own, with the stand-in's smaller layer
 # (MOEPERF_GPU_HIDDEN/FFN), batches 1,7, and --bytes 3M for the a2a point (the stand-in copies at
 # most 256 MiB at once and sends at most 2^31 - 1 bytes per ncclSend; the 3G point's offsets are
-# covered by the unit test a2acounts). Needs -Dcudaemu=true (exits 77 on a real CUDA build).
+# covered by the unit test a2acounts); the killed sweep's --timeout, which the survivor waits out,
+# 12 s (its 7 points of 22 iterations take about 20 s in all with start-up, under load, in the
+# sanitizer build). Needs -Dcudaemu=true (exits 77 on a real CUDA build).
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 [ -n "${CUDAEMU_DEVICES:-}" ] || { echo "not the CPU stand-in: skipped"; exit 77; }
@@ -13,7 +15,7 @@ grep -qE '^ *limit [0-9]+ ci/gpu-one-gpu-ranks "\$B" ' "$SRC/ci/gpu-check" ||
     fail "ci/gpu-check does not run ci/gpu-one-gpu-ranks"
 set +e
 CUDAEMU_DEVICES=1 MOEPERF_ONE_GPU_BATCHES=1,7 MOEPERF_ONE_GPU_A2A_BYTES=3M \
-    MOEPERF_ONE_GPU_KILL_ITERS=20 MOEPERF_ONE_GPU_KILL_TIMEOUT_S=30 MOEPERF_ONE_GPU_CAP_S=400 \
+    MOEPERF_ONE_GPU_KILL_ITERS=20 MOEPERF_ONE_GPU_KILL_TIMEOUT_S=12 MOEPERF_ONE_GPU_CAP_S=400 \
     "$SRC/ci/gpu-one-gpu-ranks" "$BUILD" "$TMP/one" >"$TMP/log" 2>&1
 rc=$?
 set -e
