@@ -97,6 +97,10 @@ struct mp_layer {
     struct mp_dedup_plan dedup;
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
+    /* on a device backend, the metadata's device copies the exchanges move (rows of K choices):
+     * sent on the first hop, forwarded (node), received */
+    void *dedup_meta_send, *dedup_meta_fwd, *dedup_meta_recv;
+    long dedup_meta_send_rows, dedup_meta_fwd_rows, dedup_meta_recv_rows;
 };
 
 /* The routing pool of one point: draws for this rank's tokens (ids/w), or gate noise. */
