@@ -101,9 +101,10 @@ out:
 }
 
 /* The metadata exchange of one hop: `n` rows of the plan's host array `send` out, and into the
- * plan's `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0). On a device backend through the device copies
- * `dsend`/`drecv`: the sent rows uploaded, the received ones downloaded once the exchange is done,
- * for the host's expansion (mp_dedup_plan_forward, mp_dedup_plan_expand). */
+ * plan's `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0).
+ * On a device backend through device copies: the sent rows uploaded into `dsend`, received into
+ * dedup_meta_recv and downloaded once the exchange is done, for the host's steps after it
+ * (mp_dedup_plan_forward, mp_dedup_plan_expand). */
 static int meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend, long n,
                          const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
                          const int *rcount, const int *rdispl, long at, long nin)

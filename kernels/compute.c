@@ -46,8 +46,9 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
             "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
     /* the data hooks: all of them on a backend that holds data, none on a virtual one */
     int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->upload_bytes +
-               !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows + !!o->expert_ffn + !!o->combine + !!o->plan_setup +
-               !!o->plan_build + !!o->mark + !!o->elapsed_us + !!o->measure_peak;
+               !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows +
+               !!o->expert_ffn + !!o->combine + !!o->plan_setup + !!o->plan_build + !!o->mark +
+               !!o->elapsed_us + !!o->measure_peak;
     if (o->memory == MP_MEMORY_VIRTUAL) {
         REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
                 "is virtual but fills a hook that moves data");
