@@ -30,7 +30,9 @@ done
     --model qwen3-30b-a3b --hidden "$H" --ffn "$F" --experts 16 --topk 4 --shared 1 \
     --layout tp1ep4,tp2ep2 --batch 24 --routing uniform,gate --placement contiguous,replicate-hot:2 \
     --dedup pair,rank,node --warmup 1 --iters 2 --check --timeout 300 --quiet \
-    --out "$TMP/gpu" >/dev/null 2>"$TMP/err" || fail "the GPU sweep across 2 nodes: exit $?: $(tail -5 "$TMP/err")"
+    --out "$TMP/gpu" >/dev/null 2>"$TMP/err" ||
+    fail "the GPU sweep across 2 nodes: exit $?: $(grep "^moeperf-layer:" "$TMP/err" | grep -v warning: |
+        head -3)"
 python3 - "$TMP/gpu" <<'PY' || fail "--dedup across nodes on the GPU path"
 import csv, sys
 key = ["layout", "routing", "placement", "dedup", "batch"]
