@@ -5,7 +5,13 @@
  * pairs, to that node's relay, which forwards it to the ranks of its node serving them; pairs on
  * the token's own node go there directly; the combine sums inside the node first (route on the
  * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
- * | weighted sum per row, all-to-all back per hop, sum into tokens). */
+ * | weighted sum per row, all-to-all back per hop, sum into tokens). On a device backend the
+ * routing reaches the host for the plan (the gate's download, or the pool's host draw), the kernels
+ * take the plan's index arrays as host arrays (the backend copies them), and the metadata goes
+ * through device copies (meta_exchange). Host work is timed in the phase it serves, as on the
+ * host backend: it runs while the stream is idle (after the start's drain, the gate's or the
+ * metadata's download), so the mark recorded after it counts it: building the plan in route,
+ * the receive side and the expansion in dispatch. */
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +61,70 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
+/* Grow one metadata buffer of backend memory to `want` rows of `row` bytes (alloc counts in
+ * elements of elem_size bytes). */
+static int grow_meta(struct mp_layer *L, void **buf, long *rows, long want, size_t row)
+{
+    if (want <= *rows)
+        return MP_OK;
+    size_t elem = L->ops->elem_size, n = ((size_t)want * row + elem - 1) / elem;
+    L->ops->free(L->dev, *buf);
+    *rows = 0;
+    if (!(*buf = L->ops->alloc(L->dev, n))) {
+        mp_error("out of memory for the --dedup metadata buffers");
+        return MP_ERR_RUNTIME;
+    }
+    *rows = want;
+    return MP_OK;
+}
+
+/* On a device backend, the device copies of the metadata that the exchanges move (a device comm
+ * backend moves device memory only): the rows sent on the first hop, node mode's forwards, the
+ * rows received, sized for the plan (grown, never shrunk, after a collective memory check). A
+ * host backend exchanges the plan's own arrays and has none. */
+static int meta_buffers(struct mp_layer *L)
+{
+    const struct mp_dedup_plan *p = &L->dedup;
+    if (L->ops->memory != MP_MEMORY_DEVICE)
+        return MP_OK;
+    size_t row = (size_t)p->K * sizeof(struct mp_dedup_meta);
+    long grow = (p->max_send > L->dedup_meta_send_rows ? p->max_send : 0) +
+                (p->max_fwd > L->dedup_meta_fwd_rows ? p->max_fwd : 0) +
+                (p->max_recv > L->dedup_meta_recv_rows ? p->max_recv : 0);
+    int rc = MP_OK;
+    MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory,
+                                     (double)grow * (double)row, "the --dedup metadata buffers"));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_send, &L->dedup_meta_send_rows, p->max_send, row));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_fwd, &L->dedup_meta_fwd_rows, p->max_fwd, row));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_recv, &L->dedup_meta_recv_rows, p->max_recv, row));
+out:
+    return rc;
+}
+
+/* The metadata exchange of one hop: `n` rows of the plan's host array `send` out, and into the
+ * plan's `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0).
+ * On a device backend through device copies: the sent rows uploaded into `dsend`, received into
+ * dedup_meta_recv and downloaded once the exchange is done, for the host's steps after it
+ * (mp_dedup_plan_forward, mp_dedup_plan_expand). */
+static int meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend, long n,
+                         const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                         const int *rcount, const int *rdispl, long at, long nin)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_comm *c = L->comm;
+    size_t row = (size_t)L->dedup.K * sizeof(struct mp_dedup_meta);
+    int rc = MP_OK;
+    if (o->memory != MP_MEMORY_DEVICE)
+        return c->ops->alltoallv(c, send, scount, sdispl, recv, rcount, rdispl, row);
+    MP_CHECK(o->upload_bytes(L->dev, dsend, send, (size_t)n * row));
+    MP_CHECK(c->ops->alltoallv(c, dsend, scount, sdispl, L->dedup_meta_recv, rcount, rdispl, row));
+    MP_CHECK(o->download_bytes(L->dev, recv + (size_t)at * L->dedup.K,
+                               (const char *)L->dedup_meta_recv + (size_t)at * row,
+                               (size_t)nin * row));
+out:
+    return rc;
+}
+
 /* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
  * mode also its relay buffers and the node of every EP rank: the launcher's host of its first TP
  * rank (core/dedup.h's mp_dedup_node_of), the same for every TP rank, so the TP ranks of an EP
@@ -79,6 +149,7 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
         p->ep_node[q] = c->node_of[q * L->tp];
     if (pt->dedup == MP_DEDUP_NODE)
         MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
+    MP_CHECK(meta_buffers(L));
 out:
     return rc;
 }
@@ -101,7 +172,6 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_dedup_plan *p = &L->dedup;
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
     int node = pt->dedup == MP_DEDUP_NODE;
-    size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
     /* rank mode: received rows in the routed-row buffer; node: in its own, forwards beside */
     void *rbuf = node ? L->dedup_recv : L->recvbuf, *fbuf = L->dedup_fwd;
     int rc = MP_OK;
@@ -138,8 +208,8 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
                                p->recv_displ, L->row_bytes));
-    MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
-                               p->recv_rows, p->recv_displ, meta_bytes));
+    MP_CHECK(meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend, p->send_rows,
+                           p->send_displ, p->recv_meta, p->recv_rows, p->recv_displ, 0, p->nrecv));
     if (node) {
         MP_CHECK(o->mark(dev, MARK_HOP0_END));
         MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
@@ -148,8 +218,9 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
         MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
                                    p->recv1_displ, L->row_bytes));
-        MP_CHECK(c->ops->alltoallv(c, p->fwd_meta, p->fwd_rows, p->fwd_displ, p->recv_meta,
-                                   p->recv1_rows, p->recv1_displ, meta_bytes));
+        MP_CHECK(meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd, p->fwd_rows,
+                               p->fwd_displ, p->recv_meta, p->recv1_rows, p->recv1_displ,
+                               p->nrecv, p->nrecv1));
         MP_CHECK(o->mark(dev, MARK_HOP1_END));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
@@ -215,6 +286,11 @@ static void dedup_teardown(struct mp_layer *L)
     L->ops->free(L->dev, L->dedup_fwd);
     L->dedup_recv = L->dedup_fwd = NULL;
     L->dedup_recv_rows = L->dedup_fwd_rows = 0;
+    L->ops->free(L->dev, L->dedup_meta_send);
+    L->ops->free(L->dev, L->dedup_meta_fwd);
+    L->ops->free(L->dev, L->dedup_meta_recv);
+    L->dedup_meta_send = L->dedup_meta_fwd = L->dedup_meta_recv = NULL;
+    L->dedup_meta_send_rows = L->dedup_meta_fwd_rows = L->dedup_meta_recv_rows = 0;
 }
 
 const struct mp_dispatch_mode mp_dispatch_dedup = {

@@ -103,6 +103,10 @@ struct mp_layer {
     struct mp_dedup_plan dedup;
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
+    /* on a device backend, the metadata's device copies the exchanges move (rows of K choices):
+     * sent on the first hop, forwarded (node), received */
+    void *dedup_meta_send, *dedup_meta_fwd, *dedup_meta_recv;
+    long dedup_meta_send_rows, dedup_meta_fwd_rows, dedup_meta_recv_rows;
 
     /* --dispatch padded with --dedup rank|node: fixed slots (mp_dedup_padded_layout) of the
      * first hop (send1/recv1) and node's forwards (send2/recv2), their rows in the backend's

@@ -45,17 +45,18 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
             "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
     /* the data hooks: all of them on a backend that holds data, none on a virtual one */
-    int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->gate + !!o->permute +
-               !!o->copy_rows + !!o->expert_ffn + !!o->combine + !!o->plan_setup +
-               !!o->plan_build + !!o->mark + !!o->elapsed_us + !!o->measure_peak;
+    int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->upload_bytes +
+               !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows +
+               !!o->expert_ffn + !!o->combine + !!o->plan_setup + !!o->plan_build + !!o->mark +
+               !!o->elapsed_us + !!o->measure_peak;
     if (o->memory == MP_MEMORY_VIRTUAL) {
         REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
                 "is virtual but fills a hook that moves data");
         REQUIRE(!o->gemm_modes, "is virtual but claims gemm modes");
     } else {
-        REQUIRE(data == 14, "holds data but lacks one of alloc, free, upload, download, gate, "
-                            "permute, copy_rows, expert_ffn, combine, plan_setup, plan_build, "
-                            "mark, elapsed_us, measure_peak");
+        REQUIRE(data == 16, "holds data but lacks one of alloc, free, upload, download, "
+                            "upload_bytes, download_bytes, gate, permute, copy_rows, expert_ffn, "
+                            "combine, plan_setup, plan_build, mark, elapsed_us, measure_peak");
         REQUIRE(o->check_tolerance > 0, "holds data but has no --check tolerance");
     }
     /* device memory: the stream a device comm backend orders its collectives with */

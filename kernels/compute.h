@@ -69,7 +69,7 @@ struct mp_compute; /* a backend instance */
 #define MP_DISPATCH_DYNAMIC (1u << 0)
 #define MP_DISPATCH_PADDED (1u << 1)
 #define MP_DISPATCH_PIPELINED (1u << 2)
-#define MP_DISPATCH_DEDUP (1u << 3) /* --dedup rank|node: host-built plan, host metadata exchange */
+#define MP_DISPATCH_DEDUP (1u << 3) /* --dedup rank|node: host-built plan and metadata */
 #define MP_DISPATCH_DEDUP_PADDED (1u << 4) /* --dispatch padded --dedup rank: the same, in slots */
 #define MP_DISPATCH_DEDUP_PIPELINED (1u << 5) /* --dedup rank|node --overlap N: the same, chunked */
 #define MP_DISPATCH_ALL                                                                            \
@@ -109,6 +109,14 @@ struct mp_compute_ops {
     void (*free)(struct mp_compute *c, void *p);
     int (*upload)(struct mp_compute *c, void *dst, const float *src, size_t n);
     int (*download)(struct mp_compute *c, float *dst, const void *src, size_t n);
+    /* upload_bytes/download_bytes: `bytes` bytes as they are, no conversion (index and metadata
+     * arrays a collective moves), from host memory into backend memory `dst` or from backend
+     * memory `src` to host memory. Both are ordered on the backend's stream with the work queued
+     * before them. upload_bytes returns once `src` may be reused (it takes pageable host memory,
+     * as malloc gives; not inside a graph capture); download_bytes returns once `dst` holds the
+     * bytes (a host sync). 0 bytes: nothing. */
+    int (*upload_bytes)(struct mp_compute *c, void *dst, const void *src, size_t bytes);
+    int (*download_bytes)(struct mp_compute *c, void *dst, const void *src, size_t bytes);
 
     /* gate: logits = x·wg (+ noise) over E experts, softmax, top-k, weights renormalised over the
      * chosen k. With G > 0 (--group-limit G:M) the top-k is taken among the experts of the M best

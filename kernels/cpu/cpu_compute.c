@@ -89,6 +89,14 @@ static int cpu_download(struct mp_compute *c, float *dst, const void *src, size_
     return MP_OK;
 }
 
+static int cpu_copy_bytes(struct mp_compute *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return MP_OK;
+}
+
 static int cpu_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
                     long ntok, int H, int E, int K, int G, int M, int32_t *ids, float *w)
 {
@@ -429,6 +437,8 @@ const struct mp_compute_ops mp_compute_cpu = {
     .free = cpu_free,
     .upload = cpu_upload,
     .download = cpu_download,
+    .upload_bytes = cpu_copy_bytes, /* host memory both sides */
+    .download_bytes = cpu_copy_bytes,
     .gate = cpu_gate,
     .permute = cpu_permute,
     .copy_rows = cpu_copy_rows,

@@ -342,6 +342,28 @@ static int cuda_download(struct mp_compute *c, float *dst, const void *src, size
     return MP_OK;
 }
 
+/* Raw bytes from pageable host memory, which CUDA stages before the call returns, so the caller
+ * may reuse `src` at once (as cuda_permute's and cuda_combine's index arrays); the copy itself is
+ * queued on the stream. */
+static int cuda_upload_bytes(struct mp_compute *c, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return MP_OK;
+    CUDACHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    return MP_OK;
+}
+
+/* Raw bytes back to the host once the stream's earlier work (the collective that wrote them) is
+ * done: a host sync. */
+static int cuda_download_bytes(struct mp_compute *c, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return MP_OK;
+    CUDACHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    return MP_OK;
+}
+
 /* C[m×n] = A[m×k]·B[k×n], row-major, bf16 inputs, fp32 compute; cuBLAS is column-major, so this
  * computes Cᵀ = Bᵀ·Aᵀ with the same memory. */
 static cublasStatus_t gemm_rm(cublasHandle_t h, int m, int n, int k, const void *A, int lda,
@@ -1360,10 +1382,9 @@ static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .memory = MP_MEMORY_DEVICE,
-    /* not the dedup dispatch (--dedup rank|node): its plan and metadata live on the host
-     * (core/dispatch_dedup.c) */
-    .dispatch_modes =
-        MP_DISPATCH_ALL & ~(MP_DISPATCH_DEDUP | MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED),
+    /* not yet the padded or pipelined deduplicated dispatches (core/dispatch_dedup_padded.c,
+     * dispatch_dedup_pipelined.c): their metadata exchanges use host memory */
+    .dispatch_modes = MP_DISPATCH_ALL & ~(MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED),
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
@@ -1376,6 +1397,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .upload_bytes = cuda_upload_bytes,
+    .download_bytes = cuda_download_bytes,
     .gate = cuda_gate,
     .permute = cuda_permute,
     .copy_rows = cuda_copy_rows,

@@ -214,6 +214,38 @@ static void check_moves(long N, int H)
     free(x); free(pc); free(pg); free(src); free(zero); free(sh); free(w); free(yc); free(yg);
     free(tok);
 }
+/* upload_bytes and download_bytes move bytes as they are (no bf16 rounding): metadata rows of an
+ * int32 and a float, uploaded, queued behind a permute of the same buffer seen as rows of H = 8
+ * bf16 (so the download must wait for it), and downloaded exactly; on the cpu backend a round
+ * trip. */
+static void check_bytes(long n)
+{
+    size_t bytes = (size_t)n * 8;
+    unsigned char *in = malloc(bytes), *outg = malloc(bytes), *outc = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        in[i] = (unsigned char)(i * 131 + 7);
+    long rows = (long)(bytes / 16); /* rows of 8 bf16 */
+    int32_t *rev = malloc(sizeof(int32_t) * (size_t)rows);
+    for (long i = 0; i < rows; i++)
+        rev[i] = (int32_t)(rows - 1 - i);
+    void *d = gpu->alloc(g, bytes / 2), *dr = gpu->alloc(g, bytes / 2);
+    void *hc = cpu->alloc(h, bytes / 4);
+    gpu->upload_bytes(g, d, in, bytes);
+    gpu->permute(g, d, rev, 0, rows, 8, dr);
+    gpu->download_bytes(g, outg, dr, bytes);
+    cpu->upload_bytes(h, hc, in, bytes);
+    cpu->download_bytes(h, outc, hc, bytes);
+    long bad = 0;
+    for (long i = 0; i < rows; i++)
+        bad += memcmp(outg + (size_t)i * 16, in + (size_t)(rows - 1 - i) * 16, 16) != 0;
+    bad += memcmp(outc, in, bytes) != 0;
+    printf("  %-34s %ld of %ld rows differ %s\n", "upload/download_bytes (exact)", bad, rows,
+           bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    gpu->free(g, d); gpu->free(g, dr); cpu->free(h, hc);
+    free(in); free(outg); free(outc); free(rev);
+}
+
 /* The dispatch plan built on the device against the cpu backend's (the host sort, itself equal to
  * mp_plan_send: test_dplan) for EP rank 1 of `ep`: the pairs per cell exactly; the rows' tokens
  * exactly (a permute of rows holding their token index); the rows' weights through a combine of
@@ -345,6 +377,7 @@ int main(void)
     cpu->init(&h, 0);
     printf("cuda kernels against the cpu backend on %s\n", gpu->device_name(g));
     check_moves(3000, 1024);
+    check_bytes(1000);
     check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0, 0);
     check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0);
     check_plan("eplb:12", "zipf:1.1", 32, 6, 4, 300, 0.5, 3);

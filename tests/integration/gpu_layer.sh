@@ -3,7 +3,9 @@
 # --check against the reference for every routing and placement, in both dispatch modes, with a
 # group limit, with grouped GEMMs and the two-stream pipeline, and with padded points replayed as
 # CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
-# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup rank refused;
+# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup pair, rank
+# and node with --check (tp1ep2 and tp2ep2, gate and uniform routings, contiguous and
+# replicate-hot:2), their rows those of the cpu backend, and --dedup with --overlap refused;
 # with four GPUs, TP, EP and TP+EP layouts; the count exchange timed as notify_us by the dynamic
 # and pipelined dispatches, 0 for padded. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
@@ -20,11 +22,11 @@ if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
     exit 77
 fi
 [ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
-# --dedup rank builds its plan and metadata on the host: the cuda backend refuses it, naming it
+# --dedup rank and node run on the cuda backend, unpipelined only: --overlap refused, naming both
 refused "$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
-    --dedup pair,rank
-grep -q -- "--dedup rank: the cuda backend" "$TMP/refused.err" ||
-    fail "the cuda refusal of --dedup rank: $(cat "$TMP/refused.err")"
+    --dedup pair,rank --overlap 2
+grep -q -- "--dedup rank with --overlap 2" "$TMP/refused.err" ||
+    fail "the refusal of --dedup rank --overlap 2: $(cat "$TMP/refused.err")"
 # MOEPERF_GPUS, MOEPERF_GPU_HIDDEN and MOEPERF_GPU_FFN override the GPU count and the layer's sizes
 # (the CPU stand-in of -Dcudaemu=true runs GEMMs on one core)
 ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
@@ -77,6 +79,49 @@ notify_check() {
         END { exit bad || !n }' "$1" || fail "$1: notify_us is not what its dispatch exchanges"
 }
 for d in gpu gpu-overlap gpu-graph; do notify_check "$TMP/$d/layer.csv"; done
+# dedup_check LAYOUT NP: --dedup pair, rank and node with --check on the GPU path, then the same
+# sweep on the cpu backend (the same draws): every point within the bf16 bound; under the sampled
+# routing (the gate's bf16 logits may pick other experts than the cpu's fp32 ones) every rank's
+# rows are the host path's, as the plan is built from the same routing; rank and node send fewer
+# bytes than pair at some point, and none more (one node: node mode sends as rank mode does)
+dedup_check() {
+    lay=$1 n=$2
+    sweep="--layout $lay --shared 1 --batch 32 --routing uniform,gate --dedup pair,rank,node
+        --placement contiguous,replicate-hot:2"
+    # shellcheck disable=SC2086
+    layer "$n" $sweep --out "$TMP/gpu-dedup-$lay"
+    # shellcheck disable=SC2086
+    mpi "$n" "$BIN/moeperf-layer" --backend cpu --comm mpi --model qwen3-30b-a3b --hidden $H \
+        --ffn $F --experts 16 --topk 4 --warmup 1 --iters 3 --check $sweep --quiet \
+        --out "$TMP/cpu-dedup-$lay" || fail "the cpu sweep of --dedup on $lay: exit $?"
+    python3 - "$TMP/gpu-dedup-$lay" "$TMP/cpu-dedup-$lay" <<'PY' || fail "--dedup on $lay: the GPU path is wrong"
+import csv, sys
+key = ["layout", "routing", "placement", "dedup", "batch"]
+def load(d, name, extra):
+    return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(f"{d}/{name}"))}
+g, c = (load(d, "layer.csv", []) for d in sys.argv[1:3])
+assert g.keys() == c.keys() and len(g) == 12, sorted(g)
+fewer = {"rank": 0, "node": 0}
+for k, r in g.items():
+    assert r["check_error"] != "" and float(r["check_error"]) <= 2e-2, (k, r["check_error"])
+    assert float(r["bytes_internode"]) == 0, (k, "one node", r["bytes_internode"])
+    if k[3] != "pair":
+        sent, pair = (float(g[k[:3] + (m,) + k[4:]]["bytes_intranode"]) for m in (k[3], "pair"))
+        assert sent <= pair, (k, sent, pair)
+        fewer[k[3]] += sent < pair
+        node = float(g[k[:3] + ("node",) + k[4:]]["bytes_intranode"])
+        assert node == float(g[k[:3] + ("rank",) + k[4:]]["bytes_intranode"]), (k, "node != rank")
+assert all(fewer.values()), fewer
+g, c = (load(d, "layer_ranks.csv", ["rank"]) for d in sys.argv[1:3])
+assert g.keys() == c.keys() and g
+for k in g:
+    if k[1] == "uniform":
+        for col in ("tokens", "rows", "ffn_rows"):
+            assert g[k][col] == c[k][col], (k, col, g[k][col], c[k][col])
+print(sys.argv[1], "rows as on the cpu backend; bytes rank/node below pair at", fewer)
+PY
+}
+[ "$np" -lt 2 ] || dedup_check tp1ep2 2
 # moeperf-a2a on nccl: uniform sizes and MoE counts
 mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \
     --out "$TMP/a2a" || fail "moeperf-a2a --comm nccl exit $?"
@@ -92,6 +137,7 @@ if [ "$ngpu" -ge 4 ]; then
     [ -z "${CUDAEMU_DEVICES:-}" ] ||
         CUDAEMU_SCHEDULE=others-first layer 4 $tp_ep --overlap 2 --gemm grouped --out "$TMP/gpu4-others-first"
     layer 4 $tp_ep --dispatch padded --graph --out "$TMP/gpu4-graph"
+    dedup_check tp2ep2 4
     [ "$(rows "$TMP/gpu4/layer.csv")" -eq 12 ] || fail "4 GPUs: $(rows "$TMP/gpu4/layer.csv") rows, expected 12"
 fi
 echo PASS

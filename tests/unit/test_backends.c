@@ -96,9 +96,15 @@ static void test_broken_compute(void)
     t = mp_compute_cpu;
     t.check_tolerance = 0;
     CHECK(compute_refused(&t, "no --check tolerance"));
+    t = mp_compute_cpu;
+    t.download_bytes = NULL;
+    CHECK(compute_refused(&t, "download_bytes removed"));
     t = mp_compute_model;
     t.alloc = mp_compute_cpu.alloc;
     CHECK(compute_refused(&t, "virtual with alloc"));
+    t = mp_compute_model;
+    t.upload_bytes = mp_compute_cpu.upload_bytes;
+    CHECK(compute_refused(&t, "virtual with upload_bytes"));
     t = mp_compute_model;
     t.memory = MP_MEMORY_HOST;
     CHECK(compute_refused(&t, "host memory without kernels"));
