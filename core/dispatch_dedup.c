@@ -8,7 +8,7 @@
  * | weighted sum per row, all-to-all back per hop, sum into tokens). On a device backend the
  * routing reaches the host for the plan (the gate's download, or the pool's host draw), the kernels
  * take the plan's index arrays as host arrays (the backend copies them), and the metadata goes
- * through device copies (meta_exchange). Host work is timed in the phase it serves, as on the
+ * through device copies (mp_dedup_meta_exchange). Host work is timed in the phase it serves, as on the
  * host backend: it runs while the stream is idle (after the start's drain, the gate's or the
  * metadata's download), so the mark recorded after it counts it: building the plan in route,
  * the receive side and the expansion in dispatch. */
@@ -78,37 +78,27 @@ static int grow_meta(struct mp_layer *L, void **buf, long *rows, long want, size
     return MP_OK;
 }
 
-/* On a device backend, the device copies of the metadata that the exchanges move (a device comm
- * backend moves device memory only): the rows sent on the first hop, node mode's forwards, the
- * rows received, sized for the plan (grown, never shrunk, after a collective memory check). A
- * host backend exchanges the plan's own arrays and has none. */
-static int meta_buffers(struct mp_layer *L)
+int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, long recv_rows)
 {
-    const struct mp_dedup_plan *p = &L->dedup;
     if (L->ops->memory != MP_MEMORY_DEVICE)
         return MP_OK;
-    size_t row = (size_t)p->K * sizeof(struct mp_dedup_meta);
-    long grow = (p->max_send > L->dedup_meta_send_rows ? p->max_send : 0) +
-                (p->max_fwd > L->dedup_meta_fwd_rows ? p->max_fwd : 0) +
-                (p->max_recv > L->dedup_meta_recv_rows ? p->max_recv : 0);
+    size_t row = (size_t)L->m.topk * sizeof(struct mp_dedup_meta);
+    long grow = (send_rows > L->dedup_meta_send_rows ? send_rows : 0) +
+                (fwd_rows > L->dedup_meta_fwd_rows ? fwd_rows : 0) +
+                (recv_rows > L->dedup_meta_recv_rows ? recv_rows : 0);
     int rc = MP_OK;
     MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory,
                                      (double)grow * (double)row, "the --dedup metadata buffers"));
-    MP_CHECK(grow_meta(L, &L->dedup_meta_send, &L->dedup_meta_send_rows, p->max_send, row));
-    MP_CHECK(grow_meta(L, &L->dedup_meta_fwd, &L->dedup_meta_fwd_rows, p->max_fwd, row));
-    MP_CHECK(grow_meta(L, &L->dedup_meta_recv, &L->dedup_meta_recv_rows, p->max_recv, row));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_send, &L->dedup_meta_send_rows, send_rows, row));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_fwd, &L->dedup_meta_fwd_rows, fwd_rows, row));
+    MP_CHECK(grow_meta(L, &L->dedup_meta_recv, &L->dedup_meta_recv_rows, recv_rows, row));
 out:
     return rc;
 }
 
-/* The metadata exchange of one hop: `n` rows of the plan's host array `send` out, and into the
- * plan's `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0).
- * On a device backend through device copies: the sent rows uploaded into `dsend`, received into
- * dedup_meta_recv and downloaded once the exchange is done, for the host's steps after it
- * (mp_dedup_plan_forward, mp_dedup_plan_expand). */
-static int meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend, long n,
-                         const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
-                         const int *rcount, const int *rdispl, long at, long nin)
+int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
+                           long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                           const int *rcount, const int *rdispl, long at, long nin)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_comm *c = L->comm;
@@ -149,7 +139,7 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
         p->ep_node[q] = c->node_of[q * L->tp];
     if (pt->dedup == MP_DEDUP_NODE)
         MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
-    MP_CHECK(meta_buffers(L));
+    MP_CHECK(mp_dedup_meta_buffers(L, p->max_send, p->max_fwd, p->max_recv));
 out:
     return rc;
 }
@@ -208,7 +198,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
     MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
                                p->recv_displ, L->row_bytes));
-    MP_CHECK(meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend, p->send_rows,
+    MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend, p->send_rows,
                            p->send_displ, p->recv_meta, p->recv_rows, p->recv_displ, 0, p->nrecv));
     if (node) {
         MP_CHECK(o->mark(dev, MARK_HOP0_END));
@@ -218,7 +208,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
         MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
                                    p->recv1_displ, L->row_bytes));
-        MP_CHECK(meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd, p->fwd_rows,
+        MP_CHECK(mp_dedup_meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd, p->fwd_rows,
                                p->fwd_displ, p->recv_meta, p->recv1_rows, p->recv1_displ,
                                p->nrecv, p->nrecv1));
         MP_CHECK(o->mark(dev, MARK_HOP1_END));

@@ -140,6 +140,10 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
         }
     }
     memcpy(p->ep_node, ep_node, (size_t)ep * sizeof *ep_node);
+    rc = mp_dedup_meta_buffers(L, L->dpad.nsend1, L->dpad.nsend2,
+                               L->dpad.nrecv1 + L->dpad.nrecv2);
+    if (rc != MP_OK)
+        goto out;
 
     /* the slot buffers, grown after a collective memory check */
     long need = (L->dpad.nsend1 > L->dpad.send_cap ? L->dpad.nsend1 : 0) +
@@ -202,7 +206,6 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts, ep = L->ep, me = c->ep_rank;
     int node = L->dpad.node;
     long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
-    size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
     int rc = MP_OK;
     long tok0;
     mp_token_split(pt->batch * pt->seq, ep, me, &tok0);
@@ -232,8 +235,9 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
     MP_CHECK(c->ops->alltoallv(c, L->dpad.send, L->dpad.send1, L->dpad.sdispl1, L->dpad.recv,
                                L->dpad.recv1, L->dpad.rdispl1, L->row_bytes));
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.meta, L->dpad.send1, L->dpad.sdispl1, p->recv_meta,
-                               L->dpad.recv1, L->dpad.rdispl1, meta_bytes));
+    MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.meta, L->dedup_meta_send, n1, L->dpad.send1,
+                                    L->dpad.sdispl1, p->recv_meta, L->dpad.recv1,
+                                    L->dpad.rdispl1, 0, L->dpad.nrecv1));
     memcpy(p->recv_rows, L->dpad.recv1, (size_t)ep * sizeof(int));
     MP_CHECK(mp_dedup_plan_recv(p));
     if (node) {
@@ -246,8 +250,9 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
         MP_CHECK(c->ops->alltoallv(c, L->dpad.fwd, L->dpad.send2, L->dpad.sdispl2, L->dpad.recv,
                                    p->recv1_rows, p->recv1_displ, L->row_bytes));
-        MP_CHECK(c->ops->alltoallv(c, L->dpad.fmeta, L->dpad.send2, L->dpad.sdispl2,
-                                   p->recv_meta, p->recv1_rows, p->recv1_displ, meta_bytes));
+        MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.fmeta, L->dedup_meta_fwd, n2, L->dpad.send2,
+                                        L->dpad.sdispl2, p->recv_meta, p->recv1_rows,
+                                        p->recv1_displ, L->dpad.nrecv1, L->dpad.nrecv2));
         MP_CHECK(o->mark(dev, MARK_HOP1_END));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? me : -1, L->nlocal));

@@ -141,7 +141,6 @@ static int dp_plans(struct mp_layer *L, const struct mp_point *pt, struct mp_rou
     struct mp_comm *c = L->comm;
     int N = pt->overlap, K = L->m.topk, H = L->m.hidden, E = L->m.experts, me = c->ep_rank;
     int node = pt->dedup == MP_DEDUP_NODE, rc = MP_OK;
-    size_t meta_bytes = (size_t)K * sizeof(struct mp_dedup_meta);
     long tok0;
     mp_token_split(pt->batch * pt->seq, L->ep, me, &tok0);
     const int32_t *ids = L->dedup.ids;
@@ -171,8 +170,9 @@ static int dp_plans(struct mp_layer *L, const struct mp_point *pt, struct mp_rou
     for (int k = 0; k < N; k++) {
         struct mp_dedup_plan *p = &L->dchunk[k];
         MP_CHECK(mp_dedup_plan_recv(p));
-        MP_CHECK(c->ops->alltoallv(c, p->send_meta, p->send_rows, p->send_displ, p->recv_meta,
-                                   p->recv_rows, p->recv_displ, meta_bytes));
+        MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend,
+                                        p->send_rows, p->send_displ, p->recv_meta, p->recv_rows,
+                                        p->recv_displ, 0, p->nrecv));
         if (node)
             MP_CHECK(mp_dedup_plan_forward(p, me));
     }
@@ -182,8 +182,9 @@ static int dp_plans(struct mp_layer *L, const struct mp_point *pt, struct mp_rou
         for (int k = 0; k < N; k++) {
             struct mp_dedup_plan *p = &L->dchunk[k];
             MP_CHECK(mp_dedup_plan_recv_forwards(p));
-            MP_CHECK(c->ops->alltoallv(c, p->fwd_meta, p->fwd_rows, p->fwd_displ, p->recv_meta,
-                                       p->recv1_rows, p->recv1_displ, meta_bytes));
+            MP_CHECK(mp_dedup_meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd,
+                                            p->fwd_rows, p->fwd_displ, p->recv_meta, p->recv1_rows,
+                                            p->recv1_displ, p->nrecv, p->nrecv1));
         }
     }
     of->roff[0] = of->foff[0] = of->eoff[0] = 0;

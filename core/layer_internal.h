@@ -219,6 +219,22 @@ void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int noti
  * and TP reduce summed, dispatch the rest (the communication left exposed), combine 0, no hop
  * times; and the start skew. */
 void mp_layer_pipelined_times(struct mp_layer *L, int N, struct mp_rank_iter *rec);
+
+/* ---- dispatch_dedup.c: what the deduplicated modes share ---------------------------------------- */
+
+/* On a device backend, the device copies of the metadata that the exchanges move (a device comm
+ * backend moves device memory only), for up to `send_rows` rows sent on the first hop,
+ * `fwd_rows` forwards (node) and `recv_rows` received (grown, never shrunk, after a collective
+ * memory check). A host backend exchanges the plan's own arrays and has none: MP_OK. */
+int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, long recv_rows);
+/* The metadata exchange of one hop: `n` rows of the host array `send` out, and into the host
+ * array `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0). On
+ * a device backend through device copies: the sent rows uploaded into `dsend` (dedup_meta_send or
+ * dedup_meta_fwd), received into dedup_meta_recv and downloaded once the exchange is done, for
+ * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). */
+int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
+                           long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                           const int *rcount, const int *rdispl, long at, long nin);
 /* The FFN and TP-reduce phases of an unpipelined iteration: mp_layer_ffn from L->expbuf (the
  * `routed` rows, expert_off into them) to L->outbuf, marked FFN, then with TP > 1 the sum of the
  * D-shards of every routed and shared row over the TP group, marked TP. */

@@ -1382,9 +1382,7 @@ static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total
 extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .memory = MP_MEMORY_DEVICE,
-    /* not yet the padded or pipelined deduplicated dispatches (core/dispatch_dedup_padded.c,
-     * dispatch_dedup_pipelined.c): their metadata exchanges use host memory */
-    .dispatch_modes = MP_DISPATCH_ALL & ~(MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED),
+    .dispatch_modes = MP_DISPATCH_ALL,
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,

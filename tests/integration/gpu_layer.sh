@@ -5,7 +5,8 @@
 # CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
 # blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup pair, rank
 # and node with --check (tp1ep2 and tp2ep2, gate and uniform routings, contiguous and
-# replicate-hot:2), their rows those of the cpu backend, and --dedup with --overlap refused;
+# replicate-hot:2), their rows those of the cpu backend, and rank and node in padded slots and
+# pipelined (tp1ep2), their rows and drops those of the cpu backend;
 # with four GPUs, TP, EP and TP+EP layouts; the count exchange timed as notify_us by the dynamic
 # and pipelined dispatches, 0 for padded. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
@@ -22,11 +23,6 @@ if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
     exit 77
 fi
 [ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
-# --dedup rank and node run on the cuda backend, unpipelined only: --overlap refused, naming both
-refused "$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
-    --dedup pair,rank --overlap 2
-grep -q -- "--dedup rank with --overlap 2" "$TMP/refused.err" ||
-    fail "the refusal of --dedup rank --overlap 2: $(cat "$TMP/refused.err")"
 # MOEPERF_GPUS, MOEPERF_GPU_HIDDEN and MOEPERF_GPU_FFN override the GPU count and the layer's sizes
 # (the CPU stand-in of -Dcudaemu=true runs GEMMs on one core)
 ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
@@ -92,7 +88,7 @@ dedup_check() {
     layer "$n" $sweep --out "$TMP/gpu-dedup-$lay"
     # shellcheck disable=SC2086
     mpi "$n" "$BIN/moeperf-layer" --backend cpu --comm mpi --model qwen3-30b-a3b --hidden $H \
-        --ffn $F --experts 16 --topk 4 --warmup 1 --iters 3 --check $sweep --quiet \
+        --ffn $F --experts 16 --topk 4 --warmup 1 --iters 1 --check $sweep --quiet \
         --out "$TMP/cpu-dedup-$lay" || fail "the cpu sweep of --dedup on $lay: exit $?"
     python3 - "$TMP/gpu-dedup-$lay" "$TMP/cpu-dedup-$lay" <<'PY' || fail "--dedup on $lay: the GPU path is wrong"
 import csv, sys
@@ -121,7 +117,41 @@ for k in g:
 print(sys.argv[1], "rows as on the cpu backend; bytes rank/node below pair at", fewer)
 PY
 }
-[ "$np" -lt 2 ] || dedup_check tp1ep2 2
+# dedup_forms_check: --dedup rank and node in padded slots (lossless, and a capacity that drops)
+# and pipelined over 2 chunks, with --check, on tp1ep2; the same sweeps on the cpu backend: every
+# rank's rows and every point's drops the host path's (the plans come from the same routing)
+dedup_forms_check() {
+    forms="--layout tp1ep2 --shared 1 --batch 32 --routing uniform --dedup rank,node"
+    # shellcheck disable=SC2086
+    layer 2 $forms --dispatch padded,padded:0.5 --out "$TMP/gpu-dedup-padded"
+    # shellcheck disable=SC2086
+    layer 2 $forms --overlap 2 --out "$TMP/gpu-dedup-overlap"
+    for f in "--dispatch padded,padded:0.5 --out $TMP/cpu-dedup-padded" "--overlap 2 --out $TMP/cpu-dedup-overlap"; do
+        # shellcheck disable=SC2086
+        mpi 2 "$BIN/moeperf-layer" --backend cpu --comm mpi --model qwen3-30b-a3b --hidden $H \
+            --ffn $F --experts 16 --topk 4 --warmup 1 --iters 1 --check $forms $f --quiet ||
+            fail "the cpu sweep of $f: exit $?"
+    done
+    python3 - "$TMP" <<'PY' || fail "--dedup padded or pipelined: the GPU path is wrong"
+import csv, sys
+key = ["dispatch", "overlap", "dedup", "batch"]
+def load(d, name, extra):
+    return {tuple(r[k] for k in key + extra): r for r in csv.DictReader(open(f"{d}/{name}"))}
+for form, points in (("padded", 4), ("overlap", 2)):
+    g, c = (load(f"{sys.argv[1]}/{side}-dedup-{form}", "layer.csv", []) for side in ("gpu", "cpu"))
+    assert g.keys() == c.keys() and len(g) == points, (form, sorted(g))
+    for k, r in g.items():
+        assert r["check_error"] != "" and float(r["check_error"]) <= 2e-2, (k, r["check_error"])
+        assert r["drop_rate"] == c[k]["drop_rate"], (k, r["drop_rate"], c[k]["drop_rate"])
+    g, c = (load(f"{sys.argv[1]}/{side}-dedup-{form}", "layer_ranks.csv", ["rank"])
+            for side in ("gpu", "cpu"))
+    for k in g:
+        for col in ("tokens", "rows", "ffn_rows"):  # bytes: bf16 rows here, fp32 there
+            assert g[k][col] == c[k][col], (k, col, g[k][col], c[k][col])
+print("padded and pipelined --dedup: rows and drops as on the cpu backend")
+PY
+}
+[ "$np" -lt 2 ] || { dedup_check tp1ep2 2; dedup_forms_check; }
 # moeperf-a2a on nccl: uniform sizes and MoE counts
 mpi $np "$BIN/moeperf-a2a" --backend cuda --comm nccl --bytes 1K:64K:x8 --iters 3 --warmup 1 --quiet \
     --out "$TMP/a2a" || fail "moeperf-a2a --comm nccl exit $?"
