@@ -46,7 +46,8 @@ static const char summary[] =
     "rank's time counts. algbw = bytes_per_rank / time, busbw = algbw·(n−1)/n (nccl-tests).\n"
     "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.\n"
     "--pattern moe --dedup rank sends one row per token and destination rank (the dispatch hop of\n"
-    "docs/METRICS.md \"Deduplicated dispatch\"); node's two hops are timed by moeperf-layer's model.";
+    "docs/METRICS.md \"Deduplicated dispatch\"); --dedup node times its two exchanges one after the\n"
+    "other: once per token and node to the relay, then forwarded inside the node.";
 
 enum { FILE_A2A, FILE_SAMPLES };
 static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
@@ -94,20 +95,42 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
     mp_row_int(r, p->bytes_per_peer);
 }
 
-/* MoE deduplicated per rank: the dispatch counts of `ndraws` routing draws as core/dedup.c counts
- * them, one row per (token, destination rank ≠ own rank) of H·elem bytes plus the top-K ids and
- * weights (mp_dedup_meta_bytes); every rank counts the whole batch, so the receive counts need no
- * exchange. */
-static int counts_dedup_rank(struct mp_a2a_counts *c, struct mp_session *s,
-                             const struct mp_routing *rt, const struct mp_placement *pl,
-                             long total, int ndraws)
+/* One hop's counts of draw d from the dedup counts' rows[ep·ep] (e sends p rows[e·ep + p]) for
+ * EP rank e; returns the rows e sends. */
+static long hop_counts(struct mp_a2a_counts *c, int d, const double *rows, int ep, int e)
+{
+    int *sc = c->scount + (size_t)d * ep, *sd = c->sdispl + (size_t)d * ep;
+    int *rn = c->rcount + (size_t)d * ep, *rd = c->rdispl + (size_t)d * ep;
+    long sent = 0, got = 0;
+    for (int p = 0; p < ep; p++) {
+        sc[p] = (int)rows[(size_t)e * ep + p];
+        rn[p] = (int)rows[(size_t)p * ep + e];
+        sd[p] = (int)sent;
+        rd[p] = (int)got;
+        sent += sc[p];
+        got += rn[p];
+    }
+    return sent;
+}
+
+/* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws as
+ * core/dedup.c counts them, rows of H·elem bytes plus the top-K ids and weights
+ * (mp_dedup_meta_bytes): rank, one row per (token, destination rank ≠ own rank) in `c`; node, the
+ * rows to the ranks of the token's node and to the relays in `c` and the relays' forwards inside
+ * their node in `c2` (nodes of gpus_per_node = ranks / nodes ranks, as the launcher packs them).
+ * Every rank counts the whole batch, so the receive counts need no exchange. bytes_per_rank: the
+ * largest per-rank send over both hops, in c. */
+static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_dedup mode,
+                        struct mp_session *s, const struct mp_routing *rt,
+                        const struct mp_placement *pl, long total, int ndraws)
 {
     struct mp_comm *cm = s->comm;
-    int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK;
+    int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK, node = mode == MP_DEDUP_NODE;
     struct mp_dedup_counts dc = {0};
     int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
     if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, ep) != MP_OK ||
+        (node && mp_a2a_counts_alloc(c2, ndraws, ep) != MP_OK) ||
         mp_dedup_alloc(&dc, ep) != MP_OK) {
         free(ids);
         free(w);
@@ -116,23 +139,16 @@ static int counts_dedup_rank(struct mp_a2a_counts *c, struct mp_session *s,
         return MP_ERR_RUNTIME;
     }
     c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size +
-                   (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, K);
-    int gpn = cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1; /* unused by rank */
+                   (size_t)mp_dedup_meta_bytes(mode, K);
+    c2->row_bytes = c->row_bytes;
+    int gpn = cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1;
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
-        mp_dedup_count(MP_DEDUP_RANK, pl, ids, total, K, cm->tp, gpn, &dc);
-        int *sc = c->scount + (size_t)d * ep, *sd = c->sdispl + (size_t)d * ep;
-        int *rn = c->rcount + (size_t)d * ep, *rd = c->rdispl + (size_t)d * ep;
-        long sent = 0, got = 0;
-        for (int p = 0; p < ep; p++) {
-            sc[p] = (int)dc.rows[(size_t)e * ep + p];
-            rn[p] = (int)dc.rows[(size_t)p * ep + e];
-            sd[p] = (int)sent;
-            rd[p] = (int)got;
-            sent += sc[p];
-            got += rn[p];
-        }
+        mp_dedup_count(mode, pl, ids, total, K, cm->tp, gpn, &dc);
+        long sent = hop_counts(c, d, dc.rows, ep, e);
+        if (node)
+            sent += hop_counts(c2, d, dc.rows + (size_t)ep * ep, ep, e);
         double mine = (double)sent * (double)c->row_bytes;
         rc = cm->ops->max_double(cm, &mine);
         sum_max += mine;
@@ -188,13 +204,14 @@ static int counts_moe(struct mp_a2a_counts *c, struct mp_session *s, const struc
 /* One point's exchange buffers and counts, and this rank's timed samples: the harness's argument. */
 struct a2a_pass {
     struct mp_session *s;
-    const struct mp_a2a_counts *c;
+    const struct mp_a2a_counts *c, *c2; /* c2: --dedup node's forwards, else NULL */
     void *sendbuf, *recvbuf;
     double *mine; /* [iters] */
 };
 
-/* One synchronized exchange of draw step mod ndraws: drained, barrier, the alltoallv between the
- * marks, drained; a timed one's time into mine[sample]. */
+/* One synchronized exchange of draw step mod ndraws: drained, barrier, the alltoallv (--dedup
+ * node: the relay hop, then the forwards) between the marks, drained; a timed one's time into
+ * mine[sample]. */
 static int a2a_iterate(void *arg, int step, int sample, int replay)
 {
     struct a2a_pass *p = arg;
@@ -209,6 +226,10 @@ static int a2a_iterate(void *arg, int step, int sample, int replay)
     MP_CHECK(s->cops->mark(s->dev, MARK_START));
     MP_CHECK(cm->ops->alltoallv(cm, p->sendbuf, c->scount + o, c->sdispl + o, p->recvbuf,
                                 c->rcount + o, c->rdispl + o, c->row_bytes));
+    if (p->c2) /* the relays forward what they received */
+        MP_CHECK(cm->ops->alltoallv(cm, p->recvbuf, p->c2->scount + o, p->c2->sdispl + o,
+                                    p->sendbuf, p->c2->rcount + o, p->c2->rdispl + o,
+                                    p->c2->row_bytes));
     MP_CHECK(s->cops->mark(s->dev, MARK_END));
     MP_CHECK(s->cops->sync(s->dev));
     if (sample >= 0)
@@ -218,10 +239,12 @@ out:
 }
 
 /* Time `iters` exchanges (after `warmup`); on rank 0 times[i] = the slowest rank's time. */
-static int run_point(struct mp_session *s, const struct mp_a2a_counts *c, void *sendbuf,
-                     void *recvbuf, double *mine, double *all, double *times)
+static int run_point(struct mp_session *s, const struct mp_a2a_counts *c,
+                     const struct mp_a2a_counts *c2, void *sendbuf, void *recvbuf, double *mine,
+                     double *all, double *times)
 {
-    struct a2a_pass p = {.s = s, .c = c, .sendbuf = sendbuf, .recvbuf = recvbuf, .mine = mine};
+    struct a2a_pass p = {.s = s, .c = c, .c2 = c2, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                         .mine = mine};
     struct mp_harness h = {.warmup = s->o.warmup, .iters = s->o.iters, .iterate = a2a_iterate,
                            .arg = &p};
     int rc = mp_harness_run(&h, NULL);
@@ -351,9 +374,10 @@ struct a2a_run {
 };
 
 /* The counts of point `bi` of a layout (and a routing, group limit, placement and dedup mode with
- * --pattern moe; `rt` is the routing under the group limit). */
+ * --pattern moe; `rt` is the routing under the group limit); --dedup node's forwards in cn2. */
 static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn,
-                        const struct mp_routing *rt, int ri, int gi, int pi, int xi,
+                        struct mp_a2a_counts *cn2, const struct mp_routing *rt, int ri, int gi,
+                        int pi, int xi,
                         const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
@@ -368,8 +392,10 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->batch = s->o.batch.v[bi];
     int ndraws = s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS ? s->o.iters + s->o.warmup
                                                                    : MP_ROUTING_POOL_DRAWS;
-    int rc = strcmp(p->dedup, "rank") == 0
-                 ? counts_dedup_rank(cn, s, rt, pl, p->batch * s->o.seq, ndraws)
+    enum mp_dedup mode = MP_DEDUP_PAIR;
+    mp_dedup_parse(p->dedup, &mode); /* checked at start-up */
+    int rc = mode != MP_DEDUP_PAIR
+                 ? counts_dedup(cn, cn2, mode, s, rt, pl, p->batch * s->o.seq, ndraws)
                  : counts_moe(cn, s, rt, pl, p->batch * s->o.seq, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
@@ -382,8 +408,8 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
 {
     struct mp_session *s = r->s;
     struct a2a_point p = {.lay = lay};
-    struct mp_a2a_counts cn = {0};
-    int rc = point_counts(r, &p, &cn, rt, ri, gi, pi, xi, pl, bi);
+    struct mp_a2a_counts cn = {0}, cn2 = {0};
+    int rc = point_counts(r, &p, &cn, &cn2, rt, ri, gi, pi, xi, pl, bi);
     r->np++;
     int skip = 0;
     if (rc == MP_OK) {
@@ -404,13 +430,15 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
                  p.group_limit ? p.group_limit : "-", p.placement ? p.placement : "-",
                  p.dedup ? p.dedup : "-", p.batch, p.bytes_per_peer);
         mp_watchdog_arm(s->o.timeout, point);
-        rc = run_point(s, &cn, r->sendbuf, r->recvbuf, r->mine, r->all, r->times);
+        rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->sendbuf, r->recvbuf, r->mine, r->all,
+                       r->times);
         if (rc == MP_OK)
             mp_watchdog_disarm();
         if (rc == MP_OK && s->comm->rank == 0)
             rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times);
     }
     mp_a2a_counts_free(&cn);
+    mp_a2a_counts_free(&cn2);
     return rc;
 }
 
@@ -461,8 +489,8 @@ static void print_header(const struct mp_session *s)
            "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)");
 }
 
-/* --dedup: pair or rank with --pattern moe (node's relay and forward are two exchanges that
- * moeperf-a2a does not time), pair alone with the uniform pattern. Refuses with MP_ERR_USAGE. */
+/* --dedup: any mode with --pattern moe, pair alone with the uniform pattern. Refuses with
+ * MP_ERR_USAGE. */
 static int check_dedup(const struct mp_session *s, int moe)
 {
     for (int i = 0; i < s->o.dedup.n; i++) {
@@ -473,12 +501,6 @@ static int check_dedup(const struct mp_session *s, int moe)
         if (!moe && d != MP_DEDUP_PAIR) {
             mp_usage("--dedup %s: the uniform pattern has no routing to deduplicate; use "
                      "--pattern moe with it, or --dedup pair", word);
-            return MP_ERR_USAGE;
-        }
-        if (d == MP_DEDUP_NODE) {
-            mp_usage("--dedup node: moeperf-a2a times one exchange, and node dispatches in two (to "
-                     "a relay per node, then forwarded inside it); accepted here: pair, rank; "
-                     "moeperf-layer --backend model --comm model times node");
             return MP_ERR_USAGE;
         }
     }

@@ -3,7 +3,8 @@
 # inter-node bytes deduplicated per rank than per pair, and fewer again per node, with the FFN rows
 # unchanged; the combinations not modelled yet are refused naming the flags
 # (tests/integration/dedup_measured.sh and dedup_nodes.sh check the measured modes);
-# moeperf-a2a --pattern moe --dedup rank sends the rank-deduplicated rows, node is refused.
+# moeperf-a2a --pattern moe --dedup rank sends the rank-deduplicated rows, node on one host the
+# same (no relay: tests/integration/dedup_nodes.sh times its two hops across nodes).
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 model="--backend model --comm model --cluster h100-ndr --world 16 --model deepseek-v3 --layout tp1ep16"
@@ -85,9 +86,16 @@ awk -F, -v row="$row" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     "$TMP/a8/a2a.csv" || exit 1
 mpi 2 "$A2A" --bytes 1K --iters 2 --warmup 1 --quiet --out "$TMP/u" || fail "uniform a2a exit $?"
 [ -z "$(col "$TMP/u/a2a.csv" dedup)" ] || fail "the uniform pattern has a dedup cell"
-# node dispatches in two exchanges: refused naming the flag and value; rank needs a routing
-refused "$A2A" --pattern moe --experts 8 --topk 4 --hidden 64 --batch 16 --dedup pair,node
-grep -q -- "--dedup node" "$TMP/refused.err" || fail "the a2a refusal does not name --dedup node"
+# node on one host: every serving rank is on the token's node, so no relay: rank's rows exactly
+mpi 2 "$A2A" --pattern moe --experts 8 --topk 4 --hidden 64 --batch 16,64 --dedup rank,node \
+    --iters 2 --warmup 1 --quiet --out "$TMP/an" || fail "moeperf-a2a --dedup node exit $?"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { v[$c["batch"], $c["dedup"]] = $c["bytes_per_rank"]; n++ }
+    END { if (n != 4) { print "FAIL: " n " node rows"; exit 1 }
+          for (b = 16; b <= 64; b *= 4)
+              if (v[b, "node"] != v[b, "rank"] || v[b, "node"] <= 0) { print "FAIL: batch " b ": node " v[b, "node"] ", rank " v[b, "rank"]; exit 1 } }' \
+    "$TMP/an/a2a.csv" || exit 1
+# rank needs a routing
 refused "$A2A" --bytes 1K --dedup rank
 grep -q -- "--dedup rank" "$TMP/refused.err" || fail "the uniform refusal does not name --dedup rank"
 echo PASS

@@ -74,6 +74,31 @@ for d in sys.argv[1:3]:
                 if name != "layer.csv": # a median of sums is not the sum of medians
                     assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
 PY
+# moeperf-a2a --pattern moe across the nodes, one draw: rank's and node's largest per-rank send
+# (node: both hops, the relay's and the forwards) is the model layer's largest dispatch bytes of
+# the same draw, metadata included; both below pair
+a2aw="--experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup pair,rank,node
+    --iters 1 --warmup 0 --quiet"
+# shellcheck disable=SC2086
+"$EMU" run --name "$NAME" -- "$BIN/moeperf-a2a" --pattern moe $a2aw --timeout 60 \
+    --out "$TMP/a2a" >/dev/null 2>"$TMP/a.err" || fail "moeperf-a2a across nodes exit $?: $(cat "$TMP/a.err")"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" --backend model --comm model --cluster cpu-host --world 4 --layout tp1ep4 \
+    --shared 0 $a2aw --out "$TMP/a2am" || fail "modelled layer of the a2a points exit $?"
+python3 - "$TMP/a2a/a2a.csv" "$TMP/a2am/layer_ranks.csv" <<'PY' || fail "moeperf-a2a across nodes"
+import csv, sys
+a2a = {r["dedup"]: float(r["bytes_per_rank"]) for r in csv.DictReader(open(sys.argv[1]))}
+most = {}
+for r in csv.DictReader(open(sys.argv[2])):
+    sent = float(r["dispatch_bytes_intranode"]) + float(r["dispatch_bytes_internode"])
+    most[r["dedup"]] = max(most.get(r["dedup"], 0), sent)
+assert a2a.keys() == {"pair", "rank", "node"}, a2a
+for m in ("rank", "node"):
+    assert a2a[m] == most[m] > 0, (m, a2a[m], most[m])
+assert a2a["rank"] < a2a["pair"] and a2a["node"] != a2a["rank"], a2a
+print("a2a bytes_per_rank", a2a, "= the model's largest dispatch bytes")
+PY
+
 # padded slots deduplicated per rank and per node across the nodes
 psweep="--hidden 64 --ffn 32 --experts 16 --topk 4 --shared 1 --layout tp1ep4,tp2ep2 --batch 24,40
     --routing zipf:1.2 --placement contiguous,eplb:4 --dispatch padded,padded:0.25 --dedup rank,node
