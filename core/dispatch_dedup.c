@@ -78,6 +78,22 @@ static int grow_meta(struct mp_layer *L, void **buf, long *rows, long want, size
     return MP_OK;
 }
 
+int mp_dedup_route(struct mp_layer *L, const struct mp_point *pt, struct mp_routing_pool *pool,
+                   int d, long ntok, const int32_t **ids, const float **w)
+{
+    int K = L->m.topk, E = L->m.experts;
+    if (!pool->noise) {
+        *ids = pool->ids + (size_t)d * ntok * K;
+        *w = pool->w + (size_t)d * ntok * K;
+        return MP_OK;
+    }
+    *ids = L->dedup.ids;
+    *w = L->dedup.w;
+    return L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok,
+                        L->m.hidden, E, K, pt->routing->groups, pt->routing->group_pick,
+                        L->dedup.ids, L->dedup.w);
+}
+
 int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, long recv_rows)
 {
     if (L->ops->memory != MP_MEMORY_DEVICE)
@@ -160,7 +176,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
     struct mp_dedup_plan *p = &L->dedup;
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
+    int H = L->m.hidden, K = L->m.topk;
     int node = pt->dedup == MP_DEDUP_NODE;
     /* rank mode: received rows in the routed-row buffer; node: in its own, forwards beside */
     void *rbuf = node ? L->dedup_recv : L->recvbuf, *fbuf = L->dedup_fwd;
@@ -171,15 +187,9 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     /* route: the gate's or the pool's top-K on the host, and the rows each rank gets from it */
     MP_CHECK(mp_layer_start_aligned(L));
     MP_RANGE_PUSH("moeperf/route");
-    const int32_t *ids = p->ids;
-    const float *w = p->w;
-    if (pool->noise)
-        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
-                         pt->routing->groups, pt->routing->group_pick, p->ids, p->w));
-    else {
-        ids = pool->ids + (size_t)d * ntok * K;
-        w = pool->w + (size_t)d * ntok * K;
-    }
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(mp_dedup_route(L, pt, pool, d, ntok, &ids, &w));
     mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w,
                        node ? p->ep_node : NULL);
     MP_CHECK(o->mark(dev, MARK_ROUTE));

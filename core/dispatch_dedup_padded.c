@@ -203,7 +203,7 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
     struct mp_dedup_plan *p = &L->dedup;
-    int H = L->m.hidden, K = L->m.topk, E = L->m.experts, ep = L->ep, me = c->ep_rank;
+    int H = L->m.hidden, K = L->m.topk, ep = L->ep, me = c->ep_rank;
     int node = L->dpad.node;
     long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
     int rc = MP_OK;
@@ -213,15 +213,9 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     /* route: the gate's or the pool's top-K on the host, each token's row per target, into slots */
     MP_CHECK(mp_layer_start_aligned(L));
     MP_RANGE_PUSH("moeperf/route");
-    const int32_t *ids = p->ids;
-    const float *w = p->w;
-    if (pool->noise)
-        MP_CHECK(o->gate(dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
-                         pt->routing->groups, pt->routing->group_pick, p->ids, p->w));
-    else {
-        ids = pool->ids + (size_t)d * ntok * K;
-        w = pool->w + (size_t)d * ntok * K;
-    }
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(mp_dedup_route(L, pt, pool, d, ntok, &ids, &w));
     mp_dedup_plan_send(p, pt->placement, me, tok0, ntok, ids, w, node ? p->ep_node : NULL);
     long dropped = mp_dedup_plan_slots(p, me, L->dpad.send1, L->dpad.tok, L->dpad.w, L->dpad.meta);
     MP_CHECK(o->mark(dev, MARK_ROUTE));

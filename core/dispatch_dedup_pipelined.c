@@ -139,20 +139,13 @@ static int dp_plans(struct mp_layer *L, const struct mp_point *pt, struct mp_rou
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_comm *c = L->comm;
-    int N = pt->overlap, K = L->m.topk, H = L->m.hidden, E = L->m.experts, me = c->ep_rank;
+    int N = pt->overlap, K = L->m.topk, me = c->ep_rank;
     int node = pt->dedup == MP_DEDUP_NODE, rc = MP_OK;
     long tok0;
     mp_token_split(pt->batch * pt->seq, L->ep, me, &tok0);
-    const int32_t *ids = L->dedup.ids;
-    const float *w = L->dedup.w;
-    if (pool->noise)
-        MP_CHECK(o->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok, H, E, K,
-                         pt->routing->groups, pt->routing->group_pick, L->dedup.ids,
-                         L->dedup.w));
-    else {
-        ids = pool->ids + (size_t)d * ntok * K;
-        w = pool->w + (size_t)d * ntok * K;
-    }
+    const int32_t *ids;
+    const float *w;
+    MP_CHECK(mp_dedup_route(L, pt, pool, d, ntok, &ids, &w));
     of->soff[0] = 0;
     for (int k = 0; k < N; k++) {
         struct mp_dedup_plan *p = &L->dchunk[k];

@@ -222,6 +222,11 @@ void mp_layer_pipelined_times(struct mp_layer *L, int N, struct mp_rank_iter *re
 
 /* ---- dispatch_dedup.c: what the deduplicated modes share ---------------------------------------- */
 
+/* This rank's routing of draw `d` for a deduplicated mode's host plan: the pool's draw, or the
+ * gate's top-K (downloaded to the host plan's scratch, L->dedup.ids/w) for gate routing; *ids and
+ * *w point at `ntok`·K entries. MP_OK or the gate's error. */
+int mp_dedup_route(struct mp_layer *L, const struct mp_point *pt, struct mp_routing_pool *pool,
+                   int d, long ntok, const int32_t **ids, const float **w);
 /* On a device backend, the device copies of the metadata that the exchanges move (a device comm
  * backend moves device memory only), for up to `send_rows` rows sent on the first hop,
  * `fwd_rows` forwards (node) and `recv_rows` received (grown, never shrunk, after a collective
