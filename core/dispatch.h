@@ -62,7 +62,8 @@ struct mp_dispatch_mode {
     /* optional, after the weights and the routing pool: size the mode's own state for the point
      * (`tokens_per_rank`: the most tokens any EP rank holds) */
     int (*setup)(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank);
-    /* hand the compute backend the cell layout of this mode's plan (mp_layer_plan_setup) */
+    /* optional: hand the compute backend the cell layout of this mode's plan
+     * (mp_layer_plan_setup); NULL for a mode whose plan is built on the host every iteration */
     int (*plan)(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok);
     /* one timed layer forward with routing draw `d`: phase durations and counts into *rec */
     int (*iterate)(struct mp_layer *L, const struct mp_point *pt, struct mp_routing_pool *pool,

@@ -160,13 +160,6 @@ out:
     return rc;
 }
 
-/* The plan is built on the host every iteration, from the routing: nothing for the backend. */
-static int dedup_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
-{
-    (void)L, (void)pt, (void)tok0, (void)ntok;
-    return MP_OK;
-}
-
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
                          struct mp_routing_pool *pool, int d, long ntok,
@@ -299,7 +292,6 @@ const struct mp_dispatch_mode mp_dispatch_dedup = {
     .dedup_modes = 1u << MP_DEDUP_RANK | 1u << MP_DEDUP_NODE,
     .reserve = dedup_reserve,
     .setup = dedup_setup,
-    .plan = dedup_plan,
     .iterate = dedup_iterate,
     .teardown = dedup_teardown,
     .model_traffic = mp_vtraffic_dynamic,

@@ -187,13 +187,6 @@ out:
     return rc;
 }
 
-/* The plan is built on the host every iteration, from the routing: nothing for the backend. */
-static int dedup_padded_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
-{
-    (void)L, (void)pt, (void)tok0, (void)ntok;
-    return MP_OK;
-}
-
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
                                 struct mp_routing_pool *pool, int d, long ntok,
@@ -323,7 +316,6 @@ const struct mp_dispatch_mode mp_dispatch_dedup_padded = {
     .dedup_modes = 1u << MP_DEDUP_RANK | 1u << MP_DEDUP_NODE,
     .reserve = dedup_padded_reserve,
     .setup = dedup_padded_setup,
-    .plan = dedup_padded_plan,
     .iterate = dedup_padded_iterate,
     .teardown = dedup_padded_teardown,
     .check_routing = dedup_padded_check_routing,

@@ -89,13 +89,6 @@ oom:
     return MP_ERR_RUNTIME;
 }
 
-/* The plans are built on the host every iteration, from the routing: nothing for the backend. */
-static int dp_plan(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok)
-{
-    (void)L, (void)pt, (void)tok0, (void)ntok;
-    return MP_OK;
-}
-
 /* The pipeline's progress hook: lets the pending exchanges advance between expert GEMMs. */
 static void progress_hook(void *arg)
 {
@@ -325,7 +318,6 @@ const struct mp_dispatch_mode mp_dispatch_dedup_pipelined = {
     .validate = dp_validate,
     .reserve = dp_reserve,
     .setup = dp_setup,
-    .plan = dp_plan,
     .iterate = dp_iterate,
     .teardown = dp_teardown,
     .reference = &mp_dispatch_dedup,

@@ -207,7 +207,7 @@ static int run_pass(struct pass *p, struct mp_point_result *res, long tok0)
 {
     struct mp_layer *L = p->L;
     const struct mp_point *pt = p->pt;
-    int rc = p->mode->plan(L, pt, tok0, p->ntok);
+    int rc = p->mode->plan ? p->mode->plan(L, pt, tok0, p->ntok) : MP_OK;
     if (rc != MP_OK)
         return rc;
     struct mp_harness h = {
