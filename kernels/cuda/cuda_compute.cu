@@ -15,6 +15,7 @@ extern "C" {
 #include "error.h"
 }
 #include "chunks.h"
+#include "cublas_entry.h"
 #include "cuda_helpers.cuh"
 #include "dplan.h"
 
@@ -36,6 +37,9 @@ typedef __nv_bfloat16 bf16;
             return MP_ERR_RUNTIME;                                                                 \
         }                                                                                          \
     } while (0)
+
+/* cuBLAS, resolved when the first backend starts (cublas_entry.h) */
+static struct mp_cublas_entry cublas;
 
 /* The dispatch plan built on the device (plan_setup/plan_build): pairs keyed by cell, sorted
  * stably with CUB's radix sort, cells' starts from an exclusive scan of their counts, then every
@@ -204,12 +208,17 @@ static int cuda_init(struct mp_compute **out, int local_rank)
                 preselected);
     CUDACHECK(cudaSetDevice(c->device));
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    CUBLASCHECK(cublasCreate(&c->blas));
-    CUBLASCHECK(cublasSetStream(c->blas, c->stream));
+    char why[512];
+    if (mp_cublas_load(&cublas, why, sizeof why) != 0) {
+        mp_error("--backend cuda: %s", why);
+        return MP_ERR_RUNTIME;
+    }
+    CUBLASCHECK(cublas.create(&c->blas));
+    CUBLASCHECK(cublas.set_stream(c->blas, c->stream));
     /* a fixed workspace: cuBLAS then allocates nothing while a graph is captured */
     const size_t ws = (size_t)32 << 20;
     CUDACHECK(cudaMalloc(&c->blas_ws, ws));
-    CUBLASCHECK(cublasSetWorkspace(c->blas, c->blas_ws, ws));
+    CUBLASCHECK(cublas.set_workspace(c->blas, c->blas_ws, ws));
     /* --flush-cache's buffer, 2 × L2, taken now: the memory checks then see it as used, and a
      * device too small for it fails here at start-up, not at a point's first flush */
     int l2 = 0;
@@ -267,7 +276,7 @@ static void cuda_fini(struct mp_compute *c)
     if (c->graph)
         cudaGraphDestroy(c->graph);
     if (c->blas)
-        cublasDestroy(c->blas);
+        cublas.destroy(c->blas);
     cudaFree(c->blas_ws);
     if (c->stream)
         cudaStreamDestroy(c->stream);
@@ -370,7 +379,7 @@ static cublasStatus_t gemm_rm(cublasHandle_t h, int m, int n, int k, const void 
                               const void *B, int ldb, void *C, cudaDataType ctype, int ldc)
 {
     const float one = 1.0f, zero = 0.0f;
-    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, B, CUDA_R_16BF, ldb, A,
+    return cublas.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, B, CUDA_R_16BF, ldb, A,
                         CUDA_R_16BF, lda, &zero, C, ctype, ldc, CUBLAS_COMPUTE_32F,
                         CUBLAS_GEMM_DEFAULT);
 }
@@ -599,7 +608,7 @@ static int grouped_stage(struct mp_compute *c, int np, int N, int K, int lda, in
         g->ldb[i] = lda;   /* A: rows × K row-major */
         g->ldc[i] = ldc;
     }
-    CUBLASCHECK(cublasGemmGroupedBatchedEx(
+    CUBLASCHECK(cublas.gemm_grouped_batched_ex(
         c->blas, g->op, g->op, g->m, g->n, g->k, g->alpha, (const void *const *)g->d_ptr,
         CUDA_R_16BF, g->lda, (const void *const *)(g->d_ptr + np), CUDA_R_16BF, g->ldb, g->beta,
         g->d_ptr + 2 * np, CUDA_R_16BF, g->ldc, np, g->size, CUBLAS_COMPUTE_32F));

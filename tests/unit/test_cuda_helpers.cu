@@ -1,7 +1,7 @@
 /* test_cuda_helpers.cu - the kernel logic the cuda backend shares with the host (top-k selection
  * and weights, SwiGLU, permutation, the weighted combine, padded capacity, the device dispatch
- * plan's cell and row rules, the row-move runs), compiled by nvcc and run on the CPU: no GPU is
- * needed. */
+ * plan's cell and row rules, the row-move runs, cuBLAS loaded when asked), compiled by nvcc and run
+ * on the CPU: no GPU is needed. */
 #include <algorithm>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@ extern "C" {
 #include "compute.h" /* struct mp_chunk, as cuda_compute.cu includes it */
 }
 #include "chunks.h"
+#include "cublas_entry.h"
 #include "cuda_helpers.cuh"
 #include "dplan.h"
 
@@ -206,5 +207,17 @@ int main(void)
 
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
+    /* cuBLAS loads when asked (cublas_entry.h): this program does not link it, and every entry
+     * point the backend calls resolves from the toolkit's library; no GPU is needed for that */
+    struct mp_cublas_entry blas = {};
+    char why[512] = "";
+    EXPECT(!dlopen(MP_CUBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */
+    int loaded = mp_cublas_load(&blas, why, sizeof why);
+    if (loaded != 0)
+        fprintf(stderr, "mp_cublas_load: %s\n", why);
+    EXPECT(loaded == 0 && blas.loaded);
+#define EXPECT_ENTRY(field, fn, type) EXPECT(blas.field != NULL);
+    MP_CUBLAS_ENTRIES(EXPECT_ENTRY)
+#undef EXPECT_ENTRY
     return failures ? 1 : 0;
 }
