@@ -855,36 +855,33 @@ static int side_runjson(struct mp_cmp *c, const struct side *sd, int side)
     return rc;
 }
 
-int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_opts *opts,
-                struct mp_cmp *c)
+/* Both sides' runs of one tool (NEW must hold the base's tool), loaded; c's tool, metrics, run
+ * counts, directories and unit filled. */
+static int load_sides(struct mp_cmp *c, struct side sd[2], const char *const dirs[2],
+                      const struct mp_cmp_opts *opts, const struct tool_spec **ts_out)
 {
-    int rc = MP_OK, metric_col[4];
-    struct side sd[2];
-    long *pt_side[2] = {NULL, NULL};
+    int rc = MP_OK;
     const struct tool_spec *ts = NULL, *tn = NULL;
-    const char *dirs[2] = {base_dir, new_dir};
-    memset(c, 0, sizeof *c);
-    memset(sd, 0, sizeof sd);
-
-    MP_CHECK(side_runs(&sd[0], base_dir, opts->tool, 0, &ts));
+    MP_CHECK(side_runs(&sd[0], dirs[0], opts->tool, 0, &ts));
     /* NEW must hold the base's tool; if it holds only another tool's files, the workloads differ */
-    rc = side_runs(&sd[1], new_dir, ts->name, 1, &tn);
+    rc = side_runs(&sd[1], dirs[1], ts->name, 1, &tn);
     if (rc == MP_ERR_USAGE && !tn) {
         struct side other;
         struct stat st;
-        if (stat(new_dir, &st) == 0 && S_ISDIR(st.st_mode) &&
-            side_runs(&other, new_dir, NULL, 1, &tn) == MP_OK) {
+        if (stat(dirs[1], &st) == 0 && S_ISDIR(st.st_mode) &&
+            side_runs(&other, dirs[1], NULL, 1, &tn) == MP_OK) {
             mp_usage("%s and %s are runs of different workloads: %s holds %s results, %s holds %s "
                      "results",
-                     base_dir, new_dir, base_dir, ts->tool, new_dir, tn->tool);
+                     dirs[0], dirs[1], dirs[0], ts->tool, dirs[1], tn->tool);
             side_free(&other);
-        } else if (stat(new_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
-            side_runs(&other, new_dir, ts->name, 0, &tn); /* prints why */
+        } else if (stat(dirs[1], &st) == 0 && S_ISDIR(st.st_mode)) {
+            side_runs(&other, dirs[1], ts->name, 0, &tn); /* prints why */
             side_free(&other);
         }
     }
     if (rc != MP_OK)
         goto out;
+    *ts_out = ts;
     c->tool = ts->tool;
     c->samples_file = ts->samples->file;
     c->nmetrics = ts->nmetrics;
@@ -900,7 +897,16 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         MP_CHECK(side_load(&sd[s], ts));
     c->unit_run = opts->unit == MP_CMP_UNIT_RUN ||
                   (opts->unit == MP_CMP_UNIT_AUTO && sd[0].nruns >= 2 && sd[1].nruns >= 2);
+out:
+    return rc;
+}
 
+/* The two sides' summary files have the same columns, every metric among them; c's key columns
+ * (those before the iteration column) filled; a side without a complete point is refused. */
+static int check_columns(struct mp_cmp *c, struct side sd[2], const char *const dirs[2],
+                         const struct tool_spec *ts, int metric_col[4])
+{
+    int rc = MP_OK;
     /* same columns on both sides */
     const struct mp_table *tb = &sd[0].t[0], *tw = &sd[1].t[0];
     int same = tb->ncols == tw->ncols;
@@ -943,7 +949,16 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
             goto out;
         }
 
-    /* points: the base's in its order, then those only the new run has */
+out:
+    return rc;
+}
+
+/* The points compared: the base's in its order, then those only the new run has; pt_side[s][p] is
+ * point p's index on side s (−1: absent there); c's key cells and rows allocated. */
+static int match_points(struct mp_cmp *c, struct side sd[2], const char *const dirs[2],
+                        long *pt_side[2])
+{
+    int rc = MP_OK;
     long common = 0;
     for (long i = 0; i < sd[0].npts; i++)
         common += side_point(&sd[1], sd[0].pts[i].key) >= 0;
@@ -996,43 +1011,68 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
             if (!(c->key_cells[p][k] = xstrdup(cells[k])))
                 rc = MP_ERR_RUNTIME;
     }
+out:
+    return rc;
+}
+
+/* Row (p, m): both sides' samples of metric m at point p, their medians with confidence intervals,
+ * the Mann-Whitney test on the unit chosen, the change and the verdict. */
+static int compare_row(struct mp_cmp *c, struct side sd[2], long *const pt_side[2],
+                       const int metric_col[4], const struct mp_cmp_opts *opts, long p, int m)
+{
+    int rc;
+    struct mp_cmp_row *r = &c->rows[p * c->nmetrics + m];
+    double *v[2] = {NULL, NULL}, *rm[2] = {NULL, NULL};
+    long n[2] = {0, 0}, nr[2] = {0, 0};
+    r->point = p;
+    r->metric = m;
+    rc = side_values(&sd[0], pt_side[0][p], metric_col[m], &v[0], &n[0], &rm[0], &nr[0]);
+    if (rc == MP_OK)
+        rc = side_values(&sd[1], pt_side[1][p], metric_col[m], &v[1], &n[1], &rm[1], &nr[1]);
+    const double *ux = c->unit_run ? rm[0] : v[0], *uy = c->unit_run ? rm[1] : v[1];
+    long nx = c->unit_run ? nr[0] : n[0], ny = c->unit_run ? nr[1] : n[1];
+    if (rc == MP_OK && mp_mannwhitney(ux, nx, uy, ny, &r->mw) != 0) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+    }
+    if (rc == MP_OK) {
+        r->n_base = n[0];
+        r->n_new = n[1];
+        r->runs_base = nr[0];
+        r->runs_new = nr[1];
+        r->units_base = nx;
+        r->units_new = ny;
+        median_ci(v[0], n[0], &r->base_med, &r->base_lo, &r->base_hi);
+        median_ci(v[1], n[1], &r->new_med, &r->new_lo, &r->new_hi);
+        r->change = n[0] && n[1] && r->base_med > 0 ? (r->new_med - r->base_med) / r->base_med
+                                                    : NAN;
+        r->verdict = mp_cmp_verdict(nx, ny, r->change, r->mw.p, opts->threshold, opts->alpha,
+                                    &r->reason);
+    }
+    free(rm[0]);
+    free(rm[1]);
+    free(v[0]);
+    free(v[1]);
+    return rc;
+}
+
+int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_opts *opts,
+                struct mp_cmp *c)
+{
+    int rc = MP_OK, metric_col[4];
+    struct side sd[2];
+    long *pt_side[2] = {NULL, NULL};
+    const struct tool_spec *ts = NULL;
+    const char *const dirs[2] = {base_dir, new_dir};
+    memset(c, 0, sizeof *c);
+    memset(sd, 0, sizeof sd);
+
+    MP_CHECK(load_sides(c, sd, dirs, opts, &ts));
+    MP_CHECK(check_columns(c, sd, dirs, ts, metric_col));
+    MP_CHECK(match_points(c, sd, dirs, pt_side));
     for (long p = 0; p < c->npoints && rc == MP_OK; p++)
-        for (int m = 0; m < c->nmetrics && rc == MP_OK; m++) {
-            struct mp_cmp_row *r = &c->rows[p * c->nmetrics + m];
-            double *v[2] = {NULL, NULL}, *rm[2] = {NULL, NULL};
-            long n[2] = {0, 0}, nr[2] = {0, 0};
-            r->point = p;
-            r->metric = m;
-            rc = side_values(&sd[0], pt_side[0][p], metric_col[m], &v[0], &n[0], &rm[0], &nr[0]);
-            if (rc == MP_OK)
-                rc = side_values(&sd[1], pt_side[1][p], metric_col[m], &v[1], &n[1], &rm[1],
-                                 &nr[1]);
-            const double *ux = c->unit_run ? rm[0] : v[0], *uy = c->unit_run ? rm[1] : v[1];
-            long nx = c->unit_run ? nr[0] : n[0], ny = c->unit_run ? nr[1] : n[1];
-            if (rc == MP_OK && mp_mannwhitney(ux, nx, uy, ny, &r->mw) != 0) {
-                mp_error("out of memory");
-                rc = MP_ERR_RUNTIME;
-            }
-            if (rc == MP_OK) {
-                r->n_base = n[0];
-                r->n_new = n[1];
-                r->runs_base = nr[0];
-                r->runs_new = nr[1];
-                r->units_base = nx;
-                r->units_new = ny;
-                median_ci(v[0], n[0], &r->base_med, &r->base_lo, &r->base_hi);
-                median_ci(v[1], n[1], &r->new_med, &r->new_lo, &r->new_hi);
-                r->change = n[0] && n[1] && r->base_med > 0
-                                ? (r->new_med - r->base_med) / r->base_med
-                                : NAN;
-                r->verdict = mp_cmp_verdict(nx, ny, r->change, r->mw.p, opts->threshold,
-                                            opts->alpha, &r->reason);
-            }
-            free(rm[0]);
-            free(rm[1]);
-            free(v[0]);
-            free(v[1]);
-        }
+        for (int m = 0; m < c->nmetrics && rc == MP_OK; m++)
+            rc = compare_row(c, sd, pt_side, metric_col, opts, p, m);
     if (rc != MP_OK)
         goto out;
     for (int k = 0; k < c->nkey; k++)
