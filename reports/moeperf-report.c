@@ -1640,6 +1640,84 @@ static int make_parent(const char *path, const char *flag)
     return dir[0] ? mp_mkdir_p(dir, flag) : MP_OK;
 }
 
+/* The outputs asked for are usable: at least one RUN_DIR, --out and/or --md, --md ending in .md. */
+static int check_outputs(const struct report_opts *o, int ndirs)
+{
+    if (ndirs == 0) {
+        mp_usage("no RUN_DIR given; usage: moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]");
+        return MP_ERR_USAGE;
+    }
+    if (!o->out && !o->md) {
+        mp_usage("nothing to write: give --out FILE.html and/or --md FILE.md");
+        return MP_ERR_USAGE;
+    }
+    if (o->md) {
+        size_t n = strlen(o->md);
+        if (n < 4 || strcmp(o->md + n - 3, ".md") != 0) {
+            mp_usage("--md '%s': expected a file name ending in .md", o->md);
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
+}
+
+/* The reference curve: --reference, else the source tree's seed figures (root NULL: none), unless
+ * --no-reference; *have set when one was loaded into *ref. */
+static int load_reference(const struct report_opts *o, const char *root, struct reference *ref,
+                          int *have)
+{
+    char def[PATH_MAX + 64];
+    const char *path = o->reference;
+    *have = 0;
+    if (o->no_reference)
+        return MP_OK;
+    if (!path && root) {
+        snprintf(def, sizeof def, "%s/plots/seed-h100-64gpu.csv", root);
+        path = def;
+    }
+    if (!path)
+        return MP_OK;
+    int rc = reference_load(path, ref);
+    *have = rc == MP_OK;
+    return rc;
+}
+
+/* The rendered figures (tmp/NAME.svg) that exist, copied beside the Markdown report into md_dir. */
+static int copy_figures(const char *tmp, const char *md_dir, const int *have_fig)
+{
+    for (int f = 0; f < NFIG; f++) {
+        if (!have_fig[f])
+            continue;
+        char from[PATH_MAX + 64], to[PATH_MAX + 64];
+        snprintf(from, sizeof from, "%s/%s.svg", tmp, figures[f].name);
+        snprintf(to, sizeof to, "%s/%s.svg", md_dir, figures[f].name);
+        if (copy_file(from, to) != 0) {
+            mp_error("%s: cannot write: %s", to, strerror(errno));
+            return MP_ERR_RUNTIME;
+        }
+    }
+    return MP_OK;
+}
+
+/* The finished FILE.tmp outputs renamed to their names, and each named on stdout. */
+static int publish(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
+                   const char *md_dir)
+{
+    if (html_tmp && rename(html_tmp, o->out) != 0) {
+        mp_error("rename %s to %s: %s", html_tmp, o->out, strerror(errno));
+        return MP_ERR_RUNTIME;
+    }
+    if (md_tmp && rename(md_tmp, o->md) != 0) {
+        mp_error("rename %s to %s: %s", md_tmp, o->md, strerror(errno));
+        return MP_ERR_RUNTIME;
+    }
+    if (o->out)
+        printf("moeperf-report: wrote %s\n", o->out);
+    if (o->md)
+        printf("moeperf-report: wrote %s (figures in %s/)\n", o->md, md_dir);
+    return MP_OK;
+}
+
 int main(int argc, char **argv)
 {
     struct report_opts o;
@@ -1660,24 +1738,7 @@ int main(int argc, char **argv)
     }
     if (rc != MP_OK)
         return MP_ERR_USAGE;
-    if (ndirs == 0) {
-        mp_usage("no RUN_DIR given; usage: moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]");
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
-    if (!o.out && !o.md) {
-        mp_usage("nothing to write: give --out FILE.html and/or --md FILE.md");
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
-    if (o.md) {
-        size_t n = strlen(o.md);
-        if (n < 4 || strcmp(o.md + n - 3, ".md") != 0) {
-            mp_usage("--md '%s': expected a file name ending in .md", o.md);
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
-    }
+    MP_CHECK(check_outputs(&o, ndirs));
     runs = calloc((size_t)ndirs, sizeof *runs);
     if (!runs) {
         mp_error("out of memory");
@@ -1688,18 +1749,7 @@ int main(int argc, char **argv)
         MP_CHECK(rp_run_load(dirs[nruns], &runs[nruns]));
 
     int have_root = find_root(root, sizeof root) == 0;
-    if (!o.no_reference) {
-        char def[PATH_MAX + 64];
-        const char *path = o.reference;
-        if (!path && have_root) {
-            snprintf(def, sizeof def, "%s/plots/seed-h100-64gpu.csv", root);
-            path = def;
-        }
-        if (path) {
-            MP_CHECK(reference_load(path, &ref));
-            have_ref = 1;
-        }
-    }
+    MP_CHECK(load_reference(&o, have_root ? root : NULL, &ref, &have_ref));
     if (!have_root) {
         mp_error("cannot find plots/render of the source tree this moeperf-report was built "
                  "from (looked beside the build directory and in its meson-info)");
@@ -1756,35 +1806,12 @@ int main(int argc, char **argv)
         sprintf(md_dir, "%.*s_plots", (int)(strlen(o.md) - 3), o.md);
         md_rel = strrchr(md_dir, '/') ? strrchr(md_dir, '/') + 1 : md_dir;
         MP_CHECK(mp_mkdir_p(md_dir, "--md"));
-        for (int f = 0; f < NFIG; f++) {
-            if (!have_fig[f])
-                continue;
-            char from[PATH_MAX + 64], to[PATH_MAX + 64];
-            snprintf(from, sizeof from, "%s/%s.svg", tmp, figures[f].name);
-            snprintf(to, sizeof to, "%s/%s.svg", md_dir, figures[f].name);
-            if (copy_file(from, to) != 0) {
-                mp_error("%s: cannot write: %s", to, strerror(errno));
-                rc = MP_ERR_RUNTIME;
-                goto out;
-            }
-        }
+        MP_CHECK(copy_figures(tmp, md_dir, have_fig));
     }
     rc = write_report(&o, html_tmp, md_tmp, md_rel, tmp, have_fig, dirs, ndirs, runs, s, ns,
                       have_ref ? &ref : NULL, a2a, na2a, ffn, nffn);
-    if (rc == MP_OK && html_tmp && rename(html_tmp, o.out) != 0) {
-        mp_error("rename %s to %s: %s", html_tmp, o.out, strerror(errno));
-        rc = MP_ERR_RUNTIME;
-    }
-    if (rc == MP_OK && md_tmp && rename(md_tmp, o.md) != 0) {
-        mp_error("rename %s to %s: %s", md_tmp, o.md, strerror(errno));
-        rc = MP_ERR_RUNTIME;
-    }
-    if (rc == MP_OK) {
-        if (o.out)
-            printf("moeperf-report: wrote %s\n", o.out);
-        if (o.md)
-            printf("moeperf-report: wrote %s (figures in %s/)\n", o.md, md_dir);
-    }
+    if (rc == MP_OK)
+        rc = publish(&o, html_tmp, md_tmp, md_dir);
     goto out;
 oom:
     mp_error("out of memory");
