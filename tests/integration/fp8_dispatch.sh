@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # fp8_dispatch.sh - --dispatch-dtype fp8 on the measured path (cpu + mpi), H = 200 (a last block of
 # 72 values): on 1, 2 and 4 ranks, uniform, zipf and gate routing, contiguous and replicate-hot:2
-# placements, dynamic, padded and pipelined dispatch, --dedup pair and rank (and node across 2
-# emulated nodes, in a build without sanitizers), --check passes (the tight bound against the
+# placements, dynamic, padded and pipelined dispatch, --dedup pair and rank (and node, whose relays
+# unpack and re-pack the rows they forward, across 2 emulated nodes in a build without sanitizers,
+# dynamic, padded and pipelined), --check passes (the tight bound against the
 # reference of the quantized inputs, and the loose one against the unquantized inputs); every
 # point's dispatch bytes, per link class, are its dispatched rows × (H + 4·⌈H/128⌉ + metadata)
 # exactly, its combine bytes rows × 4H as before; where the routing does not read the activations
@@ -93,8 +94,12 @@ if [ "$(sanitizer_build)" = none ] && command -v ip >/dev/null 2>&1; then
         # shellcheck disable=SC2086
         "$EMU" run --name "$NAME" -- "$LAYER" $shape --batch 24 --routing uniform,gate \
             --placement contiguous,replicate-hot:2 --layout tp1ep4 --dedup pair,rank,node \
-            --timeout 120 --out "$TMP/n4" >/dev/null 2>"$TMP/n.err" ||
+            --dispatch dynamic,padded --timeout 120 --out "$TMP/n4" >/dev/null 2>"$TMP/n.err" ||
             fail "2-node fp8 exit $?: $(cat "$TMP/n.err")"
+        # shellcheck disable=SC2086
+        "$EMU" run --name "$NAME" -- "$LAYER" $shape --batch 24 --routing zipf:1.2 \
+            --layout tp1ep4 --dedup rank,node --overlap 2 --timeout 120 --out "$TMP/o4" \
+            >/dev/null 2>"$TMP/n.err" || fail "2-node pipelined fp8 exit $?: $(cat "$TMP/n.err")"
         python3 - "$TMP/n4" <<'PY' || fail "2 nodes: no inter-node bytes"
 import csv, sys
 assert {r["node"] for r in csv.DictReader(open(sys.argv[1] + "/layer_ranks.csv"))} == {"0", "1"}
@@ -102,7 +107,7 @@ ranks = list(csv.DictReader(open(sys.argv[1] + "/layer_ranks.csv")))
 assert any(float(r["dispatch_bytes_internode"]) > 0 for r in ranks
            if r["dedup"] == "node" and r["dispatch_dtype"] == "fp8")
 PY
-        bytes "$TMP/n4" || fail "2-node fp8 dispatch bytes"
+        bytes "$TMP/n4" "$TMP/o4" || fail "2-node fp8 dispatch bytes"
     else
         echo "note: no emulated nodes here ($(cat "$TMP/up.err")); --dedup node across nodes not run"
     fi
