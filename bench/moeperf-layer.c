@@ -12,6 +12,7 @@
 #include "console.h"
 #include "dedup.h"
 #include "dispatch.h"
+#include "dtype.h"
 #include "error.h"
 #include "harness.h"
 #include "layer.h"
@@ -27,7 +28,7 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
-    MP_OPT_DEDUP, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -64,7 +65,8 @@ static int variant_shown(const struct mp_session *s)
 {
     return s->o.overlap.n > 1 || s->o.overlap.v[0] != 1 || s->o.dispatch.n > 1 ||
            strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph || s->o.dedup.n > 1 ||
-           strcmp(s->o.dedup.v[0], "pair") != 0;
+           strcmp(s->o.dedup.v[0], "pair") != 0 || s->o.dispatch_dtype.n > 1 ||
+           strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0;
 }
 
 /* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
@@ -110,7 +112,7 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 /* A point's key cells (with the session's): what every row of its files starts with. */
 struct point_key {
     const struct mp_layout *lay;
-    const char *routing, *group_limit, *placement, *dispatch, *dedup;
+    const char *routing, *group_limit, *placement, *dispatch, *dedup, *dispatch_dtype;
     int overlap;
     long batch;
 };
@@ -118,7 +120,7 @@ struct point_key {
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
-                        k->dispatch, k->dedup, k->batch);
+                        k->dispatch, k->dedup, k->dispatch_dtype, k->batch);
 }
 
 /* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
@@ -205,9 +207,11 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     char chk[24] = "-";
     if (!isnan(res->check_error))
         snprintf(chk, sizeof chk, "%.1e", res->check_error);
-    char mode[128], variant[136] = "", dedup[16] = "";
+    char mode[128], variant[136] = "", dedup[32] = "";
     if (strcmp(k->dedup, "pair") != 0)
         snprintf(dedup, sizeof dedup, "/%s", k->dedup);
+    if (strcmp(k->dispatch_dtype, "bf16") != 0) /* the default unnamed, as before the flag */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/%s", k->dispatch_dtype);
     if (k->overlap > 1)
         snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
@@ -227,12 +231,12 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
  * is only ever present with its samples) and print its table line. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *group_limit, const char *placement,
-                       int overlap, const char *dispatch, const char *dedup, long batch,
-                       const struct mp_point_result *res)
+                       int overlap, const char *dispatch, const char *dedup,
+                       const char *dispatch_dtype, long batch, const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
-                          .overlap = overlap, .batch = batch};
+                          .dispatch_dtype = dispatch_dtype, .overlap = overlap, .batch = batch};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -272,6 +276,12 @@ static int runs_wanted_mode(const struct mp_compute_ops *o)
     return !!(o->dispatch_modes & wanted_mode_bit);
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+/* The --dispatch-dtype asked about (dispatches_wanted_dtype reads it). */
+static enum mp_dtype wanted_dtype;
+static int dispatches_wanted_dtype(const struct mp_compute_ops *o)
+{
+    return !!(o->dispatch_dtypes & MP_DTYPE_BIT(wanted_dtype));
+}
 
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
 struct sweep {
@@ -365,6 +375,22 @@ static int refuse_flags(const struct sweep *sw)
                     return rc;
             }
     }
+    for (int ti = 0; ti < s->o.dispatch_dtype.n; ti++) {
+        enum mp_dtype dt;
+        const char *word = s->o.dispatch_dtype.v[ti];
+        int rc = mp_dtype_parse("--dispatch-dtype", word, &dt);
+        if (rc != MP_OK)
+            return rc;
+        if (!(s->cops->dispatch_dtypes & MP_DTYPE_BIT(dt))) {
+            char names[256];
+            wanted_dtype = dt;
+            mp_usage("--dispatch-dtype %s: the %s backend does not dispatch in %s; use "
+                     "--dispatch-dtype bf16 with it, or a --backend that does (built: %s)", word,
+                     s->cops->name, word,
+                     mp_compute_names_where(dispatches_wanted_dtype, names, sizeof names));
+            return MP_ERR_USAGE;
+        }
+    }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
         if (!s->cops->graph)
@@ -396,7 +422,7 @@ static void print_header(const struct mp_session *s)
  * and checked. */
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
-                     const struct mp_placement *pl, int oi, int di, int xi, int bi)
+                     const struct mp_placement *pl, int oi, int di, int xi, int ti, int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
@@ -412,17 +438,24 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     const char *dedup_word = s->o.dedup.v[xi];
     enum mp_dedup dedup;
     mp_dedup_parse(dedup_word, &dedup); /* validated by refuse_flags */
+    const char *dtype_word = s->o.dispatch_dtype.v[ti];
+    enum mp_dtype dtype;
+    mp_dtype_parse("--dispatch-dtype", dtype_word, &dtype); /* validated by refuse_flags */
     struct mp_row key = {0};
     sw->npoint++;
-    mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word, batch);
+    mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word,
+                        dtype_word, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
         return MP_OK;
     char label[512];
-    char dedup_label[24] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
+    char dedup_label[48] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
     if (dedup != MP_DEDUP_PAIR)
         snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
+    if (dtype != MP_DTYPE_BF16)
+        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
+                 " dispatch-dtype %s", dtype_word);
     if (strcmp(gname, "off") != 0)
         snprintf(group_label, sizeof group_label, " group-limit %s", gname);
     snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
@@ -435,7 +468,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = routing,
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
-                          .dispatch_arg = dispatch_arg, .dedup = (int)dedup, .gemm = sw->gemm, .graph = s->o.graph,
+                          .dispatch_arg = dispatch_arg, .dedup = (int)dedup,
+                          .dispatch_dtype = (int)dtype, .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
     struct mp_point_result res;
@@ -450,10 +484,18 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->measured++;
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                         batch, &res);
+                         dtype_word, batch, &res);
     if (rc == MP_OK && s->o.check && !(res.check_error <= s->cops->check_tolerance)) {
         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                  res.check_error, s->cops->check_tolerance);
+        rc = MP_ERR_RUNTIME;
+        s->agreed = 1;
+    }
+    /* fp8: the looser bound against the unquantized inputs' reference (docs/METRICS.md) */
+    if (rc == MP_OK && s->o.check && dtype == MP_DTYPE_FP8 &&
+        !(res.check_error_unquantized <= MP_FP8_CHECK_BOUND)) {
+        mp_usage("--check failed at %s: relative error %.3g against the unquantized reference "
+                 "exceeds fp8's bound %g", label, res.check_error_unquantized, MP_FP8_CHECK_BOUND);
         rc = MP_ERR_RUNTIME;
         s->agreed = 1;
     }
@@ -462,7 +504,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
 }
 
 /* Every point of one layout: its layer created once (measured runs), then routing × group limit ×
- * placement × overlap × dispatch × dedup × batch. */
+ * placement × overlap × dispatch × dedup × dispatch dtype × batch. */
 static int run_layout(struct sweep *sw, const struct mp_layout *lay)
 {
     struct mp_session *s = sw->s;
@@ -488,9 +530,10 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                 for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
                     for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
-                            for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
-                                rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi, di,
-                                               xi, bi);
+                            for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK; ti++)
+                                for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                                    rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi, di,
+                                                   xi, ti, bi);
                 mp_placement_free(&pl);
             }
         }
@@ -519,6 +562,21 @@ static void note_sweep(struct mp_session *s, const struct sweep *sw, double t_ma
     cJSON_AddNumberToObject(j, "timed_s", sw->timed_us * 1e-6);
     mp_session_note(s, "sweep", j);
     mp_session_note(s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(s)));
+    /* --dispatch-dtype as swept, with a row's wire bytes (the model's from its profile) */
+    double act_bytes = s->modelled ? s->cluster.elem_bytes : (double)s->cops->elem_size;
+    cJSON *dt = cJSON_CreateArray();
+    for (int i = 0; i < s->o.dispatch_dtype.n; i++) {
+        enum mp_dtype d;
+        if (mp_dtype_parse("--dispatch-dtype", s->o.dispatch_dtype.v[i], &d) != MP_OK)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", s->o.dispatch_dtype.v[i]);
+        cJSON_AddNumberToObject(e, "dispatch_row_bytes",
+                                mp_dispatch_row_bytes(d, s->model.hidden,
+                                                      s->model.hidden * act_bytes));
+        cJSON_AddItemToArray(dt, e);
+    }
+    mp_session_note(s, "dispatch_dtype", dt);
 }
 
 int main(int argc, char **argv)
@@ -547,7 +605,7 @@ int main(int argc, char **argv)
         print_header(&s);
     MP_CHECK(refuse_flags(&sw));
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
-               s.o.dispatch.n * s.o.dedup.n * s.o.batch.n;
+               s.o.dispatch.n * s.o.dedup.n * s.o.dispatch_dtype.n * s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
 out:

@@ -14,8 +14,11 @@
 struct mpi_state {
     MPI_Comm ep_comm, tp_comm;
     MPI_Request req[NSLOTS];
-    MPI_Datatype row_type;
-    size_t row_type_bytes;
+    /* the contiguous row types of the last two row sizes (a layer alternates its dispatch rows,
+     * --dispatch-dtype fp8's packed ones, with its combine rows), the older one replaced first */
+    MPI_Datatype row_type[2];
+    size_t row_type_bytes[2];
+    int row_type_next;
     int we_initialized;
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
 };
@@ -86,7 +89,7 @@ static int mpi_init(struct mp_comm **out, int *argc, char ***argv,
     s->ep_comm = s->tp_comm = MPI_COMM_NULL;
     for (int i = 0; i < NSLOTS; i++)
         s->req[i] = MPI_REQUEST_NULL;
-    s->row_type = MPI_DATATYPE_NULL;
+    s->row_type[0] = s->row_type[1] = MPI_DATATYPE_NULL;
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -121,8 +124,9 @@ static void mpi_fini(struct mp_comm *c)
         return;
     struct mpi_state *s = st(c);
     free_groups(s);
-    if (s->row_type != MPI_DATATYPE_NULL)
-        MPI_Type_free(&s->row_type);
+    for (int i = 0; i < 2; i++)
+        if (s->row_type[i] != MPI_DATATYPE_NULL)
+            MPI_Type_free(&s->row_type[i]);
     if (s->we_initialized)
         MPI_Finalize();
     free(c->node_of);
@@ -167,20 +171,27 @@ static int mpi_alltoall_int(struct mp_comm *c, const int *send, int *recv, int n
     return MP_OK;
 }
 
-/* The contiguous datatype of one row, cached per row size. */
-static int row_type(struct mpi_state *s, size_t row_bytes)
+/* The contiguous datatype of one row into *type, cached for the last two row sizes (a type freed
+ * while an exchange in flight uses it stays valid for that exchange: MPI 4.0, section 5.1.10). */
+static int row_type(struct mpi_state *s, size_t row_bytes, MPI_Datatype *type)
 {
-    if (s->row_type_bytes != row_bytes) {
-        if (s->row_type != MPI_DATATYPE_NULL)
-            MPI_Type_free(&s->row_type);
-        if (row_bytes > INT_MAX) {
-            mp_error("row of %zu bytes is too large for one MPI datatype", row_bytes);
-            return MP_ERR_RUNTIME;
+    for (int i = 0; i < 2; i++)
+        if (s->row_type[i] != MPI_DATATYPE_NULL && s->row_type_bytes[i] == row_bytes) {
+            *type = s->row_type[i];
+            return MP_OK;
         }
-        MPICHECK(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &s->row_type));
-        MPICHECK(MPI_Type_commit(&s->row_type));
-        s->row_type_bytes = row_bytes;
+    if (row_bytes > INT_MAX) {
+        mp_error("row of %zu bytes is too large for one MPI datatype", row_bytes);
+        return MP_ERR_RUNTIME;
     }
+    int i = s->row_type_next;
+    s->row_type_next = 1 - i;
+    if (s->row_type[i] != MPI_DATATYPE_NULL)
+        MPI_Type_free(&s->row_type[i]);
+    MPICHECK(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &s->row_type[i]));
+    MPICHECK(MPI_Type_commit(&s->row_type[i]));
+    s->row_type_bytes[i] = row_bytes;
+    *type = s->row_type[i];
     return MP_OK;
 }
 
@@ -188,11 +199,11 @@ static int mpi_alltoallv(struct mp_comm *c, const void *send, const int *scount,
                          void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
 {
     struct mpi_state *s = st(c);
-    if (row_type(s, row_bytes) != MP_OK)
+    MPI_Datatype row;
+    if (row_type(s, row_bytes, &row) != MP_OK)
         return MP_ERR_RUNTIME;
     inject_delay(c);
-    MPICHECK(MPI_Alltoallv(send, scount, sdispl, s->row_type, recv, rcount, rdispl, s->row_type,
-                           s->ep_comm));
+    MPICHECK(MPI_Alltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, s->ep_comm));
     return MP_OK;
 }
 
@@ -205,11 +216,12 @@ static int mpi_ialltoallv(struct mp_comm *c, const void *send, const int *scount
         mp_error("request slot %d is out of range or busy", slot);
         return MP_ERR_RUNTIME;
     }
-    if (row_type(s, row_bytes) != MP_OK)
+    MPI_Datatype row;
+    if (row_type(s, row_bytes, &row) != MP_OK)
         return MP_ERR_RUNTIME;
     inject_delay(c);
-    MPICHECK(MPI_Ialltoallv(send, scount, sdispl, s->row_type, recv, rcount, rdispl, s->row_type,
-                            s->ep_comm, &s->req[slot]));
+    MPICHECK(MPI_Ialltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, s->ep_comm,
+                            &s->req[slot]));
     return MP_OK;
 }
 

@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "compute.h" /* MP_MAX_CHUNKS */
 #include "dedup.h"    /* mp_dedup_choices, MP_DEDUP_HELP */
+#include "dtype.h"    /* mp_dtype_choices, MP_DISPATCH_DTYPE_HELP */
 #include "dispatch.h" /* mp_dispatch_choices, MP_DISPATCH_HELP */
 #include "model.h"
 #include "options.h"
@@ -93,6 +94,9 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_DEDUP                                                                               \
     {"dedup", MP_OPT_STRING_LIST, MP_O(dedup), "pair", MP_NOLIMIT, mp_dedup_choices, "LIST",       \
      MP_DEDUP_HELP}
+#define MP_OPT_DISPATCH_DTYPE                                                                      \
+    {"dispatch-dtype", MP_OPT_STRING_LIST, MP_O(dispatch_dtype), "bf16", MP_NOLIMIT,              \
+     mp_dtype_choices, "LIST", MP_DISPATCH_DTYPE_HELP}
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \

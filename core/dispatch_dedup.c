@@ -199,8 +199,8 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
     if (node)
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, p->send_rows, p->send_displ, rbuf, p->recv_rows,
-                               p->recv_displ, L->row_bytes));
+    MP_CHECK(mp_layer_dispatch_rows(L, L->sendbuf, p->send_rows, p->send_displ, rbuf,
+                                    p->recv_rows, p->recv_displ));
     MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend, p->send_rows,
                            p->send_displ, p->recv_meta, p->recv_rows, p->recv_displ, 0, p->nrecv));
     if (node) {
@@ -209,8 +209,8 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(c->ops->alltoall_int(c, p->fwd_rows, p->recv1_rows, 1));
         MP_CHECK(mp_dedup_plan_recv_forwards(p));
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
-                                   p->recv1_displ, L->row_bytes));
+        MP_CHECK(mp_layer_dispatch_rows(L, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
+                                        p->recv1_displ));
         MP_CHECK(mp_dedup_meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd, p->fwd_rows,
                                p->fwd_displ, p->recv_meta, p->recv1_rows, p->recv1_displ,
                                p->nrecv, p->nrecv1));

@@ -220,8 +220,8 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
     if (node)
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.send, L->dpad.send1, L->dpad.sdispl1, L->dpad.recv,
-                               L->dpad.recv1, L->dpad.rdispl1, L->row_bytes));
+    MP_CHECK(mp_layer_dispatch_rows(L, L->dpad.send, L->dpad.send1, L->dpad.sdispl1, L->dpad.recv,
+                                    L->dpad.recv1, L->dpad.rdispl1));
     MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.meta, L->dedup_meta_send, n1, L->dpad.send1,
                                     L->dpad.sdispl1, p->recv_meta, L->dpad.recv1,
                                     L->dpad.rdispl1, 0, L->dpad.nrecv1));
@@ -235,8 +235,8 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
         memcpy(p->recv1_rows, L->dpad.recv2, (size_t)ep * sizeof(int));
         MP_CHECK(mp_dedup_plan_recv_forwards(p));
         MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
-        MP_CHECK(c->ops->alltoallv(c, L->dpad.fwd, L->dpad.send2, L->dpad.sdispl2, L->dpad.recv,
-                                   p->recv1_rows, p->recv1_displ, L->row_bytes));
+        MP_CHECK(mp_layer_dispatch_rows(L, L->dpad.fwd, L->dpad.send2, L->dpad.sdispl2,
+                                        L->dpad.recv, p->recv1_rows, p->recv1_displ));
         MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.fmeta, L->dedup_meta_fwd, n2, L->dpad.send2,
                                         L->dpad.sdispl2, p->recv_meta, p->recv1_rows,
                                         p->recv1_displ, L->dpad.nrecv1, L->dpad.nrecv2));

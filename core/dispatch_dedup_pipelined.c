@@ -213,10 +213,11 @@ static int dp_compute(struct mp_layer *L, const struct mp_point *pt,
     char *exp = (char *)L->expbuf + (size_t)of->eoff[k] * L->row_bytes;
     char *out = (char *)L->outbuf + (size_t)of->ooff[k] * L->row_bytes;
     MP_CHECK(c->ops->wait(c, 2 * k));
+    MP_CHECK(mp_layer_dispatch_finish(L, rbuf, p->recv_rows, p->recv_displ));
     if (node) {
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        MP_CHECK(c->ops->alltoallv(c, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
-                                   p->recv1_displ, L->row_bytes));
+        MP_CHECK(mp_layer_dispatch_rows(L, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
+                                        p->recv1_displ));
     }
     MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, exp));
     MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
@@ -270,8 +271,8 @@ static int dp_iterate(struct mp_layer *L, const struct mp_point *pt,
             char *send = (char *)L->sendbuf + (size_t)of.soff[s] * L->row_bytes;
             char *recv = rbase + (size_t)of.roff[s] * L->row_bytes;
             MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, send));
-            MP_CHECK(c->ops->ialltoallv(c, send, p->send_rows, p->send_displ, recv, p->recv_rows,
-                                        p->recv_displ, L->row_bytes, 2 * s));
+            MP_CHECK(mp_layer_dispatch_start(L, send, p->send_rows, p->send_displ, recv,
+                                             p->recv_rows, p->recv_displ, 2 * s));
         }
         if (s >= 1 && s <= N)
             MP_CHECK(dp_compute(L, pt, &plain_pt, s - 1, ntok, &of, rbase, fbase));

@@ -53,8 +53,8 @@ static int dynamic_iterate(struct mp_layer *L, const struct mp_point *pt,
 
     /* dispatch: permute, all-to-all, regroup by expert */
     MP_CHECK(o->permute(dev, L->x, NULL, 0, pl->nsend, H, L->sendbuf));
-    MP_CHECK(c->ops->alltoallv(c, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
-                               pl->recv_rows, pl->recv_displ, L->row_bytes));
+    MP_CHECK(mp_layer_dispatch_rows(L, L->sendbuf, pl->send_rows, pl->send_displ, L->recvbuf,
+                                    pl->recv_rows, pl->recv_displ));
     MP_CHECK(o->copy_rows(dev, L->recvbuf, L->expbuf, pl->to_expert, pl->nchunks, H));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
     MP_RANGE_POP();

@@ -137,8 +137,8 @@ static int padded_device(struct mp_layer *L, const struct mp_point *pt, long nto
 
     /* dispatch: gather every slot row (padding too), fixed-size all-to-all, regroup by expert */
     MP_CHECK(o->permute(dev, L->x, NULL, 0, pd->rows, H, L->pad_send));
-    MP_CHECK(c->ops->alltoallv(c, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
-                               pd->peer_rows, pd->peer_displ, L->row_bytes));
+    MP_CHECK(mp_layer_dispatch_rows(L, L->pad_send, pd->peer_rows, pd->peer_displ, L->pad_recv,
+                                    pd->peer_rows, pd->peer_displ));
     MP_CHECK(o->copy_rows(dev, L->pad_recv, L->pad_exp, pd->to_expert, pd->nchunks, H));
     MP_CHECK(o->mark(dev, MARK_DISPATCH));
     MP_RANGE_POP();

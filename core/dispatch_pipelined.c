@@ -152,6 +152,7 @@ static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
     char *exp = (char *)L->expbuf + (size_t)of->roff[k] * L->row_bytes;
     char *out = (char *)L->outbuf + (size_t)of->ooff[k] * L->row_bytes;
     MP_CHECK(c->ops->wait(c, 2 * k));
+    MP_CHECK(mp_layer_dispatch_finish(L, recv, pl->recv_rows, pl->recv_displ));
     MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
     MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
     MP_CHECK(mp_layer_ffn(L, k == 0 ? pt : plain_pt, exp, out, pl->expert_off, L->work, pl->nrecv,
@@ -195,8 +196,8 @@ static int run_pipeline(struct mp_layer *L, const struct mp_point *pt, long ntok
             char *send = (char *)L->sendbuf + (size_t)of->soff[s] * L->row_bytes;
             char *recv = (char *)L->recvbuf + (size_t)of->roff[s] * L->row_bytes;
             MP_CHECK(o->permute(dev, L->x, NULL, of->soff[s], pl->nsend, H, send));
-            MP_CHECK(c->ops->ialltoallv(c, send, pl->send_rows, pl->send_displ, recv,
-                                        pl->recv_rows, pl->recv_displ, L->row_bytes, 2 * s));
+            MP_CHECK(mp_layer_dispatch_start(L, send, pl->send_rows, pl->send_displ, recv,
+                                             pl->recv_rows, pl->recv_displ, 2 * s));
         }
         if (s >= 1 && s <= N) /* compute chunk s−1 and start its combine */
             MP_CHECK(compute_chunk(L, pt, &plain_pt, s - 1, ntok, of, n, rec));

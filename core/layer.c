@@ -12,7 +12,9 @@
 #include "clock.h"
 #include "dedup.h"
 #include "dispatch.h"
+#include "dtype.h"
 #include "error.h"
+#include "fp8.h"
 #include "harness.h"
 #include "layer_internal.h"
 #include "nvtx.h"
@@ -70,7 +72,10 @@ static int create_state(struct mp_layer *L)
     L->host_tok = malloc(tok * H * sizeof(float));
     L->route_off = malloc(((size_t)model->experts + 1) * sizeof(int32_t));
     L->route_cell = malloc((size_t)model->experts * ((size_t)ep + 1) * sizeof(int32_t));
-    if (!L->x || !L->sendbuf || !L->y || !L->host_tok || !L->route_off || !L->route_cell)
+    L->wire_sdispl = malloc((size_t)ep * sizeof(int));
+    L->wire_rdispl = malloc((size_t)ep * sizeof(int));
+    if (!L->x || !L->sendbuf || !L->y || !L->host_tok || !L->route_off || !L->route_cell ||
+        !L->wire_sdispl || !L->wire_rdispl)
         return MP_ERR_RUNTIME;
     /* the most experts any rank can hold: its contiguous share plus every replica */
     if (mp_plan_alloc(&L->plan, ep, model->experts, L->max_tok_rank, model->topk) != MP_OK)
@@ -108,6 +113,7 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
         L->max_memory = max_memory;
         L->max_overlap = max_overlap;
         L->row_bytes = (size_t)model->hidden * ops->elem_size;
+        L->dispatch_row_bytes = L->row_bytes;
     }
     if (!L || create_state(L) != MP_OK) {
         mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
@@ -238,6 +244,17 @@ static int validate_point(const struct mp_layer *L, const struct mp_point *pt,
             mp_usage("the %s backend does not run the %s dispatch", L->ops->name, mode->name);
         return MP_ERR_USAGE;
     }
+    if (!(L->ops->dispatch_dtypes & MP_DTYPE_BIT(pt->dispatch_dtype))) {
+        mp_usage("--dispatch-dtype %s: the %s backend does not dispatch in it",
+                 mp_dtype_choices[pt->dispatch_dtype], L->ops->name);
+        return MP_ERR_USAGE;
+    }
+    if (pt->dispatch_dtype == MP_DTYPE_FP8 && mp_fp8_row_bytes(L->m.hidden) > L->row_bytes) {
+        mp_usage("--dispatch-dtype fp8 with --hidden %d: a packed row (%zu bytes) is longer than "
+                 "the activations it packs; use --hidden 2 or more", L->m.hidden,
+                 mp_fp8_row_bytes(L->m.hidden));
+        return MP_ERR_USAGE;
+    }
     if (mode->validate) {
         rc = mode->validate(L, pt);
         if (rc != MP_OK)
@@ -264,7 +281,10 @@ static int prepare_point(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_setup_weights(L, pt->placement));
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(mp_layer_setup_gate(L));
-    mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
+    if (pt->dispatch_dtype == MP_DTYPE_FP8)
+        mp_activations_blocked(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
+    else
+        mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
     mp_layer_gate_skew_hook(L, ntok);
     MP_CHECK(L->ops->upload(L->dev, L->x, L->host_tok, (size_t)ntok * L->m.hidden));
     MP_CHECK(mp_routing_pool_make(pool, pt, L->seed, total, tok0, ntok, L->m.topk, L->m.experts));
@@ -295,6 +315,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     struct pass p = {.L = L, .pt = pt, .pool = &pool, .mode = mp_dispatch_for(pt)};
     memset(res, 0, sizeof *res);
     res->check_error = NAN;
+    res->check_error_unquantized = NAN;
     res->overlap_efficiency = NAN;
     long total = pt->batch * pt->seq, tok0;
     if (total > L->max_tokens) {
@@ -307,6 +328,9 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->nranks = c->size;
     const struct mp_dispatch_mode *mode = p.mode;
     MP_CHECK(validate_point(L, pt, mode));
+    L->dispatch_dtype = pt->dispatch_dtype;
+    L->dispatch_row_bytes = (size_t)mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype,
+                                                          L->m.hidden, (double)L->row_bytes);
     MP_CHECK(prepare_point(L, pt, mode, &pool, total, tok0, p.ntok, res->tokens_per_rank));
     p.mine = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *p.mine);
     if (!p.mine) {
@@ -333,7 +357,8 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
 
     if (pt->check) { /* the output of draw 0, through the same pipeline the point measured */
         MP_CHECK(mode->iterate(L, pt, &pool, 0, p.ntok, &p.scratch));
-        MP_CHECK(mp_layer_check_output(L, pt, &pool, total, p.ntok, &res->check_error));
+        MP_CHECK(mp_layer_check_output(L, pt, &pool, total, p.ntok, &res->check_error,
+                                       &res->check_error_unquantized));
     }
 out:
     if (L->captured) {

@@ -30,6 +30,8 @@ struct mp_point {
                           * 0 without one (padded: lossless) */
     int dedup;           /* what a dispatched row stands for: enum mp_dedup (core/dedup.h; 0:
                           * pair, one row per token-expert pair) */
+    int dispatch_dtype;  /* what the dispatched rows travel in: enum mp_dtype (0: bf16, the
+                          * activation type as it is; fp8: e4m3 codes and scales, base/fp8.h) */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
@@ -45,7 +47,12 @@ struct mp_point_result {
     struct mp_rank_iter *ranks;      /* [iters·nranks], iteration-major */
     struct mp_iter_metrics *metrics; /* [iters] */
     long tokens_per_rank;            /* the most tokens any EP rank holds */
-    double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked */
+    double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked; with
+                                      * --dispatch-dtype fp8 ref is the reference of the inputs as
+                                      * dispatched (quantized), held to the backend's tolerance */
+    /* --dispatch-dtype fp8 with --check: ‖out − ref‖/‖ref‖ against the reference of the
+     * unquantized inputs, held to MP_FP8_CHECK_BOUND; NAN otherwise */
+    double check_error_unquantized;
     /* with overlap > 1 (rank 0): IMB-NBC's overlap efficiency (t_comm + t_comp − t_ovrl) /
      * min(t_comm, t_comp), with t_comm and t_comp the medians of comm_us and ffn_us of the same
      * point run without overlap, and t_ovrl the median of layer_us − route_us overlapped; NAN
@@ -53,6 +60,12 @@ struct mp_point_result {
     double overlap_efficiency;
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
+
+/* --check's bound on the relative error of an fp8 dispatch's output against the reference of the
+ * unquantized inputs (docs/METRICS.md, "FP8 dispatch"): each value reaches the expert within
+ * 2^−4 of itself (e4m3's 3 mantissa bits, rounded to nearest: base/fp8.h), and the SwiGLU
+ * multiplies two products of it, (1 + 2^−4)² − 1 < 2^−3. */
+#define MP_FP8_CHECK_BOUND 0.125
 
 struct mp_layer; /* one layout's buffers, plan and weights */
 

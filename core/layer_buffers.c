@@ -122,4 +122,6 @@ void mp_layer_free_buffers(struct mp_layer *L)
     o->free(L->dev, L->outbuf);
     o->free(L->dev, L->work);
     o->free(L->dev, L->y);
+    free(L->wire_sdispl);
+    free(L->wire_rdispl);
 }

@@ -1,5 +1,6 @@
 /* layer_check.c - --check: the layer's output of routing draw 0, gathered on rank 0 and compared
  * with the single-process double-precision reference forward. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "dispatch.h"
@@ -11,22 +12,26 @@
 #include "weights.h"
 
 int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
-                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err)
+                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err,
+                          double *err_unq)
 {
+    int fp8 = pt->dispatch_dtype == MP_DTYPE_FP8;
     struct mp_comm *c = L->comm;
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
     int rc = MP_ERR_RUNTIME;
     size_t mine = c->tp_rank == 0 ? (size_t)ntok * H * sizeof(float) : 0;
     float *y = malloc(mine ? mine : 1), *yall = NULL, *ref = NULL, *xall = NULL, *wall = NULL,
-          *noise = NULL;
+          *noise = NULL, *xq = NULL;
+    double errs[2] = {NAN, NAN}; /* against the reference as dispatched, and unquantized */
     int32_t *ids = NULL;
-    size_t *bytes_of = NULL;
+    size_t *bytes_of = NULL, all_bytes = 0;
     if (!y)
         goto oom;
     if (mine)
         MP_CHECK(L->ops->download(L->dev, y, L->y, (size_t)ntok * H));
     if (c->rank == 0) {
         size_t all = (size_t)batch_tokens * H;
+        all_bytes = all * sizeof(float);
         yall = malloc(all * sizeof(float));
         ref = malloc(all * sizeof(float));
         xall = malloc(all * sizeof(float));
@@ -43,7 +48,10 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
     }
     MP_CHECK(c->ops->gatherv(c, y, mine, yall, bytes_of));
     if (c->rank == 0) {
-        mp_activations(L->seed, 0, batch_tokens, H, xall);
+        if (fp8) /* the activations the point ran on (core/layer.c) */
+            mp_activations_blocked(L->seed, 0, batch_tokens, H, xall);
+        else
+            mp_activations(L->seed, 0, batch_tokens, H, xall);
         if (pool->noise) {
             noise = malloc((size_t)batch_tokens * E * sizeof(float));
             if (!noise)
@@ -59,11 +67,27 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
         const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
         if (mode->check_routing && mode->check_routing(L, pt, batch_tokens, K, ids, wall) != MP_OK)
             goto oom;
-        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, batch_tokens, K, ids,
-                                      wall, ref));
-        *err = mp_rel_error(yall, ref, (long)batch_tokens * H);
+        /* fp8: the routed experts' inputs as the dispatch delivers them (the gate above read
+         * the unquantized ones, as the layer's did), for the tight bound; then the unquantized
+         * reference for the loose one */
+        if (fp8) {
+            xq = malloc(all_bytes);
+            if (!xq)
+                goto oom;
+            MP_CHECK(mp_reference_fp8_inputs(xall, batch_tokens, H, xq));
+        }
+        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, xq, batch_tokens, K,
+                                      ids, wall, ref));
+        errs[0] = mp_rel_error(yall, ref, (long)batch_tokens * H);
+        if (fp8) {
+            MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, NULL, batch_tokens,
+                                          K, ids, wall, ref));
+            errs[1] = mp_rel_error(yall, ref, (long)batch_tokens * H);
+        }
     }
-    MP_CHECK(c->ops->bcast(c, err, sizeof *err));
+    MP_CHECK(c->ops->bcast(c, errs, sizeof errs));
+    *err = errs[0];
+    *err_unq = errs[1];
     rc = MP_OK;
     goto out;
 oom:
@@ -77,6 +101,7 @@ out:
     free(ids);
     free(wall);
     free(noise);
+    free(xq);
     free(bytes_of);
     return rc;
 }

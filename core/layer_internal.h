@@ -48,6 +48,11 @@ struct mp_layer {
     long long max_memory;
     int max_overlap; /* the most chunks a point of this layout pipelines */
     size_t row_bytes;
+    /* the point's --dispatch-dtype (enum mp_dtype) and the bytes of one dispatched row on the
+     * wire in it (row_bytes for bf16, mp_fp8_row_bytes(H) for fp8), set by mp_layer_run */
+    int dispatch_dtype;
+    size_t dispatch_row_bytes;
+    int *wire_sdispl, *wire_rdispl; /* [ep] an fp8 exchange's displacements from its first row */
 
     /* device buffers */
     void *x;        /* [max_tok_rank × H] this rank's tokens */
@@ -255,9 +260,25 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
  * peer, one block of cells per chunk of `chunks`, slots of `cap` rows (padded; 0 otherwise). */
 int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0, long ntok,
                         int max_local, int chunks, long cap);
+/* The dispatch's exchange of data rows: send[sdispl[p] ...] (scount[p] rows to EP peer p) into
+ * recv[rdispl[p] ...] (rcount[p] rows from p), displacements in rows of row_bytes. In the point's
+ * --dispatch-dtype: bf16 moves the rows as they are; fp8 packs the sent rows in place first
+ * (compute op fp8_pack: e4m3 codes and scales, base/fp8.h), moves dispatch_row_bytes per row, and
+ * leaves the received rows packed until mp_layer_dispatch_finish. slot < 0: blocking
+ * (alltoallv); else started on request slot `slot` (ialltoallv; then, for fp8, both blocks of
+ * rows must start at displacement 0, as the pipelined modes' chunks do). */
+int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
+                            void *recv, const int *rcount, const int *rdispl, int slot);
+/* After the exchange of mp_layer_dispatch_start is complete (blocking, or its slot waited for):
+ * for fp8, the received rows unpacked in place into activations (compute op fp8_unpack), as the
+ * expert reads them; nothing for bf16. */
+int mp_layer_dispatch_finish(struct mp_layer *L, void *recv, const int *rcount, const int *rdispl);
+/* The two above, blocking: the dispatch's exchange of data rows, the rows activations again. */
+int mp_layer_dispatch_rows(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
+                           void *recv, const int *rcount, const int *rdispl);
 /* Add to rec's byte counts what this rank sends the other EP ranks when it dispatches send[p]
- * rows of row_bytes + meta_bytes bytes to each EP peer p and returns it recv[p] rows of row_bytes
- * in the combine (a dispatch row's metadata travels one way only: mp_dedup_bytes): bytes_sent,
+ * rows of dispatch_row_bytes + meta_bytes bytes to each EP peer p and returns it recv[p] rows of
+ * row_bytes in the combine (a dispatch row's metadata travels one way only: mp_dedup_bytes): bytes_sent,
  * and per phase those to ranks of its own node (dispatch_intra, combine_intra) and of other nodes
  * (_inter). */
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
@@ -265,8 +286,12 @@ void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const in
 
 /* ---- layer_check.c ----------------------------------------------------------------------------- */
 
-/* Gather every rank's output to rank 0 and compare with the reference forward of draw 0. */
+/* Gather every rank's output to rank 0 and compare with the reference forward of draw 0: *err the
+ * relative error against the reference of the inputs as dispatched (with --dispatch-dtype fp8:
+ * each token's row through an fp8 round trip for its routed experts), and with fp8 *err_unq the
+ * one against the reference of the unquantized inputs (NAN for bf16). */
 int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
-                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err);
+                          struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err,
+                          double *err_unq);
 
 #endif

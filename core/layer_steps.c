@@ -109,6 +109,70 @@ int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0
     return L->ops->plan_setup(L->dev, &s, &L->dplan_totals);
 }
 
+/* The rows [*lo, *hi) the EP peers' blocks of an exchange span (displacements in rows). */
+static void rows_spanned(const int *count, const int *displ, int ep, long *lo, long *hi)
+{
+    *lo = ep > 0 ? displ[0] : 0;
+    *hi = *lo;
+    for (int p = 0; p < ep; p++) {
+        *lo = displ[p] < *lo ? displ[p] : *lo;
+        *hi = (long)displ[p] + count[p] > *hi ? (long)displ[p] + count[p] : *hi;
+    }
+}
+
+int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
+                            void *recv, const int *rcount, const int *rdispl, int slot)
+{
+    struct mp_comm *c = L->comm;
+    if (L->dispatch_dtype != MP_DTYPE_FP8)
+        return slot < 0 ? c->ops->alltoallv(c, send, scount, sdispl, recv, rcount, rdispl,
+                                            L->row_bytes)
+                        : c->ops->ialltoallv(c, send, scount, sdispl, recv, rcount, rdispl,
+                                             L->row_bytes, slot);
+    /* fp8: the packed rows start at each block's first row (the forwards of --dedup node arrive
+     * after the rows of the first hop, which stay activations), displacements counted from it */
+    long s0, s1, r0, r1;
+    rows_spanned(scount, sdispl, L->ep, &s0, &s1);
+    rows_spanned(rcount, rdispl, L->ep, &r0, &r1);
+    if (slot >= 0 && (s0 || r0)) {
+        mp_error("internal error: an fp8 exchange in flight must start at row 0 (rows %ld, %ld)",
+                 s0, r0);
+        return MP_ERR_RUNTIME;
+    }
+    for (int p = 0; p < L->ep; p++) {
+        L->wire_sdispl[p] = sdispl[p] - (int)s0;
+        L->wire_rdispl[p] = rdispl[p] - (int)r0;
+    }
+    char *sbase = (char *)send + (size_t)s0 * L->row_bytes;
+    char *rbase = (char *)recv + (size_t)r0 * L->row_bytes;
+    int rc = L->ops->fp8_pack(L->dev, sbase, s1 - s0, L->m.hidden);
+    if (rc != MP_OK)
+        return rc;
+    /* in flight, the arrays must outlive the call: the caller's own (s0 = r0 = 0) */
+    const int *sd = slot < 0 ? L->wire_sdispl : sdispl, *rd = slot < 0 ? L->wire_rdispl : rdispl;
+    return slot < 0 ? c->ops->alltoallv(c, sbase, scount, sd, rbase, rcount, rd,
+                                        L->dispatch_row_bytes)
+                    : c->ops->ialltoallv(c, sbase, scount, sd, rbase, rcount, rd,
+                                         L->dispatch_row_bytes, slot);
+}
+
+int mp_layer_dispatch_finish(struct mp_layer *L, void *recv, const int *rcount, const int *rdispl)
+{
+    if (L->dispatch_dtype != MP_DTYPE_FP8)
+        return MP_OK;
+    long r0, r1;
+    rows_spanned(rcount, rdispl, L->ep, &r0, &r1);
+    return L->ops->fp8_unpack(L->dev, (char *)recv + (size_t)r0 * L->row_bytes, r1 - r0,
+                              L->m.hidden);
+}
+
+int mp_layer_dispatch_rows(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
+                           void *recv, const int *rcount, const int *rdispl)
+{
+    int rc = mp_layer_dispatch_start(L, send, scount, sdispl, recv, rcount, rdispl, -1);
+    return rc != MP_OK ? rc : mp_layer_dispatch_finish(L, recv, rcount, rdispl);
+}
+
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,
                              double meta_bytes, struct mp_rank_iter *rec)
 {
@@ -117,7 +181,7 @@ void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const in
         if (p == c->ep_rank)
             continue;
         /* dispatch: rows to p with their metadata; combine: p's rows returned */
-        double out = (double)send[p] * ((double)L->row_bytes + meta_bytes);
+        double out = (double)send[p] * ((double)L->dispatch_row_bytes + meta_bytes);
         double back = (double)recv[p] * (double)L->row_bytes;
         rec->bytes_sent += out + back;
         if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank]) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fp8.h"
 #include "weights.h"
 
 struct scored {
@@ -115,9 +116,25 @@ static void ffn_token(const float *xt, const float *wgu, const float *wd, int H,
     }
 }
 
-int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x, long ntok,
-                         int K, const int32_t *ids, const float *w, float *y)
+int mp_reference_fp8_inputs(const float *x, long ntok, int H, float *xq)
 {
+    unsigned char *wire = malloc(mp_fp8_row_bytes(H));
+    if (!wire) {
+        mp_error("reference: out of memory for an fp8 row of H=%d", H);
+        return MP_ERR_RUNTIME;
+    }
+    for (long t = 0; t < ntok; t++)
+        mp_fp8_round_trip_row(x + t * H, H, wire, xq + t * H);
+    free(wire);
+    return MP_OK;
+}
+
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x,
+                         const float *xr, long ntok, int K, const int32_t *ids, const float *w,
+                         float *y)
+{
+    if (!xr)
+        xr = x;
     int rc = MP_ERR_RUNTIME;
     float *wgu = malloc((size_t)H * 2 * D * sizeof *wgu);
     float *wd = malloc((size_t)D * H * sizeof *wd);
@@ -141,7 +158,7 @@ int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const 
             }
             for (int k = 0; k < K; k++)
                 if (ids[t * K + k] == e)
-                    ffn_token(x + t * H, wgu, wd, H, D, w[t * K + k], gate, up, acc + t * H);
+                    ffn_token(xr + t * H, wgu, wd, H, D, w[t * K + k], gate, up, acc + t * H);
         }
     }
     for (long i = 0; i < ntok * H; i++)

@@ -12,11 +12,18 @@
 void mp_reference_gate(const float *x, const float *wg, const float *noise, long ntok, int H, int E,
                        int K, int G, int M, int32_t *ids, float *w);
 
-/* y[t] = Σ_k w[t,k]·FFN_{ids[t,k]}(x_t) + Σ_s FFN_{E+s}(x_t) for ntok tokens, with the full
+/* y[t] = Σ_k w[t,k]·FFN_{ids[t,k]}(xr_t) + Σ_s FFN_{E+s}(x_t) for ntok tokens, with the full
  * (unsharded) weights of weights.h rebuilt from `seed`. FFN is SwiGLU: (silu(x·Wg) ⊙ x·Wu)·Wd.
+ * xr: the routed experts' inputs, the tokens as dispatched (x itself, or x after an fp8 round
+ * trip: mp_reference_fp8_inputs); NULL: x. The shared experts read x (never dispatched).
  * Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
-int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x, long ntok,
-                         int K, const int32_t *ids, const float *w, float *y);
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x,
+                         const float *xr, long ntok, int K, const int32_t *ids, const float *w,
+                         float *y);
+
+/* xq = the ntok rows of H values of x as an fp8 dispatch delivers them: each row packed into e4m3
+ * codes with one scale per 128 values and unpacked (base/fp8.h). MP_OK or MP_ERR_RUNTIME. */
+int mp_reference_fp8_inputs(const float *x, long ntok, int H, float *xq);
 
 /* ‖a − b‖₂ / ‖b‖₂ over n elements, in double (0 when both are zero). */
 double mp_rel_error(const float *a, const float *b, long n);

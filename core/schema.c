@@ -46,6 +46,11 @@ static const struct mp_column workload_key[] = {
      "`--dedup` entry: what a dispatched row stands for, `pair` (one per token-expert pair), "
      "`rank` (one per token and destination rank) or `node` (one per token and destination node, "
      "forwarded inside it); `pair` for ffn.csv"},
+    {MPC_dispatch_dtype, "–", T,
+     "`--dispatch-dtype` entry: what the dispatched rows travel in, `bf16` (the backend's "
+     "activation type as it is: bf16 on GPUs, fp32 rows on the cpu backend) or `fp8` (e4m3 codes "
+     "and one fp32 scale per 128 values: H + 4·⌈H/128⌉ bytes a row); the combine stays in the "
+     "activation type; `bf16` for ffn.csv"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
     {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
     {MPC_seed, "–", I, "`--seed`"},

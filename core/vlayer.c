@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "dedup.h"
 #include "dispatch.h"
+#include "dtype.h"
 #include "error.h"
 #include "padded.h"
 #include "plan.h"
@@ -58,29 +59,42 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
     return MP_OK;
 }
 
+/* The bytes of one dispatched row of the draw's point: --dispatch-dtype's (core/dtype.h). */
+static double dispatch_row_bytes(const struct mp_vdraw *d)
+{
+    return mp_dispatch_row_bytes((enum mp_dtype)d->pt->dispatch_dtype, d->m->hidden,
+                                 d->m->hidden * d->cl->elem_bytes);
+}
+
 /* The exchange that `rows_to` ([ep·ep] rows from rank e to rank p at e·ep + p) makes: the largest
  * per-rank volume on each link class and the incast across nodes; per rank, when `bytes` is not
  * NULL, the bytes dispatch and combine move to other ranks in its bytes_sent and, per phase and
- * link class, its dispatch_/combine_ intra/inter (the dispatch sends what rows_to says, the
- * combine sends back what came in). */
+ * link class, its dispatch_/combine_ intra/inter (the dispatch sends what rows_to says in rows of
+ * dispatch_row_bytes, the combine sends back what came in, in rows of row_bytes). */
+
 static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
-                        struct mp_vexchange *x, struct mp_vtraffic *bytes)
+                        double dispatch_row_bytes, struct mp_vexchange *x,
+                        struct mp_vtraffic *bytes)
 {
     *x = (struct mp_vexchange){0};
     for (int p = 0; p < ep; p++) {
-        double in_intra = 0, in_inter = 0, out_intra = 0, out_inter = 0;
+        double in_intra = 0, in_inter = 0, out_intra = 0, out_inter = 0, sent_intra = 0,
+               sent_inter = 0;
         int senders = 0, np = p * tp / gpn; /* node of EP rank p's first TP rank */
         for (int q = 0; q < ep; q++) {
             if (q == p)
                 continue;
             double rin = rows_to[q * ep + p] * row_bytes, rout = rows_to[p * ep + q] * row_bytes;
+            double sent = rows_to[p * ep + q] * dispatch_row_bytes;
             if (q * tp / gpn == np) {
                 in_intra += rin;
                 out_intra += rout;
+                sent_intra += sent;
                 x->uses_intra = 1;
             } else {
                 in_inter += rin;
                 out_inter += rout;
+                sent_inter += sent;
                 x->uses_inter = 1;
                 senders += rin > 0;
             }
@@ -89,9 +103,9 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
         x->inter_max = fmax(x->inter_max, fmax(in_inter, out_inter));
         x->incast = senders > x->incast ? senders : x->incast;
         if (bytes) {
-            bytes->bytes_sent[p] = out_intra + out_inter + in_intra + in_inter;
-            bytes->dispatch_intra[p] = out_intra;
-            bytes->dispatch_inter[p] = out_inter;
+            bytes->bytes_sent[p] = sent_intra + sent_inter + in_intra + in_inter;
+            bytes->dispatch_intra[p] = sent_intra;
+            bytes->dispatch_inter[p] = sent_inter;
             bytes->combine_intra[p] = in_intra;
             bytes->combine_inter[p] = in_inter;
         }
@@ -106,17 +120,18 @@ static void dedup_exchanges(struct mp_vtraffic *t, const struct mp_vdraw *d)
     int ep = t->ep, tp = t->tp, gpn = d->cl->gpus_per_node, K = d->m->topk;
     enum mp_dedup mode = (enum mp_dedup)d->pt->dedup;
     double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    double drow = dispatch_row_bytes(d);
     size_t cells = (size_t)ep * ep;
     struct mp_dedup_counts *c = d->dedup;
     mp_dedup_count(mode, d->pt->placement, d->ids, d->tokens, K, tp, gpn, c);
     t->dedup_hops = c->hops;
     for (int h = 0; h < c->hops; h++) {
         const double *rows = c->rows + h * cells;
-        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL);
+        exchange_of(rows, ep, tp, gpn, drow + meta, drow + meta, &t->hop[h], NULL);
         for (int e = 0; e < ep; e++) /* the combine: p returns to e what e sent it */
             for (int p = 0; p < ep; p++)
                 d->rows_to[p * ep + e] = rows[e * ep + p];
-        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL);
+        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, row_bytes, &t->back[h], NULL);
     }
     t->a2a = t->hop[0];
     /* each rank's bytes per phase and link class: in dispatch the rows it sends in every hop
@@ -127,7 +142,7 @@ static void dedup_exchanges(struct mp_vtraffic *t, const struct mp_vdraw *d)
             for (int q = 0; q < ep; q++) {
                 const double *rows = c->rows + h * cells;
                 int same = mp_dedup_node_of(q, tp, gpn) == mp_dedup_node_of(p, tp, gpn);
-                double out = rows[p * ep + q] * (row_bytes + meta);
+                double out = rows[p * ep + q] * (drow + meta);
                 double back = rows[q * ep + p] * row_bytes;
                 *(same ? &di : &dx) += q == p ? 0 : out;
                 *(same ? &ci : &cx) += q == p ? 0 : back;
@@ -200,12 +215,12 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
             t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
         }
     }
-    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, &t->a2a, t);
+    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, dispatch_row_bytes(d), &t->a2a, t);
     if (d->dedup)
         dedup_exchanges(t, d);
     for (int g = 0; g < N && N > 1; g++)
-        exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, &t->chunk_a2a[g],
-                    NULL);
+        exchange_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, row_bytes,
+                    &t->chunk_a2a[g], NULL);
 }
 
 /* The padded dispatch (core/layer.c's padded iteration, kernels/padded.h): the same routing as
@@ -250,7 +265,7 @@ void mp_vtraffic_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
         t->active[p] = nl + sh;
     }
     exchange_of(d->rows_to, ep, t->tp, d->cl->gpus_per_node, d->m->hidden * d->cl->elem_bytes,
-                &t->a2a, t);
+                dispatch_row_bytes(d), &t->a2a, t);
 }
 
 /* The padded dispatch deduplicated (core/dispatch_dedup_padded.c): every source sends each of
@@ -265,6 +280,7 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
     int ep = t->ep, tp = t->tp, K = d->m->topk, S = d->m->shared, Lm = pl->max_local;
     int gpn = d->cl->gpus_per_node, node = mode == MP_DEDUP_NODE;
     double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    double drow = dispatch_row_bytes(d);
     size_t cells = (size_t)ep * ep;
     int *ep_node = malloc((size_t)ep * 5 * sizeof *ep_node);
     if (!ep_node) { /* no traffic without memory: the timing of an empty layer */
@@ -313,18 +329,18 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
             t->combine_inter[p] = 0;
     for (int h = 0; h < t->dedup_hops; h++) {
         const double *rows = hop + h * cells;
-        exchange_of(rows, ep, tp, gpn, row_bytes + meta, &t->hop[h], NULL);
+        exchange_of(rows, ep, tp, gpn, drow + meta, drow + meta, &t->hop[h], NULL);
         for (int e = 0; e < ep; e++)
             for (int p = 0; p < ep; p++)
                 d->rows_to[p * ep + e] = rows[e * ep + p];
-        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->back[h], NULL);
+        exchange_of(d->rows_to, ep, tp, gpn, row_bytes, row_bytes, &t->back[h], NULL);
         for (int p = 0; p < ep; p++)
             for (int q = 0; q < ep; q++) {
                 if (q == p)
                     continue;
                 int same = ep_node[q] == ep_node[p];
                 *(same ? &t->dispatch_intra[p] : &t->dispatch_inter[p]) +=
-                    rows[(size_t)p * ep + q] * (row_bytes + meta);
+                    rows[(size_t)p * ep + q] * (drow + meta);
                 *(same ? &t->combine_intra[p] : &t->combine_inter[p]) +=
                     rows[(size_t)q * ep + p] * row_bytes;
             }
@@ -344,12 +360,13 @@ void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d
     int Lm = pl->max_local > 0 ? pl->max_local : 1, S = d->m->shared;
     long T = d->tokens;
     double row_bytes = d->m->hidden * d->cl->elem_bytes, meta = mp_dedup_meta_bytes(mode, K);
+    double drow = dispatch_row_bytes(d);
     size_t cells = (size_t)ep * ep;
     t->nchunks = 1; /* the whole draw unpipelined: counts, bytes, the hops' exchanges */
     mp_vtraffic_dynamic(t, d);
     t->nchunks = N;
     for (int h = 0; h < t->dedup_hops; h++) { /* the metadata alone, ahead of the pipeline */
-        double f = meta / (row_bytes + meta);
+        double f = meta / (drow + meta);
         t->meta[h] = t->hop[h];
         t->meta[h].intra_max *= f;
         t->meta[h].inter_max *= f;
@@ -369,11 +386,12 @@ void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d
         mp_dedup_count_chunk(mode, pl, d->ids, T, K, tp, gpn, N, k, c);
         for (int h = 0; h < c->hops; h++) {
             const double *rows = c->rows + h * cells;
-            exchange_of(rows, ep, tp, gpn, row_bytes, &t->chunk_hop[2 * k + h], NULL);
+            exchange_of(rows, ep, tp, gpn, drow, drow, &t->chunk_hop[2 * k + h], NULL);
             for (int e = 0; e < ep; e++)
                 for (int p = 0; p < ep; p++)
                     d->rows_to[p * ep + e] = rows[e * ep + p];
-            exchange_of(d->rows_to, ep, tp, gpn, row_bytes, &t->chunk_back[2 * k + h], NULL);
+            exchange_of(d->rows_to, ep, tp, gpn, row_bytes, row_bytes, &t->chunk_back[2 * k + h],
+                        NULL);
         }
         /* the chunk's pairs per (rank, local expert): its rows and active experts per rank */
         memset(d->exp_rows, 0, sizeof(double) * (size_t)ep * Lm);
@@ -457,6 +475,9 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         t[d].gate = mp_routing_is_gate(pt->routing);
         t[d].straggle_rank = pt->straggle_rank;
         t[d].straggle_us = pt->straggle_us > 0 ? pt->straggle_us : 0;
+        t[d].dispatch_scale = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
+                                                    m->hidden * cl->elem_bytes) /
+                              (m->hidden * cl->elem_bytes);
         if (vtraffic_alloc(&t[d], ep, N) != MP_OK)
             goto out;
         mp_routing_draw(pt->routing, seed, d, T, 0, T, ids, w);
@@ -569,7 +590,12 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
         const struct mp_vexchange *x = &t->chunk_a2a[k];
         double data = mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
                                            x->uses_inter, x->incast);
-        dispatch[k] = cl->launch_us + data;
+        double f = t->dispatch_scale; /* the dispatch's rows in --dispatch-dtype */
+        dispatch[k] = cl->launch_us + (f == 1 ? data
+                                              : mp_model_exchange_us(cl, f * x->intra_max,
+                                                                     f * x->inter_max,
+                                                                     x->uses_intra, x->uses_inter,
+                                                                     x->incast));
         combine[k] = cl->launch_us + data;
     }
     if (t->chunk_hop) { /* deduplicated: each hop's counts and metadata first, then rows only */
@@ -635,7 +661,13 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     double counts = count_round_us(cl, t);
     double data = mp_model_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
-    double dispatch = cl->launch_us + data, combine = cl->launch_us + data;
+    double ds = t->dispatch_scale; /* the dispatch's rows in --dispatch-dtype */
+    double dispatch = cl->launch_us + (ds == 1 ? data
+                                               : mp_model_exchange_us(cl, ds * a->intra_max,
+                                                                      ds * a->inter_max,
+                                                                      a->uses_intra, a->uses_inter,
+                                                                      a->incast));
+    double combine = cl->launch_us + data;
     double hop_d[2] = {0, 0}, hop_c[2] = {0, 0}; /* each hop's share of dispatch and combine */
     if (t->dedup_hops) { /* node: the network hop, then the forward inside the node; combine back */
         counts = dispatch = combine = 0;
@@ -700,6 +732,7 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     struct mp_rank_iter *scratch = NULL;
     memset(res, 0, sizeof *res);
     res->check_error = NAN;
+    res->check_error_unquantized = NAN;
     res->overlap_efficiency = NAN;
     res->iters = pt->iters;
     res->nranks = N;

@@ -23,6 +23,10 @@ struct mp_vtraffic {
     int count_exchange; /* the dispatch exchanges counts before the data (dynamic: 1, padded: 0) */
     int straggle_rank;  /* --straggle: this world rank's FFN takes straggle_us more (us 0: off) */
     double straggle_us;
+    /* --dispatch-dtype: a dispatched row's bytes over a combined row's (1 for bf16; fp8:
+     * (H + 4·⌈H/128⌉) / (H · elem_bytes)); the exchanges below count combine-sized rows except
+     * the deduplicated hops, which count the dispatch's own */
+    double dispatch_scale;
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */

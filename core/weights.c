@@ -3,10 +3,11 @@
 
 #include <math.h>
 
+#include "fp8.h"
 #include "rng.h"
 
 /* Stream tags keep weights, router and activations independent of each other. */
-enum { TAG_EXPERT = 0x6578, TAG_GATE = 0x6761, TAG_ACT = 0x6163 };
+enum { TAG_EXPERT = 0x6578, TAG_GATE = 0x6761, TAG_ACT = 0x6163, TAG_BLOCK = 0x626b };
 
 static inline float sym_uniform(uint64_t h) { return (float)(2.0 * mp_u01(h) - 1.0); }
 
@@ -57,4 +58,16 @@ void mp_activations(uint64_t seed, long tok0, long ntok, int H, float *x)
         for (long h = 0; h < H; h++)
             x[t * H + h] = sym_uniform(mp_mix64(ht + (uint64_t)h));
     }
+}
+
+void mp_activations_blocked(uint64_t seed, long tok0, long ntok, int H, float *x)
+{
+    mp_activations(seed, tok0, ntok, H, x);
+    for (long t = 0; t < ntok; t++)
+        for (int b = 0; b < mp_fp8_blocks(H); b++) {
+            int j = (int)(mp_hash4(seed ^ TAG_BLOCK, (uint64_t)(tok0 + t), (uint64_t)b, 0) & 3);
+            float f = ldexpf(1.0f, -2 * j);
+            for (int h = b * MP_FP8_BLOCK; h < H && h < (b + 1) * MP_FP8_BLOCK; h++)
+                x[t * H + h] *= f;
+        }
 }

@@ -25,4 +25,11 @@ void mp_weights_gate(uint64_t seed, int H, int E, float *wg);
 /* Activations of global tokens [tok0, tok0+ntok): x[(t−tok0)·H + h], uniform in [−1, 1). */
 void mp_activations(uint64_t seed, long tok0, long ntok, int H, float *x);
 
+/* The activations of a point whose dispatched rows travel in fp8 (--dispatch-dtype fp8): those of
+ * mp_activations with each block of 128 values of a token (base/fp8.h's blocks) scaled by 4^−j,
+ * j in 0..3 drawn per token and block, so the blocks of a row and the rows differ in magnitude as
+ * activations with outlier channels do, and a scale applied to the wrong block or row shows in
+ * --check. */
+void mp_activations_blocked(uint64_t seed, long tok0, long ntok, int H, float *x);
+
 #endif

@@ -42,6 +42,16 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     REQUIRE(o->dispatch_modes && !(o->dispatch_modes & ~MP_DISPATCH_ALL),
             "has dispatch modes 0x%x (some of dynamic, padded, pipelined needed)",
             o->dispatch_modes);
+    REQUIRE((o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_BF16)) &&
+                !(o->dispatch_dtypes & ~(MP_DTYPE_BIT(MP_DTYPE_COUNT) - 1)),
+            "has dispatch dtypes 0x%x (bf16 needed, nothing beyond fp8)", o->dispatch_dtypes);
+    REQUIRE(o->memory == MP_MEMORY_VIRTUAL
+                ? !o->fp8_pack && !o->fp8_unpack
+                : !!(o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) ==
+                      (o->fp8_pack && o->fp8_unpack) && !o->fp8_pack == !o->fp8_unpack,
+            "%s fp8 dispatch but fills %s of fp8_pack and fp8_unpack",
+            o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8) ? "claims" : "does not claim",
+            o->fp8_pack || o->fp8_unpack ? "some" : "neither");
     REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
             "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
     /* the data hooks: all of them on a backend that holds data, none on a virtual one */

@@ -76,6 +76,13 @@ struct mp_compute; /* a backend instance */
     (MP_DISPATCH_DYNAMIC | MP_DISPATCH_PADDED | MP_DISPATCH_PIPELINED | MP_DISPATCH_DEDUP |        \
      MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED)
 
+/* The element types a dispatched row may travel in (--dispatch-dtype; core/dtype.c has the words),
+ * as bits 1 << d of dispatch_dtypes. bf16: the backend's activation type as it is (bf16 on GPUs,
+ * fp32 rows on the cpu backend); fp8: OCP e4m3 codes with one fp32 scale per 128 values
+ * (base/fp8.h), packed after the gate and unpacked at the expert. */
+enum mp_dtype { MP_DTYPE_BF16, MP_DTYPE_FP8, MP_DTYPE_COUNT };
+#define MP_DTYPE_BIT(d) (1u << (d))
+
 /* The ops table of a compute backend. Its capability data come first and must agree with the
  * hooks it fills (mp_compute_check, run on every lookup): a host or device backend fills every
  * kernel hook, a virtual one none of them; graph iff the capture hooks; device memory iff
@@ -85,6 +92,9 @@ struct mp_compute_ops {
     const char *name;
     enum mp_memory_kind memory; /* where its buffers live (registry.h) */
     unsigned dispatch_modes; /* MP_DISPATCH_* bits this backend carries out */
+    /* MP_DTYPE_BIT(d) for each enum mp_dtype its dispatch rows may travel in (bf16 always; fp8
+     * on a data backend exactly when it fills fp8_pack and fp8_unpack) */
+    unsigned dispatch_dtypes;
     int graph;               /* graph capture and replay: capture_begin ... host_free filled */
     size_t elem_size; /* bytes per activation/weight element in buffers (4 cpu, 2 cuda) */
     /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers
@@ -132,6 +142,13 @@ struct mp_compute_ops {
     /* copy_rows: move blocks of rows between two buffers of row width H */
     int (*copy_rows)(struct mp_compute *c, const void *src, void *dst, const struct mp_chunk *ch,
                      int nch, int H);
+    /* optional (fp8 in dispatch_dtypes): fp8_pack rewrites the `n` rows of H activations at the
+     * start of `buf` (row i at byte i·H·elem_size) in place as `n` packed wire rows of
+     * mp_fp8_row_bytes(H) bytes (base/fp8.h: H e4m3 codes, then one fp32 scale per 128 values;
+     * row i at byte i·mp_fp8_row_bytes(H)); fp8_unpack turns such packed rows back into
+     * activations (decode · scale) in place. Both need mp_fp8_row_bytes(H) ≤ H·elem_size. */
+    int (*fp8_pack)(struct mp_compute *c, void *buf, long n, int H);
+    int (*fp8_unpack)(struct mp_compute *c, void *buf, long n, int H);
     /* expert FFN, SwiGLU: out = (silu(in·Wg) ⊙ (in·Wu))·Wd for every expert's rows */
     int (*expert_ffn)(struct mp_compute *c, const struct mp_ffn_args *a);
     /* combine: y[t] = Σ_s shared[s·ntok + t] + Σ_{i < nrows: tok[row0+i]=t} w[row0+i]·rows[i]

@@ -19,6 +19,7 @@
 #include "chunks.h"
 #include "dplan_host.h"
 #include "error.h"
+#include "fp8.h"
 #include "topk.h"
 
 struct mp_compute {
@@ -35,6 +36,10 @@ struct mp_compute {
     uint64_t *flush_buf;
     size_t flush_bytes;
     uint64_t flushes, flush_sink;
+    /* --dispatch-dtype fp8: one wire row, where fp8_pack and fp8_unpack stage a row moved in
+     * place (grown on the first call that needs more) */
+    unsigned char *wire_row;
+    size_t wire_cap;
 };
 
 /* OpenBLAS exports this; declared here since not every cblas.h does. */
@@ -58,6 +63,7 @@ static void cpu_fini(struct mp_compute *c)
     if (!c)
         return;
     free(c->logits);
+    free(c->wire_row);
     mp_dplan_host_free(&c->plan);
     free(c->gate_ids);
     free(c->gate_w);
@@ -164,6 +170,50 @@ static int cpu_copy_rows(struct mp_compute *c, const void *src, void *dst,
     int i = 0;
     while (mp_chunks_next(ch, nch, &i, &run)) /* one copy per maximal run */
         memcpy(d + run.dst * H, s + run.src * H, (size_t)run.n * H * sizeof(float));
+    return MP_OK;
+}
+
+/* The staging row of fp8_pack/fp8_unpack, at least `bytes` long. */
+static int wire_scratch(struct mp_compute *c, size_t bytes)
+{
+    if (bytes <= c->wire_cap)
+        return MP_OK;
+    unsigned char *p = realloc(c->wire_row, bytes);
+    if (!p) {
+        mp_error("out of memory for an fp8 row of %zu bytes", bytes);
+        return MP_ERR_RUNTIME;
+    }
+    c->wire_row = p;
+    c->wire_cap = bytes;
+    return MP_OK;
+}
+
+/* fp32 rows of 4H bytes into packed wire rows of W = mp_fp8_row_bytes(H) ≤ 4H bytes, in place:
+ * row i is read from byte 4H·i and written at W·i ≤ 4H·i, so in increasing order no row is
+ * overwritten before it is read; a row staged whole covers its own overlap. */
+static int cpu_fp8_pack(struct mp_compute *c, void *buf, long n, int H)
+{
+    size_t W = mp_fp8_row_bytes(H), R = (size_t)H * sizeof(float);
+    if (W > R || wire_scratch(c, W) != MP_OK)
+        return MP_ERR_RUNTIME;
+    for (long i = 0; i < n; i++) {
+        mp_fp8_pack_row((const float *)((char *)buf + (size_t)i * R), H, c->wire_row);
+        memcpy((char *)buf + (size_t)i * W, c->wire_row, W);
+    }
+    return MP_OK;
+}
+
+/* The reverse in place, rows in decreasing order: row i's fp32 bytes [4H·i, 4H·(i+1)) lie past
+ * every packed row j < i still to be read ([W·j, W·(j+1)), W·i ≤ 4H·i). */
+static int cpu_fp8_unpack(struct mp_compute *c, void *buf, long n, int H)
+{
+    size_t W = mp_fp8_row_bytes(H), R = (size_t)H * sizeof(float);
+    if (W > R || wire_scratch(c, W) != MP_OK)
+        return MP_ERR_RUNTIME;
+    for (long i = n - 1; i >= 0; i--) {
+        memcpy(c->wire_row, (char *)buf + (size_t)i * W, W);
+        mp_fp8_unpack_row(c->wire_row, H, (float *)((char *)buf + (size_t)i * R));
+    }
     return MP_OK;
 }
 
@@ -428,6 +478,7 @@ const struct mp_compute_ops mp_compute_cpu = {
     .name = "cpu",
     .memory = MP_MEMORY_HOST,
     .dispatch_modes = MP_DISPATCH_ALL,
+    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .elem_size = sizeof(float),
     .check_tolerance = 1e-5,
     .init = cpu_init,
@@ -442,6 +493,8 @@ const struct mp_compute_ops mp_compute_cpu = {
     .gate = cpu_gate,
     .permute = cpu_permute,
     .copy_rows = cpu_copy_rows,
+    .fp8_pack = cpu_fp8_pack,
+    .fp8_unpack = cpu_fp8_unpack,
     .expert_ffn = cpu_expert_ffn,
     .combine = cpu_combine,
     .plan_setup = cpu_plan_setup,

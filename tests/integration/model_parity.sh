@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # model_parity.sh - moeperf-layer's measured (cpu+mpi) and modelled runs take the same flags, but
 # for a documented short list the model refuses naming the flag; they write the same CSV headers;
-# and the model's dispatches (padded and --dedup rank too) move (per phase and link class), keep
-# and drop exactly the rows a
-# measured run does.
+# and the model's dispatches (padded and --dedup rank too, bf16 and --dispatch-dtype fp8 rows)
+# move (per phase and link class), keep and drop exactly the rows a measured run does.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 
@@ -36,6 +35,7 @@ sample() {
     --overlap) echo "--overlap 1,2" ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
     --dedup) echo "--dedup pair,rank,node" ;;
+    --dispatch-dtype) echo "--dispatch-dtype bf16,fp8" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) echo "--graph --dispatch padded" ;;
     --seed) echo "--seed 9" ;;
@@ -109,7 +109,8 @@ echo "$n flags: both take all but $MODEL_REFUSES"
 # pool in both (the cpu-host profile has the cpu backend's 4-byte elements)
 sweep="--hidden 32 --ffn 16 --experts 8 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
     --routing zipf:1.2,hot:2:30 --group-limit off,2:1 --placement contiguous,eplb:4
-    --dispatch dynamic,padded,padded:0.75 --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
+    --dispatch dynamic,padded,padded:0.75 --dispatch-dtype bf16,fp8 --iters 3 --warmup 2 --seed 7
+    --quiet --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $sweep --out "$TMP/measured" || fail "measured sweep exit $?"
 # the measured ranks share one host, one node: the profile's node holds all four, so the bytes
@@ -134,8 +135,8 @@ mpi 4 "$LAYER" $dsweep --out "$TMP/dmeasured" || fail "measured --dedup sweep ex
     --out "$TMP/dmodelled" || fail "modelled --dedup sweep exit $?"
 # and pipelined (chunks of tokens): the rows and bytes of every chunk add up as measured
 osweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
-    --routing zipf:1.2 --placement contiguous,eplb:4 --dedup rank,node --overlap 2,3 --iters 3
-    --warmup 2 --seed 7 --quiet --no-flush-cache"
+    --routing zipf:1.2 --placement contiguous,eplb:4 --dedup rank,node --overlap 2,3
+    --dispatch-dtype bf16,fp8 --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $osweep --out "$TMP/omeasured" || fail "measured pipelined --dedup sweep exit $?"
 # shellcheck disable=SC2086
@@ -148,7 +149,8 @@ done
 python3 - "$TMP/measured" "$TMP/modelled" "$TMP/dmeasured" "$TMP/dmodelled" "$TMP/omeasured" \
     "$TMP/omodelled" <<'PY' || fail "counts differ"
 import csv, sys
-key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "dedup", "batch"]
+key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "dedup",
+       "dispatch_dtype", "batch"]
 phase_bytes = ["dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
                "combine_bytes_internode"]
 link_bytes = ["bytes_internode", "bytes_intranode"] + phase_bytes

@@ -94,6 +94,18 @@ static void test_broken_compute(void)
     t.dispatch_modes = 0;
     CHECK(compute_refused(&t, "no dispatch mode"));
     t = mp_compute_cpu;
+    t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_FP8);
+    CHECK(compute_refused(&t, "no bf16 dispatch"));
+    t = mp_compute_cpu;
+    t.fp8_unpack = NULL;
+    CHECK(compute_refused(&t, "fp8 dispatch claimed, fp8_unpack removed"));
+    t = mp_compute_cpu;
+    t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16);
+    CHECK(compute_refused(&t, "fp8 hooks without the fp8 dispatch claimed"));
+    t = mp_compute_model;
+    t.fp8_pack = mp_compute_cpu.fp8_pack;
+    CHECK(compute_refused(&t, "virtual with fp8_pack"));
+    t = mp_compute_cpu;
     t.check_tolerance = 0;
     CHECK(compute_refused(&t, "no --check tolerance"));
     t = mp_compute_cpu;

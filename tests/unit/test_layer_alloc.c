@@ -3,7 +3,8 @@
  * An allocation counts as the project's when its immediate caller is code in this executable (the
  * project's library is linked in statically); allocations made inside shared libraries (Open MPI
  * buffers unexpected messages in a pool it grows on demand) are reported but not ours to remove.
- * Runs as a single process or under mpirun (every rank checks itself). */
+ * Runs as a single process or under mpirun (every rank checks itself), with the dispatched rows
+ * in bf16 and in fp8. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -99,7 +100,9 @@ int main(int argc, char **argv)
     const char *routings[] = {"hot:2:10", "gate:0.3"};
     struct mp_layer *L;
     CHECK_INT(mp_layer_create(&L, ops, dev, c, &m, 5, 64, 0, 2), MP_OK);
-    for (int i = 0; i < 6; i++) { /* two routings: unpipelined, in 2 chunks, padded dispatch */
+    /* two routings: unpipelined, in 2 chunks, padded dispatch; rows in bf16, then in fp8 */
+    for (int k = 0; k < 12; k++) {
+        int i = k % 6;
         struct mp_routing rt;
         struct mp_placement pl;
         CHECK_INT(mp_routing_parse(routings[i % 2], m.experts, m.topk, 5, &rt), MP_OK);
@@ -107,7 +110,8 @@ int main(int argc, char **argv)
         struct mp_point pt = {.batch = 64, .seq = 1, .routing = &rt, .placement = &pl,
                               .warmup = 1, .iters = 6, .check = 0, .overlap = i / 2 == 1 ? 2 : 1,
                               .dispatch = i >= 4 ? &mp_dispatch_padded : NULL,
-                              .dispatch_arg = i == 5 ? 1.0 : 0};
+                              .dispatch_arg = i == 5 ? 1.0 : 0,
+                              .dispatch_dtype = k >= 6 ? MP_DTYPE_FP8 : MP_DTYPE_BF16};
         struct mp_point_result res;
         long before = all_allocs;
         CHECK_INT(mp_layer_run(L, &pt, &res), MP_OK);

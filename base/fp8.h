@@ -1,0 +1,147 @@
+/* fp8.h - the FP8 format moeperf moves on the wire: OCP e4m3 codes, their conversion to and from
+ * float, and the rows of 128-value blocks with one fp32 scale each that an fp8 dispatch sends.
+ *
+ * The format (OCP 8-bit Floating Point Specification (OFP8), rev. 1.0, section 5.3 "E4M3"): a code
+ * is s eeee mmm with exponent bias 7. e > 0: (−1)^s · 2^(e−7) · (1 + m/8); e = 0 (subnormal):
+ * (−1)^s · 2^−6 · m/8. S.1111.111 (0x7F, 0xFF) is NaN; e4m3 has no infinity, so S.1111.110 is a
+ * normal value and the largest finite magnitude is 448. Both zeros (0x00, 0x80) exist.
+ *
+ * Conversion rules (moeperf's choice among the spec's options, section 5.4):
+ *   - round to nearest, ties to even mantissa;
+ *   - saturating: a finite value beyond ±448 and ±infinity become ±448 (0x7E, 0xFE), the spec's
+ *     "saturation mode"; a NaN becomes the NaN code of its sign (0x7F or 0xFF);
+ *   - the sign of zero is kept (−0 → 0x80), and a value that rounds to zero keeps its sign.
+ *
+ * Block scaling (one fp32 scale per 128 contiguous values of a row, as DeepSeek-V3's activations):
+ * a block of n ≤ 128 values with amax = max|x| has scale s = amax / 448 (fp32 division), each value
+ * is stored as the code of x / s, and read back as decode(code) · s. A block of zeros has scale 0
+ * and codes 0. A row of H values has ⌈H/128⌉ blocks; H need not be a multiple of 128: the last
+ * block holds the H mod 128 values left (it is handled, not refused), so a row's wire form is
+ * H code bytes followed by ⌈H/128⌉ fp32 scales: H + 4·⌈H/128⌉ bytes (mp_fp8_row_bytes). The scales
+ * are stored byte by byte (memcpy): the row's start need not be 4-byte aligned.
+ *
+ * Error of one block's round trip (the bound tests/unit/test_fp8.c checks and --check relies on):
+ * v = x / s lies in [−448, 448]. Where |v| ≥ 2^−6 (a normal code) the spacing of codes is 2^(E−3)
+ * for 2^E ≤ |v| < 2^(E+1), so rounding to nearest moves v by at most half of it, 2^(E−4) ≤ 2^−4·|v|;
+ * below 2^−6 the spacing is 2^−9, so at most 2^−10. Multiplying back by s:
+ *     |x − deq(q(x))| ≤ 2^−4·|x| + 2^−10·s   (plus the two fp32 roundings of x/s and code·s,
+ * 2^−24 relative each), and since |x| ≤ amax = 448·s, never more than 2^−4·amax = 28·s.
+ *
+ * Every function is MP_HD: the same rules on the host and in device code. */
+#ifndef MP_FP8_H
+#define MP_FP8_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hostdevice.h"
+
+#define MP_FP8_MAX 448.0f   /* the largest finite e4m3 magnitude (code 0x7E) */
+#define MP_FP8_BLOCK 128    /* values per scale along a row */
+#define MP_FP8_NAN 0x7F     /* the positive NaN code; 0xFF is the negative one */
+
+/* The value of e4m3 code c (exact in float); NaN for 0x7F and 0xFF. */
+static inline MP_HD float mp_fp8_decode(uint8_t c)
+{
+    int e = (c >> 3) & 15, m = c & 7;
+    float v;
+    if (e == 15 && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = ldexpf((float)m, -9); /* 2^−6 · m/8 */
+    else
+        v = ldexpf((float)(8 + m), e - 10); /* 2^(e−7) · (8+m)/8 */
+    return (c & 0x80) ? -v : v;
+}
+
+/* The e4m3 code of x: round to nearest even, saturating at ±448 (±inf too), NaN to the NaN code
+ * of x's sign. */
+static inline MP_HD uint8_t mp_fp8_encode(float x)
+{
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (a != a)
+        return (uint8_t)(sign | MP_FP8_NAN);
+    if (a > MP_FP8_MAX)
+        return (uint8_t)(sign | 0x7E);
+    if (a == 0)
+        return sign;
+    /* E: the binade of a (2^E ≤ a < 2^(E+1)), no lower than the subnormals' −6; the codes of that
+     * binade are 2^(E−3) apart, so q = a / 2^(E−3) rounded is the code's offset in it */
+    int ex;
+    (void)frexpf(a, &ex); /* a = f·2^ex, f in [0.5, 1) */
+    int E = ex - 1 < -6 ? -6 : ex - 1;
+    int q = (int)rintf(ldexpf(a, 3 - E)); /* rintf: to nearest, ties to even (default mode) */
+    /* (E+6)·8 + q: for E = −6, q is the subnormal mantissa (q = 8 is 2^−6, code 0x08); otherwise
+     * q in 8..16, where 16 carries into the next binade */
+    int code = (E + 6) * 8 + q;
+    if (code > 0x7E) /* a in (448, 464) is caught above; kept as a guard */
+        code = 0x7E;
+    return (uint8_t)(sign | code);
+}
+
+/* Blocks of a row of H values: ⌈H/128⌉. */
+static inline MP_HD int mp_fp8_blocks(int H) { return (H + MP_FP8_BLOCK - 1) / MP_FP8_BLOCK; }
+
+/* Bytes of one row of H values on the wire: H codes, then ⌈H/128⌉ fp32 scales. */
+static inline MP_HD size_t mp_fp8_row_bytes(int H)
+{
+    return (size_t)H + sizeof(float) * (size_t)mp_fp8_blocks(H);
+}
+
+/* The scale of a block whose largest magnitude is amax: amax / 448 (0 for a block of zeros). */
+static inline MP_HD float mp_fp8_scale(float amax) { return amax / MP_FP8_MAX; }
+
+/* Quantize block b of the H-value row x: its codes into codes[b·128 ...], its scale returned. */
+static inline MP_HD float mp_fp8_quantize_block(const float *x, int H, int b, uint8_t *codes)
+{
+    int lo = b * MP_FP8_BLOCK, hi = lo + MP_FP8_BLOCK < H ? lo + MP_FP8_BLOCK : H;
+    float amax = 0;
+    for (int i = lo; i < hi; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float s = mp_fp8_scale(amax);
+    for (int i = lo; i < hi; i++)
+        codes[i] = s > 0 ? mp_fp8_encode(x[i] / s) : (uint8_t)(signbit(x[i]) ? 0x80 : 0);
+    return s;
+}
+
+/* Write the wire form of the H-value row x into wire[mp_fp8_row_bytes(H)]: the H codes, then the
+ * ⌈H/128⌉ scales. */
+static inline MP_HD void mp_fp8_pack_row(const float *x, int H, unsigned char *wire)
+{
+    for (int b = 0; b < mp_fp8_blocks(H); b++) {
+        float s = mp_fp8_quantize_block(x, H, b, wire);
+        memcpy(wire + H + sizeof(float) * (size_t)b, &s, sizeof s);
+    }
+}
+
+/* The scale of block b of a row's wire form. */
+static inline MP_HD float mp_fp8_row_scale(const unsigned char *wire, int H, int b)
+{
+    float s;
+    memcpy(&s, wire + H + sizeof(float) * (size_t)b, sizeof s);
+    return s;
+}
+
+/* Read a row's wire form back into the H floats y: decode(code) · its block's scale. */
+static inline MP_HD void mp_fp8_unpack_row(const unsigned char *wire, int H, float *y)
+{
+    for (int b = 0; b < mp_fp8_blocks(H); b++) {
+        float s = mp_fp8_row_scale(wire, H, b);
+        int lo = b * MP_FP8_BLOCK, hi = lo + MP_FP8_BLOCK < H ? lo + MP_FP8_BLOCK : H;
+        for (int i = lo; i < hi; i++)
+            y[i] = mp_fp8_decode(wire[i]) * s;
+    }
+}
+
+/* The row x as the expert sees it after an fp8 dispatch: packed and unpacked (x and y may be the
+ * same array). `wire` is scratch of mp_fp8_row_bytes(H) bytes. */
+static inline MP_HD void mp_fp8_round_trip_row(const float *x, int H, unsigned char *wire, float *y)
+{
+    mp_fp8_pack_row(x, H, wire);
+    mp_fp8_unpack_row(wire, H, y);
+}
+
+#endif

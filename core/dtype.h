@@ -1,0 +1,28 @@
+/* dtype.h - the element types a dispatched row travels in (--dispatch-dtype: bf16, fp8), their
+ * words and what one row costs on the wire. */
+#ifndef MP_DTYPE_H
+#define MP_DTYPE_H
+
+#include <stddef.h>
+
+#include "compute.h" /* enum mp_dtype, MP_DTYPE_BIT */
+
+/* The --dispatch-dtype words in enum order, NULL-terminated. */
+extern const char *const mp_dtype_choices[];
+
+/* --dispatch-dtype's help text. */
+#define MP_DISPATCH_DTYPE_HELP                                                                     \
+    "element type of the dispatched rows: bf16 (the backend's activation type as it is: bf16 "    \
+    "on GPUs, fp32 rows on the cpu backend) or fp8 (OCP e4m3 with one fp32 scale per 128 "        \
+    "values, quantized after the gate, dequantized at the expert); the combine stays in the "     \
+    "activation type; a list sweeps them"
+
+/* Read one word of `flag` (e.g. "--dispatch-dtype") into *dt: MP_OK, or MP_ERR_USAGE after a
+ * message naming the flag, the word and the accepted words. */
+int mp_dtype_parse(const char *flag, const char *word, enum mp_dtype *dt);
+
+/* Bytes one dispatched row of H activations puts on the wire: `act_row_bytes` (H times the
+ * activation element size) for bf16, H + 4·⌈H/128⌉ (codes and scales, base/fp8.h) for fp8. */
+double mp_dispatch_row_bytes(enum mp_dtype dt, int H, double act_row_bytes);
+
+#endif

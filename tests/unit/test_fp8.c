@@ -1,0 +1,192 @@
+/* test_fp8.c - base/fp8.h against the OCP e4m3 definition: all 256 codes decode to a table written
+ * from the spec's formula (not from moeperf's code), every non-NaN code survives encode(decode(c)),
+ * rounding is to nearest with ties to even, beyond ±448 and at ±inf it saturates, NaN stays NaN,
+ * and a row's 128-value blocks round-trip within the bound fp8.h derives, with the last block of a
+ * row whose length is not a multiple of 128 scaled by its own values. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "fp8.h"
+
+/* The 256 codes' values, s eeee mmm: (−1)^s·2^(e−7)·(1+m/8), e = 0: (−1)^s·2^−6·m/8, S.1111.111
+ * NaN (OCP OFP8 rev. 1.0, section 5.3), written out once by a short Python script of that formula. */
+static const double e4m3_values[256] = {
+    0.0, 0.001953125, 0.00390625, 0.005859375, 0.0078125, 0.009765625, 0.01171875, 0.013671875,
+    0.015625, 0.017578125, 0.01953125, 0.021484375, 0.0234375, 0.025390625, 0.02734375, 0.029296875,
+    0.03125, 0.03515625, 0.0390625, 0.04296875, 0.046875, 0.05078125, 0.0546875, 0.05859375,
+    0.0625, 0.0703125, 0.078125, 0.0859375, 0.09375, 0.1015625, 0.109375, 0.1171875,
+    0.125, 0.140625, 0.15625, 0.171875, 0.1875, 0.203125, 0.21875, 0.234375,
+    0.25, 0.28125, 0.3125, 0.34375, 0.375, 0.40625, 0.4375, 0.46875,
+    0.5, 0.5625, 0.625, 0.6875, 0.75, 0.8125, 0.875, 0.9375,
+    1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875,
+    2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75,
+    4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5,
+    8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+    16.0, 18.0, 20.0, 22.0, 24.0, 26.0, 28.0, 30.0,
+    32.0, 36.0, 40.0, 44.0, 48.0, 52.0, 56.0, 60.0,
+    64.0, 72.0, 80.0, 88.0, 96.0, 104.0, 112.0, 120.0,
+    128.0, 144.0, 160.0, 176.0, 192.0, 208.0, 224.0, 240.0,
+    256.0, 288.0, 320.0, 352.0, 384.0, 416.0, 448.0, NAN,
+    -0.0, -0.001953125, -0.00390625, -0.005859375, -0.0078125, -0.009765625, -0.01171875, -0.013671875,
+    -0.015625, -0.017578125, -0.01953125, -0.021484375, -0.0234375, -0.025390625, -0.02734375, -0.029296875,
+    -0.03125, -0.03515625, -0.0390625, -0.04296875, -0.046875, -0.05078125, -0.0546875, -0.05859375,
+    -0.0625, -0.0703125, -0.078125, -0.0859375, -0.09375, -0.1015625, -0.109375, -0.1171875,
+    -0.125, -0.140625, -0.15625, -0.171875, -0.1875, -0.203125, -0.21875, -0.234375,
+    -0.25, -0.28125, -0.3125, -0.34375, -0.375, -0.40625, -0.4375, -0.46875,
+    -0.5, -0.5625, -0.625, -0.6875, -0.75, -0.8125, -0.875, -0.9375,
+    -1.0, -1.125, -1.25, -1.375, -1.5, -1.625, -1.75, -1.875,
+    -2.0, -2.25, -2.5, -2.75, -3.0, -3.25, -3.5, -3.75,
+    -4.0, -4.5, -5.0, -5.5, -6.0, -6.5, -7.0, -7.5,
+    -8.0, -9.0, -10.0, -11.0, -12.0, -13.0, -14.0, -15.0,
+    -16.0, -18.0, -20.0, -22.0, -24.0, -26.0, -28.0, -30.0,
+    -32.0, -36.0, -40.0, -44.0, -48.0, -52.0, -56.0, -60.0,
+    -64.0, -72.0, -80.0, -88.0, -96.0, -104.0, -112.0, -120.0,
+    -128.0, -144.0, -160.0, -176.0, -192.0, -208.0, -224.0, -240.0,
+    -256.0, -288.0, -320.0, -352.0, -384.0, -416.0, -448.0, NAN,
+};
+
+static void check_decode_table(void)
+{
+    for (int c = 0; c < 256; c++) {
+        float v = mp_fp8_decode((uint8_t)c);
+        if (isnan(e4m3_values[c])) {
+            CHECK(isnan(v));
+            continue;
+        }
+        if ((double)v != e4m3_values[c] || !!signbit(v) != !!signbit(e4m3_values[c])) {
+            fprintf(stderr, "code 0x%02x decodes to %a, expected %a\n", c, (double)v,
+                    e4m3_values[c]);
+            check_failures++;
+        }
+    }
+    CHECK(mp_fp8_decode(0x7E) == MP_FP8_MAX);
+}
+
+/* encode(decode(c)) == c for every non-NaN code, both zeros included */
+static void check_round_trip_codes(void)
+{
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F)
+            continue;
+        int back = mp_fp8_encode(mp_fp8_decode((uint8_t)c));
+        if (back != c) {
+            fprintf(stderr, "encode(decode(0x%02x)) = 0x%02x\n", c, back);
+            check_failures++;
+        }
+    }
+}
+
+/* Between adjacent codes c < c+1 (both finite, same sign): the midpoint goes to the even code (the
+ * code's low bit is its mantissa's), a hair above it to c+1, a hair below to c. */
+static void check_ties(void)
+{
+    for (int sign = 0; sign <= 0x80; sign += 0x80)
+        for (int c = 0; c < 0x7E; c++) {
+            float lo = mp_fp8_decode((uint8_t)(sign | c)), hi = mp_fp8_decode((uint8_t)(sign | (c + 1)));
+            float mid = (lo + hi) / 2; /* exact: the codes have 4 significant bits */
+            CHECK((double)mid == ((double)lo + (double)hi) / 2);
+            int even = (c & 1) ? c + 1 : c;
+            CHECK_INT(mp_fp8_encode(mid), sign | even);
+            CHECK_INT(mp_fp8_encode(nextafterf(mid, hi)), sign | (c + 1));
+            CHECK_INT(mp_fp8_encode(nextafterf(mid, lo)), sign | c);
+        }
+    /* subnormals: 2^−9·m is code m; 1.5·2^−9 ties to 2; below half the smallest subnormal: ±0 */
+    for (int m = 1; m < 8; m++)
+        CHECK_INT(mp_fp8_encode(ldexpf((float)m, -9)), m);
+    CHECK_INT(mp_fp8_encode(1.5f * 0x1p-9f), 2);
+    CHECK_INT(mp_fp8_encode(0x1p-10f), 0x00);
+    CHECK_INT(mp_fp8_encode(-0x1p-10f), 0x80);
+    CHECK_INT(mp_fp8_encode(1e-30f), 0x00);
+    CHECK_INT(mp_fp8_encode(-1e-30f), 0x80);
+    CHECK_INT(mp_fp8_encode(-0.0f), 0x80);
+    CHECK_INT(mp_fp8_encode(0x1.8p-6f), 0x0C); /* normal: 2^−6·1.5 = e 1, m 4 */
+}
+
+static void check_saturation_and_nan(void)
+{
+    const float beyond[] = {448.0f, 449.0f, 463.9f, 464.0f, 480.0f, 1e6f, 3e38f, INFINITY};
+    for (size_t i = 0; i < sizeof beyond / sizeof *beyond; i++) {
+        CHECK_INT(mp_fp8_encode(beyond[i]), 0x7E);
+        CHECK_INT(mp_fp8_encode(-beyond[i]), 0xFE);
+    }
+    CHECK_INT(mp_fp8_encode(NAN), 0x7F);
+    CHECK_INT(mp_fp8_encode(-NAN), 0xFF);
+    CHECK(isnan(mp_fp8_decode(0x7F)) && isnan(mp_fp8_decode(0xFF)));
+    CHECK_INT(mp_fp8_encode(432.0f), 0x7E); /* the tie of 416 and 448: 448's mantissa 6 is even */
+    CHECK_INT(mp_fp8_encode(431.9f), 0x7D);
+}
+
+/* A row's wire form: its byte count, its scales per block, and the round-trip bound
+ * |x − deq(q(x))| ≤ 2^−4·|x| + 2^−10·s (fp8.h), with slack for the two fp32 roundings. */
+static void check_rows(void)
+{
+    CHECK_INT(mp_fp8_row_bytes(7168), 7168 + 4 * 56);
+    CHECK_INT(mp_fp8_row_bytes(128), 132);
+    CHECK_INT(mp_fp8_row_bytes(129), 129 + 8);
+    CHECK_INT(mp_fp8_row_bytes(200), 208);
+    CHECK_INT(mp_fp8_row_bytes(1), 5);
+    const int shapes[] = {1, 100, 128, 129, 200, 384, 7168};
+    srand(7);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int H = shapes[si], nb = mp_fp8_blocks(H);
+        float *x = malloc(sizeof(float) * H), *y = malloc(sizeof(float) * H);
+        unsigned char *w = malloc(mp_fp8_row_bytes(H)), *w2 = malloc(mp_fp8_row_bytes(H));
+        for (int i = 0; i < H; i++) { /* every block its own magnitude: 10^(b−2) */
+            float mag = powf(10.0f, (float)(i / MP_FP8_BLOCK % 5) - 2.0f);
+            x[i] = mag * ((float)rand() / RAND_MAX * 2.0f - 1.0f);
+        }
+        x[H - 1] = 3e-9f; /* the last block's values are tiny: its own scale, not block 0's */
+        mp_fp8_pack_row(x, H, w);
+        mp_fp8_unpack_row(w, H, y);
+        double worst = 0;
+        for (int b = 0; b < nb; b++) {
+            int lo = b * MP_FP8_BLOCK, hi = lo + MP_FP8_BLOCK < H ? lo + MP_FP8_BLOCK : H;
+            float amax = 0;
+            for (int i = lo; i < hi; i++)
+                amax = fmaxf(amax, fabsf(x[i]));
+            float s = mp_fp8_row_scale(w, H, b);
+            CHECK(s == amax / 448.0f);
+            for (int i = lo; i < hi; i++) {
+                double err = fabs((double)x[i] - (double)y[i]);
+                double bound = (0x1p-4 * fabs(x[i]) + 0x1p-10 * s) * (1 + 0x1p-20);
+                if (!(err <= bound && err <= 28.0 * s * (1 + 0x1p-20))) {
+                    fprintf(stderr, "H %d value %d: %g back as %g (bound %g)\n", H, i, x[i], y[i],
+                            bound);
+                    check_failures++;
+                }
+                if (amax > 0)
+                    worst = fmax(worst, err / amax);
+            }
+        }
+        CHECK(worst <= 0x1p-4 * 1.0001); /* never more than 2^−4 of the block's amax */
+        /* the codes survive a second quantization of the dequantized row; the scales within an ulp */
+        mp_fp8_pack_row(y, H, w2);
+        CHECK(memcmp(w, w2, (size_t)H) == 0);
+        for (int b = 0; b < nb; b++) {
+            float s = mp_fp8_row_scale(w, H, b), s2 = mp_fp8_row_scale(w2, H, b);
+            CHECK(fabsf(s - s2) <= s * 0x1p-23f);
+        }
+        free(x), free(y), free(w), free(w2);
+    }
+    /* a block of zeros: scale 0, codes 0, read back as zeros */
+    float z[130] = {0}, back[130];
+    unsigned char wz[130 + 8];
+    z[129] = 1.0f;
+    mp_fp8_pack_row(z, 130, wz);
+    mp_fp8_unpack_row(wz, 130, back);
+    CHECK(mp_fp8_row_scale(wz, 130, 0) == 0.0f);
+    CHECK(mp_fp8_row_scale(wz, 130, 1) == 1.0f / 448.0f);
+    for (int i = 0; i < 130; i++)
+        CHECK(back[i] == z[i]);
+}
+
+int main(void)
+{
+    check_decode_table();
+    check_round_trip_codes();
+    check_ties();
+    check_saturation_and_nan();
+    check_rows();
+    CHECK_DONE();
+}
