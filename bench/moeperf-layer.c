@@ -420,6 +420,15 @@ static void print_header(const struct mp_session *s)
 
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
+/* Whether any --dispatch-dtype of the sweep is fp8 (struct mp_point's blocked_activations). */
+static int sweep_has_fp8(const struct mp_bench_opts *o)
+{
+    for (int i = 0; i < o->dispatch_dtype.n; i++)
+        if (strcmp(o->dispatch_dtype.v[i], "fp8") == 0)
+            return 1;
+    return 0;
+}
+
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
                      const struct mp_placement *pl, int oi, int di, int xi, int ti, int bi)
@@ -469,7 +478,9 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
                           .dispatch_arg = dispatch_arg, .dedup = (int)dedup,
-                          .dispatch_dtype = (int)dtype, .gemm = sw->gemm, .graph = s->o.graph,
+                          .dispatch_dtype = (int)dtype,
+                          .blocked_activations = sweep_has_fp8(&s->o),
+                          .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
     struct mp_point_result res;

@@ -281,7 +281,7 @@ static int prepare_point(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_setup_weights(L, pt->placement));
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(mp_layer_setup_gate(L));
-    if (pt->dispatch_dtype == MP_DTYPE_FP8)
+    if (pt->blocked_activations)
         mp_activations_blocked(L->seed, tok0, ntok, L->m.hidden, L->host_tok);
     else
         mp_activations(L->seed, tok0, ntok, L->m.hidden, L->host_tok);

@@ -32,6 +32,10 @@ struct mp_point {
                           * pair, one row per token-expert pair) */
     int dispatch_dtype;  /* what the dispatched rows travel in: enum mp_dtype (0: bf16, the
                           * activation type as it is; fp8: e4m3 codes and scales, base/fp8.h) */
+    int blocked_activations; /* the tokens' 128-value blocks scaled apart (mp_activations_blocked):
+                              * set for every point of a sweep with an fp8 --dispatch-dtype, so
+                              * its bf16 and fp8 points run on the same tokens (and the gate routes
+                              * them alike), and a wrong block scale cannot hide in --check */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */

@@ -48,7 +48,7 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
     }
     MP_CHECK(c->ops->gatherv(c, y, mine, yall, bytes_of));
     if (c->rank == 0) {
-        if (fp8) /* the activations the point ran on (core/layer.c) */
+        if (pt->blocked_activations) /* the activations the point ran on (core/layer.c) */
             mp_activations_blocked(L->seed, 0, batch_tokens, H, xall);
         else
             mp_activations(L->seed, 0, batch_tokens, H, xall);
