@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "compute.h"
 #include "layer.h"
 #include "plan.h"
@@ -103,6 +104,11 @@ struct mp_layer {
     struct mp_dedup_plan dedup;
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
+    /* node's intra-node phase: each rank of the node's direct rows then its forwards, one buffer
+     * out and back (the dynamic form), and the row moves that fill and empty it [2·ep] */
+    void *dedup_intra;
+    long dedup_intra_rows;
+    struct mp_chunk *dedup_moves;
     /* on a device backend, the metadata's device copies the exchanges move (rows of K choices):
      * sent on the first hop, forwarded (node), received */
     void *dedup_meta_send, *dedup_meta_fwd, *dedup_meta_recv;
@@ -236,7 +242,12 @@ int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, lon
  * array `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0). On
  * a device backend through device copies: the sent rows uploaded into `dsend` (dedup_meta_send or
  * dedup_meta_fwd), received into dedup_meta_recv and downloaded once the exchange is done, for
- * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). */
+ * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). _on: on group g
+ * (per-peer arrays indexed by EP rank, mp_comm_alltoallv_on); without: the whole EP group. */
+int mp_dedup_meta_exchange_on(struct mp_layer *L, enum mp_comm_group g,
+                              const struct mp_dedup_meta *send, void *dsend, long n,
+                              const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                              const int *rcount, const int *rdispl, long at, long nin);
 int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
                            long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
                            const int *rcount, const int *rdispl, long at, long nin);

@@ -137,6 +137,12 @@ static void test_broken_comm(void)
     t.alltoallv = NULL;
     CHECK(comm_refused(&t, "alltoallv removed"));
     t = mp_comm_mpi;
+    t.alltoallv_group = NULL;
+    CHECK(comm_refused(&t, "alltoallv_group removed"));
+    t = mp_comm_mpi;
+    t.ialltoallv_group = NULL;
+    CHECK(comm_refused(&t, "ialltoallv_group removed, ialltoallv kept"));
+    t = mp_comm_mpi;
     t.memory = MP_MEMORY_DEVICE;
     CHECK(comm_refused(&t, "device memory without bind_device"));
     t = mp_comm_mpi;
