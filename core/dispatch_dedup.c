@@ -31,15 +31,14 @@ static int dedup_reserve(struct mp_layer *L, const struct mp_point *pt, long tot
 }
 
 /* Node mode's own row buffers: the first-hop rows and the forwards received after them, the
- * forwards sent, and (intra_rows > 0) the intra-node phase's rows out and back (grown, never
- * shrunk, after a collective memory check). */
+ * forwards sent, and the intra-node phase's rows out and back (grown, never shrunk, after a
+ * collective memory check). */
 static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows, long intra_rows)
 {
     int rc = MP_OK;
     long grow_recv = recv_rows > L->dedup_recv_rows ? recv_rows : 0;
     long grow_fwd = fwd_rows > L->dedup_fwd_rows ? fwd_rows : 0;
-    long grow_intra = intra_rows > L->dedup_intra_rows ? intra_rows : 0;
-    double need = (double)(grow_recv + grow_fwd + grow_intra) * (double)L->row_bytes;
+    double need = (double)(grow_recv + grow_fwd) * (double)L->row_bytes;
     MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory, need,
                                      "the --dedup node relay buffers"));
     size_t H = (size_t)L->m.hidden;
@@ -57,13 +56,7 @@ static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows, long 
             goto oom;
         L->dedup_fwd_rows = grow_fwd;
     }
-    if (grow_intra) {
-        L->ops->free(L->dev, L->dedup_intra);
-        L->dedup_intra_rows = 0;
-        if (!(L->dedup_intra = mp_layer_alloc_zero(L, (size_t)grow_intra * H)))
-            goto oom;
-        L->dedup_intra_rows = grow_intra;
-    }
+    MP_CHECK(mp_dedup_intra_buffers(L, intra_rows));
 out:
     return rc;
 oom:
@@ -174,14 +167,8 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
     for (int q = 0; q < L->ep; q++)
         p->ep_node[q] = c->node_of[q * L->tp];
     long intra = pt->dedup == MP_DEDUP_NODE ? p->max_send + p->max_fwd : 0;
-    if (pt->dedup == MP_DEDUP_NODE) {
+    if (pt->dedup == MP_DEDUP_NODE)
         MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd, intra));
-        free(L->dedup_moves);
-        if (!(L->dedup_moves = calloc((size_t)2 * L->ep, sizeof *L->dedup_moves))) {
-            mp_error("out of memory for the --dedup node row moves");
-            return MP_ERR_RUNTIME;
-        }
-    }
     /* the intra-node phase's metadata goes out of dedup_meta_fwd */
     MP_CHECK(mp_dedup_meta_buffers(L, p->max_send, intra > p->max_fwd ? intra : p->max_fwd,
                                    p->max_recv));
@@ -189,23 +176,21 @@ out:
     return rc;
 }
 
-/* Node's intra-node phase buffer from its two sources (dispatch) or back into them (combine):
- * each rank q of the node's block holds its direct rows (in sendbuf at send_displ[q]) then its
- * forwards (in fbuf at fwd_displ[q]). */
-static int intra_moves(struct mp_layer *L, void *fbuf, int back)
+int mp_dedup_intra_moves(struct mp_layer *L, void *dbuf, const int *ddispl, const int *drows,
+                         void *fbuf, const int *fdispl, const int *frows, const int *in_displ,
+                         int back)
 {
-    const struct mp_dedup_plan *p = &L->dedup;
     struct mp_chunk *direct = L->dedup_moves, *fwd = L->dedup_moves + L->ep;
     int n = 0, rc = MP_OK;
     for (int q = 0; q < L->ep; q++) {
-        if (!p->in_rows[q])
+        if (!drows[q] && !frows[q])
             continue;
-        long at = p->in_displ[q];
-        direct[n] = (struct mp_chunk){.src = p->send_displ[q], .dst = at, .n = p->d_rows[q]};
-        fwd[n] = (struct mp_chunk){.src = p->fwd_displ[q], .dst = at + p->d_rows[q],
-                                   .n = p->fwd_rows[q]};
+        long at = in_displ[q];
+        direct[n] = (struct mp_chunk){.src = ddispl[q], .dst = at, .n = drows[q]};
+        fwd[n] = (struct mp_chunk){.src = fdispl[q], .dst = at + drows[q], .n = frows[q]};
         if (back) { /* the same moves the other way */
-            direct[n] = (struct mp_chunk){.src = direct[n].dst, .dst = direct[n].src, .n = direct[n].n};
+            direct[n] = (struct mp_chunk){.src = direct[n].dst, .dst = direct[n].src,
+                                          .n = direct[n].n};
             fwd[n] = (struct mp_chunk){.src = fwd[n].dst, .dst = fwd[n].src, .n = fwd[n].n};
         }
         n++;
@@ -213,11 +198,36 @@ static int intra_moves(struct mp_layer *L, void *fbuf, int back)
     const struct mp_compute_ops *o = L->ops;
     int H = L->m.hidden;
     if (!back) {
-        MP_CHECK(o->copy_rows(L->dev, L->sendbuf, L->dedup_intra, direct, n, H));
+        MP_CHECK(o->copy_rows(L->dev, dbuf, L->dedup_intra, direct, n, H));
         MP_CHECK(o->copy_rows(L->dev, fbuf, L->dedup_intra, fwd, n, H));
     } else {
-        MP_CHECK(o->copy_rows(L->dev, L->dedup_intra, L->sendbuf, direct, n, H));
+        MP_CHECK(o->copy_rows(L->dev, L->dedup_intra, dbuf, direct, n, H));
         MP_CHECK(o->copy_rows(L->dev, L->dedup_intra, fbuf, fwd, n, H));
+    }
+out:
+    return rc;
+}
+
+int mp_dedup_intra_buffers(struct mp_layer *L, long rows)
+{
+    int rc = MP_OK;
+    long grow = rows > L->dedup_intra_rows ? rows : 0;
+    /* collective: every rank asks, growing or not */
+    MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory,
+                                     (double)grow * (double)L->row_bytes,
+                                     "the --dedup node intra-node phase's buffer"));
+    if (grow) {
+        L->ops->free(L->dev, L->dedup_intra);
+        L->dedup_intra_rows = 0;
+        if (!(L->dedup_intra = mp_layer_alloc_zero(L, (size_t)rows * L->m.hidden))) {
+            mp_error("out of memory for the --dedup node intra-node phase's buffer");
+            return MP_ERR_RUNTIME;
+        }
+        L->dedup_intra_rows = rows;
+    }
+    if (!L->dedup_moves && !(L->dedup_moves = calloc((size_t)2 * L->ep, sizeof *L->dedup_moves))) {
+        mp_error("out of memory for the --dedup node row moves");
+        return MP_ERR_RUNTIME;
     }
 out:
     return rc;
@@ -290,7 +300,8 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
         MP_CHECK(mp_comm_alltoall_int_on(c, MP_GROUP_EP_INTRA, p->in_cnt, p->in_rcnt, 2));
         MP_CHECK(mp_dedup_plan_intra(p, c->ep_rank));
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        MP_CHECK(intra_moves(L, fbuf, 0));
+        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                       p->fwd_displ, p->fwd_rows, p->in_displ, 0));
         MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA, L->dedup_intra, p->in_rows,
                                       p->in_displ, (char *)rbuf + (size_t)p->nrecv * L->row_bytes,
                                       p->in_rrows, p->in_rdispl, L->row_bytes));
@@ -321,7 +332,8 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
                                       (char *)rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
                                       p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
                                       L->row_bytes));
-        MP_CHECK(intra_moves(L, fbuf, 1));
+        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                       p->fwd_displ, p->fwd_rows, p->in_displ, 1));
         MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
                             1));
         MP_CHECK(o->mark(dev, MARK_BACK1_END));

@@ -128,6 +128,14 @@ struct mp_layer {
         float *w, *fw;                      /* [nsend1], [nsend2] */
         struct mp_dedup_meta *meta, *fmeta; /* [nsend1·K], [nsend2·K] */
         int *send1, *sdispl1, *recv1, *rdispl1, *send2, *sdispl2, *recv2; /* [ep] */
+        /* node's phases: inter-node, the relay slots (xsend: send1 to other nodes; xrecv/xrdispl:
+         * received into recv's first nrecvx rows); intra-node, each rank q of the node's direct
+         * slot (dsend: send1 on the node) then its forward slot, isend[q] rows from isdispl[q] of
+         * L->dedup_intra, received irecv[s] (drecv[s] + recv2[s]) from irdispl[s] after the
+         * nrecvx rows; imeta the phase's metadata in that order */
+        int *xsend, *xrecv, *xrdispl, *dsend, *drecv, *isend, *isdispl, *irecv, *irdispl;
+        long nrecvx, nisend;
+        struct mp_dedup_meta *imeta; /* [nisend·K] */
     } dpad;
 
     /* --dedup rank|node with --overlap N: one host plan per chunk of this rank's tokens, and the
@@ -244,6 +252,16 @@ int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, lon
  * dedup_meta_fwd), received into dedup_meta_recv and downloaded once the exchange is done, for
  * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). _on: on group g
  * (per-peer arrays indexed by EP rank, mp_comm_alltoallv_on); without: the whole EP group. */
+/* --dedup node's intra-node phase: the buffer L->dedup_intra of at least `rows` rows and the row
+ * moves (grown after a memory check every rank calls it for: collective). MP_OK or an error after
+ * a message. */
+int mp_dedup_intra_buffers(struct mp_layer *L, long rows);
+/* Fill L->dedup_intra for the intra-node phase (back 0) or empty it after the phase's return
+ * (back 1): rank q's block at in_displ[q] holds drows[q] rows of dbuf from ddispl[q] (the direct
+ * rows or slots), then frows[q] rows of fbuf from fdispl[q] (the forwards); two copy_rows. */
+int mp_dedup_intra_moves(struct mp_layer *L, void *dbuf, const int *ddispl, const int *drows,
+                         void *fbuf, const int *fdispl, const int *frows, const int *in_displ,
+                         int back);
 int mp_dedup_meta_exchange_on(struct mp_layer *L, enum mp_comm_group g,
                               const struct mp_dedup_meta *send, void *dsend, long n,
                               const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
