@@ -39,7 +39,8 @@ static void drop_members(struct mp_comm *c)
         c->group_rank[g] = 0;
     }
     free(c->group_scratch);
-    c->group_scratch = NULL;
+    free(c->slot_scratch);
+    c->group_scratch = c->slot_scratch = NULL;
     c->node_groups = 0;
 }
 
@@ -147,6 +148,22 @@ int mp_comm_alltoall_int_on(struct mp_comm *c, enum mp_comm_group g, const int *
     return rc;
 }
 
+/* Group g's per-peer arrays from EP-indexed ones into a[4·group_size]: 0, or 1 after a message. */
+static int group_arrays(const struct mp_comm *c, enum mp_comm_group g, const int *scount,
+                        const int *sdispl, const int *rcount, const int *rdispl, int *a)
+{
+    int gs = c->group_size[g];
+    int *sc = a, *sd = a + gs, *rc = a + 2 * gs, *rd = a + 3 * gs;
+    if (gather_members(c, g, scount, 1, sc, "rows sent") ||
+        gather_members(c, g, rcount, 1, rc, "rows received"))
+        return 1;
+    for (int i = 0; i < gs; i++) { /* displacements of the members only (the others: any) */
+        sd[i] = sdispl[c->members[g][i]];
+        rd[i] = rdispl[c->members[g][i]];
+    }
+    return 0;
+}
+
 int mp_comm_alltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
                          const int *scount, const int *sdispl, void *recv, const int *rcount,
                          const int *rdispl, size_t row_bytes)
@@ -155,15 +172,32 @@ int mp_comm_alltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *se
     if (g == MP_GROUP_EP)
         return c->ops->alltoallv(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes);
     int gs = c->group_size[g], *a = c->group_scratch;
-    int *sc = a, *sd = a + gs, *rc = a + 2 * gs, *rd = a + 3 * gs;
-    if (gather_members(c, g, scount, 1, sc, "rows sent") ||
-        gather_members(c, g, rcount, 1, rc, "rows received"))
+    if (group_arrays(c, g, scount, sdispl, rcount, rdispl, a))
         return MP_ERR_RUNTIME;
-    for (int i = 0; i < gs; i++) { /* displacements of the members only (the others: any) */
-        sd[i] = sdispl[c->members[g][i]];
-        rd[i] = rdispl[c->members[g][i]];
+    return c->ops->alltoallv_group(c, g, send, a, a + gs, recv, a + 2 * gs, a + 3 * gs, row_bytes);
+}
+
+int mp_comm_ialltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                          const int *scount, const int *sdispl, void *recv, const int *rcount,
+                          const int *rdispl, size_t row_bytes, int slot)
+{
+    g = mp_comm_phase_group(c, g);
+    if (g == MP_GROUP_EP)
+        return c->ops->ialltoallv(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes, slot);
+    if (slot < 0 || slot >= MP_COMM_SLOTS) {
+        mp_error("internal error: exchange slot %d outside 0..%d", slot, MP_COMM_SLOTS - 1);
+        return MP_ERR_RUNTIME;
     }
-    return c->ops->alltoallv_group(c, g, send, sc, sd, recv, rc, rd, row_bytes);
+    if (!c->slot_scratch &&
+        !(c->slot_scratch = malloc((size_t)MP_COMM_SLOTS * 4 * c->ep * sizeof *c->slot_scratch))) {
+        mp_error("out of memory for the non-blocking exchanges' arrays");
+        return MP_ERR_RUNTIME;
+    }
+    int gs = c->group_size[g], *a = c->slot_scratch + (size_t)slot * 4 * c->ep;
+    if (group_arrays(c, g, scount, sdispl, rcount, rdispl, a))
+        return MP_ERR_RUNTIME;
+    return c->ops->ialltoallv_group(c, g, send, a, a + gs, recv, a + 2 * gs, a + 3 * gs,
+                                    row_bytes, slot);
 }
 
 int mp_comm_agree(struct mp_comm *c, int ok)

@@ -18,6 +18,9 @@ struct mp_comm_ops;
  * of EP ranks (struct mp_comm's node_groups). */
 enum mp_comm_group { MP_GROUP_EP, MP_GROUP_EP_INTRA, MP_GROUP_EP_INTER, MP_GROUP_COUNT };
 
+/* The request slots of the non-blocking exchange (ialltoallv: 0..MP_COMM_SLOTS−1). */
+#define MP_COMM_SLOTS 64
+
 /* The groups' names, in enum order ("ep", "ep-intra-node", "ep-inter-node"). */
 extern const char *const mp_comm_group_names[MP_GROUP_COUNT];
 
@@ -41,6 +44,7 @@ struct mp_comm {
     /* debug (MOEPERF_TEST_GROUPS): the exchanges (counts and rows) run on each group */
     long group_exchanges[MP_GROUP_COUNT];
     int *group_scratch; /* [4·ep] the per-peer arrays of an exchange on a node group */
+    int *slot_scratch;  /* [MP_COMM_SLOTS·4·ep] those of each non-blocking one, until its wait */
     double inject_delay_us; /* debug: added to every dispatch/combine exchange (0: off) */
     double timeout_s; /* --timeout: the deadline of a backend's set-up steps that can hang (0: none) */
     void *priv;
@@ -174,6 +178,12 @@ int mp_comm_alltoall_int_on(struct mp_comm *c, enum mp_comm_group g, const int *
 int mp_comm_alltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
                          const int *scount, const int *sdispl, void *recv, const int *rcount,
                          const int *rdispl, size_t row_bytes);
+/* The non-blocking form (ialltoallv, optional): the group's per-peer arrays are kept per slot
+ * until the exchange's wait, so the caller's may change; on MP_GROUP_EP the caller's must stay
+ * valid, as ialltoallv says. */
+int mp_comm_ialltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                          const int *scount, const int *sdispl, void *recv, const int *rcount,
+                          const int *rdispl, size_t row_bytes, int slot);
 
 /* Find a backend by name and check its table (mp_comm_check). MP_OK with *out set; MP_ERR_USAGE
  * (a message naming --comm and the built ones, or what builds a known backend left out of this
