@@ -91,9 +91,10 @@ void mp_comm_free_node_groups(struct mp_comm *c)
 {
     long *n = c->group_exchanges;
     if (getenv("MOEPERF_TEST_GROUPS") && n[0] + n[1] + n[2] > 0)
-        fprintf(stderr, "moeperf: rank %d: exchanges on ep %ld, ep-intra-node %ld, "
-                        "ep-inter-node %ld\n", c->rank, c->group_exchanges[MP_GROUP_EP],
-                c->group_exchanges[MP_GROUP_EP_INTRA], c->group_exchanges[MP_GROUP_EP_INTER]);
+        fprintf(stderr, "moeperf: rank %d: exchanges on ep (%d ranks) %ld, ep-intra-node (%d "
+                        "ranks) %ld, ep-inter-node (%d ranks) %ld\n", c->rank,
+                c->group_size[MP_GROUP_EP], n[MP_GROUP_EP], c->group_size[MP_GROUP_EP_INTRA],
+                n[MP_GROUP_EP_INTRA], c->group_size[MP_GROUP_EP_INTER], n[MP_GROUP_EP_INTER]);
     drop_members(c);
 }
 

@@ -162,7 +162,8 @@ int mp_comm_agree(struct mp_comm *c, int ok);
 int mp_comm_node_groups(struct mp_comm *c);
 
 /* Free what mp_comm_node_groups allocated (fini); with MOEPERF_TEST_GROUPS set, first print on
- * stderr how many exchanges ran on each group, when any did (tests/integration/dedup_nodes.sh). */
+ * stderr how many exchanges ran on each group and the groups' sizes in the last layout, when any
+ * did (the test hook of tests/integration/dedup_nodes.sh and gpu_dedup_nodes.sh). */
 void mp_comm_free_node_groups(struct mp_comm *c);
 
 /* The phase group a caller asks for when the node groups are absent falls back to the whole EP
