@@ -5,7 +5,8 @@
 # cpu-host profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to
 # node on some point; node's hop times are there, non-negative and within their phase, and empty
 # for pair and rank; node's phases (dynamic, padded, pipelined) run on the EP group's intra- and
-# inter-node groups (2 ranks each on tp1ep4), none on the whole EP group; padded slots (lossless and
+# inter-node groups (2 ranks each on tp1ep4), none on the whole EP group, and over the whole EP group
+# where the nodes hold unequal numbers of EP ranks (2 x 3, tp2ep3); padded slots (lossless and
 # a capacity that drops), rank and node, pass --check and drop, run and send what the model counts,
 # node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
@@ -100,6 +101,19 @@ for r, (ep, intra, inter) in seen.items():
 print(sys.argv[2], "exchanges per rank on ep, intra-node, inter-node:", seen)
 PY
 done
+
+# nodes of unequal EP ranks (2 nodes x 3 ranks, tp2ep3: EP ranks on nodes 0 0 1) have no node
+# groups: both phases run over the whole EP group of 3, and still pass --check
+# shellcheck disable=SC2086
+"$EMU" run --name "${NAME}u" --nodes 2 --ranks-per-node 3 --rate 0 -- -x MOEPERF_TEST_GROUPS=1 \
+    "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 12 --topk 4 --layout tp2ep3 --batch 24 \
+    --routing zipf:1.2 --dedup node --overlap 1,2 --iters 1 --warmup 0 --check --quiet \
+    --timeout 120 --out "$TMP/uneven" >/dev/null 2>"$TMP/u.err" ||
+    fail "node's phases on unequal nodes exit $?: $(cat "$TMP/u.err")"
+n=$(grep -cE 'exchanges on ep \(3 ranks\) [1-9][0-9]*, ep-intra-node \(0 ranks\) 0, ep-inter-node \(0 ranks\) 0$' "$TMP/u.err" || true)
+[ "$n" = 6 ] || fail "unequal nodes: $n of 6 ranks ran node's phases over the whole EP group: $(cat "$TMP/u.err")"
+col "$TMP/uneven/layer.csv" check_error | awk '{ if ($1 == "" || $1 > 1e-5) bad = 1 } END { exit bad }' ||
+    fail "unequal nodes: check_error $(col "$TMP/uneven/layer.csv" check_error | tr '\n' ' ')"
 
 # moeperf-a2a --pattern moe across the nodes, one draw: rank's and node's largest per-rank send
 # (node: both hops, the relay's and the forwards) is the model layer's largest dispatch bytes of
