@@ -48,7 +48,8 @@ int mp_comm_node_groups(struct mp_comm *c)
 {
     drop_members(c);
     int ep = c->ep, tp = c->tp, me = c->ep_rank;
-    int *local = malloc((size_t)ep * sizeof *local), *per_node = calloc((size_t)c->size, sizeof *per_node);
+    int *local = malloc((size_t)ep * sizeof *local);
+    int *per_node = calloc((size_t)c->size, sizeof *per_node);
     for (int g = 0; g < MP_GROUP_COUNT; g++)
         c->members[g] = malloc((size_t)ep * sizeof *c->members[g]);
     c->group_scratch = malloc((size_t)4 * ep * sizeof *c->group_scratch);

@@ -84,9 +84,9 @@ struct mp_comm_ops {
     /* EP group: every rank sends n ints to every peer (count exchange) */
     int (*alltoall_int)(struct mp_comm *c, const int *send, int *recv, int n);
     /* The same three exchanges on group g (enum mp_comm_group): the per-peer arrays count
-     * group_size[g] peers in group-rank order. A node group (MP_GROUP_EP_INTRA, _INTER) may be named
-     * only while node_groups is 1 (else MP_ERR_RUNTIME with a message); MP_GROUP_EP is the hooks
-     * above. ialltoallv_group belongs with ialltoallv (both or neither); its slots are shared
+     * group_size[g] peers in group-rank order. A node group (MP_GROUP_EP_INTRA, _INTER) may be
+     * named only while node_groups is 1 (else MP_ERR_RUNTIME with a message); MP_GROUP_EP is the
+     * hooks above. ialltoallv_group belongs with ialltoallv (both or neither); its slots are shared
      * with it. Callers with arrays indexed by EP rank use mp_comm_alltoallv_on and its kin. */
     int (*alltoall_int_group)(struct mp_comm *c, enum mp_comm_group g, const int *send, int *recv,
                               int n);

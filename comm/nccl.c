@@ -1,9 +1,9 @@
 /* nccl.c - the nccl communication backend: device buffers, grouped ncclSend/ncclRecv for dispatch
  * and combine, ncclAllReduce in the TP group, communicators split per layout from one world
  * communicator bootstrapped over MPI (the EP group's intra- and inter-node groups split from the
- * EP communicator where the nodes hold equal numbers of EP ranks); host collectives and the count exchange go over MPI. The
- * non-blocking exchanges of a pipelined layer run on a second (comm) stream joined to the compute
- * stream by events, and waiting polls ncclCommGetAsyncError. */
+ * EP communicator where the nodes hold equal numbers of EP ranks); host collectives and the count
+ * exchange go over MPI. The non-blocking exchanges of a pipelined layer run on a second (comm)
+ * stream joined to the compute stream by events, and waiting polls ncclCommGetAsyncError. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdint.h>

@@ -3,7 +3,9 @@
  * expands it into its experts' rows, runs them, and returns one row per received row, pre-weighted
  * and summed over its experts. node: a token goes once to each other node serving one of its
  * pairs, to that node's relay, which forwards it to the ranks of its node serving them; pairs on
- * the token's own node go there directly; the combine sums inside the node first (route on the
+ * the token's own node go there directly; the relays' rows move in an inter-node phase, the direct
+ * rows and the forwards in an intra-node phase, each on its group of the EP group
+ * (mp_comm_node_groups); the combine sums inside the node first (route on the
  * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
  * | weighted sum per row, all-to-all back per hop, sum into tokens). On a device backend the
  * routing reaches the host for the plan (the gate's download, or the pool's host draw), the kernels

@@ -204,7 +204,8 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     L->dpad.fw = malloc((size_t)n2 * sizeof *L->dpad.fw);
     L->dpad.fmeta = malloc((size_t)n2 * K * sizeof *L->dpad.fmeta);
     if (!L->dpad.tok || !L->dpad.w || !L->dpad.meta || !L->dpad.fsrc || !L->dpad.fw ||
-        !L->dpad.fmeta || !L->dpad.imeta || grow(L, &L->dpad.send, &L->dpad.send_cap, L->dpad.nsend1) != MP_OK ||
+        !L->dpad.fmeta || !L->dpad.imeta ||
+        grow(L, &L->dpad.send, &L->dpad.send_cap, L->dpad.nsend1) != MP_OK ||
         grow(L, &L->dpad.recv, &L->dpad.recv_cap, L->dpad.nrecv1 + L->dpad.nrecv2) != MP_OK ||
         grow(L, &L->dpad.fwd, &L->dpad.fwd_cap, L->dpad.nsend2) != MP_OK) {
         mp_error("out of memory for the --dedup %s slots: %d ranks × %ld rows",
@@ -287,7 +288,8 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
                                       L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
                                       L->dpad.isdispl, 0));
         MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA, L->dedup_intra, L->dpad.isend,
-                                      L->dpad.isdispl, (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
+                                      L->dpad.isdispl,
+                                      (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
                                       L->dpad.irecv, L->dpad.irdispl, L->row_bytes));
         MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, L->dpad.imeta,
                                            L->dedup_meta_fwd, L->dpad.nisend, L->dpad.isend,

@@ -61,8 +61,8 @@ int mp_dedup_plan_alloc(struct mp_dedup_plan *p, int ep, int max_local, int K, l
         !p->send_tok || !p->send_meta || !p->ones || !p->ids || !p->w || !p->recv_meta ||
         !p->exp_row || !p->exp_w || !p->expert_off || !p->fwd_rows || !p->fwd_displ ||
         !p->recv1_rows || !p->recv1_displ || !p->fwd_src || !p->fwd_meta || !p->x_rows ||
-        !p->d_rows || !p->d_rrows || !p->in_cnt || !p->in_rcnt || !p->in_rows || !p->in_displ || !p->in_rrows ||
-        !p->in_rdispl || !p->in_meta) {
+        !p->d_rows || !p->d_rrows || !p->in_cnt || !p->in_rcnt || !p->in_rows || !p->in_displ ||
+        !p->in_rrows || !p->in_rdispl || !p->in_meta) {
         mp_dedup_plan_free(p);
         return MP_ERR_RUNTIME;
     }

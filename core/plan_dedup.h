@@ -145,10 +145,10 @@ void mp_dedup_plan_inter(struct mp_dedup_plan *p, int ep_rank);
 void mp_dedup_plan_intra_counts(struct mp_dedup_plan *p, int ep_rank);
 
 /* Node mode, once in_rcnt holds what every rank of the node sends this one: d_rrows[s] and
- * recv1_rows[s] of each rank s of the node (0 elsewhere), the intra-node phase's layouts (in_rows/in_displ,
- * in_rrows/in_rdispl after the nrecv inter-node rows), nrecv1, nin_send, and in_meta (each rank's
- * direct rows' metadata, then its forwards'). MP_OK, or MP_ERR_RUNTIME after a message when the
- * rows received exceed max_recv. */
+ * recv1_rows[s] of each rank s of the node (0 elsewhere), the intra-node phase's layouts
+ * (in_rows/in_displ, in_rrows/in_rdispl after the nrecv inter-node rows), nrecv1, nin_send, and
+ * in_meta (each rank's direct rows' metadata, then its forwards'). MP_OK, or MP_ERR_RUNTIME after
+ * a message when the rows received exceed max_recv. */
 int mp_dedup_plan_intra(struct mp_dedup_plan *p, int ep_rank);
 
 /* Node mode: receive displacements of the forwards (recv1_rows from the count exchange), placed

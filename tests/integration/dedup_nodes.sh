@@ -5,10 +5,10 @@
 # cpu-host profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to
 # node on some point; node's hop times are there, non-negative and within their phase, and empty
 # for pair and rank; node's phases (dynamic, padded, pipelined) run on the EP group's intra- and
-# inter-node groups (2 ranks each on tp1ep4), none on the whole EP group, and over the whole EP group
-# where the nodes hold unequal numbers of EP ranks (2 x 3, tp2ep3); padded slots (lossless and
-# a capacity that drops), rank and node, pass --check and drop, run and send what the model counts,
-# node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
+# inter-node groups (2 ranks each on tp1ep4), none on the whole EP group, and over the whole EP
+# group where the nodes hold unequal numbers of EP ranks (2 x 3, tp2ep3); padded slots (lossless
+# and a capacity that drops), rank and node, pass --check and drop, run and send what the model
+# counts, node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
 # the absolute errors over the batches, per mode). Skips (77) where network namespaces cannot be
 # created, or when the machine is too noisy to judge.
@@ -78,8 +78,9 @@ for d in sys.argv[1:3]:
                     assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
 PY
 # node's two phases run on the EP group's node groups (the test hook MOEPERF_TEST_GROUPS: each rank
-# counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs its
-# exchanges on an intra-node group of 2 ranks and an inter-node group of 2, none on the EP group of 4
+# counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs
+# its exchanges on an intra-node group of 2 ranks and an inter-node group of 2, none on the EP group
+# of 4
 for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2"; do
     # shellcheck disable=SC2086
     "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" --hidden 64 \
@@ -110,8 +111,10 @@ done
     --routing zipf:1.2 --dedup node --overlap 1,2 --iters 1 --warmup 0 --check --quiet \
     --timeout 120 --out "$TMP/uneven" >/dev/null 2>"$TMP/u.err" ||
     fail "node's phases on unequal nodes exit $?: $(cat "$TMP/u.err")"
-n=$(grep -cE 'exchanges on ep \(3 ranks\) [1-9][0-9]*, ep-intra-node \(0 ranks\) 0, ep-inter-node \(0 ranks\) 0$' "$TMP/u.err" || true)
-[ "$n" = 6 ] || fail "unequal nodes: $n of 6 ranks ran node's phases over the whole EP group: $(cat "$TMP/u.err")"
+whole='exchanges on ep \(3 ranks\) [1-9][0-9]*, ep-intra-node \(0 ranks\) 0, ep-inter-node \(0 ranks\) 0$'
+n=$(grep -cE "$whole" "$TMP/u.err" || true)
+[ "$n" = 6 ] ||
+    fail "unequal nodes: $n of 6 ranks ran node's phases over the whole EP group: $(cat "$TMP/u.err")"
 col "$TMP/uneven/layer.csv" check_error | awk '{ if ($1 == "" || $1 > 1e-5) bad = 1 } END { exit bad }' ||
     fail "unequal nodes: check_error $(col "$TMP/uneven/layer.csv" check_error | tr '\n' ' ')"
 

@@ -4,8 +4,9 @@
 # 2 emulated GPUs per node, tp1ep4 and tp2ep2, uniform and gate routings, contiguous and
 # replicate-hot:2 placements: every point passes --check within the bf16 bound, the ranks are on
 # two nodes, and inter-node bytes fall pair > rank >= node at every point, node below rank at some
-# (tp1ep4, where a node holds two EP ranks to relay to); node's phases (dynamic, padded, pipelined)
-# run on NCCL communicators of the EP group's intra- and inter-node groups, none on the EP one. Needs -Dcudaemu=true (77 on a real CUDA
+# (tp1ep4, where a node holds two EP ranks to relay to); node's phases (dynamic, padded,
+# pipelined) run on NCCL communicators of the EP group's intra- and inter-node groups, none on the
+# EP one. Needs -Dcudaemu=true (77 on a real CUDA
 # build, whose ranks cannot be spread over namespaces this way); skips (77) where network
 # namespaces cannot be created.
 . "$(dirname "$0")/lib.sh"

@@ -102,7 +102,8 @@ static void check_node(const struct mp_placement *pl, const int32_t *ids, const 
                     direct ? first[s] + src->send_tok[src->send_displ[q] + i]
                            : tok_in[s][src->fwd_src[src->fwd_displ[q] + i - src->d_rows[q]]];
                 for (int k = 0; k < K; k++)
-                    rp[q].recv_meta[(at + i) * K + k] = src->in_meta[(src->in_displ[q] + i) * K + k];
+                    rp[q].recv_meta[(at + i) * K + k] =
+                        src->in_meta[(src->in_displ[q] + i) * K + k];
             }
         }
     }
