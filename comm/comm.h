@@ -10,6 +10,20 @@
 
 struct mp_comm_ops;
 
+/* The groups a dispatch exchange can run on, all within this rank's EP group: the whole EP group;
+ * the intra-node group (the EP ranks on this rank's node); the inter-node group (the EP ranks with
+ * this rank's local index among the EP ranks of their node, one per node). An EP rank's node is
+ * that of its first TP rank, node_of[ep_rank · tp] (core/dedup.h's mp_dedup_node_of), so the TP
+ * ranks of an EP rank agree. The two node groups exist only when every node holds the same number
+ * of EP ranks (struct mp_comm's node_groups). */
+enum mp_comm_group { MP_GROUP_EP, MP_GROUP_EP_INTRA, MP_GROUP_EP_INTER, MP_GROUP_COUNT };
+
+/* The request slots of the non-blocking exchange (ialltoallv: 0..MP_COMM_SLOTS−1). */
+#define MP_COMM_SLOTS 64
+
+/* The groups' names, in enum order ("ep", "ep-intra-node", "ep-inter-node"). */
+extern const char *const mp_comm_group_names[MP_GROUP_COUNT];
+
 /* Facts every backend fills in; `priv` is the backend's own state. Rank r of a tp×ep layout has
  * ep_rank = r / tp and tp_rank = r mod tp, so a TP group is tp consecutive ranks (one node when
  * ranks are packed by node). The EP group of r is the ranks with the same tp_rank. */
@@ -20,6 +34,17 @@ struct mp_comm {
     int nnodes;
     int *node_of;         /* [size] node index of every world rank */
     int tp, ep, tp_rank, ep_rank; /* the current layout, after split() */
+    /* the EP group's node sub-groups of the current layout (mp_comm_node_groups, from split()):
+     * node_groups 1 when they exist, 0 when some node holds a different number of EP ranks (or
+     * before a split); members[g] [group_size[g]]: the EP ranks of group g in group-rank order
+     * (EP order), group_rank[g] this rank's place there; MP_GROUP_EP is the whole EP group */
+    int node_groups;
+    int group_size[MP_GROUP_COUNT], group_rank[MP_GROUP_COUNT];
+    int *members[MP_GROUP_COUNT];
+    /* debug (MOEPERF_TEST_GROUPS): the exchanges (counts and rows) run on each group */
+    long group_exchanges[MP_GROUP_COUNT];
+    int *group_scratch; /* [4·ep] the per-peer arrays of an exchange on a node group */
+    int *slot_scratch;  /* [MP_COMM_SLOTS·4·ep] those of each non-blocking one, until its wait */
     double inject_delay_us; /* debug: added to every dispatch/combine exchange (0: off) */
     double timeout_s; /* --timeout: the deadline of a backend's set-up steps that can hang (0: none) */
     void *priv;
@@ -51,11 +76,26 @@ struct mp_comm_ops {
     void (*abort)(struct mp_comm *c);
     /* library version text for run.json ("Open MPI v4.1.4, ...") */
     const char *(*version)(struct mp_comm *c);
-    /* make the tp × ep groups of a layout current; tp·ep must equal size */
+    /* make the tp × ep groups of a layout current; tp·ep must equal size. Also builds the EP
+     * group's intra- and inter-node groups (mp_comm_node_groups) where every node holds the same
+     * number of EP ranks, and frees the previous layout's */
     int (*split)(struct mp_comm *c, int tp, int ep);
 
     /* EP group: every rank sends n ints to every peer (count exchange) */
     int (*alltoall_int)(struct mp_comm *c, const int *send, int *recv, int n);
+    /* The same three exchanges on group g (enum mp_comm_group): the per-peer arrays count
+     * group_size[g] peers in group-rank order. A node group (MP_GROUP_EP_INTRA, _INTER) may be
+     * named only while node_groups is 1 (else MP_ERR_RUNTIME with a message); MP_GROUP_EP is the
+     * hooks above. ialltoallv_group belongs with ialltoallv (both or neither); its slots are shared
+     * with it. Callers with arrays indexed by EP rank use mp_comm_alltoallv_on and its kin. */
+    int (*alltoall_int_group)(struct mp_comm *c, enum mp_comm_group g, const int *send, int *recv,
+                              int n);
+    int (*alltoallv_group)(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                           const int *scount, const int *sdispl, void *recv, const int *rcount,
+                           const int *rdispl, size_t row_bytes);
+    int (*ialltoallv_group)(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                            const int *scount, const int *sdispl, void *recv, const int *rcount,
+                            const int *rdispl, size_t row_bytes, int slot);
     /* EP group: rows of row_bytes bytes; counts and displacements in rows, per peer */
     int (*alltoallv)(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
                      void *recv, const int *rcount, const int *rdispl, size_t row_bytes);
@@ -114,6 +154,37 @@ extern const char *const mp_comm_choices[];
  * instead of some waiting in the next collective. 1: all ok; 0: some rank not ok; < 0: the
  * exchange failed (−status). */
 int mp_comm_agree(struct mp_comm *c, int ok);
+
+/* For split(): the EP group's node groups of the layout in c (tp, ep, ep_rank, node_of set): fills
+ * node_groups, group_size, group_rank, members (the previous layout's freed) and group_scratch.
+ * Every rank of the world computes the same answer from node_of. MP_OK or MP_ERR_RUNTIME (out of
+ * memory). */
+int mp_comm_node_groups(struct mp_comm *c);
+
+/* Free what mp_comm_node_groups allocated (fini); with MOEPERF_TEST_GROUPS set, first print on
+ * stderr how many exchanges ran on each group and the groups' sizes in the last layout, when any
+ * did (the test hook of tests/integration/dedup_nodes.sh and gpu_dedup_nodes.sh). */
+void mp_comm_free_node_groups(struct mp_comm *c);
+
+/* The phase group a caller asks for when the node groups are absent falls back to the whole EP
+ * group: g itself when node_groups, else MP_GROUP_EP. */
+enum mp_comm_group mp_comm_phase_group(const struct mp_comm *c, enum mp_comm_group g);
+
+/* Exchanges on group mp_comm_phase_group(c, g) with per-peer arrays indexed by EP rank ([ep]; the
+ * count exchange's send/recv [ep·n]): the group's members' entries are passed to the group hook,
+ * the others must be 0 (MP_ERR_RUNTIME with a message otherwise: rows for a rank outside the
+ * group); recv entries of non-members are set to 0. On MP_GROUP_EP they are the plain hooks. */
+int mp_comm_alltoall_int_on(struct mp_comm *c, enum mp_comm_group g, const int *send, int *recv,
+                            int n);
+int mp_comm_alltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                         const int *scount, const int *sdispl, void *recv, const int *rcount,
+                         const int *rdispl, size_t row_bytes);
+/* The non-blocking form (ialltoallv, optional): the group's per-peer arrays are kept per slot
+ * until the exchange's wait, so the caller's may change; on MP_GROUP_EP the caller's must stay
+ * valid, as ialltoallv says. */
+int mp_comm_ialltoallv_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                          const int *scount, const int *sdispl, void *recv, const int *rcount,
+                          const int *rdispl, size_t row_bytes, int slot);
 
 /* Find a backend by name and check its table (mp_comm_check). MP_OK with *out set; MP_ERR_USAGE
  * (a message naming --comm and the built ones, or what builds a known backend left out of this

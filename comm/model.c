@@ -35,6 +35,7 @@ static int model_init(struct mp_comm **out, int *argc, char ***argv, const struc
 static void model_fini(struct mp_comm *c)
 {
     if (c) {
+        mp_comm_free_node_groups(c);
         free(c->node_of);
         free(c);
     }
@@ -52,7 +53,7 @@ static int model_split(struct mp_comm *c, int tp, int ep)
     c->ep = ep;
     c->ep_rank = 0;
     c->tp_rank = 0;
-    return MP_OK;
+    return mp_comm_node_groups(c); /* the groups' facts, as EP rank 0 sees them */
 }
 
 static int model_nodata(const char *what)
@@ -69,6 +70,19 @@ static int model_alltoall_int(struct mp_comm *c, const int *send, int *recv, int
 static int model_alltoallv(struct mp_comm *c, const void *send, const int *scount,
                            const int *sdispl, void *recv, const int *rcount, const int *rdispl,
                            size_t row_bytes)
+{
+    return model_nodata("alltoallv");
+}
+
+static int model_alltoall_int_group(struct mp_comm *c, enum mp_comm_group g, const int *send,
+                                    int *recv, int n)
+{
+    return model_nodata("alltoall");
+}
+
+static int model_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                 const int *scount, const int *sdispl, void *recv,
+                                 const int *rcount, const int *rdispl, size_t row_bytes)
 {
     return model_nodata("alltoallv");
 }
@@ -107,6 +121,8 @@ const struct mp_comm_ops mp_comm_model = {
     .split = model_split,
     .alltoall_int = model_alltoall_int,
     .alltoallv = model_alltoallv,
+    .alltoall_int_group = model_alltoall_int_group,
+    .alltoallv_group = model_alltoallv_group,
     .allreduce_sum = model_allreduce_sum,
     .barrier = model_barrier,
     .gather = model_gather,

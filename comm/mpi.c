@@ -1,5 +1,6 @@
 /* mpi.c - the mpi communication backend: host buffers, MPI_Alltoallv for dispatch and combine,
- * MPI_Allreduce in the TP group, communicators split per layout. */
+ * MPI_Allreduce in the TP group, communicators split per layout (the EP group's intra- and
+ * inter-node groups split from it where the nodes hold equal numbers of EP ranks). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 struct mpi_state {
     MPI_Comm ep_comm, tp_comm;
+    MPI_Comm node_comm[MP_GROUP_COUNT]; /* [EP]: ep_comm; the intra- and inter-node groups */
     MPI_Request req[NSLOTS];
     /* the contiguous row types of the last two row sizes (a layer alternates its dispatch rows,
      * --dispatch-dtype fp8's packed ones, with its combine rows), the older one replaced first */
@@ -87,6 +89,8 @@ static int mpi_init(struct mp_comm **out, int *argc, char ***argv,
     c->ops = &mp_comm_mpi;
     c->priv = s;
     s->ep_comm = s->tp_comm = MPI_COMM_NULL;
+    for (int g = 0; g < MP_GROUP_COUNT; g++)
+        s->node_comm[g] = MPI_COMM_NULL;
     for (int i = 0; i < NSLOTS; i++)
         s->req[i] = MPI_REQUEST_NULL;
     s->row_type[0] = s->row_type[1] = MPI_DATATYPE_NULL;
@@ -112,6 +116,10 @@ static int mpi_init(struct mp_comm **out, int *argc, char ***argv,
 
 static void free_groups(struct mpi_state *s)
 {
+    for (int g = MP_GROUP_EP_INTRA; g < MP_GROUP_COUNT; g++)
+        if (s->node_comm[g] != MPI_COMM_NULL)
+            MPI_Comm_free(&s->node_comm[g]);
+    s->node_comm[MP_GROUP_EP] = MPI_COMM_NULL;
     if (s->ep_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->ep_comm);
     if (s->tp_comm != MPI_COMM_NULL)
@@ -124,6 +132,7 @@ static void mpi_fini(struct mp_comm *c)
         return;
     struct mpi_state *s = st(c);
     free_groups(s);
+    mp_comm_free_node_groups(c);
     for (int i = 0; i < 2; i++)
         if (s->row_type[i] != MPI_DATATYPE_NULL)
             MPI_Type_free(&s->row_type[i]);
@@ -152,7 +161,43 @@ static int mpi_split(struct mp_comm *c, int tp, int ep)
     MPICHECK(MPI_Comm_split(MPI_COMM_WORLD, c->ep_rank, c->tp_rank, &s->tp_comm));
     MPI_Comm_set_errhandler(s->ep_comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(s->tp_comm, MPI_ERRORS_RETURN);
+    s->node_comm[MP_GROUP_EP] = s->ep_comm;
+    int rc = mp_comm_node_groups(c);
+    if (rc != MP_OK || !c->node_groups)
+        return rc;
+    /* the EP group's node groups: colour by the node of the EP rank's first TP rank, and by its
+     * index among its node's EP ranks (every rank of the world decides alike from node_of); keyed
+     * by EP rank, so group ranks follow members[] */
+    int inter_color = 0;
+    for (int q = 0; q < c->ep_rank; q++)
+        inter_color += c->node_of[q * tp] == c->node_of[c->ep_rank * tp];
+    MPICHECK(MPI_Comm_split(s->ep_comm, c->node_of[c->ep_rank * tp], c->ep_rank,
+                            &s->node_comm[MP_GROUP_EP_INTRA]));
+    MPICHECK(MPI_Comm_split(s->ep_comm, inter_color, c->ep_rank, &s->node_comm[MP_GROUP_EP_INTER]));
+    for (int g = MP_GROUP_EP_INTRA; g < MP_GROUP_COUNT; g++) {
+        int size = 0, rank = 0;
+        MPI_Comm_set_errhandler(s->node_comm[g], MPI_ERRORS_RETURN);
+        MPI_Comm_size(s->node_comm[g], &size);
+        MPI_Comm_rank(s->node_comm[g], &rank);
+        if (size != c->group_size[g] || rank != c->group_rank[g]) {
+            mp_error("internal error: the %s communicator has %d ranks (this one %d), the layout "
+                     "says %d (%d)", mp_comm_group_names[g], size, rank, c->group_size[g],
+                     c->group_rank[g]);
+            return MP_ERR_RUNTIME;
+        }
+    }
     return MP_OK;
+}
+
+/* The communicator of group g, or NULL after a message when the layout has no such group. */
+static MPI_Comm group_comm(struct mp_comm *c, enum mp_comm_group g)
+{
+    if (g < 0 || g >= MP_GROUP_COUNT || st(c)->node_comm[g] == MPI_COMM_NULL) {
+        mp_error("internal error: an exchange on the %s group, which this layout lacks",
+                 g >= 0 && g < MP_GROUP_COUNT ? mp_comm_group_names[g] : "unknown");
+        return MPI_COMM_NULL;
+    }
+    return st(c)->node_comm[g];
 }
 
 /* Debug: stretch an exchange by a fixed delay, as a slower link would. */
@@ -165,10 +210,20 @@ static void inject_delay(struct mp_comm *c)
         ;
 }
 
+static int mpi_alltoall_int_group(struct mp_comm *c, enum mp_comm_group g, const int *send,
+                                  int *recv, int n)
+{
+    MPI_Comm comm = group_comm(c, g);
+    if (comm == MPI_COMM_NULL)
+        return MP_ERR_RUNTIME;
+    c->group_exchanges[g]++;
+    MPICHECK(MPI_Alltoall(send, n, MPI_INT, recv, n, MPI_INT, comm));
+    return MP_OK;
+}
+
 static int mpi_alltoall_int(struct mp_comm *c, const int *send, int *recv, int n)
 {
-    MPICHECK(MPI_Alltoall(send, n, MPI_INT, recv, n, MPI_INT, st(c)->ep_comm));
-    return MP_OK;
+    return mpi_alltoall_int_group(c, MP_GROUP_EP, send, recv, n);
 }
 
 /* The contiguous datatype of one row into *type, cached for the last two row sizes (a type freed
@@ -195,15 +250,45 @@ static int row_type(struct mpi_state *s, size_t row_bytes, MPI_Datatype *type)
     return MP_OK;
 }
 
+static int mpi_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                               const int *scount, const int *sdispl, void *recv, const int *rcount,
+                               const int *rdispl, size_t row_bytes)
+{
+    struct mpi_state *s = st(c);
+    MPI_Comm comm = group_comm(c, g);
+    MPI_Datatype row;
+    if (comm == MPI_COMM_NULL || row_type(s, row_bytes, &row) != MP_OK)
+        return MP_ERR_RUNTIME;
+    inject_delay(c);
+    c->group_exchanges[g]++;
+    MPICHECK(MPI_Alltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, comm));
+    return MP_OK;
+}
+
 static int mpi_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
                          void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
 {
+    return mpi_alltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                               row_bytes);
+}
+
+static int mpi_ialltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                const int *scount, const int *sdispl, void *recv,
+                                const int *rcount, const int *rdispl, size_t row_bytes, int slot)
+{
     struct mpi_state *s = st(c);
+    if (slot < 0 || slot >= NSLOTS || s->req[slot] != MPI_REQUEST_NULL) {
+        mp_error("request slot %d is out of range or busy", slot);
+        return MP_ERR_RUNTIME;
+    }
+    MPI_Comm comm = group_comm(c, g);
     MPI_Datatype row;
-    if (row_type(s, row_bytes, &row) != MP_OK)
+    if (comm == MPI_COMM_NULL || row_type(s, row_bytes, &row) != MP_OK)
         return MP_ERR_RUNTIME;
     inject_delay(c);
-    MPICHECK(MPI_Alltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, s->ep_comm));
+    c->group_exchanges[g]++;
+    MPICHECK(MPI_Ialltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, comm,
+                            &s->req[slot]));
     return MP_OK;
 }
 
@@ -211,18 +296,8 @@ static int mpi_ialltoallv(struct mp_comm *c, const void *send, const int *scount
                           const int *sdispl, void *recv, const int *rcount, const int *rdispl,
                           size_t row_bytes, int slot)
 {
-    struct mpi_state *s = st(c);
-    if (slot < 0 || slot >= NSLOTS || s->req[slot] != MPI_REQUEST_NULL) {
-        mp_error("request slot %d is out of range or busy", slot);
-        return MP_ERR_RUNTIME;
-    }
-    MPI_Datatype row;
-    if (row_type(s, row_bytes, &row) != MP_OK)
-        return MP_ERR_RUNTIME;
-    inject_delay(c);
-    MPICHECK(MPI_Ialltoallv(send, scount, sdispl, row, recv, rcount, rdispl, row, s->ep_comm,
-                            &s->req[slot]));
-    return MP_OK;
+    return mpi_ialltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                row_bytes, slot);
 }
 
 static int mpi_wait(struct mp_comm *c, int slot)
@@ -327,6 +402,9 @@ const struct mp_comm_ops mp_comm_mpi = {
     .alltoall_int = mpi_alltoall_int,
     .alltoallv = mpi_alltoallv,
     .ialltoallv = mpi_ialltoallv,
+    .alltoall_int_group = mpi_alltoall_int_group,
+    .alltoallv_group = mpi_alltoallv_group,
+    .ialltoallv_group = mpi_ialltoallv_group,
     .wait = mpi_wait,
     .progress = mpi_progress,
     .allreduce_sum = mpi_allreduce_sum,

@@ -1,8 +1,9 @@
 /* nccl.c - the nccl communication backend: device buffers, grouped ncclSend/ncclRecv for dispatch
  * and combine, ncclAllReduce in the TP group, communicators split per layout from one world
- * communicator bootstrapped over MPI; host collectives and the count exchange go over MPI. The
- * non-blocking exchanges of a pipelined layer run on a second (comm) stream joined to the compute
- * stream by events, and waiting polls ncclCommGetAsyncError. */
+ * communicator bootstrapped over MPI (the EP group's intra- and inter-node groups split from the
+ * EP communicator where the nodes hold equal numbers of EP ranks); host collectives and the count
+ * exchange go over MPI. The non-blocking exchanges of a pipelined layer run on a second (comm)
+ * stream joined to the compute stream by events, and waiting polls ncclCommGetAsyncError. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 struct nccl_state {
     struct mp_comm *mpi; /* the MPI world: bootstrap, count exchange, host collectives */
     ncclComm_t world, ep, tp;
+    ncclComm_t node[MP_GROUP_COUNT]; /* [EP]: ep; the intra- and inter-node groups, split from ep */
     cudaStream_t stream;       /* the compute backend's: blocking exchanges and the allreduce */
     cudaStream_t comm_stream;  /* the pipelined layer's exchanges, beside the compute stream */
     cudaEvent_t ready[NCCL_SLOTS], done[NCCL_SLOTS]; /* data ready on compute; exchange finished */
@@ -46,6 +48,10 @@ static struct nccl_state *st(struct mp_comm *c) { return c->priv; }
  * must not run in two threads at once. */
 static void abort_all(struct nccl_state *s)
 {
+    for (int g = MP_GROUP_EP_INTRA; g < MP_GROUP_COUNT; g++)
+        if (s->node[g])
+            ncclCommAbort(s->node[g]);
+    memset(s->node, 0, sizeof s->node);
     if (s->ep)
         ncclCommAbort(s->ep);
     if (s->tp)
@@ -119,6 +125,21 @@ static int nccl_init(struct mp_comm **out, int *argc, char ***argv, const struct
     return MP_OK;
 }
 
+/* Destroy the communicators of the current layout (the node groups before the EP one they were
+ * split from). */
+static void destroy_layout(struct nccl_state *s)
+{
+    for (int g = MP_GROUP_EP_INTRA; g < MP_GROUP_COUNT; g++)
+        if (s->node[g])
+            ncclCommDestroy(s->node[g]);
+    memset(s->node, 0, sizeof s->node);
+    if (s->ep)
+        ncclCommDestroy(s->ep);
+    if (s->tp)
+        ncclCommDestroy(s->tp);
+    s->ep = s->tp = NULL;
+}
+
 static void nccl_fini(struct mp_comm *c)
 {
     if (!c)
@@ -133,13 +154,12 @@ static void nccl_fini(struct mp_comm *c)
         }
         cudaStreamDestroy(s->comm_stream);
     }
-    if (s->ep)
-        ncclCommDestroy(s->ep);
-    if (s->tp)
-        ncclCommDestroy(s->tp);
+    destroy_layout(s);
     if (s->world)
         ncclCommDestroy(s->world);
     cudaFree(s->align_buf);
+    mp_comm_free_node_groups(c);
+    memset(s->mpi->group_exchanges, 0, sizeof s->mpi->group_exchanges); /* counted here */
     mp_comm_mpi.fini(s->mpi);
     free(s);
     free(c);
@@ -201,68 +221,110 @@ static int nccl_split(struct mp_comm *c, int tp, int ep)
     c->ep = ep;
     c->ep_rank = c->rank / tp;
     c->tp_rank = c->rank % tp;
-    if (s->ep)
-        ncclCommDestroy(s->ep);
-    if (s->tp)
-        ncclCommDestroy(s->tp);
-    s->ep = s->tp = NULL;
+    destroy_layout(s);
     char step[96];
     snprintf(step, sizeof step, "NCCL communicator split (ncclCommSplit) for tp%dep%d", tp, ep);
     arm_setup(c, step);
     ncclResult_t r = ncclCommSplit(s->world, c->tp_rank, c->ep_rank, &s->ep, NULL);
     if (r == ncclSuccess)
         r = ncclCommSplit(s->world, c->ep_rank, c->tp_rank, &s->tp, NULL);
+    /* the EP group's node groups, split from it as the MPI world's were (comm/mpi.c): coloured by
+     * node and by local index, keyed by EP rank */
+    rc = r == ncclSuccess ? mp_comm_node_groups(c) : MP_OK;
+    if (r == ncclSuccess && rc == MP_OK && c->node_groups) {
+        int inter_color = 0;
+        for (int q = 0; q < c->ep_rank; q++)
+            inter_color += c->node_of[q * tp] == c->node_of[c->ep_rank * tp];
+        r = ncclCommSplit(s->ep, c->node_of[c->ep_rank * tp], c->ep_rank,
+                          &s->node[MP_GROUP_EP_INTRA], NULL);
+        if (r == ncclSuccess)
+            r = ncclCommSplit(s->ep, inter_color, c->ep_rank, &s->node[MP_GROUP_EP_INTER], NULL);
+    }
     mp_watchdog_disarm();
     if (r != ncclSuccess) {
         mp_error("--comm nccl: ncclCommSplit for tp%dep%d: %s", tp, ep, ncclGetErrorString(r));
         return MP_ERR_RUNTIME;
     }
-    return MP_OK;
+    /* ranks and sizes as members[]: the MPI world's split checked them (comm/mpi.c) */
+    s->node[MP_GROUP_EP] = s->ep;
+    return rc;
+}
+
+/* The communicator of group g, or NULL after a message when the layout has no such group. */
+static ncclComm_t group_comm(struct mp_comm *c, enum mp_comm_group g)
+{
+    if (g < 0 || g >= MP_GROUP_COUNT || !st(c)->node[g]) {
+        mp_error("internal error: an exchange on the %s group, which this layout lacks",
+                 g >= 0 && g < MP_GROUP_COUNT ? mp_comm_group_names[g] : "unknown");
+        return NULL;
+    }
+    return st(c)->node[g];
+}
+
+/* The count exchange of group g over the MPI world's communicator of the same group. */
+static int nccl_alltoall_int_group(struct mp_comm *c, enum mp_comm_group g, const int *send,
+                                   int *recv, int n)
+{
+    if (!group_comm(c, g))
+        return MP_ERR_RUNTIME;
+    c->group_exchanges[g]++;
+    return st(c)->mpi->ops->alltoall_int_group(st(c)->mpi, g, send, recv, n);
 }
 
 static int nccl_alltoall_int(struct mp_comm *c, const int *send, int *recv, int n)
 {
-    return st(c)->mpi->ops->alltoall_int(st(c)->mpi, send, recv, n);
+    return nccl_alltoall_int_group(c, MP_GROUP_EP, send, recv, n);
 }
 
-/* Grouped ncclSend/ncclRecv of rows to and from every EP peer, queued on `stream`. */
-static int exchange(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
-                    void *recv, const int *rcount, const int *rdispl, size_t row_bytes,
-                    cudaStream_t stream)
+/* Grouped ncclSend/ncclRecv of rows to and from every peer of group g, queued on `stream`. */
+static int exchange(struct mp_comm *c, enum mp_comm_group g, const void *send, const int *scount,
+                    const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                    size_t row_bytes, cudaStream_t stream)
 {
-    struct nccl_state *s = st(c);
+    ncclComm_t comm = group_comm(c, g);
+    if (!comm)
+        return MP_ERR_RUNTIME;
+    c->group_exchanges[g]++;
     NCCLCHECK(ncclGroupStart());
     ncclResult_t r = ncclSuccess;
-    for (int p = 0; p < c->ep && r == ncclSuccess; p++) {
+    for (int p = 0; p < c->group_size[g] && r == ncclSuccess; p++) {
         if (scount[p] > 0)
             r = ncclSend((const char *)send + (size_t)sdispl[p] * row_bytes,
-                         (size_t)scount[p] * row_bytes, ncclUint8, p, s->ep, stream);
+                         (size_t)scount[p] * row_bytes, ncclUint8, p, comm, stream);
         if (r == ncclSuccess && rcount[p] > 0)
             r = ncclRecv((char *)recv + (size_t)rdispl[p] * row_bytes,
-                         (size_t)rcount[p] * row_bytes, ncclUint8, p, s->ep, stream);
+                         (size_t)rcount[p] * row_bytes, ncclUint8, p, comm, stream);
     }
     ncclResult_t end = ncclGroupEnd(); /* always close the group, or later NCCL calls join it */
     if (r == ncclSuccess)
         r = end;
     if (r != ncclSuccess) {
-        mp_error("--comm nccl: grouped ncclSend/ncclRecv of the EP exchange: %s, during %s",
-                 ncclGetErrorString(r), mp_watchdog_point());
+        mp_error("--comm nccl: grouped ncclSend/ncclRecv of the %s exchange: %s, during %s",
+                 mp_comm_group_names[g], ncclGetErrorString(r), mp_watchdog_point());
         return MP_ERR_RUNTIME;
     }
     return MP_OK;
 }
 
+static int nccl_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                const int *scount, const int *sdispl, void *recv,
+                                const int *rcount, const int *rdispl, size_t row_bytes)
+{
+    return exchange(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes, st(c)->stream);
+}
+
 static int nccl_alltoallv(struct mp_comm *c, const void *send, const int *scount, const int *sdispl,
                           void *recv, const int *rcount, const int *rdispl, size_t row_bytes)
 {
-    return exchange(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes, st(c)->stream);
+    return nccl_alltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                row_bytes);
 }
 
 /* Start an exchange on the comm stream once the compute stream has produced its data (event
  * ready[slot]); done[slot] marks its end. Neither call blocks the host. */
-static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
-                           const int *sdispl, void *recv, const int *rcount, const int *rdispl,
-                           size_t row_bytes, int slot)
+static int nccl_ialltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                 const int *scount, const int *sdispl, void *recv,
+                                 const int *rcount, const int *rdispl, size_t row_bytes, int slot)
 {
     struct nccl_state *s = st(c);
     if (slot < 0 || slot >= NCCL_SLOTS) {
@@ -274,7 +336,8 @@ static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scoun
         mp_error("--comm nccl: cannot order exchange %d after its data", slot);
         return MP_ERR_RUNTIME;
     }
-    int rc = exchange(c, send, scount, sdispl, recv, rcount, rdispl, row_bytes, s->comm_stream);
+    int rc = exchange(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes,
+                      s->comm_stream);
     if (rc == MP_OK && cudaEventRecord(s->done[slot], s->comm_stream) != cudaSuccess) {
         mp_error("--comm nccl: cannot mark the end of exchange %d", slot);
         return MP_ERR_RUNTIME;
@@ -282,6 +345,14 @@ static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scoun
     if (rc == MP_OK)
         s->last_slot = slot;
     return rc;
+}
+
+static int nccl_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
+                           const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                           size_t row_bytes, int slot)
+{
+    return nccl_ialltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                 row_bytes, slot);
 }
 
 /* What follows on the compute stream waits for exchange `slot`; the host does not. */
@@ -330,8 +401,9 @@ static int nccl_drain(struct mp_comm *c)
             abort_all(s);
             _exit(MP_ERR_RUNTIME);
         }
-        ncclComm_t comms[3] = {s->ep, s->tp, s->world};
-        for (int i = 0; i < 3; i++) {
+        ncclComm_t comms[5] = {s->ep, s->tp, s->world, s->node[MP_GROUP_EP_INTRA],
+                               s->node[MP_GROUP_EP_INTER]};
+        for (int i = 0; i < 5; i++) {
             ncclResult_t r = ncclSuccess;
             if (!comms[i] || ncclCommGetAsyncError(comms[i], &r) != ncclSuccess)
                 continue;
@@ -430,6 +502,9 @@ const struct mp_comm_ops mp_comm_nccl = {
     .alltoall_int = nccl_alltoall_int,
     .alltoallv = nccl_alltoallv,
     .ialltoallv = nccl_ialltoallv,
+    .alltoall_int_group = nccl_alltoall_int_group,
+    .alltoallv_group = nccl_alltoallv_group,
+    .ialltoallv_group = nccl_ialltoallv_group,
     .wait = nccl_wait,
     .progress = nccl_progress,
     .drain = nccl_drain,

@@ -163,8 +163,12 @@ void mp_dedup_count_chunk(enum mp_dedup mode, const struct mp_placement *pl, con
                 }
                 int fresh = c->seen[d] != t; /* first pair of t bound for rank d */
                 c->seen[d] = t;
-                if (mode == MP_DEDUP_RANK || mp_dedup_node_of(d, tp, gpus_per_node) == ne) {
-                    hop0[(size_t)e * ep + d] += fresh; /* rank mode, or node mode's direct rows */
+                if (mode == MP_DEDUP_RANK) {
+                    hop0[(size_t)e * ep + d] += fresh;
+                    continue;
+                }
+                if (mp_dedup_node_of(d, tp, gpus_per_node) == ne) {
+                    hop1[(size_t)e * ep + d] += fresh; /* node's direct rows: intra-node phase */
                     continue;
                 }
                 int first_d, count_d;

@@ -63,10 +63,12 @@ static inline int mp_dedup_node_of(int p, int tp, int gpus_per_node)
 }
 
 /* One draw's dispatch rows. rows[h·ep·ep + e·ep + p]: rows EP rank e sends EP rank p in dispatch
- * hop h (h 0: the only hop of pair and rank; for node the direct rows inside the token's own node
- * and the rows over the network to the relay; h 1: node's forwards from the relay to the ranks of
- * its node that hold the token's experts). The combine sends each hop's rows back in reverse
- * (hop 1 first), one row per row received: rows[h][p][e] from p to e. e == p cells are 0. */
+ * hop h (h 0: the only hop of pair and rank; for node its inter-node phase, the rows over the
+ * network to the relays; h 1: node's intra-node phase, the direct rows to the ranks of the token's
+ * own node and the forwards from the relay to the ranks of its node that hold the token's experts;
+ * the phases core/dispatch_dedup.c runs on the EP group's node groups). The combine sends each
+ * hop's rows back in reverse (hop 1 first), one row per row received: rows[h][p][e] from p to e.
+ * e == p cells are 0. */
 struct mp_dedup_counts {
     int ep, hops; /* hops: 2 for node, else 1 */
     double *rows; /* [2·ep·ep] */

@@ -3,7 +3,9 @@
  * expands it into its experts' rows, runs them, and returns one row per received row, pre-weighted
  * and summed over its experts. node: a token goes once to each other node serving one of its
  * pairs, to that node's relay, which forwards it to the ranks of its node serving them; pairs on
- * the token's own node go there directly; the combine sums inside the node first (route on the
+ * the token's own node go there directly; the relays' rows move in an inter-node phase, the direct
+ * rows and the forwards in an intra-node phase, each on its group of the EP group
+ * (mp_comm_node_groups); the combine sums inside the node first (route on the
  * host | count exchange, permute, rows and metadata all-to-all, per hop, expand | FFN | TP reduce
  * | weighted sum per row, all-to-all back per hop, sum into tokens). On a device backend the
  * routing reaches the host for the plan (the gate's download, or the pool's host draw), the kernels
@@ -13,6 +15,7 @@
  * metadata's download), so the mark recorded after it counts it: building the plan in route,
  * the receive side and the expansion in dispatch. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dedup.h"
@@ -29,9 +32,10 @@ static int dedup_reserve(struct mp_layer *L, const struct mp_point *pt, long tot
     return mp_layer_size_rows(L, total, mp_placement_nlocal(pt->placement, L->comm->ep_rank));
 }
 
-/* Node mode's own row buffers: the first-hop rows and the forwards received after them, and the
- * forwards sent (grown, never shrunk, after a collective memory check). */
-static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows)
+/* Node mode's own row buffers: the first-hop rows and the forwards received after them, the
+ * forwards sent, and the intra-node phase's rows out and back (grown, never shrunk, after a
+ * collective memory check). */
+static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows, long intra_rows)
 {
     int rc = MP_OK;
     long grow_recv = recv_rows > L->dedup_recv_rows ? recv_rows : 0;
@@ -54,6 +58,7 @@ static int node_buffers(struct mp_layer *L, long recv_rows, long fwd_rows)
             goto oom;
         L->dedup_fwd_rows = grow_fwd;
     }
+    MP_CHECK(mp_dedup_intra_buffers(L, intra_rows));
 out:
     return rc;
 oom:
@@ -112,23 +117,33 @@ out:
     return rc;
 }
 
-int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
-                           long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
-                           const int *rcount, const int *rdispl, long at, long nin)
+int mp_dedup_meta_exchange_on(struct mp_layer *L, enum mp_comm_group g,
+                              const struct mp_dedup_meta *send, void *dsend, long n,
+                              const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                              const int *rcount, const int *rdispl, long at, long nin)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_comm *c = L->comm;
     size_t row = (size_t)L->dedup.K * sizeof(struct mp_dedup_meta);
     int rc = MP_OK;
     if (o->memory != MP_MEMORY_DEVICE)
-        return c->ops->alltoallv(c, send, scount, sdispl, recv, rcount, rdispl, row);
+        return mp_comm_alltoallv_on(c, g, send, scount, sdispl, recv, rcount, rdispl, row);
     MP_CHECK(o->upload_bytes(L->dev, dsend, send, (size_t)n * row));
-    MP_CHECK(c->ops->alltoallv(c, dsend, scount, sdispl, L->dedup_meta_recv, rcount, rdispl, row));
+    MP_CHECK(mp_comm_alltoallv_on(c, g, dsend, scount, sdispl, L->dedup_meta_recv, rcount, rdispl,
+                                  row));
     MP_CHECK(o->download_bytes(L->dev, recv + (size_t)at * L->dedup.K,
                                (const char *)L->dedup_meta_recv + (size_t)at * row,
                                (size_t)nin * row));
 out:
     return rc;
+}
+
+int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
+                           long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                           const int *rcount, const int *rdispl, long at, long nin)
+{
+    return mp_dedup_meta_exchange_on(L, MP_GROUP_EP, send, dsend, n, scount, sdispl, recv, rcount,
+                                     rdispl, at, nin);
 }
 
 /* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
@@ -153,14 +168,78 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
     }
     for (int q = 0; q < L->ep; q++)
         p->ep_node[q] = c->node_of[q * L->tp];
+    long intra = pt->dedup == MP_DEDUP_NODE ? p->max_send + p->max_fwd : 0;
     if (pt->dedup == MP_DEDUP_NODE)
-        MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd));
-    MP_CHECK(mp_dedup_meta_buffers(L, p->max_send, p->max_fwd, p->max_recv));
+        MP_CHECK(node_buffers(L, p->max_recv, p->max_fwd, intra));
+    /* the intra-node phase's metadata goes out of dedup_meta_fwd */
+    MP_CHECK(mp_dedup_meta_buffers(L, p->max_send, intra > p->max_fwd ? intra : p->max_fwd,
+                                   p->max_recv));
 out:
     return rc;
 }
 
-/* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
+int mp_dedup_intra_moves(struct mp_layer *L, void *dbuf, const int *ddispl, const int *drows,
+                         void *fbuf, const int *fdispl, const int *frows, const int *in_displ,
+                         int back)
+{
+    struct mp_chunk *direct = L->dedup_moves, *fwd = L->dedup_moves + L->ep;
+    int n = 0, rc = MP_OK;
+    for (int q = 0; q < L->ep; q++) {
+        if (!drows[q] && !frows[q])
+            continue;
+        long at = in_displ[q];
+        direct[n] = (struct mp_chunk){.src = ddispl[q], .dst = at, .n = drows[q]};
+        fwd[n] = (struct mp_chunk){.src = fdispl[q], .dst = at + drows[q], .n = frows[q]};
+        if (back) { /* the same moves the other way */
+            direct[n] = (struct mp_chunk){.src = direct[n].dst, .dst = direct[n].src,
+                                          .n = direct[n].n};
+            fwd[n] = (struct mp_chunk){.src = fwd[n].dst, .dst = fwd[n].src, .n = fwd[n].n};
+        }
+        n++;
+    }
+    const struct mp_compute_ops *o = L->ops;
+    int H = L->m.hidden;
+    if (!back) {
+        MP_CHECK(o->copy_rows(L->dev, dbuf, L->dedup_intra, direct, n, H));
+        MP_CHECK(o->copy_rows(L->dev, fbuf, L->dedup_intra, fwd, n, H));
+    } else {
+        MP_CHECK(o->copy_rows(L->dev, L->dedup_intra, dbuf, direct, n, H));
+        MP_CHECK(o->copy_rows(L->dev, L->dedup_intra, fbuf, fwd, n, H));
+    }
+out:
+    return rc;
+}
+
+int mp_dedup_intra_buffers(struct mp_layer *L, long rows)
+{
+    int rc = MP_OK;
+    long grow = rows > L->dedup_intra_rows ? rows : 0;
+    /* collective: every rank asks, growing or not */
+    MP_CHECK(mp_layer_memory_refusal(L->comm, L->ops, L->dev, L->max_memory,
+                                     (double)grow * (double)L->row_bytes,
+                                     "the --dedup node intra-node phase's buffer"));
+    if (grow) {
+        L->ops->free(L->dev, L->dedup_intra);
+        L->dedup_intra_rows = 0;
+        if (!(L->dedup_intra = mp_layer_alloc_zero(L, (size_t)rows * L->m.hidden))) {
+            mp_error("out of memory for the --dedup node intra-node phase's buffer");
+            return MP_ERR_RUNTIME;
+        }
+        L->dedup_intra_rows = rows;
+    }
+    if (!L->dedup_moves && !(L->dedup_moves = calloc((size_t)2 * L->ep, sizeof *L->dedup_moves))) {
+        mp_error("out of memory for the --dedup node row moves");
+        return MP_ERR_RUNTIME;
+    }
+out:
+    return rc;
+}
+
+/* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec.
+ * Node mode runs two phases, each with its count exchange, on the EP group's node groups
+ * (mp_comm_node_groups; the whole EP group when the nodes hold different numbers of EP ranks):
+ * inter-node, the rows to the relays on other nodes; intra-node, the direct rows to the ranks of
+ * this node with the forwards of what came in. The combine returns the intra-node phase first. */
 static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
                          struct mp_routing_pool *pool, int d, long ntok,
                          struct mp_rank_iter *rec)
@@ -185,35 +264,56 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_dedup_route(L, pt, pool, d, ntok, &ids, &w));
     mp_dedup_plan_send(p, pt->placement, c->ep_rank, tok0, ntok, ids, w,
                        node ? p->ep_node : NULL);
+    if (node)
+        mp_dedup_plan_inter(p, c->ep_rank);
     MP_CHECK(o->mark(dev, MARK_ROUTE));
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
 
-    /* notify: the count exchange; dispatch: permute, rows and metadata all-to-all (node: then
-     * the forwards inside the node the same way, their counts first), expand by expert */
-    MP_CHECK(c->ops->alltoall_int(c, p->send_rows, p->recv_rows, 1));
+    /* notify: the count exchange (node: the inter-node phase's); dispatch: permute, rows and
+     * metadata all-to-all (node: the inter-node phase, then the intra-node phase the same way,
+     * its counts first), expand by expert */
+    if (node)
+        MP_CHECK(mp_comm_alltoall_int_on(c, MP_GROUP_EP_INTER, p->x_rows, p->recv_rows, 1));
+    else
+        MP_CHECK(c->ops->alltoall_int(c, p->send_rows, p->recv_rows, 1));
     MP_CHECK(o->mark(dev, MARK_NOTIFY)); /* node's second count exchange stays in the dispatch */
     MP_CHECK(mp_dedup_plan_recv(p));
     if (!node)
         MP_CHECK(mp_layer_check_rows(L, p->nrecv));
     MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
-    if (node)
+    if (!node) {
+        MP_CHECK(mp_layer_dispatch_rows(L, L->sendbuf, p->send_rows, p->send_displ, rbuf,
+                                        p->recv_rows, p->recv_displ));
+        MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend,
+                                        p->send_rows, p->send_displ, p->recv_meta, p->recv_rows,
+                                        p->recv_displ, 0, p->nrecv));
+    } else {
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-    MP_CHECK(mp_layer_dispatch_rows(L, L->sendbuf, p->send_rows, p->send_displ, rbuf,
-                                    p->recv_rows, p->recv_displ));
-    MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend, p->send_rows,
-                           p->send_displ, p->recv_meta, p->recv_rows, p->recv_displ, 0, p->nrecv));
-    if (node) {
+        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->sendbuf, p->x_rows,
+                                           p->send_displ, rbuf, p->recv_rows, p->recv_displ));
+        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, p->send_meta,
+                                           L->dedup_meta_send, p->nsend, p->x_rows, p->send_displ,
+                                           p->recv_meta, p->recv_rows, p->recv_displ, 0,
+                                           p->nrecv));
         MP_CHECK(o->mark(dev, MARK_HOP0_END));
         MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
-        MP_CHECK(c->ops->alltoall_int(c, p->fwd_rows, p->recv1_rows, 1));
-        MP_CHECK(mp_dedup_plan_recv_forwards(p));
+        mp_dedup_plan_intra_counts(p, c->ep_rank);
+        MP_CHECK(mp_comm_alltoall_int_on(c, MP_GROUP_EP_INTRA, p->in_cnt, p->in_rcnt, 2));
+        MP_CHECK(mp_dedup_plan_intra(p, c->ep_rank));
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        MP_CHECK(mp_layer_dispatch_rows(L, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
-                                        p->recv1_displ));
-        MP_CHECK(mp_dedup_meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd, p->fwd_rows,
-                               p->fwd_displ, p->recv_meta, p->recv1_rows, p->recv1_displ,
-                               p->nrecv, p->nrecv1));
+        if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay rows' packing overwrote them */
+            MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
+        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                       p->fwd_displ, p->fwd_rows, p->in_displ, 0));
+        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, p->in_rows,
+                                           p->in_displ,
+                                           (char *)rbuf + (size_t)p->nrecv * L->row_bytes,
+                                           p->in_rrows, p->in_rdispl));
+        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, p->in_meta, L->dedup_meta_fwd,
+                                           p->nin_send, p->in_rows, p->in_displ,
+                                           p->recv_meta + (size_t)p->nrecv * K, p->in_rrows,
+                                           p->in_rdispl, 0, p->nrecv1));
         MP_CHECK(o->mark(dev, MARK_HOP1_END));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
@@ -224,24 +324,31 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_ffn_reduce(L, pt, p->expert_off, p->nexp, ntok));
     MP_RANGE_PUSH("moeperf/combine");
 
-    /* combine: each received row's expert outputs summed with their weights (node: the forwards'
-     * sums back to their relay, added to the rows they came from), all-to-all back, the returned
-     * rows (weight 1) and the shared experts summed into token order */
+    /* combine: each received row's expert outputs summed with their weights, all-to-all back
+     * (node: the intra-node phase first, its direct rows back into their places and the forwards'
+     * sums added to the rows they came from, then the inter-node phase), the returned rows
+     * (weight 1) and the shared experts summed into token order */
     long nin = p->nrecv + (node ? p->nrecv1 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
                         0));
     if (node) {
         MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
-        MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv1_rows, p->recv1_displ, fbuf, p->fwd_rows,
-                                   p->fwd_displ, L->row_bytes));
+        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
+                                      (char *)rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
+                                      p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
+                                      L->row_bytes));
+        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                       p->fwd_displ, p->fwd_rows, p->in_displ, 1));
         MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
                             1));
         MP_CHECK(o->mark(dev, MARK_BACK1_END));
-    }
-    MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
-                               p->send_displ, L->row_bytes));
-    if (node)
+        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, rbuf, p->recv_rows, p->recv_displ,
+                                      L->sendbuf, p->x_rows, p->send_displ, L->row_bytes));
         MP_CHECK(o->mark(dev, MARK_BACK0_END));
+    } else {
+        MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
+                                   p->send_displ, L->row_bytes));
+    }
     MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
@@ -250,7 +357,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
 
     mp_layer_phase_times(L, rec, 1);
-    if (node) { /* the hops apart (docs/METRICS.md, "Hop times") */
+    if (node) { /* the phases apart (docs/METRICS.md, "Hop times") */
         rec->dispatch_inter_us = o->elapsed_us(dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
         rec->dispatch_intra_us = o->elapsed_us(dev, MARK_HOP0_END, MARK_HOP1_END);
         rec->combine_intra_us = o->elapsed_us(dev, MARK_BACK1_BEGIN, MARK_BACK1_END);
@@ -264,9 +371,13 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K);
     rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
     rec->combine_intra = rec->combine_inter = 0;
-    mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, rec);
-    if (node) /* the forwards and their return, by the same rule */
+    if (!node) {
+        mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, rec);
+    } else { /* both phases' rows, by the same rule: to relays, direct, forwards */
+        mp_layer_add_peer_bytes(L, p->x_rows, p->recv_rows, meta, rec);
+        mp_layer_add_peer_bytes(L, p->d_rows, p->d_rrows, meta, rec);
         mp_layer_add_peer_bytes(L, p->fwd_rows, p->recv1_rows, meta, rec);
+    }
     rec->dropped = 0;
 out:
     return rc;
@@ -277,8 +388,11 @@ static void dedup_teardown(struct mp_layer *L)
     mp_dedup_plan_free(&L->dedup);
     L->ops->free(L->dev, L->dedup_recv);
     L->ops->free(L->dev, L->dedup_fwd);
-    L->dedup_recv = L->dedup_fwd = NULL;
-    L->dedup_recv_rows = L->dedup_fwd_rows = 0;
+    L->ops->free(L->dev, L->dedup_intra);
+    free(L->dedup_moves);
+    L->dedup_recv = L->dedup_fwd = L->dedup_intra = NULL;
+    L->dedup_moves = NULL;
+    L->dedup_recv_rows = L->dedup_fwd_rows = L->dedup_intra_rows = 0;
     L->ops->free(L->dev, L->dedup_meta_send);
     L->ops->free(L->dev, L->dedup_meta_fwd);
     L->ops->free(L->dev, L->dedup_meta_recv);

@@ -30,6 +30,7 @@ static void free_slots(struct mp_layer *L)
     free(L->dpad.fw);
     free(L->dpad.meta);
     free(L->dpad.fmeta);
+    free(L->dpad.imeta);
     free(L->dpad.send1);
     memset(&L->dpad, 0, sizeof L->dpad);
 }
@@ -99,18 +100,27 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
         return MP_ERR_USAGE;
     }
     free(L->dpad.send1);
-    L->dpad.send1 = malloc(7 * (size_t)ep * sizeof(int));
+    L->dpad.send1 = malloc(16 * (size_t)ep * sizeof(int));
     if (!L->dpad.send1) {
         free(ep_node);
         return MP_ERR_RUNTIME;
     }
-    int *a = L->dpad.send1; /* one block: the seven per-peer arrays */
+    int *a = L->dpad.send1; /* one block: the sixteen per-peer arrays */
     L->dpad.sdispl1 = a + ep;
     L->dpad.recv1 = a + 2 * ep;
     L->dpad.rdispl1 = a + 3 * ep;
     L->dpad.send2 = a + 4 * ep;
     L->dpad.sdispl2 = a + 5 * ep;
     L->dpad.recv2 = a + 6 * ep;
+    L->dpad.xsend = a + 7 * ep;
+    L->dpad.xrecv = a + 8 * ep;
+    L->dpad.xrdispl = a + 9 * ep;
+    L->dpad.dsend = a + 10 * ep;
+    L->dpad.drecv = a + 11 * ep;
+    L->dpad.isend = a + 12 * ep;
+    L->dpad.isdispl = a + 13 * ep;
+    L->dpad.irecv = a + 14 * ep;
+    L->dpad.irdispl = a + 15 * ep;
     mp_dedup_padded_layout(node ? ep_node : NULL, ep, me, cap1, cap2, L->dpad.send1,
                            L->dpad.recv1, L->dpad.send2, L->dpad.recv2);
     L->dpad.cap1 = cap1;
@@ -123,6 +133,21 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     displ_of(L->dpad.send1, ep, 0, L->dpad.sdispl1);
     displ_of(L->dpad.recv1, ep, 0, L->dpad.rdispl1);
     displ_of(L->dpad.send2, ep, 0, L->dpad.sdispl2);
+    /* node's phases: the relay slots between nodes, then the direct and forward slots inside */
+    for (int q = 0; q < ep; q++) {
+        int same = ep_node[q] == ep_node[me];
+        L->dpad.xsend[q] = node && !same ? L->dpad.send1[q] : 0;
+        L->dpad.xrecv[q] = node && !same ? L->dpad.recv1[q] : 0;
+        L->dpad.dsend[q] = node && same ? L->dpad.send1[q] : 0;
+        L->dpad.drecv[q] = node && same ? L->dpad.recv1[q] : 0;
+        L->dpad.isend[q] = L->dpad.dsend[q] + L->dpad.send2[q];
+        L->dpad.irecv[q] = L->dpad.drecv[q] + L->dpad.recv2[q];
+    }
+    L->dpad.nrecvx = sum_of(L->dpad.xrecv, ep);
+    L->dpad.nisend = sum_of(L->dpad.isend, ep);
+    displ_of(L->dpad.xrecv, ep, 0, L->dpad.xrdispl);
+    displ_of(L->dpad.isend, ep, 0, L->dpad.isdispl);
+    displ_of(L->dpad.irecv, ep, 0, L->dpad.irdispl);
 
     /* the host plan: node mode relays the first hop's slot rows */
     struct mp_dedup_plan *p = &L->dedup;
@@ -140,7 +165,9 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
         }
     }
     memcpy(p->ep_node, ep_node, (size_t)ep * sizeof *ep_node);
-    rc = mp_dedup_meta_buffers(L, L->dpad.nsend1, L->dpad.nsend2,
+    /* the intra-node phase's metadata goes out of dedup_meta_fwd */
+    rc = mp_dedup_meta_buffers(L, L->dpad.nsend1,
+                               L->dpad.nisend > L->dpad.nsend2 ? L->dpad.nisend : L->dpad.nsend2,
                                L->dpad.nrecv1 + L->dpad.nrecv2);
     if (rc != MP_OK)
         goto out;
@@ -166,7 +193,10 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     free(L->dpad.fsrc);
     free(L->dpad.fw);
     free(L->dpad.fmeta);
+    free(L->dpad.imeta);
     long n1 = L->dpad.nsend1 > 0 ? L->dpad.nsend1 : 1, n2 = L->dpad.nsend2 > 0 ? L->dpad.nsend2 : 1;
+    long ni = L->dpad.nisend > 0 ? L->dpad.nisend : 1;
+    L->dpad.imeta = malloc((size_t)ni * K * sizeof *L->dpad.imeta);
     L->dpad.tok = malloc((size_t)n1 * sizeof *L->dpad.tok);
     L->dpad.w = malloc((size_t)n1 * sizeof *L->dpad.w);
     L->dpad.meta = malloc((size_t)n1 * K * sizeof *L->dpad.meta);
@@ -174,7 +204,8 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     L->dpad.fw = malloc((size_t)n2 * sizeof *L->dpad.fw);
     L->dpad.fmeta = malloc((size_t)n2 * K * sizeof *L->dpad.fmeta);
     if (!L->dpad.tok || !L->dpad.w || !L->dpad.meta || !L->dpad.fsrc || !L->dpad.fw ||
-        !L->dpad.fmeta || grow(L, &L->dpad.send, &L->dpad.send_cap, L->dpad.nsend1) != MP_OK ||
+        !L->dpad.fmeta || !L->dpad.imeta ||
+        grow(L, &L->dpad.send, &L->dpad.send_cap, L->dpad.nsend1) != MP_OK ||
         grow(L, &L->dpad.recv, &L->dpad.recv_cap, L->dpad.nrecv1 + L->dpad.nrecv2) != MP_OK ||
         grow(L, &L->dpad.fwd, &L->dpad.fwd_cap, L->dpad.nsend2) != MP_OK) {
         mp_error("out of memory for the --dedup %s slots: %d ranks × %ld rows",
@@ -182,6 +213,8 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
         free_slots(L);
         rc = MP_ERR_RUNTIME;
     }
+    if (rc == MP_OK && node) /* the intra-node phase's buffer: every node-mode rank asks */
+        rc = mp_dedup_intra_buffers(L, L->dpad.nisend);
 out:
     free(ep_node);
     return rc;
@@ -215,31 +248,55 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_RANGE_POP();
     MP_RANGE_PUSH("moeperf/dispatch");
 
-    /* dispatch: whole slots and their metadata, no count exchange (node: the forwards' slots
-     * too, after the first hop); expand by expert */
+    /* dispatch: whole slots and their metadata, no count exchange (node: the inter-node phase's
+     * relay slots, then the intra-node phase's direct and forward slots); expand by expert */
     MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
-    if (node)
+    if (!node) {
+        MP_CHECK(mp_layer_dispatch_rows(L, L->dpad.send, L->dpad.send1, L->dpad.sdispl1,
+                                        L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1));
+        MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.meta, L->dedup_meta_send, n1, L->dpad.send1,
+                                        L->dpad.sdispl1, p->recv_meta, L->dpad.recv1,
+                                        L->dpad.rdispl1, 0, L->dpad.nrecv1));
+        memcpy(p->recv_rows, L->dpad.recv1, (size_t)ep * sizeof(int));
+        MP_CHECK(mp_dedup_plan_recv(p));
+    } else {
+        long nx = L->dpad.nrecvx;
         MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-    MP_CHECK(mp_layer_dispatch_rows(L, L->dpad.send, L->dpad.send1, L->dpad.sdispl1, L->dpad.recv,
-                                    L->dpad.recv1, L->dpad.rdispl1));
-    MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.meta, L->dedup_meta_send, n1, L->dpad.send1,
-                                    L->dpad.sdispl1, p->recv_meta, L->dpad.recv1,
-                                    L->dpad.rdispl1, 0, L->dpad.nrecv1));
-    memcpy(p->recv_rows, L->dpad.recv1, (size_t)ep * sizeof(int));
-    MP_CHECK(mp_dedup_plan_recv(p));
-    if (node) {
+        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->dpad.send, L->dpad.xsend,
+                                           L->dpad.sdispl1, L->dpad.recv, L->dpad.xrecv,
+                                           L->dpad.xrdispl));
+        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, L->dpad.meta, L->dedup_meta_send,
+                                           n1, L->dpad.xsend, L->dpad.sdispl1, p->recv_meta,
+                                           L->dpad.xrecv, L->dpad.xrdispl, 0, nx));
+        memcpy(p->recv_rows, L->dpad.xrecv, (size_t)ep * sizeof(int));
+        MP_CHECK(mp_dedup_plan_recv(p));
         MP_CHECK(o->mark(dev, MARK_HOP0_END));
         MP_CHECK(mp_dedup_plan_forward(p, me));
         dropped += mp_dedup_plan_fwd_slots(p, L->dpad.send2, L->dpad.fsrc, L->dpad.fw,
                                            L->dpad.fmeta);
-        memcpy(p->recv1_rows, L->dpad.recv2, (size_t)ep * sizeof(int));
-        MP_CHECK(mp_dedup_plan_recv_forwards(p));
+        for (int q = 0; q < ep; q++) { /* the phase's metadata: q's direct slot, its forwards */
+            struct mp_dedup_meta *at = L->dpad.imeta + (size_t)L->dpad.isdispl[q] * K;
+            memcpy(at, L->dpad.meta + (size_t)L->dpad.sdispl1[q] * K,
+                   (size_t)L->dpad.dsend[q] * K * sizeof *at);
+            memcpy(at + (size_t)L->dpad.dsend[q] * K,
+                   L->dpad.fmeta + (size_t)L->dpad.sdispl2[q] * K,
+                   (size_t)L->dpad.send2[q] * K * sizeof *at);
+        }
+        p->nrecv1 = L->dpad.nrecv1 + L->dpad.nrecv2 - nx; /* expanded after the nx rows */
         MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
-        MP_CHECK(mp_layer_dispatch_rows(L, L->dpad.fwd, L->dpad.send2, L->dpad.sdispl2,
-                                        L->dpad.recv, p->recv1_rows, p->recv1_displ));
-        MP_CHECK(mp_dedup_meta_exchange(L, L->dpad.fmeta, L->dedup_meta_fwd, n2, L->dpad.send2,
-                                        L->dpad.sdispl2, p->recv_meta, p->recv1_rows,
-                                        p->recv1_displ, L->dpad.nrecv1, L->dpad.nrecv2));
+        if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay slots' packing overwrote them */
+            MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
+        MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
+                                      L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
+                                      L->dpad.isdispl, 0));
+        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, L->dpad.isend,
+                                           L->dpad.isdispl,
+                                           (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
+                                           L->dpad.irecv, L->dpad.irdispl));
+        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, L->dpad.imeta,
+                                           L->dedup_meta_fwd, L->dpad.nisend, L->dpad.isend,
+                                           L->dpad.isdispl, p->recv_meta + (size_t)nx * K,
+                                           L->dpad.irecv, L->dpad.irdispl, 0, p->nrecv1));
         MP_CHECK(o->mark(dev, MARK_HOP1_END));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? me : -1, L->nlocal));
@@ -251,24 +308,33 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_RANGE_PUSH("moeperf/combine");
 
     /* combine: each received slot row's expert outputs summed with their weights (padding: 0),
-     * node: the forwards' slots back to their relay and added to the rows they came from, whole
-     * slots back, the returned rows (weight 1, padding 0) and the shared experts summed into
-     * token order */
+     * node: the intra-node phase's slots back (the direct ones to their place, the forwards'
+     * added to the relay rows they came from), then the inter-node phase's; whole slots back, the
+     * returned rows (weight 1, padding 0) and the shared experts summed into token order */
     long nin = L->dpad.nrecv1 + (node ? L->dpad.nrecv2 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H,
                         L->dpad.recv, 0));
     if (node) {
+        long nx = L->dpad.nrecvx;
         MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
-        MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, p->recv1_rows, p->recv1_displ, L->dpad.fwd,
-                                   L->dpad.send2, L->dpad.sdispl2, L->row_bytes));
-        MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0,
-                            L->dpad.nrecv1, H, L->dpad.recv, 1));
+        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
+                                      (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
+                                      L->dpad.irecv, L->dpad.irdispl, L->dedup_intra,
+                                      L->dpad.isend, L->dpad.isdispl, L->row_bytes));
+        MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
+                                      L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
+                                      L->dpad.isdispl, 1));
+        MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0, nx, H,
+                            L->dpad.recv, 1));
         MP_CHECK(o->mark(dev, MARK_BACK1_END));
-    }
-    MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1, L->dpad.send,
-                               L->dpad.send1, L->dpad.sdispl1, L->row_bytes));
-    if (node)
+        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, L->dpad.recv, L->dpad.xrecv,
+                                      L->dpad.xrdispl, L->dpad.send, L->dpad.xsend,
+                                      L->dpad.sdispl1, L->row_bytes));
         MP_CHECK(o->mark(dev, MARK_BACK0_END));
+    } else {
+        MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1, L->dpad.send,
+                                   L->dpad.send1, L->dpad.sdispl1, L->row_bytes));
+    }
     MP_CHECK(o->combine(dev, L->dpad.send, L->dpad.tok, L->dpad.w, 0, n1,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));
@@ -277,7 +343,7 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
 
     mp_layer_phase_times(L, rec, 0); /* no count exchange: notify 0 */
-    if (node) { /* the hops apart (docs/METRICS.md, "Hop times") */
+    if (node) { /* the phases apart (docs/METRICS.md, "Hop times") */
         rec->dispatch_inter_us = o->elapsed_us(dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
         rec->dispatch_intra_us = o->elapsed_us(dev, MARK_HOP0_END, MARK_HOP1_END);
         rec->combine_intra_us = o->elapsed_us(dev, MARK_BACK1_BEGIN, MARK_BACK1_END);

@@ -3,7 +3,9 @@
  * (or node) as --dedup says, chunk k+1's rows and chunk k−1's combine in flight while chunk k's
  * experts compute (comm backends with a non-blocking all-to-all only). Every chunk's counts and
  * metadata travel first (the notify phase, node's forward plan included), so only rows move in
- * the pipeline; node's forward inside the node runs in its chunk's compute step. */
+ * the pipeline; node's inter-node phase is the pipelined exchange (on the EP group's inter-node
+ * group), its intra-node phase (direct rows and forwards, on the intra-node group) runs in its
+ * chunk's compute step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +73,8 @@ static int dp_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_p
     }
     dp_free_chunks(L);
     L->dchunk = calloc((size_t)N, sizeof *L->dchunk);
-    L->dchunk_cnt_send = calloc((size_t)L->ep * N, sizeof(int));
-    L->dchunk_cnt_recv = calloc((size_t)L->ep * N, sizeof(int));
+    L->dchunk_cnt_send = calloc((size_t)L->ep * 2 * N, sizeof(int)); /* node: 2 per chunk */
+    L->dchunk_cnt_recv = calloc((size_t)L->ep * 2 * N, sizeof(int));
     if (!L->dchunk || !L->dchunk_cnt_send || !L->dchunk_cnt_recv)
         goto oom;
     L->ndchunk = N;
@@ -104,22 +106,26 @@ struct dp_offsets {
     long eoff[MP_MAX_CHUNKS + 1], ooff[MP_MAX_CHUNKS + 1];
 };
 
-/* One all-to-all of an int per peer and chunk (`get`: the chunk plan's count array to send,
- * `put`: the one to fill), every chunk at once. */
-static int exchange_chunk_counts(struct mp_layer *L, int N, size_t send_field, size_t recv_field)
+/* One all-to-all on group g (mp_comm_alltoall_int_on) of `n` ints per peer and chunk (`send_field`:
+ * the chunk plan's count array to send, [ep·n]; `recv_field`: the one to fill), every chunk at
+ * once. */
+static int exchange_chunk_counts(struct mp_layer *L, enum mp_comm_group g, int N, int n,
+                                 size_t send_field, size_t recv_field)
 {
     struct mp_comm *c = L->comm;
     int ep = L->ep;
     for (int k = 0; k < N; k++) {
         const int *s = *(int **)((char *)&L->dchunk[k] + send_field);
         for (int q = 0; q < ep; q++)
-            L->dchunk_cnt_send[q * N + k] = s[q];
+            for (int j = 0; j < n; j++)
+                L->dchunk_cnt_send[(q * N + k) * n + j] = s[q * n + j];
     }
-    int rc = c->ops->alltoall_int(c, L->dchunk_cnt_send, L->dchunk_cnt_recv, N);
+    int rc = mp_comm_alltoall_int_on(c, g, L->dchunk_cnt_send, L->dchunk_cnt_recv, N * n);
     for (int k = 0; k < N && rc == MP_OK; k++) {
         int *r = *(int **)((char *)&L->dchunk[k] + recv_field);
         for (int q = 0; q < ep; q++)
-            r[q] = L->dchunk_cnt_recv[q * N + k];
+            for (int j = 0; j < n; j++)
+                r[q * n + j] = L->dchunk_cnt_recv[(q * N + k) * n + j];
     }
     return rc;
 }
@@ -151,26 +157,43 @@ static int dp_plans(struct mp_layer *L, const struct mp_point *pt, struct mp_rou
     }
     MP_CHECK(o->mark(L->dev, MARK_ROUTE));
 
-    MP_CHECK(exchange_chunk_counts(L, N, offsetof(struct mp_dedup_plan, send_rows),
-                                   offsetof(struct mp_dedup_plan, recv_rows)));
-    for (int k = 0; k < N; k++) {
-        struct mp_dedup_plan *p = &L->dchunk[k];
-        MP_CHECK(mp_dedup_plan_recv(p));
-        MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend,
-                                        p->send_rows, p->send_displ, p->recv_meta, p->recv_rows,
-                                        p->recv_displ, 0, p->nrecv));
-        if (node)
-            MP_CHECK(mp_dedup_plan_forward(p, me));
-    }
-    if (node) {
-        MP_CHECK(exchange_chunk_counts(L, N, offsetof(struct mp_dedup_plan, fwd_rows),
-                                       offsetof(struct mp_dedup_plan, recv1_rows)));
+    if (!node) {
+        MP_CHECK(exchange_chunk_counts(L, MP_GROUP_EP, N, 1,
+                                       offsetof(struct mp_dedup_plan, send_rows),
+                                       offsetof(struct mp_dedup_plan, recv_rows)));
         for (int k = 0; k < N; k++) {
             struct mp_dedup_plan *p = &L->dchunk[k];
-            MP_CHECK(mp_dedup_plan_recv_forwards(p));
-            MP_CHECK(mp_dedup_meta_exchange(L, p->fwd_meta, L->dedup_meta_fwd, p->nfwd,
-                                            p->fwd_rows, p->fwd_displ, p->recv_meta, p->recv1_rows,
-                                            p->recv1_displ, p->nrecv, p->nrecv1));
+            MP_CHECK(mp_dedup_plan_recv(p));
+            MP_CHECK(mp_dedup_meta_exchange(L, p->send_meta, L->dedup_meta_send, p->nsend,
+                                            p->send_rows, p->send_displ, p->recv_meta,
+                                            p->recv_rows, p->recv_displ, 0, p->nrecv));
+        }
+    } else { /* the inter-node phase's counts and metadata, then the intra-node phase's */
+        for (int k = 0; k < N; k++)
+            mp_dedup_plan_inter(&L->dchunk[k], me);
+        MP_CHECK(exchange_chunk_counts(L, MP_GROUP_EP_INTER, N, 1,
+                                       offsetof(struct mp_dedup_plan, x_rows),
+                                       offsetof(struct mp_dedup_plan, recv_rows)));
+        for (int k = 0; k < N; k++) {
+            struct mp_dedup_plan *p = &L->dchunk[k];
+            MP_CHECK(mp_dedup_plan_recv(p));
+            MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, p->send_meta,
+                                               L->dedup_meta_send, p->nsend, p->x_rows,
+                                               p->send_displ, p->recv_meta, p->recv_rows,
+                                               p->recv_displ, 0, p->nrecv));
+            MP_CHECK(mp_dedup_plan_forward(p, me));
+            mp_dedup_plan_intra_counts(p, me);
+        }
+        MP_CHECK(exchange_chunk_counts(L, MP_GROUP_EP_INTRA, N, 2,
+                                       offsetof(struct mp_dedup_plan, in_cnt),
+                                       offsetof(struct mp_dedup_plan, in_rcnt)));
+        for (int k = 0; k < N; k++) {
+            struct mp_dedup_plan *p = &L->dchunk[k];
+            MP_CHECK(mp_dedup_plan_intra(p, me));
+            MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, p->in_meta,
+                                               L->dedup_meta_fwd, p->nin_send, p->in_rows,
+                                               p->in_displ, p->recv_meta + (size_t)p->nrecv * K,
+                                               p->in_rrows, p->in_rdispl, 0, p->nrecv1));
         }
     }
     of->roff[0] = of->foff[0] = of->eoff[0] = 0;
@@ -212,12 +235,18 @@ static int dp_compute(struct mp_layer *L, const struct mp_point *pt,
     char *fbuf = fbase ? fbase + (size_t)of->foff[k] * L->row_bytes : NULL;
     char *exp = (char *)L->expbuf + (size_t)of->eoff[k] * L->row_bytes;
     char *out = (char *)L->outbuf + (size_t)of->ooff[k] * L->row_bytes;
+    char *back = (char *)L->sendbuf + (size_t)of->soff[k] * L->row_bytes;
     MP_CHECK(c->ops->wait(c, 2 * k));
     MP_CHECK(mp_layer_dispatch_finish(L, rbuf, p->recv_rows, p->recv_displ));
-    if (node) {
+    if (node) { /* the intra-node phase: direct rows (in `back`, sent from there) and forwards */
         MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        MP_CHECK(mp_layer_dispatch_rows(L, fbuf, p->fwd_rows, p->fwd_displ, rbuf, p->recv1_rows,
-                                        p->recv1_displ));
+        if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay rows' packing overwrote them */
+            MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, back));
+        MP_CHECK(mp_dedup_intra_moves(L, back, p->send_displ, p->d_rows, fbuf, p->fwd_displ,
+                                      p->fwd_rows, p->in_displ, 0));
+        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, p->in_rows,
+                                           p->in_displ, rbuf + (size_t)p->nrecv * L->row_bytes,
+                                           p->in_rrows, p->in_rdispl));
     }
     MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, exp));
     MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
@@ -232,15 +261,21 @@ static int dp_compute(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_END)));
     long nin = p->nrecv + (node ? p->nrecv1 : 0);
     MP_CHECK(o->combine(dev, out, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf, 0));
-    if (node) {
-        MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv1_rows, p->recv1_displ, fbuf, p->fwd_rows,
-                                   p->fwd_displ, L->row_bytes));
+    if (node) { /* the intra-node phase back, then the inter-node phase's in flight */
+        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
+                                      rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
+                                      p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
+                                      L->row_bytes));
+        MP_CHECK(mp_dedup_intra_moves(L, back, p->send_displ, p->d_rows, fbuf, p->fwd_displ,
+                                      p->fwd_rows, p->in_displ, 1));
         MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H,
                             rbuf, 1));
+        MP_CHECK(mp_comm_ialltoallv_on(c, MP_GROUP_EP_INTER, rbuf, p->recv_rows, p->recv_displ,
+                                       back, p->x_rows, p->send_displ, L->row_bytes, 2 * k + 1));
+    } else {
+        MP_CHECK(c->ops->ialltoallv(c, rbuf, p->recv_rows, p->recv_displ, back, p->send_rows,
+                                    p->send_displ, L->row_bytes, 2 * k + 1));
     }
-    char *back = (char *)L->sendbuf + (size_t)of->soff[k] * L->row_bytes;
-    MP_CHECK(c->ops->ialltoallv(c, rbuf, p->recv_rows, p->recv_displ, back, p->send_rows,
-                                p->send_displ, L->row_bytes, 2 * k + 1));
 out:
     return rc;
 }
@@ -271,8 +306,10 @@ static int dp_iterate(struct mp_layer *L, const struct mp_point *pt,
             char *send = (char *)L->sendbuf + (size_t)of.soff[s] * L->row_bytes;
             char *recv = rbase + (size_t)of.roff[s] * L->row_bytes;
             MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, send));
-            MP_CHECK(mp_layer_dispatch_start(L, send, p->send_rows, p->send_displ, recv,
-                                             p->recv_rows, p->recv_displ, 2 * s));
+            /* node: the inter-node phase's rows; the intra-node phase's in dp_compute */
+            MP_CHECK(mp_layer_dispatch_start_on(L, node ? MP_GROUP_EP_INTER : MP_GROUP_EP, send,
+                                                node ? p->x_rows : p->send_rows, p->send_displ,
+                                                recv, p->recv_rows, p->recv_displ, 2 * s));
         }
         if (s >= 1 && s <= N)
             MP_CHECK(dp_compute(L, pt, &plain_pt, s - 1, ntok, &of, rbase, fbase));
@@ -298,9 +335,13 @@ static int dp_iterate(struct mp_layer *L, const struct mp_point *pt,
         struct mp_dedup_plan *p = &L->dchunk[k];
         rows += (double)p->nexp;
         local += (double)p->local_pairs;
-        mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, rec);
-        if (node)
-            mp_layer_add_peer_bytes(L, p->fwd_rows, p->recv1_rows, meta, rec);
+        if (!node) {
+            mp_layer_add_peer_bytes(L, p->send_rows, p->recv_rows, meta, rec);
+            continue;
+        }
+        mp_layer_add_peer_bytes(L, p->x_rows, p->recv_rows, meta, rec); /* both phases */
+        mp_layer_add_peer_bytes(L, p->d_rows, p->d_rrows, meta, rec);
+        mp_layer_add_peer_bytes(L, p->fwd_rows, p->recv1_rows, meta, rec);
     }
     rec->tokens = (double)ntok;
     rec->rows = rows;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "compute.h"
 #include "layer.h"
 #include "plan.h"
@@ -108,6 +109,11 @@ struct mp_layer {
     struct mp_dedup_plan dedup;
     void *dedup_recv, *dedup_fwd;
     long dedup_recv_rows, dedup_fwd_rows;
+    /* node's intra-node phase: each rank of the node's direct rows then its forwards, one buffer
+     * out and back (the dynamic form), and the row moves that fill and empty it [2·ep] */
+    void *dedup_intra;
+    long dedup_intra_rows;
+    struct mp_chunk *dedup_moves;
     /* on a device backend, the metadata's device copies the exchanges move (rows of K choices):
      * sent on the first hop, forwarded (node), received */
     void *dedup_meta_send, *dedup_meta_fwd, *dedup_meta_recv;
@@ -127,6 +133,14 @@ struct mp_layer {
         float *w, *fw;                      /* [nsend1], [nsend2] */
         struct mp_dedup_meta *meta, *fmeta; /* [nsend1·K], [nsend2·K] */
         int *send1, *sdispl1, *recv1, *rdispl1, *send2, *sdispl2, *recv2; /* [ep] */
+        /* node's phases: inter-node, the relay slots (xsend: send1 to other nodes; xrecv/xrdispl:
+         * received into recv's first nrecvx rows); intra-node, each rank q of the node's direct
+         * slot (dsend: send1 on the node) then its forward slot, isend[q] rows from isdispl[q] of
+         * L->dedup_intra, received irecv[s] (drecv[s] + recv2[s]) from irdispl[s] after the
+         * nrecvx rows; imeta the phase's metadata in that order */
+        int *xsend, *xrecv, *xrdispl, *dsend, *drecv, *isend, *isdispl, *irecv, *irdispl;
+        long nrecvx, nisend;
+        struct mp_dedup_meta *imeta; /* [nisend·K] */
     } dpad;
 
     /* --dedup rank|node with --overlap N: one host plan per chunk of this rank's tokens, and the
@@ -241,7 +255,22 @@ int mp_dedup_meta_buffers(struct mp_layer *L, long send_rows, long fwd_rows, lon
  * array `recv` the `nin` rows from row `at` on that this hop fills (rdispl counts from row 0). On
  * a device backend through device copies: the sent rows uploaded into `dsend` (dedup_meta_send or
  * dedup_meta_fwd), received into dedup_meta_recv and downloaded once the exchange is done, for
- * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). */
+ * the host's steps after it (mp_dedup_plan_forward, mp_dedup_plan_expand). _on: on group g
+ * (per-peer arrays indexed by EP rank, mp_comm_alltoallv_on); without: the whole EP group. */
+/* --dedup node's intra-node phase: the buffer L->dedup_intra of at least `rows` rows and the row
+ * moves (grown after a memory check every rank calls it for: collective). MP_OK or an error after
+ * a message. */
+int mp_dedup_intra_buffers(struct mp_layer *L, long rows);
+/* Fill L->dedup_intra for the intra-node phase (back 0) or empty it after the phase's return
+ * (back 1): rank q's block at in_displ[q] holds drows[q] rows of dbuf from ddispl[q] (the direct
+ * rows or slots), then frows[q] rows of fbuf from fdispl[q] (the forwards); two copy_rows. */
+int mp_dedup_intra_moves(struct mp_layer *L, void *dbuf, const int *ddispl, const int *drows,
+                         void *fbuf, const int *fdispl, const int *frows, const int *in_displ,
+                         int back);
+int mp_dedup_meta_exchange_on(struct mp_layer *L, enum mp_comm_group g,
+                              const struct mp_dedup_meta *send, void *dsend, long n,
+                              const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
+                              const int *rcount, const int *rdispl, long at, long nin);
 int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send, void *dsend,
                            long n, const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
                            const int *rcount, const int *rdispl, long at, long nin);
@@ -269,6 +298,11 @@ int mp_layer_plan_setup(struct mp_layer *L, const struct mp_point *pt, long tok0
  * rows must start at displacement 0, as the pipelined modes' chunks do). */
 int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
                             void *recv, const int *rcount, const int *rdispl, int slot);
+/* The same on group g (--dedup node's phases): per-peer arrays indexed by EP rank, as
+ * mp_comm_alltoallv_on takes them; the fp8 packing as above. */
+int mp_layer_dispatch_start_on(struct mp_layer *L, enum mp_comm_group g, void *send,
+                               const int *scount, const int *sdispl, void *recv,
+                               const int *rcount, const int *rdispl, int slot);
 /* After the exchange of mp_layer_dispatch_start is complete (blocking, or its slot waited for):
  * for fp8, the received rows unpacked in place into activations (compute op fp8_unpack), as the
  * expert reads them; nothing for bf16. */
@@ -276,6 +310,9 @@ int mp_layer_dispatch_finish(struct mp_layer *L, void *recv, const int *rcount, 
 /* The two above, blocking: the dispatch's exchange of data rows, the rows activations again. */
 int mp_layer_dispatch_rows(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
                            void *recv, const int *rcount, const int *rdispl);
+int mp_layer_dispatch_rows_on(struct mp_layer *L, enum mp_comm_group g, void *send,
+                              const int *scount, const int *sdispl, void *recv, const int *rcount,
+                              const int *rdispl);
 /* Add to rec's byte counts what this rank sends the other EP ranks when it dispatches send[p]
  * rows of dispatch_row_bytes + meta_bytes bytes to each EP peer p and returns it recv[p] rows of
  * row_bytes in the combine (a dispatch row's metadata travels one way only: mp_dedup_bytes): bytes_sent,

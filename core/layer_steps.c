@@ -120,15 +120,24 @@ static void rows_spanned(const int *count, const int *displ, int ep, long *lo, l
     }
 }
 
-int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
-                            void *recv, const int *rcount, const int *rdispl, int slot)
+/* An exchange of rows of row_bytes on group g, blocking (slot < 0) or started on request `slot`. */
+static int exchange_on(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                       const int *scount, const int *sdispl, void *recv, const int *rcount,
+                       const int *rdispl, size_t row_bytes, int slot)
+{
+    return slot < 0 ? mp_comm_alltoallv_on(c, g, send, scount, sdispl, recv, rcount, rdispl,
+                                           row_bytes)
+                    : mp_comm_ialltoallv_on(c, g, send, scount, sdispl, recv, rcount, rdispl,
+                                            row_bytes, slot);
+}
+
+int mp_layer_dispatch_start_on(struct mp_layer *L, enum mp_comm_group g, void *send,
+                               const int *scount, const int *sdispl, void *recv,
+                               const int *rcount, const int *rdispl, int slot)
 {
     struct mp_comm *c = L->comm;
     if (L->dispatch_dtype != MP_DTYPE_FP8)
-        return slot < 0 ? c->ops->alltoallv(c, send, scount, sdispl, recv, rcount, rdispl,
-                                            L->row_bytes)
-                        : c->ops->ialltoallv(c, send, scount, sdispl, recv, rcount, rdispl,
-                                             L->row_bytes, slot);
+        return exchange_on(c, g, send, scount, sdispl, recv, rcount, rdispl, L->row_bytes, slot);
     /* fp8: the packed rows start at each block's first row (the forwards of --dedup node arrive
      * after the rows of the first hop, which stay activations), displacements counted from it */
     long s0, s1, r0, r1;
@@ -150,10 +159,14 @@ int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, c
         return rc;
     /* in flight, the arrays must outlive the call: the caller's own (s0 = r0 = 0) */
     const int *sd = slot < 0 ? L->wire_sdispl : sdispl, *rd = slot < 0 ? L->wire_rdispl : rdispl;
-    return slot < 0 ? c->ops->alltoallv(c, sbase, scount, sd, rbase, rcount, rd,
-                                        L->dispatch_row_bytes)
-                    : c->ops->ialltoallv(c, sbase, scount, sd, rbase, rcount, rd,
-                                         L->dispatch_row_bytes, slot);
+    return exchange_on(c, g, sbase, scount, sd, rbase, rcount, rd, L->dispatch_row_bytes, slot);
+}
+
+int mp_layer_dispatch_start(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
+                            void *recv, const int *rcount, const int *rdispl, int slot)
+{
+    return mp_layer_dispatch_start_on(L, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                      slot);
 }
 
 int mp_layer_dispatch_finish(struct mp_layer *L, void *recv, const int *rcount, const int *rdispl)
@@ -166,11 +179,18 @@ int mp_layer_dispatch_finish(struct mp_layer *L, void *recv, const int *rcount, 
                               L->m.hidden);
 }
 
+int mp_layer_dispatch_rows_on(struct mp_layer *L, enum mp_comm_group g, void *send,
+                              const int *scount, const int *sdispl, void *recv, const int *rcount,
+                              const int *rdispl)
+{
+    int rc = mp_layer_dispatch_start_on(L, g, send, scount, sdispl, recv, rcount, rdispl, -1);
+    return rc != MP_OK ? rc : mp_layer_dispatch_finish(L, recv, rcount, rdispl);
+}
+
 int mp_layer_dispatch_rows(struct mp_layer *L, void *send, const int *scount, const int *sdispl,
                            void *recv, const int *rcount, const int *rdispl)
 {
-    int rc = mp_layer_dispatch_start(L, send, scount, sdispl, recv, rcount, rdispl, -1);
-    return rc != MP_OK ? rc : mp_layer_dispatch_finish(L, recv, rcount, rdispl);
+    return mp_layer_dispatch_rows_on(L, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl);
 }
 
 void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const int *recv,

@@ -45,12 +45,24 @@ int mp_dedup_plan_alloc(struct mp_dedup_plan *p, int ep, int max_local, int K, l
     p->recv_meta = malloc((size_t)p->max_recv * K * sizeof *p->recv_meta);
     p->exp_row = malloc((size_t)p->max_exp * sizeof *p->exp_row);
     p->exp_w = malloc((size_t)p->max_exp * sizeof *p->exp_w);
+    p->x_rows = calloc((size_t)ep, sizeof *p->x_rows);
+    p->in_cnt = calloc((size_t)2 * ep, sizeof *p->in_cnt);
+    p->d_rows = calloc((size_t)ep, sizeof *p->d_rows);
+    p->d_rrows = calloc((size_t)ep, sizeof *p->d_rrows);
+    p->in_rcnt = calloc((size_t)2 * ep, sizeof *p->in_rcnt);
+    p->in_rows = calloc((size_t)ep, sizeof *p->in_rows);
+    p->in_displ = calloc((size_t)ep, sizeof *p->in_displ);
+    p->in_rrows = calloc((size_t)ep, sizeof *p->in_rrows);
+    p->in_rdispl = calloc((size_t)ep, sizeof *p->in_rdispl);
+    p->in_meta = malloc((size_t)(p->max_send + p->max_fwd) * K * sizeof *p->in_meta);
     p->expert_off = calloc((size_t)max_local + 1, sizeof *p->expert_off);
     if (!p->send_rows || !p->send_displ || !p->recv_rows || !p->recv_displ || !p->last_tok || !p->ep_node ||
         !p->cursor || !p->row_tok || !p->row_at || !p->exp_cursor ||
         !p->send_tok || !p->send_meta || !p->ones || !p->ids || !p->w || !p->recv_meta ||
         !p->exp_row || !p->exp_w || !p->expert_off || !p->fwd_rows || !p->fwd_displ ||
-        !p->recv1_rows || !p->recv1_displ || !p->fwd_src || !p->fwd_meta) {
+        !p->recv1_rows || !p->recv1_displ || !p->fwd_src || !p->fwd_meta || !p->x_rows ||
+        !p->d_rows || !p->d_rrows || !p->in_cnt || !p->in_rcnt || !p->in_rows || !p->in_displ ||
+        !p->in_rrows || !p->in_rdispl || !p->in_meta) {
         mp_dedup_plan_free(p);
         return MP_ERR_RUNTIME;
     }
@@ -86,6 +98,16 @@ void mp_dedup_plan_free(struct mp_dedup_plan *p)
     free(p->recv1_displ);
     free(p->fwd_src);
     free(p->fwd_meta);
+    free(p->x_rows);
+    free(p->in_cnt);
+    free(p->d_rows);
+    free(p->d_rrows);
+    free(p->in_rcnt);
+    free(p->in_rows);
+    free(p->in_displ);
+    free(p->in_rrows);
+    free(p->in_rdispl);
+    free(p->in_meta);
     memset(p, 0, sizeof *p);
 }
 
@@ -214,6 +236,52 @@ int mp_dedup_plan_forward(struct mp_dedup_plan *p, int ep_rank)
             }
             p->fwd_meta[(size_t)p->row_at[d] * K + k] = p->recv_meta[r * K + k];
         }
+    return MP_OK;
+}
+
+void mp_dedup_plan_inter(struct mp_dedup_plan *p, int ep_rank)
+{
+    for (int q = 0; q < p->ep; q++)
+        p->x_rows[q] = p->ep_node[q] != p->ep_node[ep_rank] ? p->send_rows[q] : 0;
+}
+
+void mp_dedup_plan_intra_counts(struct mp_dedup_plan *p, int ep_rank)
+{
+    for (int q = 0; q < p->ep; q++) {
+        int same = p->ep_node[q] == p->ep_node[ep_rank];
+        p->in_cnt[2 * q] = p->d_rows[q] = same ? p->send_rows[q] : 0;
+        p->in_cnt[2 * q + 1] = same ? p->fwd_rows[q] : 0;
+    }
+}
+
+int mp_dedup_plan_intra(struct mp_dedup_plan *p, int ep_rank)
+{
+    int K = p->K;
+    long out = 0, in = 0;
+    for (int q = 0; q < p->ep; q++) {
+        int same = p->ep_node[q] == p->ep_node[ep_rank];
+        p->d_rrows[q] = same ? p->in_rcnt[2 * q] : 0;
+        p->recv1_rows[q] = same ? p->in_rcnt[2 * q + 1] : 0;
+        p->in_displ[q] = (int)out;
+        p->in_rows[q] = p->in_cnt[2 * q] + p->in_cnt[2 * q + 1];
+        p->in_rdispl[q] = (int)in;
+        p->in_rrows[q] = p->d_rrows[q] + p->recv1_rows[q];
+        /* the metadata in the phase's order: q's direct rows, then its forwards */
+        memcpy(p->in_meta + (size_t)out * K, p->send_meta + (size_t)p->send_displ[q] * K,
+               (size_t)p->in_cnt[2 * q] * K * sizeof *p->in_meta);
+        memcpy(p->in_meta + (size_t)(out + p->in_cnt[2 * q]) * K,
+               p->fwd_meta + (size_t)p->fwd_displ[q] * K,
+               (size_t)p->in_cnt[2 * q + 1] * K * sizeof *p->in_meta);
+        out += p->in_rows[q];
+        in += p->in_rrows[q];
+    }
+    p->nin_send = out;
+    p->nrecv1 = in;
+    if (p->nrecv + in > p->max_recv) {
+        mp_error("dedup dispatch: %ld rows received over both phases, more than the %ld the plan "
+                 "holds", p->nrecv + in, p->max_recv);
+        return MP_ERR_RUNTIME;
+    }
     return MP_OK;
 }
 

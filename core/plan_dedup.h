@@ -51,6 +51,20 @@ struct mp_dedup_plan {
     struct mp_dedup_meta *fwd_meta;   /* [max_fwd·K] */
     int *recv1_rows, *recv1_displ;    /* [ep] */
 
+    /* node's two phases (docs/METRICS.md, "Hop times"): the inter-node phase sends x_rows (the
+     * send_rows to relays on other nodes; received into recv_rows, rows [0, nrecv)); the
+     * intra-node phase sends each rank q of this node its d_rows[q] direct rows then its
+     * fwd_rows[q] forwards, in_rows[q] from in_displ[q] of one buffer (in_meta their metadata),
+     * after the count exchange of in_cnt [2·ep] (direct, forwards per rank) into in_rcnt; it
+     * receives in_rrows[s] from in_rdispl[s] (counted from 0, after the nrecv first rows):
+     * d_rrows[s] direct rows, then recv1_rows[s] forwards; nrecv1 all of them, nin_send the rows
+     * it sends */
+    int *x_rows, *in_cnt, *in_rcnt;   /* [ep], [2·ep], [2·ep] */
+    int *d_rows, *d_rrows;            /* [ep] */
+    int *in_rows, *in_displ, *in_rrows, *in_rdispl; /* [ep] */
+    struct mp_dedup_meta *in_meta;    /* [(max_send + max_fwd)·K] */
+    long nin_send;
+
     /* scratch: [ep] the last token counted at each rank, the next row of each rank's block, the
      * token that has a row at each rank and which row; [max_local+1] the next expanded row of
      * each local expert */
@@ -120,6 +134,22 @@ long mp_dedup_plan_fwd_slots(const struct mp_dedup_plan *p, const int *slot_rows
  * fwd_rows, fwd_displ, fwd_src, fwd_meta, nfwd. MP_OK, or MP_ERR_RUNTIME after a message for a
  * cell outside the EP group or more forwards than max_fwd. */
 int mp_dedup_plan_forward(struct mp_dedup_plan *p, int ep_rank);
+
+/* Node mode, after mp_dedup_plan_send: the inter-node phase's rows, x_rows[q] = send_rows[q] for q
+ * on another node than ep_rank's, else 0. */
+void mp_dedup_plan_inter(struct mp_dedup_plan *p, int ep_rank);
+
+/* Node mode, after mp_dedup_plan_forward: the intra-node phase's counts, in_cnt[2q] = d_rows[q] the
+ * direct rows (send_rows[q]) and in_cnt[2q + 1] the forwards (fwd_rows[q]) for every q on ep_rank's
+ * node (itself included: its own block), 0 elsewhere. */
+void mp_dedup_plan_intra_counts(struct mp_dedup_plan *p, int ep_rank);
+
+/* Node mode, once in_rcnt holds what every rank of the node sends this one: d_rrows[s] and
+ * recv1_rows[s] of each rank s of the node (0 elsewhere), the intra-node phase's layouts
+ * (in_rows/in_displ, in_rrows/in_rdispl after the nrecv inter-node rows), nrecv1, nin_send, and
+ * in_meta (each rank's direct rows' metadata, then its forwards'). MP_OK, or MP_ERR_RUNTIME after
+ * a message when the rows received exceed max_recv. */
+int mp_dedup_plan_intra(struct mp_dedup_plan *p, int ep_rank);
 
 /* Node mode: receive displacements of the forwards (recv1_rows from the count exchange), placed
  * after the nrecv first-hop rows, and nrecv1. MP_OK, or MP_ERR_RUNTIME when both exceed max_recv. */

@@ -297,7 +297,9 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
     /* exp_rows [ep·max_local]: the kept pairs of each (rank, local expert) */
     mp_dedup_padded_walk(pl, ep, T, K, d->ids, NULL, cap1, node ? ep_node : NULL, d->exp_rows,
                          t->dropped, t->local);
-    /* rows_to: hop 0 (first-hop slots), then hop 1 (forward slots) in the dedup counts' rows */
+    /* rows_to in the dedup counts' rows: hop 0 the first-hop slots (node: its inter-node phase,
+     * the relay slots only), hop 1 node's intra-node phase (the direct slots inside the node and
+     * the forward slots), as core/dispatch_dedup_padded.c runs them */
     double *hop = d->dedup->rows;
     memset(hop, 0, 2 * cells * sizeof *hop);
     for (int e = 0; e < ep; e++) {
@@ -307,8 +309,9 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d)
         mp_dedup_padded_layout(node ? ep_node : NULL, ep, e, cap1, cap2, send1, recv1, send2,
                                recv2);
         for (int q = 0; q < ep; q++) {
-            hop[(size_t)e * ep + q] = q == e ? 0 : send1[q];
-            hop[cells + (size_t)e * ep + q] = send2[q];
+            int inside = node && ep_node[q] == ep_node[e];
+            hop[(size_t)e * ep + q] = q == e || inside ? 0 : send1[q];
+            hop[cells + (size_t)e * ep + q] = send2[q] + (inside && q != e ? send1[q] : 0);
         }
     }
     for (int q = 0; q < ep; q++) {
@@ -669,14 +672,15 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                                                                       a->incast));
     double combine = cl->launch_us + data;
     double hop_d[2] = {0, 0}, hop_c[2] = {0, 0}; /* each hop's share of dispatch and combine */
-    if (t->dedup_hops) { /* node: the network hop, then the forward inside the node; combine back */
+    if (t->dedup_hops) { /* node: the inter-node phase, then the intra-node phase (the direct rows
+                          * and the forwards, on the EP group's node groups); combine back */
         counts = dispatch = combine = 0;
         for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
             /* the first hop's count round is the notify phase, as measured; node's second one
-             * (the forwards' counts, known only once the first hop's rows arrived) is dispatch,
-             * the intra-node forward's share as measured; a padded hop sends fixed slots: no
-             * counts */
+             * (the intra-node phase's counts, its forwards' known only once the first phase's
+             * rows arrived) is dispatch, the intra-node phase's share as measured; a padded hop
+             * sends fixed slots: no counts */
             double round = t->count_exchange
                                ? mp_model_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1)
                                : 0;

@@ -4,8 +4,11 @@
 # bytes on the wire, those to the other node included, are the model's for the same sweep on the
 # cpu-host profile (2 ranks per node); inter-node bytes fall from pair to rank, and from rank to
 # node on some point; node's hop times are there, non-negative and within their phase, and empty
-# for pair and rank; padded slots (lossless and a capacity that drops), rank and node, pass --check
-# and drop, run and send what the model counts, node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
+# for pair and rank; node's phases (dynamic, padded, pipelined) run on the EP group's intra- and
+# inter-node groups (2 ranks each on tp1ep4), none on the whole EP group, and over the whole EP
+# group where the nodes hold unequal numbers of EP ranks (2 x 3, tp2ep3); padded slots (lossless
+# and a capacity that drops), rank and node, pass --check and drop, run and send what the model
+# counts, node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
 # the absolute errors over the batches, per mode). Skips (77) where network namespaces cannot be
 # created, or when the machine is too noisy to judge.
@@ -74,6 +77,47 @@ for d in sys.argv[1:3]:
                 if name != "layer.csv": # a median of sums is not the sum of medians
                     assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
 PY
+# node's two phases run on the EP group's node groups (the test hook MOEPERF_TEST_GROUPS: each rank
+# counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs
+# its exchanges on an intra-node group of 2 ranks and an inter-node group of 2, none on the EP group
+# of 4
+for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2"; do
+    # shellcheck disable=SC2086
+    "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" --hidden 64 \
+        --ffn 32 --experts 16 --topk 4 --layout tp1ep4 --batch 24 --routing zipf:1.2 --dedup node \
+        $form --iters 1 --warmup 0 --check --quiet --timeout 120 --out "$TMP/groups" \
+        >/dev/null 2>"$TMP/g.err" || fail "node's phases ($form) exit $?: $(cat "$TMP/g.err")"
+    python3 - "$TMP/g.err" "$form" <<'PY' || fail "node's phases ($form) did not run on the node groups"
+import re, sys
+pat = re.compile(r"rank (\d+): exchanges on ep \(4 ranks\) (\d+), ep-intra-node \(2 ranks\) (\d+), "
+                 r"ep-inter-node \(2 ranks\) (\d+)$")
+seen = {}
+for line in open(sys.argv[1]):
+    m = pat.search(line.strip())
+    if m:
+        seen[int(m[1])] = [int(x) for x in m.groups()[1:]]
+assert sorted(seen) == [0, 1, 2, 3], open(sys.argv[1]).read()
+for r, (ep, intra, inter) in seen.items():
+    assert ep == 0 and intra > 0 and inter > 0, (sys.argv[2], r, ep, intra, inter)
+print(sys.argv[2], "exchanges per rank on ep, intra-node, inter-node:", seen)
+PY
+done
+
+# nodes of unequal EP ranks (2 nodes x 3 ranks, tp2ep3: EP ranks on nodes 0 0 1) have no node
+# groups: both phases run over the whole EP group of 3, and still pass --check
+# shellcheck disable=SC2086
+"$EMU" run --name "${NAME}u" --nodes 2 --ranks-per-node 3 --rate 0 -- -x MOEPERF_TEST_GROUPS=1 \
+    "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 12 --topk 4 --layout tp2ep3 --batch 24 \
+    --routing zipf:1.2 --dedup node --overlap 1,2 --iters 1 --warmup 0 --check --quiet \
+    --timeout 120 --out "$TMP/uneven" >/dev/null 2>"$TMP/u.err" ||
+    fail "node's phases on unequal nodes exit $?: $(cat "$TMP/u.err")"
+whole='exchanges on ep \(3 ranks\) [1-9][0-9]*, ep-intra-node \(0 ranks\) 0, ep-inter-node \(0 ranks\) 0$'
+n=$(grep -cE "$whole" "$TMP/u.err" || true)
+[ "$n" = 6 ] ||
+    fail "unequal nodes: $n of 6 ranks ran node's phases over the whole EP group: $(cat "$TMP/u.err")"
+col "$TMP/uneven/layer.csv" check_error | awk '{ if ($1 == "" || $1 > 1e-5) bad = 1 } END { exit bad }' ||
+    fail "unequal nodes: check_error $(col "$TMP/uneven/layer.csv" check_error | tr '\n' ' ')"
+
 # moeperf-a2a --pattern moe across the nodes, one draw: rank's and node's largest per-rank send
 # (node: both hops, the relay's and the forwards) is the model layer's largest dispatch bytes of
 # the same draw, metadata included; both below pair

@@ -4,7 +4,9 @@
 # 2 emulated GPUs per node, tp1ep4 and tp2ep2, uniform and gate routings, contiguous and
 # replicate-hot:2 placements: every point passes --check within the bf16 bound, the ranks are on
 # two nodes, and inter-node bytes fall pair > rank >= node at every point, node below rank at some
-# (tp1ep4, where a node holds two EP ranks to relay to). Needs -Dcudaemu=true (77 on a real CUDA
+# (tp1ep4, where a node holds two EP ranks to relay to); node's phases (dynamic, padded,
+# pipelined) run on NCCL communicators of the EP group's intra- and inter-node groups, none on the
+# EP one. Needs -Dcudaemu=true (77 on a real CUDA
 # build, whose ranks cannot be spread over namespaces this way); skips (77) where network
 # namespaces cannot be created.
 . "$(dirname "$0")/lib.sh"
@@ -51,4 +53,29 @@ for k, b in inter.items():
     saved += b["node"] < b["rank"]
 assert saved, "node never sent fewer inter-node bytes than rank"
 PY
+# node's two phases on the NCCL communicators split from the EP one (the test hook
+# MOEPERF_TEST_GROUPS counts each group's exchanges per rank): dynamic, padded and pipelined run
+# every exchange on the intra-node and inter-node communicators of 2 ranks, none on the EP one of 4
+for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2"; do
+    # shellcheck disable=SC2086
+    "$EMU" run --name "$NAME" -- "${pass[@]}" -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" \
+        --backend cuda --comm nccl --hidden 64 --ffn 32 --experts 16 --topk 4 --layout tp1ep4 \
+        --batch 24 --routing uniform --dedup node $form --warmup 0 --iters 1 --check --timeout 300 \
+        --quiet --out "$TMP/groups" >/dev/null 2>"$TMP/g.err" ||
+        fail "node's phases on NCCL ($form): exit $?: $(grep "^moeperf-layer:" "$TMP/g.err" | head -3)"
+    python3 - "$TMP/g.err" "$form" <<'PY' || fail "node's phases ($form) did not run on the NCCL node groups"
+import re, sys
+pat = re.compile(r"rank (\d+): exchanges on ep \(4 ranks\) (\d+), ep-intra-node \(2 ranks\) (\d+), "
+                 r"ep-inter-node \(2 ranks\) (\d+)$")
+seen = {}
+for line in open(sys.argv[1]):
+    m = pat.search(line.strip())
+    if m:
+        seen[int(m[1])] = [int(x) for x in m.groups()[1:]]
+assert sorted(seen) == [0, 1, 2, 3], open(sys.argv[1]).read()[-2000:]
+for r, (ep, intra, inter) in seen.items():
+    assert ep == 0 and intra > 0 and inter > 0, (sys.argv[2], r, ep, intra, inter)
+print(sys.argv[2], "exchanges per rank on ep, intra-node, inter-node:", seen)
+PY
+done
 echo PASS

@@ -1,7 +1,8 @@
 /* test_backends.c - the backend registries: every built compute and comm backend passes its table
  * check and is found by name, the choice lists hold every built backend, and a table whose hooks
  * disagree with its capability data (copies of the real tables with a hook removed or a capability
- * changed) is refused. */
+ * changed) is refused; the EP group's intra- and inter-node groups of a layout are built where
+ * every node holds the same number of EP ranks, and absent otherwise. */
 #include <stdio.h>
 #include <string.h>
 
@@ -149,6 +150,12 @@ static void test_broken_comm(void)
     t.alltoallv = NULL;
     CHECK(comm_refused(&t, "alltoallv removed"));
     t = mp_comm_mpi;
+    t.alltoallv_group = NULL;
+    CHECK(comm_refused(&t, "alltoallv_group removed"));
+    t = mp_comm_mpi;
+    t.ialltoallv_group = NULL;
+    CHECK(comm_refused(&t, "ialltoallv_group removed, ialltoallv kept"));
+    t = mp_comm_mpi;
     t.memory = MP_MEMORY_DEVICE;
     CHECK(comm_refused(&t, "device memory without bind_device"));
     t = mp_comm_mpi;
@@ -170,6 +177,47 @@ static void test_broken_comm(void)
     }
 }
 
+/* The EP group's node groups of a layout (mp_comm_node_groups), as EP rank 0 of the model
+ * backend's virtual world of `world` ranks, `gpn` per node, sees them; `intra`/`inter` the member
+ * lists, -1-terminated, or NULL where the nodes hold different numbers of EP ranks. */
+static void check_groups(int world, int gpn, int tp, const int *intra, const int *inter)
+{
+    struct mp_comm *c = NULL;
+    struct mp_comm_params p = {.world = world, .gpus_per_node = gpn};
+    CHECK_INT(mp_comm_model.init(&c, NULL, NULL, &p), MP_OK);
+    CHECK_INT(mp_comm_model.split(c, tp, world / tp), MP_OK);
+    printf("  world %d, %d per node, tp%d: node groups %s\n", world, gpn, tp,
+           c->node_groups ? "built" : "absent");
+    CHECK_INT(c->node_groups, intra != NULL);
+    CHECK_INT(c->group_size[MP_GROUP_EP], world / tp);
+    for (int i = 0; i < world / tp; i++)
+        CHECK_INT(c->members[MP_GROUP_EP][i], i);
+    const int *want[MP_GROUP_COUNT] = {NULL, intra, inter};
+    for (int g = MP_GROUP_EP_INTRA; g < MP_GROUP_COUNT; g++) {
+        int n = 0;
+        while (want[g] && want[g][n] >= 0)
+            n++;
+        CHECK_INT(c->group_size[g], n);
+        for (int i = 0; i < n && i < c->group_size[g]; i++)
+            CHECK_INT(c->members[g][i], want[g][i]);
+        CHECK_INT(c->group_rank[g], 0);
+        CHECK_INT(mp_comm_phase_group(c, (enum mp_comm_group)g), intra ? g : MP_GROUP_EP);
+    }
+    CHECK_INT(mp_comm_model.split(c, world, 1), MP_OK); /* the next layout's replace them */
+    CHECK_INT(c->group_size[MP_GROUP_EP], 1);
+    mp_comm_model.fini(c);
+}
+
+static void test_node_groups(void)
+{
+    check_groups(8, 4, 1, (const int[]){0, 1, 2, 3, -1}, (const int[]){0, 4, -1});
+    check_groups(8, 2, 2, (const int[]){0, -1}, (const int[]){0, 1, 2, 3, -1});
+    check_groups(12, 6, 2, (const int[]){0, 1, 2, -1}, (const int[]){0, 3, -1});
+    check_groups(6, 4, 1, NULL, NULL); /* nodes of 4 and 2 EP ranks */
+    check_groups(12, 4, 2, (const int[]){0, 1, -1}, (const int[]){0, 2, 4, -1});
+    check_groups(10, 4, 2, NULL, NULL); /* EP ranks on nodes 0 0 1 1 2 */
+}
+
 int main(void)
 {
     mp_log_init("test_backends", -1);
@@ -177,5 +225,6 @@ int main(void)
     test_built_comm();
     test_broken_compute();
     test_broken_comm();
+    test_node_groups();
     return check_failures;
 }

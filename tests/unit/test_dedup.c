@@ -91,8 +91,8 @@ static void brute(enum mp_dedup mode, const struct mp_placement *pl, const int32
                 int nodes[K], nn = 0;
                 for (int i = 0; i < nd; i++) {
                     int nod = bf_node(dest[i], tp, gpn);
-                    if (nod == bf_node(e, tp, gpn))
-                        from[nr] = e, to[nr] = dest[i], hop[nr++] = 0;
+                    if (nod == bf_node(e, tp, gpn)) /* direct: the intra-node phase */
+                        from[nr] = e, to[nr] = dest[i], hop[nr++] = 1;
                     else if (!has(nodes, nn, nod))
                         nodes[nn++] = nod;
                 }
@@ -150,6 +150,12 @@ int main(void)
                                 placements[pi], tp, gpn, mode, bad);
                     CHECK_INT(bad, 0);
                     CHECK_INT(c.hops, mode == MP_DEDUP_NODE ? 2 : 1);
+                    /* node's phases: hop 0 only between nodes, hop 1 only inside one */
+                    for (int h = 0; mode == MP_DEDUP_NODE && h < 2; h++)
+                        for (int e = 0; e < EP; e++)
+                            for (int q = 0; q < EP; q++)
+                                if (c.rows[h * EP * EP + e * EP + q] > 0)
+                                    CHECK_INT(bf_node(e, tp, gpn) != bf_node(q, tp, gpn), h == 0);
                     double pairs = 0;
                     for (int p = 0; p < EP; p++)
                         pairs += c.pairs[p];

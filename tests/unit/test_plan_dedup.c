@@ -3,8 +3,9 @@
  * rows mp_dedup_count counts for the model), the metadata names exactly the pairs served there
  * with their weights, and a destination's expansion of the rows it receives runs each pair it
  * serves exactly once, with its weight, in its expert's block; in node mode, on nodes of 1 to 6
- * ranks, both hops carry mp_dedup_count's rows, forwards stay inside a node, and after them every
- * rank runs exactly the pairs it serves. */
+ * ranks, the inter-node phase carries mp_dedup_count's hop 0 and the intra-node phase (direct rows
+ * and forwards) its hop 1, forwards stay inside a node, and after them every rank runs exactly the
+ * pairs it serves. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -29,62 +30,84 @@ static int rank_of_token(long t)
     return e;
 }
 
-/* Node mode with `gpn` EP ranks per node: both hops' rows are mp_dedup_count's, and after the
- * relays forward what they received every rank's expansion runs exactly the pairs it serves. */
+/* Node mode with `gpn` EP ranks per node, one plan per rank as the layer keeps it: the inter-node
+ * phase's rows (to relays on other nodes) are mp_dedup_count's hop 0, the intra-node phase's
+ * (direct rows, then the forwards of what came in) its hop 1, each inside its link class, and
+ * after both phases every rank's expansion runs exactly the pairs it serves. */
 static void check_node(const struct mp_placement *pl, const int32_t *ids, const float *w, int gpn,
                        struct mp_dedup_counts *cnt)
 {
-    static struct mp_dedup_plan sp[EP], rp[EP];
-    static long tok_in[EP][T * K + T]; /* global token of every row a rank received, both hops */
+    static struct mp_dedup_plan rp[EP];
+    static long tok_in[EP][T * K + T]; /* global token of every row a rank received, both phases */
     static char used[T * K];
     int ep_node[EP];
+    long first[EP];
     for (int q = 0; q < EP; q++)
         ep_node[q] = q / gpn;
     mp_dedup_count(MP_DEDUP_NODE, pl, ids, T, K, 1, gpn, cnt);
     for (int e = 0; e < EP; e++) {
-        long tok0, n = mp_token_split(T, EP, e, &tok0);
-        CHECK_INT(mp_dedup_plan_alloc(&sp[e], EP, pl->max_local, K, n, T * K, T), MP_OK);
+        long n = mp_token_split(T, EP, e, &first[e]);
         CHECK_INT(mp_dedup_plan_alloc(&rp[e], EP, pl->max_local, K, n, T * K, T), MP_OK);
-        mp_dedup_plan_send(&sp[e], pl, e, tok0, n, ids + tok0 * K, w + tok0 * K, ep_node);
         for (int q = 0; q < EP; q++)
-            if (q != e)
-                CHECK_INT(sp[e].send_rows[q], (long)cnt->rows[e * EP + q]);
+            rp[e].ep_node[q] = ep_node[q];
+        mp_dedup_plan_send(&rp[e], pl, e, first[e], n, ids + first[e] * K, w + first[e] * K,
+                           ep_node);
+        mp_dedup_plan_inter(&rp[e], e);
+        for (int q = 0; q < EP; q++)
+            if (q != e) /* only rows to other nodes in the inter-node phase */
+                CHECK_INT(rp[e].x_rows[q], (long)cnt->rows[e * EP + q]);
     }
-    /* hop 0 by hand, then every rank's forwards: the model's second hop */
+    /* the inter-node phase by hand, then every rank's forwards and the intra-node counts */
     for (int q = 0; q < EP; q++) {
         long nr = 0;
         for (int e = 0; e < EP; e++) {
-            long tok0;
-            mp_token_split(T, EP, e, &tok0);
-            rp[q].recv_rows[e] = sp[e].send_rows[q];
-            for (long r = sp[e].send_displ[q]; r < sp[e].send_displ[q] + sp[e].send_rows[q];
+            rp[q].recv_rows[e] = rp[e].x_rows[q];
+            for (long r = rp[e].send_displ[q]; r < rp[e].send_displ[q] + rp[e].x_rows[q];
                  r++, nr++) {
-                tok_in[q][nr] = tok0 + sp[e].send_tok[r];
+                tok_in[q][nr] = first[e] + rp[e].send_tok[r];
                 for (int k = 0; k < K; k++)
-                    rp[q].recv_meta[nr * K + k] = sp[e].send_meta[r * K + k];
+                    rp[q].recv_meta[nr * K + k] = rp[e].send_meta[r * K + k];
             }
         }
         CHECK_INT(mp_dedup_plan_recv(&rp[q]), MP_OK);
         CHECK_INT(mp_dedup_plan_forward(&rp[q], q), MP_OK);
-        for (int d = 0; d < EP; d++) {
-            if (d != q)
-                CHECK_INT(rp[q].fwd_rows[d], (long)cnt->rows[EP * EP + q * EP + d]);
+        for (int d = 0; d < EP; d++)
             if (rp[q].fwd_rows[d]) /* forwards stay inside the relay's node */
                 CHECK_INT(ep_node[d], ep_node[q]);
+        mp_dedup_plan_intra_counts(&rp[q], q);
+    }
+    /* the intra-node phase's count exchange and rows by hand, after each rank's inter-node rows */
+    for (int q = 0; q < EP; q++) {
+        for (int s = 0; s < EP; s++) {
+            rp[q].in_rcnt[2 * s] = rp[s].in_cnt[2 * q];
+            rp[q].in_rcnt[2 * s + 1] = rp[s].in_cnt[2 * q + 1];
         }
     }
-    /* hop 1 by hand, after each rank's first-hop rows; then the expansion */
+    for (int q = 0; q < EP; q++)
+        CHECK_INT(mp_dedup_plan_intra(&rp[q], q), MP_OK);
     for (int q = 0; q < EP; q++) {
-        for (int s = 0; s < EP; s++)
-            rp[q].recv1_rows[s] = rp[s].fwd_rows[q];
-        CHECK_INT(mp_dedup_plan_recv_forwards(&rp[q]), MP_OK);
-        for (int s = 0; s < EP; s++)
-            for (long f = rp[s].fwd_displ[q], i = rp[q].recv1_displ[s];
-                 f < rp[s].fwd_displ[q] + rp[s].fwd_rows[q]; f++, i++) {
-                tok_in[q][i] = tok_in[s][rp[s].fwd_src[f]];
+        for (int d = 0; d < EP; d++) {
+            if (d != q) /* direct rows and forwards: the model's hop 1 */
+                CHECK_INT(rp[q].in_rows[d], (long)cnt->rows[EP * EP + q * EP + d]);
+            if (rp[q].in_rows[d])
+                CHECK_INT(ep_node[d], ep_node[q]);
+        }
+        for (int s = 0; s < EP; s++) {
+            struct mp_dedup_plan *src = &rp[s];
+            long at = rp[q].nrecv + rp[q].in_rdispl[s];
+            CHECK_INT(rp[q].in_rrows[s], src->in_rows[q]);
+            for (long i = 0; i < src->in_rows[q]; i++) {
+                int direct = i < src->d_rows[q];
+                tok_in[q][at + i] =
+                    direct ? first[s] + src->send_tok[src->send_displ[q] + i]
+                           : tok_in[s][src->fwd_src[src->fwd_displ[q] + i - src->d_rows[q]]];
                 for (int k = 0; k < K; k++)
-                    rp[q].recv_meta[i * K + k] = rp[s].fwd_meta[f * K + k];
+                    rp[q].recv_meta[(at + i) * K + k] =
+                        src->in_meta[(src->in_displ[q] + i) * K + k];
             }
+        }
+    }
+    for (int q = 0; q < EP; q++) {
         int nlocal = mp_placement_nlocal(pl, q);
         CHECK_INT(mp_dedup_plan_expand(&rp[q], q, nlocal), MP_OK);
         long served = 0;
@@ -106,10 +129,8 @@ static void check_node(const struct mp_placement *pl, const int32_t *ids, const 
             }
         }
     }
-    for (int e = 0; e < EP; e++) {
-        mp_dedup_plan_free(&sp[e]);
+    for (int e = 0; e < EP; e++)
         mp_dedup_plan_free(&rp[e]);
-    }
 }
 
 int main(void)
