@@ -367,7 +367,9 @@ static const struct mp_column plan_cols[] = {
     {MPC_replica_tokens_per_s, "tokens/s", R, "tokens per second one replica serves"},
     {MPC_dp, "–", I, "replicas needed for the target throughput"},
     {MPC_gpus, "GPUs", I, "GPUs of all replicas"},
-    {MPC_meets_slo, "–", I, "1 when the candidate meets the SLO, else 0"},
+    {MPC_meets_slo, "–", I,
+     "1 when the candidate meets the SLO within `--max-gpus`, else 0; the plan is the cheapest "
+     "with `meets_slo` 1 and `fits` 1"},
     {MPC_overlap, "chunks", I, "chunks pipelined (1: none)"},
     {MPC_dedup, "–", T, "what a dispatched row stands for (`--dedup`: pair, rank, node)"},
     {MPC_mem_gb_per_gpu, "GB", R,
@@ -376,7 +378,7 @@ static const struct mp_column plan_cols[] = {
                                  "per sequence)"},
     {MPC_fits, "–", I,
      "1 when `mem_gb_per_gpu` is within the GPU's memory less its reserve (or the profile gives "
-     "no memory), else 0; a candidate that does not fit never meets the SLO"},
+     "no memory), else 0; a candidate that does not fit is never chosen"},
     {MPC_over, "–", T,
      "what overflows: `weights` (the weights alone), `kv` (the KV cache tips it over) or `none`"},
 };

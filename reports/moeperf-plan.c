@@ -213,7 +213,7 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
             mp_row_dbl(&row, v[k]);
         mp_row_int(&row, c[i].dp);
         mp_row_int(&row, c[i].gpus);
-        mp_row_int(&row, c[i].meets);
+        mp_row_int(&row, c[i].slo_ok && c[i].gpus <= o->max_gpus); /* memory aside: fits */
         mp_row_int(&row, c[i].overlap);
         mp_row_str(&row, mp_dedup_choices[c[i].dedup]);
         mp_row_dbl(&row, c[i].mem.total / 1e9);

@@ -95,20 +95,26 @@ refused "$PLAN" --cluster h100-ndr --dedup pair,rnak
 grep -q -- "--dedup: 'rnak'" "$TMP/refused.err" || fail "the refusal does not name --dedup and the value"
 
 # memory: deepseek-v3 in bf16 on tp1ep16 H100s needs 120 GB per GPU, its weights alone over the
-# 72 GB an 80 GB GPU holds less the 10% reserve: it stays in plan.csv, not fitting, and is not
-# chosen though it meets the SLO; the console says why
+# 72 GB an 80 GB GPU holds less the 10% reserve: it stays in plan.csv, meeting the SLO but not
+# fitting, and is not chosen; the console and the report say why
 "$PLAN" --model deepseek-v3 --cluster h100-ndr --tp 1,2 --ep 16 --replicate 0 --batch 256 \
     --slo-token-ms 50 --throughput 20000 --iters 3 --out "$TMP/mem" >"$TMP/mem.out" ||
     fail "moeperf-plan on deepseek-v3 exit $?"
 grep '^cheapest\|^memory\|^  tp' "$TMP/mem.out" | head -4
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { k = "tp" $c["tp"] "ep" $c["ep"]; fits[k] = $c["fits"]; over[k] = $c["over"]; mem[k] = $c["mem_gb_per_gpu"]; meets[k] = $c["meets_slo"] }
-    END { if (!(fits["tp1ep16"] == 0 && over["tp1ep16"] == "weights" && meets["tp1ep16"] == 0 && mem["tp1ep16"] > 72)) { print "FAIL: tp1ep16 fits: " fits["tp1ep16"] " " over["tp1ep16"] " " mem["tp1ep16"]; exit 1 }
+    END { if (!(fits["tp1ep16"] == 0 && over["tp1ep16"] == "weights" && meets["tp1ep16"] == 1 && mem["tp1ep16"] > 72)) { print "FAIL: tp1ep16 fits: " fits["tp1ep16"] " " over["tp1ep16"] " " mem["tp1ep16"]; exit 1 }
           if (!(fits["tp2ep16"] == 1 && over["tp2ep16"] == "none" && mem["tp2ep16"] <= 72)) { print "FAIL: tp2ep16 does not fit: " mem["tp2ep16"]; exit 1 } }' \
     "$TMP/mem/plan.csv" || exit 1
 grep -q '^cheapest plan: tp2ep16' "$TMP/mem.out" || fail "the plan is not tp2ep16"
 grep -q '^  tp1ep16 contiguous batch 256: .*weights overflow$' "$TMP/mem.out" ||
     fail "the console does not say why tp1ep16 was dropped"
+"$BUILD/reports/moeperf-report" --out "$TMP/mem.html" --md "$TMP/mem.md" "$TMP/mem" ||
+    fail "moeperf-report on plan.csv exit $?"
+grep -q '^| chosen | tp2ep16 | contiguous, overlap 1, dedup pair | 256 | 96 | [0-9.]* | 62.6 | 4.6 | yes |' "$TMP/mem.md" ||
+    fail "the report does not show the chosen plan's memory: $(grep -A6 'Capacity plan' "$TMP/mem.md")"
+grep -q '^| met the SLO, dropped: does not fit | tp1ep16 | .* | 64 | .* | 120.5 | 4.6 | no: weights |' "$TMP/mem.md" ||
+    fail "the report does not say why tp1ep16 was dropped"
 # seed-k3 (2.8T parameters, 2.6T of them outside the experts in this shape) fits no layout when
 # every EP rank holds a copy of the non-expert weights; split over all GPUs it needs at least
 # 2.8e12 · 2 / 72e9 = 78 GPUs
