@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "gpumem.h"
 #include "harness.h"
 #include "layer.h"
 #include "registry.h"
@@ -191,6 +192,8 @@ static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
             mp_row_dbl(row, res->check_error);
         else if (name == MPC_overlap_efficiency)
             mp_row_dbl(row, res->overlap_efficiency);
+        else if (name == MPC_mem_gb_per_gpu)
+            mp_row_dbl(row, res->mem_gb_per_gpu);
         else {
             mp_error("layer.csv: no value for column %s", name);
             rc = MP_ERR_RUNTIME;
@@ -418,6 +421,32 @@ static void print_header(const struct mp_session *s)
     printf(" %9s\n", "check");
 }
 
+/* A model run's memory per GPU for the point (bf16 weights and KV cache, MP_CONTEXT_DEFAULT tokens
+ * per sequence, non-expert weights split by tp), with a warning when it exceeds what the profile's
+ * GPU holds less its reserve: the point could not be deployed (docs/planning.md). */
+static void model_memory(const struct mp_session *s, const struct mp_layout *lay,
+                         const struct mp_placement *pl, long batch, const char *label,
+                         struct mp_point_result *res)
+{
+    struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = pl->max_local,
+                                  .sequences = batch, .context = MP_CONTEXT_DEFAULT,
+                                  .weight_bytes = MP_BF16_BYTES, .kv_bytes = MP_BF16_BYTES,
+                                  .nonexpert = MP_NONEXPERT_TP};
+    struct mp_gpumem g;
+    mp_gpumem_compute(&s->model, &ml, &g);
+    res->mem_gb_per_gpu = g.total / 1e9;
+    double usable = mp_gpumem_usable(&s->cluster, s->cluster.mem_reserve);
+    const char *over = mp_gpumem_over(&g, usable);
+    if (strcmp(over, "none") != 0) {
+        mp_progress_clear();
+        mp_warn("%s: %s needs %.1f GB per GPU (weights %.1f, KV cache %.1f at %ld tokens per "
+                "sequence), more than the %.1f GB a %s GPU holds less its reserve: this point "
+                "could not be deployed (%s overflow)",
+                label, s->model.name, g.total / 1e9, g.weights / 1e9, g.kv / 1e9,
+                MP_CONTEXT_DEFAULT, usable / 1e9, s->cluster.name, over);
+    }
+}
+
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
 /* Whether any --dispatch-dtype of the sweep is fp8 (struct mp_point's blocked_activations). */
@@ -493,6 +522,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         rc = mp_session_fail(s, rc);
     sw->timed_us += res.timed_us;
     sw->measured++;
+    if (rc == MP_OK && s->modelled)
+        model_memory(s, lay, pl, batch, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, batch, &res);

@@ -27,27 +27,34 @@ const struct mp_cluster_param mp_cluster_params[] = {
     {"inter_lat_us", P(inter_lat_us), "µs", "latency of one exchange round across nodes", 1},
     {"launch_us", P(launch_us), "µs", "overhead per active expert and per phase", 1},
     {"congestion", P(congestion), "-", "γ in 1 + γ·log2(incast flows) on inter-node time", 1},
+    {"gpu_mem_gb", P(gpu_mem_gb), "GB", "device memory per GPU (0: not known, not checked)", 0},
+    {"mem_reserve", P(mem_reserve), "fraction",
+     "share of device memory kept for the runtime, activations and buffers", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
-/* Hardware figures: vendor datasheets (dense, without sparsity); behaviour figures are starting
- * assumptions that calibration replaces (docs/planning.md). */
+/* Hardware figures: vendor datasheets (dense, without sparsity; memory: H100 SXM 80 GB, H200 141 GB,
+ * A100 SXM4 80 GB, B200 192 GB); behaviour figures are starting assumptions that calibration
+ * replaces (docs/planning.md). */
 #define BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.8, .intra_eff = 0.7, .inter_eff = 0.85,            \
-                  .intra_lat_us = 8, .inter_lat_us = 20, .launch_us = 4, .congestion = 0.15
+                  .intra_lat_us = 8, .inter_lat_us = 20, .launch_us = 4, .congestion = 0.15,             \
+                  .mem_reserve = MP_MEM_RESERVE_DEFAULT
 const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
-     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, BEHAVIOUR},
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80, BEHAVIOUR},
     {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
-     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, BEHAVIOUR},
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141, BEHAVIOUR},
     {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
-     .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, BEHAVIOUR},
+     .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80, BEHAVIOUR},
     {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
-     .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, BEHAVIOUR},
+     .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, .gpu_mem_gb = 192, BEHAVIOUR},
     /* one CPU core per rank (AVX2 FMA fp32, a share of a socket's memory and shared-memory
-     * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs */
+     * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs; its memory is
+     * the host's, not checked (gpu_mem_gb 0) */
     {.name = "cpu-host", .flops = 100e9, .hbm_bw = 20e9, .gpus_per_node = 2, .intra_bw = 10e9,
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
-     .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1},
+     .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
+     .mem_reserve = MP_MEM_RESERVE_DEFAULT},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -81,17 +88,22 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
         const char *k = mp_cluster_params[i].key;
         double v = get(c, i);
         int ok = isfinite(v);
+        int zero_ok = strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion") ||
+                      !strcmp(k, "gpu_mem_gb");
         if (strstr(k, "_eff"))
             ok = ok && v > 0 && v <= 1;
-        else if (strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion"))
+        else if (!strcmp(k, "mem_reserve"))
+            ok = ok && v >= 0 && v < 1;
+        else if (zero_ok)
             ok = ok && v >= 0;
         else
             ok = ok && v > 0;
         if (!ok) {
             mp_usage("%s: %s = %g is out of range (%s)", what, k, v,
-                     strstr(k, "_eff") ? "a fraction in (0, 1]"
-                     : (strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion"))
-                         ? ">= 0" : "> 0");
+                     strstr(k, "_eff")              ? "a fraction in (0, 1]"
+                     : !strcmp(k, "mem_reserve") ? "a fraction in [0, 1)"
+                     : zero_ok                      ? ">= 0"
+                                                    : "> 0");
             return MP_ERR_USAGE;
         }
     }
@@ -166,7 +178,7 @@ static int read_file(const char *path, struct mp_cluster *out)
                 mp_usage("cluster file %s line %d: unknown key '%s' (accepted: name, base, flops, "
                          "hbm_bw, gpus_per_node, intra_bw, inter_bw, elem_bytes, flops_eff, "
                          "hbm_eff, intra_eff, inter_eff, intra_lat_us, inter_lat_us, launch_us, "
-                         "congestion)", path, ln, key);
+                         "congestion, gpu_mem_gb, mem_reserve)", path, ln, key);
                 rc = MP_ERR_USAGE;
                 break;
             }
@@ -185,12 +197,22 @@ static int read_file(const char *path, struct mp_cluster *out)
     fclose(f);
     if (rc != MP_OK)
         return rc;
-    for (int i = 0; i < mp_cluster_nparams && !has_base; i++)
+    for (int i = 0; i < mp_cluster_nparams && !has_base; i++) {
+        /* the memory keys are optional: memory unknown, the default reserve */
+        if (!seen[i] && !strcmp(mp_cluster_params[i].key, "gpu_mem_gb")) {
+            c.gpu_mem_gb = 0;
+            continue;
+        }
+        if (!seen[i] && !strcmp(mp_cluster_params[i].key, "mem_reserve")) {
+            c.mem_reserve = MP_MEM_RESERVE_DEFAULT;
+            continue;
+        }
         if (!seen[i]) {
             mp_usage("cluster file %s: missing '%s' (%s; or start from a preset with base=NAME)",
                      path, mp_cluster_params[i].key, mp_cluster_params[i].meaning);
             return MP_ERR_USAGE;
         }
+    }
     if (name[0])
         snprintf(c.name, sizeof c.name, "%s", name);
     else

@@ -20,6 +20,10 @@ struct mp_cluster {
     double intra_lat_us, inter_lat_us; /* per exchange round on each link class */
     double launch_us;     /* per active expert (kernel launch and tail) and per phase */
     double congestion;    /* γ: inter-node time × (1 + γ·log2(incast flows)), ≥ 0 */
+    /* memory (hardware facts; never fitted) */
+    double gpu_mem_gb;    /* device memory per GPU, GB (1e9 bytes); 0: not known, not checked */
+    double mem_reserve;   /* share of it kept for the runtime, activations and communication
+                             buffers, [0, 1) */
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */
@@ -33,13 +37,18 @@ struct mp_cluster_param {
 extern const struct mp_cluster_param mp_cluster_params[];
 extern const int mp_cluster_nparams;
 
+/* The presets' mem_reserve: 10% of device memory kept outside weights and KV cache, as vLLM's default
+ * gpu_memory_utilization of 0.9 leaves. */
+#define MP_MEM_RESERVE_DEFAULT 0.1
+
 extern const struct mp_cluster mp_cluster_presets[];
 extern const int mp_cluster_npresets;
 
 /* Resolve `spec`: a preset name, or a key=value file ("base=NAME" starts from a preset; '#'
  * comments; keys as in mp_cluster_params plus name and base). Unknown keys, missing or negative or
  * non-numeric values and efficiencies outside (0, 1] print one line naming --cluster or the file and
- * line, and return MP_ERR_USAGE. */
+ * line, and return MP_ERR_USAGE. A file without base may leave out gpu_mem_gb (0: memory not
+ * checked) and mem_reserve (MP_MEM_RESERVE_DEFAULT); every other key is required. */
 int mp_cluster_resolve(const char *spec, struct mp_cluster *out);
 
 /* Check every field is present and in range; `what` names the source in the message. */

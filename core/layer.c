@@ -317,6 +317,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->check_error = NAN;
     res->check_error_unquantized = NAN;
     res->overlap_efficiency = NAN;
+    res->mem_gb_per_gpu = NAN;
     long total = pt->batch * pt->seq, tok0;
     if (total > L->max_tokens) {
         mp_error("point of %ld tokens exceeds the %ld the layout was sized for", total, L->max_tokens);

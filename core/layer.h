@@ -62,6 +62,9 @@ struct mp_point_result {
      * point run without overlap, and t_ovrl the median of layer_us − route_us overlapped; NAN
      * otherwise */
     double overlap_efficiency;
+    /* model runs: weights and KV cache per GPU to serve the model at this point, GB
+     * (mp_gpumem_compute); NAN for measured runs, set by the caller */
+    double mem_gb_per_gpu;
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
 

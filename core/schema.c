@@ -164,6 +164,10 @@ static const struct mp_column layer_cols[] = {
     {MPC_overlap_efficiency, "–", R,
      "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
      "(METRICS.md), else empty"},
+    {MPC_mem_gb_per_gpu, "GB", R,
+     "`--backend model`: weights and KV cache the fullest GPU of the layout would hold to serve "
+     "the model, bf16, `batch` sequences of 4096 tokens (docs/planning.md, Memory per GPU); "
+     "empty for measured runs"},
 };
 
 /* The per-iteration metrics of METRICS.md, in the field order of struct mp_iter_metrics. */
@@ -368,9 +372,20 @@ static const struct mp_column plan_cols[] = {
     {MPC_replica_tokens_per_s, "tokens/s", R, "tokens per second one replica serves"},
     {MPC_dp, "–", I, "replicas needed for the target throughput"},
     {MPC_gpus, "GPUs", I, "GPUs of all replicas"},
-    {MPC_meets_slo, "–", I, "1 when the candidate meets the SLO, else 0"},
+    {MPC_meets_slo, "–", I,
+     "1 when the candidate meets the SLO within `--max-gpus`, else 0; the plan is the cheapest "
+     "with `meets_slo` 1 and `fits` 1"},
     {MPC_overlap, "chunks", I, "chunks pipelined (1: none)"},
     {MPC_dedup, "–", T, "what a dispatched row stands for (`--dedup`: pair, rank, node)"},
+    {MPC_mem_gb_per_gpu, "GB", R,
+     "weights and KV cache on the layout's fullest GPU (docs/planning.md, Memory per GPU)"},
+    {MPC_kv_gb_per_gpu, "GB", R, "the KV cache's part of `mem_gb_per_gpu` (`--context` tokens "
+                                 "per sequence)"},
+    {MPC_fits, "–", I,
+     "1 when `mem_gb_per_gpu` is within the GPU's memory less its reserve (or the profile gives "
+     "no memory), else 0; a candidate that does not fit is never chosen"},
+    {MPC_over, "–", T,
+     "what overflows: `weights` (the weights alone), `kv` (the KV cache tips it over) or `none`"},
 };
 static const struct mp_columns no_key = {NULL, 0};
 const struct mp_csv_schema mp_schema_plan = {"plan.csv", "moeperf-plan", "one per candidate",

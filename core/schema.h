@@ -28,7 +28,8 @@
     X(metric) X(gated) X(n_base) X(n_new) X(runs_base) X(runs_new) X(unit) X(units_base)            \
     X(units_new) X(base_median_us) X(base_ci_lo_us) X(base_ci_hi_us) X(new_median_us)              \
     X(new_ci_lo_us) X(new_ci_hi_us) X(change_pct) X(u_base) X(p_value) X(test) X(verdict) X(reason) \
-    X(replicate) X(token_ms) X(token_p99_ms) X(replica_tokens_per_s) X(dp) X(gpus) X(meets_slo)
+    X(replicate) X(token_ms) X(token_p99_ms) X(replica_tokens_per_s) X(dp) X(gpus) X(meets_slo)     \
+    X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)

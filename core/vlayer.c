@@ -738,6 +738,7 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     res->check_error = NAN;
     res->check_error_unquantized = NAN;
     res->overlap_efficiency = NAN;
+    res->mem_gb_per_gpu = NAN;
     res->iters = pt->iters;
     res->nranks = N;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;

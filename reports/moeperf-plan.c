@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "dedup.h"
 #include "error.h"
+#include "gpumem.h"
 #include "plan.h"
 #include "results.h"
 #include "schema.h"
@@ -22,7 +23,9 @@ struct plan_opts {
     int calibrate, validate;
     double slo_token_ms, slo_layer_us, throughput;
     struct mp_list tp, ep, replicate, eplb;
-    int max_gpus;
+    int max_gpus, context;
+    double mem_reserve;
+    char *nonexpert;
 };
 #define PO(f) offsetof(struct plan_opts, f)
 
@@ -52,6 +55,14 @@ static const struct mp_opt options[] = {
      "target tokens/s over all DP replicas (0: one replica)"},
     {"max-gpus", MP_OPT_INT, PO(max_gpus), "4096", 1, 1 << 24, NULL, NULL,
      "the most GPUs a plan may use"},
+    {"context", MP_OPT_INT, PO(context), "4096", 1, 1 << 24, NULL, "TOKENS",
+     "tokens of KV cache each sequence holds (memory per GPU)"},
+    {"mem-reserve", MP_OPT_DOUBLE, PO(mem_reserve), NULL, 0, 0.99, NULL, "FRACTION",
+     "share of each GPU's memory kept for the runtime, activations and buffers (default: the "
+     "profile's mem_reserve, 0.1 for the presets)"},
+    {"nonexpert-split", MP_OPT_STRING, PO(nonexpert), "tp", MP_NOLIMIT, mp_nonexpert_split_names,
+     "tp|world", "non-expert weights split by each EP rank's TP group (a copy per EP rank), or "
+     "over all tp·ep GPUs"},
     {"out", MP_OPT_STRING, PO(b.out), NULL, MP_NOLIMIT, NULL, "PATH",
      "plan: directory for plan.csv; --calibrate: the profile file to write"},
     MP_OPT_QUIET, MP_OPT_END,
@@ -202,9 +213,13 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
             mp_row_dbl(&row, v[k]);
         mp_row_int(&row, c[i].dp);
         mp_row_int(&row, c[i].gpus);
-        mp_row_int(&row, c[i].meets);
+        mp_row_int(&row, c[i].slo_ok && c[i].gpus <= o->max_gpus); /* memory aside: fits */
         mp_row_int(&row, c[i].overlap);
         mp_row_str(&row, mp_dedup_choices[c[i].dedup]);
+        mp_row_dbl(&row, c[i].mem.total / 1e9);
+        mp_row_dbl(&row, c[i].mem.kv / 1e9);
+        mp_row_int(&row, c[i].fits);
+        mp_row_str(&row, c[i].over);
         mp_csv_write(csv, &row);
     }
     mp_row_free(&row);
@@ -212,19 +227,22 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 
 static void print_cand_header(void)
 {
-    printf("  %-9s %-16s %3s %-5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %s\n", "layout",
-           "placement", "ovl", "dedup", "batch", "layer_us", "p99_us", "ffn_us", "comm_us", "ratio", "bubble", "imbal",
-           "token_ms", "tok/s/rep", "dp", "gpus", "slo");
+    printf("  %-9s %-16s %3s %-5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %7s %-7s %s\n",
+           "layout", "placement", "ovl", "dedup", "batch", "layer_us", "p99_us", "ffn_us", "comm_us",
+           "ratio", "bubble", "imbal", "token_ms", "tok/s/rep", "dp", "gpus", "mem_gb", "over",
+           "slo");
 }
 
 static void print_cand(const struct mp_plan_cand *c)
 {
     char lay[32], pl[32];
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
-    printf("  %-9s %-16s %3d %-5s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d %s\n",
-           lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup], c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us,
-           c->ratio, c->bubble, c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus,
-           c->meets ? "yes" : "no");
+    printf("  %-9s %-16s %3d %-5s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d "
+           "%7.1f %-7s %s\n",
+           lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup],
+           c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us, c->ratio, c->bubble,
+           c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus, c->mem.total / 1e9,
+           c->over, c->meets ? "yes" : "no");
 }
 
 /* The remedies at the cheapest plan's layout and batch, ranked by the layer time they save against
@@ -271,6 +289,65 @@ static void print_dedup(const struct mp_plan_cand *c, int n, const struct mp_pla
             printf(" (%+.1f%% against pair)", 100 * (a->layer_us / c[pair].layer_us - 1));
     }
     printf("\n");
+}
+
+/* The memory assumptions, once: what a GPU may hold and how the weights are placed. */
+static void print_memory_header(const struct mp_plan_req *q)
+{
+    const struct mp_model *m = &q->model;
+    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
+    if (usable > 0)
+        printf("# memory per GPU: %g GB on %s less a %.0f%% reserve = %.1f GB for weights and KV "
+               "cache\n",
+               q->cluster.gpu_mem_gb, q->cluster.name, 100 * q->mem_reserve, usable / 1e9);
+    else
+        printf("# memory per GPU: not checked (%s gives no gpu_mem_gb)\n", q->cluster.name);
+    printf("#   %g-byte weights and KV cache, %ld tokens of context per sequence; parameters "
+           "%.4g: routed %.4g, shared %.4g, non-expert %.4g (split by %s)\n",
+           q->weight_bytes, q->context, m->params, mp_model_routed_params(m),
+           mp_model_shared_params(m), mp_model_nonexpert_params(m),
+           q->nonexpert == MP_NONEXPERT_WORLD ? "all tp·ep GPUs" : "tp, a copy per EP rank");
+    if (m->params <= 0)
+        printf("#   %s gives no params: only the experts' weights are counted\n", m->name);
+    if (m->attn_layers <= 0 || m->kv_heads <= 0 || m->kv_head_dim <= 0)
+        printf("#   %s gives no KV-cache shape (attn_layers, kv_heads, kv_head_dim): no KV cache "
+               "counted\n", m->name);
+}
+
+/* Why the cheapest-looking candidates were dropped: those meeting the SLO within --max-gpus but
+ * not fitting in memory, cheaper than the plan chosen. */
+static void print_dropped(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n,
+                          int best)
+{
+    int nofit = 0, order[3];
+    for (int i = 0; i < n; i++)
+        nofit += !c[i].fits;
+    if (nofit == 0)
+        return;
+    int k = mp_plan_dropped(c, n, best, q->max_gpus, order, 3);
+    printf("memory: %d of %d candidates do not fit in %.1f GB per GPU%s\n", nofit, n,
+           mp_gpumem_usable(&q->cluster, q->mem_reserve) / 1e9,
+           k ? "; cheaper ones dropped although they met the SLO:" : "");
+    for (int i = 0; i < k; i++) {
+        const struct mp_plan_cand *a = &c[order[i]];
+        char pl[64];
+        printf("  tp%dep%d %s batch %ld: %d GPUs, p99 token %.2f ms, needs %.1f GB per GPU "
+               "(routed experts %.1f, shared %.1f, non-expert %.1f, KV cache %.1f): %s overflow\n",
+               a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus, a->token_p99_ms,
+               a->mem.total / 1e9, a->mem.routed / 1e9, a->mem.shared / 1e9,
+               a->mem.nonexpert / 1e9, a->mem.kv / 1e9, a->over);
+    }
+    if (best < 0) { /* no plan: the least memory any candidate needs */
+        int least = 0;
+        for (int i = 1; i < n; i++)
+            if (c[i].mem.total < c[least].mem.total)
+                least = i;
+        if (n > 0 && !c[least].fits)
+            printf("  the least any candidate needs: %.1f GB per GPU (weights %.1f) at tp%dep%d "
+                   "batch %ld\n",
+                   c[least].mem.total / 1e9, c[least].mem.weights / 1e9, c[least].tp,
+                   c[least].ep, c[least].batch);
+    }
 }
 
 static int by_cost(const void *pa, const void *pb)
@@ -335,6 +412,11 @@ static int run_plan(struct plan_opts *o)
     q.max_gpus = o->max_gpus;
     q.iters = o->b.iters;
     q.seed = (unsigned long long)o->b.seed;
+    q.context = o->context;
+    q.weight_bytes = MP_BF16_BYTES;
+    q.kv_bytes = MP_BF16_BYTES;
+    q.mem_reserve = o->mem_reserve >= 0 ? o->mem_reserve : q.cluster.mem_reserve;
+    q.nonexpert = strcmp(o->nonexpert, "world") == 0 ? MP_NONEXPERT_WORLD : MP_NONEXPERT_TP;
     if (o->b.out) {
         const struct mp_csv_schema *f = &mp_schema_plan;
         const char *cols[MP_SCHEMA_MAX_COLS];
@@ -355,6 +437,7 @@ static int run_plan(struct plan_opts *o)
                q.slo_token_ms, q.slo_layer_us);
     printf("# token_ms: the MoE layers of one decode step (layers × layer p99); attention and dense\n"
            "# parts are not modelled.\n");
+    print_memory_header(&q);
     for (int ri = 0; ri < o->b.routing.n; ri++) {
         struct mp_routing rt;
         rc = mp_routing_parse(o->b.routing.v[ri], m->experts, m->topk, (uint64_t)o->b.seed, &rt);
@@ -377,9 +460,11 @@ static int run_plan(struct plan_opts *o)
             char pl[64];
             mp_plan_remedy(b, pl, sizeof pl);
             printf("cheapest plan: tp%dep%d, %s, batch %ld × %d replica(s) = %d GPUs, "
-                   "p99 token %.2f ms, %.0f tokens/s\n",
+                   "p99 token %.2f ms, %.0f tokens/s, %.1f GB per GPU (weights %.1f, KV cache "
+                   "%.1f)\n",
                    b->tp, b->ep, pl, b->batch, b->dp, b->gpus, b->token_p99_ms,
-                   b->replica_tps * b->dp);
+                   b->replica_tps * b->dp, b->mem.total / 1e9, b->mem.weights / 1e9,
+                   b->mem.kv / 1e9);
             long cap = mp_plan_batch_cap(c, n, b);
             if (cap > 0)
                 printf("batch cap for tp%dep%d %s: %ld (the largest batch with comm/ffn <= 1)\n",
@@ -406,8 +491,9 @@ static int run_plan(struct plan_opts *o)
                        c[down].gpus > b->gpus ? "more replicas at a smaller batch cost more GPUs"
                                               : "more replicas at a smaller batch cost no more");
         } else {
-            printf("no candidate meets the SLO within %d GPUs\n", q.max_gpus);
+            printf("no candidate meets the SLO and fits in memory within %d GPUs\n", q.max_gpus);
         }
+        print_dropped(&q, c, n, best);
         /* the ranked table, then the shape of the best layout over batch */
         struct mp_plan_cand *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
         if (sorted && !o->b.quiet) {

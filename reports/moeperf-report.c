@@ -1231,6 +1231,107 @@ static void write_projection_tables(struct doc *d, const struct rp_series *s, in
         }
 }
 
+/* One plan.csv row as table cells: its role, setup, batch, GPUs, p99 token time and memory. */
+static void plan_row(struct doc *d, const struct mp_table *t, long r, const char *role)
+{
+    char cells[9][CELL];
+    snprintf(cells[0], CELL, "%.60s", role);
+    snprintf(cells[1], CELL, "tp%.20sep%.20s", str(t, r, MPC_tp), str(t, r, MPC_ep));
+    snprintf(cells[2], CELL, "%.60s, overlap %.10s, dedup %.10s", str(t, r, MPC_placement),
+             str(t, r, MPC_overlap), str(t, r, MPC_dedup));
+    batch_text(cells[3], num(t, r, MPC_batch));
+    f_g(cells[4], num(t, r, MPC_gpus), "%.0f");
+    f_g(cells[5], num(t, r, MPC_token_p99_ms), "%.2f");
+    f_g(cells[6], num(t, r, MPC_mem_gb_per_gpu), "%.1f");
+    f_g(cells[7], num(t, r, MPC_kv_gb_per_gpu), "%.1f");
+    snprintf(cells[8], CELL, "%s%s%.20s", num(t, r, MPC_fits) == 1 ? "yes" : "no",
+             num(t, r, MPC_fits) == 1 ? "" : ": ", num(t, r, MPC_fits) == 1 ? "" : str(t, r, MPC_over));
+    doc_row(d, 9, cells, 0);
+}
+
+/* 1 when plan.csv rows a and b have the same layout, placement, overlap and dedup. */
+static int plan_same_setup(const struct mp_table *t, long a, long b)
+{
+    static const char *const key[] = {MPC_routing, MPC_tp, MPC_ep, MPC_placement, MPC_overlap,
+                                      MPC_dedup};
+    for (size_t i = 0; i < sizeof key / sizeof key[0]; i++)
+        if (strcmp(str(t, a, key[i]), str(t, b, key[i])) != 0)
+            return 0;
+    return 1;
+}
+
+/* Row r cheaper than row b: fewer GPUs, then a lower p99 token time (moeperf-plan's order). */
+static int plan_cheaper(const struct mp_table *t, long r, long b)
+{
+    double gr = num(t, r, MPC_gpus), gb = num(t, b, MPC_gpus);
+    return gr < gb || (gr == gb && num(t, r, MPC_token_p99_ms) < num(t, b, MPC_token_p99_ms));
+}
+
+/* The capacity plan of each run with a plan.csv, per routing: the chosen plan (fewest GPUs meeting
+ * the SLO and fitting in memory), its neighbours (the same setup at half and twice the batch) and
+ * the cheapest candidates that met the SLO but were dropped for memory, each with GPUs, latency
+ * and memory per GPU. */
+static void write_plan_tables(struct doc *d, const struct rp_run *runs, int nruns)
+{
+    static const char *const head[] = {"", "layout", "setup", "batch", "GPUs", "p99 token (ms)",
+                                       "memory per GPU (GB)", "of it KV cache (GB)", "fits"};
+    int titled = 0;
+    for (int i = 0; i < nruns; i++) {
+        const struct mp_table *t = &runs[i].plan;
+        for (long r0 = 0; r0 < t->nrows; r0++) {
+            int first = 1; /* one table per routing, at its first row */
+            for (long q = 0; q < r0 && first; q++)
+                first = strcmp(str(t, q, MPC_routing), str(t, r0, MPC_routing)) != 0;
+            if (!first)
+                continue;
+            const char *routing = str(t, r0, MPC_routing);
+            long best = -1;
+            for (long r = r0; r < t->nrows; r++)
+                if (!strcmp(str(t, r, MPC_routing), routing) && num(t, r, MPC_meets_slo) == 1 &&
+                    num(t, r, MPC_fits) == 1 && (best < 0 || plan_cheaper(t, r, best)))
+                    best = r;
+            if (!titled++)
+                doc_h(d, 2, "Capacity plan: GPUs, latency and memory per GPU");
+            char h[700];
+            snprintf(h, sizeof h, "%.300s, routing %.300s", runs[i].dir, routing);
+            doc_table_head(d, h, head, 9);
+            if (best >= 0) {
+                for (long r = r0; r < t->nrows; r++)
+                    if (r != best && plan_same_setup(t, r, best) &&
+                        num(t, r, MPC_batch) == num(t, best, MPC_batch) / 2)
+                        plan_row(d, t, r, "half the batch");
+                plan_row(d, t, best, "chosen");
+                for (long r = r0; r < t->nrows; r++)
+                    if (r != best && plan_same_setup(t, r, best) &&
+                        num(t, r, MPC_batch) == num(t, best, MPC_batch) * 2)
+                        plan_row(d, t, r, "twice the batch");
+            }
+            /* the three cheapest candidates dropped for memory (cheaper than the plan) */
+            long shown[3];
+            int ns = 0;
+            for (int k = 0; k < 3; k++) {
+                long pick = -1;
+                for (long r = r0; r < t->nrows; r++) {
+                    int taken = 0;
+                    for (int j = 0; j < ns; j++)
+                        taken |= shown[j] == r;
+                    if (taken || strcmp(str(t, r, MPC_routing), routing) != 0 ||
+                        num(t, r, MPC_fits) != 0 || num(t, r, MPC_meets_slo) != 1 ||
+                        (best >= 0 && !plan_cheaper(t, r, best)))
+                        continue;
+                    if (pick < 0 || plan_cheaper(t, r, pick))
+                        pick = r;
+                }
+                if (pick < 0)
+                    break;
+                shown[ns++] = pick;
+                plan_row(d, t, pick, "met the SLO, dropped: does not fit");
+            }
+            doc_table(d, 0);
+        }
+    }
+}
+
 static void write_a2a_tables(struct doc *d, const struct group *g, int n)
 {
     static const char *const head[] = {"bytes per peer", "bytes per rank", "batch",
@@ -1597,6 +1698,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
     }
     if (rc == MP_OK) {
         write_projection_tables(&d, s, ns);
+        write_plan_tables(&d, runs, ndirs);
         write_a2a_tables(&d, a2a, na2a);
         write_ffn_tables(&d, ffn, nffn);
         write_environment(&d, runs, ndirs);
@@ -1772,8 +1874,23 @@ int main(int argc, char **argv)
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_CHECK(run_render(render, tmp, have_ref ? ref.path : NULL, have_ref ? ref.label : NULL,
-                        dirs, ndirs));
+    /* render draws the measurement files: a directory with only plan.csv is not for it */
+    char **rdirs = calloc((size_t)ndirs + 1, sizeof *rdirs);
+    int nrender = 0;
+    if (!rdirs) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    for (int i = 0; i < ndirs; i++)
+        if (runs[i].layer.cols || runs[i].a2a.cols || runs[i].ffn.cols)
+            rdirs[nrender++] = dirs[i];
+    rc = nrender > 0 ? run_render(render, tmp, have_ref ? ref.path : NULL,
+                                  have_ref ? ref.label : NULL, rdirs, nrender)
+                     : MP_OK;
+    free(rdirs);
+    if (rc != MP_OK)
+        goto out;
     for (int f = 0; f < NFIG; f++) {
         char p[PATH_MAX + 64];
         snprintf(p, sizeof p, "%s/%s.svg", tmp, figures[f].name);

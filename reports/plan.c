@@ -111,6 +111,13 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     }
     struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
                           .iters = q->iters, .overlap = overlap, .dedup = dedup};
+    struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
+                                  .sequences = batch, .context = q->context,
+                                  .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
+                                  .nonexpert = q->nonexpert};
+    mp_gpumem_compute(m, &ml, &c->mem);
+    c->over = mp_gpumem_over(&c->mem, mp_gpumem_usable(&q->cluster, q->mem_reserve));
+    c->fits = !strcmp(c->over, "none");
     struct mp_point_result res;
     rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
     mp_placement_free(&pl);
@@ -158,7 +165,8 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
         slo_ok = c->token_p99_ms <= q->slo_token_ms;
     if (q->slo_layer_us > 0)
         slo_ok = slo_ok && c->layer_p99_us <= q->slo_layer_us;
-    c->meets = slo_ok && c->gpus <= q->max_gpus;
+    c->slo_ok = slo_ok;
+    c->meets = slo_ok && c->gpus <= q->max_gpus && c->fits;
     return MP_OK;
 }
 
@@ -238,4 +246,31 @@ int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num,
         if (mp_plan_same_setup(&c[i], &c[best]) && c[i].batch == c[best].batch * num / den)
             return i;
     return -1;
+}
+
+/* 1 when a is cheaper than b: fewer GPUs, then a lower p99 token time. */
+static int cheaper(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+{
+    return a->gpus < b->gpus || (a->gpus == b->gpus && a->token_p99_ms < b->token_p99_ms);
+}
+
+int mp_plan_dropped(const struct mp_plan_cand *c, int n, int best, int max_gpus, int *order,
+                    int max)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].fits || !c[i].slo_ok || c[i].gpus > max_gpus ||
+            (best >= 0 && !cheaper(&c[i], &c[best])))
+            continue;
+        /* insert into the cheapest `max` so far, in order; ties keep sweep order */
+        int j = k < max ? k++ : max;
+        while (j > 0 && cheaper(&c[i], &c[order[j - 1]])) {
+            if (j < max)
+                order[j] = order[j - 1];
+            j--;
+        }
+        if (j < max)
+            order[j] = i;
+    }
+    return k;
 }

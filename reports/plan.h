@@ -5,6 +5,7 @@
 #define MP_PLAN_H
 
 #include "cluster.h"
+#include "gpumem.h"
 #include "model.h"
 #include "routing.h"
 
@@ -27,6 +28,12 @@ struct mp_plan_req {
     double throughput;    /* target tokens/s over all replicas */
     int max_gpus, iters;
     unsigned long long seed;
+    /* memory per GPU (docs/planning.md, "Memory per GPU") */
+    long context;            /* tokens of KV cache per sequence */
+    double weight_bytes;     /* bytes per weight element (MP_BF16_BYTES) */
+    double kv_bytes;         /* bytes per KV-cache element (MP_BF16_BYTES) */
+    double mem_reserve;      /* share of gpu_mem_gb kept outside weights and KV cache */
+    enum mp_nonexpert_split nonexpert;
 };
 
 struct mp_plan_cand {
@@ -39,11 +46,17 @@ struct mp_plan_cand {
     double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
     double replica_tps;            /* tokens/s of one replica: batch / token time */
     int dp, gpus;                  /* replicas for the target throughput, and their GPUs */
-    int meets;                     /* p99 within the SLO and gpus ≤ max_gpus */
+    int slo_ok;                    /* p99 within the SLO (GPUs and memory aside) */
+    int meets;                     /* p99 within the SLO, gpus ≤ max_gpus and fits */
+    struct mp_gpumem mem;          /* bytes per GPU on the layout's fullest GPU */
+    int fits;                      /* mem.total within the usable memory (1 when not known) */
+    const char *over;              /* mp_gpumem_over: "weights", "kv" or "none" */
 };
 
 /* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤
- * max_gpus; dedup rank and node only without overlap, as the model times them). *out is a heap array of *n candidates in enumeration order. */
+ * max_gpus; dedup rank and node only without overlap, as the model times them), each with its
+ * memory per GPU; one that does not fit never meets. *out is a heap array of *n candidates in
+ * enumeration order. */
 int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
 
 /* The placement of a candidate as --placement writes it ("contiguous", "replicate-hot:4",
@@ -77,6 +90,12 @@ long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, const struct mp_plan
 /* Index of the cheapest candidate meeting the SLO: fewest GPUs, then lowest p99 token time, then
  * fewest replicas; -1 if none meets it. */
 int mp_plan_best(const struct mp_plan_cand *c, int n);
+
+/* The candidates that would meet the SLO within max_gpus but do not fit in memory and need fewer
+ * GPUs than `best` (all of them when best < 0): their indices in `order` (room for `max`), fewest
+ * GPUs first, then lowest p99 token time. Returns how many. */
+int mp_plan_dropped(const struct mp_plan_cand *c, int n, int best, int max_gpus, int *order,
+                    int max);
 
 /* Replicas against batch for the best candidate's layout: the candidate with the same layout and
  * placement at `num`/`den` times its batch (2/1: twice, 1/2: half), or -1 when the sweep has none. */

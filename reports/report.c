@@ -28,6 +28,11 @@ static const char *const a2a_need[] = {
     MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement, MPC_bytes_per_peer, MPC_bytes_per_rank,
     MPC_time_us, MPC_time_p99_us, MPC_busbw_GBps, NULL,
 };
+static const char *const plan_need[] = {
+    MPC_routing, MPC_tp, MPC_ep, MPC_placement, MPC_batch, MPC_overlap, MPC_dedup,
+    MPC_token_p99_ms, MPC_dp, MPC_gpus, MPC_meets_slo, MPC_mem_gb_per_gpu, MPC_kv_gb_per_gpu,
+    MPC_fits, MPC_over, NULL,
+};
 static const char *const ffn_need[] = {
     MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_batch, MPC_rows, MPC_ffn_us, MPC_ffn_p99_us,
     MPC_achieved_GFLOPs, NULL,
@@ -110,8 +115,11 @@ int rp_run_load(const char *dir, struct rp_run *run)
         rc = load_table(dir, mp_schema_a2a.file, a2a_need, &run->a2a, &found);
     if (rc == MP_OK)
         rc = load_table(dir, mp_schema_ffn.file, ffn_need, &run->ffn, &found);
+    if (rc == MP_OK)
+        rc = load_table(dir, mp_schema_plan.file, plan_need, &run->plan, &found);
     if (rc == MP_OK && !found) {
-        mp_usage("%s: no layer.csv, a2a.csv or ffn.csv (not a moeperf run directory)", dir);
+        mp_usage("%s: no layer.csv, a2a.csv, ffn.csv or plan.csv (not a moeperf run directory)",
+                 dir);
         rc = MP_ERR_USAGE;
     }
 out:
@@ -127,6 +135,7 @@ void rp_run_free(struct rp_run *run)
     mp_table_free(&run->layer);
     mp_table_free(&run->a2a);
     mp_table_free(&run->ffn);
+    mp_table_free(&run->plan);
     memset(run, 0, sizeof *run);
 }
 

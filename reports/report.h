@@ -16,12 +16,12 @@ struct cJSON;
 struct rp_run {
     char *dir;
     struct cJSON *json; /* run.json, NULL when absent */
-    struct mp_table layer, a2a, ffn;
+    struct mp_table layer, a2a, ffn, plan;
 };
 
-/* Load `dir`: run.json when present (unparseable: MP_ERR_USAGE), then each of layer.csv, a2a.csv
- * and ffn.csv that exists, checking that it has the columns the report reads. A directory with
- * none of the three CSV files, a missing directory or a missing column is MP_ERR_USAGE with one
+/* Load `dir`: run.json when present (unparseable: MP_ERR_USAGE), then each of layer.csv, a2a.csv,
+ * ffn.csv and plan.csv (moeperf-plan --out) that exists, checking that it has the columns the
+ * report reads. A directory with none of the four CSV files, a missing directory or a missing column is MP_ERR_USAGE with one
  * line naming the file and, where it applies, the column. */
 int rp_run_load(const char *dir, struct rp_run *run);
 void rp_run_free(struct rp_run *run);

@@ -42,6 +42,16 @@ int main(void)
     CHECK_INT(mp_cluster_resolve("b200-xdr", &c), MP_OK);
     CHECK_NEAR(c.flops, 2.25e15, 1e-12);
     CHECK_NEAR(c.intra_bw, 900e9, 1e-12);
+    /* device memory per GPU (datasheets) and the 10% reserve */
+    static const struct {
+        const char *name;
+        double gb;
+    } mem[] = {{"h100-ndr", 80}, {"h200-ndr", 141}, {"a100-hdr", 80}, {"b200-xdr", 192}};
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT(mp_cluster_resolve(mem[i].name, &c), MP_OK);
+        CHECK_NEAR(c.gpu_mem_gb, mem[i].gb, 0);
+        CHECK_NEAR(c.mem_reserve, 0.1, 0);
+    }
     for (int i = 0; i < mp_cluster_npresets; i++)
         CHECK_INT(mp_cluster_validate(&mp_cluster_presets[i], "preset"), MP_OK);
 
@@ -63,6 +73,22 @@ int main(void)
     CHECK_NEAR(back.hbm_eff, 0.5, 1e-9);
     CHECK_NEAR(back.inter_bw, c.inter_bw, 1e-9);
     CHECK_INT(back.gpus_per_node, c.gpus_per_node);
+    CHECK_NEAR(back.gpu_mem_gb, 80, 0);
+    /* without base the memory keys may be left out (not checked, the default reserve) */
+    CHECK_INT(mp_cluster_resolve(write_file("nomem.ini",
+                                            "flops=1e12\nhbm_bw=1e12\ngpus_per_node=2\n"
+                                            "intra_bw=1e9\ninter_bw=1e9\nelem_bytes=2\n"
+                                            "flops_eff=1\nhbm_eff=1\nintra_eff=1\ninter_eff=1\n"
+                                            "intra_lat_us=1\ninter_lat_us=1\nlaunch_us=1\n"
+                                            "congestion=0\n"),
+                                 &c),
+              MP_OK);
+    CHECK_NEAR(c.gpu_mem_gb, 0, 0);
+    CHECK_NEAR(c.mem_reserve, 0.1, 0);
+    CHECK_INT(mp_cluster_resolve(write_file("r.ini", "base=h100-ndr\nmem_reserve=1\n"), &c),
+              MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("g.ini", "base=h100-ndr\ngpu_mem_gb=-1\n"), &c),
+              MP_ERR_USAGE);
 
     /* refusals: negative, missing, unknown, out-of-range efficiency, non-numeric, unreadable */
     CHECK_INT(mp_cluster_resolve(write_file("n.ini", "base=h100-ndr\ninter_bw=-5\n"), &c), MP_ERR_USAGE);

@@ -143,6 +143,23 @@ static void test_files(void)
     check_model(&m, "ds-small", 2048, 2048, 256, 6, 0, 58);
     unlink(path);
 
+    /* the memory keys: given, or kept from the base with its non-expert parameters */
+    write_file("mem.cfg", "hidden=1024\nffn=512\nexperts=16\ntopk=2\nlayers=4\nparams=1.5e9\n"
+               "attn_layers=5\nkv_heads=2\nkv_head_dim=256\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK(m.params == 1.5e9);
+    CHECK_INT(m.attn_layers, 5);
+    CHECK_INT(m.kv_heads, 2);
+    CHECK_INT(m.kv_head_dim, 256);
+    CHECK(mp_model_routed_params(&m) == 16.0 * 4 * 3 * 1024 * 512);
+    CHECK(mp_model_nonexpert_params(&m) == 1.5e9 - 16.0 * 4 * 3 * 1024 * 512);
+    write_file("mem.cfg", "base=qwen3-30b-a3b\nexperts=256\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    /* 30.5B less the 128 · 48 · 3·2048·768 routed, plus 256 such experts */
+    CHECK(m.params == 30.5e9 - 128.0 * 48 * 3 * 2048 * 768 + 256.0 * 48 * 3 * 2048 * 768);
+    CHECK_INT(m.kv_heads, 4);
+    unlink(path);
+
     write_file("noext", "base=mixtral-8x7b\n", path, sizeof path);
     CHECK_INT(resolve(path, &m), MP_OK);
     check_model(&m, "noext", 4096, 14336, 8, 2, 0, 32);
@@ -162,7 +179,13 @@ static void test_files(void)
                       ": missing 'ffn' (give it, or start from a preset with base=NAME)\n");
     expect_file_error("m2.txt", "hidden=1\nhiden=5\n",
                       " line 2: unknown key 'hiden' (accepted: name, base, hidden, ffn, experts, "
-                      "topk, shared, layers)\n");
+                      "topk, shared, layers, params, attn_layers, kv_heads, kv_head_dim)\n");
+    expect_file_error("m12.txt", "base=mixtral-8x7b\nparams=1e9\n",
+                      ": params 1e+09 is smaller than the experts' own 4.51e+10 parameters "
+                      "(experts · layers · 3·hidden·ffn, shared included)\n");
+    expect_file_error("m13.txt", "base=mixtral-8x7b\nparams=lots\n",
+                      " line 2: 'lots' is not a positive number of parameters for 'params' "
+                      "(e.g. 671e9)\n");
     expect_file_error("m3.txt", "# x\nhidden=abc\n",
                       " line 2: 'abc' is not a positive integer for 'hidden'\n");
     expect_file_error("m4.txt", "hidden=0\n", " line 1: '0' is not a positive integer for 'hidden'\n");
@@ -195,6 +218,10 @@ static void test_override(void)
     CHECK(memcmp(&m, &orig, sizeof m) == 0);
     CHECK_INT(override(&m, 64, 6, 0, 2048, 1024, 3), MP_OK);
     check_model(&m, "deepseek-v3", 2048, 1024, 64, 6, 0, 3);
+    /* the non-expert parameters stay (671B less the experts), the new experts' own are added */
+    CHECK(mp_model_nonexpert_params(&m) ==
+          671e9 - 256.0 * 58 * 3 * 7168 * 2048 - 1.0 * 58 * 3 * 7168 * 2048);
+    CHECK(m.params == mp_model_nonexpert_params(&m) + 64.0 * 3 * 3 * 2048 * 1024);
 
     CHECK_INT(mp_model_resolve("mixtral-8x7b", &m), MP_OK);
     orig = m;
