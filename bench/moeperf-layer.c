@@ -295,6 +295,7 @@ struct sweep {
     double straggle_us;
     long max_batch;
     int npoint, total, measured;
+    int undeployable; /* model runs: points whose memory per GPU exceeds the profile's GPU */
     double timed_us;
 };
 
@@ -424,10 +425,11 @@ static void print_header(const struct mp_session *s)
 /* A model run's memory per GPU for the point (bf16 weights and KV cache, MP_CONTEXT_DEFAULT tokens
  * per sequence, non-expert weights split by tp), with a warning when it exceeds what the profile's
  * GPU holds less its reserve: the point could not be deployed (docs/planning.md). */
-static void model_memory(const struct mp_session *s, const struct mp_layout *lay,
+static void model_memory(struct sweep *sw, const struct mp_layout *lay,
                          const struct mp_placement *pl, long batch, const char *label,
                          struct mp_point_result *res)
 {
+    const struct mp_session *s = sw->s;
     struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = pl->max_local,
                                   .sequences = batch, .context = MP_CONTEXT_DEFAULT,
                                   .weight_bytes = MP_BF16_BYTES, .kv_bytes = MP_BF16_BYTES,
@@ -437,7 +439,7 @@ static void model_memory(const struct mp_session *s, const struct mp_layout *lay
     res->mem_gb_per_gpu = g.total / 1e9;
     double usable = mp_gpumem_usable(&s->cluster, s->cluster.mem_reserve);
     const char *over = mp_gpumem_over(&g, usable);
-    if (strcmp(over, "none") != 0) {
+    if (strcmp(over, "none") != 0 && sw->undeployable++ == 0) { /* the first; the rest counted */
         mp_progress_clear();
         mp_warn("%s: %s needs %.1f GB per GPU (weights %.1f, KV cache %.1f at %ld tokens per "
                 "sequence), more than the %.1f GB a %s GPU holds less its reserve: this point "
@@ -447,8 +449,6 @@ static void model_memory(const struct mp_session *s, const struct mp_layout *lay
     }
 }
 
-/* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
- * and checked. */
 /* Whether any --dispatch-dtype of the sweep is fp8 (struct mp_point's blocked_activations). */
 static int sweep_has_fp8(const struct mp_bench_opts *o)
 {
@@ -457,6 +457,9 @@ static int sweep_has_fp8(const struct mp_bench_opts *o)
             return 1;
     return 0;
 }
+
+/* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
+ * and checked. */
 
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
@@ -523,7 +526,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && s->modelled)
-        model_memory(s, lay, pl, batch, label, &res);
+        model_memory(sw, lay, pl, batch, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, batch, &res);
@@ -650,6 +653,9 @@ int main(int argc, char **argv)
                s.o.dispatch.n * s.o.dedup.n * s.o.dispatch_dtype.n * s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
+    if (sw.undeployable > 1 && c->rank == 0)
+        mp_warn("%d of the %d points modelled could not be deployed (mem_gb_per_gpu in layer.csv; "
+                "the first is named above)", sw.undeployable, sw.npoint);
 out:
     if (s.run)
         note_sweep(&s, &sw, t_main);

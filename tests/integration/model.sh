@@ -6,7 +6,15 @@
 
 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
     --layout tp4ep16 --batch 1,16,128 --routing uniform,hot:4:15 --placement contiguous,replicate-hot:4 \
-    --iters 8 --quiet --out "$TMP/model" || fail "model run exit $?"
+    --iters 8 --quiet --out "$TMP/model" 2>"$TMP/model.err" || fail "model run exit $?"
+# seed-k3's weights (the seed's 2.8T parameters) do not fit 80 GB: the first point is named, the
+# other 11 counted in one line
+[ "$(grep -c 'could not be deployed' "$TMP/model.err")" -eq 2 ] &&
+    grep -q "12 of the 12 points modelled could not be deployed" "$TMP/model.err" ||
+    fail "undeployable points: $(cat "$TMP/model.err")"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "mem_gb_per_gpu") m = i; next }
+    !($m > 80) { bad = 1 } END { exit bad || !m }' "$TMP/model/layer.csv" ||
+    fail "mem_gb_per_gpu is not above 80 GB in every seed-k3 point"
 "$BIN/moeperf-layer" --hidden 64 --ffn 64 --experts 8 --topk 2 --batch 1 --iters 2 --quiet \
     --out "$TMP/measured" || fail "measured run exit $?"
 [ "$(head -1 "$TMP/model/layer.csv")" = "$(head -1 "$TMP/measured/layer.csv")" ] ||
