@@ -210,8 +210,8 @@ struct a2a_pass {
 };
 
 /* One synchronized exchange of draw step mod ndraws: drained, barrier, the alltoallv (--dedup
- * node: the relay hop, then the forwards) between the marks, drained; a timed one's time into
- * mine[sample]. */
+ * node: the inter-node phase, then the intra-node one) between the marks, drained; a timed one's
+ * time into mine[sample]. */
 static int a2a_iterate(void *arg, int step, int sample, int replay)
 {
     struct a2a_pass *p = arg;
@@ -224,12 +224,15 @@ static int a2a_iterate(void *arg, int step, int sample, int replay)
     MP_CHECK(s->cops->sync(s->dev));
     MP_CHECK(cm->ops->barrier(cm));
     MP_CHECK(s->cops->mark(s->dev, MARK_START));
-    MP_CHECK(cm->ops->alltoallv(cm, p->sendbuf, c->scount + o, c->sdispl + o, p->recvbuf,
-                                c->rcount + o, c->rdispl + o, c->row_bytes));
-    if (p->c2) /* the relays forward what they received */
-        MP_CHECK(cm->ops->alltoallv(cm, p->recvbuf, p->c2->scount + o, p->c2->sdispl + o,
-                                    p->sendbuf, p->c2->rcount + o, p->c2->rdispl + o,
-                                    p->c2->row_bytes));
+    /* --dedup node: the inter-node phase to the relays, then the intra-node phase (the direct
+     * rows and the relays' forwards of what they received), each on its sub-communicator */
+    MP_CHECK(mp_comm_alltoallv_on(cm, p->c2 ? MP_GROUP_EP_INTER : MP_GROUP_EP, p->sendbuf,
+                                  c->scount + o, c->sdispl + o, p->recvbuf, c->rcount + o,
+                                  c->rdispl + o, c->row_bytes));
+    if (p->c2)
+        MP_CHECK(mp_comm_alltoallv_on(cm, MP_GROUP_EP_INTRA, p->recvbuf, p->c2->scount + o,
+                                      p->c2->sdispl + o, p->sendbuf, p->c2->rcount + o,
+                                      p->c2->rdispl + o, p->c2->row_bytes));
     MP_CHECK(s->cops->mark(s->dev, MARK_END));
     MP_CHECK(s->cops->sync(s->dev));
     if (sample >= 0)

@@ -81,12 +81,22 @@ PY
 # counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs
 # its exchanges on an intra-node group of 2 ranks and an inter-node group of 2, none on the EP group
 # of 4
-for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2"; do
-    # shellcheck disable=SC2086
-    "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" --hidden 64 \
-        --ffn 32 --experts 16 --topk 4 --layout tp1ep4 --batch 24 --routing zipf:1.2 --dedup node \
-        $form --iters 1 --warmup 0 --check --quiet --timeout 120 --out "$TMP/groups" \
-        >/dev/null 2>"$TMP/g.err" || fail "node's phases ($form) exit $?: $(cat "$TMP/g.err")"
+# (and moeperf-a2a's exchange alone, whose timed hops do the same)
+for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2" a2a; do
+    rm -rf "$TMP/groups"
+    if [ "$form" = a2a ]; then
+        "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-a2a" --pattern moe \
+            --experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup node \
+            --iters 2 --warmup 1 --quiet --timeout 120 --out "$TMP/groups" >/dev/null \
+            2>"$TMP/g.err" || fail "moeperf-a2a --dedup node exit $?: $(cat "$TMP/g.err")"
+    else
+        # shellcheck disable=SC2086
+        "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" --hidden 64 \
+            --ffn 32 --experts 16 --topk 4 --layout tp1ep4 --batch 24 --routing zipf:1.2 \
+            --dedup node $form --iters 1 --warmup 0 --check --quiet --timeout 120 \
+            --out "$TMP/groups" >/dev/null 2>"$TMP/g.err" ||
+            fail "node's phases ($form) exit $?: $(cat "$TMP/g.err")"
+    fi
     python3 - "$TMP/g.err" "$form" <<'PY' || fail "node's phases ($form) did not run on the node groups"
 import re, sys
 pat = re.compile(r"rank (\d+): exchanges on ep \(4 ranks\) (\d+), ep-intra-node \(2 ranks\) (\d+), "
@@ -119,8 +129,8 @@ col "$TMP/uneven/layer.csv" check_error | awk '{ if ($1 == "" || $1 > 1e-5) bad 
     fail "unequal nodes: check_error $(col "$TMP/uneven/layer.csv" check_error | tr '\n' ' ')"
 
 # moeperf-a2a --pattern moe across the nodes, one draw: rank's and node's largest per-rank send
-# (node: both hops, the relay's and the forwards) is the model layer's largest dispatch bytes of
-# the same draw, metadata included; both below pair
+# (node: both phases, the inter-node rows and the intra-node ones) is the model layer's largest
+# dispatch bytes of the same draw, metadata included; both below pair
 a2aw="--experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup pair,rank,node
     --iters 1 --warmup 0 --quiet"
 # shellcheck disable=SC2086
