@@ -38,11 +38,14 @@ const struct mp_model mp_model_presets[] = {
     {SHAPE("qwen3-235b-a22b", 4096, 1536, 128, 8, 0, 94), .params = 235e9, .attn_layers = 94,
      .kv_heads = 4, .kv_head_dim = 2 * 128},
     /* Qwen/Qwen3-30B-A3B: 30.5B total; num_hidden_layers 48; num_key_value_heads 4,
-     * head_dim 128. */
+     * head_dim 128 (the model card: "30.5B in total", 48 layers, "32 for Q and 4 for KV", 128
+     * experts, 8 activated). */
     {SHAPE("qwen3-30b-a3b", 2048, 768, 128, 8, 0, 48), .params = 30.5e9, .attn_layers = 48,
      .kv_heads = 4, .kv_head_dim = 2 * 128},
     /* mistralai/Mixtral-8x7B-v0.1: 46.7B total; num_hidden_layers 32; num_key_value_heads 8,
-     * head_dim hidden_size / num_attention_heads = 4096 / 32 = 128. */
+     * head_dim hidden_size / num_attention_heads = 4096 / 32 = 128 (config.json of
+     * mistralai/Mixtral-8x7B-Instruct-v0.1 at eba92302: hidden_size 4096, intermediate_size
+     * 14336, num_local_experts 8, num_experts_per_tok 2, the same shape). */
     {SHAPE("mixtral-8x7b", 4096, 14336, 8, 2, 0, 32), .params = 46.7e9, .attn_layers = 32,
      .kv_heads = 8, .kv_head_dim = 2 * 128},
     /* mistralai/Mixtral-8x22B-v0.1: 141B total; num_hidden_layers 56; num_key_value_heads 8,
