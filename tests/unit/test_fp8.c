@@ -134,7 +134,7 @@ static void check_rows(void)
         unsigned char *w = malloc(mp_fp8_row_bytes(H)), *w2 = malloc(mp_fp8_row_bytes(H));
         for (int i = 0; i < H; i++) { /* every block its own magnitude: 10^(b−2) */
             float mag = powf(10.0f, (float)(i / MP_FP8_BLOCK % 5) - 2.0f);
-            x[i] = mag * ((float)rand() / RAND_MAX * 2.0f - 1.0f);
+            x[i] = mag * (float)((double)rand() / RAND_MAX * 2.0 - 1.0);
         }
         x[H - 1] = 3e-9f; /* the last block's values are tiny: its own scale, not block 0's */
         mp_fp8_pack_row(x, H, w);
