@@ -27,6 +27,9 @@
  *     |x − deq(q(x))| ≤ 2^−4·|x| + 2^−10·s   (plus the two fp32 roundings of x/s and code·s,
  * 2^−24 relative each), and since |x| ≤ amax = 448·s, never more than 2^−4·amax = 28·s.
  *
+ * Weights (--weight-dtype fp8) use blocks of 128×128 values with one scale each: see the section
+ * "weights" below.
+ *
  * Every function is MP_HD: the same rules on the host and in device code. */
 #ifndef MP_FP8_H
 #define MP_FP8_H
@@ -142,6 +145,92 @@ static inline MP_HD void mp_fp8_round_trip_row(const float *x, int H, unsigned c
 {
     mp_fp8_pack_row(x, H, wire);
     mp_fp8_unpack_row(wire, H, y);
+}
+
+/* ---- weights: one fp32 scale per 128×128 block ---------------------------------------------------
+ *
+ * A K×N weight matrix (row-major, K the input dimension) is cut into blocks of 128 rows × 128
+ * columns, as DeepSeek-V3's weights are: block (bk, bn) covers rows [128·bk, 128·bk + 128) and
+ * columns [128·bn, 128·bn + 128), each range cut short by the matrix's edge when K or N is not a
+ * multiple of 128 (the last block row holds K mod 128 rows, the last block column N mod 128
+ * columns: partial edge blocks are handled, not refused, and scaled by their own amax). Each block
+ * has scale s = amax / 448 over its values (0 for a block of zeros) and its values are stored as
+ * the codes of x / s, as a row block's are. The codes keep the matrix's layout (element (k, n) at
+ * codes[k·ldc + n]); the scales are row-major over the blocks: block (bk, bn) at
+ * scales[bk·⌈N/128⌉ + bn], ⌈K/128⌉·⌈N/128⌉ of them (mp_fp8_weight_blocks). Stored, a matrix costs
+ * K·N code bytes and 4·⌈K/128⌉·⌈N/128⌉ scale bytes (mp_fp8_weight_bytes). The round-trip bound of
+ * a row block above holds for each weight block, with amax the block's. */
+
+/* Blocks of a K×N weight matrix: ⌈K/128⌉·⌈N/128⌉. */
+static inline MP_HD long mp_fp8_weight_blocks(int K, int N)
+{
+    return (long)mp_fp8_blocks(K) * mp_fp8_blocks(N);
+}
+
+/* Bytes of a K×N weight matrix stored in fp8: K·N codes and one fp32 scale per block. */
+static inline MP_HD size_t mp_fp8_weight_bytes(int K, int N)
+{
+    return (size_t)K * (size_t)N + sizeof(float) * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* Index of the scale of the block holding element (k, n) of a K×N matrix: (k/128)·⌈N/128⌉ + n/128. */
+static inline MP_HD long mp_fp8_weight_scale_index(int N, int k, int n)
+{
+    return (long)(k / MP_FP8_BLOCK) * mp_fp8_blocks(N) + n / MP_FP8_BLOCK;
+}
+
+/* Quantize the K×N matrix w (element (k, n) at w[k·ldw + n]) into codes (at codes[k·ldc + n]) and
+ * scales[mp_fp8_weight_blocks(K, N)] (block (bk, bn) at bk·⌈N/128⌉ + bn). */
+static inline MP_HD void mp_fp8_weight_quantize(const float *w, int K, int N, int ldw,
+                                                uint8_t *codes, int ldc, float *scales)
+{
+    int nbn = mp_fp8_blocks(N);
+    for (int bk = 0; bk < mp_fp8_blocks(K); bk++)
+        for (int bn = 0; bn < nbn; bn++) {
+            int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+            int n0 = bn * MP_FP8_BLOCK, n1 = n0 + MP_FP8_BLOCK < N ? n0 + MP_FP8_BLOCK : N;
+            float amax = 0;
+            for (int k = k0; k < k1; k++)
+                for (int n = n0; n < n1; n++)
+                    amax = fmaxf(amax, fabsf(w[(size_t)k * ldw + n]));
+            float s = mp_fp8_scale(amax);
+            scales[(long)bk * nbn + bn] = s;
+            for (int k = k0; k < k1; k++)
+                for (int n = n0; n < n1; n++) {
+                    float x = w[(size_t)k * ldw + n];
+                    codes[(size_t)k * ldc + n] =
+                        s > 0 ? mp_fp8_encode(x / s) : (uint8_t)(signbit(x) ? 0x80 : 0);
+                }
+        }
+}
+
+/* Dequantize block (bk, bn) of a K×N matrix stored by mp_fp8_weight_quantize (codes with row
+ * stride ldc, its scales) into out: element (k, n) of the block at out[(k − 128·bk)·ldo +
+ * (n − 128·bn)], for the block's rows and columns only (an edge block's are fewer than 128). */
+static inline MP_HD void mp_fp8_weight_dequantize_tile(const uint8_t *codes, int ldc,
+                                                       const float *scales, int K, int N, int bk,
+                                                       int bn, float *out, int ldo)
+{
+    int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+    int n0 = bn * MP_FP8_BLOCK, n1 = n0 + MP_FP8_BLOCK < N ? n0 + MP_FP8_BLOCK : N;
+    float s = scales[(long)bk * mp_fp8_blocks(N) + bn];
+    for (int k = k0; k < k1; k++)
+        for (int n = n0; n < n1; n++)
+            out[(size_t)(k - k0) * ldo + (n - n0)] = mp_fp8_decode(codes[(size_t)k * ldc + n]) * s;
+}
+
+/* The K×N matrix w as fp8 weights deliver it: quantized in blocks and dequantized, into y (both
+ * with row stride ld; they may be the same array). `codes` is scratch of K·ld bytes, `scales` of
+ * mp_fp8_weight_blocks(K, N) floats. */
+static inline MP_HD void mp_fp8_weight_round_trip(const float *w, int K, int N, int ld,
+                                                  uint8_t *codes, float *scales, float *y)
+{
+    mp_fp8_weight_quantize(w, K, N, ld, codes, ld, scales);
+    for (int bk = 0; bk < mp_fp8_blocks(K); bk++)
+        for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
+            mp_fp8_weight_dequantize_tile(codes, ld, scales, K, N, bk, bn,
+                                          y + (size_t)bk * MP_FP8_BLOCK * ld + bn * MP_FP8_BLOCK,
+                                          ld);
 }
 
 #endif
