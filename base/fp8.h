@@ -233,4 +233,58 @@ static inline MP_HD void mp_fp8_weight_round_trip(const float *w, int K, int N, 
                                           ld);
 }
 
+/* An expert's matrix as the expert FFN reads it with --weight-dtype fp8 (an "image"): `parts`
+ * K×N matrices side by side in a K×(parts·N) row-major array (a gate/up projection [Wg | Wu]:
+ * parts 2; a down projection Wd: parts 1), each part quantized in blocks of its own (so no block
+ * spans two matrices). The image holds the K·parts·N codes in the array's layout (code (k, n) of
+ * part p at byte k·parts·N + p·N + n), then, from mp_fp8_image_scales_at (the codes' end rounded up
+ * to 4 bytes, so the scales are aligned floats; the padding is never read), the
+ * mp_fp8_weight_blocks(K, N) scales of part 0, then those of part 1. The bytes a GEMM reads are
+ * parts · mp_fp8_weight_bytes(K, N), padding excluded. */
+static inline MP_HD size_t mp_fp8_image_scales_at(int K, int N, int parts)
+{
+    return ((size_t)K * (size_t)N * (size_t)parts + 3) & ~(size_t)3;
+}
+
+/* Bytes of the image, padding included (what to allocate). */
+static inline MP_HD size_t mp_fp8_image_bytes(int K, int N, int parts)
+{
+    return mp_fp8_image_scales_at(K, N, parts) +
+           sizeof(float) * (size_t)parts * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* The scales of part p of an image (4-byte aligned when the image is). */
+static inline MP_HD const float *mp_fp8_image_scales(const unsigned char *img, int K, int N,
+                                                     int parts, int p)
+{
+    return (const float *)(const void *)(img + mp_fp8_image_scales_at(K, N, parts)) +
+           (size_t)p * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* Write the image of the K×(parts·N) array w into img[mp_fp8_image_bytes(K, N, parts)] (img
+ * 4-byte aligned). */
+static inline MP_HD void mp_fp8_image_store(const float *w, int K, int N, int parts,
+                                            unsigned char *img)
+{
+    float *scales = (float *)(void *)(img + mp_fp8_image_scales_at(K, N, parts));
+    for (int p = 0; p < parts; p++)
+        mp_fp8_weight_quantize(w + (size_t)p * N, K, N, parts * N, img + (size_t)p * N, parts * N,
+                               scales + (size_t)p * (size_t)mp_fp8_weight_blocks(K, N));
+    for (size_t i = (size_t)K * N * parts; i < mp_fp8_image_scales_at(K, N, parts); i++)
+        img[i] = 0;
+}
+
+/* Dequantize block row bk of an image (rows [128·bk, min(128·bk + 128, K)) of every part) into
+ * panel, row-major with row stride parts·N: the tiles of that row one by one. */
+static inline MP_HD void mp_fp8_image_block_row(const unsigned char *img, int K, int N, int parts,
+                                                int bk, float *panel)
+{
+    for (int p = 0; p < parts; p++)
+        for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
+            mp_fp8_weight_dequantize_tile(img + (size_t)p * N, parts * N,
+                                          mp_fp8_image_scales(img, K, N, parts, p), K, N, bk, bn,
+                                          panel + (size_t)p * N + (size_t)bn * MP_FP8_BLOCK,
+                                          parts * N);
+}
+
 #endif
