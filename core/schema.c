@@ -84,6 +84,10 @@ static const struct mp_column a2a_key[] = {
     {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
     {MPC_dedup, "–", T,
      "what a dispatched row stands for (`--dedup` pair or rank; moe; empty for uniform)"},
+    {MPC_dispatch_dtype, "–", T,
+     "`--dispatch-dtype` entry: what a dispatched row travels in, `bf16` (H times the backend's "
+     "element size) or `fp8` (H + 4·⌈H/128⌉ bytes: e4m3 codes and one fp32 scale per 128 "
+     "values); moe; empty for uniform, which sends `--bytes` as given"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance (0 for uniform)"},
     {MPC_seq, "–", I, "`--seq` (0 for uniform)"},
     {MPC_seed, "–", I, "`--seed`"},
