@@ -7,11 +7,12 @@
 # 128×128 block of each matrix, per active expert) and its roofline columns (bound,
 # roofline_fraction) follow from them; run.json lists both types with an expert's bytes; the
 # weight dtype is a key (the bf16 and fp8 points run on the same blocked weights, so their routing
-# and rows agree); --weight-dtype int4 is refused naming the flag and the accepted words, by both
+# and rows agree); calibration leaves fp8-weight points out; --weight-dtype int4 is refused naming the flag and the accepted words, by both
 # binaries; the cuda backend refuses fp8 weights where it starts.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 FFN=$BIN/moeperf-ffn
+PLAN=$BUILD/reports/moeperf-plan
 shape="--hidden 200 --ffn 300 --experts 8 --topk 2 --shared 1 --iters 1 --warmup 0 --quiet
     --no-flush-cache"
 sweep="--batch 16 --routing uniform,gate --check --dispatch-dtype bf16,fp8 --weight-dtype bf16,fp8"
@@ -75,6 +76,12 @@ for d, tp in zip(sys.argv[1:], (1, 2)):
         n += 1
 print(f"{n} ffn points: weight bytes and roofline by the formula")
 PY
+
+# calibration leaves the fp8-weight points out (the cpu's dequantizing path is not fp8 GEMMs):
+# the 1-rank sweep's 8 points and the 1-rank ffn sweep's 6 give 4 and 3
+"$PLAN" --calibrate --out "$TMP/c.ini" "$TMP/l1" "$TMP/f1" >"$TMP/cal.out" ||
+    fail "calibrate exit $?"
+grep -q "on 7 points from 2 run" "$TMP/cal.out" || fail "calibration points: $(head -1 "$TMP/cal.out")"
 
 # bad input: a type that does not exist, on both binaries
 for bin in "$LAYER" "$FFN"; do
