@@ -27,6 +27,9 @@
  *     |x − deq(q(x))| ≤ 2^−4·|x| + 2^−10·s   (plus the two fp32 roundings of x/s and code·s,
  * 2^−24 relative each), and since |x| ≤ amax = 448·s, never more than 2^−4·amax = 28·s.
  *
+ * Weights (--weight-dtype fp8) use blocks of 128×128 values with one scale each: see the section
+ * "weights" below.
+ *
  * Every function is MP_HD: the same rules on the host and in device code. */
 #ifndef MP_FP8_H
 #define MP_FP8_H
@@ -142,6 +145,146 @@ static inline MP_HD void mp_fp8_round_trip_row(const float *x, int H, unsigned c
 {
     mp_fp8_pack_row(x, H, wire);
     mp_fp8_unpack_row(wire, H, y);
+}
+
+/* ---- weights: one fp32 scale per 128×128 block ---------------------------------------------------
+ *
+ * A K×N weight matrix (row-major, K the input dimension) is cut into blocks of 128 rows × 128
+ * columns, as DeepSeek-V3's weights are: block (bk, bn) covers rows [128·bk, 128·bk + 128) and
+ * columns [128·bn, 128·bn + 128), each range cut short by the matrix's edge when K or N is not a
+ * multiple of 128 (the last block row holds K mod 128 rows, the last block column N mod 128
+ * columns: partial edge blocks are handled, not refused, and scaled by their own amax). Each block
+ * has scale s = amax / 448 over its values (0 for a block of zeros) and its values are stored as
+ * the codes of x / s, as a row block's are. The codes keep the matrix's layout (element (k, n) at
+ * codes[k·ldc + n]); the scales are row-major over the blocks: block (bk, bn) at
+ * scales[bk·⌈N/128⌉ + bn], ⌈K/128⌉·⌈N/128⌉ of them (mp_fp8_weight_blocks). Stored, a matrix costs
+ * K·N code bytes and 4·⌈K/128⌉·⌈N/128⌉ scale bytes (mp_fp8_weight_bytes). The round-trip bound of
+ * a row block above holds for each weight block, with amax the block's. */
+
+/* Blocks of a K×N weight matrix: ⌈K/128⌉·⌈N/128⌉. */
+static inline MP_HD long mp_fp8_weight_blocks(int K, int N)
+{
+    return (long)mp_fp8_blocks(K) * mp_fp8_blocks(N);
+}
+
+/* Bytes of a K×N weight matrix stored in fp8: K·N codes and one fp32 scale per block. */
+static inline MP_HD size_t mp_fp8_weight_bytes(int K, int N)
+{
+    return (size_t)K * (size_t)N + sizeof(float) * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* Index of the scale of the block holding element (k, n) of a K×N matrix: (k/128)·⌈N/128⌉ + n/128. */
+static inline MP_HD long mp_fp8_weight_scale_index(int N, int k, int n)
+{
+    return (long)(k / MP_FP8_BLOCK) * mp_fp8_blocks(N) + n / MP_FP8_BLOCK;
+}
+
+/* Quantize the K×N matrix w (element (k, n) at w[k·ldw + n]) into codes (at codes[k·ldc + n]) and
+ * scales[mp_fp8_weight_blocks(K, N)] (block (bk, bn) at bk·⌈N/128⌉ + bn). */
+static inline MP_HD void mp_fp8_weight_quantize(const float *w, int K, int N, int ldw,
+                                                uint8_t *codes, int ldc, float *scales)
+{
+    int nbn = mp_fp8_blocks(N);
+    for (int bk = 0; bk < mp_fp8_blocks(K); bk++)
+        for (int bn = 0; bn < nbn; bn++) {
+            int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+            int n0 = bn * MP_FP8_BLOCK, n1 = n0 + MP_FP8_BLOCK < N ? n0 + MP_FP8_BLOCK : N;
+            float amax = 0;
+            for (int k = k0; k < k1; k++)
+                for (int n = n0; n < n1; n++)
+                    amax = fmaxf(amax, fabsf(w[(size_t)k * ldw + n]));
+            float s = mp_fp8_scale(amax);
+            scales[(long)bk * nbn + bn] = s;
+            for (int k = k0; k < k1; k++)
+                for (int n = n0; n < n1; n++) {
+                    float x = w[(size_t)k * ldw + n];
+                    codes[(size_t)k * ldc + n] =
+                        s > 0 ? mp_fp8_encode(x / s) : (uint8_t)(signbit(x) ? 0x80 : 0);
+                }
+        }
+}
+
+/* Dequantize block (bk, bn) of a K×N matrix stored by mp_fp8_weight_quantize (codes with row
+ * stride ldc, its scales) into out: element (k, n) of the block at out[(k − 128·bk)·ldo +
+ * (n − 128·bn)], for the block's rows and columns only (an edge block's are fewer than 128). */
+static inline MP_HD void mp_fp8_weight_dequantize_tile(const uint8_t *codes, int ldc,
+                                                       const float *scales, int K, int N, int bk,
+                                                       int bn, float *out, int ldo)
+{
+    int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+    int n0 = bn * MP_FP8_BLOCK, n1 = n0 + MP_FP8_BLOCK < N ? n0 + MP_FP8_BLOCK : N;
+    float s = scales[(long)bk * mp_fp8_blocks(N) + bn];
+    for (int k = k0; k < k1; k++)
+        for (int n = n0; n < n1; n++)
+            out[(size_t)(k - k0) * ldo + (n - n0)] = mp_fp8_decode(codes[(size_t)k * ldc + n]) * s;
+}
+
+/* The K×N matrix w as fp8 weights deliver it: quantized in blocks and dequantized, into y (both
+ * with row stride ld; they may be the same array). `codes` is scratch of K·ld bytes, `scales` of
+ * mp_fp8_weight_blocks(K, N) floats. */
+static inline MP_HD void mp_fp8_weight_round_trip(const float *w, int K, int N, int ld,
+                                                  uint8_t *codes, float *scales, float *y)
+{
+    mp_fp8_weight_quantize(w, K, N, ld, codes, ld, scales);
+    for (int bk = 0; bk < mp_fp8_blocks(K); bk++)
+        for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
+            mp_fp8_weight_dequantize_tile(codes, ld, scales, K, N, bk, bn,
+                                          y + (size_t)bk * MP_FP8_BLOCK * ld + bn * MP_FP8_BLOCK,
+                                          ld);
+}
+
+/* An expert's matrix as the expert FFN reads it with --weight-dtype fp8 (an "image"): `parts`
+ * K×N matrices side by side in a K×(parts·N) row-major array (a gate/up projection [Wg | Wu]:
+ * parts 2; a down projection Wd: parts 1), each part quantized in blocks of its own (so no block
+ * spans two matrices). The image holds the K·parts·N codes in the array's layout (code (k, n) of
+ * part p at byte k·parts·N + p·N + n), then, from mp_fp8_image_scales_at (the codes' end rounded up
+ * to 4 bytes, so the scales are aligned floats; the padding is never read), the
+ * mp_fp8_weight_blocks(K, N) scales of part 0, then those of part 1. The bytes a GEMM reads are
+ * parts · mp_fp8_weight_bytes(K, N), padding excluded. */
+static inline MP_HD size_t mp_fp8_image_scales_at(int K, int N, int parts)
+{
+    return ((size_t)K * (size_t)N * (size_t)parts + 3) & ~(size_t)3;
+}
+
+/* Bytes of the image, padding included (what to allocate). */
+static inline MP_HD size_t mp_fp8_image_bytes(int K, int N, int parts)
+{
+    return mp_fp8_image_scales_at(K, N, parts) +
+           sizeof(float) * (size_t)parts * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* The scales of part p of an image (4-byte aligned when the image is). */
+static inline MP_HD const float *mp_fp8_image_scales(const unsigned char *img, int K, int N,
+                                                     int parts, int p)
+{
+    return (const float *)(const void *)(img + mp_fp8_image_scales_at(K, N, parts)) +
+           (size_t)p * (size_t)mp_fp8_weight_blocks(K, N);
+}
+
+/* Write the image of the K×(parts·N) array w into img[mp_fp8_image_bytes(K, N, parts)] (img
+ * 4-byte aligned). */
+static inline MP_HD void mp_fp8_image_store(const float *w, int K, int N, int parts,
+                                            unsigned char *img)
+{
+    float *scales = (float *)(void *)(img + mp_fp8_image_scales_at(K, N, parts));
+    for (int p = 0; p < parts; p++)
+        mp_fp8_weight_quantize(w + (size_t)p * N, K, N, parts * N, img + (size_t)p * N, parts * N,
+                               scales + (size_t)p * (size_t)mp_fp8_weight_blocks(K, N));
+    for (size_t i = (size_t)K * N * parts; i < mp_fp8_image_scales_at(K, N, parts); i++)
+        img[i] = 0;
+}
+
+/* Dequantize block row bk of an image (rows [128·bk, min(128·bk + 128, K)) of every part) into
+ * panel, row-major with row stride parts·N: the tiles of that row one by one. */
+static inline MP_HD void mp_fp8_image_block_row(const unsigned char *img, int K, int N, int parts,
+                                                int bk, float *panel)
+{
+    for (int p = 0; p < parts; p++)
+        for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
+            mp_fp8_weight_dequantize_tile(img + (size_t)p * N, parts * N,
+                                          mp_fp8_image_scales(img, K, N, parts, p), K, N, bk, bn,
+                                          panel + (size_t)p * N + (size_t)bn * MP_FP8_BLOCK,
+                                          parts * N);
 }
 
 #endif

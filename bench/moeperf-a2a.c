@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "console.h"
 #include "dedup.h"
+#include "dtype.h"
 #include "error.h"
 #include "harness.h"
 #include "plan.h"
@@ -34,6 +35,12 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS,
     MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT,
     MP_OPT_PLACEMENT,
+    {"dispatch-dtype", MP_OPT_STRING_LIST, MP_O(dispatch_dtype), "bf16", MP_NOLIMIT,
+     mp_dtype_choices, "LIST",
+     "what the moe pattern's rows travel in: bf16 (H times the backend's element size) or fp8 "
+     "(H + 4*ceil(H/128) bytes: e4m3 codes and one fp32 scale per 128 values); the exchange "
+     "moves those bytes, not a conversion; the uniform pattern takes bf16 alone; a list sweeps "
+     "them"},
     {"dedup", MP_OPT_STRING_LIST, MP_O(dedup), "pair", MP_NOLIMIT, mp_dedup_choices, "LIST",
      "moe: what a dispatched row stands for: pair (one per token-expert pair) or rank (one per "
      "token and destination rank, carrying its top-k ids and weights); a list sweeps them"},
@@ -58,7 +65,7 @@ enum { MARK_START, MARK_END };
 /* One point: for uniform, routing/placement/dedup are NULL and batch 0. */
 struct a2a_point {
     const struct mp_layout *lay;
-    const char *routing, *group_limit, *placement, *dedup;
+    const char *routing, *group_limit, *placement, *dedup, *dispatch_dtype;
     long batch;
     long long bytes_per_peer;
 };
@@ -89,6 +96,7 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
     mp_row_str(r, moe ? p->group_limit : "");
     mp_row_str(r, moe ? p->placement : "");
     mp_row_str(r, moe ? p->dedup : "");
+    mp_row_str(r, moe ? p->dispatch_dtype : "");
     mp_row_int(r, moe ? p->batch : 0);
     mp_row_int(r, moe ? s->o.seq : 0);
     mp_row_int(r, s->o.seed);
@@ -113,15 +121,24 @@ static long hop_counts(struct mp_a2a_counts *c, int d, const double *rows, int e
     return sent;
 }
 
+/* The bytes of one dispatched row in `dt` (core/dtype.h): H times the backend's element size for
+ * bf16, H + 4·⌈H/128⌉ for fp8. The exchange moves that many bytes a row as they lie in the buffer:
+ * it times the wire volume of an fp8 dispatch, not the packing (moeperf-layer measures that). */
+static double row_bytes_in(const struct mp_session *s, enum mp_dtype dt)
+{
+    return mp_dispatch_row_bytes(dt, s->model.hidden,
+                                 (double)s->model.hidden * (double)s->cops->elem_size);
+}
+
 /* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws as
- * core/dedup.c counts them, rows of H·elem bytes plus the top-K ids and weights
+ * core/dedup.c counts them, rows of row_bytes_in(dt) bytes plus the top-K ids and weights
  * (mp_dedup_meta_bytes): rank, one row per (token, destination rank ≠ own rank) in `c`; node, the
  * rows to the ranks of the token's node and to the relays in `c` and the relays' forwards inside
  * their node in `c2` (nodes of gpus_per_node = ranks / nodes ranks, as the launcher packs them).
  * Every rank counts the whole batch, so the receive counts need no exchange. bytes_per_rank: the
  * largest per-rank send over both hops, in c. */
 static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_dedup mode,
-                        struct mp_session *s, const struct mp_routing *rt,
+                        enum mp_dtype dt, struct mp_session *s, const struct mp_routing *rt,
                         const struct mp_placement *pl, long total, int ndraws)
 {
     struct mp_comm *cm = s->comm;
@@ -138,8 +155,7 @@ static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum 
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size +
-                   (size_t)mp_dedup_meta_bytes(mode, K);
+    c->row_bytes = (size_t)row_bytes_in(s, dt) + (size_t)mp_dedup_meta_bytes(mode, K);
     c2->row_bytes = c->row_bytes;
     int gpn = cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1;
     double sum_max = 0;
@@ -160,8 +176,9 @@ static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum 
     return rc;
 }
 
-/* MoE: the dispatch counts of `ndraws` routing draws, exchanged now (untimed). */
-static int counts_moe(struct mp_a2a_counts *c, struct mp_session *s, const struct mp_routing *rt,
+/* MoE: the dispatch counts of `ndraws` routing draws, exchanged now (untimed), rows in `dt`. */
+static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_session *s,
+                      const struct mp_routing *rt,
                       const struct mp_placement *pl, long total, int ndraws)
 {
     struct mp_comm *cm = s->comm;
@@ -177,7 +194,7 @@ static int counts_moe(struct mp_a2a_counts *c, struct mp_session *s, const struc
         return MP_ERR_RUNTIME;
     }
     rc = mp_plan_alloc(&plan, ep, pl->max_local, ntok, K);
-    c->row_bytes = (size_t)s->model.hidden * s->cops->elem_size;
+    c->row_bytes = (size_t)row_bytes_in(s, dt);
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, tok0, ntok, ids, w);
@@ -281,10 +298,11 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
         rc = mp_runfiles_write(f, FILE_A2A, &row);
     }
     if (!s->o.quiet) {
-        char place[64]; /* the placement, and the dedup mode when not pair */
-        snprintf(place, sizeof place, "%s%s%s", p->placement ? p->placement : "-",
-                 p->dedup && strcmp(p->dedup, "pair") != 0 ? "/" : "",
-                 p->dedup && strcmp(p->dedup, "pair") != 0 ? p->dedup : "");
+        char place[80]; /* the placement, the dedup mode when not pair, the row type when fp8 */
+        int dd = p->dedup && strcmp(p->dedup, "pair") != 0;
+        int dt = p->dispatch_dtype && strcmp(p->dispatch_dtype, "bf16") != 0;
+        snprintf(place, sizeof place, "%s%s%s%s%s", p->placement ? p->placement : "-",
+                 dd ? "/" : "", dd ? p->dedup : "", dt ? "/" : "", dt ? p->dispatch_dtype : "");
         mp_progress_clear();
         printf("%9s %-14s %-14s %6ld %12lld %12.0f %10.2f %10.2f %10.2f %9.3f %9.3f\n",
                p->lay->name, p->routing ? p->routing : "-", place,
@@ -309,8 +327,10 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
 {
     size_t max_bytes = 0, row_max = mp_a2a_max_row_bytes(s->comm->ops);
     if (moe) {
-        /* a rank-deduplicated row carries its top-K ids and weights: at most as many rows */
-        size_t row = (size_t)s->model.hidden * s->cops->elem_size +
+        /* a rank-deduplicated row carries its top-K ids and weights: at most as many rows; the
+         * longer of a bf16 and an fp8 row */
+        double bf = row_bytes_in(s, MP_DTYPE_BF16), f8 = row_bytes_in(s, MP_DTYPE_FP8);
+        size_t row = (size_t)(bf > f8 ? bf : f8) +
                      (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, s->model.topk);
         for (int b = 0; b < s->o.batch.n; b++) {
             long long tokens = s->o.batch.v[b] * (long long)s->o.seq;
@@ -380,8 +400,7 @@ struct a2a_run {
  * --pattern moe; `rt` is the routing under the group limit); --dedup node's forwards in cn2. */
 static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn,
                         struct mp_a2a_counts *cn2, const struct mp_routing *rt, int ri, int gi,
-                        int pi, int xi,
-                        const struct mp_placement *pl, int bi)
+                        int pi, int xi, int ti, const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
     if (!r->moe) {
@@ -392,14 +411,17 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->group_limit = s->o.group_limit.v[gi];
     p->placement = s->o.placement.v[pi];
     p->dedup = s->o.dedup.v[xi];
+    p->dispatch_dtype = s->o.dispatch_dtype.v[ti];
+    enum mp_dtype dt = MP_DTYPE_BF16;
+    mp_dtype_parse("--dispatch-dtype", p->dispatch_dtype, &dt); /* checked at start-up */
     p->batch = s->o.batch.v[bi];
     int ndraws = s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS ? s->o.iters + s->o.warmup
                                                                    : MP_ROUTING_POOL_DRAWS;
     enum mp_dedup mode = MP_DEDUP_PAIR;
     mp_dedup_parse(p->dedup, &mode); /* checked at start-up */
     int rc = mode != MP_DEDUP_PAIR
-                 ? counts_dedup(cn, cn2, mode, s, rt, pl, p->batch * s->o.seq, ndraws)
-                 : counts_moe(cn, s, rt, pl, p->batch * s->o.seq, ndraws);
+                 ? counts_dedup(cn, cn2, mode, dt, s, rt, pl, p->batch * s->o.seq, ndraws)
+                 : counts_moe(cn, dt, s, rt, pl, p->batch * s->o.seq, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
 }
@@ -407,12 +429,12 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
 /* One point: its counts, then (unless --resume found it) measured under the watchdog and
  * written. */
 static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
-                     int ri, int gi, int pi, int xi, const struct mp_placement *pl, int bi)
+                     int ri, int gi, int pi, int xi, int ti, const struct mp_placement *pl, int bi)
 {
     struct mp_session *s = r->s;
     struct a2a_point p = {.lay = lay};
     struct mp_a2a_counts cn = {0}, cn2 = {0};
-    int rc = point_counts(r, &p, &cn, &cn2, rt, ri, gi, pi, xi, pl, bi);
+    int rc = point_counts(r, &p, &cn, &cn2, rt, ri, gi, pi, xi, ti, pl, bi);
     r->np++;
     int skip = 0;
     if (rc == MP_OK) {
@@ -429,9 +451,10 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
         }
         char point[256];
         snprintf(point, sizeof point, "layout %s routing %s group-limit %s placement %s dedup %s "
-                 "batch %ld bytes_per_peer %lld", lay->name, p.routing ? p.routing : "-",
-                 p.group_limit ? p.group_limit : "-", p.placement ? p.placement : "-",
-                 p.dedup ? p.dedup : "-", p.batch, p.bytes_per_peer);
+                 "dispatch-dtype %s batch %ld bytes_per_peer %lld", lay->name,
+                 p.routing ? p.routing : "-", p.group_limit ? p.group_limit : "-",
+                 p.placement ? p.placement : "-", p.dedup ? p.dedup : "-",
+                 p.dispatch_dtype ? p.dispatch_dtype : "-", p.batch, p.bytes_per_peer);
         mp_watchdog_arm(s->o.timeout, point);
         rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->sendbuf, r->recvbuf, r->mine, r->all,
                        r->times);
@@ -445,15 +468,15 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
     return rc;
 }
 
-/* Every point of one layout: routing × group limit × placement × dedup × batch (moe), or the
- * --bytes sweep. */
+/* Every point of one layout: routing × group limit × placement × dedup × dispatch dtype × batch
+ * (moe), or the --bytes sweep. */
 static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
 {
     struct mp_session *s = r->s;
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
     int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
     int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? s->o.batch.n : s->o.bytes.n;
-    int nx = r->moe ? s->o.dedup.n : 1;
+    int nx = r->moe ? s->o.dedup.n : 1, nt = r->moe ? s->o.dispatch_dtype.n : 1;
     int nodes = mp_ep_nodes(s->comm, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < nr && rc == MP_OK; ri++)
         for (int gi = 0; gi < ng && rc == MP_OK; gi++) {
@@ -471,8 +494,9 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
                     break;
                 }
                 for (int xi = 0; xi < nx && rc == MP_OK; xi++)
-                    for (int bi = 0; bi < nb && rc == MP_OK; bi++)
-                        rc = a2a_point(r, lay, &rt, ri, gi, pi, xi, &pl, bi);
+                    for (int ti = 0; ti < nt && rc == MP_OK; ti++)
+                        for (int bi = 0; bi < nb && rc == MP_OK; bi++)
+                            rc = a2a_point(r, lay, &rt, ri, gi, pi, xi, ti, &pl, bi);
                 if (r->moe)
                     mp_placement_free(&pl);
             }
@@ -504,6 +528,26 @@ static int check_dedup(const struct mp_session *s, int moe)
         if (!moe && d != MP_DEDUP_PAIR) {
             mp_usage("--dedup %s: the uniform pattern has no routing to deduplicate; use "
                      "--pattern moe with it, or --dedup pair", word);
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
+}
+
+/* --dispatch-dtype: bf16 or fp8 with --pattern moe; the uniform pattern sends --bytes per peer as
+ * given and has no rows to put in a type, so it takes bf16 (the default) alone. Refuses with
+ * MP_ERR_USAGE. */
+static int check_dispatch_dtype(const struct mp_session *s, int moe)
+{
+    for (int i = 0; i < s->o.dispatch_dtype.n; i++) {
+        enum mp_dtype d;
+        const char *word = s->o.dispatch_dtype.v[i];
+        if (mp_dtype_parse("--dispatch-dtype", word, &d) != MP_OK)
+            return MP_ERR_USAGE;
+        if (!moe && d != MP_DTYPE_BF16) {
+            mp_usage("--dispatch-dtype %s: the uniform pattern sends --bytes per peer as given, "
+                     "with no rows to quantize; use --pattern moe with it, or size --bytes to "
+                     "the fp8 volume", word);
             return MP_ERR_USAGE;
         }
     }
@@ -542,6 +586,7 @@ int main(int argc, char **argv)
     r.moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(check_dedup(&s, r.moe));
+    MP_CHECK(check_dispatch_dtype(&s, r.moe));
     MP_CHECK(mp_watchdog_start());
     if (r.moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
@@ -559,7 +604,7 @@ int main(int argc, char **argv)
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n *
-                                        s.o.dedup.n * s.o.batch.n
+                                        s.o.dedup.n * s.o.dispatch_dtype.n * s.o.batch.n
                                   : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));

@@ -10,7 +10,9 @@
 
 #include "bench_opts.h"
 #include "console.h"
+#include "dtype.h"
 #include "error.h"
+#include "expert_store.h"
 #include "harness.h"
 #include "memguard.h"
 #include "placement.h"
@@ -29,7 +31,8 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
-    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_FFN_GRAPH, MP_OPT_FLUSH_CACHE, MP_OPT_END,
+    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_WEIGHT_DTYPE, MP_OPT_FFN_GRAPH, MP_OPT_FLUSH_CACHE,
+    MP_OPT_END,
 };
 
 static const char summary[] =
@@ -64,6 +67,8 @@ struct work {
 /* This layout's expert weights on the device, generated on first use and kept across points. */
 struct wcache {
     int n;            /* experts + shared */
+    enum mp_dtype dt; /* --weight-dtype they are stored in */
+    int blocked;      /* generated blocked: the sweep has fp8 weights (mp_weights_expert) */
     void **wgu, **wd; /* [n], NULL until loaded */
     float *hgu, *hd;  /* host scratch of one shard */
 };
@@ -73,6 +78,7 @@ struct bufs {
     void *in, *xs, *out, *work;
     void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
     int gemm;         /* enum mp_gemm, from --gemm */
+    int weight_dtype; /* enum mp_dtype of the weights */
 };
 
 
@@ -197,10 +203,13 @@ static void wcache_free(struct wcache *wc, const struct mp_session *s)
     memset(wc, 0, sizeof *wc);
 }
 
-static int wcache_init(struct wcache *wc, const struct mp_session *s, int tp)
+static int wcache_init(struct wcache *wc, const struct mp_session *s, int tp, enum mp_dtype dt)
 {
     size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / tp);
     memset(wc, 0, sizeof *wc);
+    wc->dt = dt;
+    for (int i = 0; i < s->o.weight_dtype.n; i++) /* bf16 and fp8 points on the same weights */
+        wc->blocked |= strcmp(s->o.weight_dtype.v[i], "fp8") == 0;
     wc->n = s->model.experts + s->model.shared;
     wc->wgu = calloc((size_t)wc->n, sizeof(void *));
     wc->wd = calloc((size_t)wc->n, sizeof(void *));
@@ -214,7 +223,8 @@ static int wcache_init(struct wcache *wc, const struct mp_session *s, int tp)
     return MP_OK;
 }
 
-/* Generate and upload this rank's TP shard of `expert` unless it is already on the device. */
+/* Generate and store this rank's TP shard of `expert` in the cache's weight dtype unless it is
+ * already on the device. */
 static int wcache_load(struct wcache *wc, const struct mp_session *s, int expert)
 {
     const struct mp_comm *c = s->comm;
@@ -222,17 +232,9 @@ static int wcache_load(struct wcache *wc, const struct mp_session *s, int expert
     if (wc->wgu[expert])
         return MP_OK;
     mp_weights_expert((uint64_t)s->o.seed, expert, s->model.hidden, s->model.ffn, c->tp,
-                      c->tp_rank, wc->hgu, wc->hd);
-    wc->wgu[expert] = s->cops->alloc(s->dev, H * 2 * Dl);
-    wc->wd[expert] = s->cops->alloc(s->dev, Dl * H);
-    if (!wc->wgu[expert] || !wc->wd[expert]) {
-        mp_error("out of memory for the weights of expert %d", expert);
-        return MP_ERR_RUNTIME;
-    }
-    int rc = s->cops->upload(s->dev, wc->wgu[expert], wc->hgu, H * 2 * Dl);
-    if (rc == MP_OK)
-        rc = s->cops->upload(s->dev, wc->wd[expert], wc->hd, Dl * H);
-    return rc;
+                      c->tp_rank, wc->blocked, wc->hgu, wc->hd);
+    return mp_expert_store(s->cops, s->dev, wc->dt, expert, (int)H, (int)Dl, wc->hgu, wc->hd,
+                           &wc->wgu[expert], &wc->wd[expert]);
 }
 
 static void bufs_free(struct bufs *b, const struct mp_session *s)
@@ -265,7 +267,7 @@ static int memory_guard(const struct mp_session *s, const struct wcache *wc, con
     for (int i = 0; i < m->shared; i++)
         fresh += w->ntok > 0 && !wc->wgu[m->experts + i];
     double routed = (double)w->row_off[w->nact], tok = (double)w->ntok;
-    double need = fresh * 3.0 * H * Dl * elem +
+    double need = fresh * mp_expert_weight_bytes(wc->dt, (int)H, (int)Dl, elem) +
                   (routed * 2 + tok * (1 + m->shared)) * H * elem +
                   (routed > tok ? routed : tok) * (2 * Dl * elem + H * sizeof(float));
     struct mp_mem_verdict v;
@@ -351,7 +353,7 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
-                            .gemm = b->gemm};
+                            .gemm = b->gemm, .weight_dtype = b->weight_dtype};
     if (w->nact > 0)
         MP_CHECK(o->expert_ffn(dev, &a));
     for (int i = 0; i < S && w->ntok > 0; i++) {
@@ -447,6 +449,7 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
     }
     MP_CHECK(bufs_make(&b, s, wc, w));
     b.gemm = gemm;
+    b.weight_dtype = (int)wc->dt;
     struct ffn_pass p = {.s = s, .b = &b, .w = w, .mine = mine};
     struct mp_harness h = {.warmup = s->o.warmup, .iters = n, .iterate = pass_iterate, .arg = &p,
                            .capture = s->o.graph ? pass_capture : NULL,
@@ -464,10 +467,17 @@ out:
 
 /* Write the point's samples, then its summary row (so a summary row is only ever present with its
  * samples), and print its table line. Rank 0 only. */
+/* Whether the console table shows the weights' dtype: a sweep of more than bf16 alone. */
+static int weights_shown(const struct mp_session *s)
+{
+    return s->o.weight_dtype.n > 1 || strcmp(s->o.weight_dtype.v[0], "bf16") != 0;
+}
+
 static int write_point(const struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
-                       const char *routing, const char *placement, long batch,
+                       const char *routing, const char *placement, enum mp_dtype wdt, long batch,
                        const struct work *w, const double *ffn, const double *peak)
 {
+    const char *wword = mp_dtype_choices[wdt];
     const struct mp_model *m = &s->model;
     int n = s->o.iters, rc = MP_OK;
     double *x = malloc((size_t)n * sizeof *x);
@@ -479,8 +489,9 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     struct mp_summary sm;
     mp_harness_summarize(ffn, 1, n, x, &sm);
     double flops = mp_ffn_flops(m->hidden, m->ffn, lay->tp, (double)w->crit_rows);
+    /* the bytes actually read: fp8 codes and block scales with --weight-dtype fp8 */
     double bytes = mp_ffn_weight_bytes(m->hidden, m->ffn, lay->tp, w->crit_active,
-                                       s->cops->elem_size);
+                                       s->cops->elem_size, (int)wdt);
     double t = sm.p50 * 1e-6; /* s */
     const char *dispatch = s->o.graph ? "dynamic+graph" : "dynamic"; /* the key cell */
     double gflops = t > 0 ? flops / t / 1e9 : NAN, gbps = t > 0 ? bytes / t / 1e9 : NAN;
@@ -490,18 +501,19 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", batch);
+                                "bf16", wword, batch);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", batch);
+                                "bf16", wword, batch);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
-            mp_row_int(&row, (long long)flops); /* integers: 6·H·Dl·rows, 3·H·Dl·active·elem */
+            /* integers: 6·H·Dl·rows; 3·H·Dl·active·elem (bf16) or with fp8's codes and scales */
+            mp_row_int(&row, (long long)flops);
             mp_row_int(&row, (long long)bytes);
             mp_row_int(&row, n);
             double v[] = {sm.p50,   sm.p99,   sm.mean, sm.stdev, sm.min,        sm.max,
@@ -515,8 +527,10 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     }
     if (!s->o.quiet) {
         mp_progress_clear();
-        printf("%9s %-16s %-16s %7ld %8ld %11.1f %11.1f %9.2f %8.2f %-8s %6.3f\n", lay->name,
-               routing, placement, batch, w->crit_rows, sm.p50, sm.p99, gflops, gbps,
+        printf("%9s %-16s %-16s", lay->name, routing, placement);
+        if (weights_shown(s))
+            printf(" %-7s", wword);
+        printf(" %7ld %8ld %11.1f %11.1f %9.2f %8.2f %-8s %6.3f\n", batch, w->crit_rows, sm.p50, sm.p99, gflops, gbps,
                rf.bound[0] ? rf.bound : "-", rf.fraction);
         fflush(stdout);
     }
@@ -579,20 +593,22 @@ struct sweep {
 static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
                      int pi, const struct mp_placement *pl, int bi)
 {
+    const char *wword = mp_dtype_choices[wc->dt];
     struct mp_session *s = sw->s;
     long batch = s->o.batch.v[bi];
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, "off", pname, 1,
-                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", batch);
+                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
         return MP_OK;
     if (s->comm->rank == 0) {
         char label[256];
-        snprintf(label, sizeof label, "%s %s %s batch %ld", lay->name, rname, pname, batch);
+        snprintf(label, sizeof label, "%s %s %s weight-dtype %s batch %ld", lay->name, rname,
+                 pname, wword, batch);
         mp_progress(sw->npoint, sw->total, label);
     }
     struct work w;
@@ -602,34 +618,63 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
     if (rc == MP_OK)
         rc = run_point(s, wc, &w, sw->gemm, sw->ffn);
     if (rc == MP_OK && s->comm->rank == 0)
-        rc = write_point(s, sw->f, lay, rname, pname, batch, &w, sw->ffn, sw->peak);
+        rc = write_point(s, sw->f, lay, rname, pname, wc->dt, batch, &w, sw->ffn, sw->peak);
     work_free(&w);
     return rc;
 }
 
-/* Every point of one layout, its expert weights cached across them. */
+/* Every point of one layout, for each --weight-dtype its expert weights stored in it and cached
+ * across the points. */
 static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
 {
     struct mp_session *s = sw->s;
-    struct wcache wc = {0};
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
-    if (rc != MP_OK || (rc = wcache_init(&wc, s, lay->tp)) != MP_OK)
-        return rc;
-    for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
-        for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
-            struct mp_placement pl;
-            rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
-                                    sw->routings[ri].prob, &pl);
-            if (rc == MP_OK && (rc = mp_placement_comm_nodes(&pl, s->comm, lay->tp)) != MP_OK)
+    for (int wi = 0; wi < s->o.weight_dtype.n && rc == MP_OK; wi++) {
+        enum mp_dtype dt;
+        struct wcache wc = {0};
+        mp_dtype_parse("--weight-dtype", s->o.weight_dtype.v[wi], &dt); /* checked in main */
+        if ((rc = wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
+            break;
+        for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
+            for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
+                struct mp_placement pl;
+                rc = mp_placement_build(s->o.placement.v[pi], s->model.experts, lay->ep,
+                                        sw->routings[ri].prob, &pl);
+                if (rc == MP_OK && (rc = mp_placement_comm_nodes(&pl, s->comm, lay->tp)) != MP_OK)
+                    mp_placement_free(&pl);
+                if (rc != MP_OK)
+                    break;
+                for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                    rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi);
                 mp_placement_free(&pl);
-            if (rc != MP_OK)
-                break;
-            for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
-                rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi);
-            mp_placement_free(&pl);
-        }
-    wcache_free(&wc, s);
+            }
+        wcache_free(&wc, s);
+    }
     return rc;
+}
+
+/* Refuse a --weight-dtype word that is not a type, or one the backend cannot store (exit 2). */
+static enum mp_dtype wanted_wdt;
+static int stores_wanted(const struct mp_compute_ops *o)
+{
+    return !!(o->weight_dtypes & MP_DTYPE_BIT(wanted_wdt));
+}
+static int refuse_weight_dtypes(const struct mp_session *s)
+{
+    for (int i = 0; i < s->o.weight_dtype.n; i++) {
+        const char *word = s->o.weight_dtype.v[i];
+        int rc = mp_dtype_parse("--weight-dtype", word, &wanted_wdt);
+        if (rc != MP_OK)
+            return rc;
+        if (!(s->cops->weight_dtypes & MP_DTYPE_BIT(wanted_wdt))) {
+            char names[256];
+            mp_usage("--weight-dtype %s: the %s backend does not store expert weights in %s; use "
+                     "--weight-dtype bf16 with it, or a --backend that does (built: %s)", word,
+                     s->cops->name, word, mp_compute_names_where(stores_wanted, names, sizeof names));
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
 }
 
 static void print_header(const struct mp_session *s, const double *peak)
@@ -645,8 +690,10 @@ static void print_header(const struct mp_session *s, const double *peak)
     printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
            "iterations, max over ranks\n",
            s->o.iters);
-    printf("%9s %-16s %-16s %7s %8s %11s %11s %9s %8s %-8s %6s\n", "layout", "routing",
-           "placement", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound", "roof");
+    printf("%9s %-16s %-16s", "layout", "routing", "placement");
+    if (weights_shown(s))
+        printf(" %-7s", "weights");
+    printf(" %7s %8s %11s %11s %9s %8s %-8s %6s\n", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound", "roof");
 }
 
 int main(int argc, char **argv)
@@ -661,6 +708,7 @@ int main(int argc, char **argv)
     struct mp_comm *c = s.comm;
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
+    MP_CHECK(refuse_weight_dtypes(&s));
     if (s.o.graph && !s.cops->graph) {
         char names[256];
         mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "
@@ -683,7 +731,7 @@ int main(int argc, char **argv)
     MP_CHECK(measure_peaks(&s, sw.peak));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s, sw.peak);
-    sw.total = nlayouts * s.o.routing.n * s.o.placement.n * s.o.batch.n;
+    sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n * s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(ffn_layout(&sw, &layouts[li]));
 out:

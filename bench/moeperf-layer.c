@@ -29,7 +29,7 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
-    MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -67,7 +67,8 @@ static int variant_shown(const struct mp_session *s)
     return s->o.overlap.n > 1 || s->o.overlap.v[0] != 1 || s->o.dispatch.n > 1 ||
            strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph || s->o.dedup.n > 1 ||
            strcmp(s->o.dedup.v[0], "pair") != 0 || s->o.dispatch_dtype.n > 1 ||
-           strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0;
+           strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0 || s->o.weight_dtype.n > 1 ||
+           strcmp(s->o.weight_dtype.v[0], "bf16") != 0;
 }
 
 /* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
@@ -114,6 +115,7 @@ static double median_of(const double *base, size_t stride, int n, double *scratc
 struct point_key {
     const struct mp_layout *lay;
     const char *routing, *group_limit, *placement, *dispatch, *dedup, *dispatch_dtype;
+    const char *weight_dtype;
     int overlap;
     long batch;
 };
@@ -121,7 +123,7 @@ struct point_key {
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
-                        k->dispatch, k->dedup, k->dispatch_dtype, k->batch);
+                        k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype, k->batch);
 }
 
 /* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
@@ -215,6 +217,8 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
         snprintf(dedup, sizeof dedup, "/%s", k->dedup);
     if (strcmp(k->dispatch_dtype, "bf16") != 0) /* the default unnamed, as before the flag */
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/%s", k->dispatch_dtype);
+    if (strcmp(k->weight_dtype, "bf16") != 0) /* weights: "/w" and the type */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/w%s", k->weight_dtype);
     if (k->overlap > 1)
         snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
@@ -235,11 +239,13 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *group_limit, const char *placement,
                        int overlap, const char *dispatch, const char *dedup,
-                       const char *dispatch_dtype, long batch, const struct mp_point_result *res)
+                       const char *dispatch_dtype, const char *weight_dtype, long batch,
+                       const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
-                          .dispatch_dtype = dispatch_dtype, .overlap = overlap, .batch = batch};
+                          .dispatch_dtype = dispatch_dtype, .weight_dtype = weight_dtype,
+                          .overlap = overlap, .batch = batch};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -284,6 +290,10 @@ static enum mp_dtype wanted_dtype;
 static int dispatches_wanted_dtype(const struct mp_compute_ops *o)
 {
     return !!(o->dispatch_dtypes & MP_DTYPE_BIT(wanted_dtype));
+}
+static int stores_wanted_dtype(const struct mp_compute_ops *o)
+{
+    return !!(o->weight_dtypes & MP_DTYPE_BIT(wanted_dtype));
 }
 
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
@@ -395,6 +405,22 @@ static int refuse_flags(const struct sweep *sw)
             return MP_ERR_USAGE;
         }
     }
+    for (int wi = 0; wi < s->o.weight_dtype.n; wi++) {
+        enum mp_dtype dt;
+        const char *word = s->o.weight_dtype.v[wi];
+        int rc = mp_dtype_parse("--weight-dtype", word, &dt);
+        if (rc != MP_OK)
+            return rc;
+        if (!(s->cops->weight_dtypes & MP_DTYPE_BIT(dt))) {
+            char names[256];
+            wanted_dtype = dt;
+            mp_usage("--weight-dtype %s: the %s backend does not store expert weights in %s; use "
+                     "--weight-dtype bf16 with it, or a --backend that does (built: %s)", word,
+                     s->cops->name, word,
+                     mp_compute_names_where(stores_wanted_dtype, names, sizeof names));
+            return MP_ERR_USAGE;
+        }
+    }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
         if (!s->cops->graph)
@@ -458,12 +484,22 @@ static int sweep_has_fp8(const struct mp_bench_opts *o)
     return 0;
 }
 
+/* Whether any --weight-dtype of the sweep is fp8 (struct mp_point's blocked_weights). */
+static int sweep_has_fp8_weights(const struct mp_bench_opts *o)
+{
+    for (int i = 0; i < o->weight_dtype.n; i++)
+        if (strcmp(o->weight_dtype.v[i], "fp8") == 0)
+            return 1;
+    return 0;
+}
+
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
 
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
-                     const struct mp_placement *pl, int oi, int di, int xi, int ti, int bi)
+                     const struct mp_placement *pl, int oi, int di, int xi, int wi, int ti,
+                     int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
@@ -482,21 +518,27 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     const char *dtype_word = s->o.dispatch_dtype.v[ti];
     enum mp_dtype dtype;
     mp_dtype_parse("--dispatch-dtype", dtype_word, &dtype); /* validated by refuse_flags */
+    const char *wtype_word = s->o.weight_dtype.v[wi];
+    enum mp_dtype wtype;
+    mp_dtype_parse("--weight-dtype", wtype_word, &wtype); /* validated by refuse_flags */
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                        dtype_word, batch);
+                        dtype_word, wtype_word, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
         return MP_OK;
     char label[512];
-    char dedup_label[48] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
+    char dedup_label[80] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
     if (dedup != MP_DEDUP_PAIR)
         snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
     if (dtype != MP_DTYPE_BF16)
         snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
                  " dispatch-dtype %s", dtype_word);
+    if (wtype != MP_DTYPE_BF16)
+        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
+                 " weight-dtype %s", wtype_word);
     if (strcmp(gname, "off") != 0)
         snprintf(group_label, sizeof group_label, " group-limit %s", gname);
     snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
@@ -510,8 +552,9 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
                           .dispatch_arg = dispatch_arg, .dedup = (int)dedup,
-                          .dispatch_dtype = (int)dtype,
+                          .dispatch_dtype = (int)dtype, .weight_dtype = (int)wtype,
                           .blocked_activations = sweep_has_fp8(&s->o),
+                          .blocked_weights = sweep_has_fp8_weights(&s->o),
                           .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
@@ -529,18 +572,21 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         model_memory(sw, lay, pl, batch, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                         dtype_word, batch, &res);
-    if (rc == MP_OK && s->o.check && !(res.check_error <= s->cops->check_tolerance)) {
+                         dtype_word, wtype_word, batch, &res);
+    int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
+    if (checked && !(res.check_error <= s->cops->check_tolerance)) {
         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
                  res.check_error, s->cops->check_tolerance);
         rc = MP_ERR_RUNTIME;
         s->agreed = 1;
     }
-    /* fp8: the looser bound against the unquantized inputs' reference (docs/METRICS.md) */
-    if (rc == MP_OK && s->o.check && dtype == MP_DTYPE_FP8 &&
-        !(res.check_error_unquantized <= MP_FP8_CHECK_BOUND)) {
+    /* fp8 dispatch or weights: the looser bound against the reference of the unquantized inputs
+     * and weights (docs/METRICS.md) */
+    double loose = mp_fp8_check_bound(dtype == MP_DTYPE_FP8, wtype == MP_DTYPE_FP8);
+    if (checked && (dtype == MP_DTYPE_FP8 || wtype == MP_DTYPE_FP8) &&
+        !(res.check_error_unquantized <= loose)) {
         mp_usage("--check failed at %s: relative error %.3g against the unquantized reference "
-                 "exceeds fp8's bound %g", label, res.check_error_unquantized, MP_FP8_CHECK_BOUND);
+                 "exceeds fp8's bound %.3g", label, res.check_error_unquantized, loose);
         rc = MP_ERR_RUNTIME;
         s->agreed = 1;
     }
@@ -549,7 +595,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
 }
 
 /* Every point of one layout: its layer created once (measured runs), then routing × group limit ×
- * placement × overlap × dispatch × dedup × dispatch dtype × batch. */
+ * placement × overlap × dispatch × dedup × weight dtype × dispatch dtype × batch (weights
+ * reloaded only when their dtype changes). */
 static int run_layout(struct sweep *sw, const struct mp_layout *lay)
 {
     struct mp_session *s = sw->s;
@@ -575,10 +622,11 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                 for (int oi = 0; oi < s->o.overlap.n && rc == MP_OK; oi++)
                     for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
-                            for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK; ti++)
-                                for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
-                                    rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi, di,
-                                                   xi, ti, bi);
+                            for (int wi = 0; wi < s->o.weight_dtype.n && rc == MP_OK; wi++)
+                                for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK; ti++)
+                                    for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                                        rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi,
+                                                       di, xi, wi, ti, bi);
                 mp_placement_free(&pl);
             }
         }
@@ -622,6 +670,21 @@ static void note_sweep(struct mp_session *s, const struct sweep *sw, double t_ma
         cJSON_AddItemToArray(dt, e);
     }
     mp_session_note(s, "dispatch_dtype", dt);
+    /* --weight-dtype as swept, with the bytes one expert's weight shard is read as at tp1 (the
+     * model's element size from its profile) */
+    cJSON *wt = cJSON_CreateArray();
+    for (int i = 0; i < s->o.weight_dtype.n; i++) {
+        enum mp_dtype d;
+        if (mp_dtype_parse("--weight-dtype", s->o.weight_dtype.v[i], &d) != MP_OK)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", s->o.weight_dtype.v[i]);
+        cJSON_AddNumberToObject(e, "expert_weight_bytes",
+                                mp_expert_weight_bytes(d, s->model.hidden, s->model.ffn,
+                                                       act_bytes));
+        cJSON_AddItemToArray(wt, e);
+    }
+    mp_session_note(s, "weight_dtype", wt);
 }
 
 int main(int argc, char **argv)
@@ -650,7 +713,8 @@ int main(int argc, char **argv)
         print_header(&s);
     MP_CHECK(refuse_flags(&sw));
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
-               s.o.dispatch.n * s.o.dedup.n * s.o.dispatch_dtype.n * s.o.batch.n;
+               s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.dispatch_dtype.n *
+               s.o.batch.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
     if (sw.undeployable > 1 && c->rank == 0)

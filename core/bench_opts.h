@@ -97,6 +97,9 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_DISPATCH_DTYPE                                                                      \
     {"dispatch-dtype", MP_OPT_STRING_LIST, MP_O(dispatch_dtype), "bf16", MP_NOLIMIT,              \
      mp_dtype_choices, "LIST", MP_DISPATCH_DTYPE_HELP}
+#define MP_OPT_WEIGHT_DTYPE                                                                        \
+    {"weight-dtype", MP_OPT_STRING_LIST, MP_O(weight_dtype), "bf16", MP_NOLIMIT,                  \
+     mp_dtype_choices, "LIST", MP_WEIGHT_DTYPE_HELP}
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "error.h"
 #include "text.h"
 
@@ -30,31 +31,39 @@ const struct mp_cluster_param mp_cluster_params[] = {
     {"gpu_mem_gb", P(gpu_mem_gb), "GB", "device memory per GPU (0: not known, not checked)", 0},
     {"mem_reserve", P(mem_reserve), "fraction",
      "share of device memory kept for the runtime, activations and buffers", 0},
+    {"flops_fp8", P(flops_fp8), "FLOP/s", "dense peak per GPU of GEMMs on fp8 inputs (optional: "
+     "flops when absent)", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
 /* Hardware figures: vendor datasheets (dense, without sparsity; memory: H100 SXM 80 GB, H200 141 GB,
- * A100 SXM4 80 GB, B200 192 GB); behaviour figures are starting assumptions that calibration
- * replaces (docs/planning.md). */
+ * A100 SXM4 80 GB, B200 192 GB; docs/planning.md cites them); behaviour figures are starting
+ * assumptions that calibration replaces. flops_fp8: H100/H200 SXM 1979 TFLOP/s (the datasheet's
+ * 3958 is with sparsity), HGX B200 4.5 PFLOP/s; the A100 has no fp8 tensor cores, so its profile
+ * carries the bf16 rate (fp8 weights then only read fewer bytes). */
 #define BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.8, .intra_eff = 0.7, .inter_eff = 0.85,            \
                   .intra_lat_us = 8, .inter_lat_us = 20, .launch_us = 4, .congestion = 0.15,             \
                   .mem_reserve = MP_MEM_RESERVE_DEFAULT
 const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
-     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80, BEHAVIOUR},
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
+     .flops_fp8 = 1979e12, BEHAVIOUR},
     {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
-     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141, BEHAVIOUR},
+     .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141,
+     .flops_fp8 = 1979e12, BEHAVIOUR},
     {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
-     .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80, BEHAVIOUR},
+     .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80,
+     .flops_fp8 = 312e12, BEHAVIOUR},
     {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
-     .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, .gpu_mem_gb = 192, BEHAVIOUR},
+     .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, .gpu_mem_gb = 192,
+     .flops_fp8 = 4.5e15, BEHAVIOUR},
     /* one CPU core per rank (AVX2 FMA fp32, a share of a socket's memory and shared-memory
      * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs; its memory is
      * the host's, not checked (gpu_mem_gb 0) */
     {.name = "cpu-host", .flops = 100e9, .hbm_bw = 20e9, .gpus_per_node = 2, .intra_bw = 10e9,
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
-     .mem_reserve = MP_MEM_RESERVE_DEFAULT},
+     .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -178,7 +187,7 @@ static int read_file(const char *path, struct mp_cluster *out)
                 mp_usage("cluster file %s line %d: unknown key '%s' (accepted: name, base, flops, "
                          "hbm_bw, gpus_per_node, intra_bw, inter_bw, elem_bytes, flops_eff, "
                          "hbm_eff, intra_eff, inter_eff, intra_lat_us, inter_lat_us, launch_us, "
-                         "congestion, gpu_mem_gb, mem_reserve)", path, ln, key);
+                         "congestion, gpu_mem_gb, mem_reserve, flops_fp8)", path, ln, key);
                 rc = MP_ERR_USAGE;
                 break;
             }
@@ -198,13 +207,18 @@ static int read_file(const char *path, struct mp_cluster *out)
     if (rc != MP_OK)
         return rc;
     for (int i = 0; i < mp_cluster_nparams && !has_base; i++) {
-        /* the memory keys are optional: memory unknown, the default reserve */
+        /* optional keys: the memory ones (memory unknown, the default reserve) and flops_fp8 (a
+         * profile without an fp8 rate runs fp8 at bf16's) */
         if (!seen[i] && !strcmp(mp_cluster_params[i].key, "gpu_mem_gb")) {
             c.gpu_mem_gb = 0;
             continue;
         }
         if (!seen[i] && !strcmp(mp_cluster_params[i].key, "mem_reserve")) {
             c.mem_reserve = MP_MEM_RESERVE_DEFAULT;
+            continue;
+        }
+        if (!seen[i] && mp_cluster_params[i].offset == P(flops_fp8)) {
+            c.flops_fp8 = c.flops;
             continue;
         }
         if (!seen[i]) {
@@ -256,6 +270,19 @@ double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_b
     double compute = flops / (c->flops * c->flops_eff);
     double memory = weight_bytes / (c->hbm_bw * c->hbm_eff);
     return (compute > memory ? compute : memory) * 1e6 + c->launch_us * active;
+}
+
+double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
+                              int weight_dtype)
+{
+    /* docs/planning.md, the model's equations: the FFN's roofline, fp8 GEMMs at flops_fp8 */
+    struct mp_cluster at = *c;
+    if (weight_dtype == MP_DTYPE_FP8)
+        at.flops = c->flops_fp8;
+    return mp_model_ffn_us(&at, 6.0 * H * (double)Dl * rows,
+                           active * mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, Dl,
+                                                           c->elem_bytes),
+                           active);
 }
 
 double mp_model_exchange_us(const struct mp_cluster *c, double intra_max_bytes,

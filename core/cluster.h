@@ -24,6 +24,9 @@ struct mp_cluster {
     double gpu_mem_gb;    /* device memory per GPU, GB (1e9 bytes); 0: not known, not checked */
     double mem_reserve;   /* share of it kept for the runtime, activations and communication
                              buffers, [0, 1) */
+    /* hardware, optional in a file (the bf16 rate when absent): dense FLOP/s per GPU of a GEMM on
+     * fp8 inputs, the rate of the expert FFN with --weight-dtype fp8 */
+    double flops_fp8;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */
@@ -64,6 +67,13 @@ double *mp_cluster_param_ptr(struct mp_cluster *c, int i);
 
 /* Expert FFN of one rank: max(flops / (F·e_F), bytes / (M·e_M)) + launch·active  [µs] */
 double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active);
+
+/* The expert FFN of one rank: `rows` rows (shared ones included) over `active` experts of shard
+ * H×Dl with weights in `weight_dtype` (enum mp_dtype): FLOPs 6·H·Dl·rows at F = flops for bf16 or
+ * flops_fp8 for fp8, weight bytes active · mp_expert_weight_bytes (core/dtype.h: fp8 codes and
+ * block scales for fp8), into mp_model_ffn_us's roofline  [µs] */
+double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
+                              int weight_dtype);
 
 /* One exchange round of an all-to-all for one rank: latency of each link class it uses, plus the
  * largest volume any rank sends or receives on that class over the class bandwidth; the

@@ -1,4 +1,5 @@
-/* dtype.c - the --dispatch-dtype words and the wire bytes of a dispatched row in each. */
+/* dtype.c - the --dispatch-dtype and --weight-dtype words, the wire bytes of a dispatched row and
+ * the bytes of an expert's weights in each. */
 #include "dtype.h"
 
 #include <string.h>
@@ -27,4 +28,11 @@ int mp_dtype_parse(const char *flag, const char *word, enum mp_dtype *dt)
 double mp_dispatch_row_bytes(enum mp_dtype dt, int H, double act_row_bytes)
 {
     return dt == MP_DTYPE_FP8 ? (double)mp_fp8_row_bytes(H) : act_row_bytes;
+}
+
+double mp_expert_weight_bytes(enum mp_dtype dt, int H, int Dl, double elem)
+{
+    if (dt != MP_DTYPE_FP8)
+        return 3.0 * H * (double)Dl * elem;
+    return (double)mp_fp8_weight_bytes(H, Dl) * 2 + (double)mp_fp8_weight_bytes(Dl, H);
 }

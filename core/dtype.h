@@ -1,5 +1,6 @@
-/* dtype.h - the element types a dispatched row travels in (--dispatch-dtype: bf16, fp8), their
- * words and what one row costs on the wire. */
+/* dtype.h - the element types a dispatched row travels in (--dispatch-dtype: bf16, fp8) and the
+ * expert weights are stored in (--weight-dtype), their words, what one row costs on the wire and
+ * what one expert's weights cost to read. */
 #ifndef MP_DTYPE_H
 #define MP_DTYPE_H
 
@@ -17,6 +18,14 @@ extern const char *const mp_dtype_choices[];
     "values, quantized after the gate, dequantized at the expert); the combine stays in the "     \
     "activation type; a list sweeps them"
 
+/* --weight-dtype's help text. */
+#define MP_WEIGHT_DTYPE_HELP                                                                       \
+    "element type of the routed and shared experts' weights: bf16 (the backend's weight type as "  \
+    "it is: bf16 on GPUs, fp32 on the cpu backend) or fp8 (OCP e4m3 with one fp32 scale per "     \
+    "128x128 block; the cpu backend dequantizes them block row by block row into fp32 for its "   \
+    "GEMMs, a reference path, not a fast one); the router's weights stay as they are; a list "    \
+    "sweeps them"
+
 /* Read one word of `flag` (e.g. "--dispatch-dtype") into *dt: MP_OK, or MP_ERR_USAGE after a
  * message naming the flag, the word and the accepted words. */
 int mp_dtype_parse(const char *flag, const char *word, enum mp_dtype *dt);
@@ -24,5 +33,11 @@ int mp_dtype_parse(const char *flag, const char *word, enum mp_dtype *dt);
 /* Bytes one dispatched row of H activations puts on the wire: `act_row_bytes` (H times the
  * activation element size) for bf16, H + 4·⌈H/128⌉ (codes and scales, base/fp8.h) for fp8. */
 double mp_dispatch_row_bytes(enum mp_dtype dt, int H, double act_row_bytes);
+
+/* Bytes of one expert's weight shard (W_gate, W_up: H×Dl; W_down: Dl×H) in `dt`, as its GEMMs
+ * read them: 3·H·Dl·elem for bf16 (elem the backend's or profile's bytes per element); for fp8
+ * 3·H·Dl code bytes plus 4 for each of the 3·⌈H/128⌉·⌈Dl/128⌉ blocks' scales (base/fp8.h:
+ * mp_fp8_weight_bytes of each matrix). */
+double mp_expert_weight_bytes(enum mp_dtype dt, int H, int Dl, double elem);
 
 #endif

@@ -249,6 +249,11 @@ static int validate_point(const struct mp_layer *L, const struct mp_point *pt,
                  mp_dtype_choices[pt->dispatch_dtype], L->ops->name);
         return MP_ERR_USAGE;
     }
+    if (!(L->ops->weight_dtypes & MP_DTYPE_BIT(pt->weight_dtype))) {
+        mp_usage("--weight-dtype %s: the %s backend does not store expert weights in it",
+                 mp_dtype_choices[pt->weight_dtype], L->ops->name);
+        return MP_ERR_USAGE;
+    }
     if (pt->dispatch_dtype == MP_DTYPE_FP8 && mp_fp8_row_bytes(L->m.hidden) > L->row_bytes) {
         mp_usage("--dispatch-dtype fp8 with --hidden %d: a packed row (%zu bytes) is longer than "
                  "the activations it packs; use --hidden 2 or more", L->m.hidden,
@@ -278,7 +283,7 @@ static int prepare_point(struct mp_layer *L, const struct mp_point *pt,
     int rc = MP_OK;
     if (mode->reserve)
         MP_CHECK(mode->reserve(L, pt, total));
-    MP_CHECK(mp_layer_setup_weights(L, pt->placement));
+    MP_CHECK(mp_layer_setup_weights(L, pt->placement, pt->weight_dtype, pt->blocked_weights));
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(mp_layer_setup_gate(L));
     if (pt->blocked_activations)

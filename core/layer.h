@@ -36,6 +36,13 @@ struct mp_point {
                               * set for every point of a sweep with an fp8 --dispatch-dtype, so
                               * its bf16 and fp8 points run on the same tokens (and the gate routes
                               * them alike), and a wrong block scale cannot hide in --check */
+    int blocked_weights; /* the experts' 128×128 weight blocks scaled apart (mp_weights_expert's
+                          * `blocked`): set for every point of a sweep with an fp8 --weight-dtype,
+                          * so its bf16 and fp8 points compute with the same weights and a wrong
+                          * block scale cannot hide in --check */
+    int weight_dtype;    /* what the experts' weights are stored in: enum mp_dtype (0: bf16, the
+                          * backend's weight type as it is; fp8: codes and 128×128 block scales,
+                          * base/fp8.h, dequantized by the backend for its GEMMs) */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
@@ -53,9 +60,11 @@ struct mp_point_result {
     long tokens_per_rank;            /* the most tokens any EP rank holds */
     double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked; with
                                       * --dispatch-dtype fp8 ref is the reference of the inputs as
-                                      * dispatched (quantized), held to the backend's tolerance */
-    /* --dispatch-dtype fp8 with --check: ‖out − ref‖/‖ref‖ against the reference of the
-     * unquantized inputs, held to MP_FP8_CHECK_BOUND; NAN otherwise */
+                                      * dispatched (quantized), with --weight-dtype fp8 of the
+                                      * weights as stored (dequantized), held to the backend's
+                                      * tolerance */
+    /* --dispatch-dtype or --weight-dtype fp8 with --check: ‖out − ref‖/‖ref‖ against the
+     * reference of the unquantized inputs and weights, held to mp_fp8_check_bound; NAN otherwise */
     double check_error_unquantized;
     /* with overlap > 1 (rank 0): IMB-NBC's overlap efficiency (t_comm + t_comp − t_ovrl) /
      * min(t_comm, t_comp), with t_comm and t_comp the medians of comm_us and ffn_us of the same
@@ -68,11 +77,20 @@ struct mp_point_result {
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
 
-/* --check's bound on the relative error of an fp8 dispatch's output against the reference of the
- * unquantized inputs (docs/METRICS.md, "FP8 dispatch"): each value reaches the expert within
- * 2^−4 of itself (e4m3's 3 mantissa bits, rounded to nearest: base/fp8.h), and the SwiGLU
- * multiplies two products of it, (1 + 2^−4)² − 1 < 2^−3. */
-#define MP_FP8_CHECK_BOUND 0.125
+/* --check's bound on the relative error of a point with fp8 dispatch and/or fp8 weights against
+ * the reference of the unquantized inputs and weights (docs/METRICS.md, "FP8 dispatch" and "FP8
+ * weights"): each quantized value reaches the GEMM within 2^−4 of itself (e4m3's 3 mantissa bits,
+ * rounded to nearest: base/fp8.h). The output silu(x·Wg) ⊙ (x·Wu) · Wd holds x twice and a weight
+ * three times, so with n quantized factors (2 for an fp8 dispatch, 3 for fp8 weights, 5 for both)
+ * the bound is (1 + 2^−4)^n − 1: 0.129, 0.200 and 0.354. */
+static inline double mp_fp8_check_bound(int dispatch_fp8, int weight_fp8)
+{
+    int n = 2 * !!dispatch_fp8 + 3 * !!weight_fp8;
+    double b = 1;
+    for (int i = 0; i < n; i++)
+        b *= 1 + 0x1p-4;
+    return b - 1;
+}
 
 struct mp_layer; /* one layout's buffers, plan and weights */
 

@@ -16,6 +16,7 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
                           double *err_unq)
 {
     int fp8 = pt->dispatch_dtype == MP_DTYPE_FP8;
+    int wtp = pt->weight_dtype == MP_DTYPE_FP8 ? L->tp : 0; /* fp8 weights: the layer's shards */
     struct mp_comm *c = L->comm;
     int H = L->m.hidden, K = L->m.topk, E = L->m.experts;
     int rc = MP_ERR_RUNTIME;
@@ -76,12 +77,15 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
                 goto oom;
             MP_CHECK(mp_reference_fp8_inputs(xall, batch_tokens, H, xq));
         }
-        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, xq, batch_tokens, K,
-                                      ids, wall, ref));
+        /* fp8 weights: the tight reference computes with the weights as the layer stores them
+         * (quantized per TP shard and dequantized), the loose one with the generated ones */
+        int blk = L->blocked_weights;
+        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, wtp, xall, xq,
+                                      batch_tokens, K, ids, wall, ref));
         errs[0] = mp_rel_error(yall, ref, (long)batch_tokens * H);
-        if (fp8) {
-            MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, xall, NULL, batch_tokens,
-                                          K, ids, wall, ref));
+        if (fp8 || wtp) {
+            MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, 0, xall, NULL,
+                                          batch_tokens, K, ids, wall, ref));
             errs[1] = mp_rel_error(yall, ref, (long)batch_tokens * H);
         }
     }

@@ -72,6 +72,8 @@ struct mp_layer {
     int nlocal, cap_local;
     int *local_ids;
     void **wgu, **wd;       /* [nlocal + S] */
+    int weight_dtype;       /* enum mp_dtype the weights above are stored in */
+    int blocked_weights;    /* they were generated blocked (struct mp_point's blocked_weights) */
     long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
 
     struct mp_plan plan;
@@ -187,8 +189,11 @@ void mp_layer_free_buffers(struct mp_layer *L);
 
 /* ---- layer_weights.c: expert and router weights ----------------------------------------------- */
 
-/* Make this rank's expert weights match the placement (no work when the set is unchanged). */
-int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl);
+/* Make this rank's expert weights match the placement, generated `blocked` or not
+ * (mp_weights_expert) and stored in `weight_dtype` (enum mp_dtype; no work when the set, the
+ * generation and the type are unchanged). */
+int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl, int weight_dtype,
+                           int blocked);
 /* The router weights, generated and uploaded on first use. */
 int mp_layer_setup_gate(struct mp_layer *L);
 void mp_layer_free_weights(struct mp_layer *L);
@@ -325,8 +330,9 @@ void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const in
 
 /* Gather every rank's output to rank 0 and compare with the reference forward of draw 0: *err the
  * relative error against the reference of the inputs as dispatched (with --dispatch-dtype fp8:
- * each token's row through an fp8 round trip for its routed experts), and with fp8 *err_unq the
- * one against the reference of the unquantized inputs (NAN for bf16). */
+ * each token's row through an fp8 round trip for its routed experts) and the weights as stored
+ * (with --weight-dtype fp8: quantized and dequantized), and with either in fp8 *err_unq the one
+ * against the reference of the unquantized inputs and weights (NAN when both are bf16). */
 int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
                           struct mp_routing_pool *pool, long batch_tokens, long ntok, double *err,
                           double *err_unq);

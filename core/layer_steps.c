@@ -72,7 +72,8 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
     int rc = MP_OK;
     struct mp_ffn_args a = {.in = in, .out = out, .row_off = row_off, .nexp = L->nlocal,
                             .wgu = L->wgu, .wd = L->wd, .H = L->m.hidden, .Dl = L->Dl,
-                            .work = work, .gemm = pt->gemm, .progress = progress,
+                            .work = work, .gemm = pt->gemm, .weight_dtype = L->weight_dtype,
+                            .progress = progress,
                             .progress_arg = progress_arg};
     MP_CHECK(L->ops->expert_ffn(L->dev, &a));
     L->shared_off[0] = 0;

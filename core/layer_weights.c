@@ -4,14 +4,17 @@
 #include <string.h>
 
 #include "error.h"
+#include "expert_store.h"
 #include "layer_internal.h"
 #include "weights.h"
 
 void mp_layer_free_weights(struct mp_layer *L)
 {
     for (int i = 0; i < L->nlocal + L->S && L->wgu; i++) {
-        L->ops->free(L->dev, L->wgu[i]);
-        L->ops->free(L->dev, L->wd[i]);
+        if (L->wgu[i])
+            L->ops->free(L->dev, L->wgu[i]);
+        if (L->wd[i])
+            L->ops->free(L->dev, L->wd[i]);
     }
     free(L->wgu);
     free(L->wd);
@@ -21,29 +24,23 @@ void mp_layer_free_weights(struct mp_layer *L)
     L->nlocal = 0;
 }
 
-/* Generate and upload one expert's weight shard. */
+/* Generate one expert's weight shard and store it in the layer's weight dtype. */
 static int load_expert(struct mp_layer *L, int expert, void **wgu, void **wd, float *hgu, float *hd)
 {
-    size_t H = (size_t)L->m.hidden, Dl = (size_t)L->Dl;
-    mp_weights_expert(L->seed, expert, L->m.hidden, L->m.ffn, L->tp, L->comm->tp_rank, hgu, hd);
-    *wgu = L->ops->alloc(L->dev, H * 2 * Dl);
-    *wd = L->ops->alloc(L->dev, Dl * H);
-    if (!*wgu || !*wd) {
-        mp_error("out of memory for the weights of expert %d", expert);
-        return MP_ERR_RUNTIME;
-    }
-    int rc = L->ops->upload(L->dev, *wgu, hgu, H * 2 * Dl);
-    if (rc == MP_OK)
-        rc = L->ops->upload(L->dev, *wd, hd, Dl * H);
-    return rc;
+    mp_weights_expert(L->seed, expert, L->m.hidden, L->m.ffn, L->tp, L->comm->tp_rank,
+                      L->blocked_weights, hgu, hd);
+    return mp_expert_store(L->ops, L->dev, (enum mp_dtype)L->weight_dtype, expert, L->m.hidden,
+                           L->Dl, hgu, hd, wgu, wd);
 }
 
-int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl)
+int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl, int weight_dtype,
+                           int blocked)
 {
     int e = L->comm->ep_rank;
     int n = mp_placement_nlocal(pl, e);
     const int *ids = pl->local_ids + pl->local_off[e];
-    if (L->wgu && n == L->nlocal && memcmp(ids, L->local_ids, (size_t)n * sizeof *ids) == 0)
+    if (L->wgu && n == L->nlocal && weight_dtype == L->weight_dtype &&
+        blocked == L->blocked_weights && memcmp(ids, L->local_ids, (size_t)n * sizeof *ids) == 0)
         return MP_OK;
     mp_layer_free_weights(L);
     int rc = MP_ERR_RUNTIME;
@@ -57,6 +54,8 @@ int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl)
         goto out;
     }
     L->nlocal = n;
+    L->weight_dtype = weight_dtype;
+    L->blocked_weights = blocked;
     memcpy(L->local_ids, ids, (size_t)n * sizeof *ids);
     for (int i = 0; i < n + L->S; i++) {
         int expert = i < n ? ids[i] : L->m.experts + (i - n);

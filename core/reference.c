@@ -129,9 +129,46 @@ int mp_reference_fp8_inputs(const float *x, long ntok, int H, float *xq)
     return MP_OK;
 }
 
-int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x,
-                         const float *xr, long ntok, int K, const int32_t *ids, const float *w,
-                         float *y)
+int mp_reference_fp8_weights(uint64_t seed, int expert, int H, int D, int tp, int blocked,
+                             float *wgu, float *wd)
+{
+    int Dl = D / tp, rc = MP_ERR_RUNTIME;
+    size_t h = (size_t)H, dl = (size_t)Dl;
+    long blocks = mp_fp8_weight_blocks(H, Dl);
+    float *sgu = malloc(h * 2 * dl * sizeof *sgu), *sd = malloc(dl * h * sizeof *sd);
+    float *scales = malloc((size_t)blocks * sizeof *scales);
+    uint8_t *codes = malloc(h * 2 * dl);
+    if (!sgu || !sd || !scales || !codes) {
+        mp_error("reference: out of memory for the fp8 weights of H=%d D=%d", H, D);
+        goto out;
+    }
+    for (int r = 0; r < tp; r++) {
+        mp_weights_expert(seed, expert, H, D, tp, r, blocked, sgu, sd);
+        /* each matrix of the shard through its own 128×128 blocks' round trip, in place (not
+         * through the images the layer stores: only the block format is shared) */
+        mp_fp8_weight_round_trip(sgu, H, Dl, 2 * Dl, codes, scales, sgu);      /* Wg */
+        mp_fp8_weight_round_trip(sgu + dl, H, Dl, 2 * Dl, codes, scales, sgu + dl); /* Wu */
+        mp_fp8_weight_round_trip(sd, Dl, H, H, codes, scales, sd);             /* Wd */
+        /* shard r: columns [r·Dl, (r+1)·Dl) of Wg and Wu, rows [r·Dl, (r+1)·Dl) of Wd */
+        for (size_t i = 0; i < h; i++)
+            for (size_t j = 0; j < dl; j++) {
+                wgu[i * 2 * D + (size_t)r * dl + j] = sgu[i * 2 * dl + j];
+                wgu[i * 2 * D + (size_t)D + (size_t)r * dl + j] = sgu[i * 2 * dl + dl + j];
+            }
+        memcpy(wd + (size_t)r * dl * h, sd, dl * h * sizeof *sd);
+    }
+    rc = MP_OK;
+out:
+    free(sgu);
+    free(sd);
+    free(scales);
+    free(codes);
+    return rc;
+}
+
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, int blocked,
+                         int fp8_weights_tp, const float *x, const float *xr, long ntok, int K, const int32_t *ids,
+                         const float *w, float *y)
 {
     if (!xr)
         xr = x;
@@ -150,7 +187,13 @@ int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const 
             used = ids[p] == e;
         if (!used)
             continue;
-        mp_weights_expert(seed, e, H, D, 1, 0, wgu, wd);
+        if (fp8_weights_tp > 0) {
+            if (mp_reference_fp8_weights(seed, e, H, D, fp8_weights_tp, blocked, wgu, wd) !=
+                MP_OK)
+                goto out;
+        } else {
+            mp_weights_expert(seed, e, H, D, 1, 0, blocked, wgu, wd);
+        }
         for (long t = 0; t < ntok; t++) {
             if (e >= E) {
                 ffn_token(x + t * H, wgu, wd, H, D, 1.0, gate, up, acc + t * H);

@@ -16,10 +16,19 @@ void mp_reference_gate(const float *x, const float *wg, const float *noise, long
  * (unsharded) weights of weights.h rebuilt from `seed`. FFN is SwiGLU: (silu(x·Wg) ⊙ x·Wu)·Wd.
  * xr: the routed experts' inputs, the tokens as dispatched (x itself, or x after an fp8 round
  * trip: mp_reference_fp8_inputs); NULL: x. The shared experts read x (never dispatched).
- * Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
-int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, const float *x,
-                         const float *xr, long ntok, int K, const int32_t *ids, const float *w,
-                         float *y);
+ * blocked: the weights generated blocked (mp_weights_expert). fp8_weights_tp: 0, every expert's weights as generated; tp > 0, those of every expert (routed
+ * and shared) as --weight-dtype fp8 delivers them to a layer of TP degree tp
+ * (mp_reference_fp8_weights). Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
+int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, int blocked,
+                         int fp8_weights_tp, const float *x, const float *xr, long ntok, int K, const int32_t *ids,
+                         const float *w, float *y);
+
+/* The full weights of `expert` (wgu H×2D as [Wg | Wu], wd D×H) as fp8 weights deliver them to a
+ * layer of TP degree tp: each TP rank's shard (mp_weights_expert) quantized in 128×128 blocks of
+ * its own, as the layer stores it (base/fp8.h: [Wg | Wu] as two H×D/tp parts, Wd as one), then
+ * dequantized and put back in its place. MP_OK or MP_ERR_RUNTIME (out of memory). */
+int mp_reference_fp8_weights(uint64_t seed, int expert, int H, int D, int tp, int blocked,
+                             float *wgu, float *wd);
 
 /* xq = the ntok rows of H values of x as an fp8 dispatch delivers them: each row packed into e4m3
  * codes with one scale per 128 values and unpacked (base/fp8.h). MP_OK or MP_ERR_RUNTIME. */

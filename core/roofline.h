@@ -11,10 +11,11 @@
  * divides D in every layout the binaries accept). */
 double mp_ffn_flops(int H, int D, int tp, double rows);
 
-/* Weight bytes one rank reads for the FFN: 3·H·(D/tp)·active_experts·elem (docs/METRICS.md,
- * Expert FFN alone), `active_experts` counting only experts with at least one row, `elem` bytes per
- * weight. */
-double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem);
+/* Weight bytes one rank reads for the FFN: active_experts · mp_expert_weight_bytes (core/dtype.h)
+ * of its D/tp shard (docs/METRICS.md, Expert FFN alone): 3·H·(D/tp)·elem per expert for
+ * weight_dtype bf16 (enum mp_dtype), 3·H·(D/tp) codes plus 4 bytes per 128×128 block for fp8;
+ * `active_experts` counting only experts with at least one row, `elem` bytes per bf16 weight. */
+double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem, int weight_dtype);
 
 /* Where a kernel sits under the roofline of a device (Williams, Waterman, Patterson 2009). */
 struct mp_roofline {

@@ -51,6 +51,11 @@ static const struct mp_column workload_key[] = {
      "activation type as it is: bf16 on GPUs, fp32 rows on the cpu backend) or `fp8` (e4m3 codes "
      "and one fp32 scale per 128 values: H + 4·⌈H/128⌉ bytes a row); the combine stays in the "
      "activation type; `bf16` for ffn.csv"},
+    {MPC_weight_dtype, "–", T,
+     "`--weight-dtype` entry: what the routed and shared experts' weights are stored in, `bf16` "
+     "(the backend's weight type as it is: bf16 on GPUs, fp32 on the cpu backend) or `fp8` (e4m3 "
+     "codes and one fp32 scale per 128×128 block of each matrix: 3·H·Dl + 4·3·⌈H/128⌉·⌈Dl/128⌉ "
+     "bytes an expert); the router's weights stay as they are"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
     {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
     {MPC_seed, "–", I, "`--seed`"},
@@ -79,6 +84,10 @@ static const struct mp_column a2a_key[] = {
     {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
     {MPC_dedup, "–", T,
      "what a dispatched row stands for (`--dedup` pair or rank; moe; empty for uniform)"},
+    {MPC_dispatch_dtype, "–", T,
+     "`--dispatch-dtype` entry: what a dispatched row travels in, `bf16` (H times the backend's "
+     "element size) or `fp8` (H + 4·⌈H/128⌉ bytes: e4m3 codes and one fp32 scale per 128 "
+     "values); moe; empty for uniform, which sends `--bytes` as given"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance (0 for uniform)"},
     {MPC_seq, "–", I, "`--seq` (0 for uniform)"},
     {MPC_seed, "–", I, "`--seed`"},

@@ -8,7 +8,7 @@
  * reader that names a column that does not exist fails to compile. */
 #define MP_COLUMN_NAMES(X)                                                                          \
     X(source) X(backend) X(comm) X(model) X(hidden) X(ffn) X(experts) X(topk) X(shared) X(layout)   \
-    X(tp) X(ep) X(world) X(routing) X(group_limit) X(placement) X(overlap) X(dispatch) X(dedup) X(dispatch_dtype)     \
+    X(tp) X(ep) X(world) X(routing) X(group_limit) X(placement) X(overlap) X(dispatch) X(dedup) X(dispatch_dtype) X(weight_dtype)\
     X(batch) X(seq) X(seed) X(flush_cache) X(pattern) X(bytes_per_peer) X(iter)                     \
     X(tokens_per_rank) X(iters) X(layer_us) X(layer_p99_us) X(layer_mean_us) X(layer_stdev_us)      \
     X(layer_min_us) X(layer_max_us) X(layer_ci_lo_us) X(layer_ci_hi_us) X(ffn_us) X(ffn_p99_us)     \

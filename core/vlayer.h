@@ -27,6 +27,7 @@ struct mp_vtraffic {
      * (H + 4·⌈H/128⌉) / (H · elem_bytes)); the exchanges below count combine-sized rows except
      * the deduplicated hops, which count the dispatch's own */
     double dispatch_scale;
+    int weight_dtype; /* --weight-dtype (enum mp_dtype): the FFN's rate and weight bytes */
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */

@@ -7,7 +7,8 @@
 #include "rng.h"
 
 /* Stream tags keep weights, router and activations independent of each other. */
-enum { TAG_EXPERT = 0x6578, TAG_GATE = 0x6761, TAG_ACT = 0x6163, TAG_BLOCK = 0x626b };
+enum { TAG_EXPERT = 0x6578, TAG_GATE = 0x6761, TAG_ACT = 0x6163, TAG_BLOCK = 0x626b,
+       TAG_WBLOCK = 0x7762 };
 
 static inline float sym_uniform(uint64_t h) { return (float)(2.0 * mp_u01(h) - 1.0); }
 
@@ -23,8 +24,17 @@ float mp_weight_at(uint64_t seed, int expert, int which, int H, int D, long i, l
     return scale * sym_uniform(mp_mix64(row_hash(seed, expert, which, i) + (uint64_t)j));
 }
 
-void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_rank, float *wgu,
-                       float *wd)
+/* --weight-dtype's blocked weights: the factor 4^−j of the 128×128 block holding element (i, j)
+ * of matrix `which` of `expert`, j drawn from the block's hash. */
+static inline float block_factor(uint64_t seed, int expert, int which, long i, long j)
+{
+    uint64_t h = mp_hash4(seed ^ TAG_WBLOCK, ((uint64_t)expert << 2) | (uint64_t)which,
+                          (uint64_t)(i / MP_FP8_BLOCK), (uint64_t)(j / MP_FP8_BLOCK));
+    return ldexpf(1.0f, -2 * (int)(h & 3));
+}
+
+void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_rank, int blocked,
+                       float *wgu, float *wd)
 {
     int Dl = D / tp;
     long c0 = (long)tp_rank * Dl;
@@ -42,6 +52,16 @@ void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_r
         for (long j = 0; j < H; j++)
             wd[i * H + j] = sd * sym_uniform(mp_mix64(hd + (uint64_t)j));
     }
+    if (!blocked)
+        return;
+    for (long i = 0; i < H; i++)
+        for (long j = 0; j < Dl; j++) {
+            wgu[i * 2L * Dl + j] *= block_factor(seed, expert, 0, i, c0 + j);
+            wgu[i * 2L * Dl + Dl + j] *= block_factor(seed, expert, 1, i, c0 + j);
+        }
+    for (long i = 0; i < Dl; i++)
+        for (long j = 0; j < H; j++)
+            wd[i * H + j] *= block_factor(seed, expert, 2, c0 + i, j);
 }
 
 void mp_weights_gate(uint64_t seed, int H, int E, float *wg)

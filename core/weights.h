@@ -11,9 +11,13 @@
 /* Shard `tp_rank` of `tp` of expert `expert` (full matrices W_gate, W_up: H×D; W_down: D×H).
  * wgu: H × 2·Dl row-major, columns [0, Dl) from W_gate and [Dl, 2·Dl) from W_up, where the shard
  * holds global columns [tp_rank·Dl, (tp_rank+1)·Dl), Dl = D / tp. wd: Dl × H, the same rows of
- * W_down. Values are uniform in [−1, 1) scaled by 1/√H (gate, up) and 1/√D (down). */
-void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_rank, float *wgu,
-                       float *wd);
+ * W_down. Values are uniform in [−1, 1) scaled by 1/√H (gate, up) and 1/√D (down). With
+ * `blocked` (every point of a sweep with an fp8 --weight-dtype), each 128×128 block of each full
+ * matrix (base/fp8.h's weight blocks at tp1) is scaled by 4^−j, j in 0..3 drawn per expert, matrix
+ * and block, so blocks differ in magnitude and a scale applied to the wrong block shows in
+ * --check. */
+void mp_weights_expert(uint64_t seed, int expert, int H, int D, int tp, int tp_rank, int blocked,
+                       float *wgu, float *wd);
 
 /* One element of expert `expert`'s full matrices: which = 0 gate, 1 up (row i < H, col j < D),
  * 2 down (row i < D, col j < H). */

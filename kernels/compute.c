@@ -45,6 +45,9 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     REQUIRE((o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_BF16)) &&
                 !(o->dispatch_dtypes & ~(MP_DTYPE_BIT(MP_DTYPE_COUNT) - 1)),
             "has dispatch dtypes 0x%x (bf16 needed, nothing beyond fp8)", o->dispatch_dtypes);
+    REQUIRE((o->weight_dtypes & MP_DTYPE_BIT(MP_DTYPE_BF16)) &&
+                !(o->weight_dtypes & ~(MP_DTYPE_BIT(MP_DTYPE_COUNT) - 1)),
+            "has weight dtypes 0x%x (bf16 needed, nothing beyond fp8)", o->weight_dtypes);
     REQUIRE(o->memory == MP_MEMORY_VIRTUAL
                 ? !o->fp8_pack && !o->fp8_unpack
                 : !!(o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) ==

@@ -45,6 +45,11 @@ struct mp_ffn_args {
     void *work; /* at least (row_off[nexp] − row_off[0]) · 2·Dl elements */
     /* enum mp_gemm; other than MP_GEMM_LOOP only on backends whose gemm_modes has it */
     int gemm;
+    /* enum mp_dtype of the weights (--weight-dtype; fp8 only on backends whose weight_dtypes has
+     * it). bf16: wgu[e] (H×2Dl, [Wg | Wu]) and wd[e] (Dl×H) hold elements; fp8: each holds the
+     * image of base/fp8.h (mp_fp8_image_store): wgu[e] of its two H×Dl parts, wd[e] of its one
+     * Dl×H part, codes with one fp32 scale per 128×128 block of each part */
+    int weight_dtype;
     /* optional: called between experts, so a pipelined layer's pending exchanges make progress
      * while this FFN computes (host backends; NULL otherwise) */
     void (*progress)(void *arg);
@@ -95,6 +100,9 @@ struct mp_compute_ops {
     /* MP_DTYPE_BIT(d) for each enum mp_dtype its dispatch rows may travel in (bf16 always; fp8
      * on a data backend exactly when it fills fp8_pack and fp8_unpack) */
     unsigned dispatch_dtypes;
+    /* MP_DTYPE_BIT(d) for each enum mp_dtype its expert weights may be stored in (--weight-dtype:
+     * bf16 always; fp8: expert_ffn reads mp_ffn_args' fp8 images) */
+    unsigned weight_dtypes;
     int graph;               /* graph capture and replay: capture_begin ... host_free filled */
     size_t elem_size; /* bytes per activation/weight element in buffers (4 cpu, 2 cuda) */
     /* --check's bound on ‖out − ref‖/‖ref‖ against the double-precision reference: fp32 buffers

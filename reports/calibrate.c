@@ -161,6 +161,7 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
     int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
     int has_dedup = mp_table_col(t, MPC_dedup) >= 0;
     int has_limit = mp_table_col(t, MPC_group_limit) >= 0, inactive;
+    int has_wdtype = mp_table_col(t, MPC_weight_dtype) >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the dispatch mode and the dedup mode are replayed (older files have neither: dynamic,
          * pair); a layer replayed as a graph (+graph) left out the host's launches, which the
@@ -168,6 +169,10 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         const char *dispatch = has_dispatch ? cell(t, r, MPC_dispatch) : "dynamic";
         const char *dedup = has_dedup ? cell(t, r, MPC_dedup) : "pair";
         if (strstr(dispatch, "+graph"))
+            continue;
+        /* fp8 weights on a measured backend run a dequantizing reference path (the cpu's), not
+         * the fp8 GEMMs the model's flops_fp8 stands for: not its to fit either */
+        if (has_wdtype && strcmp(cell(t, r, MPC_weight_dtype), "bf16") != 0)
             continue;
         const struct mp_dispatch_mode *mode;
         double dispatch_arg;
@@ -286,10 +291,14 @@ static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_t
                                        MPC_batch, NULL};
     int rc = need(t, cols);
     int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
+    int has_wdtype = mp_table_col(t, MPC_weight_dtype) >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the model launches the FFN's kernels from the host: rows replayed as a graph
          * (dynamic+graph) leave that cost out and are not its to fit */
         if (has_dispatch && strcmp(cell(t, r, MPC_dispatch), "dynamic") != 0)
+            continue;
+        /* nor fp8 weights, a dequantizing reference path on a measured backend */
+        if (has_wdtype && strcmp(cell(t, r, MPC_weight_dtype), "bf16") != 0)
             continue;
         struct mp_calib_point *p = new_point(set);
         if (!p)

@@ -40,6 +40,10 @@ struct mp_compute {
      * place (grown on the first call that needs more) */
     unsigned char *wire_row;
     size_t wire_cap;
+    /* --weight-dtype fp8: one block row of a weight matrix dequantized into fp32 (128 rows of the
+     * widest matrix), grown on the first call that needs more */
+    float *panel;
+    size_t panel_cap;
 };
 
 /* OpenBLAS exports this; declared here since not every cblas.h does. */
@@ -64,6 +68,7 @@ static void cpu_fini(struct mp_compute *c)
         return;
     free(c->logits);
     free(c->wire_row);
+    free(c->panel);
     mp_dplan_host_free(&c->plan);
     free(c->gate_ids);
     free(c->gate_w);
@@ -217,8 +222,35 @@ static int cpu_fp8_unpack(struct mp_compute *c, void *buf, long n, int H)
     return MP_OK;
 }
 
+/* C (m × parts·N, row stride ldc) = A (m × K, row stride lda) · W, W the K×(parts·N) matrix of the
+ * fp8 image img (base/fp8.h): one block row of W (128 rows, every tile of them) dequantized into
+ * fp32 at a time and multiplied in, accumulating over the block rows. A reference path for
+ * correctness and byte accounting, not a fast one: every tile is decoded again on every call. */
+static int fp8_gemm(struct mp_compute *c, const float *A, int lda, long m, const unsigned char *img,
+                    int K, int N, int parts, float *C, int ldc)
+{
+    size_t W = (size_t)parts * N, need = (size_t)MP_FP8_BLOCK * W;
+    if (need > c->panel_cap) {
+        float *p = realloc(c->panel, need * sizeof *p);
+        if (!p) {
+            mp_error("out of memory for an fp8 weight panel of %zu values", need);
+            return MP_ERR_RUNTIME;
+        }
+        c->panel = p;
+        c->panel_cap = need;
+    }
+    for (int bk = 0; bk < mp_fp8_blocks(K); bk++) {
+        int k0 = bk * MP_FP8_BLOCK, kb = K - k0 < MP_FP8_BLOCK ? K - k0 : MP_FP8_BLOCK;
+        mp_fp8_image_block_row(img, K, N, parts, bk, c->panel);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)W, kb, 1.0f, A + k0,
+                    lda, c->panel, (int)W, bk ? 1.0f : 0.0f, C, ldc);
+    }
+    return MP_OK;
+}
+
 static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 {
+    int fp8 = a->weight_dtype == MP_DTYPE_FP8;
     const float *in = a->in;
     float *out = a->out, *g = a->work;
     int H = a->H, Dl = a->Dl;
@@ -227,8 +259,14 @@ static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
         if (m <= 0)
             continue;
         /* [gate | up] = in · [Wg | Wu]: m × 2Dl */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, 2 * Dl, H, 1.0f,
-                    in + r0 * H, H, a->wgu[e], 2 * Dl, 0.0f, g, 2 * Dl);
+        if (fp8) {
+            int rc = fp8_gemm(c, in + r0 * H, H, m, a->wgu[e], H, Dl, 2, g, 2 * Dl);
+            if (rc != MP_OK)
+                return rc;
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, 2 * Dl, H, 1.0f,
+                        in + r0 * H, H, a->wgu[e], 2 * Dl, 0.0f, g, 2 * Dl);
+        }
         /* SwiGLU (Shazeer 2020): silu(gate) ⊙ up, silu(z) = z / (1 + e^−z), in place */
         for (long i = 0; i < m; i++) {
             float *row = g + i * 2L * Dl;
@@ -238,8 +276,14 @@ static int cpu_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
             }
         }
         /* out = act · Wd: m × H */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, H, Dl, 1.0f, g, 2 * Dl,
-                    a->wd[e], H, 0.0f, out + r0 * H, H);
+        if (fp8) {
+            int rc = fp8_gemm(c, g, 2 * Dl, m, a->wd[e], Dl, H, 1, out + r0 * H, H);
+            if (rc != MP_OK)
+                return rc;
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, H, Dl, 1.0f, g, 2 * Dl,
+                        a->wd[e], H, 0.0f, out + r0 * H, H);
+        }
         if (a->progress)
             a->progress(a->progress_arg);
     }
@@ -479,6 +523,7 @@ const struct mp_compute_ops mp_compute_cpu = {
     .memory = MP_MEMORY_HOST,
     .dispatch_modes = MP_DISPATCH_ALL,
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
+    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .elem_size = sizeof(float),
     .check_tolerance = 1e-5,
     .init = cpu_init,

@@ -1393,6 +1393,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .memory = MP_MEMORY_DEVICE,
     .dispatch_modes = MP_DISPATCH_ALL,
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16), /* fp8 dispatch: not yet (no pack kernels) */
+    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16),   /* fp8 weights: not yet (no fp8 GEMMs) */
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,

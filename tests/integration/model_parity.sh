@@ -36,6 +36,7 @@ sample() {
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
     --dedup) echo "--dedup pair,rank,node" ;;
     --dispatch-dtype) echo "--dispatch-dtype bf16,fp8" ;;
+    --weight-dtype) echo "--weight-dtype bf16,fp8" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) echo "--graph --dispatch padded" ;;
     --seed) echo "--seed 9" ;;
@@ -136,7 +137,8 @@ mpi 4 "$LAYER" $dsweep --out "$TMP/dmeasured" || fail "measured --dedup sweep ex
 # and pipelined (chunks of tokens): the rows and bytes of every chunk add up as measured
 osweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
     --routing zipf:1.2 --placement contiguous,eplb:4 --dedup rank,node --overlap 2,3
-    --dispatch-dtype bf16,fp8 --iters 3 --warmup 2 --seed 7 --quiet --no-flush-cache"
+    --dispatch-dtype bf16,fp8 --weight-dtype bf16,fp8 --iters 3 --warmup 2 --seed 7 --quiet
+    --no-flush-cache"
 # shellcheck disable=SC2086
 mpi 4 "$LAYER" $osweep --out "$TMP/omeasured" || fail "measured pipelined --dedup sweep exit $?"
 # shellcheck disable=SC2086
@@ -150,7 +152,7 @@ python3 - "$TMP/measured" "$TMP/modelled" "$TMP/dmeasured" "$TMP/dmodelled" "$TM
     "$TMP/omodelled" <<'PY' || fail "counts differ"
 import csv, sys
 key = ["layout", "routing", "group_limit", "placement", "overlap", "dispatch", "dedup",
-       "dispatch_dtype", "batch"]
+       "dispatch_dtype", "weight_dtype", "batch"]
 phase_bytes = ["dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
                "combine_bytes_internode"]
 link_bytes = ["bytes_internode", "bytes_intranode"] + phase_bytes

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "cluster.h"
+#include "dtype.h"
 #include "error.h"
 
 static char dir[64];
@@ -31,13 +32,16 @@ int main(void)
     CHECK_INT(mp_cluster_resolve("h100-ndr", &c), MP_OK);
     CHECK_NEAR(c.flops, 989e12, 1e-12);
     CHECK_NEAR(c.hbm_bw, 3.35e12, 1e-12);
+    CHECK_NEAR(c.flops_fp8, 1979e12, 1e-12); /* dense: the datasheet's 3958 is with sparsity */
     CHECK_NEAR(c.intra_bw, 450e9, 1e-12);
     CHECK_NEAR(c.inter_bw, 50e9, 1e-12); /* 400 Gb/s */
     CHECK_INT(c.gpus_per_node, 8);
     CHECK_INT(mp_cluster_resolve("h200-ndr", &c), MP_OK);
     CHECK_NEAR(c.hbm_bw, 4.8e12, 1e-12);
+    CHECK_NEAR(c.flops_fp8, 1979e12, 1e-12);
     CHECK_INT(mp_cluster_resolve("a100-hdr", &c), MP_OK);
     CHECK_NEAR(c.flops, 312e12, 1e-12);
+    CHECK_NEAR(c.flops_fp8, 312e12, 1e-12); /* no fp8 tensor cores: the bf16 rate */
     CHECK_NEAR(c.inter_bw, 25e9, 1e-12);
     CHECK_INT(mp_cluster_resolve("b200-xdr", &c), MP_OK);
     CHECK_NEAR(c.flops, 2.25e15, 1e-12);
@@ -52,6 +56,7 @@ int main(void)
         CHECK_NEAR(c.gpu_mem_gb, mem[i].gb, 0);
         CHECK_NEAR(c.mem_reserve, 0.1, 0);
     }
+    CHECK_NEAR(c.flops_fp8, 4.5e15, 1e-12);
     for (int i = 0; i < mp_cluster_npresets; i++)
         CHECK_INT(mp_cluster_validate(&mp_cluster_presets[i], "preset"), MP_OK);
 
@@ -74,6 +79,7 @@ int main(void)
     CHECK_NEAR(back.inter_bw, c.inter_bw, 1e-9);
     CHECK_INT(back.gpus_per_node, c.gpus_per_node);
     CHECK_NEAR(back.gpu_mem_gb, 80, 0);
+    CHECK_NEAR(back.flops_fp8, c.flops_fp8, 1e-9);
     /* without base the memory keys may be left out (not checked, the default reserve) */
     CHECK_INT(mp_cluster_resolve(write_file("nomem.ini",
                                             "flops=1e12\nhbm_bw=1e12\ngpus_per_node=2\n"
@@ -89,6 +95,15 @@ int main(void)
               MP_ERR_USAGE);
     CHECK_INT(mp_cluster_resolve(write_file("g.ini", "base=h100-ndr\ngpu_mem_gb=-1\n"), &c),
               MP_ERR_USAGE);
+    /* a file without a base and without flops_fp8 (written before it): fp8 at the bf16 rate */
+    CHECK_INT(mp_cluster_resolve(write_file("nofp8.ini", "flops=2e12\nhbm_bw=1e12\n"
+                                                         "gpus_per_node=4\nintra_bw=1e9\n"
+                                                         "inter_bw=1e8\nelem_bytes=2\n"
+                                                         "flops_eff=1\nhbm_eff=1\nintra_eff=1\n"
+                                                         "inter_eff=1\nintra_lat_us=1\n"
+                                                         "inter_lat_us=1\nlaunch_us=0\n"
+                                                         "congestion=0\n"), &c), MP_OK);
+    CHECK_NEAR(c.flops_fp8, 2e12, 0);
 
     /* refusals: negative, missing, unknown, out-of-range efficiency, non-numeric, unreadable */
     CHECK_INT(mp_cluster_resolve(write_file("n.ini", "base=h100-ndr\ninter_bw=-5\n"), &c), MP_ERR_USAGE);
@@ -110,6 +125,19 @@ int main(void)
     CHECK_NEAR(mp_model_ffn_us(&r, 1e6, 1e6, 2), 2006, 1e-12);
     /* compute-bound: 2e9 FLOP / 0.5e12 = 4000 µs > 2000 µs */
     CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2), 4006, 1e-12);
+    /* the expert FFN in bf16 and fp8 (H 256, Dl 128, 2 experts): bf16 reads 3·256·128·2 bytes
+     * each, fp8 3·256·128 codes + 4·3·(2·1) scale bytes each and computes at flops_fp8 */
+    r.flops_fp8 = 4e12;
+    double fl = 6.0 * 256 * 128 * 1e4; /* 1e4 rows: compute-bound in both */
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_BF16),
+               fl / 0.5e12 * 1e6 + 6, 1e-9);
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_FP8),
+               fl / 2e12 * 1e6 + 6, 1e-9);
+    /* one row: memory-bound, the weight bytes over 0.5e9 B/s */
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_BF16),
+               2.0 * 3 * 256 * 128 * 2 / 0.5e9 * 1e6 + 6, 1e-9);
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_FP8),
+               2.0 * (3 * 256 * 128 + 4 * 3 * 2) / 0.5e9 * 1e6 + 6, 1e-9);
     /* intra only: 10 + 1e6 / 1e9 s = 1010 µs */
     CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 0, 1, 0, 1), 1010, 1e-12);
     /* inter with incast 4: 20 + 1e5 / 0.5e8 s × (1 + log2 4) = 20 + 2000 × 3 */

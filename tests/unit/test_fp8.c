@@ -2,7 +2,8 @@
  * from the spec's formula (not from moeperf's code), every non-NaN code survives encode(decode(c)),
  * rounding is to nearest with ties to even, beyond ±448 and at ±inf it saturates, NaN stays NaN,
  * and a row's 128-value blocks round-trip within the bound fp8.h derives, with the last block of a
- * row whose length is not a multiple of 128 scaled by its own values. */
+ * row whose length is not a multiple of 128 scaled by its own values; and the 128×128 blocks of a
+ * weight matrix, indexed, counted and round-tripped at shapes not divisible by 128. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -181,6 +182,63 @@ static void check_rows(void)
         CHECK(back[i] == z[i]);
 }
 
+/* Weights in 128×128 blocks at shapes not divisible by 128: the scale index of every element, the
+ * count of blocks and bytes, the round trip within 2^−4 of each block's amax (base/fp8.h's bound),
+ * each edge block scaled by its own amax, and two swapped blocks seen by the round trip. */
+static void check_weight_blocks(void)
+{
+    static const int shapes[][2] = {{1, 1}, {128, 128}, {130, 77}, {257, 300}, {64, 129}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int K = shapes[si][0], N = shapes[si][1];
+        int nbk = (K + 127) / 128, nbn = (N + 127) / 128;
+        CHECK(mp_fp8_weight_blocks(K, N) == (long)nbk * nbn);
+        CHECK(mp_fp8_weight_bytes(K, N) == (size_t)K * N + 4u * (size_t)nbk * nbn);
+        float *w = malloc((size_t)K * N * sizeof *w), *y = malloc((size_t)K * N * sizeof *y);
+        uint8_t *codes = malloc((size_t)K * N);
+        float *sc = malloc((size_t)nbk * nbn * sizeof *sc);
+        /* each block its own magnitude (2^−(bk + 2bn)), so a scale read for the wrong block shows */
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) {
+                float f = ldexpf(1.0f, -(k / 128 + 2 * (n / 128)));
+                w[(size_t)k * N + n] = f * (float)sin(0.37 * k + 1.91 * n + 0.5);
+            }
+        mp_fp8_weight_quantize(w, K, N, N, codes, N, sc);
+        for (int bk = 0; bk < nbk; bk++)
+            for (int bn = 0; bn < nbn; bn++) {
+                float amax = 0;
+                for (int k = bk * 128; k < K && k < bk * 128 + 128; k++)
+                    for (int n = bn * 128; n < N && n < bn * 128 + 128; n++) {
+                        amax = fmaxf(amax, fabsf(w[(size_t)k * N + n]));
+                        CHECK(mp_fp8_weight_scale_index(N, k, n) == (long)bk * nbn + bn);
+                    }
+                CHECK(sc[bk * nbn + bn] == amax / 448.0f);
+            }
+        mp_fp8_weight_round_trip(w, K, N, N, codes, sc, y);
+        double worst = 0;
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) {
+                double s = sc[mp_fp8_weight_scale_index(N, k, n)];
+                double e = fabs((double)w[(size_t)k * N + n] - y[(size_t)k * N + n]);
+                worst = fmax(worst, e / (448.0 * s));
+            }
+        CHECK(worst <= 0x1p-4 * 1.0001);
+        CHECK(worst > 0 || K * N == 1); /* the codes do round (one value is its amax: exact) */
+        /* a swapped pair of blocks (their scales exchanged) is far off the matrix */
+        if (nbk * nbn > 1) {
+            float t = sc[0];
+            sc[0] = sc[nbk * nbn - 1];
+            sc[nbk * nbn - 1] = t;
+            mp_fp8_weight_dequantize_tile(codes, N, sc, K, N, 0, 0, y, N);
+            double bad = 0;
+            for (int k = 0; k < K && k < 128; k++)
+                for (int n = 0; n < N && n < 128; n++)
+                    bad = fmax(bad, fabs((double)w[(size_t)k * N + n] - y[(size_t)k * N + n]));
+            CHECK(bad > 0.1 * t * 448.0);
+        }
+        free(w), free(y), free(codes), free(sc);
+    }
+}
+
 int main(void)
 {
     check_decode_table();
@@ -188,5 +246,6 @@ int main(void)
     check_ties();
     check_saturation_and_nan();
     check_rows();
+    check_weight_blocks();
     CHECK_DONE();
 }

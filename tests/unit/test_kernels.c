@@ -39,7 +39,7 @@ int main(void)
     float *work = malloc(sizeof(float) * T * 2 * DD), *out = malloc(sizeof(float) * T * HH);
     float *sum = calloc(T * HH, sizeof(float)), *ref = malloc(sizeof(float) * T * HH);
     long off[2] = {0, T};
-    mp_weights_expert(seed, 3, HH, DD, 1, 0, wgu, wd);
+    mp_weights_expert(seed, 3, HH, DD, 1, 0, 0, wgu, wd);
     void *pg = wgu, *pd = wd;
     struct mp_ffn_args a = {.in = x, .out = out, .row_off = off, .nexp = 1, .wgu = &pg, .wd = &pd,
                             .H = HH, .Dl = DD, .work = work};
@@ -51,10 +51,10 @@ int main(void)
         one_ids[t] = 3;
         one_w[t] = 1.0f;
     }
-    CHECK_INT(mp_reference_forward(seed, HH, DD, E, 0, x, NULL, T, 1, one_ids, one_w, ref), MP_OK);
+    CHECK_INT(mp_reference_forward(seed, HH, DD, E, 0, 0, 0, x, NULL, T, 1, one_ids, one_w, ref), MP_OK);
     CHECK(mp_rel_error(out, ref, T * HH) < 1e-6);
     for (int s = 0; s < 2; s++) {
-        mp_weights_expert(seed, 3, HH, DD, 2, s, wgu, wd);
+        mp_weights_expert(seed, 3, HH, DD, 2, s, 0, wgu, wd);
         a.Dl = DD / 2;
         CHECK_INT(o->expert_ffn(c, &a), MP_OK);
         for (int i = 0; i < T * HH; i++)

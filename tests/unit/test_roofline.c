@@ -1,6 +1,7 @@
 /* test_roofline.c - expert FFN FLOP and weight-byte counts and the roofline bound against values
  * computed by hand. */
 #include "check.h"
+#include "dtype.h"
 #include "roofline.h"
 
 #include <math.h>
@@ -15,10 +16,16 @@ static void test_counts(void)
     CHECK_NEAR(mp_ffn_flops(4096, 1536, 8, 3), 14155776.0, 0);
     CHECK_NEAR(mp_ffn_flops(1024, 2048, 2, 0), 0.0, 0);
     /* 3·1024·1024·3 experts·4 bytes */
-    CHECK_NEAR(mp_ffn_weight_bytes(1024, 2048, 2, 3, 4), 37748736.0, 0);
+    CHECK_NEAR(mp_ffn_weight_bytes(1024, 2048, 2, 3, 4, MP_DTYPE_BF16), 37748736.0, 0);
     /* bf16: 3·256·256·8·2 */
-    CHECK_NEAR(mp_ffn_weight_bytes(256, 256, 1, 8, 2), 3145728.0, 0);
-    CHECK_NEAR(mp_ffn_weight_bytes(256, 256, 1, 0, 4), 0.0, 0);
+    CHECK_NEAR(mp_ffn_weight_bytes(256, 256, 1, 8, 2, MP_DTYPE_BF16), 3145728.0, 0);
+    CHECK_NEAR(mp_ffn_weight_bytes(256, 256, 1, 0, 4, MP_DTYPE_BF16), 0.0, 0);
+    /* fp8: 3·256·256 codes + 4·(3 matrices · 2·2 blocks), 8 experts; elem ignored */
+    CHECK_NEAR(mp_ffn_weight_bytes(256, 256, 1, 8, 4, MP_DTYPE_FP8), 8.0 * (196608 + 48), 0);
+    /* fp8 at shapes not divisible by 128: H 200, Dl 300/2 = 150: 3·200·150 + 4·3·(2·2) */
+    CHECK_NEAR(mp_ffn_weight_bytes(200, 300, 2, 1, 4, MP_DTYPE_FP8), 90000.0 + 48, 0);
+    /* deepseek-v3's expert, tp1: 3·7168·2048 + 4·3·56·16 */
+    CHECK_NEAR(mp_ffn_weight_bytes(7168, 2048, 1, 1, 2, MP_DTYPE_FP8), 44040192.0 + 10752, 0);
 }
 
 static void test_memory_bound(void)
