@@ -97,7 +97,15 @@ static inline MP_HD size_t mp_fp8_row_bytes(int H)
 /* The scale of a block whose largest magnitude is amax: amax / 448 (0 for a block of zeros). */
 static inline MP_HD float mp_fp8_scale(float amax) { return amax / MP_FP8_MAX; }
 
-/* Quantize block b of the H-value row x: its codes into codes[b·128 ...], its scale returned. */
+/* The code of value x of a block whose scale is s: encode(x / s), or the zero of x's sign in a
+ * block of zeros (s = 0). The one rule the host's rows and the cuda backend's kernels share. */
+static inline MP_HD uint8_t mp_fp8_code(float x, float s)
+{
+    return s > 0 ? mp_fp8_encode(x / s) : (uint8_t)(signbit(x) ? 0x80 : 0);
+}
+
+/* Quantize block b of the H-value row x: its codes into codes[b·128 ...], its scale returned.
+ * amax ignores NaN values (fmaxf), so a block of NaNs has scale 0. */
 static inline MP_HD float mp_fp8_quantize_block(const float *x, int H, int b, uint8_t *codes)
 {
     int lo = b * MP_FP8_BLOCK, hi = lo + MP_FP8_BLOCK < H ? lo + MP_FP8_BLOCK : H;
@@ -106,7 +114,7 @@ static inline MP_HD float mp_fp8_quantize_block(const float *x, int H, int b, ui
         amax = fmaxf(amax, fabsf(x[i]));
     float s = mp_fp8_scale(amax);
     for (int i = lo; i < hi; i++)
-        codes[i] = s > 0 ? mp_fp8_encode(x[i] / s) : (uint8_t)(signbit(x[i]) ? 0x80 : 0);
+        codes[i] = mp_fp8_code(x[i], s);
     return s;
 }
 

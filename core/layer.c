@@ -255,9 +255,12 @@ static int validate_point(const struct mp_layer *L, const struct mp_point *pt,
         return MP_ERR_USAGE;
     }
     if (pt->dispatch_dtype == MP_DTYPE_FP8 && mp_fp8_row_bytes(L->m.hidden) > L->row_bytes) {
+        int least = 1; /* the least H whose packed row fits its activations: 2 fp32, 4 bf16 */
+        while (least < MP_FP8_BLOCK && mp_fp8_row_bytes(least) > (size_t)least * L->ops->elem_size)
+            least++;
         mp_usage("--dispatch-dtype fp8 with --hidden %d: a packed row (%zu bytes) is longer than "
-                 "the activations it packs; use --hidden 2 or more", L->m.hidden,
-                 mp_fp8_row_bytes(L->m.hidden));
+                 "the activations it packs (%zu bytes on the %s backend); use --hidden %d or more",
+                 L->m.hidden, mp_fp8_row_bytes(L->m.hidden), L->row_bytes, L->ops->name, least);
         return MP_ERR_USAGE;
     }
     if (mode->validate) {

@@ -69,13 +69,14 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
         if (mode->check_routing && mode->check_routing(L, pt, batch_tokens, K, ids, wall) != MP_OK)
             goto oom;
         /* fp8: the routed experts' inputs as the dispatch delivers them (the gate above read
-         * the unquantized ones, as the layer's did), for the tight bound; then the unquantized
-         * reference for the loose one */
+         * the unquantized ones, as the layer's did), for the tight bound: on a bf16 backend
+         * (elem_size 2) the tokens' bf16 values packed and the unpacked values rounded to bf16,
+         * as the device does; then the unquantized reference for the loose one */
         if (fp8) {
             xq = malloc(all_bytes);
             if (!xq)
                 goto oom;
-            MP_CHECK(mp_reference_fp8_inputs(xall, batch_tokens, H, xq));
+            MP_CHECK(mp_reference_fp8_inputs(xall, batch_tokens, H, L->ops->elem_size == 2, xq));
         }
         /* fp8 weights: the tight reference computes with the weights as the layer stores them
          * (quantized per TP shard and dequantized), the loose one with the generated ones */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "error.h"
 #include "fp8.h"
 #include "weights.h"
@@ -116,15 +117,21 @@ static void ffn_token(const float *xt, const float *wgu, const float *wd, int H,
     }
 }
 
-int mp_reference_fp8_inputs(const float *x, long ntok, int H, float *xq)
+int mp_reference_fp8_inputs(const float *x, long ntok, int H, int bf16, float *xq)
 {
     unsigned char *wire = malloc(mp_fp8_row_bytes(H));
     if (!wire) {
         mp_error("reference: out of memory for an fp8 row of H=%d", H);
         return MP_ERR_RUNTIME;
     }
-    for (long t = 0; t < ntok; t++)
-        mp_fp8_round_trip_row(x + t * H, H, wire, xq + t * H);
+    for (long t = 0; t < ntok; t++) {
+        float *row = xq + t * H;
+        for (int i = 0; i < H; i++)
+            row[i] = bf16 ? mp_bf16_round(x[t * H + i]) : x[t * H + i];
+        mp_fp8_round_trip_row(row, H, wire, row);
+        for (int i = 0; bf16 && i < H; i++)
+            row[i] = mp_bf16_round(row[i]);
+    }
     free(wire);
     return MP_OK;
 }

@@ -31,8 +31,11 @@ int mp_reference_fp8_weights(uint64_t seed, int expert, int H, int D, int tp, in
                              float *wgu, float *wd);
 
 /* xq = the ntok rows of H values of x as an fp8 dispatch delivers them: each row packed into e4m3
- * codes with one scale per 128 values and unpacked (base/fp8.h). MP_OK or MP_ERR_RUNTIME. */
-int mp_reference_fp8_inputs(const float *x, long ntok, int H, float *xq);
+ * codes with one scale per 128 values and unpacked (base/fp8.h). With `bf16` (a backend whose
+ * activations are bf16: elem_size 2), as that backend computes it: each value of x rounded to bf16
+ * first (the activation it packs), and each unpacked value too (the activation the expert reads;
+ * base/bf16.h). MP_OK or MP_ERR_RUNTIME. */
+int mp_reference_fp8_inputs(const float *x, long ntok, int H, int bf16, float *xq);
 
 /* ‖a − b‖₂ / ‖b‖₂ over n elements, in double (0 when both are zero). */
 double mp_rel_error(const float *a, const float *b, long n);

@@ -1,6 +1,6 @@
 /* cuda_compute.cu - the cuda compute backend: bf16 activations and weights in device memory, fp32
  * accumulation, cuBLAS GEMMs for the gate and the expert FFN, kernels for top-k, permutation,
- * SwiGLU and the weighted combine, CUDA events for the phase timers. */
+ * SwiGLU, the weighted combine and the fp8 dispatch's packing, CUDA events for the phase timers. */
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cublas_v2.h>
@@ -18,6 +18,7 @@ extern "C" {
 #include "cublas_entry.h"
 #include "cuda_helpers.cuh"
 #include "dplan.h"
+#include "fp8.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -121,6 +122,9 @@ struct mp_compute {
     size_t w_cap;
     float *d_acc;
     size_t acc_cap;
+    /* fp8_pack/fp8_unpack's staging of packed rows (grown outside a capture, never shrunk) */
+    unsigned char *d_wire;
+    size_t wire_cap;
     /* the grouped GEMM's per-problem arguments: host arrays, and the device array of pointers */
     struct grouped_args *g;
     struct device_plan plan;
@@ -163,6 +167,7 @@ static int grow(void **p, size_t *cap, size_t need)
     if (*p)
         cudaFree(*p);
     *p = NULL;
+    *cap = 0; /* a failed allocation leaves no buffer behind */
     CUDACHECK(cudaMalloc(p, need));
     *cap = need;
     return MP_OK;
@@ -287,6 +292,7 @@ static void cuda_fini(struct mp_compute *c)
     cudaFree(c->d_ids);
     cudaFree(c->d_w);
     cudaFree(c->d_acc);
+    cudaFree(c->d_wire);
     cudaFree(c->skinny_ws);
     cudaFree(c->skinny_count);
     cudaFree(c->flush_buf);
@@ -522,6 +528,114 @@ static int cuda_copy_rows(struct mp_compute *c, const void *src, void *dst,
     while ((t->n = mp_chunks_table(ch, nch, &i, COPY_TABLE, t->start, t->src, t->dst)) > 0)
         if (copy_table_launch(c, src, dst, t, H) != MP_OK)
             return MP_ERR_RUNTIME;
+    return MP_OK;
+}
+
+/* --dispatch-dtype fp8 (base/fp8.h's rules, the host's own functions): one thread block of
+ * MP_FP8_BLOCK threads per block of 128 values of a row, block k of the grid on row k / nb, value
+ * block k mod nb (nb = ⌈H/128⌉); thread t on value 128·(k mod nb) + t. The packed rows go to a
+ * staging area (`wire`, rows of mp_fp8_row_bytes(H) bytes from row 0), since threads of other rows
+ * may still read the activations a packed row overwrites in place. */
+__global__ void fp8_pack_kernel(const bf16 *x, int H, unsigned char *wire)
+{
+    __shared__ float amax[MP_FP8_BLOCK];
+    int nb = mp_fp8_blocks(H), t = (int)threadIdx.x;
+    long row = (long)(blockIdx.x / (unsigned)nb);
+    int b = (int)(blockIdx.x % (unsigned)nb), i = b * MP_FP8_BLOCK + t;
+    float v = i < H ? __bfloat162float(x[row * H + i]) : 0.0f;
+    /* max |x| over the block, NaNs ignored as the host's fmaxf loop ignores them (max is exact
+     * in any order, so the scale is the host's bit for bit) */
+    amax[t] = fmaxf(0.0f, fabsf(v));
+    __syncthreads();
+    for (int half = MP_FP8_BLOCK / 2; half > 0; half /= 2) {
+        if (t < half)
+            amax[t] = fmaxf(amax[t], amax[t + half]);
+        __syncthreads();
+    }
+    float s = mp_fp8_scale(amax[0]);
+    unsigned char *w = wire + (size_t)row * mp_fp8_row_bytes(H);
+    if (i < H)
+        w[i] = mp_fp8_code(v, s);
+    if (t == 0)
+        memcpy(w + H + sizeof(float) * (size_t)b, &s, sizeof s);
+}
+
+/* The reverse: packed rows in `wire` (from row 0) into bf16 activations, decode(code) · scale
+ * rounded to nearest even; the same grid. */
+__global__ void fp8_unpack_kernel(const unsigned char *wire, int H, bf16 *y)
+{
+    int nb = mp_fp8_blocks(H);
+    long row = (long)(blockIdx.x / (unsigned)nb);
+    int b = (int)(blockIdx.x % (unsigned)nb), i = b * MP_FP8_BLOCK + (int)threadIdx.x;
+    if (i >= H)
+        return;
+    const unsigned char *w = wire + (size_t)row * mp_fp8_row_bytes(H);
+    y[row * H + i] = __float2bfloat16(mp_fp8_decode(w[i]) * mp_fp8_row_scale(w, H, b));
+}
+
+/* Rows of packed bytes the staging area holds for one piece of n rows of H values: grown to all
+ * n rows (with a quarter more, so a later larger exchange rarely grows it again) outside a graph
+ * capture; inside one, the rows it already holds (at least one, or an error). */
+static long fp8_piece_rows(struct mp_compute *c, long n, int H)
+{
+    size_t W = mp_fp8_row_bytes(H);
+    if (W > (size_t)H * sizeof(bf16)) {
+        mp_error("fp8 dispatch with H = %d: a packed row (%zu bytes) is longer than its bf16 "
+                 "row", H, W);
+        return -1;
+    }
+    if (!c->capturing && (size_t)n * W > c->wire_cap &&
+        grow((void **)&c->d_wire, &c->wire_cap, (size_t)n * W + (size_t)n * W / 4) != MP_OK)
+        return -1;
+    long rows = (long)(c->wire_cap / W);
+    if (rows < 1)
+        mp_error("--graph: the fp8 dispatch's staging of packed rows was not reserved before the "
+                 "capture");
+    return rows < 1 ? -1 : rows < n ? rows : n;
+}
+
+/* Pack in place (kernels/compute.h's contract): in pieces of rows [a, a+k) in increasing order,
+ * each packed into the staging area, then copied to byte W·a of buf. Its bytes [W·a, W·(a+k)) lie
+ * before the activations of every later row (byte 2H·(a+k) ≥ W·(a+k)), and the piece's own rows
+ * were read before the copy (stream order). Bytes past the n packed rows keep what they held. */
+static int cuda_fp8_pack(struct mp_compute *c, void *buf, long n, int H)
+{
+    if (n <= 0)
+        return MP_OK;
+    long m = fp8_piece_rows(c, n, H);
+    if (m < 0)
+        return MP_ERR_RUNTIME;
+    size_t W = mp_fp8_row_bytes(H), nb = (size_t)mp_fp8_blocks(H);
+    for (long a = 0; a < n; a += m) {
+        long k = n - a < m ? n - a : m;
+        fp8_pack_kernel<<<(unsigned)(k * nb), MP_FP8_BLOCK, 0, c->stream>>>(
+            (const bf16 *)buf + (size_t)a * H, H, c->d_wire);
+        CUDACHECK(cudaGetLastError());
+        CUDACHECK(cudaMemcpyAsync((char *)buf + (size_t)a * W, c->d_wire, (size_t)k * W,
+                                  cudaMemcpyDeviceToDevice, c->stream));
+    }
+    return MP_OK;
+}
+
+/* Unpack in place: pieces in decreasing order, each one's packed bytes [W·a, W·(a+k)) copied to
+ * the staging area, then unpacked into its rows' activations [2H·a, 2H·(a+k)), which lie past the
+ * packed bytes of every earlier row still to be read (W·a ≤ 2H·a). */
+static int cuda_fp8_unpack(struct mp_compute *c, void *buf, long n, int H)
+{
+    if (n <= 0)
+        return MP_OK;
+    long m = fp8_piece_rows(c, n, H);
+    if (m < 0)
+        return MP_ERR_RUNTIME;
+    size_t W = mp_fp8_row_bytes(H), nb = (size_t)mp_fp8_blocks(H);
+    for (long a = (n - 1) / m * m; a >= 0; a -= m) {
+        long k = n - a < m ? n - a : m;
+        CUDACHECK(cudaMemcpyAsync(c->d_wire, (const char *)buf + (size_t)a * W, (size_t)k * W,
+                                  cudaMemcpyDeviceToDevice, c->stream));
+        fp8_unpack_kernel<<<(unsigned)(k * nb), MP_FP8_BLOCK, 0, c->stream>>>(
+            c->d_wire, H, (bf16 *)buf + (size_t)a * H);
+        CUDACHECK(cudaGetLastError());
+    }
     return MP_OK;
 }
 
@@ -1392,7 +1506,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .name = "cuda",
     .memory = MP_MEMORY_DEVICE,
     .dispatch_modes = MP_DISPATCH_ALL,
-    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16), /* fp8 dispatch: not yet (no pack kernels) */
+    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16),   /* fp8 weights: not yet (no fp8 GEMMs) */
     .graph = 1,
     .elem_size = sizeof(bf16),
@@ -1411,8 +1525,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .gate = cuda_gate,
     .permute = cuda_permute,
     .copy_rows = cuda_copy_rows,
-    .fp8_pack = NULL, /* fp8 dispatch not yet on cuda: refused by dispatch_dtypes */
-    .fp8_unpack = NULL,
+    .fp8_pack = cuda_fp8_pack,
+    .fp8_unpack = cuda_fp8_unpack,
     .expert_ffn = cuda_expert_ffn,
     .combine = cuda_combine,
     .plan_setup = cuda_plan_setup,

@@ -1,13 +1,16 @@
 /* kernel_check.c - every cuda kernel against the cpu backend on fresh random inputs: outputs are
  * poisoned (NaN) before each run, inputs are rounded to bf16 once and given to both, and results
- * must agree within bf16 tolerance (exactly, for the row moves). Exits 77 without a CUDA device. */
+ * must agree within bf16 tolerance (exactly, for the row moves); the fp8 dispatch's pack and
+ * unpack against base/fp8.h's host functions byte for byte. Exits 77 without a CUDA device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "compute.h"
 #include "error.h"
+#include "fp8.h"
 #include "padded.h"
 #include "placement.h"
 #include "plan.h"
@@ -246,6 +249,143 @@ static void check_bytes(long n)
     free(in); free(outg); free(outc); free(rev);
 }
 
+/* A hook's status: a failure is reported and counted. */
+#define CHECK_RC(call)                                                                             \
+    do {                                                                                           \
+        if ((call) != MP_OK) {                                                                     \
+            printf("  %s failed FAIL\n", #call);                                                   \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* A device buffer of `rows` rows of H bf16 holding x's values (x left as it was), and x rounded as
+ * the device rounded it: mp_bf16_round must give the same, since the reference models the device
+ * with it. */
+static void *fp8_upload(const float *x, long rows, int H, float *xb)
+{
+    size_t n = (size_t)rows * H;
+    memcpy(xb, x, n * sizeof *xb);
+    void *d = to_device(xb, n);
+    long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += xb[i] != mp_bf16_round(x[i]);
+    printf("  %-34s %ld of %zu values differ %s\n", "bf16 upload = mp_bf16_round", bad, n,
+           bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    return d;
+}
+
+/* The packed rows on the device (their first n·W bytes) against the host's packing of the same
+ * bf16 values byte for byte, and the guard row after the buffer's `rows` rows untouched; returns
+ * the rows that differ. */
+static long fp8_compare_packed(void *d, const float *xb, long n, int H, long rows, const char *what)
+{
+    size_t W = mp_fp8_row_bytes(H), R = (size_t)H * 2;
+    unsigned char *dev = malloc((size_t)(rows + 1) * R), *host = malloc(W);
+    gpu->sync(g);
+    gpu->download_bytes(g, dev, d, (size_t)(rows + 1) * R);
+    long bad = 0;
+    for (long r = 0; r < n; r++) {
+        mp_fp8_pack_row(xb + (size_t)r * H, H, host);
+        bad += memcmp(dev + (size_t)r * W, host, W) != 0;
+    }
+    for (size_t i = 0; i < R; i++) /* the guard row: bf16 1.0 (0x3F80) in every element */
+        bad += dev[(size_t)rows * R + i] != (i % 2 ? 0x3F : 0x80);
+    printf("  %-34s %ld of %ld rows differ %s\n", what, bad, n, bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(dev);
+    free(host);
+    return bad;
+}
+
+/* The unpacked rows against the host's round trip of the same bf16 values, rounded to bf16
+ * (exactly), and against the input within base/fp8.h's bound |x − y| ≤ 2⁻⁴·|x| + 2⁻¹⁰·s, plus
+ * the bf16 rounding of y (2⁻⁹·|y|, 2⁻⁸ allowed). */
+static void fp8_compare_unpacked(void *d, const float *xb, long n, int H, const char *what)
+{
+    size_t W = mp_fp8_row_bytes(H);
+    float *y = malloc(sizeof(float) * (size_t)n * H), *yh = malloc(sizeof(float) * H);
+    unsigned char *wire = malloc(W);
+    gpu->sync(g);
+    gpu->download(g, y, d, (size_t)n * H);
+    long exact = 0, bound = 0;
+    for (long r = 0; r < n; r++) {
+        const float *x = xb + (size_t)r * H, *yr = y + (size_t)r * H;
+        mp_fp8_round_trip_row(x, H, wire, yh);
+        for (int i = 0; i < H; i++) {
+            float s = mp_fp8_row_scale(wire, H, i / MP_FP8_BLOCK);
+            exact += yr[i] != mp_bf16_round(yh[i]);
+            bound += !(fabsf(x[i] - yr[i]) <= ldexpf(fabsf(x[i]), -4) + ldexpf(s, -10) +
+                                                   ldexpf(fabsf(yr[i]), -8));
+        }
+    }
+    printf("  %-34s %ld values differ from the host's, %ld beyond the bound %s\n", what, exact,
+           bound, exact || bound ? "FAIL" : "ok");
+    failures += exact != 0 || bound != 0;
+    free(y);
+    free(yh);
+    free(wire);
+}
+
+/* --dispatch-dtype fp8's fp8_pack and fp8_unpack on n rows of H values: every block of 128 values
+ * scaled by 4^−j (j = 0..3, per row and block, as mp_activations_blocked), so a scale taken from
+ * another block or row is wrong by a power of 4; one block of zeros (scale 0), one of −0, a value
+ * at each block's amax. The packed bytes equal base/fp8.h's host packing of the same bf16 values
+ * byte for byte, in place with a guard row after the buffer untouched; unpack(pack(x)) equals the
+ * host's round trip rounded to bf16, within the documented bound of x. Then a graph capture of
+ * both on 3n rows, more than the staging area the first calls sized: the capture must not
+ * allocate, so both work in pieces (pack in increasing, unpack in decreasing order), and the
+ * replay must give the same bytes and values. */
+static void check_fp8(long n, int H)
+{
+    long big = 3 * n;
+    int nb = mp_fp8_blocks(H);
+    float *x = malloc(sizeof(float) * (size_t)(big + 1) * H);
+    float *xb = malloc(sizeof(float) * (size_t)(big + 1) * H);
+    fill(x, (size_t)big * H, 11, 3.0f);
+    for (long r = 0; r < big; r++)
+        for (int i = 0; i < H; i++)
+            x[(size_t)r * H + i] *= ldexpf(1.0f, -2 * (int)((r * 7 + (i / MP_FP8_BLOCK) * 3) % 4));
+    for (int i = 0; i < H && i < MP_FP8_BLOCK; i++) {
+        x[(size_t)1 * H + i] = 0.0f;  /* row 1, block 0: zeros */
+        x[(size_t)2 * H + i] = -0.0f; /* row 2, block 0: negative zeros */
+    }
+    for (long r = 3; r < big; r += 5) /* a value at amax (x/s = ±448 exactly) */
+        x[(size_t)r * H + (r % nb) * MP_FP8_BLOCK] = (r % 2 ? -1 : 1) * 4.0f;
+    for (int i = 0; i < H; i++)
+        x[(size_t)big * H + i] = 1.0f; /* the guard row */
+    void *d = fp8_upload(x, big + 1, H, xb);
+    char what[80];
+    snprintf(what, sizeof what, "fp8_pack H=%d, %ld rows (bytes)", H, n);
+    CHECK_RC(gpu->fp8_pack(g, d, n, H));
+    fp8_compare_packed(d, xb, n, H, big, what);
+    snprintf(what, sizeof what, "fp8_unpack H=%d, %ld rows", H, n);
+    CHECK_RC(gpu->fp8_unpack(g, d, n, H));
+    fp8_compare_unpacked(d, xb, n, H, what);
+    gpu->free(g, d); /* again, the guard row after 3n rows */
+    d = fp8_upload(x, big + 1, H, xb);
+    CHECK_RC(gpu->capture_begin(g));
+    int packed = gpu->fp8_pack(g, d, big, H);
+    int end = gpu->capture_end(g);
+    CHECK_RC(packed);
+    CHECK_RC(end);
+    CHECK_RC(gpu->replay(g));
+    snprintf(what, sizeof what, "fp8_pack H=%d, %ld rows captured", H, big);
+    fp8_compare_packed(d, xb, big, H, big, what);
+    CHECK_RC(gpu->capture_begin(g));
+    int unpacked = gpu->fp8_unpack(g, d, big, H);
+    end = gpu->capture_end(g);
+    CHECK_RC(unpacked);
+    CHECK_RC(end);
+    CHECK_RC(gpu->replay(g));
+    snprintf(what, sizeof what, "fp8_unpack H=%d, %ld rows captured", H, big);
+    fp8_compare_unpacked(d, xb, big, H, what);
+    gpu->graph_reset(g);
+    gpu->free(g, d);
+    free(x);
+    free(xb);
+}
+
 /* The dispatch plan built on the device against the cpu backend's (the host sort, itself equal to
  * mp_plan_send: test_dplan) for EP rank 1 of `ep`: the pairs per cell exactly; the rows' tokens
  * exactly (a permute of rows holding their token index); the rows' weights through a combine of
@@ -378,6 +518,11 @@ int main(void)
     printf("cuda kernels against the cpu backend on %s\n", gpu->device_name(g));
     check_moves(3000, 1024);
     check_bytes(1000);
+    printf("fp8 dispatch: %s\n", gpu->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8) ? "claimed" : "FAIL: not claimed");
+    failures += !(gpu->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8));
+    check_fp8(300, 200);  /* two blocks, the last of 72 values */
+    check_fp8(40, 7168);  /* DeepSeek-V3's hidden size: 56 blocks */
+    check_fp8(9, 4);      /* the smallest H a packed row fits in (8 bytes of 8) */
     check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0, 0);
     check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0);
     check_plan("eplb:12", "zipf:1.1", 32, 6, 4, 300, 0.5, 3);

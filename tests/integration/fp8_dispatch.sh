@@ -8,7 +8,9 @@
 # point's dispatch bytes, per link class, are its dispatched rows × (H + 4·⌈H/128⌉ + metadata)
 # exactly, its combine bytes rows × 4H as before; the fp8 point moves the bf16 point's rows (its
 # bf16 dispatch bytes rescaled; gate routing included: a sweep's bf16 and fp8 points run on the
-# same tokens) and the same combine bytes. --dispatch-dtype fp16 is refused naming the flag.
+# same tokens) and the same combine bytes. --dispatch-dtype fp16 is refused naming the flag, and
+# --hidden 1 naming the least H; where the cuda backend starts, it dispatches in fp8 too (one rank,
+# --check) and refuses --hidden 3 naming 4 (its bf16 rows are shorter).
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 H=200
@@ -119,22 +121,27 @@ grep -q -- "--dispatch-dtype" "$TMP/refused.err" || fail "the fp16 refusal does 
 grep -q "bf16|fp8" "$TMP/refused.err" || fail "the fp16 refusal does not say what is accepted"
 refused "$LAYER" --hidden 1 --ffn 8 --experts 4 --topk 1 --dispatch-dtype fp8 --batch 1 --iters 1 \
     --quiet
-# the cuda backend has no pack kernels yet: its table refuses fp8 (where it starts: a GPU or the
-# CUDA stand-in of a -Dcudaemu=true build), naming the flag and the backends that take it
+grep -q -- "--hidden 2 or more" "$TMP/refused.err" || fail "the --hidden 1 refusal: $(cat "$TMP/refused.err")"
+# the cuda backend (where it starts: a GPU or the CUDA stand-in of a -Dcudaemu=true build) packs in
+# fp8 too: one rank passes --check (tests/integration/gpu_fp8.sh has the modes and the bytes); its
+# bf16 rows of 2H bytes hold a packed row from H = 4 on, so --hidden 3 is refused naming 4
 if "$LAYER" --help | grep -q "cuda"; then
     set +e
-    CUDAEMU_DEVICES=${CUDAEMU_DEVICES:-1} "$LAYER" --backend cuda --comm nccl --hidden 64 --ffn 32 \
-        --experts 4 --topk 1 --dispatch-dtype bf16,fp8 --batch 1 --iters 1 --quiet \
-        >/dev/null 2>"$TMP/cuda.err"
+    CUDAEMU_DEVICES=${CUDAEMU_DEVICES:-1} "$LAYER" --backend cuda --comm nccl --hidden 200 --ffn 32 \
+        --experts 4 --topk 2 --dispatch-dtype bf16,fp8 --batch 3 --iters 1 --check --quiet \
+        --out "$TMP/cuda" >/dev/null 2>"$TMP/cuda.err"
     rc=$?
     set -e
     if grep -q "no CUDA device" "$TMP/cuda.err"; then
-        echo "note: the cuda backend does not start here; its fp8 refusal not run"
+        echo "note: the cuda backend does not start here; its fp8 dispatch not run"
     else
-        [ "$rc" -eq 2 ] || fail "--backend cuda --dispatch-dtype fp8 exited $rc: $(cat "$TMP/cuda.err")"
-        grep -q -- "--dispatch-dtype fp8: the cuda backend" "$TMP/cuda.err" &&
-            grep -q "built: cpu" "$TMP/cuda.err" || fail "the cuda refusal: $(cat "$TMP/cuda.err")"
-        echo "refused: $(cat "$TMP/cuda.err")"
+        [ "$rc" -eq 0 ] || fail "--backend cuda --dispatch-dtype fp8 exited $rc: $(cat "$TMP/cuda.err")"
+        [ "$(col "$TMP/cuda/layer.csv" dispatch_dtype | sort | paste -sd,)" = bf16,fp8 ] ||
+            fail "the cuda run's points: $(col "$TMP/cuda/layer.csv" dispatch_dtype | paste -sd,)"
+        CUDAEMU_DEVICES=${CUDAEMU_DEVICES:-1} refused "$LAYER" --backend cuda --comm nccl \
+            --hidden 3 --ffn 8 --experts 4 --topk 1 --dispatch-dtype fp8 --batch 1 --iters 1 --quiet
+        grep -q -- "--hidden 4 or more" "$TMP/refused.err" ||
+            fail "the cuda --hidden 3 refusal: $(cat "$TMP/refused.err")"
     fi
 fi
 echo "fp8_dispatch: ok"

@@ -6,7 +6,11 @@
 # two nodes, and inter-node bytes fall pair > rank >= node at every point, node below rank at some
 # (tp1ep4, where a node holds two EP ranks to relay to); node's phases (dynamic, padded,
 # pipelined) run on NCCL communicators of the EP group's intra- and inter-node groups, none on the
-# EP one. Needs -Dcudaemu=true (77 on a real CUDA
+# EP one. Then --dispatch-dtype bf16,fp8 with
+# --dedup node on tp1ep4 (H + 72: a last block of 72 values), dynamic, padded and pipelined: the
+# relays unpack the packed rows they receive and pack the forwards again on the device, --check
+# passes, and every rank's inter-node dispatch bytes in fp8 are its bf16 point's rows × (H +
+# 4·⌈H/128⌉ + 8K) exactly. Needs -Dcudaemu=true (77 on a real CUDA
 # build, whose ranks cannot be spread over namespaces this way); skips (77) where network
 # namespaces cannot be created.
 . "$(dirname "$0")/lib.sh"
@@ -78,4 +82,36 @@ for r, (ep, intra, inter) in seen.items():
 print(sys.argv[2], "exchanges per rank on ep, intra-node, inter-node:", seen)
 PY
 done
+H8=$((H + 72))
+for form in "--dispatch dynamic,padded" "--overlap 2"; do
+    # shellcheck disable=SC2086 # $form is a list of arguments
+    "$EMU" run --name "$NAME" -- "${pass[@]}" "$BIN/moeperf-layer" --backend cuda --comm nccl \
+        --model qwen3-30b-a3b --hidden "$H8" --ffn "$F" --experts 16 --topk 4 --shared 1 \
+        --layout tp1ep4 --batch 24 --routing uniform --dedup node $form \
+        --dispatch-dtype bf16,fp8 --warmup 1 --iters 1 --check --timeout 300 --quiet \
+        --out "$TMP/gpu-fp8-${form##* }" >/dev/null 2>"$TMP/err" ||
+        fail "fp8 with --dedup node across 2 nodes ($form): exit $?: $(grep "^moeperf-layer:" \
+            "$TMP/err" | grep -v warning: | head -3)"
+done
+python3 - "$H8" "$TMP/gpu-fp8-dynamic,padded" "$TMP/gpu-fp8-2" <<'PY' || fail "fp8 across nodes on the GPU path"
+import csv, math, sys
+H = int(sys.argv[1])
+act, meta = 2 * H, 8 * 4                       # bf16 rows; K·(int32 id + float weight), K = 4
+fp8 = H + 4 * math.ceil(H / 128)
+moved = 0
+for d in sys.argv[2:]:
+    pts = {}
+    for r in csv.DictReader(open(d + "/layer_ranks.csv")):
+        k = (r["dispatch"], r["overlap"], r["rank"])
+        pts.setdefault(k, {})[r["dispatch_dtype"]] = r
+    for k, v in pts.items():
+        x, y = v["bf16"], v["fp8"]
+        rows = float(x["dispatch_bytes_internode"]) / (act + meta)
+        assert rows == int(rows), (d, k, rows)
+        assert float(y["dispatch_bytes_internode"]) == rows * (fp8 + meta), (d, k, rows, y)
+        assert y["combine_bytes_internode"] == x["combine_bytes_internode"], (d, k)
+        moved += rows > 0
+assert moved, "no rank sent rows across the nodes"
+print(f"fp8 across 2 nodes: {moved} ranks' inter-node rows at {fp8 + meta} bytes each")
+PY
 echo PASS

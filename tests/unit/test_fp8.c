@@ -2,13 +2,17 @@
  * from the spec's formula (not from moeperf's code), every non-NaN code survives encode(decode(c)),
  * rounding is to nearest with ties to even, beyond ±448 and at ±inf it saturates, NaN stays NaN,
  * and a row's 128-value blocks round-trip within the bound fp8.h derives, with the last block of a
- * row whose length is not a multiple of 128 scaled by its own values; and the 128×128 blocks of a
- * weight matrix, indexed, counted and round-tripped at shapes not divisible by 128. */
+ * row whose length is not a multiple of 128 scaled by its own values; the 128×128 blocks of a
+ * weight matrix, indexed, counted and round-tripped at shapes not divisible by 128; base/bf16.h's
+ * rounding (nearest, ties to even) and the reference's fp8 inputs on a bf16 backend: the bf16
+ * values packed, the unpacked values rounded to bf16. */
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "check.h"
 #include "fp8.h"
+#include "reference.h"
 
 /* The 256 codes' values, s eeee mmm: (−1)^s·2^(e−7)·(1+m/8), e = 0: (−1)^s·2^−6·m/8, S.1111.111
  * NaN (OCP OFP8 rev. 1.0, section 5.3), written out once by a short Python script of that formula. */
@@ -239,6 +243,51 @@ static void check_weight_blocks(void)
     }
 }
 
+/* bf16 keeps 7 fraction bits: 1 + 2^−8 is the tie between 1 and 1 + 2^−7 (to 1, the even one),
+ * 1 + 3·2^−8 the tie between 1 + 2^−7 and 1 + 2^−6 (to 1 + 2^−6); past a tie it rounds up; a bf16
+ * value stays; NaN stays NaN; from half an ulp past the largest bf16 on (a tie to even), inf. */
+static void check_bf16(void)
+{
+    CHECK(mp_bf16_round(1.0f + 0x1p-8f) == 1.0f);
+    CHECK(mp_bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+    CHECK(mp_bf16_round(-(1.0f + 0x1p-8f + 0x1p-20f)) == -(1.0f + 0x1p-7f));
+    CHECK(mp_bf16_round(-1.5f) == -1.5f && mp_bf16_round(0x1p-133f) == 0x1p-133f);
+    CHECK(isnan(mp_bf16_round(NAN)));
+    /* the largest bf16 is 0x1.fep127; 0x1.ffp127 the tie past it, to the even 2^128: inf */
+    CHECK(isinf(mp_bf16_round(0x1.ffp127f)) && mp_bf16_round(0x1.fe8p127f) == 0x1.fep127f);
+}
+
+/* mp_reference_fp8_inputs on a bf16 backend: each value rounded to bf16, packed and unpacked, the
+ * result rounded to bf16; on an fp32 one the plain round trip. Rows of 200 values (a last block of
+ * 72) whose bf16 rounding moves some values across an e4m3 rounding boundary, so the two differ. */
+static void check_reference_inputs(void)
+{
+    enum { T = 6, H = 200 };
+    float x[T * H], q32[T * H], q16[T * H], xb[H], want[H];
+    unsigned char wire[208];
+    uint32_t r = 12345;
+    for (int i = 0; i < T * H; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * (float)(1 + i % 7);
+    }
+    CHECK(mp_reference_fp8_inputs(x, T, H, 0, q32) == 0);
+    CHECK(mp_reference_fp8_inputs(x, T, H, 1, q16) == 0);
+    int differ = 0, bad = 0;
+    for (int t = 0; t < T; t++) {
+        mp_fp8_round_trip_row(x + t * H, H, wire, want);
+        bad += memcmp(want, q32 + t * H, sizeof want) != 0;
+        for (int i = 0; i < H; i++)
+            xb[i] = mp_bf16_round(x[t * H + i]);
+        mp_fp8_round_trip_row(xb, H, wire, want);
+        for (int i = 0; i < H; i++) {
+            bad += q16[t * H + i] != mp_bf16_round(want[i]);
+            differ += q16[t * H + i] != q32[t * H + i];
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(differ > 0);
+}
+
 int main(void)
 {
     check_decode_table();
@@ -247,5 +296,7 @@ int main(void)
     check_saturation_and_nan();
     check_rows();
     check_weight_blocks();
+    check_bf16();
+    check_reference_inputs();
     CHECK_DONE();
 }
