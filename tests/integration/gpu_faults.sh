@@ -57,7 +57,7 @@ fault hang:24 "$TMP/hang" $HUNG "did not complete within --timeout $HUNG s"
 [ "$took" -le 30 ] || fail "hang: the watchdog took ${took}s for --timeout $HUNG"
 # one rank fails alone with its dispatch still queued: freeing the layer would wait for it for ever
 # unless that rank aborts its communicators first; no rank waits for its --timeout
-fault fail:23@1 "$TMP/alone" 30 "rank 1 .*grouped ncclSend/ncclRecv of the EP exchange"
+fault fail:23@1 "$TMP/alone" 30 "rank 1 .*grouped ncclSend/ncclRecv of the ep exchange"
 ! grep -m1 "did not complete within" "$TMP/alone.log" ||
     fail "fail@1: a rank waited for its --timeout instead of ending with the failing one"
 
