@@ -654,27 +654,10 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
 }
 
 /* Refuse a --weight-dtype word that is not a type, or one the backend cannot store (exit 2). */
-static enum mp_dtype wanted_wdt;
-static int stores_wanted(const struct mp_compute_ops *o)
-{
-    return !!(o->weight_dtypes & MP_DTYPE_BIT(wanted_wdt));
-}
 static int refuse_weight_dtypes(const struct mp_session *s)
 {
-    for (int i = 0; i < s->o.weight_dtype.n; i++) {
-        const char *word = s->o.weight_dtype.v[i];
-        int rc = mp_dtype_parse("--weight-dtype", word, &wanted_wdt);
-        if (rc != MP_OK)
-            return rc;
-        if (!(s->cops->weight_dtypes & MP_DTYPE_BIT(wanted_wdt))) {
-            char names[256];
-            mp_usage("--weight-dtype %s: the %s backend does not store expert weights in %s; use "
-                     "--weight-dtype bf16 with it, or a --backend that does (built: %s)", word,
-                     s->cops->name, word, mp_compute_names_where(stores_wanted, names, sizeof names));
-            return MP_ERR_USAGE;
-        }
-    }
-    return MP_OK;
+    return mp_dtype_refuse_unsupported("--weight-dtype", s->o.weight_dtype.v, s->o.weight_dtype.n,
+                                       s->cops, MP_DTYPE_USE_WEIGHTS);
 }
 
 static void print_header(const struct mp_session *s, const double *peak)

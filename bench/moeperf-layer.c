@@ -285,16 +285,6 @@ static int runs_wanted_mode(const struct mp_compute_ops *o)
     return !!(o->dispatch_modes & wanted_mode_bit);
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
-/* The --dispatch-dtype asked about (dispatches_wanted_dtype reads it). */
-static enum mp_dtype wanted_dtype;
-static int dispatches_wanted_dtype(const struct mp_compute_ops *o)
-{
-    return !!(o->dispatch_dtypes & MP_DTYPE_BIT(wanted_dtype));
-}
-static int stores_wanted_dtype(const struct mp_compute_ops *o)
-{
-    return !!(o->weight_dtypes & MP_DTYPE_BIT(wanted_dtype));
-}
 
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
 struct sweep {
@@ -389,38 +379,13 @@ static int refuse_flags(const struct sweep *sw)
                     return rc;
             }
     }
-    for (int ti = 0; ti < s->o.dispatch_dtype.n; ti++) {
-        enum mp_dtype dt;
-        const char *word = s->o.dispatch_dtype.v[ti];
-        int rc = mp_dtype_parse("--dispatch-dtype", word, &dt);
-        if (rc != MP_OK)
-            return rc;
-        if (!(s->cops->dispatch_dtypes & MP_DTYPE_BIT(dt))) {
-            char names[256];
-            wanted_dtype = dt;
-            mp_usage("--dispatch-dtype %s: the %s backend does not dispatch in %s; use "
-                     "--dispatch-dtype bf16 with it, or a --backend that does (built: %s)", word,
-                     s->cops->name, word,
-                     mp_compute_names_where(dispatches_wanted_dtype, names, sizeof names));
-            return MP_ERR_USAGE;
-        }
-    }
-    for (int wi = 0; wi < s->o.weight_dtype.n; wi++) {
-        enum mp_dtype dt;
-        const char *word = s->o.weight_dtype.v[wi];
-        int rc = mp_dtype_parse("--weight-dtype", word, &dt);
-        if (rc != MP_OK)
-            return rc;
-        if (!(s->cops->weight_dtypes & MP_DTYPE_BIT(dt))) {
-            char names[256];
-            wanted_dtype = dt;
-            mp_usage("--weight-dtype %s: the %s backend does not store expert weights in %s; use "
-                     "--weight-dtype bf16 with it, or a --backend that does (built: %s)", word,
-                     s->cops->name, word,
-                     mp_compute_names_where(stores_wanted_dtype, names, sizeof names));
-            return MP_ERR_USAGE;
-        }
-    }
+    int rc = mp_dtype_refuse_unsupported("--dispatch-dtype", s->o.dispatch_dtype.v,
+                                         s->o.dispatch_dtype.n, s->cops, MP_DTYPE_USE_DISPATCH);
+    if (rc == MP_OK)
+        rc = mp_dtype_refuse_unsupported("--weight-dtype", s->o.weight_dtype.v,
+                                         s->o.weight_dtype.n, s->cops, MP_DTYPE_USE_WEIGHTS);
+    if (rc != MP_OK)
+        return rc;
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
         if (!s->cops->graph)
@@ -709,9 +674,9 @@ int main(int argc, char **argv)
     MP_CHECK(refuse_unsupported(&s));
     sweep_bounds(&sw);
     MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
+    MP_CHECK(refuse_flags(&sw)); /* before the table's header: a refused run prints one line */
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
-    MP_CHECK(refuse_flags(&sw));
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
                s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.dispatch_dtype.n *
                s.o.batch.n;

@@ -36,3 +36,39 @@ double mp_expert_weight_bytes(enum mp_dtype dt, int H, int Dl, double elem)
         return 3.0 * H * (double)Dl * elem;
     return (double)mp_fp8_weight_bytes(H, Dl) * 2 + (double)mp_fp8_weight_bytes(Dl, H);
 }
+
+/* The type and use mp_compute_names_where's predicate asks about (it takes no argument). */
+static enum mp_dtype asked_dtype;
+static enum mp_dtype_use asked_use;
+
+static unsigned dtype_bits(const struct mp_compute_ops *ops, enum mp_dtype_use use)
+{
+    return use == MP_DTYPE_USE_WEIGHTS ? ops->weight_dtypes : ops->dispatch_dtypes;
+}
+
+static int takes_asked_dtype(const struct mp_compute_ops *ops)
+{
+    return !!(dtype_bits(ops, asked_use) & MP_DTYPE_BIT(asked_dtype));
+}
+
+int mp_dtype_refuse_unsupported(const char *flag, char *const *words, int n,
+                                const struct mp_compute_ops *ops, enum mp_dtype_use use)
+{
+    for (int i = 0; i < n; i++) {
+        enum mp_dtype dt;
+        int rc = mp_dtype_parse(flag, words[i], &dt);
+        if (rc != MP_OK)
+            return rc;
+        if (dtype_bits(ops, use) & MP_DTYPE_BIT(dt))
+            continue;
+        char names[256];
+        asked_dtype = dt;
+        asked_use = use;
+        mp_usage("%s %s: the %s backend does not %s in %s; use %s bf16 with it, or a --backend "
+                 "that does (built: %s)", flag, words[i], ops->name,
+                 use == MP_DTYPE_USE_WEIGHTS ? "store expert weights" : "dispatch", words[i], flag,
+                 mp_compute_names_where(takes_asked_dtype, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}

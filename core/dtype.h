@@ -40,4 +40,14 @@ double mp_dispatch_row_bytes(enum mp_dtype dt, int H, double act_row_bytes);
  * mp_fp8_weight_bytes of each matrix). */
 double mp_expert_weight_bytes(enum mp_dtype dt, int H, int Dl, double elem);
 
+/* What a dtype flag is about: the dispatched rows (the backend table's dispatch_dtypes) or the
+ * expert weights (weight_dtypes). */
+enum mp_dtype_use { MP_DTYPE_USE_DISPATCH, MP_DTYPE_USE_WEIGHTS };
+
+/* Every word of `flag`'s list (`n` words) a type the compute backend `ops` takes for `use`: MP_OK,
+ * or MP_ERR_USAGE after a message naming the flag, the word and what is accepted (the types, or
+ * the built backends that take it). */
+int mp_dtype_refuse_unsupported(const char *flag, char *const *words, int n,
+                                const struct mp_compute_ops *ops, enum mp_dtype_use use);
+
 #endif

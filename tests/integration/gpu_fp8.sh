@@ -11,16 +11,7 @@
 # stays within 1.3 times the bf16 point's (the reference models the device's bf16 rounding).
 # Exits 77 without a CUDA device or with fewer than 2 GPUs.
 . "$(dirname "$0")/lib.sh"
-set +e
-"$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
-    --quiet 2>"$TMP/probe"
-rc=$?
-set -e
-if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
-    echo "no CUDA device: skipped"
-    exit 77
-fi
-[ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
+require_cuda_device
 ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 [ "$ngpu" -ge 2 ] || { echo "SKIP: fewer than 2 GPUs"; exit 77; }
 H=$((${MOEPERF_GPU_HIDDEN:-1024} + 72)) F=${MOEPERF_GPU_FFN:-512}

@@ -13,16 +13,7 @@
 # missing event wait between the compute and comm streams fails --check in either direction.
 # Exits 77 where no CUDA device is present.
 . "$(dirname "$0")/lib.sh"
-set +e
-"$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
-    --quiet 2>"$TMP/probe"
-rc=$?
-set -e
-if [ $rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
-    echo "no CUDA device: skipped"
-    exit 77
-fi
-[ $rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
+require_cuda_device
 # MOEPERF_GPUS, MOEPERF_GPU_HIDDEN and MOEPERF_GPU_FFN override the GPU count and the layer's sizes
 # (the CPU stand-in of -Dcudaemu=true runs GEMMs on one core)
 ngpu=${MOEPERF_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}

@@ -128,3 +128,38 @@ skip_timing_in_sanitizer_build() {
         "slows it unevenly (run it in a release build)"
     exit 77
 }
+
+# node_groups_ran ERRFILE LABEL: the MOEPERF_TEST_GROUPS lines of a 4-rank --dedup node run over 2
+# nodes (ERRFILE, its stderr) say every rank ran its exchanges on the intra-node and inter-node
+# groups of 2 ranks and none on the EP group of 4; prints the counts, or fails naming LABEL.
+node_groups_ran() {
+    python3 - "$1" "$2" <<'PY' || fail "node's phases ($2) did not run on the node groups"
+import re, sys
+pat = re.compile(r"rank (\d+): exchanges on ep \(4 ranks\) (\d+), ep-intra-node \(2 ranks\) (\d+), "
+                 r"ep-inter-node \(2 ranks\) (\d+)$")
+seen = {}
+for line in open(sys.argv[1]):
+    m = pat.search(line.strip())
+    if m:
+        seen[int(m[1])] = [int(x) for x in m.groups()[1:]]
+assert sorted(seen) == [0, 1, 2, 3], open(sys.argv[1]).read()[-2000:]
+for r, (ep, intra, inter) in seen.items():
+    assert ep == 0 and intra > 0 and inter > 0, (sys.argv[2], r, ep, intra, inter)
+print(sys.argv[2], "exchanges per rank on ep, intra-node, inter-node:", seen)
+PY
+}
+
+# require_cuda_device: one small moeperf-layer run on the GPU path; skips (77) where it finds no
+# CUDA device, fails on any other error.
+require_cuda_device() {
+    set +e
+    "$BIN/moeperf-layer" --backend cuda --comm nccl --hidden 64 --ffn 64 --batch 1 --iters 1 \
+        --quiet 2>"$TMP/probe"
+    probe_rc=$?
+    set -e
+    if [ $probe_rc -ne 0 ] && grep -q "no CUDA device" "$TMP/probe"; then
+        echo "no CUDA device: skipped"
+        exit 77
+    fi
+    [ $probe_rc -eq 0 ] || fail "probe run: $(cat "$TMP/probe")"
+}
