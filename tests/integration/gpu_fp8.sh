@@ -3,7 +3,7 @@
 # GPUs), H = MOEPERF_GPU_HIDDEN + 72 (two blocks of 128 values on the CPU stand-in, the last of
 # 72): --check passes (the tight bound against the reference of the quantized bf16 inputs, the
 # loose one against the unquantized) in the dynamic and padded dispatches (lossless and a capacity
-# that drops), with --dedup pair, rank and node (one node here), padded replayed as a CUDA Graph
+# that drops), with --dedup pair and rank (node across two nodes: gpu_dedup_nodes.sh), padded replayed as a CUDA Graph
 # (the pack and unpack captured), pipelined over 2 chunks (in both stream schedules of the
 # stand-in, so a pack not ordered before its exchange, or an unpack before its arrival, fails
 # --check); every point's dispatch bytes are its rows × (H + 4·⌈H/128⌉ + metadata) exactly and its
@@ -25,10 +25,11 @@ layer() {
         --dispatch-dtype bf16,fp8 "$@" --out "$TMP/$name" ||
         fail "moeperf-layer $* (stand-in schedule ${CUDAEMU_SCHEDULE:-late}): exit $?"
 }
+# (--dedup node's relays, which unpack and pack again, need two nodes: gpu_dedup_nodes.sh)
 layer plain --batch 7,32 --routing uniform,gate --placement contiguous,replicate-hot:2 \
-    --dispatch dynamic,padded,padded:0.5 --dedup pair,rank,node
+    --dispatch dynamic,padded:0.5 --dedup pair,rank
 layer graph --batch 7,32 --routing uniform,gate --dispatch padded,padded:1.0 --graph
-layer overlap --batch 32 --routing hot:2:15,gate --overlap 2 --dedup pair,rank,node
+layer overlap --batch 32 --routing hot:2:15,gate --overlap 2 --dedup pair,rank
 if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the stand-in's other stream schedule
     CUDAEMU_SCHEDULE=others-first layer overlap-others-first --batch 32 --routing hot:2:15 \
         --overlap 2 --dedup pair,rank
