@@ -242,57 +242,99 @@ static inline MP_HD void mp_fp8_weight_round_trip(const float *w, int K, int N, 
 }
 
 /* An expert's matrix as the expert FFN reads it with --weight-dtype fp8 (an "image"): `parts`
- * K×N matrices side by side in a K×(parts·N) row-major array (a gate/up projection [Wg | Wu]:
- * parts 2; a down projection Wd: parts 1), each part quantized in blocks of its own (so no block
- * spans two matrices). The image holds the K·parts·N codes in the array's layout (code (k, n) of
- * part p at byte k·parts·N + p·N + n), then, from mp_fp8_image_scales_at (the codes' end rounded up
- * to 4 bytes, so the scales are aligned floats; the padding is never read), the
- * mp_fp8_weight_blocks(K, N) scales of part 0, then those of part 1. The bytes a GEMM reads are
- * parts · mp_fp8_weight_bytes(K, N), padding excluded. */
+ * K×N matrices side by side, W = [W_0 | W_1] a K×(parts·N) matrix (a gate/up projection [Wg | Wu]:
+ * parts 2; a down projection Wd: parts 1), each part quantized in 128×128 blocks of its own (so
+ * no block spans two matrices: the codes and scales of mp_fp8_weight_quantize, transposed).
+ *
+ * The image is K-major, the layout cuBLASLt's FP8 GEMM requires of both operands on Hopper (the
+ * "TN" format; cuBLAS documentation, cublasLtMatmul and section 3.1.4.5 "128-element 1D and
+ * 128x128 2D Block Scaling For FP8 Data Types"):
+ *   - codes: column c = p·N + n of W (output n of part p) holds its K codes contiguously, at
+ *     img[c·ld + k] with ld = K rounded up to 16 (mp_fp8_image_ld: FP8 leading dimensions are
+ *     multiples of 16 bytes); the ld − K padding codes are 0;
+ *   - then, from mp_fp8_image_scales_at (a multiple of 16 bytes, so the scales are 16-byte aligned
+ *     when the image is), the scales K-major: block (k-block kb, column block nb of part p) at
+ *     index (p·⌈N/128⌉ + nb)·L4 + kb, L4 = ⌈K/128⌉ rounded up to 4 (mp_fp8_image_scale_rows); the
+ *     padding scales are 0. When N is a multiple of 128 this is exactly cuBLASLt's
+ *     CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F layout for an A operand of M = parts·N rows.
+ * The bytes a GEMM reads are parts · mp_fp8_weight_bytes(K, N), padding excluded. */
+
+/* The image's leading dimension: K rounded up to a multiple of 16 codes. */
+static inline MP_HD size_t mp_fp8_image_ld(int K) { return ((size_t)K + 15) & ~(size_t)15; }
+
+/* Scales per column block in the image: ⌈K/128⌉ rounded up to a multiple of 4. */
+static inline MP_HD int mp_fp8_image_scale_rows(int K) { return (mp_fp8_blocks(K) + 3) & ~3; }
+
+/* Where the scales start: after parts·N columns of mp_fp8_image_ld(K) codes. */
 static inline MP_HD size_t mp_fp8_image_scales_at(int K, int N, int parts)
 {
-    return ((size_t)K * (size_t)N * (size_t)parts + 3) & ~(size_t)3;
+    return (size_t)parts * (size_t)N * mp_fp8_image_ld(K);
 }
 
 /* Bytes of the image, padding included (what to allocate). */
 static inline MP_HD size_t mp_fp8_image_bytes(int K, int N, int parts)
 {
-    return mp_fp8_image_scales_at(K, N, parts) +
-           sizeof(float) * (size_t)parts * (size_t)mp_fp8_weight_blocks(K, N);
+    return mp_fp8_image_scales_at(K, N, parts) + sizeof(float) * (size_t)parts *
+                                                     (size_t)mp_fp8_blocks(N) *
+                                                     (size_t)mp_fp8_image_scale_rows(K);
 }
 
-/* The scales of part p of an image (4-byte aligned when the image is). */
+/* The scales of an image (16-byte aligned when the image is). */
 static inline MP_HD const float *mp_fp8_image_scales(const unsigned char *img, int K, int N,
-                                                     int parts, int p)
+                                                     int parts)
 {
-    return (const float *)(const void *)(img + mp_fp8_image_scales_at(K, N, parts)) +
-           (size_t)p * (size_t)mp_fp8_weight_blocks(K, N);
+    return (const float *)(const void *)(img + mp_fp8_image_scales_at(K, N, parts));
 }
 
-/* Write the image of the K×(parts·N) array w into img[mp_fp8_image_bytes(K, N, parts)] (img
- * 4-byte aligned). */
+/* Index among the image's scales of the block holding row k of column c (0 ≤ c < parts·N). */
+static inline MP_HD long mp_fp8_image_scale_index(int K, int N, int c, int k)
+{
+    int p = c / N, n = c - p * N;
+    return ((long)p * mp_fp8_blocks(N) + n / MP_FP8_BLOCK) * mp_fp8_image_scale_rows(K) +
+           k / MP_FP8_BLOCK;
+}
+
+/* Write the image of the K×(parts·N) row-major matrix w into img[mp_fp8_image_bytes(K, N,
+ * parts)] (img 4-byte aligned). */
 static inline MP_HD void mp_fp8_image_store(const float *w, int K, int N, int parts,
                                             unsigned char *img)
 {
+    size_t ld = mp_fp8_image_ld(K), W = (size_t)parts * N;
     float *scales = (float *)(void *)(img + mp_fp8_image_scales_at(K, N, parts));
+    memset(img, 0, mp_fp8_image_bytes(K, N, parts));
     for (int p = 0; p < parts; p++)
-        mp_fp8_weight_quantize(w + (size_t)p * N, K, N, parts * N, img + (size_t)p * N, parts * N,
-                               scales + (size_t)p * (size_t)mp_fp8_weight_blocks(K, N));
-    for (size_t i = (size_t)K * N * parts; i < mp_fp8_image_scales_at(K, N, parts); i++)
-        img[i] = 0;
+        for (int bk = 0; bk < mp_fp8_blocks(K); bk++)
+            for (int bn = 0; bn < mp_fp8_blocks(N); bn++) {
+                int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+                int n0 = bn * MP_FP8_BLOCK, n1 = n0 + MP_FP8_BLOCK < N ? n0 + MP_FP8_BLOCK : N;
+                float amax = 0;
+                for (int k = k0; k < k1; k++)
+                    for (int n = n0; n < n1; n++)
+                        amax = fmaxf(amax, fabsf(w[(size_t)k * W + (size_t)p * N + n]));
+                float s = mp_fp8_scale(amax);
+                scales[mp_fp8_image_scale_index(K, N, p * N + n0, k0)] = s;
+                for (int k = k0; k < k1; k++)
+                    for (int n = n0; n < n1; n++) {
+                        float x = w[(size_t)k * W + (size_t)p * N + n];
+                        img[((size_t)p * N + n) * ld + k] =
+                            s > 0 ? mp_fp8_encode(x / s) : (uint8_t)(signbit(x) ? 0x80 : 0);
+                    }
+            }
 }
 
-/* Dequantize block row bk of an image (rows [128·bk, min(128·bk + 128, K)) of every part) into
- * panel, row-major with row stride parts·N: the tiles of that row one by one. */
+/* Dequantize block row bk of an image (rows [128·bk, min(128·bk + 128, K)) of every column) into
+ * panel, row-major with row stride parts·N: element (k, c) at panel[(k − 128·bk)·parts·N + c]. */
 static inline MP_HD void mp_fp8_image_block_row(const unsigned char *img, int K, int N, int parts,
                                                 int bk, float *panel)
 {
-    for (int p = 0; p < parts; p++)
-        for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
-            mp_fp8_weight_dequantize_tile(img + (size_t)p * N, parts * N,
-                                          mp_fp8_image_scales(img, K, N, parts, p), K, N, bk, bn,
-                                          panel + (size_t)p * N + (size_t)bn * MP_FP8_BLOCK,
-                                          parts * N);
+    size_t ld = mp_fp8_image_ld(K), W = (size_t)parts * N;
+    const float *scales = mp_fp8_image_scales(img, K, N, parts);
+    int k0 = bk * MP_FP8_BLOCK, k1 = k0 + MP_FP8_BLOCK < K ? k0 + MP_FP8_BLOCK : K;
+    for (size_t c = 0; c < W; c++) {
+        float s = scales[mp_fp8_image_scale_index(K, N, (int)c, k0)];
+        for (int k = k0; k < k1; k++)
+            panel[(size_t)(k - k0) * W + c] = mp_fp8_decode(img[c * ld + k]) * s;
+    }
 }
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "compute.h"
+#include "dtype.h"
 #include "error.h"
 #include "placement.h"
 #include "routing.h"
@@ -235,6 +236,23 @@ int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops
                  "a --backend that has it (built: %s), or use --gemm loop", o->gemm, ops->name, o->gemm,
                  mp_compute_names_where(*gemm == MP_GEMM_GROUPED ? has_grouped : has_skinny, names, sizeof names));
         return MP_ERR_USAGE;
+    }
+    for (int i = 0; i < o->weight_dtype.n; i++) {
+        enum mp_dtype dt;
+        if (mp_dtype_parse("--weight-dtype", o->weight_dtype.v[i], &dt) != MP_OK)
+            return MP_ERR_USAGE;
+        if (dt == MP_DTYPE_FP8 && (ops->weight_dtypes & MP_DTYPE_BIT(dt)) &&
+            !(ops->fp8_gemm_modes & 1u << *gemm)) {
+            char modes[64] = "";
+            for (int g = MP_GEMM_LOOP; g <= MP_GEMM_SKINNY; g++)
+                if (ops->fp8_gemm_modes & 1u << g)
+                    snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "%s%s",
+                             modes[0] ? ", " : "", mp_gemm_choices[g]);
+            mp_usage("--gemm %s with --weight-dtype fp8: the %s backend runs fp8 expert weights "
+                     "with --gemm %s only; choose one of those, or --weight-dtype bf16",
+                     o->gemm ? o->gemm : "loop", ops->name, modes);
+            return MP_ERR_USAGE;
+        }
     }
     return MP_OK;
 }

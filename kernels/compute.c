@@ -57,6 +57,11 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
             o->fp8_pack || o->fp8_unpack ? "some" : "neither");
     REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
             "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
+    REQUIRE(!o->fp8_gemm_modes == !(o->weight_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) &&
+                !(o->fp8_gemm_modes & ~(o->gemm_modes | 1u << MP_GEMM_LOOP)),
+            "has fp8 gemm modes 0x%x with weight dtypes 0x%x and gemm modes 0x%x (some exactly "
+            "with fp8 weights, none beyond loop and its gemm modes)", o->fp8_gemm_modes,
+            o->weight_dtypes, o->gemm_modes);
     /* the data hooks: all of them on a backend that holds data, none on a virtual one */
     int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->upload_bytes +
                !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows +

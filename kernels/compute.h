@@ -110,6 +110,9 @@ struct mp_compute_ops {
     double check_tolerance;
     /* bit 1 << g for each enum mp_gemm g besides MP_GEMM_LOOP that expert_ffn honours */
     unsigned gemm_modes;
+    /* bit 1 << g for each enum mp_gemm g (MP_GEMM_LOOP included) that expert_ffn runs with fp8
+     * weights: none exactly when weight_dtypes lacks fp8, and only modes it honours */
+    unsigned fp8_gemm_modes;
 
     /* lifecycle: `local_rank` picks the device where there are several */
     /* optional (device backends): make the device of launcher local rank `local_rank` current

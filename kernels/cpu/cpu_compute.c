@@ -524,6 +524,7 @@ const struct mp_compute_ops mp_compute_cpu = {
     .dispatch_modes = MP_DISPATCH_ALL,
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP,
     .elem_size = sizeof(float),
     .check_tolerance = 1e-5,
     .init = cpu_init,

@@ -92,7 +92,7 @@ struct skinny_table {
     float *ws;  /* split K: each block's partial tile */
     int *count; /* split K: blocks of each tile done */
     int rows[SKINNY_TABLE];
-    const bf16 *w[SKINNY_TABLE];
+    const void *w[SKINNY_TABLE]; /* bf16 elements, or an fp8 image (--weight-dtype fp8) */
     const bf16 *in[SKINNY_TABLE];
     bf16 *out[SKINNY_TABLE];
 };
@@ -852,7 +852,7 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
         col = (int)blockIdx.x * 64 + lane * 8;
         at = lane * 8;
     }
-    const bf16 *w = t.w[e] + col, *in = t.in[e];
+    const bf16 *w = (const bf16 *)t.w[e] + col, *in = t.in[e];
     float acc[R][8] = {}; /* registers: indexed by unrolled constants only */
     const int groups = t.K / SKINNY_GROUP;
     for (int gi = ((int)blockIdx.z * SKINNY_SLICES) + slice; gi < groups; gi += SKINNY_SLICES * S) {
@@ -1056,7 +1056,7 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
                 continue;
             ids[t->n] = e;
             t->rows[t->n] = (int)m;
-            t->w[t->n] = (const bf16 *)a->wgu[e];
+            t->w[t->n] = a->wgu[e];
             t->in[t->n] = in + r0 * H;
             t->out[t->n] = g + (r0 - base) * 2L * Dl;
             t->n++;
@@ -1067,7 +1067,7 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
             return MP_ERR_RUNTIME;
         for (int i = 0; i < t->n; i++) { /* the same experts, down projection */
             long r0 = a->row_off[ids[i]];
-            t->w[i] = (const bf16 *)a->wd[ids[i]];
+            t->w[i] = a->wd[ids[i]];
             t->in[i] = g + (r0 - base) * 2L * Dl;
             t->out[i] = out + r0 * H;
         }
@@ -1084,8 +1084,317 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
     return MP_OK;
 }
 
+/* --weight-dtype fp8: the expert FFN on fp8 images (base/fp8.h: K-major e4m3 codes, one fp32 scale
+ * per 128×128 block) with moeperf's own kernel, for pieces of at most MP_SKINNY_ROWS rows (the
+ * decode case; a larger expert is cut into such pieces, each streaming the weights again). A
+ * block computes FP8W_COLS outputs for every row of its piece: 8 warps of FP8W_WARP_COLS image
+ * columns each (with SwiGLU, warps 0-3 take 16 gate columns and warps 4-7 the matching up
+ * columns). A lane streams 16 consecutive codes of each of its warp's columns (one 16-byte load,
+ * so a warp reads 512 contiguous bytes of a column per step; half the bytes of bf16 weights) and
+ * the matching 16 inputs of each row, sums code·input over the 16 and scales the sum once by the
+ * block's scale (16 codes never straddle a 128-value block). The lanes' partials are added in
+ * shared memory in lane order, and a split-K grid (grid.z = S) adds its partials as the skinny
+ * kernel does, so results repeat bit for bit. grid = (N / 16 with SwiGLU or N / 32, pieces, S). */
+#define FP8W_COLS 32
+#define FP8W_WARP_COLS 4
+#define FP8W_CHUNK 16                /* codes per lane per step */
+#define FP8W_STEP (32 * FP8W_CHUNK)  /* image rows (k) a warp covers per step */
+#define FP8W_TILE (FP8W_COLS * MP_SKINNY_ROWS) /* floats of one block's partial tile */
+
+/* The four e4m3 codes of a 32-bit word (lowest byte first) as floats, exactly: the sm_89+
+ * conversion instruction two codes at a time, or base/fp8.h's decoding elsewhere. */
+__device__ __forceinline__ void fp8x4_to_float(uint32_t v, float *f)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t lo, hi;
+    unsigned short lo16 = (unsigned short)(v & 0xffffu), hi16 = (unsigned short)(v >> 16);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(lo16));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(hi16));
+    unsigned short h0 = (unsigned short)(lo & 0xffffu), h1 = (unsigned short)(lo >> 16);
+    unsigned short h2 = (unsigned short)(hi & 0xffffu), h3 = (unsigned short)(hi >> 16);
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f[0]) : "h"(h0));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f[1]) : "h"(h1));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f[2]) : "h"(h2));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f[3]) : "h"(h3));
+#else
+    for (int i = 0; i < 4; i++)
+        f[i] = mp_fp8_decode((uint8_t)(v >> (8 * i)));
+#endif
+}
+
+/* word i (0..3, a constant after unrolling) of an int4 */
+__device__ __forceinline__ uint32_t int4_word(const int4 &v, int i)
+{
+    return (uint32_t)(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
+}
+
+template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_table &t)
+{
+    __shared__ float red[FP8W_COLS][R][33]; /* lane partials, padded against bank conflicts */
+    __shared__ float sum[FP8W_COLS][R];
+    __shared__ int last;
+    const int e = blockIdx.y, m = t.rows[e], warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = (int)gridDim.z, tile = e * (int)gridDim.x + (int)blockIdx.x;
+    const int parts = t.swiglu ? 2 : 1;
+    const size_t ld = mp_fp8_image_ld(t.K);
+    /* this warp's first image column */
+    const int c0 = t.swiglu ? (warp >= 4 ? t.N : 0) + (int)blockIdx.x * 16 + (warp & 3) * 4
+                            : (int)blockIdx.x * FP8W_COLS + warp * FP8W_WARP_COLS;
+    const unsigned char *img = (const unsigned char *)t.w[e];
+    const float *scales = mp_fp8_image_scales(img, t.K, t.N, parts);
+    const bf16 *in = t.in[e];
+    float acc[FP8W_WARP_COLS][R] = {};
+    const int steps = (t.K + FP8W_STEP - 1) / FP8W_STEP;
+    for (int st = (int)blockIdx.z; st < steps; st += S) {
+        const int k = st * FP8W_STEP + lane * FP8W_CHUNK;
+        if (k >= t.K) /* K is a multiple of 16: a chunk lies wholly inside or outside */
+            continue;
+        int4 wv[FP8W_WARP_COLS], xv[R][2];
+        float s[FP8W_WARP_COLS];
+#pragma unroll
+        for (int j = 0; j < FP8W_WARP_COLS; j++) { /* all loads first: they overlap in flight */
+            wv[j] = *(const int4 *)(img + (size_t)(c0 + j) * ld + k);
+            s[j] = scales[mp_fp8_image_scale_index(t.K, t.N, c0 + j, k)];
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < m) {
+                xv[r][0] = *(const int4 *)(in + (size_t)r * t.lda + k);
+                xv[r][1] = *(const int4 *)(in + (size_t)r * t.lda + k + 8);
+            }
+#pragma unroll
+        for (int j = 0; j < FP8W_WARP_COLS; j++) {
+            float wf[FP8W_CHUNK];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                fp8x4_to_float(int4_word(wv[j], q), wf + 4 * q);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= m)
+                    break;
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < FP8W_CHUNK; i++)
+                    dot += wf[i] * bf16_at(xv[r][i / 8], i % 8);
+                acc[j][r] += s[j] * dot;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < FP8W_WARP_COLS; j++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < m)
+                red[warp * FP8W_WARP_COLS + j][r][lane] = acc[j][r];
+    __syncthreads();
+    for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x) {
+        float v = 0.0f;
+        for (int l = 0; l < 32; l++)
+            v += red[i / m][i % m][l];
+        sum[i / m][i % m] = v;
+    }
+    if (S > 1) { /* split K: the tile's last block to finish adds the partials */
+        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * FP8W_TILE;
+        __syncthreads();
+        for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x)
+            mine[i] = sum[i / m][i % m];
+        __threadfence(); /* the partial is visible device-wide before the count says so */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last = atomicAdd(&t.count[tile], 1) == S - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+        const volatile float *ps = t.ws + (size_t)tile * S * FP8W_TILE;
+        for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x) {
+            float v = 0.0f;
+            for (int z = 0; z < S; z++)
+                v += ps[(size_t)z * FP8W_TILE + i];
+            sum[i / m][i % m] = v;
+        }
+        if (threadIdx.x == 0)
+            t.count[tile] = 0;
+    }
+    __syncthreads();
+    if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
+        for (int i = threadIdx.x; i < 16 * m; i += blockDim.x) {
+            int r = i / 16, j = i % 16;
+            float gate = __bfloat162float(__float2bfloat16(sum[j][r]));
+            float up = __bfloat162float(__float2bfloat16(sum[16 + j][r]));
+            t.out[e][(size_t)r * t.ldc + blockIdx.x * 16 + j] = __float2bfloat16(mp_swiglu(gate, up));
+        }
+    } else {
+        for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x) {
+            int r = i / FP8W_COLS, j = i % FP8W_COLS;
+            t.out[e][(size_t)r * t.ldc + blockIdx.x * FP8W_COLS + j] = __float2bfloat16(sum[j][r]);
+        }
+    }
+}
+
+/* fp8w_ffn for tables whose pieces have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
+__global__ void __launch_bounds__(256) fp8w_ffn_r1_kernel(const __grid_constant__ struct skinny_table t)
+{
+    fp8w_ffn<1>(t);
+}
+__global__ void __launch_bounds__(256) fp8w_ffn_r2_kernel(const __grid_constant__ struct skinny_table t)
+{
+    fp8w_ffn<2>(t);
+}
+__global__ void __launch_bounds__(256) fp8w_ffn_r4_kernel(const __grid_constant__ struct skinny_table t)
+{
+    fp8w_ffn<4>(t);
+}
+__global__ void __launch_bounds__(256) fp8w_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
+{
+    fp8w_ffn<MP_SKINNY_ROWS>(t);
+}
+
+/* Launch fp8w_ffn for the table's pieces (c->skinny, filled but for the shapes): K image rows, N
+ * outputs per part (SwiGLU: the gate/up image's Dl; else the down image's H), input and output
+ * row strides. K is split S ways when the tiles alone would not fill one wave of resident blocks
+ * (as skinny_launch), at most one step of FP8W_STEP rows per split. */
+static int fp8w_launch(struct mp_compute *c, int K, int N, int lda, int ldc, int swiglu)
+{
+    struct skinny_table *t = &c->skinny;
+    t->K = K;
+    t->N = N;
+    t->ldw = 0;
+    t->lda = lda;
+    t->ldc = ldc;
+    t->swiglu = swiglu;
+    const int per_piece = swiglu ? N / 16 : N / FP8W_COLS, tiles = per_piece * t->n;
+    const int steps = (K + FP8W_STEP - 1) / FP8W_STEP;
+    int rows = 0;
+    for (int i = 0; i < t->n; i++)
+        rows = t->rows[i] > rows ? t->rows[i] : rows;
+    int S = (2 * c->sms + tiles - 1) / tiles;
+    S = S > 16 ? 16 : S;
+    S = S > steps ? steps : S;
+    S = S < 1 ? 1 : S;
+    if (S > 1) {
+        size_t ws = (size_t)tiles * S * FP8W_TILE * sizeof(float), cnt = (size_t)tiles * sizeof(int);
+        if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
+            if (c->capturing) {
+                mp_error("--graph: the fp8 kernel's scratch (%zu bytes) was not reserved before the "
+                         "capture", ws);
+                return MP_ERR_RUNTIME;
+            }
+            if (grow((void **)&c->skinny_ws, &c->skinny_ws_cap, ws) != MP_OK ||
+                grow((void **)&c->skinny_count, &c->skinny_count_cap, cnt) != MP_OK)
+                return MP_ERR_RUNTIME;
+            CUDACHECK(cudaMemsetAsync(c->skinny_count, 0, c->skinny_count_cap, c->stream));
+        }
+    }
+    t->ws = c->skinny_ws;
+    t->count = c->skinny_count;
+    dim3 grid((unsigned)per_piece, (unsigned)t->n, (unsigned)S);
+    if (rows <= 1)
+        fp8w_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (rows <= 2)
+        fp8w_ffn_r2_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (rows <= 4)
+        fp8w_ffn_r4_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else
+        fp8w_ffn_r8_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Whether moeperf's fp8 kernel takes these shapes: whole blocks of outputs (Dl a multiple of 16, H
+ * of 32), image rows in whole 16-code chunks (H and Dl multiples of 16) and 16-byte aligned
+ * inputs, work rows and images. */
+static int fp8w_fits(const struct mp_ffn_args *a)
+{
+    if (a->Dl % 16 || a->H % 32 || (uintptr_t)a->in % 16 || (uintptr_t)a->work % 16)
+        return 0;
+    for (int e = 0; e < a->nexp; e++)
+        if ((uintptr_t)a->wgu[e] % 16 || (uintptr_t)a->wd[e] % 16)
+            return 0;
+    return 1;
+}
+
+/* The expert FFN with fp8 weights through moeperf's kernel for the experts `take` accepts (rows):
+ * each cut into pieces of MP_SKINNY_ROWS rows, SKINNY_TABLE pieces at a time ([gate | up] with
+ * SwiGLU for all of them, then the down projection). */
+static int ffn_fp8_own(struct mp_compute *c, const struct mp_ffn_args *a, int (*take)(long rows))
+{
+    const bf16 *in = (const bf16 *)a->in;
+    bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
+    int H = a->H, Dl = a->Dl;
+    long base = a->row_off[0];
+    struct skinny_table *t = &c->skinny;
+    int ids[SKINNY_TABLE];
+    long first[SKINNY_TABLE];
+    int e = 0;
+    long r = a->row_off[0];
+    while (e < a->nexp) {
+        t->n = 0;
+        for (; e < a->nexp && t->n < SKINNY_TABLE;) {
+            long end = a->row_off[e + 1];
+            if (r >= end || !take(end - a->row_off[e])) {
+                e++;
+                r = e < a->nexp ? a->row_off[e] : r;
+                continue;
+            }
+            long m = end - r < MP_SKINNY_ROWS ? end - r : MP_SKINNY_ROWS;
+            ids[t->n] = e;
+            first[t->n] = r;
+            t->rows[t->n] = (int)m;
+            t->w[t->n] = a->wgu[e];
+            t->in[t->n] = in + r * H;
+            t->out[t->n] = g + (r - base) * 2L * Dl;
+            t->n++;
+            r += m;
+        }
+        if (t->n == 0)
+            break;
+        if (fp8w_launch(c, H, Dl, H, 2 * Dl, 1) != MP_OK)
+            return MP_ERR_RUNTIME;
+        for (int i = 0; i < t->n; i++) { /* the same pieces, down projection */
+            t->w[i] = a->wd[ids[i]];
+            t->in[i] = g + (first[i] - base) * 2L * Dl;
+            t->out[i] = out + first[i] * H;
+        }
+        if (fp8w_launch(c, Dl, H, 2 * Dl, H, 0) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* The experts `take` accepts, whatever their rows, through cuBLASLt's FP8 GEMM where the shapes
+ * allow it, else moeperf's kernel in pieces. */
+static int ffn_fp8_large(struct mp_compute *c, const struct mp_ffn_args *a, int (*take)(long rows))
+{
+    return ffn_fp8_own(c, a, take);
+}
+
+static int rows_decode(long rows) { return rows >= 1 && rows <= MP_SKINNY_ROWS; }
+static int rows_any(long rows) { return rows >= 1; }
+static int rows_large(long rows) { return rows > MP_SKINNY_ROWS; }
+
+/* --weight-dtype fp8: --gemm skinny runs the experts of at most MP_SKINNY_ROWS rows through
+ * moeperf's kernel and the larger ones as --gemm loop does; loop runs every expert through the
+ * large-expert path (ffn_fp8_large). */
+static int ffn_fp8(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    if (!fp8w_fits(a)) {
+        mp_error("--weight-dtype fp8 on cuda needs H a multiple of 32 and the per-rank FFN width "
+                 "a multiple of 16 (H %d, width %d)", a->H, a->Dl);
+        return MP_ERR_RUNTIME;
+    }
+    if (a->gemm == MP_GEMM_SKINNY) {
+        if (ffn_fp8_own(c, a, rows_decode) != MP_OK)
+            return MP_ERR_RUNTIME;
+        return ffn_fp8_large(c, a, rows_large);
+    }
+    return ffn_fp8_large(c, a, rows_any);
+}
+
 static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 {
+    if (a->weight_dtype == MP_DTYPE_FP8)
+        return ffn_fp8(c, a);
     if (a->gemm == MP_GEMM_GROUPED)
         return ffn_grouped(c, a);
     if (a->gemm == MP_GEMM_SKINNY)
@@ -1507,11 +1816,12 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .memory = MP_MEMORY_DEVICE,
     .dispatch_modes = MP_DISPATCH_ALL,
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
-    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16),   /* fp8 weights: not yet (no fp8 GEMMs) */
+    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_SKINNY,
     .preselect = cuda_preselect,
     .init = cuda_init,
     .fini = cuda_fini,

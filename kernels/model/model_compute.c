@@ -33,6 +33,7 @@ const struct mp_compute_ops mp_compute_model = {
     .dispatch_modes = MP_DISPATCH_ALL, /* what core/vlayer.c models */
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP,
     .elem_size = 2, /* the profile's element size governs; bf16 by default */
     .init = model_init,
     .fini = model_fini,

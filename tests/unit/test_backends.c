@@ -124,6 +124,15 @@ static void test_broken_compute(void)
     t = mp_compute_model;
     t.gemm_modes = 1u << MP_GEMM_GROUPED;
     CHECK(compute_refused(&t, "virtual with a gemm mode"));
+    t = mp_compute_cpu;
+    t.fp8_gemm_modes = 0;
+    CHECK(compute_refused(&t, "fp8 weights claimed without an fp8 gemm mode"));
+    t = mp_compute_cpu;
+    t.fp8_gemm_modes |= 1u << MP_GEMM_SKINNY;
+    CHECK(compute_refused(&t, "an fp8 gemm mode the backend does not honour"));
+    t = mp_compute_cpu;
+    t.weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16);
+    CHECK(compute_refused(&t, "fp8 gemm modes without fp8 weights"));
     for (int i = 0; mp_compute_backends[i]; i++) { /* the device backends (cuda) */
         const struct mp_compute_ops *o = mp_compute_backends[i];
         if (o->memory != MP_MEMORY_DEVICE)

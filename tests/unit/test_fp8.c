@@ -3,7 +3,8 @@
  * rounding is to nearest with ties to even, beyond ±448 and at ±inf it saturates, NaN stays NaN,
  * and a row's 128-value blocks round-trip within the bound fp8.h derives, with the last block of a
  * row whose length is not a multiple of 128 scaled by its own values; the 128×128 blocks of a
- * weight matrix, indexed, counted and round-tripped at shapes not divisible by 128; base/bf16.h's
+ * weight matrix, indexed, counted and round-tripped at shapes not divisible by 128, and their K-major
+ * image (codes, padding, scale layout, block-row dequantization); base/bf16.h's
  * rounding (nearest, ties to even) and the reference's fp8 inputs on a bf16 backend: the bf16
  * values packed, the unpacked values rounded to bf16. */
 #include <stdint.h>
@@ -243,6 +244,79 @@ static void check_weight_blocks(void)
     }
 }
 
+/* The K-major image of a K×(parts·N) matrix: each column's codes are mp_fp8_weight_quantize's of
+ * its part, transposed, at column·ld with ld a multiple of 16 and zero padding; each block's scale
+ * is the part's, at the K-major index (cuBLASLt's BLK128x128 layout: one column block after
+ * another, L4 scales apart, L4 a multiple of 4); the scales start 16-byte aligned; a block row
+ * dequantizes to the round trip of the part. Shapes with K and N not multiples of 128 or 16. */
+static void check_image(void)
+{
+    const int shapes[][3] = {{200, 136, 2}, {130, 256, 1}, {7, 5, 2}, {256, 128, 2}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int K = shapes[t][0], N = shapes[t][1], parts = shapes[t][2], W = parts * N;
+        size_t ld = mp_fp8_image_ld(K), bytes = mp_fp8_image_bytes(K, N, parts);
+        int L4 = mp_fp8_image_scale_rows(K);
+        CHECK(ld % 16 == 0 && ld >= (size_t)K && ld < (size_t)K + 16);
+        CHECK(L4 % 4 == 0 && L4 >= mp_fp8_blocks(K) && L4 < mp_fp8_blocks(K) + 4);
+        CHECK(mp_fp8_image_scales_at(K, N, parts) % 16 == 0);
+        CHECK(bytes == (size_t)W * ld + 4u * (size_t)parts * mp_fp8_blocks(N) * L4);
+        float *w = malloc((size_t)K * W * sizeof *w), *part = malloc((size_t)K * N * sizeof *part);
+        float *panel = malloc((size_t)MP_FP8_BLOCK * W * sizeof *panel);
+        float *y = malloc((size_t)K * N * sizeof *y);
+        float *sc = malloc((size_t)mp_fp8_weight_blocks(K, N) * sizeof *sc);
+        uint8_t *codes = malloc((size_t)K * N);
+        unsigned char *img = malloc(bytes);
+        uint32_t r = 777u + (uint32_t)t;
+        for (long i = 0; i < (long)K * W; i++) {
+            r = r * 1664525u + 1013904223u;
+            w[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * (float)(1 + (i / 97) % 5);
+        }
+        memset(img, 0xAB, bytes);
+        mp_fp8_image_store(w, K, N, parts, img);
+        const float *isc = mp_fp8_image_scales(img, K, N, parts);
+        long code_bad = 0, pad_bad = 0, scale_bad = 0, deq_bad = 0;
+        for (int p = 0; p < parts; p++) {
+            for (int k = 0; k < K; k++)
+                for (int n = 0; n < N; n++)
+                    part[(size_t)k * N + n] = w[(size_t)k * W + (size_t)p * N + n];
+            mp_fp8_weight_quantize(part, K, N, N, codes, N, sc);
+            for (int n = 0; n < N; n++) {
+                size_t c = (size_t)p * N + n;
+                for (int k = 0; k < K; k++)
+                    code_bad += img[c * ld + k] != codes[(size_t)k * N + n];
+                for (size_t k = (size_t)K; k < ld; k++)
+                    pad_bad += img[c * ld + k] != 0;
+            }
+            for (int bn = 0; bn < mp_fp8_blocks(N); bn++)
+                for (int bk = 0; bk < L4; bk++) {
+                    long at = ((long)p * mp_fp8_blocks(N) + bn) * L4 + bk;
+                    float want = bk < mp_fp8_blocks(K) ? sc[(long)bk * mp_fp8_blocks(N) + bn] : 0;
+                    scale_bad += isc[at] != want;
+                    if (bk < mp_fp8_blocks(K))
+                        scale_bad += mp_fp8_image_scale_index(K, N, p * N + bn * MP_FP8_BLOCK + 1,
+                                                              bk * MP_FP8_BLOCK + 3) != at;
+                }
+            mp_fp8_weight_round_trip(part, K, N, N, codes, sc, y);
+            for (int bk = 0; bk < mp_fp8_blocks(K); bk++) {
+                mp_fp8_image_block_row(img, K, N, parts, bk, panel);
+                for (int k = bk * MP_FP8_BLOCK; k < K && k < (bk + 1) * MP_FP8_BLOCK; k++)
+                    for (int n = 0; n < N; n++)
+                        deq_bad += panel[(size_t)(k - bk * MP_FP8_BLOCK) * W + (size_t)p * N + n] !=
+                                   y[(size_t)k * N + n];
+            }
+        }
+        if (N % MP_FP8_BLOCK == 0) /* cuBLASLt's A operand of M = parts·N rows: (c/128)·L4 + kb */
+            for (int c = 0; c < W; c += 37)
+                scale_bad += mp_fp8_image_scale_index(K, N, c, K - 1) !=
+                             (long)(c / MP_FP8_BLOCK) * L4 + (K - 1) / MP_FP8_BLOCK;
+        CHECK(code_bad == 0);
+        CHECK(pad_bad == 0);
+        CHECK(scale_bad == 0);
+        CHECK(deq_bad == 0);
+        free(w), free(part), free(panel), free(y), free(sc), free(codes), free(img);
+    }
+}
+
 /* bf16 keeps 7 fraction bits: 1 + 2^−8 is the tie between 1 and 1 + 2^−7 (to 1, the even one),
  * 1 + 3·2^−8 the tie between 1 + 2^−7 and 1 + 2^−6 (to 1 + 2^−6); past a tie it rounds up; a bf16
  * value stays; NaN stays NaN; from half an ulp past the largest bf16 on (a tie to even), inf. */
@@ -296,6 +370,7 @@ int main(void)
     check_saturation_and_nan();
     check_rows();
     check_weight_blocks();
+    check_image();
     check_bf16();
     check_reference_inputs();
     CHECK_DONE();
