@@ -1,11 +1,13 @@
-/* cublas_entry.h - the cuBLAS entry points the cuda backend calls, resolved when the backend starts
- * (dlopen of the toolkit's libcublas.so.MAJOR) instead of when the program loads: a process that
- * never starts the cuda backend (the cpu and model backends, the report tools' runs) then does not
- * map cuBLAS and cuBLASLt, about 0.1 s of start-up on its own and 13 s under valgrind. The CPU
- * stand-in (MP_CUBLAS_LINKED) links its cuBLAS in and fills the table directly. */
+/* cublas_entry.h - the cuBLAS and cuBLASLt entry points the cuda backend calls, resolved when the
+ * backend starts (dlopen of the toolkit's libcublas.so.MAJOR and libcublasLt.so.MAJOR) instead of
+ * when the program loads: a process that never starts the cuda backend (the cpu and model backends,
+ * the report tools' runs) then does not map cuBLAS and cuBLASLt, about 0.1 s of start-up on its own
+ * and 13 s under valgrind. The CPU stand-in (MP_CUBLAS_LINKED) links its cuBLAS and cuBLASLt in and
+ * fills the tables directly. */
 #ifndef MP_CUBLAS_ENTRY_H
 #define MP_CUBLAS_ENTRY_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdio.h>
 #if !MP_CUBLAS_LINKED
@@ -40,10 +42,75 @@ struct mp_cublas_entry {
     int loaded;
 };
 
-/* The library names tried in order: the soname of the cuBLAS the backend was compiled against
+/* Every cuBLASLt function the backend calls (the block-scaled FP8 GEMMs), as MP_CUBLAS_ENTRIES. */
+#define MP_CUBLASLT_ENTRIES(X)                                                                     \
+    X(create, cublasLtCreate, decltype(&cublasLtCreate))                                           \
+    X(destroy, cublasLtDestroy, decltype(&cublasLtDestroy))                                        \
+    X(desc_create, cublasLtMatmulDescCreate, decltype(&cublasLtMatmulDescCreate))                  \
+    X(desc_destroy, cublasLtMatmulDescDestroy, decltype(&cublasLtMatmulDescDestroy))               \
+    X(desc_set, cublasLtMatmulDescSetAttribute, decltype(&cublasLtMatmulDescSetAttribute))         \
+    X(layout_create, cublasLtMatrixLayoutCreate, decltype(&cublasLtMatrixLayoutCreate))            \
+    X(layout_destroy, cublasLtMatrixLayoutDestroy, decltype(&cublasLtMatrixLayoutDestroy))         \
+    X(pref_create, cublasLtMatmulPreferenceCreate, decltype(&cublasLtMatmulPreferenceCreate))      \
+    X(pref_destroy, cublasLtMatmulPreferenceDestroy, decltype(&cublasLtMatmulPreferenceDestroy))   \
+    X(pref_set, cublasLtMatmulPreferenceSetAttribute,                                              \
+      decltype(&cublasLtMatmulPreferenceSetAttribute))                                             \
+    X(heuristic, cublasLtMatmulAlgoGetHeuristic, decltype(&cublasLtMatmulAlgoGetHeuristic))        \
+    X(matmul, cublasLtMatmul, decltype(&cublasLtMatmul))
+
+struct mp_cublaslt_entry {
+#define MP_CUBLAS_FIELD(field, fn, type) type field;
+    MP_CUBLASLT_ENTRIES(MP_CUBLAS_FIELD)
+#undef MP_CUBLAS_FIELD
+    int loaded;
+};
+
+/* The library names tried in order: the soname of the library the backend was compiled against
  * (found through the loader's search path: LD_LIBRARY_PATH, the program's run path, ld.so.cache),
  * then the same file in the toolkit's library directory at configure time (MP_CUDA_LIBDIR). */
 #define MP_CUBLAS_SONAME "libcublas.so." MP_CUBLAS_STR(CUBLAS_VER_MAJOR)
+#define MP_CUBLASLT_SONAME "libcublasLt.so." MP_CUBLAS_STR(CUBLAS_VER_MAJOR)
+
+/* the linked stand-in: each field takes the symbol of its name */
+#define MP_CUBLAS_TAKE(field, fn, type) e->field = &fn;
+
+#if !MP_CUBLAS_LINKED
+/* The library `soname` (what: its name in messages), opened once for the life of the process (cuBLAS
+ * and cuBLASLt do not support being unloaded): its handle, or NULL with why[len] saying why. */
+static inline void *mp_cublas_open(const char *soname, const char *what, char *why, size_t len)
+{
+#ifdef MP_CUDA_LIBDIR
+    char in_libdir[512];
+    snprintf(in_libdir, sizeof in_libdir, "%s/%s", MP_CUDA_LIBDIR, soname);
+    const char *names[] = {soname, in_libdir};
+#else
+    const char *names[] = {soname};
+#endif
+    void *lib = NULL;
+    const char *err = "";
+    for (size_t i = 0; i < sizeof names / sizeof *names && !lib; i++)
+        if (!(lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
+            err = dlerror();
+    if (!lib)
+        snprintf(why, len, "cannot load %s (%s): %s", what, soname, err);
+    return lib;
+}
+
+/* *slot = the address of `name` in lib (opened as soname): 0, or −1 with why[len] saying why. */
+static inline int mp_cublas_symbol(void *lib, const char *soname, const char *name, void **slot,
+                                   char *why, size_t len)
+{
+    if ((*slot = dlsym(lib, name)))
+        return 0;
+    snprintf(why, len, "%s has no %s: %s", soname, name, dlerror());
+    return -1;
+}
+
+/* one field of *e resolved from lib (opened as soname), or return −1 from the loader */
+#define MP_CUBLAS_RESOLVE(field, fn, type)                                                         \
+    if (mp_cublas_symbol(lib, soname, MP_CUBLAS_STR(fn), (void **)&e->field, why, len))            \
+        return -1;
+#endif
 
 /* Fill *e once: 0, or −1 with why[len] naming the library or entry point that could not be found
  * (the loader's own message included). Not thread-safe: called when a backend starts. */
@@ -54,32 +121,34 @@ static inline int mp_cublas_load(struct mp_cublas_entry *e, char *why, size_t le
 #if MP_CUBLAS_LINKED
     (void)why;
     (void)len;
-#define MP_CUBLAS_TAKE(field, fn, type) e->field = &fn;
     MP_CUBLAS_ENTRIES(MP_CUBLAS_TAKE)
-#undef MP_CUBLAS_TAKE
 #else
-    const char *names[] = {MP_CUBLAS_SONAME,
-#ifdef MP_CUDA_LIBDIR
-                           MP_CUDA_LIBDIR "/" MP_CUBLAS_SONAME,
-#endif
-    };
-    void *lib = NULL;
-    const char *err = "";
-    for (size_t i = 0; i < sizeof names / sizeof *names && !lib; i++)
-        if (!(lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
-            err = dlerror();
-    if (!lib) {
-        snprintf(why, len, "cannot load cuBLAS (%s): %s", MP_CUBLAS_SONAME, err);
+    const char *soname = MP_CUBLAS_SONAME;
+    void *lib = mp_cublas_open(soname, "cuBLAS", why, len);
+    if (!lib)
         return -1;
-    }
-    /* kept open for the life of the process: cuBLAS does not support being unloaded */
-#define MP_CUBLAS_RESOLVE(field, fn, type)                                                         \
-    if (!(*(void **)&e->field = dlsym(lib, MP_CUBLAS_STR(fn)))) {                                  \
-        snprintf(why, len, "%s has no %s: %s", MP_CUBLAS_SONAME, MP_CUBLAS_STR(fn), dlerror());    \
-        return -1;                                                                                 \
-    }
     MP_CUBLAS_ENTRIES(MP_CUBLAS_RESOLVE)
-#undef MP_CUBLAS_RESOLVE
+#endif
+    e->loaded = 1;
+    return 0;
+}
+
+/* mp_cublas_load for cuBLASLt (libcublasLt.so.MAJOR, the same search): fill *e once, 0 or −1 with
+ * why[len] saying what could not be found. Not thread-safe: called when a backend starts. */
+static inline int mp_cublaslt_load(struct mp_cublaslt_entry *e, char *why, size_t len)
+{
+    if (e->loaded)
+        return 0;
+#if MP_CUBLAS_LINKED
+    (void)why;
+    (void)len;
+    MP_CUBLASLT_ENTRIES(MP_CUBLAS_TAKE)
+#else
+    const char *soname = MP_CUBLASLT_SONAME;
+    void *lib = mp_cublas_open(soname, "cuBLASLt", why, len);
+    if (!lib)
+        return -1;
+    MP_CUBLASLT_ENTRIES(MP_CUBLAS_RESOLVE)
 #endif
     e->loaded = 1;
     return 0;

@@ -13,10 +13,6 @@ struct cudaemu_blas {
     cudaStream_t stream;
 };
 
-/* The largest GEMM (multiply-adds) computed; larger ones (the roofline's 8192³) are checked and
- * timed but leave their output as it was, which nothing reads. */
-static const double gemm_max_work = 4294967296.0;
-
 struct gemm_problem {
     cublasOperation_t ta, tb;
     int m, n, k, lda, ldb, ldc;
@@ -52,12 +48,6 @@ static cublasStatus_t gemm_check(const gemm_problem &g, const char *call)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Bytes a column-major operand of rows × cols with leading dimension ld spans. */
-static size_t span(int rows, int cols, int ld, cudaDataType t)
-{
-    return rows > 0 && cols > 0 ? ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * type_size(t) : 0;
-}
-
 static void gemm_operands_in_device(const gemm_problem &g, const char *call)
 {
     bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
@@ -71,11 +61,10 @@ static void gemm_operands_in_device(const gemm_problem &g, const char *call)
         fault("%s: C (%p, %d×%d, ldc %d) is not in device memory", call, g.C, g.m, g.n, g.ldc);
 }
 
-/* x · y over n floats, in eight partial sums (as a GPU's GEMM, not in sequence). On the stand-in's
- * own copies of the operands, whose bounds gemm_operands_in_device has checked: left out of the
- * sanitizers, which would otherwise make this loop most of a sanitized test run. */
-__attribute__((no_sanitize("address", "undefined"))) static float dot(const float *x,
-                                                                       const float *y, size_t n)
+/* On the stand-in's own copies of the operands, whose bounds the callers have checked: left out of
+ * the sanitizers, which would otherwise make this loop most of a sanitized test run. */
+__attribute__((no_sanitize("address", "undefined"))) float cudaemu::dot(const float *x,
+                                                                        const float *y, size_t n)
 {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t p = 0;
@@ -87,17 +76,26 @@ __attribute__((no_sanitize("address", "undefined"))) static float dot(const floa
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/* The largest GEMM (multiply-adds) computed. */
+static const double gemm_max_work = 4294967296.0;
+
+bool cudaemu::gemm_computed(int64_t m, int64_t n, int64_t k)
+{
+    if ((double)m * (double)n * (double)k <= gemm_max_work)
+        return true;
+    static int told;
+    if (!told++)
+        fprintf(stderr, "cudaemu: GEMMs over 2^32 multiply-adds (%lld×%lld×%lld) are not computed; "
+                        "their output is left as it was\n", (long long)m, (long long)n, (long long)k);
+    return false;
+}
+
 static void gemm_run(const gemm_problem &g)
 {
     if (g.m == 0 || g.n == 0)
         return;
-    if ((double)g.m * g.n * g.k > gemm_max_work) {
-        static int told;
-        if (!told++)
-            fprintf(stderr, "cudaemu: GEMMs over 2^32 multiply-adds (%d×%d×%d) are not computed; "
-                            "their output is left as it was\n", g.m, g.n, g.k);
+    if (!gemm_computed(g.m, g.n, g.k))
         return;
-    }
     size_t m = (size_t)g.m, n = (size_t)g.n, k = (size_t)g.k;
     std::vector<float> a(m * k), bt(n * k); /* op(A) by rows, op(B) by columns */
     for (size_t i = 0; i < m; i++)

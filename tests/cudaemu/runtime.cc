@@ -1,5 +1,5 @@
 /* runtime.cc - the CPU stand-in for the CUDA runtime calls moeperf's GPU path makes (kernels.cc,
- * cublas.cc and nccl.cc hold the rest), so the cuda and nccl backends run without a GPU: device
+ * cublas.cc, cublaslt.cc and nccl.cc hold the rest), so the cuda and nccl backends run without a GPU: device
  * memory is host memory kept in a registry (every copy, kernel pointer and GEMM operand is checked
  * against it) and counted against each device's emulated size (CUDAEMU_DEVICE_MEMORY:
  * cudaMemGetInfo reports it, cudaMalloc refuses beyond it), and a captured stream records its work

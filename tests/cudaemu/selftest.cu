@@ -1,10 +1,12 @@
 /* selftest.cu - the CPU stand-in's own checks, each on a case built to trip it: launch limits,
  * device ranges, block barriers, deferred streams in both schedules, stream capture and replay,
- * cuBLAS's argument rules and results, CUB's sort and scan. Faults that end a process (an illegal
+ * cuBLAS's argument rules and results, cuBLASLt's block-scaled FP8 GEMM and its refusals, CUB's sort
+ * and scan. Faults that end a process (an illegal
  * address, a divergent barrier) run in a child that must abort. Compiled through rewrite.py, as the
  * cuda backend is; exits 0 when every check holds. */
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "fp8.h"
 
 static int failures;
 
@@ -279,6 +283,162 @@ static void blas()
     cudaFree(dC);
 }
 
+/* The layout of a column-major rows × cols matrix of type t. */
+static cublasLtMatrixLayout_t lt_layout(cudaDataType t, int rows, int cols, int ld)
+{
+    cublasLtMatrixLayout_t l;
+    cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld);
+    return l;
+}
+
+static void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, int32_t v)
+{
+    cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v);
+}
+
+/* cuBLASLt's FP8 GEMM in the TN format, D(M×N) = α·op(A)·B + β·C with op(A) = Aᵀ, A stored K × M and
+ * B K × N: 128×128 block scales on A, 128-value scales on B, K not a multiple of 128, against a
+ * double reference from the decoded codes and the scales; then the configurations it refuses. */
+static void blas_lt()
+{
+    const int M = 256, N = 12, K = 320, L = 3, L4 = 4; /* L = ⌈K/128⌉, L4: L to a multiple of 4 */
+    static uint8_t ha[K * M], hb[K * N];
+    uint32_t r = 12345;
+    for (uint8_t *code : {ha, hb})
+        for (int i = 0; i < K * (code == ha ? M : N); i++) {
+            r = r * 1664525u + 1013904223u;
+            uint8_t c = (uint8_t)(r >> 24);
+            code[i] = (c & 0x7F) == 0x7F ? (uint8_t)(c ^ 1) : c; /* no NaN codes */
+        }
+    /* A's scales K-major, L4 × ⌈M/128⌉ (block (p, b) at p·L4 + b), the padding slot NaN so that a
+     * read of it shows; B's N-major, N × L ((j, b) at b·N + j); all distinct */
+    float sa[L4 * 2], sb[L * N];
+    for (int p = 0; p < 2; p++)
+        for (int b = 0; b < L4; b++)
+            sa[p * L4 + b] = b < L ? 0.5f + 0.25f * (float)(p * L + b) : NAN;
+    for (int b = 0; b < L; b++)
+        for (int j = 0; j < N; j++)
+            sb[b * N + j] = 1.0f + 0.125f * (float)(j * L + b);
+    float hc[M * N];
+    __nv_bfloat16 hc16[M * N];
+    for (int i = 0; i < M * N; i++)
+        hc16[i] = __float2bfloat16(hc[i] = (float)(i % 7) - 3.0f);
+    void *dA, *dB, *dD, *dC16, *dD16, *dsa, *dsb, *ws;
+    cudaMalloc(&dA, sizeof ha);
+    cudaMalloc(&dB, sizeof hb);
+    cudaMalloc(&dD, M * N * sizeof(float));
+    cudaMalloc(&dC16, sizeof hc16);
+    cudaMalloc(&dD16, sizeof hc16);
+    cudaMalloc(&dsa, sizeof sa);
+    cudaMalloc(&dsb, sizeof sb);
+    cudaMalloc(&ws, 1 << 20);
+    cudaMemcpy(dA, ha, sizeof ha, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, hb, sizeof hb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC16, hc16, sizeof hc16, cudaMemcpyHostToDevice);
+    cudaMemcpy(dsa, sa, sizeof sa, cudaMemcpyHostToDevice);
+    cudaMemcpy(dsb, sb, sizeof sb, cudaMemcpyHostToDevice);
+
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dsa, sizeof dsa);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dsb, sizeof dsb);
+    cublasLtMatrixLayout_t la = lt_layout(CUDA_R_8F_E4M3, K, M, K), lb = lt_layout(CUDA_R_8F_E4M3, K, N, K),
+                           ld32 = lt_layout(CUDA_R_32F, M, N, M), ld16 = lt_layout(CUDA_R_16BF, M, N, M);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws_bytes = 1 << 20;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                         sizeof ws_bytes);
+    cublasLtMatmulHeuristicResult_t found = {};
+    int nfound = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld32, ld32, pref, 1, &found, &nfound);
+    expect(st == CUBLAS_STATUS_SUCCESS && nfound == 1 && found.state == CUBLAS_STATUS_SUCCESS,
+           "cublasLt heuristic: one algorithm for FP8 TN, BLK128x128 × VEC128");
+
+    /* fp32 D (C = D, β = 0), then bf16 D = α·(A·B) + β·C from a bf16 C */
+    const float alpha = 0.5f, zero = 0.0f, beta = -0.5f;
+    st = cublasLtMatmul(h, desc, &alpha, dA, la, dB, lb, &zero, dD, ld32, dD, ld32, &found.algo, ws,
+                        ws_bytes, 0);
+    cublasStatus_t st16 = cublasLtMatmul(h, desc, &alpha, dA, la, dB, lb, &beta, dC16, ld16, dD16, ld16,
+                                         NULL, NULL, 0, 0);
+    static float d[M * N];
+    static __nv_bfloat16 d16[M * N];
+    cudaMemcpy(d, dD, sizeof d, cudaMemcpyDeviceToHost);
+    cudaMemcpy(d16, dD16, sizeof d16, cudaMemcpyDeviceToHost);
+    bool ok = st == CUBLAS_STATUS_SUCCESS, ok16 = st16 == CUBLAS_STATUS_SUCCESS;
+    double worst = 0;
+    for (int j = 0; j < N; j++)
+        for (int i = 0; i < M; i++) {
+            double want = 0, mag = 0; /* Σ over k-blocks of sA·sB·(the block's dot product) */
+            for (int b = 0; b < L; b++) {
+                double part = 0, part_mag = 0;
+                for (int k = b * 128; k < K && k < (b + 1) * 128; k++) {
+                    double t = (double)mp_fp8_decode(ha[k + i * K]) * mp_fp8_decode(hb[k + j * K]);
+                    part += t;
+                    part_mag += fabs(t);
+                }
+                double s = (double)sa[(i / 128) * L4 + b] * sb[b * N + j];
+                want += s * part;
+                mag += fabs(s) * part_mag;
+            }
+            want *= alpha;
+            mag *= alpha;
+            double err = fabs(d[i + j * M] - want); /* fp32 sums: within 1e-5 of the magnitudes */
+            worst = fmax(worst, err / mag);
+            ok = ok && err <= 1e-5 * mag;
+            double want16 = want + beta * hc[i + j * M];
+            double err16 = fabs(__bfloat162float(d16[i + j * M]) - want16);
+            ok16 = ok16 && err16 <= fabs(want16) / 256 + 1e-5 * (mag + fabs(beta * hc[i + j * M]));
+        }
+    printf("  (FP8 GEMM: worst error %.2g of the magnitude of the sum)\n", worst);
+    expect(ok, "cublasLtMatmul: FP8 TN, BLK128x128 × VEC128 scales, K = 320, fp32 D");
+    expect(ok16, "cublasLtMatmul: the same to a bf16 D with β·C, within bf16 rounding");
+
+    /* refusals */
+    cublasLtMatrixLayout_t la_nn = lt_layout(CUDA_R_8F_E4M3, M, K, M);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_N);
+    nfound = 1;
+    st = cublasLtMatmulAlgoGetHeuristic(h, desc, la_nn, lb, ld32, ld32, pref, 1, &found, &nfound);
+    cublasStatus_t st2 = cublasLtMatmul(h, desc, &alpha, dA, la_nn, dB, lb, &zero, dD, ld32, dD, ld32,
+                                        NULL, NULL, 0, 0);
+    expect(st == CUBLAS_STATUS_NOT_SUPPORTED && nfound == 0 && st2 == CUBLAS_STATUS_NOT_SUPPORTED,
+           "cublasLt: FP8 in the NN format is not supported, nor found");
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    st = cublasLtMatmul(h, desc, &alpha, dA, la, dB, lb, &zero, dD, ld32, dD, ld32, NULL, NULL, 0, 0);
+    expect(st == CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: BLK128x128 scales on both A and B: not supported");
+    lt_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    cublasLtMatrixLayout_t la_m = lt_layout(CUDA_R_8F_E4M3, K, M - 2, K), ld_m = lt_layout(CUDA_R_32F, M - 2, N, M);
+    st = cublasLtMatmul(h, desc, &alpha, dA, la_m, dB, lb, &zero, dD, ld_m, dD, ld_m, NULL, NULL, 0, 0);
+    expect(st == CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: block scales, M not a multiple of 4: not supported");
+    cublasLtMatrixLayout_t la_ld = lt_layout(CUDA_R_8F_E4M3, K, M, K + 8);
+    st = cublasLtMatmul(h, desc, &alpha, dA, la_ld, dB, lb, &zero, dD, ld32, dD, ld32, NULL, NULL, 0, 0);
+    expect(st != CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: an FP8 lda not a multiple of 16 is refused");
+    st = cublasLtMatmul(h, desc, &alpha, dA, la, dB, lb, &zero, dD, ld32, dD, ld32, NULL,
+                        (char *)ws + 16, 4096, 0);
+    expect(st == CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: a workspace not aligned to 256 bytes: invalid");
+    alignas(16) static float host_scales[L4 * 2];
+    const float *hs = host_scales;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &hs, sizeof hs);
+    expect_fault("cublasLtMatmul: block scales in host memory fault", [=] {
+        cublasLtMatmul(h, desc, &alpha, dA, la, dB, lb, &zero, dD, ld32, dD, ld32, NULL, NULL, 0, 0);
+    });
+
+    for (cublasLtMatrixLayout_t l : {la, lb, ld32, ld16, la_nn, la_m, ld_m, la_ld})
+        cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(h);
+    for (void *p : {dA, dB, dD, dC16, dD16, dsa, dsb, ws})
+        cudaFree(p);
+}
+
 static void cub_calls()
 {
     const int n = 10;
@@ -359,6 +519,7 @@ int main(void)
     streams();
     capture();
     blas();
+    blas_lt();
     cub_calls();
     printf("%s\n", failures ? "FAILED" : "all checks hold");
     return failures ? 1 : 0;

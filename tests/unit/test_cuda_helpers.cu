@@ -1,7 +1,7 @@
 /* test_cuda_helpers.cu - the kernel logic the cuda backend shares with the host (top-k selection
  * and weights, SwiGLU, permutation, the weighted combine, padded capacity, the device dispatch
- * plan's cell and row rules, the row-move runs, cuBLAS loaded when asked), compiled by nvcc and run
- * on the CPU: no GPU is needed. */
+ * plan's cell and row rules, the row-move runs, cuBLAS and cuBLASLt loaded when asked), compiled by
+ * nvcc and run on the CPU: no GPU is needed. */
 #include <algorithm>
 #include <math.h>
 #include <stdio.h>
@@ -207,8 +207,19 @@ int main(void)
 
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
-    /* cuBLAS loads when asked (cublas_entry.h): this program does not link it, and every entry
-     * point the backend calls resolves from the toolkit's library; no GPU is needed for that */
+    /* cuBLASLt and cuBLAS load when asked (cublas_entry.h): this program links neither, and every
+     * entry point the backend calls resolves from the toolkit's libraries; no GPU is needed for that.
+     * cuBLASLt first: libcublas maps it as a dependency. */
+    struct mp_cublaslt_entry lt = {};
+    char lt_why[512] = "";
+    EXPECT(!dlopen(MP_CUBLASLT_SONAME, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */
+    int lt_loaded = mp_cublaslt_load(&lt, lt_why, sizeof lt_why);
+    if (lt_loaded != 0)
+        fprintf(stderr, "mp_cublaslt_load: %s\n", lt_why);
+    EXPECT(lt_loaded == 0 && lt.loaded);
+#define EXPECT_LT_ENTRY(field, fn, type) EXPECT(lt.field != NULL);
+    MP_CUBLASLT_ENTRIES(EXPECT_LT_ENTRY)
+#undef EXPECT_LT_ENTRY
     struct mp_cublas_entry blas = {};
     char why[512] = "";
     EXPECT(!dlopen(MP_CUBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */

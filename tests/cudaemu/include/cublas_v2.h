@@ -10,7 +10,13 @@
 extern "C" {
 #endif
 
-typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+/* the values of the toolkit's library_types.h */
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0,
+    CUDA_R_16F = 2,
+    CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28, /* OCP e4m3 (base/fp8.h) */
+} cudaDataType;
 typedef cudaDataType cudaDataType_t;
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
