@@ -81,11 +81,12 @@ int mp_layer_check_output(struct mp_layer *L, const struct mp_point *pt,
         /* fp8 weights: the tight reference computes with the weights as the layer stores them
          * (quantized per TP shard and dequantized), the loose one with the generated ones */
         int blk = L->blocked_weights;
-        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, wtp, xall, xq,
+        int bf16 = L->ops->elem_size == 2;
+        MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, wtp, bf16, xall, xq,
                                       batch_tokens, K, ids, wall, ref));
         errs[0] = mp_rel_error(yall, ref, (long)batch_tokens * H);
         if (fp8 || wtp) {
-            MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, 0, xall, NULL,
+            MP_CHECK(mp_reference_forward(L->seed, H, L->m.ffn, E, L->S, blk, 0, 0, xall, NULL,
                                           batch_tokens, K, ids, wall, ref));
             errs[1] = mp_rel_error(yall, ref, (long)batch_tokens * H);
         }

@@ -95,9 +95,21 @@ void mp_reference_gate(const float *x, const float *wg, const float *noise, long
     free(s);
 }
 
+/* How an FFN with fp8 weights computes (w8a8): its GEMMs' inputs go through the fp8 round trip of
+ * their 128-value blocks (the GEMM multiplies codes and applies both scales to each block's sum,
+ * so the dequantized values are not rounded again), the intermediate activation in blocks of each
+ * TP shard of `shard` values (blocks restart at every shard's first value, as each rank quantizes
+ * its own); with `bf16`, gate, up and activation are rounded to bf16 before, as a bf16 backend
+ * stores them. shard 0: no quantization (the unquantized FFN). */
+struct ffn_quant {
+    int shard, bf16;
+    float *act;          /* [D] scratch */
+    unsigned char *wire; /* a packed row of up to `shard` values */
+};
+
 /* y_t += scale · FFN(x_t) with the full weights of one expert, accumulated in double. */
 static void ffn_token(const float *xt, const float *wgu, const float *wd, int H, int D, double scale,
-                      double *gate, double *up, double *yt)
+                      const struct ffn_quant *q, double *gate, double *up, double *yt)
 {
     memset(gate, 0, (size_t)D * sizeof *gate);
     memset(up, 0, (size_t)D * sizeof *up);
@@ -109,8 +121,18 @@ static void ffn_token(const float *xt, const float *wgu, const float *wd, int H,
             up[j] += xi * row[D + j];
         }
     }
+    if (q->shard > 0) { /* the activation as the down projection's fp8 GEMM reads it */
+        for (int j = 0; j < D; j++) {
+            double g = q->bf16 ? mp_bf16_round((float)gate[j]) : gate[j];
+            double u = q->bf16 ? mp_bf16_round((float)up[j]) : up[j];
+            double a = g / (1.0 + exp(-g)) * u;
+            q->act[j] = q->bf16 ? mp_bf16_round((float)a) : (float)a;
+        }
+        for (int s0 = 0; s0 < D; s0 += q->shard)
+            mp_fp8_round_trip_row(q->act + s0, q->shard, q->wire, q->act + s0);
+    }
     for (int j = 0; j < D; j++) {
-        double a = gate[j] / (1.0 + exp(-gate[j])) * up[j] * scale;
+        double a = q->shard > 0 ? q->act[j] * scale : gate[j] / (1.0 + exp(-gate[j])) * up[j] * scale;
         const float *row = wd + (size_t)j * H;
         for (int h = 0; h < H; h++)
             yt[h] += a * row[h];
@@ -174,27 +196,41 @@ out:
 }
 
 int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, int blocked,
-                         int fp8_weights_tp, const float *x, const float *xr, long ntok, int K, const int32_t *ids,
-                         const float *w, float *y)
+                         int fp8_weights_tp, int bf16, const float *x, const float *xr, long ntok,
+                         int K, const int32_t *ids, const float *w, float *y)
 {
     if (!xr)
         xr = x;
-    int rc = MP_ERR_RUNTIME;
+    int rc = MP_ERR_RUNTIME, fp8w = fp8_weights_tp > 0;
     float *wgu = malloc((size_t)H * 2 * D * sizeof *wgu);
     float *wd = malloc((size_t)D * H * sizeof *wd);
     double *acc = calloc((size_t)ntok * H, sizeof *acc);
     double *gate = malloc((size_t)D * sizeof *gate), *up = malloc((size_t)D * sizeof *up);
-    if (!wgu || !wd || !acc || !gate || !up) {
+    struct ffn_quant q = {fp8w ? D / fp8_weights_tp : 0, bf16, malloc((size_t)D * sizeof(float)),
+                          malloc(mp_fp8_row_bytes(D) + mp_fp8_row_bytes(H))};
+    /* fp8 weights: the GEMMs' inputs as they read them (the routed experts' after the dispatch) */
+    float *xg = fp8w ? malloc((size_t)ntok * H * sizeof *xg) : NULL;
+    float *xs = fp8w ? malloc((size_t)ntok * H * sizeof *xs) : NULL;
+    if (!wgu || !wd || !acc || !gate || !up || !q.act || !q.wire || (fp8w && (!xg || !xs))) {
         mp_error("reference: out of memory for H=%d D=%d tokens=%ld", H, D, ntok);
         goto out;
     }
+    for (long t = 0; fp8w && t < ntok; t++) { /* the GEMMs' inputs: bf16 values quantized */
+        for (int i = 0; i < H; i++) {
+            xg[t * H + i] = bf16 ? mp_bf16_round(xr[t * H + i]) : xr[t * H + i];
+            xs[t * H + i] = bf16 ? mp_bf16_round(x[t * H + i]) : x[t * H + i];
+        }
+        mp_fp8_round_trip_row(xg + t * H, H, q.wire, xg + t * H);
+        mp_fp8_round_trip_row(xs + t * H, H, q.wire, xs + t * H);
+    }
+    const float *routed_in = fp8w ? xg : xr, *shared_in = fp8w ? xs : x;
     for (int e = 0; e < E + nshared; e++) {
         int used = e >= E; /* shared experts serve every token */
         for (long p = 0; !used && p < ntok * K; p++)
             used = ids[p] == e;
         if (!used)
             continue;
-        if (fp8_weights_tp > 0) {
+        if (fp8w) {
             if (mp_reference_fp8_weights(seed, e, H, D, fp8_weights_tp, blocked, wgu, wd) !=
                 MP_OK)
                 goto out;
@@ -203,12 +239,13 @@ int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, int bl
         }
         for (long t = 0; t < ntok; t++) {
             if (e >= E) {
-                ffn_token(x + t * H, wgu, wd, H, D, 1.0, gate, up, acc + t * H);
+                ffn_token(shared_in + t * H, wgu, wd, H, D, 1.0, &q, gate, up, acc + t * H);
                 continue;
             }
             for (int k = 0; k < K; k++)
                 if (ids[t * K + k] == e)
-                    ffn_token(xr + t * H, wgu, wd, H, D, w[t * K + k], gate, up, acc + t * H);
+                    ffn_token(routed_in + t * H, wgu, wd, H, D, w[t * K + k], &q, gate, up,
+                              acc + t * H);
         }
     }
     for (long i = 0; i < ntok * H; i++)
@@ -220,6 +257,10 @@ out:
     free(acc);
     free(gate);
     free(up);
+    free(q.act);
+    free(q.wire);
+    free(xg);
+    free(xs);
     return rc;
 }
 

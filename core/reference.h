@@ -16,12 +16,16 @@ void mp_reference_gate(const float *x, const float *wg, const float *noise, long
  * (unsharded) weights of weights.h rebuilt from `seed`. FFN is SwiGLU: (silu(x·Wg) ⊙ x·Wu)·Wd.
  * xr: the routed experts' inputs, the tokens as dispatched (x itself, or x after an fp8 round
  * trip: mp_reference_fp8_inputs); NULL: x. The shared experts read x (never dispatched).
- * blocked: the weights generated blocked (mp_weights_expert). fp8_weights_tp: 0, every expert's weights as generated; tp > 0, those of every expert (routed
- * and shared) as --weight-dtype fp8 delivers them to a layer of TP degree tp
- * (mp_reference_fp8_weights). Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
+ * blocked: the weights generated blocked (mp_weights_expert). fp8_weights_tp: 0, every
+ * expert's weights as generated; tp > 0, the FFN as --weight-dtype fp8 computes it on a layer of
+ * TP degree tp (w8a8, docs/METRICS.md "FP8 weights"): every expert's weights (routed and shared)
+ * as stored (mp_reference_fp8_weights), each GEMM's input rows through the fp8 round trip of
+ * their 128-value blocks, not rounded again (the tokens once more, the activation per TP shard of
+ * D/tp values); bf16: a backend with bf16 buffers, whose tokens, gate, up and activation are bf16
+ * values before they are quantized (used with fp8 weights only). Returns MP_OK or MP_ERR_RUNTIME (out of memory). */
 int mp_reference_forward(uint64_t seed, int H, int D, int E, int nshared, int blocked,
-                         int fp8_weights_tp, const float *x, const float *xr, long ntok, int K, const int32_t *ids,
-                         const float *w, float *y);
+                         int fp8_weights_tp, int bf16, const float *x, const float *xr, long ntok,
+                         int K, const int32_t *ids, const float *w, float *y);
 
 /* The full weights of `expert` (wgu H×2D as [Wg | Wu], wd D×H) as fp8 weights deliver them to a
  * layer of TP degree tp: each TP rank's shard (mp_weights_expert) quantized in 128×128 blocks of

@@ -44,6 +44,9 @@ struct mp_compute {
      * widest matrix), grown on the first call that needs more */
     float *panel;
     size_t panel_cap;
+    /* and the GEMM's input rows through their fp8 round trip, then one packed row's scratch */
+    float *aq;
+    size_t aq_cap;
 };
 
 /* OpenBLAS exports this; declared here since not every cblas.h does. */
@@ -69,6 +72,7 @@ static void cpu_fini(struct mp_compute *c)
     free(c->logits);
     free(c->wire_row);
     free(c->panel);
+    free(c->aq);
     mp_dplan_host_free(&c->plan);
     free(c->gate_ids);
     free(c->gate_w);
@@ -223,13 +227,16 @@ static int cpu_fp8_unpack(struct mp_compute *c, void *buf, long n, int H)
 }
 
 /* C (m × parts·N, row stride ldc) = A (m × K, row stride lda) · W, W the K×(parts·N) matrix of the
- * fp8 image img (base/fp8.h): one block row of W (128 rows, every tile of them) dequantized into
- * fp32 at a time and multiplied in, accumulating over the block rows. A reference path for
- * correctness and byte accounting, not a fast one: every tile is decoded again on every call. */
+ * fp8 image img (base/fp8.h), as an FP8 GEMM computes it (w8a8, DeepSeek-V3's recipe): each row
+ * of A through the fp8 round trip of its 128-value blocks first, then one block row of W (128
+ * rows, every tile of them) dequantized into fp32 at a time and multiplied in, accumulating over
+ * the block rows. A reference path for correctness and byte accounting, not a fast one: every
+ * tile is decoded again on every call. */
 static int fp8_gemm(struct mp_compute *c, const float *A, int lda, long m, const unsigned char *img,
                     int K, int N, int parts, float *C, int ldc)
 {
     size_t W = (size_t)parts * N, need = (size_t)MP_FP8_BLOCK * W;
+    size_t qneed = (size_t)m * K + mp_fp8_row_bytes(K) / sizeof(float) + 1;
     if (need > c->panel_cap) {
         float *p = realloc(c->panel, need * sizeof *p);
         if (!p) {
@@ -239,6 +246,20 @@ static int fp8_gemm(struct mp_compute *c, const float *A, int lda, long m, const
         c->panel = p;
         c->panel_cap = need;
     }
+    if (qneed > c->aq_cap) {
+        float *p = realloc(c->aq, qneed * sizeof *p);
+        if (!p) {
+            mp_error("out of memory for %ld fp8 GEMM input rows of %d values", m, K);
+            return MP_ERR_RUNTIME;
+        }
+        c->aq = p;
+        c->aq_cap = qneed;
+    }
+    unsigned char *wire = (unsigned char *)(c->aq + (size_t)m * K);
+    for (long i = 0; i < m; i++)
+        mp_fp8_round_trip_row(A + i * lda, K, wire, c->aq + i * K);
+    A = c->aq;
+    lda = K;
     for (int bk = 0; bk < mp_fp8_blocks(K); bk++) {
         int k0 = bk * MP_FP8_BLOCK, kb = K - k0 < MP_FP8_BLOCK ? K - k0 : MP_FP8_BLOCK;
         mp_fp8_image_block_row(img, K, N, parts, bk, c->panel);

@@ -39,8 +39,9 @@ typedef __nv_bfloat16 bf16;
         }                                                                                          \
     } while (0)
 
-/* cuBLAS, resolved when the first backend starts (cublas_entry.h) */
+/* cuBLAS and cuBLASLt, resolved when the first backend starts (cublas_entry.h) */
 static struct mp_cublas_entry cublas;
+static struct mp_cublaslt_entry cublaslt;
 
 /* The dispatch plan built on the device (plan_setup/plan_build): pairs keyed by cell, sorted
  * stably with CUB's radix sort, cells' starts from an exclusive scan of their counts, then every
@@ -93,8 +94,18 @@ struct skinny_table {
     int *count; /* split K: blocks of each tile done */
     int rows[SKINNY_TABLE];
     const void *w[SKINNY_TABLE]; /* bf16 elements, or an fp8 image (--weight-dtype fp8) */
-    const bf16 *in[SKINNY_TABLE];
+    const void *in[SKINNY_TABLE]; /* bf16 rows, or quantized rows (fp8w_ffn: quantized_row_bytes) */
     bf16 *out[SKINNY_TABLE];
+};
+
+/* Rows of up to MP_SKINNY_ROWS of each of n pieces, K bf16 values each (row stride lds), to
+ * quantize into rows of quantized_row_bytes(K) (fp8w_ffn's inputs); passed by value. */
+struct quantize_table {
+    int n, K;
+    long lds;
+    int rows[SKINNY_TABLE];
+    const bf16 *src[SKINNY_TABLE];
+    unsigned char *dst[SKINNY_TABLE];
 };
 
 struct mp_compute {
@@ -131,6 +142,7 @@ struct mp_compute {
     struct copy_table copy; /* copy_rows' runs, filled on the host, passed by value */
     struct ptr_table ptrs;  /* the grouped GEMM's pointers, likewise */
     struct skinny_table skinny; /* the skinny FFN's experts, likewise */
+    struct quantize_table quantize; /* the fp8 kernel's rows to quantize, likewise */
     float *skinny_ws; /* its split-K partials and per-tile counts (skinny_launch) */
     size_t skinny_ws_cap;
     int *skinny_count;
@@ -141,6 +153,19 @@ struct mp_compute {
     cudaGraphExec_t exec;
     int capturing;
     void *blas_ws; /* cuBLAS workspace set once, so captured GEMMs never allocate */
+    size_t blas_ws_bytes;
+    /* --weight-dtype fp8: cuBLASLt (its handle shares the workspace above: one stream), the
+     * activations quantized for its FP8 GEMM (codes, and their 128-value block scales) and the
+     * GEMM's output rows padded to a multiple of 4; grown on a first call, never in a capture */
+    cublasLtHandle_t lt;
+    unsigned char *d_q;
+    size_t q_cap;
+    float *d_qs;
+    size_t qs_cap;
+    bf16 *d_lt_out;
+    size_t lt_out_cap;
+    unsigned char *d_xq; /* moeperf's fp8 kernel's input rows, quantized */
+    size_t xq_cap;
     /* --flush-cache: the buffer a memset sweeps through L2 (2 × its size, taken at start-up) */
     void *flush_buf;
     size_t flush_bytes;
@@ -223,7 +248,13 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     /* a fixed workspace: cuBLAS then allocates nothing while a graph is captured */
     const size_t ws = (size_t)32 << 20;
     CUDACHECK(cudaMalloc(&c->blas_ws, ws));
+    c->blas_ws_bytes = ws;
     CUBLASCHECK(cublas.set_workspace(c->blas, c->blas_ws, ws));
+    if (mp_cublaslt_load(&cublaslt, why, sizeof why) != 0) {
+        mp_error("--backend cuda: %s", why);
+        return MP_ERR_RUNTIME;
+    }
+    CUBLASCHECK(cublaslt.create(&c->lt));
     /* --flush-cache's buffer, 2 × L2, taken now: the memory checks then see it as used, and a
      * device too small for it fails here at start-up, not at a point's first flush */
     int l2 = 0;
@@ -282,7 +313,13 @@ static void cuda_fini(struct mp_compute *c)
         cudaGraphDestroy(c->graph);
     if (c->blas)
         cublas.destroy(c->blas);
+    if (c->lt)
+        cublaslt.destroy(c->lt);
     cudaFree(c->blas_ws);
+    cudaFree(c->d_q);
+    cudaFree(c->d_qs);
+    cudaFree(c->d_lt_out);
+    cudaFree(c->d_xq);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     cudaFree(c->d_idx);
@@ -852,7 +889,7 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
         col = (int)blockIdx.x * 64 + lane * 8;
         at = lane * 8;
     }
-    const bf16 *w = (const bf16 *)t.w[e] + col, *in = t.in[e];
+    const bf16 *w = (const bf16 *)t.w[e] + col, *in = (const bf16 *)t.in[e];
     float acc[R][8] = {}; /* registers: indexed by unrolled constants only */
     const int groups = t.K / SKINNY_GROUP;
     for (int gi = ((int)blockIdx.z * SKINNY_SLICES) + slice; gi < groups; gi += SKINNY_SLICES * S) {
@@ -1091,8 +1128,9 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
  * columns each (with SwiGLU, warps 0-3 take 16 gate columns and warps 4-7 the matching up
  * columns). A lane streams 16 consecutive codes of each of its warp's columns (one 16-byte load,
  * so a warp reads 512 contiguous bytes of a column per step; half the bytes of bf16 weights) and
- * the matching 16 inputs of each row, sums code·input over the 16 and scales the sum once by the
- * block's scale (16 codes never straddle a 128-value block). The lanes' partials are added in
+ * the matching 16 input codes of each row (the rows quantized first, w8a8: quantize_pieces), sums
+ * code·code over the 16 and scales the sum by the weight block's and the input block's scales,
+ * as cuBLASLt's block-scaled GEMM does (16 codes never straddle a 128-value block). The lanes' partials are added in
  * shared memory in lane order, and a split-K grid (grid.z = S) adds its partials as the skinny
  * kernel does, so results repeat bit for bit. grid = (N / 16 with SwiGLU or N / 32, pieces, S). */
 #define FP8W_COLS 32
@@ -1142,41 +1180,48 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
                             : (int)blockIdx.x * FP8W_COLS + warp * FP8W_WARP_COLS;
     const unsigned char *img = (const unsigned char *)t.w[e];
     const float *scales = mp_fp8_image_scales(img, t.K, t.N, parts);
-    const bf16 *in = t.in[e];
+    const unsigned char *in = (const unsigned char *)t.in[e];
     float acc[FP8W_WARP_COLS][R] = {};
     const int steps = (t.K + FP8W_STEP - 1) / FP8W_STEP;
     for (int st = (int)blockIdx.z; st < steps; st += S) {
         const int k = st * FP8W_STEP + lane * FP8W_CHUNK;
         if (k >= t.K) /* K is a multiple of 16: a chunk lies wholly inside or outside */
             continue;
-        int4 wv[FP8W_WARP_COLS], xv[R][2];
-        float s[FP8W_WARP_COLS];
+        int4 wv[FP8W_WARP_COLS], xv[R];
+        float sw[FP8W_WARP_COLS], sx[R];
 #pragma unroll
         for (int j = 0; j < FP8W_WARP_COLS; j++) { /* all loads first: they overlap in flight */
             wv[j] = *(const int4 *)(img + (size_t)(c0 + j) * ld + k);
-            s[j] = scales[mp_fp8_image_scale_index(t.K, t.N, c0 + j, k)];
+            sw[j] = scales[mp_fp8_image_scale_index(t.K, t.N, c0 + j, k)];
         }
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (r < m) {
-                xv[r][0] = *(const int4 *)(in + (size_t)r * t.lda + k);
-                xv[r][1] = *(const int4 *)(in + (size_t)r * t.lda + k + 8);
+                const unsigned char *row = in + (size_t)r * t.lda;
+                xv[r] = *(const int4 *)(row + k);
+                sx[r] = ((const float *)(const void *)(row + t.K))[k / MP_FP8_BLOCK];
             }
+        float wf[FP8W_WARP_COLS][FP8W_CHUNK];
 #pragma unroll
-        for (int j = 0; j < FP8W_WARP_COLS; j++) {
-            float wf[FP8W_CHUNK];
+        for (int j = 0; j < FP8W_WARP_COLS; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++)
-                fp8x4_to_float(int4_word(wv[j], q), wf + 4 * q);
+                fp8x4_to_float(int4_word(wv[j], q), wf[j] + 4 * q);
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r >= m)
-                    break;
+        for (int r = 0; r < R; r++) {
+            if (r >= m)
+                break;
+            float xf[FP8W_CHUNK];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                fp8x4_to_float(int4_word(xv[r], q), xf + 4 * q);
+#pragma unroll
+            for (int j = 0; j < FP8W_WARP_COLS; j++) { /* codes times codes, both scales after */
                 float dot = 0.0f;
 #pragma unroll
                 for (int i = 0; i < FP8W_CHUNK; i++)
-                    dot += wf[i] * bf16_at(xv[r][i / 8], i % 8);
-                acc[j][r] += s[j] * dot;
+                    dot += wf[j][i] * xf[i];
+                acc[j][r] += sw[j] * sx[r] * dot;
             }
         }
     }
@@ -1314,6 +1359,54 @@ static int fp8w_fits(const struct mp_ffn_args *a)
     return 1;
 }
 
+/* The scale of one 128-value block of a row (its values, one per thread of a 128-thread block; 0
+ * past the row's end): amax/448 (base/fp8.h), reduced in shared memory. */
+__device__ float block_scale(float v)
+{
+    __shared__ float amax[MP_FP8_BLOCK];
+    amax[threadIdx.x] = fabsf(v);
+    __syncthreads();
+    for (int half = MP_FP8_BLOCK / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half)
+            amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + half]);
+        __syncthreads();
+    }
+    return mp_fp8_scale(amax[0]);
+}
+
+
+/* Bytes of a quantized input row of fp8w_ffn: K codes, then its ⌈K/128⌉ fp32 scales (K a multiple
+ * of 16, so they are aligned), rounded up to 16 so every row starts 16-byte aligned. */
+static __host__ __device__ size_t quantized_row_bytes(int K)
+{
+    return ((size_t)K + 4 * (size_t)mp_fp8_blocks(K) + 15) & ~(size_t)15;
+}
+
+/* Quantize the table's rows (base/fp8.h's rules: one scale amax/448 per 128 values) into their
+ * quantized rows. grid (MP_SKINNY_ROWS, pieces, ⌈K/128⌉), 128 threads. */
+__global__ void quantize_pieces_kernel(const __grid_constant__ struct quantize_table t)
+{
+    const int r = (int)blockIdx.x, i = (int)blockIdx.y, b = (int)blockIdx.z;
+    const int k = b * MP_FP8_BLOCK + (int)threadIdx.x;
+    if (r >= t.rows[i]) /* the whole block leaves together: no barrier is left waiting */
+        return;
+    float v = k < t.K ? __bfloat162float(t.src[i][r * t.lds + k]) : 0.0f;
+    const float s = block_scale(v);
+    unsigned char *row = t.dst[i] + (size_t)r * quantized_row_bytes(t.K);
+    if (k < t.K)
+        row[k] = mp_fp8_code(v, s);
+    if (threadIdx.x == 0)
+        ((float *)(void *)(row + t.K))[b] = s;
+}
+
+static int quantize_launch(struct mp_compute *c, const struct quantize_table *t)
+{
+    dim3 grid(MP_SKINNY_ROWS, (unsigned)t->n, (unsigned)mp_fp8_blocks(t->K));
+    quantize_pieces_kernel<<<grid, MP_FP8_BLOCK, 0, c->stream>>>(*t);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
 /* The expert FFN with fp8 weights through moeperf's kernel for the experts `take` accepts (rows):
  * each cut into pieces of MP_SKINNY_ROWS rows, SKINNY_TABLE pieces at a time ([gate | up] with
  * SwiGLU for all of them, then the down projection). */
@@ -1322,8 +1415,24 @@ static int ffn_fp8_own(struct mp_compute *c, const struct mp_ffn_args *a, int (*
     const bf16 *in = (const bf16 *)a->in;
     bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
     int H = a->H, Dl = a->Dl;
-    long base = a->row_off[0];
+    long base = a->row_off[0], total = a->row_off[a->nexp] - base;
+    if (total <= 0)
+        return MP_OK;
+    /* the quantized inputs of stage 1, then of stage 2 after them */
+    const size_t qh = quantized_row_bytes(H), qd = quantized_row_bytes(Dl);
+    size_t xq_need = (size_t)total * (qh + qd);
+    if (xq_need > c->xq_cap) {
+        if (c->capturing) {
+            mp_error("--graph: the fp8 kernel's input scratch (%zu bytes) was not reserved before "
+                     "the capture", xq_need);
+            return MP_ERR_RUNTIME;
+        }
+        if (grow((void **)&c->d_xq, &c->xq_cap, xq_need) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    unsigned char *xq1 = c->d_xq, *xq2 = c->d_xq + (size_t)total * qh;
     struct skinny_table *t = &c->skinny;
+    struct quantize_table *qt = &c->quantize;
     int ids[SKINNY_TABLE];
     long first[SKINNY_TABLE];
     int e = 0;
@@ -1340,33 +1449,171 @@ static int ffn_fp8_own(struct mp_compute *c, const struct mp_ffn_args *a, int (*
             long m = end - r < MP_SKINNY_ROWS ? end - r : MP_SKINNY_ROWS;
             ids[t->n] = e;
             first[t->n] = r;
-            t->rows[t->n] = (int)m;
+            t->rows[t->n] = qt->rows[t->n] = (int)m;
             t->w[t->n] = a->wgu[e];
-            t->in[t->n] = in + r * H;
+            t->in[t->n] = xq1 + (size_t)(r - base) * qh;
             t->out[t->n] = g + (r - base) * 2L * Dl;
+            qt->src[t->n] = in + r * H;
+            qt->dst[t->n] = xq1 + (size_t)(r - base) * qh;
             t->n++;
             r += m;
         }
         if (t->n == 0)
             break;
-        if (fp8w_launch(c, H, Dl, H, 2 * Dl, 1) != MP_OK)
+        /* w8a8: the pieces' input rows quantized, then [gate | up] with SwiGLU */
+        qt->n = t->n;
+        qt->K = H;
+        qt->lds = H;
+        if (quantize_launch(c, qt) != MP_OK || fp8w_launch(c, H, Dl, (int)qh, 2 * Dl, 1) != MP_OK)
             return MP_ERR_RUNTIME;
         for (int i = 0; i < t->n; i++) { /* the same pieces, down projection */
             t->w[i] = a->wd[ids[i]];
-            t->in[i] = g + (first[i] - base) * 2L * Dl;
+            t->in[i] = qt->dst[i] = xq2 + (size_t)(first[i] - base) * qd;
             t->out[i] = out + first[i] * H;
+            qt->src[i] = g + (first[i] - base) * 2L * Dl;
         }
-        if (fp8w_launch(c, Dl, H, 2 * Dl, H, 0) != MP_OK)
+        qt->K = Dl; /* the activations */
+        qt->lds = 2L * Dl;
+        if (quantize_launch(c, qt) != MP_OK || fp8w_launch(c, Dl, H, (int)qd, H, 0) != MP_OK)
             return MP_ERR_RUNTIME;
     }
     return MP_OK;
 }
 
-/* The experts `take` accepts, whatever their rows, through cuBLASLt's FP8 GEMM where the shapes
- * allow it, else moeperf's kernel in pieces. */
+/* cuBLASLt's block-scaled FP8 GEMM (Hopper; cuBLAS documentation, cublasLtMatmul and section
+ * 3.1.4.5): D = op(A)·op(B) in the "TN" format, A the K-major fp8 image of a weight matrix (M =
+ * parts·N outputs, its 128×128 block scales in the BLK128x128_32F layout), B the activations'
+ * codes (K × rows, K-major) with one scale per 128 values (VEC128_32F, k-block major), D bf16. */
+
+/* Quantize rows [0, m) of x (row stride lda, K values) into c->d_q (row stride ld = K rounded up
+ * to 16, base/fp8.h's rules: one scale amax/448 per 128 values) and their scales into c->d_qs at
+ * k-block·mpad + row; rows [m, mpad) get zero codes and scales. grid (mpad, ⌈K/128⌉), 128 threads:
+ * a block takes one row's 128-value block. */
+__global__ void quantize_rows_kernel(const bf16 *x, long lda, int K, long m, long mpad, size_t ld,
+                                     unsigned char *q, float *qs)
+{
+    const long r = blockIdx.x;
+    const int b = (int)blockIdx.y, k = b * MP_FP8_BLOCK + (int)threadIdx.x;
+    float v = r < m && k < K ? __bfloat162float(x[r * lda + k]) : 0.0f;
+    const float s = block_scale(v);
+    if (k < K)
+        q[r * ld + k] = r < m ? mp_fp8_code(v, s) : 0;
+    if (threadIdx.x == 0)
+        qs[(long)b * mpad + r] = r < m ? s : 0.0f;
+}
+
+/* Room for the GEMM of `mpad` rows: codes, scales and output (first, untimed calls only). */
+static int lt_reserve(struct mp_compute *c, long mpad, int K, long M)
+{
+    size_t q = (size_t)mpad * mp_fp8_image_ld(K), qs = (size_t)mpad * mp_fp8_blocks(K) * sizeof(float);
+    size_t out = (size_t)mpad * (size_t)M * sizeof(bf16);
+    if (q <= c->q_cap && qs <= c->qs_cap && out <= c->lt_out_cap)
+        return MP_OK;
+    if (c->capturing) {
+        mp_error("--graph: the FP8 GEMM's scratch for %ld rows was not reserved before the capture",
+                 mpad);
+        return MP_ERR_RUNTIME;
+    }
+    if (grow((void **)&c->d_q, &c->q_cap, q) != MP_OK ||
+        grow((void **)&c->d_qs, &c->qs_cap, qs) != MP_OK ||
+        grow((void **)&c->d_lt_out, &c->lt_out_cap, out) != MP_OK)
+        return MP_ERR_RUNTIME;
+    return MP_OK;
+}
+
+/* out (m rows, row stride M) = x (m rows, stride lda, K values) · W, W the image img of `parts`
+ * K×N matrices (M = parts·N outputs), through cuBLASLt: x quantized, the GEMM over m rounded up to
+ * 4 rows into the padded output, its first m rows copied to out. */
+static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const void *img, int K,
+                   int N, int parts, bf16 *out)
+{
+    const long M = (long)parts * N, mpad = (m + 3) & ~3L;
+    const size_t ld = mp_fp8_image_ld(K);
+    if (lt_reserve(c, mpad, K, M) != MP_OK)
+        return MP_ERR_RUNTIME;
+    quantize_rows_kernel<<<dim3((unsigned)mpad, (unsigned)mp_fp8_blocks(K)), MP_FP8_BLOCK, 0,
+                           c->stream>>>(x, lda, K, m, mpad, ld, c->d_q, c->d_qs);
+    CUDACHECK(cudaGetLastError());
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld_ = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+    const int32_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                  vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const float *a_scale = mp_fp8_image_scales((const unsigned char *)img, K, N, parts),
+                *b_scale = c->d_qs;
+    const float one = 1.0f, zero = 0.0f;
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    cublasStatus_t st = cublaslt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+#define LT_STEP(call)                                                                              \
+    if (st == CUBLAS_STATUS_SUCCESS)                                                               \
+        st = (call);
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &blk, sizeof blk));
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec));
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
+    LT_STEP(cublaslt.desc_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+    LT_STEP(cublaslt.layout_create(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)M, (int64_t)ld));
+    LT_STEP(cublaslt.layout_create(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)mpad, (int64_t)ld));
+    LT_STEP(cublaslt.layout_create(&ld_, CUDA_R_16BF, (uint64_t)M, (uint64_t)mpad, (int64_t)M));
+    LT_STEP(cublaslt.pref_create(&pref));
+    LT_STEP(cublaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->blas_ws_bytes,
+                              sizeof c->blas_ws_bytes));
+    LT_STEP(cublaslt.heuristic(c->lt, desc, la, lb, ld_, ld_, pref, 1, &h, &found));
+    if (st == CUBLAS_STATUS_SUCCESS && found < 1)
+        st = CUBLAS_STATUS_NOT_SUPPORTED;
+    LT_STEP(cublaslt.matmul(c->lt, desc, &one, img, la, c->d_q, lb, &zero, c->d_lt_out, ld_,
+                            c->d_lt_out, ld_, &h.algo, c->blas_ws, c->blas_ws_bytes, c->stream));
+#undef LT_STEP
+    if (pref)
+        cublaslt.pref_destroy(pref);
+    if (ld_)
+        cublaslt.layout_destroy(ld_);
+    if (lb)
+        cublaslt.layout_destroy(lb);
+    if (la)
+        cublaslt.layout_destroy(la);
+    if (desc)
+        cublaslt.desc_destroy(desc);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        mp_error("cuBLASLt FP8 GEMM (%ld×%d by %d×%ld, block scales): status %d", mpad, K, K, M,
+                 (int)st);
+        return MP_ERR_RUNTIME;
+    }
+    CUDACHECK(cudaMemcpyAsync(out, c->d_lt_out, (size_t)m * (size_t)M * sizeof(bf16),
+                              cudaMemcpyDeviceToDevice, c->stream));
+    return MP_OK;
+}
+
+/* The experts `take` accepts, whatever their rows, through cuBLASLt's FP8 GEMM: [gate | up],
+ * SwiGLU, down projection, one expert at a time. Where the gate/up width Dl is not a multiple of
+ * 128, cuBLASLt's 128×128 block layout would make blocks straddle the gate and up matrices, which
+ * the image quantizes apart: such shapes run through moeperf's kernel in pieces instead. */
 static int ffn_fp8_large(struct mp_compute *c, const struct mp_ffn_args *a, int (*take)(long rows))
 {
-    return ffn_fp8_own(c, a, take);
+    if (a->Dl % MP_FP8_BLOCK)
+        return ffn_fp8_own(c, a, take);
+    const bf16 *in = (const bf16 *)a->in;
+    bf16 *out = (bf16 *)a->out, *g = (bf16 *)a->work;
+    int H = a->H, Dl = a->Dl;
+    long base = a->row_off[0];
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], m = a->row_off[e + 1] - r0;
+        if (m < 1 || !take(m))
+            continue;
+        bf16 *ge = g + (r0 - base) * 2L * Dl;
+        if (lt_gemm(c, in + r0 * H, H, m, a->wgu[e], H, Dl, 2, ge) != MP_OK)
+            return MP_ERR_RUNTIME;
+        swiglu_kernel<<<(unsigned)m, 256, 0, c->stream>>>(ge, m, Dl);
+        CUDACHECK(cudaGetLastError());
+        if (lt_gemm(c, ge, 2L * Dl, m, a->wd[e], Dl, H, 1, out + r0 * H) != MP_OK)
+            return MP_ERR_RUNTIME;
+        if (a->progress)
+            a->progress(a->progress_arg);
+    }
+    return MP_OK;
 }
 
 static int rows_decode(long rows) { return rows >= 1 && rows <= MP_SKINNY_ROWS; }

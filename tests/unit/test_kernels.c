@@ -51,7 +51,7 @@ int main(void)
         one_ids[t] = 3;
         one_w[t] = 1.0f;
     }
-    CHECK_INT(mp_reference_forward(seed, HH, DD, E, 0, 0, 0, x, NULL, T, 1, one_ids, one_w, ref), MP_OK);
+    CHECK_INT(mp_reference_forward(seed, HH, DD, E, 0, 0, 0, 0, x, NULL, T, 1, one_ids, one_w, ref), MP_OK);
     CHECK(mp_rel_error(out, ref, T * HH) < 1e-6);
     for (int s = 0; s < 2; s++) {
         mp_weights_expert(seed, 3, HH, DD, 2, s, 0, wgu, wd);
