@@ -1,6 +1,7 @@
 /* moeperf-a2a - measures the isolated All-to-All: a uniform pattern over a --bytes sweep
  * (comparable with nccl-tests, OSU and IMB) or the MoE dispatch pattern from routing, per pair or
- * deduplicated per rank (--dedup). */
+ * deduplicated per rank (--dedup); with --backend model --comm model the same traffic is timed by
+ * the cluster model. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "routing.h"
 #include "session.h"
 #include "stats.h"
+#include "vlayer.h"
 #include "watchdog.h"
 
 static const char *const pattern_choices[] = {"uniform", "moe", NULL};
@@ -45,7 +47,7 @@ static const struct mp_opt options[] = {
      "moe: what a dispatched row stands for: pair (one per token-expert pair) or rank (one per "
      "token and destination rank, carrying its top-k ids and weights); a list sweeps them"},
     MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
-    MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
+    MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -54,7 +56,9 @@ static const char summary[] =
     "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.\n"
     "--pattern moe --dedup rank sends one row per token and destination rank (the dispatch hop of\n"
     "docs/METRICS.md \"Deduplicated dispatch\"); --dedup node times its two exchanges one after the\n"
-    "other: once per token and node to the relay, then forwarded inside the node.";
+    "other: once per token and node to the relay, then forwarded inside the node.\n"
+    "--backend model --comm model --cluster PROFILE plays --world virtual ranks in one process:\n"
+    "the same traffic, each exchange timed by the profile's exchange model.";
 
 enum { FILE_A2A, FILE_SAMPLES };
 static const struct mp_csv_schema *const files[] = {&mp_schema_a2a, &mp_schema_a2a_samples};
@@ -74,7 +78,7 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
 {
     int moe = p->routing != NULL;
     mp_row_reset(r);
-    mp_row_str(r, "measured");
+    mp_row_str(r, s->modelled ? "model" : "measured");
     mp_row_str(r, s->o.backend);
     mp_row_str(r, s->o.comm);
     mp_row_str(r, s->o.pattern);
@@ -121,13 +125,35 @@ static long hop_counts(struct mp_a2a_counts *c, int d, const double *rows, int e
     return sent;
 }
 
-/* The bytes of one dispatched row in `dt` (core/dtype.h): H times the backend's element size for
- * bf16, H + 4·⌈H/128⌉ for fp8. The exchange moves that many bytes a row as they lie in the buffer:
- * it times the wire volume of an fp8 dispatch, not the packing (moeperf-layer measures that). */
+/* The bytes of one dispatched row in `dt` (core/dtype.h): H times the backend's element size (the
+ * profile's on the model) for bf16, H + 4·⌈H/128⌉ for fp8. The exchange moves that many bytes a
+ * row as they lie in the buffer: it times the wire volume of an fp8 dispatch, not the packing
+ * (moeperf-layer measures that). */
 static double row_bytes_in(const struct mp_session *s, enum mp_dtype dt)
 {
     return mp_dispatch_row_bytes(dt, s->model.hidden,
-                                 (double)s->model.hidden * (double)s->cops->elem_size);
+                                 (double)s->model.hidden * mp_session_elem_bytes(s));
+}
+
+/* Ranks per node as --dedup node groups them: the profile's on the model, else ranks / nodes (as
+ * the launcher packs them). */
+static int ranks_per_node(const struct mp_session *s)
+{
+    const struct mp_comm *cm = s->comm;
+    if (s->modelled)
+        return s->cluster.gpus_per_node;
+    return cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1;
+}
+
+/* EP rank e's own tokens of draw d routed and planned (mp_plan_send into `plan`), as every rank of
+ * a measured run routes its share of the batch; ids and w hold the rank's token count. */
+static void route_rank(struct mp_plan *plan, const struct mp_session *s,
+                       const struct mp_routing *rt, const struct mp_placement *pl, long total,
+                       int e, int d, int32_t *ids, float *w)
+{
+    long tok0, ntok = mp_token_split(total, s->comm->ep, e, &tok0);
+    mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, tok0, ntok, ids, w);
+    mp_plan_send(plan, pl, e, tok0, ntok, ids, w);
 }
 
 /* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws as
@@ -157,7 +183,7 @@ static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum 
     }
     c->row_bytes = (size_t)row_bytes_in(s, dt) + (size_t)mp_dedup_meta_bytes(mode, K);
     c2->row_bytes = c->row_bytes;
-    int gpn = cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1;
+    int gpn = ranks_per_node(s);
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
@@ -197,8 +223,7 @@ static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_sessi
     c->row_bytes = (size_t)row_bytes_in(s, dt);
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
-        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, tok0, ntok, ids, w);
-        mp_plan_send(&plan, pl, (int)e, tok0, ntok, ids, w);
+        route_rank(&plan, s, rt, pl, total, (int)e, d, ids, w);
         rc = cm->ops->alltoall_int(cm, plan.send_cnt, plan.recv_cnt, plan.max_local);
         if (rc != MP_OK)
             break;
@@ -216,6 +241,133 @@ static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_sessi
     free(ids);
     free(w);
     return rc;
+}
+
+/* ---- the model (--backend model): every virtual EP rank's counts in this one process ---- */
+
+/* The model's time of one draw's exchange as a measured run times it: hop h's rows
+ * (rows[h·ep·ep + e·ep + p] from EP rank e to EP rank p, each of row_bytes bytes) one hop after
+ * the other (--dedup node: the inter-node phase, then the intra-node one), each hop
+ * mp_model_exchange_us of its traffic (mp_vexchange_of, as the modelled layer's exchanges). */
+static double model_draw_us(const struct mp_session *s, const double *rows, int hops,
+                            double row_bytes)
+{
+    const struct mp_comm *cm = s->comm;
+    size_t cells = (size_t)cm->ep * cm->ep;
+    double us = 0;
+    for (int h = 0; h < hops; h++) {
+        struct mp_vexchange x;
+        mp_vexchange_of(rows + h * cells, cm->ep, cm->tp, s->cluster.gpus_per_node, row_bytes,
+                        &x);
+        us += mp_vexchange_us(&s->cluster, &x);
+    }
+    return us;
+}
+
+/* The model's uniform pattern: every EP rank sends what `c` (mp_a2a_counts_uniform) says, one
+ * row of --bytes to each peer; its time into draw_us[0]. */
+static int model_uniform(const struct mp_session *s, const struct mp_a2a_counts *c,
+                         double *draw_us)
+{
+    int ep = s->comm->ep;
+    double *rows = malloc(sizeof(double) * (size_t)ep * ep);
+    if (!rows) {
+        mp_error("out of memory modelling %d ranks", ep);
+        return MP_ERR_RUNTIME;
+    }
+    for (int e = 0; e < ep; e++)
+        for (int p = 0; p < ep; p++)
+            rows[(size_t)e * ep + p] = c->scount[p];
+    draw_us[0] = model_draw_us(s, rows, 1, (double)c->row_bytes);
+    free(rows);
+    return MP_OK;
+}
+
+/* The model's moe pattern per pair (--dedup pair): for each of `ndraws` draws every virtual EP
+ * rank's plan as counts_moe makes each measured rank's (route_rank), the largest rank's send into
+ * c->bytes_per_rank's mean over draws, and the exchange's time into draw_us[d]. */
+static int model_moe(struct mp_a2a_counts *c, enum mp_dtype dt, const struct mp_session *s,
+                     const struct mp_routing *rt, const struct mp_placement *pl, long total,
+                     int ndraws, double *draw_us)
+{
+    int ep = s->comm->ep, K = s->model.topk, rc;
+    long most = (total + ep - 1) / ep; /* the most tokens a rank holds (mp_token_split) */
+    struct mp_plan plan;
+    int32_t *ids = malloc((size_t)(most > 0 ? most : 1) * K * sizeof *ids);
+    float *w = malloc((size_t)(most > 0 ? most : 1) * K * sizeof *w);
+    double *rows = malloc(sizeof(double) * (size_t)ep * ep);
+    rc = ids && w && rows ? mp_plan_alloc(&plan, ep, pl->max_local, most, K) : MP_ERR_RUNTIME;
+    if (rc != MP_OK) {
+        free(ids);
+        free(w);
+        free(rows);
+        mp_error("out of memory modelling %d ranks at %ld tokens", ep, total);
+        return MP_ERR_RUNTIME;
+    }
+    c->row_bytes = (size_t)row_bytes_in(s, dt);
+    double sum_max = 0;
+    for (int d = 0; d < ndraws; d++) {
+        double most_sent = 0;
+        for (int e = 0; e < ep; e++) {
+            route_rank(&plan, s, rt, pl, total, e, d, ids, w);
+            for (int p = 0; p < ep; p++)
+                rows[(size_t)e * ep + p] = plan.send_rows[p];
+            double mine = (double)plan.nsend * (double)c->row_bytes;
+            most_sent = mine > most_sent ? mine : most_sent;
+        }
+        sum_max += most_sent;
+        draw_us[d] = model_draw_us(s, rows, 1, (double)c->row_bytes);
+    }
+    c->bytes_per_rank = sum_max / ndraws;
+    mp_plan_free(&plan);
+    free(ids);
+    free(w);
+    free(rows);
+    return MP_OK;
+}
+
+/* The model's moe pattern deduplicated (`mode` rank or node): each draw's mp_dedup_count rows as
+ * counts_dedup counts them (rows of row_bytes_in(dt) plus the metadata), the largest rank's send
+ * over its hops into c->bytes_per_rank's mean, the hops' time into draw_us[d]. */
+static int model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtype dt,
+                       const struct mp_session *s, const struct mp_routing *rt,
+                       const struct mp_placement *pl, long total, int ndraws, double *draw_us)
+{
+    const struct mp_comm *cm = s->comm;
+    int ep = cm->ep, K = s->model.topk, hops = mode == MP_DEDUP_NODE ? 2 : 1;
+    size_t cells = (size_t)ep * ep;
+    struct mp_dedup_counts dc = {0};
+    int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
+    float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
+    if (!ids || !w || mp_dedup_alloc(&dc, ep) != MP_OK) {
+        free(ids);
+        free(w);
+        mp_dedup_free(&dc);
+        mp_error("out of memory modelling %d ranks at %ld tokens", ep, total);
+        return MP_ERR_RUNTIME;
+    }
+    c->row_bytes = (size_t)row_bytes_in(s, dt) + (size_t)mp_dedup_meta_bytes(mode, K);
+    double sum_max = 0;
+    for (int d = 0; d < ndraws; d++) {
+        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
+        mp_dedup_count(mode, pl, ids, total, K, cm->tp, ranks_per_node(s), &dc);
+        double most_sent = 0;
+        for (int e = 0; e < ep; e++) {
+            double sent = 0;
+            for (int h = 0; h < hops; h++)
+                for (int p = 0; p < ep; p++)
+                    sent += (int)dc.rows[h * cells + (size_t)e * ep + p];
+            double mine = sent * (double)c->row_bytes;
+            most_sent = mine > most_sent ? mine : most_sent;
+        }
+        sum_max += most_sent;
+        draw_us[d] = model_draw_us(s, dc.rows, hops, (double)c->row_bytes);
+    }
+    c->bytes_per_rank = sum_max / ndraws;
+    mp_dedup_free(&dc);
+    free(ids);
+    free(w);
+    return MP_OK;
 }
 
 /* One point's exchange buffers and counts, and this rank's timed samples: the harness's argument. */
@@ -394,6 +546,9 @@ struct a2a_run {
     int moe, np, npoints;
     void *sendbuf, *recvbuf;
     double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
+    /* the model: the point's draws and each one's exchange time ([MP_ROUTING_POOL_DRAWS]) */
+    int ndraws;
+    double *draw_us;
 };
 
 /* The counts of point `bi` of a layout (and a routing, group limit, placement and dedup mode with
@@ -405,7 +560,9 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     struct mp_session *s = r->s;
     if (!r->moe) {
         p->bytes_per_peer = s->o.bytes.v[bi];
-        return mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
+        r->ndraws = 1;
+        int rc = mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
+        return rc == MP_OK && s->modelled ? model_uniform(s, cn, r->draw_us) : rc;
     }
     p->routing = s->o.routing.v[ri];
     p->group_limit = s->o.group_limit.v[gi];
@@ -419,15 +576,23 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
                                                                    : MP_ROUTING_POOL_DRAWS;
     enum mp_dedup mode = MP_DEDUP_PAIR;
     mp_dedup_parse(p->dedup, &mode); /* checked at start-up */
-    int rc = mode != MP_DEDUP_PAIR
-                 ? counts_dedup(cn, cn2, mode, dt, s, rt, pl, p->batch * s->o.seq, ndraws)
-                 : counts_moe(cn, dt, s, rt, pl, p->batch * s->o.seq, ndraws);
+    long total = p->batch * s->o.seq;
+    int rc;
+    r->ndraws = ndraws;
+    if (s->modelled)
+        rc = mode != MP_DEDUP_PAIR
+                 ? model_dedup(cn, mode, dt, s, rt, pl, total, ndraws, r->draw_us)
+                 : model_moe(cn, dt, s, rt, pl, total, ndraws, r->draw_us);
+    else
+        rc = mode != MP_DEDUP_PAIR ? counts_dedup(cn, cn2, mode, dt, s, rt, pl, total, ndraws)
+                                   : counts_moe(cn, dt, s, rt, pl, total, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
 }
 
-/* One point: its counts, then (unless --resume found it) measured under the watchdog and
- * written. */
+/* One point: its counts, then (unless --resume found it) measured under the watchdog, or on the
+ * model each timed iteration the time of its draw (iteration i routes draw (warmup + i) mod
+ * ndraws, as the measured exchange does), and written. */
 static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
                      int ri, int gi, int pi, int xi, int ti, const struct mp_placement *pl, int bi)
 {
@@ -455,11 +620,16 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
                  p.routing ? p.routing : "-", p.group_limit ? p.group_limit : "-",
                  p.placement ? p.placement : "-", p.dedup ? p.dedup : "-",
                  p.dispatch_dtype ? p.dispatch_dtype : "-", p.batch, p.bytes_per_peer);
-        mp_watchdog_arm(s->o.timeout, point);
-        rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->sendbuf, r->recvbuf, r->mine, r->all,
-                       r->times);
-        if (rc == MP_OK)
-            mp_watchdog_disarm();
+        if (s->modelled) {
+            for (int i = 0; i < s->o.iters; i++)
+                r->times[i] = r->draw_us[(s->o.warmup + i) % r->ndraws];
+        } else {
+            mp_watchdog_arm(s->o.timeout, point);
+            rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->sendbuf, r->recvbuf, r->mine,
+                           r->all, r->times);
+            if (rc == MP_OK)
+                mp_watchdog_disarm();
+        }
         if (rc == MP_OK && s->comm->rank == 0)
             rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times);
     }
@@ -554,15 +724,24 @@ static int check_dispatch_dtype(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
-/* Buffers for `max_bytes` (written through before timing) and the sample arrays. */
+/* Buffers for `max_bytes` (written through before timing) and the sample arrays; the model
+ * moves no data: the sample arrays and each draw's time alone. */
 static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
 {
     struct mp_session *s = r->s;
+    r->times = calloc((size_t)s->o.iters, sizeof *r->times);
+    if (s->modelled) {
+        r->draw_us = calloc(MP_ROUTING_POOL_DRAWS, sizeof *r->draw_us);
+        if (!r->times || !r->draw_us) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        return MP_OK;
+    }
     size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
     r->sendbuf = s->cops->alloc(s->dev, elems);
     r->recvbuf = s->cops->alloc(s->dev, elems);
     r->mine = calloc((size_t)s->o.iters, sizeof *r->mine);
-    r->times = calloc((size_t)s->o.iters, sizeof *r->times);
     r->all = s->comm->rank == 0 ? calloc((size_t)s->o.iters * s->comm->size, sizeof *r->all) : NULL;
     if (!r->sendbuf || !r->recvbuf || !r->mine || !r->times || (s->comm->rank == 0 && !r->all)) {
         mp_error("out of memory for %zu-byte buffers", max_bytes);
@@ -587,7 +766,9 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(check_dedup(&s, r.moe));
     MP_CHECK(check_dispatch_dtype(&s, r.moe));
-    MP_CHECK(mp_watchdog_start());
+    MP_CHECK(mp_session_refuse_unsupported(&s));
+    if (!s.modelled)
+        MP_CHECK(mp_watchdog_start());
     if (r.moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                    "gate routing needs the layer's activations; use moeperf-layer, "
@@ -613,10 +794,11 @@ out:
      * not behind exchanges the other ranks will never join */
     rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
-    if (s.dev) {
+    if (s.dev && !s.modelled) {
         s.cops->free(s.dev, r.sendbuf);
         s.cops->free(s.dev, r.recvbuf);
     }
+    free(r.draw_us);
     free(r.mine);
     free(r.all);
     free(r.times);

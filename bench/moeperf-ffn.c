@@ -1,6 +1,7 @@
 /* moeperf-ffn - measures the expert FFN alone (each rank's routed rows through its local experts,
  * plus the shared experts on its own tokens) over a sweep, against the roofline measured on the
- * device at start-up, and writes ffn.csv. */
+ * device at start-up, and writes ffn.csv; with --backend model --comm model the same rows are timed
+ * by the cluster model against the profile's roofline. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "bench_opts.h"
+#include "cluster.h"
 #include "console.h"
 #include "dtype.h"
 #include "error.h"
@@ -30,7 +32,8 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
-    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
+    MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
+    MP_OPT_RESUME, MP_OPT_QUIET,
     MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_WEIGHT_DTYPE, MP_OPT_FFN_GRAPH, MP_OPT_FLUSH_CACHE,
     MP_OPT_END,
 };
@@ -40,7 +43,8 @@ static const char summary[] =
     "sends it through its local experts, plus the shared experts on its own tokens. Reports\n"
     "FLOP/s, weight bytes/s and the fraction of the roofline measured at start-up. Run under\n"
     "mpirun with tp·ep ranks (a single process is tp1ep1). ffn.csv, ffn_samples.csv and\n"
-    "run.json in --out.";
+    "run.json in --out. --backend model --comm model --cluster PROFILE plays --world virtual\n"
+    "ranks in one process: the same rows, timed by the profile's FFN roofline.";
 
 
 enum { FILE_FFN, FILE_SAMPLES };
@@ -491,7 +495,7 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     double flops = mp_ffn_flops(m->hidden, m->ffn, lay->tp, (double)w->crit_rows);
     /* the bytes actually read: fp8 codes and block scales with --weight-dtype fp8 */
     double bytes = mp_ffn_weight_bytes(m->hidden, m->ffn, lay->tp, w->crit_active,
-                                       s->cops->elem_size, (int)wdt);
+                                       mp_session_elem_bytes(s), (int)wdt);
     double t = sm.p50 * 1e-6; /* s */
     const char *dispatch = s->o.graph ? "dynamic+graph" : "dynamic"; /* the key cell */
     double gflops = t > 0 ? flops / t / 1e9 : NAN, gbps = t > 0 ? bytes / t / 1e9 : NAN;
@@ -539,19 +543,31 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     return rc;
 }
 
+/* The model's roofline for weights in `wdt`: the rates its FFN runs at (mp_model_ffn_us),
+ * flops·flops_eff (flops_fp8·flops_eff for fp8 weights) in peak[0] (FLOP/s) and hbm_bw·hbm_eff in
+ * peak[1] (bytes/s); a measured roofline is likewise what the device achieves, not its datasheet. */
+static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, double *peak)
+{
+    peak[0] = (wdt == MP_DTYPE_FP8 ? cl->flops_fp8 : cl->flops) * cl->flops_eff;
+    peak[1] = cl->hbm_bw * cl->hbm_eff;
+}
+
 /* Measure the roofline on every rank at once (ranks share the host's memory bandwidth as they do
  * while measuring); rank 0's numbers go into peak[0] (FLOP/s) and peak[1] (bytes/s), NAN where the
- * backend cannot measure. */
+ * backend cannot measure. The model's is its profile's (model_peaks, bf16 weights). */
 static int measure_peaks(struct mp_session *s, double *peak)
 {
     struct mp_comm *c = s->comm;
     peak[0] = peak[1] = NAN;
-    if (!s->cops->measure_peak)
+    if (s->modelled)
+        model_peaks(&s->cluster, MP_DTYPE_BF16, peak);
+    if (!s->cops->measure_peak && !s->modelled)
         return MP_OK;
-    int rc = c->ops->barrier(c);
+    int rc = s->modelled ? MP_OK : c->ops->barrier(c);
     if (rc != MP_OK)
         return rc;
-    rc = s->cops->measure_peak(s->dev, &peak[0], &peak[1]);
+    if (!s->modelled)
+        rc = s->cops->measure_peak(s->dev, &peak[0], &peak[1]);
     double failed = rc != MP_OK;
     int rc2 = c->ops->max_double(c, &failed);
     if (rc2 != MP_OK)
@@ -565,6 +581,12 @@ static int measure_peaks(struct mp_session *s, double *peak)
         if (isfinite(peak[0]) && isfinite(peak[1])) {
             cJSON_AddNumberToObject(j, "peak_gflops", peak[0] / 1e9);
             cJSON_AddNumberToObject(j, "peak_GBps", peak[1] / 1e9);
+            if (s->modelled) { /* from the profile (run.json's cluster), fp8 weights' rate too */
+                double fp8[2];
+                model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
+                cJSON_AddNumberToObject(j, "peak_gflops_fp8", fp8[0] / 1e9);
+                cJSON_AddStringToObject(j, "from", "cluster profile");
+            }
         } else { /* a backend without a roofline measurement */
             cJSON_AddNullToObject(j, "peak_gflops");
             cJSON_AddNullToObject(j, "peak_GBps");
@@ -584,12 +606,14 @@ struct sweep {
     struct mp_runfiles *f;
     struct mp_routing *routings;
     int gemm, npoint, total;
-    double peak[2]; /* FLOP/s, bytes/s measured at start-up */
+    double peak[2]; /* FLOP/s, bytes/s measured at start-up (the model: its profile's) */
     double *ffn;    /* [iters] the slowest rank's times of the point (rank 0) */
 };
 
 /* One point: skipped when --resume found it, else planned, checked against the memory budget,
- * measured and written. */
+ * measured and written. On the model: planned alike, and every iteration takes the critical
+ * rank's mp_model_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
+ * against the profile's roofline for the point's weights. */
 static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
                      int pi, const struct mp_placement *pl, int bi)
 {
@@ -612,13 +636,21 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
         mp_progress(sw->npoint, sw->total, label);
     }
     struct work w;
+    double peak[2] = {sw->peak[0], sw->peak[1]};
     int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
-    if (rc == MP_OK)
+    if (rc == MP_OK && s->modelled) {
+        double us = mp_model_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
+                                           (double)w.crit_rows, w.crit_active, (int)wc->dt);
+        for (int i = 0; i < s->o.iters; i++)
+            sw->ffn[i] = us;
+        model_peaks(&s->cluster, wc->dt, peak);
+    } else if (rc == MP_OK) {
         rc = memory_guard(s, wc, &w, batch);
-    if (rc == MP_OK)
-        rc = run_point(s, wc, &w, sw->gemm, sw->ffn);
+        if (rc == MP_OK)
+            rc = run_point(s, wc, &w, sw->gemm, sw->ffn);
+    }
     if (rc == MP_OK && s->comm->rank == 0)
-        rc = write_point(s, sw->f, lay, rname, pname, wc->dt, batch, &w, sw->ffn, sw->peak);
+        rc = write_point(s, sw->f, lay, rname, pname, wc->dt, batch, &w, sw->ffn, peak);
     work_free(&w);
     return rc;
 }
@@ -633,7 +665,9 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
         enum mp_dtype dt;
         struct wcache wc = {0};
         mp_dtype_parse("--weight-dtype", s->o.weight_dtype.v[wi], &dt); /* checked in main */
-        if ((rc = wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
+        if (s->modelled) /* no weights: their dtype alone */
+            wc.dt = dt;
+        else if ((rc = wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
             break;
         for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
             for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
@@ -668,8 +702,16 @@ static void print_header(const struct mp_session *s, const double *peak)
            m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, s->comm->size,
            s->comm->nnodes, s->o.backend, s->o.gemm,
            s->o.graph ? ", replayed as a CUDA Graph" : "");
-    printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
-           peak[1] / 1e9);
+    if (s->modelled) {
+        double fp8[2];
+        model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
+        printf("# peak (cluster %s, flops·flops_eff and hbm_bw·hbm_eff): %.2f GFLOP/s (fp8 "
+               "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, fp8[0] / 1e9,
+               peak[1] / 1e9);
+    } else {
+        printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
+               peak[1] / 1e9);
+    }
     printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
            "iterations, max over ranks\n",
            s->o.iters);
@@ -692,6 +734,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
     MP_CHECK(refuse_weight_dtypes(&s));
+    MP_CHECK(mp_session_refuse_unsupported(&s));
     if (s.o.graph && !s.cops->graph) {
         char names[256];
         mp_usage("--graph: replaying a captured expert FFN needs a --backend with graph capture "

@@ -71,33 +71,6 @@ static int variant_shown(const struct mp_session *s)
            strcmp(s->o.weight_dtype.v[0], "bf16") != 0;
 }
 
-/* The flags the chosen backends cannot honour, each refused naming the flag (exit 2). With the
- * model backends these are the only flags a measured run takes and a modelled one refuses
- * (docs/planning.md lists them; tests/integration/model_parity.sh holds the list to that):
- * --check (nothing computed to compare), --graph (nothing captured; checked where the dispatch
- * modes are), --inject-delay-us (the model has no wire to slow: a slower link is a profile with
- * less bandwidth) and --max-memory (virtual ranks hold no buffers). */
-static int refuse_unsupported(const struct mp_session *s)
-{
-    if (s->o.check && !s->cops->expert_ffn) { /* a backend that computes nothing */
-        mp_usage("--check compares data, and the %s backends move none; drop --check",
-                 s->cops->name);
-        return MP_ERR_USAGE;
-    }
-    if (s->o.inject_delay_us > 0 && s->modelled) { /* virtual: no wire to slow */
-        mp_usage("--inject-delay-us: the model backends have no link to slow; model a slower link "
-                 "with a cluster profile of lower intra_bw/inter_bw (--cluster FILE), or drop "
-                 "--inject-delay-us");
-        return MP_ERR_USAGE;
-    }
-    if (s->o.max_memory > 0 && s->modelled) { /* virtual: no buffers to bound */
-        mp_usage("--max-memory: the model's virtual ranks hold no buffers, so there is nothing "
-                 "to bound; drop --max-memory");
-        return MP_ERR_USAGE;
-    }
-    return MP_OK;
-}
-
 /* The index of a field of struct mp_rank_iter in doubles; its phase durations are the fields
  * before `tokens`. */
 #define RANK_FIELD(field) (offsetof(struct mp_rank_iter, field) / sizeof(double))
@@ -621,7 +594,7 @@ static void note_sweep(struct mp_session *s, const struct sweep *sw, double t_ma
     mp_session_note(s, "sweep", j);
     mp_session_note(s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(s)));
     /* --dispatch-dtype as swept, with a row's wire bytes (the model's from its profile) */
-    double act_bytes = s->modelled ? s->cluster.elem_bytes : (double)s->cops->elem_size;
+    double act_bytes = mp_session_elem_bytes(s);
     cJSON *dt = cJSON_CreateArray();
     for (int i = 0; i < s->o.dispatch_dtype.n; i++) {
         enum mp_dtype d;
@@ -671,7 +644,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
-    MP_CHECK(refuse_unsupported(&s));
+    MP_CHECK(mp_session_refuse_unsupported(&s));
     sweep_bounds(&sw);
     MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
     MP_CHECK(refuse_flags(&sw)); /* before the table's header: a refused run prints one line */

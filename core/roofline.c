@@ -11,12 +11,12 @@ double mp_ffn_flops(int H, int D, int tp, double rows)
     return 6.0 * H * ((double)D / tp) * rows;
 }
 
-double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem, int weight_dtype)
+double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, double elem, int weight_dtype)
 {
     /* docs/METRICS.md, Expert FFN alone: 3·H·(D/tp)·active·sizeof(w) for bf16, with fp8 codes
      * and block scales instead for fp8 (W_gate, W_up: H×Dl; W_down: Dl×H) */
     return active_experts * mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, D / tp,
-                                                   (double)elem);
+                                                   elem);
 }
 
 static int positive_finite(double v) { return isfinite(v) && v > 0; }

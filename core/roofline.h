@@ -15,7 +15,7 @@ double mp_ffn_flops(int H, int D, int tp, double rows);
  * of its D/tp shard (docs/METRICS.md, Expert FFN alone): 3·H·(D/tp)·elem per expert for
  * weight_dtype bf16 (enum mp_dtype), 3·H·(D/tp) codes plus 4 bytes per 128×128 block for fp8;
  * `active_experts` counting only experts with at least one row, `elem` bytes per bf16 weight. */
-double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, size_t elem, int weight_dtype);
+double mp_ffn_weight_bytes(int H, int D, int tp, int active_experts, double elem, int weight_dtype);
 
 /* Where a kernel sits under the roofline of a device (Williams, Waterman, Patterson 2009). */
 struct mp_roofline {

@@ -340,9 +340,11 @@ static const struct mp_column ffn_cols[] = {
     {MPC_achieved_GFLOPs, "GFLOP/s", R, "`flops` / median time"},
     {MPC_achieved_GBps, "GB/s", R, "`weight_bytes` / median time"},
     {MPC_peak_GFLOPs, "GFLOP/s", R,
-     "compute roofline peak measured at start-up (rank 0); empty if not measured"},
+     "compute roofline peak measured at start-up (rank 0); `--backend model`: the profile's "
+     "`flops · flops_eff` (`flops_fp8` for fp8 weights); empty if not measured"},
     {MPC_peak_GBps, "GB/s", R,
-     "memory roofline peak measured at start-up (rank 0); empty if not measured"},
+     "memory roofline peak measured at start-up (rank 0); `--backend model`: the profile's "
+     "`hbm_bw · hbm_eff`; empty if not measured"},
     {MPC_bound, "–", T, "`memory` or `compute`; empty without peaks"},
     {MPC_roofline_fraction, "–", R, "achieved FLOP/s / attainable FLOP/s; empty without peaks"},
 };

@@ -225,7 +225,8 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
         has_cluster |= strcmp(s->table[i].name, "cluster") == 0;
     if (!has_cluster) {
         mp_usage("--backend %s: %s measures hardware only; model runs are made by "
-                 "moeperf-layer and moeperf-plan", s->cops->name, s->tool);
+                 "moeperf-layer, moeperf-a2a, moeperf-ffn and moeperf-plan", s->cops->name,
+                 s->tool);
         return MP_ERR_USAGE;
     }
     if (mp_cluster_resolve(s->o.cluster, &s->cluster) != MP_OK)
@@ -367,6 +368,32 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         rc = mp_runjson_write(s->run, s->o.out, 0);
     }
     return rc;
+}
+
+int mp_session_refuse_unsupported(const struct mp_session *s)
+{
+    if (s->o.check && !s->cops->expert_ffn) { /* a backend that computes nothing */
+        mp_usage("--check compares data, and the %s backends move none; drop --check",
+                 s->cops->name);
+        return MP_ERR_USAGE;
+    }
+    if (s->o.inject_delay_us > 0 && s->modelled) { /* virtual: no wire to slow */
+        mp_usage("--inject-delay-us: the model backends have no link to slow; model a slower link "
+                 "with a cluster profile of lower intra_bw/inter_bw (--cluster FILE), or drop "
+                 "--inject-delay-us");
+        return MP_ERR_USAGE;
+    }
+    if (s->o.max_memory > 0 && s->modelled) { /* virtual: no buffers to bound */
+        mp_usage("--max-memory: the model's virtual ranks hold no buffers, so there is nothing "
+                 "to bound; drop --max-memory");
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+double mp_session_elem_bytes(const struct mp_session *s)
+{
+    return s->modelled ? s->cluster.elem_bytes : (double)s->cops->elem_size;
 }
 
 void mp_session_note(struct mp_session *s, const char *key, cJSON *value)

@@ -32,6 +32,19 @@ struct mp_session {
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv);
 
+/* The flags the chosen backends cannot honour, each refused naming the flag (MP_ERR_USAGE, the
+ * message printed); MP_OK otherwise. With the model backends these are the flags a measured run
+ * takes and a modelled one refuses (docs/planning.md lists them;
+ * tests/integration/model_parity.sh holds every binary to that): --check (nothing computed to
+ * compare), --inject-delay-us (the model has no wire to slow: a slower link is a profile with less
+ * bandwidth) and --max-memory (virtual ranks hold no buffers); --graph is refused where each
+ * binary checks graph capture. A binary whose table lacks a flag leaves it at its neutral 0. */
+int mp_session_refuse_unsupported(const struct mp_session *s);
+
+/* The bytes of one activation or weight element: the profile's elem_bytes on the model backends,
+ * the compute backend's element size otherwise. */
+double mp_session_elem_bytes(const struct mp_session *s);
+
 /* Add the resolved workload (model fields and any tool-specific object) to run.json. */
 void mp_session_note(struct mp_session *s, const char *key, struct cJSON *value);
 

@@ -112,6 +112,18 @@ static void exchange_of(const double *rows_to, int ep, int tp, int gpn, double r
     }
 }
 
+void mp_vexchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
+                     struct mp_vexchange *x)
+{
+    exchange_of(rows_to, ep, tp, gpn, row_bytes, row_bytes, x, NULL);
+}
+
+double mp_vexchange_us(const struct mp_cluster *cl, const struct mp_vexchange *x)
+{
+    return mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra, x->uses_inter,
+                                x->incast);
+}
+
 /* The exchanges of a deduplicated dispatch (docs/METRICS.md, "Deduplicated dispatch"): each hop's
  * rows from mp_dedup_count with their metadata, the combine's return of each hop without it, and
  * every rank's bytes on the wire; the FFN rows are the plan's (every pair still runs). */

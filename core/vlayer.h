@@ -17,6 +17,17 @@ struct mp_vexchange {
     int uses_intra, uses_inter, incast;
 };
 
+/* The exchange round that `rows_to` makes ([ep·ep] rows of `row_bytes` bytes each from EP rank e
+ * to EP rank p at e·ep + p; a rank's rows to itself stay off the links) on a tp × ep layout whose
+ * ranks are packed gpn to a node: the largest volume any EP rank sends or receives on each link
+ * class, which classes carry rows, and the incast (the most senders on other nodes any rank
+ * receives from). The exchanges of the modelled layer are built by the same function. */
+void mp_vexchange_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
+                     struct mp_vexchange *x);
+
+/* The duration of exchange `x` under profile `cl`: mp_model_exchange_us of its volumes  [µs] */
+double mp_vexchange_us(const struct mp_cluster *cl, const struct mp_vexchange *x);
+
 /* The traffic of one routing draw on a tp × ep layout (ranks packed gpus_per_node to a node). */
 struct mp_vtraffic {
     int tp, ep, gate;

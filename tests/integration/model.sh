@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # model.sh - moeperf-layer on the model backends: 64 virtual ranks in one process write the same
 # layer.csv columns as a measurement with source=model, --overlap pipelines the modelled layer
-# (overlap 1 unchanged), and bad combinations and profiles are refused with exit 2.
+# (overlap 1 unchanged), and bad combinations and profiles are refused with exit 2; moeperf-a2a's
+# modelled uniform points and moeperf-ffn's modelled points take exactly the profile's exchange
+# and FFN formulas (recomputed here from run.json's profile).
 . "$(dirname "$0")/lib.sh"
 
 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
@@ -56,11 +58,76 @@ refused "$BIN/moeperf-layer" --backend model --comm model --world 8
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 8 --layout tp2ep8
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 8 --check
-refused "$BIN/moeperf-a2a" --backend model --comm model
+refused "$BIN/moeperf-a2a" --backend model --comm model --world 8
+refused "$BIN/moeperf-a2a" --backend model --comm model --cluster h100-ndr --world 8 --inject-delay-us 5
+refused "$BIN/moeperf-ffn" --backend model --comm model --cluster h100-ndr --world 8 --max-memory 1G
 printf 'base = h100-ndr\ninter_bw = -1\n' >"$TMP/neg.ini"
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster "$TMP/neg.ini" --world 8
 printf 'flops = 1e15\n' >"$TMP/missing.ini"
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster "$TMP/missing.ini" --world 8
 printf 'base = h100-ndr\nnic_speed = 3\n' >"$TMP/unknown.ini"
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster "$TMP/unknown.ini" --world 8
+
+# moeperf-a2a's uniform pattern on 32 virtual ranks (4 nodes of 8): one exchange round whose time
+# is the profile's equation (docs/planning.md) for the largest volume a rank moves on each link
+# class, the inter-node part stretched by the incast of senders from other nodes; and
+# moeperf-ffn's points: the FFN roofline of the critical rank's rows and active experts
+"$BIN/moeperf-a2a" --backend model --comm model --cluster h100-ndr --world 32 \
+    --layout tp1ep32,tp2ep16,tp4ep8 --bytes 1K,1M --iters 2 --warmup 1 --quiet --out "$TMP/a2a" ||
+    fail "modelled a2a exit $?"
+"$BIN/moeperf-ffn" --backend model --comm model --cluster h100-ndr --world 8 --shared 1 \
+    --layout tp1ep8,tp2ep4 --batch 1,64,512 --routing uniform,zipf:1.2 --weight-dtype bf16,fp8 \
+    --iters 2 --quiet --out "$TMP/ffn" || fail "modelled ffn exit $?"
+python3 - "$TMP/a2a" "$TMP/ffn" <<'PY' || fail "modelled a2a or ffn times are not the profile's formulas"
+import csv, json, math, sys
+def close(a, b):
+    return abs(a - b) <= 1e-5 * max(abs(a), abs(b)) + 1e-9
+a2a, ffn = sys.argv[1:3]
+cl = json.load(open(f"{a2a}/run.json"))["cluster"]
+assert cl["congestion"] > 0, "a profile with congestion is needed to see the incast term"
+def exchange_us(intra_max, inter_max, uses_intra, uses_inter, incast):
+    intra = cl["intra_lat_us"] + intra_max / (cl["intra_bw"] * cl["intra_eff"]) * 1e6 if uses_intra else 0
+    inter = 0
+    if uses_inter:
+        cong = 1 + cl["congestion"] * math.log2(max(incast, 1))
+        inter = cl["inter_lat_us"] + inter_max / (cl["inter_bw"] * cl["inter_eff"]) * 1e6 * cong
+    return max(intra, inter)
+gpn, n = cl["gpus_per_node"], 0
+for r in csv.DictReader(open(f"{a2a}/a2a.csv")):
+    tp, ep, b = int(r["tp"]), int(r["ep"]), float(r["bytes_per_peer"])
+    assert r["source"] == "model" and float(r["bytes_per_rank"]) == b * ep, r
+    # EP rank p lives on the node of its first TP rank, p·tp; each sends b to every other EP rank
+    node = [p * tp // gpn for p in range(ep)]
+    same = max(sum(1 for q in range(ep) if q != p and node[q] == node[p]) for p in range(ep))
+    other = max(sum(1 for q in range(ep) if node[q] != node[p]) for p in range(ep))
+    want = exchange_us(same * b, other * b, same > 0, other > 0, other)
+    for c in ("time_us", "time_p99_us", "time_min_us", "time_max_us"):
+        assert close(float(r[c]), want), (r["layout"], b, c, r[c], want)
+    assert close(float(r["algbw_GBps"]), b * ep / (want * 1e3)), r
+    n += 1
+assert n == 6, n
+cl = json.load(open(f"{ffn}/run.json"))["cluster"]
+def fp8_bytes(k, m):
+    return k * m + 4 * math.ceil(k / 128) * math.ceil(m / 128)
+n = 0
+for r in csv.DictReader(open(f"{ffn}/ffn.csv")):
+    H, Dl = int(r["hidden"]), int(r["ffn"]) // int(r["tp"])
+    rows, act, fp8 = int(r["rows"]), int(r["active_experts"]), r["weight_dtype"] == "fp8"
+    flops = 6 * H * Dl * rows
+    wbytes = act * (2 * fp8_bytes(H, Dl) + fp8_bytes(Dl, H) if fp8 else 3 * H * Dl * cl["elem_bytes"])
+    F = (cl["flops_fp8"] if fp8 else cl["flops"]) * cl["flops_eff"]
+    M = cl["hbm_bw"] * cl["hbm_eff"]
+    want = max(flops / F, wbytes / M) * 1e6 + cl["launch_us"] * act
+    assert int(r["flops"]) == flops and int(r["weight_bytes"]) == int(wbytes), r
+    for c in ("ffn_us", "ffn_p99_us", "ffn_min_us", "ffn_max_us"):
+        assert close(float(r[c]), want), (r["layout"], r["batch"], r["weight_dtype"], c, r[c], want)
+    # the roofline of the rates the model runs at: attainable = min(F, intensity · M)
+    assert close(float(r["peak_GFLOPs"]), F / 1e9) and close(float(r["peak_GBps"]), M / 1e9), r
+    attain = min(F, flops / wbytes * M)
+    assert r["bound"] == ("memory" if flops / wbytes * M < F else "compute"), r
+    assert close(float(r["roofline_fraction"]), flops / (want * 1e-6) / attain), r
+    n += 1
+assert n == 24, n
+print(f"a2a and ffn model times match the profile's formulas")
+PY
 echo PASS

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# model_parity.sh - moeperf-layer's measured (cpu+mpi) and modelled runs take the same flags, but
-# for a documented short list the model refuses naming the flag; they write the same CSV headers;
-# and the model's dispatches (padded and --dedup rank too, bf16 and --dispatch-dtype fp8 rows)
-# move (per phase and link class), keep and drop exactly the rows a measured run does.
+# model_parity.sh - moeperf-layer's, moeperf-a2a's and moeperf-ffn's measured (cpu+mpi) and
+# modelled runs take the same flags, but for a documented short list the model refuses naming the
+# flag; they write the same CSV headers; the model's dispatches (padded and --dedup rank too, bf16
+# and --dispatch-dtype fp8 rows) move (per phase and link class), keep and drop exactly the rows a
+# measured run does; moeperf-a2a's modelled moe pattern sends the measured run's bytes, and
+# moeperf-ffn's modelled points count the measured run's rows, experts, FLOPs and weight bytes.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
+A2A=$BIN/moeperf-a2a
+FFN=$BIN/moeperf-ffn
 
 # The flags a measured run takes and a modelled one refuses (exit 2, the message naming the
-# flag): the same list as refuse_unsupported in bench/moeperf-layer.c and docs/planning.md.
-MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
+# flag), per binary: the same lists as mp_session_refuse_unsupported (core/session.c), the
+# binaries' --graph checks and docs/planning.md.
+LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
+A2A_MODEL_REFUSES="--inject-delay-us"
+FFN_MODEL_REFUSES="--graph --max-memory"
 # --graph needs --backend cuda --comm nccl: the measured cpu run refuses it too.
 CPU_REFUSES="--graph"
 
@@ -20,6 +27,8 @@ model="--backend model --comm model --cluster cpu-host --world 2"
 sample() {
     case $1 in
     --model) echo "--model mixtral-8x7b" ;;
+    --pattern) echo "--pattern uniform" ;;
+    --bytes) echo "--bytes 1K,48K" ;;
     --experts) echo "--experts 6" ;;
     --topk) echo "--topk 3" ;;
     --shared) echo "--shared 1" ;;
@@ -38,7 +47,9 @@ sample() {
     --dispatch-dtype) echo "--dispatch-dtype bf16,fp8" ;;
     --weight-dtype) echo "--weight-dtype bf16,fp8" ;;
     --gemm) echo "--gemm loop" ;;
-    --graph) echo "--graph --dispatch padded" ;;
+    --graph) # moeperf-layer's capture takes a dispatch without a host sync; the ffn's is the FFN's
+        if [ "$(basename "$tool")" = moeperf-layer ]; then echo "--graph --dispatch padded"; else
+            echo "--graph"; fi ;;
     --seed) echo "--seed 9" ;;
     --warmup) echo "--warmup 1" ;;
     --iters) echo "--iters 3" ;;
@@ -62,47 +73,58 @@ sample() {
     esac
 }
 
-# every flag --help lists, negations included
-"$LAYER" --help >"$TMP/help.txt"
-flags=$(grep -oE '^  (-h, )?--[a-z-]+|--no-[a-z-]+ turns' "$TMP/help.txt" | grep -oE '\-\-?[a-z-]+' |
-    grep -v '^--$' | sort -u)
-[ "$(echo "$flags" | wc -l)" -ge 30 ] || fail "read only $(echo "$flags" | wc -l) flags from --help"
-for f in $MODEL_REFUSES; do
-    echo "$flags" | grep -qx -- "$f" || fail "$f is on the refused list but not in --help"
-done
-
-n=0
-for f in $flags; do
-    args=$(sample "$f") ||
-        fail "$f is in --help but not here: give it a sample and decide whether the model takes it"
-    n=$((n + 1))
-    set +e
-    # shellcheck disable=SC2086
-    mpi 2 "$LAYER" $base $args --out "$TMP/m$n" >/dev/null 2>"$TMP/m.err"
-    mrc=$?
-    # shellcheck disable=SC2086
-    "$LAYER" $model $base $args --out "$TMP/v$n" >/dev/null 2>"$TMP/v.err"
-    vrc=$?
-    set -e
-    case " $CPU_REFUSES " in
-    *" $f "*) [ "$mrc" -eq 2 ] || fail "measured $f exited $mrc, expected 2 (a cuda-only flag)" ;;
-    *) [ "$mrc" -eq 0 ] || fail "measured run with $args exited $mrc: $(head -c 400 "$TMP/m.err")" ;;
-    esac
-    case " $MODEL_REFUSES " in
-    *" $f "*)
-        [ "$vrc" -eq 2 ] || fail "modelled run with $args exited $vrc, expected 2 (it refuses $f)"
-        grep -q -- "$f" "$TMP/v.err" ||
-            fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
-        echo "model refuses $f: $(cat "$TMP/v.err")"
-        ;;
-    *)
-        [ "$vrc" -eq 0 ] || fail "modelled run with $args exited $vrc, but the measured one" \
-            "takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the flag and" \
-            "add it to MODEL_REFUSES and docs/planning.md)"
-        ;;
-    esac
-done
-echo "$n flags: both take all but $MODEL_REFUSES"
+# parity TOOL REFUSES BASE: every flag TOOL's --help lists, negations included, is taken by a
+# measured 2-rank run and a modelled one alike, but REFUSES, which the model refuses naming the flag
+parity() {
+    tool=$1 refuses=$2 tbase=$3
+    "$tool" --help >"$TMP/help.txt"
+    flags=$(grep -oE '^  (-h, )?--[a-z-]+|--no-[a-z-]+ turns' "$TMP/help.txt" |
+        grep -oE '\-\-?[a-z-]+' | grep -v '^--$' | sort -u)
+    [ "$(echo "$flags" | wc -l)" -ge 20 ] ||
+        fail "read only $(echo "$flags" | wc -l) flags from $tool --help"
+    for f in $refuses; do
+        echo "$flags" | grep -qx -- "$f" || fail "$f is on the refused list but not in --help"
+    done
+    n=0
+    for f in $flags; do
+        args=$(sample "$f") ||
+            fail "$f is in --help but not here: give it a sample and decide whether the model takes it"
+        n=$((n + 1))
+        set +e
+        # shellcheck disable=SC2086
+        mpi 2 "$tool" $tbase $args --out "$TMP/m$n" >/dev/null 2>"$TMP/m.err"
+        mrc=$?
+        # shellcheck disable=SC2086
+        "$tool" $model $tbase $args --out "$TMP/v$n" >/dev/null 2>"$TMP/v.err"
+        vrc=$?
+        set -e
+        case " $CPU_REFUSES " in
+        *" $f "*) [ "$mrc" -eq 2 ] || fail "measured $f exited $mrc, expected 2 (a cuda-only flag)" ;;
+        *) [ "$mrc" -eq 0 ] ||
+            fail "measured $tool with $args exited $mrc: $(head -c 400 "$TMP/m.err")" ;;
+        esac
+        case " $refuses " in
+        *" $f "*)
+            [ "$vrc" -eq 2 ] ||
+                fail "modelled $tool with $args exited $vrc, expected 2 (it refuses $f)"
+            grep -q -- "$f" "$TMP/v.err" ||
+                fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
+            echo "model refuses $f: $(cat "$TMP/v.err")"
+            ;;
+        *)
+            [ "$vrc" -eq 0 ] || fail "modelled $tool with $args exited $vrc, but the measured" \
+                "one takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the" \
+                "flag and add it to the refused list and docs/planning.md)"
+            ;;
+        esac
+        rm -rf "$TMP/m$n" "$TMP/v$n"
+    done
+    echo "$(basename "$tool"): $n flags, both take all but $refuses"
+}
+parity "$LAYER" "$LAYER_MODEL_REFUSES" "$base"
+# the moe pattern in the base: --routing, --dedup and the rest act; --pattern uniform ends it
+parity "$A2A" "$A2A_MODEL_REFUSES" "--pattern moe $base"
+parity "$FFN" "$FFN_MODEL_REFUSES" "$base"
 
 # the same columns, and the model's counts are the measured run's: rows, slot rows, bytes (per
 # phase and link class too) and drops of the dynamic and padded dispatches, with and without a
@@ -192,6 +214,69 @@ if not tight or min(tight) <= 0:
     sys.exit(f"padded:0.75 points with drop_rate 0: {tight}")
 if any(lossless):
     sys.exit(f"lossless points with drops: {lossless}")
+sys.exit(1 if bad else 0)
+PY
+
+# moeperf-a2a's moe pattern on the model sends the measured run's bytes (the same routing draws,
+# placement and dispatch plan, per pair or deduplicated, in bf16 or fp8 rows); moeperf-ffn's
+# modelled points run the measured run's rows and experts; both write the measured headers
+asweep="--pattern moe --hidden 32 --experts 8 --topk 3 --layout tp1ep4,tp2ep2 --batch 16,40
+    --routing zipf:1.2,hot:2:30 --group-limit off,2:1 --placement contiguous,eplb:4
+    --dedup pair,rank,node --dispatch-dtype bf16,fp8 --iters 3 --warmup 2 --seed 7 --quiet"
+fsweep="--hidden 32 --ffn 16 --experts 8 --topk 3 --shared 1 --layout tp1ep4,tp2ep2 --batch 16,40
+    --routing zipf:1.2,hot:2:30 --placement contiguous,eplb:4 --weight-dtype bf16,fp8 --iters 2
+    --warmup 0 --seed 7 --quiet --no-flush-cache"
+onenode="--backend model --comm model --cluster $TMP/one-node.profile --world 4"
+# shellcheck disable=SC2086
+mpi 4 "$A2A" $asweep --out "$TMP/ameasured" || fail "measured a2a sweep exit $?"
+# shellcheck disable=SC2086
+"$A2A" $onenode $asweep --out "$TMP/amodelled" || fail "modelled a2a sweep exit $?"
+# shellcheck disable=SC2086
+mpi 4 "$A2A" --bytes 1K,64K --iters 2 --quiet --out "$TMP/umeasured" || fail "measured uniform exit $?"
+# shellcheck disable=SC2086
+"$A2A" $onenode --bytes 1K,64K --iters 2 --quiet --out "$TMP/umodelled" ||
+    fail "modelled uniform exit $?"
+# shellcheck disable=SC2086
+mpi 4 "$FFN" $fsweep --out "$TMP/fmeasured" || fail "measured ffn sweep exit $?"
+# shellcheck disable=SC2086
+"$FFN" $onenode $fsweep --out "$TMP/fmodelled" || fail "modelled ffn sweep exit $?"
+for f in ameasured/a2a.csv ameasured/a2a_samples.csv umeasured/a2a.csv umeasured/a2a_samples.csv \
+    fmeasured/ffn.csv fmeasured/ffn_samples.csv; do
+    v=${f/measured/modelled}
+    [ "$(head -1 "$TMP/$f")" = "$(head -1 "$TMP/$v")" ] ||
+        fail "$f: measured and modelled headers differ"
+    [ "$(rows "$TMP/$f")" -eq "$(rows "$TMP/$v")" ] || fail "$f: measured and modelled row counts differ"
+done
+python3 - "$TMP" <<'PY' || fail "a2a bytes or ffn counts differ"
+import csv, sys
+tmp = sys.argv[1]
+def load(path, key):
+    return {tuple(r[k] for k in key): r for r in csv.DictReader(open(path, newline=""))}
+checks = [("ameasured/a2a.csv", ["layout", "routing", "group_limit", "placement", "dedup",
+                                 "dispatch_dtype", "batch"], ["bytes_per_peer", "bytes_per_rank"], 192),
+          ("umeasured/a2a.csv", ["layout", "bytes_per_peer"], ["bytes_per_rank"], 2),
+          ("fmeasured/ffn.csv", ["layout", "routing", "placement", "weight_dtype", "batch"],
+           ["tokens_per_rank", "rows", "active_experts", "flops", "weight_bytes"], 32)]
+bad = cells = 0
+for path, key, cols, points in checks:
+    a, b = load(f"{tmp}/{path}", key), load(f"{tmp}/{path.replace('measured', 'modelled')}", key)
+    if a.keys() != b.keys() or len(a) != points:
+        sys.exit(f"{path}: {len(a)} measured and {len(b)} modelled points, expected {points} alike")
+    if {r["source"] for r in b.values()} != {"model"}:
+        sys.exit(f"{path}: modelled rows without source model")
+    for k in a:
+        for c in cols:
+            cells += 1
+            if a[k][c] != b[k][c]:
+                bad += 1
+                print(f"{path} {k} {c}: measured {a[k][c]}, modelled {b[k][c]}", file=sys.stderr)
+# the deduplicated and fp8 rows are fewer bytes than the pairs in bf16: the sweep tells them apart
+a = load(f"{tmp}/amodelled/a2a.csv", checks[0][1])
+pairs = [float(r["bytes_per_rank"]) for r in a.values() if r["dedup"] == "pair" and r["dispatch_dtype"] == "bf16"]
+fp8 = [float(r["bytes_per_rank"]) for r in a.values() if r["dedup"] == "pair" and r["dispatch_dtype"] == "fp8"]
+if not (sum(fp8) < sum(pairs)):
+    sys.exit("fp8 rows did not shrink the modelled a2a's bytes")
+print(f"a2a and ffn: {cells} count cells compared, {bad} differ")
 sys.exit(1 if bad else 0)
 PY
 echo PASS
