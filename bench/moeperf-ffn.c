@@ -553,21 +553,26 @@ static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, double *
 }
 
 /* Measure the roofline on every rank at once (ranks share the host's memory bandwidth as they do
- * while measuring); rank 0's numbers go into peak[0] (FLOP/s) and peak[1] (bytes/s), NAN where the
- * backend cannot measure. The model's is its profile's (model_peaks, bf16 weights). */
+ * while measuring); rank 0's numbers go into peak[0] (FLOP/s), peak[1] (bytes/s) and peak[2] (the
+ * FLOP/s of the GEMM fp8 weights run on), NAN where the backend cannot measure. The model's are
+ * its profile's (model_peaks). */
 static int measure_peaks(struct mp_session *s, double *peak)
 {
     struct mp_comm *c = s->comm;
-    peak[0] = peak[1] = NAN;
-    if (s->modelled)
+    peak[0] = peak[1] = peak[2] = NAN;
+    if (s->modelled) {
+        double fp8[2];
         model_peaks(&s->cluster, MP_DTYPE_BF16, peak);
+        model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
+        peak[2] = fp8[0];
+    }
     if (!s->cops->measure_peak && !s->modelled)
         return MP_OK;
     int rc = s->modelled ? MP_OK : c->ops->barrier(c);
     if (rc != MP_OK)
         return rc;
     if (!s->modelled)
-        rc = s->cops->measure_peak(s->dev, &peak[0], &peak[1]);
+        rc = s->cops->measure_peak(s->dev, &peak[0], &peak[2], &peak[1]);
     double failed = rc != MP_OK;
     int rc2 = c->ops->max_double(c, &failed);
     if (rc2 != MP_OK)
@@ -581,12 +586,9 @@ static int measure_peaks(struct mp_session *s, double *peak)
         if (isfinite(peak[0]) && isfinite(peak[1])) {
             cJSON_AddNumberToObject(j, "peak_gflops", peak[0] / 1e9);
             cJSON_AddNumberToObject(j, "peak_GBps", peak[1] / 1e9);
-            if (s->modelled) { /* from the profile (run.json's cluster), fp8 weights' rate too */
-                double fp8[2];
-                model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
-                cJSON_AddNumberToObject(j, "peak_gflops_fp8", fp8[0] / 1e9);
+            cJSON_AddNumberToObject(j, "peak_gflops_fp8", peak[2] / 1e9); /* fp8 weights' GEMM */
+            if (s->modelled) /* from the profile (run.json's cluster) */
                 cJSON_AddStringToObject(j, "from", "cluster profile");
-            }
         } else { /* a backend without a roofline measurement */
             cJSON_AddNullToObject(j, "peak_gflops");
             cJSON_AddNullToObject(j, "peak_GBps");
@@ -606,7 +608,9 @@ struct sweep {
     struct mp_runfiles *f;
     struct mp_routing *routings;
     int gemm, npoint, total;
-    double peak[2]; /* FLOP/s, bytes/s measured at start-up (the model: its profile's) */
+    /* FLOP/s, bytes/s and fp8 weights' GEMM FLOP/s measured at start-up (the model: its
+     * profile's) */
+    double peak[3];
     double *ffn;    /* [iters] the slowest rank's times of the point (rank 0) */
 };
 
@@ -636,7 +640,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
         mp_progress(sw->npoint, sw->total, label);
     }
     struct work w;
-    double peak[2] = {sw->peak[0], sw->peak[1]};
+    double peak[2] = {wc->dt == MP_DTYPE_FP8 ? sw->peak[2] : sw->peak[0], sw->peak[1]};
     int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
     if (rc == MP_OK && s->modelled) {
         double us = mp_model_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
@@ -709,8 +713,8 @@ static void print_header(const struct mp_session *s, const double *peak)
                "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, fp8[0] / 1e9,
                peak[1] / 1e9);
     } else {
-        printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s, %.2f GB/s\n", peak[0] / 1e9,
-               peak[1] / 1e9);
+        printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s (fp8 weights' GEMM %.2f), "
+               "%.2f GB/s\n", peak[0] / 1e9, peak[2] / 1e9, peak[1] / 1e9);
     }
     printf("# rows, GFLOP/s, GB/s: the rank with the most rows; times in µs over %d "
            "iterations, max over ranks\n",
@@ -726,7 +730,7 @@ int main(int argc, char **argv)
     struct mp_session s;
     struct mp_runfiles f = {0};
     struct mp_layout *layouts = NULL;
-    struct sweep sw = {.s = &s, .f = &f, .peak = {NAN, NAN}};
+    struct sweep sw = {.s = &s, .f = &f, .peak = {NAN, NAN, NAN}};
     int nlayouts = 0, nrout = 0, rc = mp_session_start(&s, "moeperf-ffn", options, summary, argc, argv);
     if (rc != MP_OK)
         goto out;

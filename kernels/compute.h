@@ -188,8 +188,11 @@ struct mp_compute_ops {
     int (*sync)(struct mp_compute *c);
 
     /* roofline of this device, measured now: the best of a few runs of a large GEMM in the
-     * backend's arithmetic (FLOP/s) and of a large device-memory copy (bytes/s, read + written) */
-    int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *bytes_per_s);
+     * backend's arithmetic (FLOP/s), of the GEMM fp8 weights run on (fp8_flops_per_s: an FP8 GEMM
+     * where the backend has one, else the same GEMM as flops_per_s) and of a large device-memory
+     * copy (bytes/s, read + written) */
+    int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
+                        double *bytes_per_s);
 
     /* optional: evict this device's last-level cache (the CPU's LLC, a GPU's L2) so the next
      * timed iteration reads its weights from memory, as a layer does whose weights exceed the

@@ -484,7 +484,8 @@ static double thread_cpu_us(void)
  * the caller), not the wall clock: on a core shared with other processes, time spent preempted is
  * not the core's capability, and a roofline lowered by it would put short timed iterations, which
  * fit between preemptions, above the roofline. */
-static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *bytes_per_s)
+static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
+                            double *bytes_per_s)
 {
     size_t n = PEAK_GEMM_N, nn = n * n;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
@@ -515,6 +516,7 @@ static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *b
             best = us;
     }
     *flops_per_s = best > 0 ? 2.0 * (double)n * n * n / (best * 1e-6) : 0;
+    *fp8_flops_per_s = *flops_per_s; /* fp8 weights are dequantized into this fp32 GEMM */
 
     best = 0;
     for (int r = 0; r < PEAK_COPY_RUNS; r++) {

@@ -1521,19 +1521,14 @@ static int lt_reserve(struct mp_compute *c, long mpad, int K, long M)
     return MP_OK;
 }
 
-/* out (m rows, row stride M) = x (m rows, stride lda, K values) · W, W the image img of `parts`
- * K×N matrices (M = parts·N outputs), through cuBLASLt: x quantized, the GEMM over m rounded up to
- * 4 rows into the padded output, its first m rows copied to out. */
-static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const void *img, int K,
-                   int N, int parts, bf16 *out)
+/* D (mpad rows of M = parts·N bf16 values) = the quantized rows (q: mpad rows of mp_fp8_image_ld(K)
+ * codes, qs: their scales k-block major) · W, W the image img of `parts` K×N matrices, through
+ * cuBLASLt; mpad a multiple of 4. */
+static int lt_matmul(struct mp_compute *c, const void *img, int K, int N, int parts,
+                     const unsigned char *q, const float *qs, long mpad, bf16 *D)
 {
-    const long M = (long)parts * N, mpad = (m + 3) & ~3L;
+    const long M = (long)parts * N;
     const size_t ld = mp_fp8_image_ld(K);
-    if (lt_reserve(c, mpad, K, M) != MP_OK)
-        return MP_ERR_RUNTIME;
-    quantize_rows_kernel<<<dim3((unsigned)mpad, (unsigned)mp_fp8_blocks(K)), MP_FP8_BLOCK, 0,
-                           c->stream>>>(x, lda, K, m, mpad, ld, c->d_q, c->d_qs);
-    CUDACHECK(cudaGetLastError());
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld_ = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -1541,7 +1536,7 @@ static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const 
     const int32_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                   vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     const float *a_scale = mp_fp8_image_scales((const unsigned char *)img, K, N, parts),
-                *b_scale = c->d_qs;
+                *b_scale = qs;
     const float one = 1.0f, zero = 0.0f;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
@@ -1564,8 +1559,8 @@ static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const 
     LT_STEP(cublaslt.heuristic(c->lt, desc, la, lb, ld_, ld_, pref, 1, &h, &found));
     if (st == CUBLAS_STATUS_SUCCESS && found < 1)
         st = CUBLAS_STATUS_NOT_SUPPORTED;
-    LT_STEP(cublaslt.matmul(c->lt, desc, &one, img, la, c->d_q, lb, &zero, c->d_lt_out, ld_,
-                            c->d_lt_out, ld_, &h.algo, c->blas_ws, c->blas_ws_bytes, c->stream));
+    LT_STEP(cublaslt.matmul(c->lt, desc, &one, img, la, q, lb, &zero, D, ld_, D, ld_, &h.algo,
+                            c->blas_ws, c->blas_ws_bytes, c->stream));
 #undef LT_STEP
     if (pref)
         cublaslt.pref_destroy(pref);
@@ -1582,6 +1577,23 @@ static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const 
                  (int)st);
         return MP_ERR_RUNTIME;
     }
+    return MP_OK;
+}
+
+/* out (m rows, row stride M) = x (m rows, stride lda, K values) · W, W the image img of `parts`
+ * K×N matrices (M = parts·N outputs), through cuBLASLt: x quantized, the GEMM over m rounded up to
+ * 4 rows into the padded output, its first m rows copied to out. */
+static int lt_gemm(struct mp_compute *c, const bf16 *x, long lda, long m, const void *img, int K,
+                   int N, int parts, bf16 *out)
+{
+    const long M = (long)parts * N, mpad = (m + 3) & ~3L;
+    if (lt_reserve(c, mpad, K, M) != MP_OK)
+        return MP_ERR_RUNTIME;
+    quantize_rows_kernel<<<dim3((unsigned)mpad, (unsigned)mp_fp8_blocks(K)), MP_FP8_BLOCK, 0,
+                           c->stream>>>(x, lda, K, m, mpad, mp_fp8_image_ld(K), c->d_q, c->d_qs);
+    CUDACHECK(cudaGetLastError());
+    if (lt_matmul(c, img, K, N, parts, c->d_q, c->d_qs, mpad, c->d_lt_out) != MP_OK)
+        return MP_ERR_RUNTIME;
     CUDACHECK(cudaMemcpyAsync(out, c->d_lt_out, (size_t)m * (size_t)M * sizeof(bf16),
                               cudaMemcpyDeviceToDevice, c->stream));
     return MP_OK;
@@ -1620,9 +1632,10 @@ static int rows_decode(long rows) { return rows >= 1 && rows <= MP_SKINNY_ROWS; 
 static int rows_any(long rows) { return rows >= 1; }
 static int rows_large(long rows) { return rows > MP_SKINNY_ROWS; }
 
-/* --weight-dtype fp8: --gemm skinny runs the experts of at most MP_SKINNY_ROWS rows through
- * moeperf's kernel and the larger ones as --gemm loop does; loop runs every expert through the
- * large-expert path (ffn_fp8_large). */
+/* --weight-dtype fp8: --gemm loop runs every expert through cuBLASLt (ffn_fp8_large), grouped
+ * every expert through moeperf's kernel (one launch per stage for all of them, in pieces of
+ * MP_SKINNY_ROWS rows, so a larger expert streams its weights once per piece), skinny the experts
+ * of at most MP_SKINNY_ROWS rows through moeperf's kernel and the larger ones as loop. */
 static int ffn_fp8(struct mp_compute *c, const struct mp_ffn_args *a)
 {
     if (!fp8w_fits(a)) {
@@ -1635,6 +1648,8 @@ static int ffn_fp8(struct mp_compute *c, const struct mp_ffn_args *a)
             return MP_ERR_RUNTIME;
         return ffn_fp8_large(c, a, rows_large);
     }
+    if (a->gemm == MP_GEMM_GROUPED)
+        return ffn_fp8_own(c, a, rows_any);
     return ffn_fp8_large(c, a, rows_any);
 }
 
@@ -1941,13 +1956,72 @@ __global__ void fill_random_kernel(bf16 *x, size_t n, uint32_t seed)
 }
 
 /* Best of 5: an 8192³ bf16 GEMM on random operands (2·8192³ FLOPs) and a 1 GiB device copy (read + written). */
-static int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *bytes_per_s)
+/* The FP8 GEMM rate: the best of a few cuBLASLt block-scaled FP8 GEMMs of n×n×n (as --gemm loop
+ * runs fp8 weights: the image's BLK128x128 scales, the rows' VEC128 ones), on random codes of
+ * magnitude up to 2 (no NaN) with unit scales. */
+__global__ void fill_codes_kernel(unsigned char *q, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        q[i] = (unsigned char)((h & 0x80u) | (h % 0x40u)); /* exponent field below 8: |v| < 2 */
+    }
+}
+__global__ void fill_ones_kernel(float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = 1.0f;
+}
+
+static int measure_fp8_gemm(struct mp_compute *c, int n, double *flops_per_s)
+{
+    const size_t img = mp_fp8_image_bytes(n, n, 1), q = (size_t)n * mp_fp8_image_ld(n);
+    const size_t qs = (size_t)n * mp_fp8_blocks(n);
+    unsigned char *a = NULL, *b = NULL;
+    float *bs = NULL;
+    bf16 *d = NULL;
+    int rc = MP_ERR_RUNTIME;
+    *flops_per_s = 0;
+    if (cudaMalloc((void **)&a, img) != cudaSuccess || cudaMalloc((void **)&b, q) != cudaSuccess ||
+        cudaMalloc((void **)&bs, qs * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&d, (size_t)n * n * sizeof(bf16)) != cudaSuccess) {
+        mp_error("cannot allocate the FP8 roofline GEMM buffers");
+        goto out;
+    }
+    fill_codes_kernel<<<1024, 256, 0, c->stream>>>(a, mp_fp8_image_scales_at(n, n, 1), 3u);
+    fill_ones_kernel<<<64, 256, 0, c->stream>>>((float *)(void *)(a + mp_fp8_image_scales_at(n, n, 1)),
+                                               (img - mp_fp8_image_scales_at(n, n, 1)) / sizeof(float));
+    fill_codes_kernel<<<1024, 256, 0, c->stream>>>(b, q, 4u);
+    fill_ones_kernel<<<64, 256, 0, c->stream>>>(bs, qs);
+    for (int i = 0; i < 6; i++) {
+        cudaEventRecord(c->ev[0], c->stream);
+        if (lt_matmul(c, a, n, n, 1, b, bs, n, d) != MP_OK)
+            goto out;
+        cudaEventRecord(c->ev[1], c->stream);
+        cudaEventSynchronize(c->ev[1]);
+        double us = cuda_elapsed_us(c, 0, 1);
+        if (i > 0 && us > 0 && 2.0 * n * n * n / (us * 1e-6) > *flops_per_s)
+            *flops_per_s = 2.0 * n * n * n / (us * 1e-6);
+    }
+    rc = MP_OK;
+out:
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(bs);
+    cudaFree(d);
+    return rc;
+}
+
+static int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
+                             double *bytes_per_s)
 {
     const int n = 8192;
     const size_t bytes = (size_t)1 << 30;
     void *a = NULL, *b = NULL, *d = NULL;
     int rc = MP_ERR_RUNTIME;
     double best_f = 0, best_b = 0;
+    if (measure_fp8_gemm(c, n, fp8_flops_per_s) != MP_OK)
+        return MP_ERR_RUNTIME;
     if (cudaMalloc(&a, (size_t)n * n * sizeof(bf16)) != cudaSuccess ||
         cudaMalloc(&b, (size_t)n * n * sizeof(bf16)) != cudaSuccess ||
         cudaMalloc(&d, (size_t)n * n * sizeof(bf16)) != cudaSuccess) {
@@ -2068,7 +2142,7 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
-    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_SKINNY,
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
     .preselect = cuda_preselect,
     .init = cuda_init,
     .fini = cuda_fini,
