@@ -548,7 +548,7 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
  * peak[1] (bytes/s); a measured roofline is likewise what the device achieves, not its datasheet. */
 static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, double *peak)
 {
-    peak[0] = (wdt == MP_DTYPE_FP8 ? cl->flops_fp8 : cl->flops) * cl->flops_eff;
+    peak[0] = wdt == MP_DTYPE_FP8 ? cl->flops_fp8 * cl->flops_fp8_eff : cl->flops * cl->flops_eff;
     peak[1] = cl->hbm_bw * cl->hbm_eff;
 }
 
@@ -644,7 +644,8 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
     int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
     if (rc == MP_OK && s->modelled) {
         double us = mp_model_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
-                                           (double)w.crit_rows, w.crit_active, (int)wc->dt);
+                                           (double)w.crit_rows, w.crit_active, (int)wc->dt,
+                                           sw->gemm);
         for (int i = 0; i < s->o.iters; i++)
             sw->ffn[i] = us;
         model_peaks(&s->cluster, wc->dt, peak);

@@ -64,7 +64,7 @@ extern const char *const mp_cpu_bind_choices[];
      "bind a GPU rank to its GPU's NUMA node: gpu, auto (when the launcher did not bind), none"}
 #define MP_OPT_CLUSTER                                                                             \
     {"cluster", MP_OPT_STRING, MP_O(cluster), NULL, MP_NOLIMIT, NULL, "NAME|FILE",                 \
-     "cluster profile for --backend model: h100-ndr, h200-ndr, a100-hdr, b200-xdr or a file"}
+     "cluster profile for --backend model: h100-ndr, h200-ndr, h800-ib, a100-hdr, b200-xdr, cpu-host or a file"}
 #define MP_OPT_WORLD                                                                               \
     {"world", MP_OPT_INT, MP_O(world), NULL, 1, 1 << 20, NULL, NULL,                               \
      "virtual ranks for --backend model (default: the first --layout's tp·ep)"}

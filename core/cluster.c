@@ -26,24 +26,40 @@ const struct mp_cluster_param mp_cluster_params[] = {
     {"inter_eff", P(inter_eff), "fraction", "achieved fraction of the inter-node bandwidth", 1},
     {"intra_lat_us", P(intra_lat_us), "µs", "latency of one exchange round inside a node", 1},
     {"inter_lat_us", P(inter_lat_us), "µs", "latency of one exchange round across nodes", 1},
-    {"launch_us", P(launch_us), "µs", "overhead per active expert and per phase", 1},
+    {"launch_us", P(launch_us), "µs", "overhead per phase, and per active expert of a GEMM loop", 1},
     {"congestion", P(congestion), "-", "γ in 1 + γ·log2(incast flows) on inter-node time", 1},
     {"gpu_mem_gb", P(gpu_mem_gb), "GB", "device memory per GPU (0: not known, not checked)", 0},
     {"mem_reserve", P(mem_reserve), "fraction",
      "share of device memory kept for the runtime, activations and buffers", 0},
     {"flops_fp8", P(flops_fp8), "FLOP/s", "dense peak per GPU of GEMMs on fp8 inputs (optional: "
      "flops when absent)", 0},
+    {"ffn_call_us", P(ffn_call_us), "µs", "fixed cost of one fused expert-FFN call (optional: 0)",
+     1},
+    {"ffn_blend", P(ffn_blend), "fraction", "share of the smaller of the FFN's compute and "
+     "weight-load times not hidden under the larger (optional: 0)", 1},
+    {"flops_fp8_eff", P(flops_fp8_eff), "fraction", "achieved fraction of the fp8 FLOP/s peak "
+     "(optional: flops_eff)", 1},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
 /* Hardware figures: vendor datasheets (dense, without sparsity; memory: H100 SXM 80 GB, H200 141 GB,
- * A100 SXM4 80 GB, B200 192 GB; docs/planning.md cites them); behaviour figures are starting
- * assumptions that calibration replaces. flops_fp8: H100/H200 SXM 1979 TFLOP/s (the datasheet's
- * 3958 is with sparsity), HGX B200 4.5 PFLOP/s; the A100 has no fp8 tensor cores, so its profile
- * carries the bf16 rate (fp8 weights then only read fewer bytes). */
-#define BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.8, .intra_eff = 0.7, .inter_eff = 0.85,            \
-                  .intra_lat_us = 8, .inter_lat_us = 20, .launch_us = 4, .congestion = 0.15,             \
-                  .mem_reserve = MP_MEM_RESERVE_DEFAULT
+ * H800 SXM 80 GB, A100 SXM4 80 GB, B200 192 GB; docs/planning.md cites them); behaviour figures are
+ * fitted to published measurements of real clusters (docs/validation.md, ci/validate) where they
+ * exist and starting assumptions that calibration replaces elsewhere. flops_fp8: H100/H200/H800
+ * SXM 1979 TFLOP/s (the datasheet's 3958 is with sparsity), HGX B200 4.5 PFLOP/s; the A100 has no
+ * fp8 tensor cores, so its profile carries the bf16 rate (fp8 weights then only read fewer bytes).
+ * H800: H100's compute and memory with NVLink cut to 400 GB/s (200 GB/s per direction); a 400 Gb/s
+ * ConnectX-7 NIC per GPU, as DeepEP's published runs had. congestion 0: a non-blocking fat tree
+ * keeps every NIC near line rate at any EP size (DeepEP, NCCL; docs/validation.md); a profile that
+ * expects incast to slow a tree sets it. */
+/* the behaviour of the GPU presets but their network's: the FFN fitted to vLLM's fused-MoE kernel
+ * on H100 (docs/validation.md); then the network's: NCCL's all-to-all on NDR (H100, H200: 46-49 of
+ * 50 GB/s per NIC) and DeepEP's kernels (H800) */
+#define FFN_BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.85, .launch_us = 4, .congestion = 0,            \
+                      .mem_reserve = MP_MEM_RESERVE_DEFAULT, .ffn_call_us = 25, .ffn_blend = 0.5,   \
+                      .flops_fp8_eff = 0.1
+#define BEHAVIOUR FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.95, .intra_lat_us = 8,              \
+                  .inter_lat_us = 20
 const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
@@ -51,6 +67,11 @@ const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141,
      .flops_fp8 = 1979e12, BEHAVIOUR},
+    /* its network behaviour fitted to DeepEP's published kernels (docs/validation.md) */
+    {.name = "h800-ib", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
+     .intra_bw = 200e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
+     .flops_fp8 = 1979e12, FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.9, .intra_lat_us = 20,
+     .inter_lat_us = 20},
     {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
      .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80,
      .flops_fp8 = 312e12, BEHAVIOUR},
@@ -63,7 +84,7 @@ const struct mp_cluster mp_cluster_presets[] = {
     {.name = "cpu-host", .flops = 100e9, .hbm_bw = 20e9, .gpus_per_node = 2, .intra_bw = 10e9,
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
-     .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9},
+     .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -98,9 +119,11 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
         double v = get(c, i);
         int ok = isfinite(v);
         int zero_ok = strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion") ||
-                      !strcmp(k, "gpu_mem_gb");
+                      !strcmp(k, "gpu_mem_gb") || !strcmp(k, "ffn_call_us");
         if (strstr(k, "_eff"))
             ok = ok && v > 0 && v <= 1;
+        else if (!strcmp(k, "ffn_blend"))
+            ok = ok && v >= 0 && v <= 1;
         else if (!strcmp(k, "mem_reserve"))
             ok = ok && v >= 0 && v < 1;
         else if (zero_ok)
@@ -110,6 +133,7 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
         if (!ok) {
             mp_usage("%s: %s = %g is out of range (%s)", what, k, v,
                      strstr(k, "_eff")              ? "a fraction in (0, 1]"
+                     : !strcmp(k, "ffn_blend")      ? "a fraction in [0, 1]"
                      : !strcmp(k, "mem_reserve") ? "a fraction in [0, 1)"
                      : zero_ok                      ? ">= 0"
                                                     : "> 0");
@@ -184,10 +208,12 @@ static int read_file(const char *path, struct mp_cluster *out)
                 if (!strcmp(mp_cluster_params[i].key, key))
                     idx = i;
             if (idx < 0) {
-                mp_usage("cluster file %s line %d: unknown key '%s' (accepted: name, base, flops, "
-                         "hbm_bw, gpus_per_node, intra_bw, inter_bw, elem_bytes, flops_eff, "
-                         "hbm_eff, intra_eff, inter_eff, intra_lat_us, inter_lat_us, launch_us, "
-                         "congestion, gpu_mem_gb, mem_reserve, flops_fp8)", path, ln, key);
+                char keys[512] = "name, base";
+                for (int i = 0; i < mp_cluster_nparams; i++)
+                    snprintf(keys + strlen(keys), sizeof keys - strlen(keys), ", %s",
+                             mp_cluster_params[i].key);
+                mp_usage("cluster file %s line %d: unknown key '%s' (accepted: %s)", path, ln, key,
+                         keys);
                 rc = MP_ERR_USAGE;
                 break;
             }
@@ -221,12 +247,23 @@ static int read_file(const char *path, struct mp_cluster *out)
             c.flops_fp8 = c.flops;
             continue;
         }
+        if (!seen[i] && (mp_cluster_params[i].offset == P(ffn_call_us) ||
+                         mp_cluster_params[i].offset == P(ffn_blend))) {
+            *(double *)((char *)&c + mp_cluster_params[i].offset) = 0;
+            continue;
+        }
+        if (!seen[i] && mp_cluster_params[i].offset == P(flops_fp8_eff)) {
+            c.flops_fp8_eff = NAN; /* flops_eff's, once it is read */
+            continue;
+        }
         if (!seen[i]) {
             mp_usage("cluster file %s: missing '%s' (%s; or start from a preset with base=NAME)",
                      path, mp_cluster_params[i].key, mp_cluster_params[i].meaning);
             return MP_ERR_USAGE;
         }
     }
+    if (isnan(c.flops_fp8_eff))
+        c.flops_fp8_eff = c.flops_eff;
     if (name[0])
         snprintf(c.name, sizeof c.name, "%s", name);
     else
@@ -242,8 +279,13 @@ static int read_file(const char *path, struct mp_cluster *out)
 int mp_cluster_resolve(const char *spec, struct mp_cluster *out)
 {
     if (!spec || !*spec) {
-        mp_usage("--cluster: a preset or profile file is needed (h100-ndr, h200-ndr, a100-hdr, "
-                 "b200-xdr, or a key=value file)");
+        char names[256] = "";
+        for (int i = 0; i < mp_cluster_npresets; i++)
+            if (strlen(names) + strlen(mp_cluster_presets[i].name) + 3 < sizeof names) {
+                strcat(names, mp_cluster_presets[i].name);
+                strcat(names, ", ");
+            }
+        mp_usage("--cluster: a preset or profile file is needed (%sor a key=value file)", names);
         return MP_ERR_USAGE;
     }
     if (find_preset(spec, out))
@@ -263,26 +305,33 @@ int mp_cluster_write(const struct mp_cluster *c, FILE *f)
 
 /* ---- equations ---- */
 
-double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active)
+double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active,
+                       int gemm)
 {
     if (active <= 0 && flops <= 0)
         return 0;
-    double compute = flops / (c->flops * c->flops_eff);
-    double memory = weight_bytes / (c->hbm_bw * c->hbm_eff);
-    return (compute > memory ? compute : memory) * 1e6 + c->launch_us * active;
+    /* docs/planning.md, "Expert FFN": the roofline, smoothed by β where compute and weight loads
+     * are close, plus the launches of a GEMM loop or the fixed cost of one fused call */
+    double compute = flops / (c->flops * c->flops_eff) * 1e6;
+    double memory = weight_bytes / (c->hbm_bw * c->hbm_eff) * 1e6;
+    double hi = compute > memory ? compute : memory, lo = compute > memory ? memory : compute;
+    double fixed = gemm == MP_GEMM_LOOP ? c->launch_us * active : c->ffn_call_us;
+    return hi + c->ffn_blend * lo + fixed;
 }
 
 double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
-                              int weight_dtype)
+                              int weight_dtype, int gemm)
 {
     /* docs/planning.md, the model's equations: the FFN's roofline, fp8 GEMMs at flops_fp8 */
     struct mp_cluster at = *c;
-    if (weight_dtype == MP_DTYPE_FP8)
+    if (weight_dtype == MP_DTYPE_FP8) {
         at.flops = c->flops_fp8;
+        at.flops_eff = c->flops_fp8_eff;
+    }
     return mp_model_ffn_us(&at, 6.0 * H * (double)Dl * rows,
                            active * mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, Dl,
                                                            c->elem_bytes),
-                           active);
+                           active, gemm);
 }
 
 double mp_model_exchange_us(const struct mp_cluster *c, double intra_max_bytes,

@@ -18,7 +18,7 @@ struct mp_cluster {
     /* fitted or assumed behaviour */
     double flops_eff, hbm_eff, intra_eff, inter_eff; /* achieved fraction of each peak, (0, 1] */
     double intra_lat_us, inter_lat_us; /* per exchange round on each link class */
-    double launch_us;     /* per active expert (kernel launch and tail) and per phase */
+    double launch_us;     /* per phase, and per active expert of an FFN run as a GEMM loop */
     double congestion;    /* γ: inter-node time × (1 + γ·log2(incast flows)), ≥ 0 */
     /* memory (hardware facts; never fitted) */
     double gpu_mem_gb;    /* device memory per GPU, GB (1e9 bytes); 0: not known, not checked */
@@ -27,6 +27,11 @@ struct mp_cluster {
     /* hardware, optional in a file (the bf16 rate when absent): dense FLOP/s per GPU of a GEMM on
      * fp8 inputs, the rate of the expert FFN with --weight-dtype fp8 */
     double flops_fp8;
+    /* behaviour, optional in a file: the fixed cost of one fused expert-FFN call (--gemm grouped
+     * or skinny: sorting, top-k, launches; default 0), the share β of the smaller of an FFN's
+     * compute and weight-load times that does not hide under the larger (default 0: the plain
+     * roofline), and the achieved fraction of flops_fp8 (default flops_eff) */
+    double ffn_call_us, ffn_blend, flops_fp8_eff;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */
@@ -65,15 +70,19 @@ double *mp_cluster_param_ptr(struct mp_cluster *c, int i);
 
 /* ---- the model's equations (docs/planning.md) ---- */
 
-/* Expert FFN of one rank: max(flops / (F·e_F), bytes / (M·e_M)) + launch·active  [µs] */
-double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active);
+/* Expert FFN of one rank (docs/planning.md, "Expert FFN"): with C = flops / (F·e_F) and
+ * M = bytes / (B·e_B), max(C, M) + β·min(C, M), plus launch·active for a GEMM loop (`gemm`
+ * MP_GEMM_LOOP: a launch per expert) or the one fused call's ffn_call_us otherwise  [µs] */
+double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active,
+                       int gemm);
 
 /* The expert FFN of one rank: `rows` rows (shared ones included) over `active` experts of shard
- * H×Dl with weights in `weight_dtype` (enum mp_dtype): FLOPs 6·H·Dl·rows at F = flops for bf16 or
- * flops_fp8 for fp8, weight bytes active · mp_expert_weight_bytes (core/dtype.h: fp8 codes and
- * block scales for fp8), into mp_model_ffn_us's roofline  [µs] */
+ * H×Dl with weights in `weight_dtype` (enum mp_dtype): FLOPs 6·H·Dl·rows at F·e_F = flops·flops_eff
+ * for bf16 or flops_fp8·flops_fp8_eff for fp8, weight bytes active · mp_expert_weight_bytes
+ * (core/dtype.h: fp8 codes and block scales for fp8), into mp_model_ffn_us with `gemm` (enum
+ * mp_gemm)  [µs] */
 double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
-                              int weight_dtype);
+                              int weight_dtype, int gemm);
 
 /* One exchange round of an all-to-all for one rank: latency of each link class it uses, plus the
  * largest volume any rank sends or receives on that class over the class bandwidth; the

@@ -491,6 +491,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         t[d].straggle_rank = pt->straggle_rank;
         t[d].straggle_us = pt->straggle_us > 0 ? pt->straggle_us : 0;
         t[d].weight_dtype = pt->weight_dtype;
+        t[d].gemm = pt->gemm;
         t[d].dispatch_scale = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
                                                     m->hidden * cl->elem_bytes) /
                               (m->hidden * cl->elem_bytes);
@@ -556,9 +557,10 @@ static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
  * alone), or with --weight-dtype fp8 the fp8 rate and the bytes of codes and block scales
  * (mp_model_expert_ffn_us). */
 static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
-                     int active, int weight_dtype)
+                     int active, const struct mp_vtraffic *t)
 {
-    return mp_model_expert_ffn_us(cl, m->hidden, m->ffn / tp, rows, active, weight_dtype);
+    return mp_model_expert_ffn_us(cl, m->hidden, m->ffn / tp, rows, active, t->weight_dtype,
+                                  t->gemm);
 }
 
 /* The debug straggler's extra FFN time at world rank ep_rank·tp + tp_rank, and what a TP peer of
@@ -640,7 +642,7 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
         ffn[p] = reduce[p] = 0;
         for (int k = 0; k < N; k++) {
             double rows = t->chunk_rows[k * ep + p] + (k == 0 ? m->shared * t->tokens[p] : 0);
-            double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p], t->weight_dtype);
+            double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p], t);
             double r = mp_model_allreduce_us(cl, rows * row_bytes, tp);
             compute[(size_t)k * ep + p] = f + r;
             ffn[p] += f;
@@ -713,7 +715,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
     }
     double slowest = 0;
     for (int p = 0; p < ep; p++) {
-        double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p], t->weight_dtype);
+        double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p], t);
         double r = mp_model_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];

@@ -39,6 +39,7 @@ struct mp_vtraffic {
      * the deduplicated hops, which count the dispatch's own */
     double dispatch_scale;
     int weight_dtype; /* --weight-dtype (enum mp_dtype): the FFN's rate and weight bytes */
+    int gemm;         /* --gemm (enum mp_gemm): a loop's launches or one fused call */
     double *tokens, *rows, *ffn_rows, *pairs, *local; /* [ep] per EP rank */
     double *dropped;                                  /* [ep] pairs over capacity it sent */
     int *active;                                      /* [ep] experts with rows, shared included */

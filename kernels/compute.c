@@ -70,7 +70,6 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     if (o->memory == MP_MEMORY_VIRTUAL) {
         REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
                 "is virtual but fills a hook that moves data");
-        REQUIRE(!o->gemm_modes, "is virtual but claims gemm modes");
     } else {
         REQUIRE(data == 16, "holds data but lacks one of alloc, free, upload, download, "
                             "upload_bytes, download_bytes, gate, permute, copy_rows, expert_ffn, "

@@ -44,8 +44,27 @@ static double compute_elem_bytes(const cJSON *lib)
     return 2;
 }
 
-/* Hardware facts of a run from its run.json: ranks per node and element bytes. */
-static int run_facts(const char *dir, int *gpn, double *elem)
+/* The run's --gemm (enum mp_gemm) from its command line in run.json's argv; loop when absent. */
+static int run_gemm(const cJSON *j)
+{
+    const cJSON *argv = cJSON_GetObjectItemCaseSensitive(j, "argv"), *a;
+    const char *prev = "";
+    int gemm = MP_GEMM_LOOP;
+    cJSON_ArrayForEach(a, argv)
+    {
+        const char *v = cJSON_IsString(a) ? a->valuestring : "";
+        const char *word = !strcmp(prev, "--gemm") ? v : !strncmp(v, "--gemm=", 7) ? v + 7 : NULL;
+        if (word)
+            gemm = !strcmp(word, "grouped") ? MP_GEMM_GROUPED
+                   : !strcmp(word, "skinny") ? MP_GEMM_SKINNY
+                                             : MP_GEMM_LOOP;
+        prev = v;
+    }
+    return gemm;
+}
+
+/* Hardware facts of a run from its run.json: ranks per node and element bytes, and its --gemm. */
+static int run_facts(const char *dir, int *gpn, double *elem, int *gemm)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
@@ -71,6 +90,7 @@ static int run_facts(const char *dir, int *gpn, double *elem)
         mp_usage("--calibrate: %s is not valid JSON", path);
         return MP_ERR_USAGE;
     }
+    *gemm = run_gemm(j);
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(j, "cluster");
     const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
@@ -241,7 +261,8 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
             struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
                                   .placement = &p->placement, .iters = CAL_DRAWS,
                                   .overlap = overlap, .dispatch = mode,
-                                  .dispatch_arg = dispatch_arg, .dedup = (int)dedup_mode};
+                                  .dispatch_arg = dispatch_arg, .dedup = (int)dedup_mode,
+                                  .gemm = set->gemm};
             rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, seed, &pt, &p->traffic,
                                    &p->ndraws);
         }
@@ -308,6 +329,7 @@ static int load_ffn(struct mp_calib_set *set, const char *dir, const struct mp_t
         p->weight_bytes = num(t, r, MPC_weight_bytes);
         p->active = int_cell(t, r, MPC_active_experts);
         p->meas[CAL_FFN_FFN] = num(t, r, MPC_ffn_us);
+        p->gemm = set->gemm;
         snprintf(p->label, sizeof p->label, "%s: ffn batch %.0f", dir, num(t, r, MPC_batch));
     }
     return rc;
@@ -322,7 +344,7 @@ int mp_calib_load(const char *const *dirs, int ndirs, const struct mp_cluster *b
     for (int d = 0; d < ndirs && rc == MP_OK; d++) {
         int gpn;
         double elem;
-        rc = run_facts(dirs[d], &gpn, &elem);
+        rc = run_facts(dirs[d], &gpn, &elem, &set->gemm);
         if (rc != MP_OK)
             break;
         if (!facts) {
@@ -410,7 +432,9 @@ double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_c
     if (p->tool == 1)
         return col == CAL_A2A_TIME ? a2a_us(cl, p->tp, p->ep, p->bytes_per_peer) : NAN;
     if (p->tool == 2)
-        return col == CAL_FFN_FFN ? mp_model_ffn_us(cl, p->flops, p->weight_bytes, p->active) : NAN;
+        return col == CAL_FFN_FFN
+                   ? mp_model_ffn_us(cl, p->flops, p->weight_bytes, p->active, p->gemm)
+                   : NAN;
     if (col > CAL_LAYER_LAYER)
         return NAN;
     int N = p->tp * p->ep;
@@ -478,7 +502,10 @@ static void apply(struct fit_ctx *f, const double *theta)
 {
     for (int j = 0; j < f->k; j++) {
         double x = exp(theta[j]);
-        *mp_cluster_param_ptr(&f->cl, f->idx[j]) = is_rate(f->idx[j]) ? x : fmax(0, x - FLOOR);
+        double v = is_rate(f->idx[j]) ? x : fmax(0, x - FLOOR);
+        if (!strcmp(mp_cluster_params[f->idx[j]].key, "ffn_blend")) /* a share: at most 1 */
+            v = fmin(1, v);
+        *mp_cluster_param_ptr(&f->cl, f->idx[j]) = v;
     }
 }
 
@@ -629,6 +656,7 @@ int mp_calib_fit(const struct mp_calib_set *set, struct mp_cluster *out, int *fr
         const char *eff;
         size_t peak;
     } fold[] = {{"flops_eff", offsetof(struct mp_cluster, flops)},
+                {"flops_fp8_eff", offsetof(struct mp_cluster, flops_fp8)},
                 {"hbm_eff", offsetof(struct mp_cluster, hbm_bw)},
                 {"intra_eff", offsetof(struct mp_cluster, intra_bw)},
                 {"inter_eff", offsetof(struct mp_cluster, inter_bw)}};

@@ -31,14 +31,15 @@ struct mp_calib_point {
     int ndraws;
     /* a2a: uniform pattern */
     double bytes_per_peer;
-    /* ffn */
+    /* ffn, and the layer's FFN: the run's --gemm (enum mp_gemm) */
     double flops, weight_bytes;
-    int active;
+    int active, gemm;
 };
 
 struct mp_calib_set {
     struct mp_cluster base; /* hardware facts (and starting behaviour) */
     int n, cap;
+    int gemm; /* while loading: the --gemm of the run being loaded */
     struct mp_calib_point *pts;
 };
 

@@ -367,8 +367,8 @@ static int run_plan(struct plan_opts *o)
     int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
     long *batches = NULL;
     if (!o->b.cluster) {
-        mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, a100-hdr, "
-                 "b200-xdr or a file from --calibrate)");
+        mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, h800-ib, "
+                 "a100-hdr, b200-xdr or a file from --calibrate)");
         return MP_ERR_USAGE;
     }
     if (mp_bench_model(&o->b, &q.model) != MP_OK || mp_cluster_resolve(o->b.cluster, &q.cluster) != MP_OK)

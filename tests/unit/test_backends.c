@@ -121,9 +121,6 @@ static void test_broken_compute(void)
     t = mp_compute_model;
     t.memory = MP_MEMORY_HOST;
     CHECK(compute_refused(&t, "host memory without kernels"));
-    t = mp_compute_model;
-    t.gemm_modes = 1u << MP_GEMM_GROUPED;
-    CHECK(compute_refused(&t, "virtual with a gemm mode"));
     t = mp_compute_cpu;
     t.fp8_gemm_modes = 0;
     CHECK(compute_refused(&t, "fp8 weights claimed without an fp8 gemm mode"));

@@ -122,21 +122,31 @@ int main(void)
                            .intra_eff = 1, .inter_eff = 0.5, .intra_lat_us = 10,
                            .inter_lat_us = 20, .launch_us = 3, .congestion = 1};
     /* memory-bound: 1e6 bytes / 0.5e9 = 2000 µs > 1e6 FLOP / 0.5e12 = 2 µs; + 3 µs × 2 experts */
-    CHECK_NEAR(mp_model_ffn_us(&r, 1e6, 1e6, 2), 2006, 1e-12);
+    CHECK_NEAR(mp_model_ffn_us(&r, 1e6, 1e6, 2, MP_GEMM_LOOP), 2006, 1e-12);
     /* compute-bound: 2e9 FLOP / 0.5e12 = 4000 µs > 2000 µs */
-    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2), 4006, 1e-12);
+    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4006, 1e-12);
+    /* a fused call pays ffn_call_us once, not a launch per expert; β adds its share of the
+     * smaller time: 4000 + 0.25·2000 + 7 */
+    r.ffn_call_us = 7;
+    r.ffn_blend = 0.25;
+    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_GROUPED), 4507, 1e-12);
+    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_SKINNY), 4507, 1e-12);
+    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4506, 1e-12);
+    r.ffn_call_us = r.ffn_blend = 0;
     /* the expert FFN in bf16 and fp8 (H 256, Dl 128, 2 experts): bf16 reads 3·256·128·2 bytes
-     * each, fp8 3·256·128 codes + 4·3·(2·1) scale bytes each and computes at flops_fp8 */
+     * each, fp8 3·256·128 codes + 4·3·(2·1) scale bytes each and computes at flops_fp8 with its
+     * own efficiency */
     r.flops_fp8 = 4e12;
+    r.flops_fp8_eff = 0.25;
     double fl = 6.0 * 256 * 128 * 1e4; /* 1e4 rows: compute-bound in both */
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_BF16),
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
                fl / 0.5e12 * 1e6 + 6, 1e-9);
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_FP8),
-               fl / 2e12 * 1e6 + 6, 1e-9);
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
+               fl / 1e12 * 1e6 + 6, 1e-9);
     /* one row: memory-bound, the weight bytes over 0.5e9 B/s */
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_BF16),
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
                2.0 * 3 * 256 * 128 * 2 / 0.5e9 * 1e6 + 6, 1e-9);
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_FP8),
+    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
                2.0 * (3 * 256 * 128 + 4 * 3 * 2) / 0.5e9 * 1e6 + 6, 1e-9);
     /* intra only: 10 + 1e6 / 1e9 s = 1010 µs */
     CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 0, 1, 0, 1), 1010, 1e-12);

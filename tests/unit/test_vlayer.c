@@ -59,6 +59,7 @@ static void check_link_bytes(const struct mp_cluster *base, int gpn)
 {
     struct mp_cluster cl = *base;
     cl.gpus_per_node = gpn;
+    cl.ffn_blend = 0; /* the plain roofline: every rank's FFN, and so its wait, alike */
     long T = 256, per = T / EP;
     int K = model.topk, per_rank = model.experts / EP;
     struct mp_point pt = {.batch = T, .seq = 1, .routing = &routing, .placement = &placement,
@@ -199,7 +200,8 @@ int main(void)
     double slowest = 0, HD = (double)model.hidden * model.ffn;
     for (int p = 0; p < EP; p++) {
         double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
-                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p]);
+                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p],
+                                   MP_GEMM_LOOP);
         slowest = f > slowest ? f : slowest;
     }
     double L = h100.launch_us + counts + (h100.launch_us + data) + slowest + (h100.launch_us + data);
@@ -266,7 +268,8 @@ int main(void)
         CHECK_INT(t[0].active[p], placement.max_local + model.shared);
         kept += t[0].rows[p];
         double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
-                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p]);
+                                   3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p],
+                                   MP_GEMM_LOOP);
         slowest = f > slowest ? f : slowest;
     }
     CHECK_NEAR(kept, 256.0 * model.topk, 0); /* every pair kept */
