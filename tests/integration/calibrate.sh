@@ -20,6 +20,7 @@ intra_lat_us = 12.5
 inter_lat_us = 31
 launch_us = 6.2
 congestion = 0.4
+ffn_blend = 0.3
 INI
 W="--model seed-k3 --hidden 2048 --ffn 1024 --experts 64 --batch 1:4096:x4 --routing uniform,hot:4:10 --iters 8 --quiet"
 # one node (intra-node links only) and two nodes (both link classes), TP 1 and 2
@@ -44,7 +45,7 @@ def read(path):
 fit = read(sys.argv[1])
 truth = {"flops": 989e12 * 0.55, "hbm_bw": 3.35e12 * 0.66, "intra_bw": 450e9 * 0.61,
          "inter_bw": 50e9 * 0.73, "intra_lat_us": 12.5, "inter_lat_us": 31, "launch_us": 6.2,
-         "congestion": 0.4}
+         "congestion": 0.4, "ffn_blend": 0.3}
 bad = 0
 for k, want in truth.items():
     got = float(fit[k])

@@ -71,18 +71,24 @@ refused "$BIN/moeperf-layer" --backend model --comm model --cluster "$TMP/unknow
 # moeperf-a2a's uniform pattern on 32 virtual ranks (4 nodes of 8): one exchange round whose time
 # is the profile's equation (docs/planning.md) for the largest volume a rank moves on each link
 # class, the inter-node part stretched by the incast of senders from other nodes; and
-# moeperf-ffn's points: the FFN roofline of the critical rank's rows and active experts
-"$BIN/moeperf-a2a" --backend model --comm model --cluster h100-ndr --world 32 \
+# moeperf-ffn's points: the FFN roofline of the critical rank's rows and active experts (a GEMM
+# loop's launches and one fused call's cost). The a2a runs on a profile with congestion (the
+# presets have none: a non-blocking fat tree), the first seed's "congestion tree", to see incast.
+printf 'base = h100-ndr\ncongestion = 0.15\n' >"$TMP/tree.ini"
+"$BIN/moeperf-a2a" --backend model --comm model --cluster "$TMP/tree.ini" --world 32 \
     --layout tp1ep32,tp2ep16,tp4ep8 --bytes 1K,1M --iters 2 --warmup 1 --quiet --out "$TMP/a2a" ||
     fail "modelled a2a exit $?"
 "$BIN/moeperf-ffn" --backend model --comm model --cluster h100-ndr --world 8 --shared 1 \
     --layout tp1ep8,tp2ep4 --batch 1,64,512 --routing uniform,zipf:1.2 --weight-dtype bf16,fp8 \
     --iters 2 --quiet --out "$TMP/ffn" || fail "modelled ffn exit $?"
-python3 - "$TMP/a2a" "$TMP/ffn" <<'PY' || fail "modelled a2a or ffn times are not the profile's formulas"
+"$BIN/moeperf-ffn" --backend model --comm model --cluster h100-ndr --world 8 --shared 1 \
+    --layout tp1ep8 --batch 1,512 --routing uniform --weight-dtype bf16,fp8 --gemm grouped \
+    --iters 2 --quiet --out "$TMP/ffn-fused" || fail "modelled fused ffn exit $?"
+python3 - "$TMP/a2a" "$TMP/ffn" "$TMP/ffn-fused" <<'PY' || fail "modelled a2a or ffn times are not the profile's formulas"
 import csv, json, math, sys
 def close(a, b):
     return abs(a - b) <= 1e-5 * max(abs(a), abs(b)) + 1e-9
-a2a, ffn = sys.argv[1:3]
+a2a, ffn, fused = sys.argv[1:4]
 cl = json.load(open(f"{a2a}/run.json"))["cluster"]
 assert cl["congestion"] > 0, "a profile with congestion is needed to see the incast term"
 def exchange_us(intra_max, inter_max, uses_intra, uses_inter, incast):
@@ -110,14 +116,18 @@ cl = json.load(open(f"{ffn}/run.json"))["cluster"]
 def fp8_bytes(k, m):
     return k * m + 4 * math.ceil(k / 128) * math.ceil(m / 128)
 n = 0
-for r in csv.DictReader(open(f"{ffn}/ffn.csv")):
+rows_of = [(r, "loop") for r in csv.DictReader(open(f"{ffn}/ffn.csv"))]
+rows_of += [(r, "grouped") for r in csv.DictReader(open(f"{fused}/ffn.csv"))]
+for r, gemm in rows_of:
     H, Dl = int(r["hidden"]), int(r["ffn"]) // int(r["tp"])
     rows, act, fp8 = int(r["rows"]), int(r["active_experts"]), r["weight_dtype"] == "fp8"
     flops = 6 * H * Dl * rows
     wbytes = act * (2 * fp8_bytes(H, Dl) + fp8_bytes(Dl, H) if fp8 else 3 * H * Dl * cl["elem_bytes"])
-    F = (cl["flops_fp8"] if fp8 else cl["flops"]) * cl["flops_eff"]
+    F = cl["flops_fp8"] * cl["flops_fp8_eff"] if fp8 else cl["flops"] * cl["flops_eff"]
     M = cl["hbm_bw"] * cl["hbm_eff"]
-    want = max(flops / F, wbytes / M) * 1e6 + cl["launch_us"] * act
+    c_us, m_us = flops / F * 1e6, wbytes / M * 1e6
+    fixed = cl["launch_us"] * act if gemm == "loop" else cl["ffn_call_us"]
+    want = max(c_us, m_us) + cl["ffn_blend"] * min(c_us, m_us) + fixed
     assert int(r["flops"]) == flops and int(r["weight_bytes"]) == int(wbytes), r
     for c in ("ffn_us", "ffn_p99_us", "ffn_min_us", "ffn_max_us"):
         assert close(float(r[c]), want), (r["layout"], r["batch"], r["weight_dtype"], c, r[c], want)
@@ -127,7 +137,7 @@ for r in csv.DictReader(open(f"{ffn}/ffn.csv")):
     assert r["bound"] == ("memory" if flops / wbytes * M < F else "compute"), r
     assert close(float(r["roofline_fraction"]), flops / (want * 1e-6) / attain), r
     n += 1
-assert n == 24, n
+assert n == 28, n
 print(f"a2a and ffn model times match the profile's formulas")
 PY
 echo PASS
