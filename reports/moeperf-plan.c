@@ -1,6 +1,7 @@
 /* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes, hot-expert
  * replicas, eplb slots, pipeline depths and dedup modes for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
  * target throughput; --calibrate fits a cluster profile to measured runs, --validate checks one. */
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -291,6 +292,39 @@ static void print_dedup(const struct mp_plan_cand *c, int n, const struct mp_pla
     printf("\n");
 }
 
+/* The network and FFN assumptions, once: the congestion a plan's inter-node exchanges assume
+ * (docs/planning.md) and the FFN's rates. */
+static void print_network_header(const struct mp_cluster *cl)
+{
+    if (cl->congestion > 0)
+        printf("# network: congestion γ = %g: inter-node time × (1 + γ·log2 incast), a tree that "
+               "incast slows\n", cl->congestion);
+    else
+        printf("# network: congestion γ = 0: inter-node exchanges near line rate at any EP size "
+               "(a non-blocking fat tree; a profile with congestion > 0 models a tree that incast "
+               "slows)\n");
+    printf("#   NIC %.0f GB/s × %.2f, NVLink %.0f GB/s × %.2f; FFN: %.0f TFLOP/s × %.2f (fp8 %.0f × "
+           "%.2f), %.2f TB/s × %.2f, %.0f µs per fused call, blend %.2f\n",
+           cl->inter_bw / 1e9, cl->inter_eff, cl->intra_bw / 1e9, cl->intra_eff, cl->flops / 1e12,
+           cl->flops_eff, cl->flops_fp8 / 1e12, cl->flops_fp8_eff, cl->hbm_bw / 1e12, cl->hbm_eff,
+           cl->ffn_call_us, cl->ffn_blend);
+}
+
+/* The profile a plan assumed, beside its plan.csv (DIR/cluster.ini, which --cluster reads back and
+ * moeperf-report quotes). */
+static int write_profile(const char *dir, const struct mp_cluster *cl)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cluster.ini", dir);
+    FILE *f = fopen(path, "w");
+    int rc = f ? mp_cluster_write(cl, f) : MP_ERR_RUNTIME;
+    if (f && fclose(f) != 0)
+        rc = MP_ERR_RUNTIME;
+    if (rc != MP_OK)
+        mp_error("cannot write %s: %s", path, strerror(errno));
+    return rc;
+}
+
 /* The memory assumptions, once: what a GPU may hold and how the weights are placed. */
 static void print_memory_header(const struct mp_plan_req *q)
 {
@@ -438,6 +472,9 @@ static int run_plan(struct plan_opts *o)
     printf("# token_ms: the MoE layers of one decode step (layers × layer p99); attention and dense\n"
            "# parts are not modelled.\n");
     print_memory_header(&q);
+    print_network_header(&q.cluster);
+    if (o->b.out && (rc = write_profile(o->b.out, &q.cluster)) != MP_OK)
+        goto out;
     for (int ri = 0; ri < o->b.routing.n; ri++) {
         struct mp_routing rt;
         rc = mp_routing_parse(o->b.routing.v[ri], m->experts, m->topk, (uint64_t)o->b.seed, &rt);
@@ -529,7 +566,8 @@ static int run_plan(struct plan_opts *o)
         mp_routing_free(&rt);
     }
     if (o->b.out)
-        printf("\n# every candidate: %s/plan.csv\n", o->b.out);
+        printf("\n# every candidate: %s/plan.csv; the profile assumed: %s/cluster.ini\n", o->b.out,
+               o->b.out);
 out:
     mp_csv_close(&csv);
     free(tps);

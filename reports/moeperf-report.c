@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "error.h"
 #include "files.h"
 #include "options.h"
@@ -1267,6 +1268,33 @@ static int plan_cheaper(const struct mp_table *t, long r, long b)
     return gr < gb || (gr == gb && num(t, r, MPC_token_p99_ms) < num(t, b, MPC_token_p99_ms));
 }
 
+/* The network a plan assumed: its profile beside plan.csv (moeperf-plan writes DIR/cluster.ini),
+ * its congestion said in words (docs/planning.md: 0 is a non-blocking fat tree). */
+static void write_plan_profile(struct doc *d, const char *dir)
+{
+    char path[4096];
+    struct mp_cluster cl;
+    snprintf(path, sizeof path, "%s/cluster.ini", dir);
+    FILE *probe = fopen(path, "r");
+    if (!probe) {
+        doc_p(d, "The plan's cluster profile is not recorded (no cluster.ini beside plan.csv: a "
+                 "plan written before moeperf-plan kept it).");
+        return;
+    }
+    fclose(probe);
+    if (mp_cluster_resolve(path, &cl) != MP_OK) {
+        doc_p(d, "The plan's cluster profile (%s) could not be read.", path);
+        return;
+    }
+    if (cl.congestion > 0)
+        doc_p(d, "The plan assumed the cluster profile %s with congestion γ = %g: inter-node "
+                 "exchanges slowed by 1 + γ·log2(incast), a tree that incast slows.", cl.name,
+              cl.congestion);
+    else
+        doc_p(d, "The plan assumed the cluster profile %s with congestion γ = 0: inter-node "
+                 "exchanges near line rate at any EP size, a non-blocking fat tree.", cl.name);
+}
+
 /* The capacity plan of each run with a plan.csv, per routing: the chosen plan (fewest GPUs meeting
  * the SLO and fitting in memory), its neighbours (the same setup at half and twice the batch) and
  * the cheapest candidates that met the SLO but were dropped for memory, each with GPUs, latency
@@ -1292,6 +1320,8 @@ static void write_plan_tables(struct doc *d, const struct rp_run *runs, int nrun
                     best = r;
             if (!titled++)
                 doc_h(d, 2, "Capacity plan: GPUs, latency and memory per GPU");
+            if (r0 == 0)
+                write_plan_profile(d, runs[i].dir);
             char h[700];
             snprintf(h, sizeof h, "%.300s, routing %.300s", runs[i].dir, routing);
             doc_table_head(d, h, head, 9);

@@ -116,6 +116,20 @@ grep -q '^| chosen | tp2ep16 | contiguous, overlap 1, dedup pair | 256 | 96 | [0
     fail "the report does not show the chosen plan's memory: $(grep -A6 'Capacity plan' "$TMP/mem.md")"
 grep -q '^| met the SLO, dropped: does not fit | tp1ep16 | .* | 64 | .* | 120.5 | 4.6 | no: weights |' "$TMP/mem.md" ||
     fail "the report does not say why tp1ep16 was dropped"
+# the network a plan assumed: the console, cluster.ini beside plan.csv, the report; with the
+# preset's γ = 0 (a non-blocking fat tree) and with a profile that sets it (a congested tree)
+grep -q '^# network: congestion γ = 0: ' "$TMP/mem.out" || fail "the console does not state γ = 0"
+grep -Eq '^congestion += 0 ' "$TMP/mem/cluster.ini" || fail "no cluster.ini with congestion 0 beside plan.csv"
+grep -q 'The plan assumed the cluster profile h100-ndr with congestion γ = 0: ' "$TMP/mem.md" ||
+    fail "the report does not say which congestion the plan assumed"
+printf 'base = h100-ndr\nname = tree\ncongestion = 0.15\n' >"$TMP/tree.ini"
+"$PLAN" --model deepseek-v3 --cluster "$TMP/tree.ini" --tp 2 --ep 16 --replicate 0 --batch 256 \
+    --iters 3 --out "$TMP/tree" >"$TMP/tree.out" || fail "moeperf-plan on a congested tree exit $?"
+grep -q '^# network: congestion γ = 0.15: ' "$TMP/tree.out" || fail "the console does not state γ = 0.15"
+"$BUILD/reports/moeperf-report" --out "$TMP/tree.html" --md "$TMP/tree.md" "$TMP/tree" ||
+    fail "moeperf-report on the tree plan exit $?"
+grep -q 'The plan assumed the cluster profile tree with congestion γ = 0.15: ' "$TMP/tree.md" ||
+    fail "the report does not say the tree's congestion"
 # seed-k3 (2.8T parameters, 2.6T of them outside the experts in this shape) fits no layout when
 # every EP rank holds a copy of the non-expert weights; split over all GPUs it needs at least
 # 2.8e12 · 2 / 72e9 = 78 GPUs

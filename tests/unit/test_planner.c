@@ -139,7 +139,8 @@ int main(void)
         CHECK_INT(pipe[2].overlap, 4);
         CHECK(pipe[0].layer_us == plain[0].layer_us);
         CHECK(pipe[1].layer_us < pipe[0].layer_us);
-        CHECK(pipe[1].ffn_us == pipe[0].ffn_us); /* the same experts, weight-bound */
+        /* the same experts, weight-bound: the chunks' parts add up to the whole (to rounding) */
+        CHECK(fabs(pipe[1].ffn_us - pipe[0].ffn_us) <= 1e-9 * pipe[0].ffn_us);
         CHECK_INT(mp_plan_remedies(pipe, nq, &pipe[0], &base, order, 8), 2);
         CHECK_INT(order[0], 1);
     }
