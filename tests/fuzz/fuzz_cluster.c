@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "cluster.h"
+#include "compute.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -11,7 +12,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mp_cluster c;
     if (path && mp_cluster_resolve(path, &c) == MP_OK) {
         /* a profile that validated must give finite, non-negative times */
-        double t = mp_model_ffn_us(&c, 1e9, 1e8, 4) + mp_model_exchange_us(&c, 1e6, 1e6, 1, 1, 7) +
+        double t = mp_model_ffn_us(&c, 1e9, 1e8, 4, MP_GEMM_LOOP) +
+                   mp_model_ffn_us(&c, 1e9, 1e8, 4, MP_GEMM_GROUPED) +
+                   mp_model_exchange_us(&c, 1e6, 1e6, 1, 1, 7) +
                    mp_model_allreduce_us(&c, 1e6, 4);
         if (!(t >= 0) || isinf(t))
             __builtin_trap();
