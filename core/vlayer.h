@@ -83,6 +83,13 @@ struct mp_vdraw {
     double *exp_rows;          /* [ep·max_local] scratch */
     double *chunk_to;          /* [nchunks·ep·ep] scratch when t->nchunks > 1, else NULL */
     struct mp_dedup_counts *dedup; /* scratch when pt->dedup is not pair, else NULL */
+    /* [holder_off[experts]] the local index of each holder entry's expert at that holder
+     * (mp_placement_local_index of pl->holders[h]), or NULL: mp_placement_dest's route found by
+     * the placement's functions */
+    const int *holder_li;
+    /* [ep + ep·max_local] zeroed scratch for whole-number counts (a source rank's rows to each
+     * rank, then every (rank, local expert) cell's), left zeroed, or NULL */
+    long *counts;
 };
 
 /* A dispatch mode's traffic: fill every per-rank array and exchange of `t` (allocated for the
