@@ -512,9 +512,10 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, wtype_word, batch, &res);
     int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
-    if (checked && !(res.check_error <= s->cops->check_tolerance)) {
+    double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
+    if (checked && !(res.check_error <= tight)) {
         mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
-                 res.check_error, s->cops->check_tolerance);
+                 res.check_error, tight);
         rc = MP_ERR_RUNTIME;
         s->agreed = 1;
     }

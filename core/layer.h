@@ -93,6 +93,20 @@ static inline double mp_fp8_check_bound(int dispatch_fp8, int weight_fp8)
     return b - 1;
 }
 
+/* --check's tight bound on a point (docs/METRICS.md, "FP8 weights"): the backend's
+ * check_tolerance, but at least MP_FP8_WEIGHT_TIGHT with fp8 weights. Those quantize the FFN's
+ * activation (w8a8), which the backend computes in another order than the double-precision
+ * reference: a value within that rounding of an e4m3 decision boundary lands one code away, 2^−4
+ * to 2^−3 of itself (measured on the cpu backend: 5.3e-5 for one such code among 30,000 values at
+ * H 1024, Dl 528). 1e-3 allows a few; the faults the bound must catch (a scale from the wrong
+ * block, a missing dequantization) give errors of order 1. */
+#define MP_FP8_WEIGHT_TIGHT 1e-3
+static inline double mp_check_tight_bound(double check_tolerance, int weight_fp8)
+{
+    return weight_fp8 && check_tolerance < MP_FP8_WEIGHT_TIGHT ? MP_FP8_WEIGHT_TIGHT
+                                                                : check_tolerance;
+}
+
 struct mp_layer; /* one layout's buffers, plan and weights */
 
 /* Prepare a layout (the comm must already be split for it) for points of at most `max_tokens`

@@ -569,7 +569,6 @@ int main(void)
      * rows; every expert where Dl is not), edge blocks of K (H 160: 128 + 32; Dl 80) */
     check_ffn_dt(160, 128, 6, 1, 12, MP_DTYPE_FP8);
     check_ffn_dt(160, 80, 6, 3, 12, MP_DTYPE_FP8);
-    check_ffn_dt(1024, 256, 5, 9, 3, MP_DTYPE_FP8);
     cpu->fini(h);
     gpu->fini(g);
     printf("%s\n", failures ? "FAIL" : "all kernels agree");

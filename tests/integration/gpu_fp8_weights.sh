@@ -26,12 +26,16 @@ for k, e in pts.items():
 print(f"{sys.argv[1]}: {len(pts)} bf16/fp8 point pairs checked")
 PY
 }
+# width 128 in every mode; the other width's shape runs moeperf's kernel in every mode (cuBLASLt
+# cannot take it), so one mode shows it
 for F in 128 $((${MOEPERF_GPU_FFN:-512} + 16)); do
-    for gemm in loop grouped skinny; do
+    gemms="loop grouped skinny"
+    [ "$F" = 128 ] || gemms=loop
+    for gemm in $gemms; do
         out=$TMP/l-$F-$gemm
         "$BIN/moeperf-layer" --backend cuda --comm nccl --hidden $H --ffn $F --experts 16 --topk 4 \
             --shared 1 --warmup 1 --iters 1 --check --quiet --no-flush-cache --batch 1,4,64 \
-            --routing uniform,hot:2:15 --weight-dtype bf16,fp8 --gemm $gemm --out "$out" ||
+            --routing hot:2:15 --weight-dtype bf16,fp8 --gemm $gemm --out "$out" ||
             fail "moeperf-layer --ffn $F --gemm $gemm: exit $?"
         check_points "$out"
     done
