@@ -1005,6 +1005,70 @@ skinny_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
     skinny_ffn<MP_SKINNY_ROWS>(t);
 }
 
+/* Fill the table's shapes and return the most rows any of its entries has. */
+static int table_shapes(struct skinny_table *t, int K, int N, int ldw, int lda, int ldc, int swiglu)
+{
+    t->K = K;
+    t->N = N;
+    t->ldw = ldw;
+    t->lda = lda;
+    t->ldc = ldc;
+    t->swiglu = swiglu;
+    int rows = 0;
+    for (int i = 0; i < t->n; i++)
+        rows = t->rows[i] > rows ? t->rows[i] : rows;
+    return rows;
+}
+
+/* The split-K factor of a table kernel: enough blocks for `waves` blocks per SM over `tiles`
+ * tiles, at most 16 and at most `limit`, at least 1; with S > 1 the partials' scratch
+ * (`tile_floats` per tile and split) and the tiles' counts grow on a first (untimed) call, never
+ * in a capture; the counts start at zero and every launch leaves them there. Returns S, or 0 after
+ * an error naming `what`. */
+static int split_k(struct mp_compute *c, int tiles, int waves, int limit, size_t tile_floats,
+                   const char *what)
+{
+    struct skinny_table *t = &c->skinny;
+    int S = (waves * c->sms + tiles - 1) / tiles;
+    S = S > 16 ? 16 : S;
+    S = S > limit ? limit : S;
+    S = S < 1 ? 1 : S;
+    if (S > 1) {
+        size_t ws = (size_t)tiles * S * tile_floats * sizeof(float);
+        size_t cnt = (size_t)tiles * sizeof(int);
+        if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
+            if (c->capturing) {
+                mp_error("--graph: the %s's scratch (%zu bytes) was not reserved before the "
+                         "capture", what, ws);
+                return 0;
+            }
+            if (grow((void **)&c->skinny_ws, &c->skinny_ws_cap, ws) != MP_OK ||
+                grow((void **)&c->skinny_count, &c->skinny_count_cap, cnt) != MP_OK)
+                return 0;
+            cudaError_t e = cudaMemsetAsync(c->skinny_count, 0, c->skinny_count_cap, c->stream);
+            if (e != cudaSuccess) {
+                mp_error("the %s's tile counts: %s", what, cudaGetErrorString(e));
+                return 0;
+            }
+        }
+    }
+    t->ws = c->skinny_ws;
+    t->count = c->skinny_count;
+    return S;
+}
+
+/* Whether a table kernel takes these shapes: Dl and H multiples of dl_mult and h_mult, and
+ * 16-byte aligned inputs, work rows and weights. */
+static int table_fits(const struct mp_ffn_args *a, int dl_mult, int h_mult)
+{
+    if (a->Dl % dl_mult || a->H % h_mult || (uintptr_t)a->in % 16 || (uintptr_t)a->work % 16)
+        return 0;
+    for (int e = 0; e < a->nexp; e++)
+        if ((uintptr_t)a->wgu[e] % 16 || (uintptr_t)a->wd[e] % 16)
+            return 0;
+    return 1;
+}
+
 /* Launch the skinny kernel for the table's experts (c->skinny, filled but for the shapes), sized
  * for the most rows among them. K is split S ways when the tiles alone would not fill one wave of
  * resident blocks: S = ⌈SMs·resident / tiles⌉, at most 16 and at most what keeps a group of rows
@@ -1015,39 +1079,13 @@ skinny_ffn_r8_kernel(const __grid_constant__ struct skinny_table t)
 static int skinny_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
 {
     struct skinny_table *t = &c->skinny;
-    t->K = K;
-    t->N = N;
-    t->ldw = ldw;
-    t->lda = lda;
-    t->ldc = ldc;
-    t->swiglu = swiglu;
+    const int rows = table_shapes(t, K, N, ldw, lda, ldc, swiglu);
     const int tiles = (swiglu ? N / 32 : N / 64) * t->n;
-    const int by_rows = K / SKINNY_GROUP / SKINNY_SLICES;
-    int rows = 0;
-    for (int i = 0; i < t->n; i++)
-        rows = t->rows[i] > rows ? t->rows[i] : rows;
     const int resident = rows <= 1 ? 4 : rows <= 2 ? 3 : rows <= 4 ? 2 : 1;
-    int S = (resident * c->sms + tiles - 1) / tiles;
-    S = S > 16 ? 16 : S;
-    S = S > by_rows ? by_rows : S;
-    S = S < 1 ? 1 : S;
-    if (S > 1) {
-        size_t ws = (size_t)tiles * S * SKINNY_TILE * sizeof(float);
-        size_t cnt = (size_t)tiles * sizeof(int);
-        if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
-            if (c->capturing) {
-                mp_error("--graph: the skinny kernel's scratch (%zu bytes) was not reserved before "
-                         "the capture", ws);
-                return MP_ERR_RUNTIME;
-            }
-            if (grow((void **)&c->skinny_ws, &c->skinny_ws_cap, ws) != MP_OK ||
-                grow((void **)&c->skinny_count, &c->skinny_count_cap, cnt) != MP_OK)
-                return MP_ERR_RUNTIME;
-            CUDACHECK(cudaMemsetAsync(c->skinny_count, 0, c->skinny_count_cap, c->stream));
-        }
-    }
-    t->ws = c->skinny_ws;
-    t->count = c->skinny_count;
+    const int S = split_k(c, tiles, resident, K / SKINNY_GROUP / SKINNY_SLICES, SKINNY_TILE,
+                          "skinny kernel");
+    if (S < 1)
+        return MP_ERR_RUNTIME;
     dim3 grid((unsigned)(swiglu ? N / 32 : N / 64), (unsigned)t->n, (unsigned)S);
     if (rows <= 1)
         skinny_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
@@ -1063,15 +1101,7 @@ static int skinny_launch(struct mp_compute *c, int K, int N, int ldw, int lda, i
 
 /* Whether the skinny kernel takes these shapes: whole tiles and groups of rows, and 16-byte
  * aligned weight and input rows. */
-static int skinny_fits(const struct mp_ffn_args *a)
-{
-    if (a->Dl % 32 || a->H % 64 || (uintptr_t)a->in % 16 || (uintptr_t)a->work % 16)
-        return 0;
-    for (int e = 0; e < a->nexp; e++)
-        if ((uintptr_t)a->wgu[e] % 16 || (uintptr_t)a->wd[e] % 16)
-            return 0;
-    return 1;
-}
+static int skinny_fits(const struct mp_ffn_args *a) { return table_fits(a, 32, 64); }
 
 /* --gemm skinny: experts of 1..MP_SKINNY_ROWS rows through the skinny kernel, SKINNY_TABLE at a
  * time ([gate | up] with SwiGLU for all of them, then the down projection for all of them), the
@@ -1302,37 +1332,11 @@ __global__ void __launch_bounds__(256) fp8w_ffn_r8_kernel(const __grid_constant_
 static int fp8w_launch(struct mp_compute *c, int K, int N, int lda, int ldc, int swiglu)
 {
     struct skinny_table *t = &c->skinny;
-    t->K = K;
-    t->N = N;
-    t->ldw = 0;
-    t->lda = lda;
-    t->ldc = ldc;
-    t->swiglu = swiglu;
+    const int rows = table_shapes(t, K, N, 0, lda, ldc, swiglu);
     const int per_piece = swiglu ? N / 16 : N / FP8W_COLS, tiles = per_piece * t->n;
-    const int steps = (K + FP8W_STEP - 1) / FP8W_STEP;
-    int rows = 0;
-    for (int i = 0; i < t->n; i++)
-        rows = t->rows[i] > rows ? t->rows[i] : rows;
-    int S = (2 * c->sms + tiles - 1) / tiles;
-    S = S > 16 ? 16 : S;
-    S = S > steps ? steps : S;
-    S = S < 1 ? 1 : S;
-    if (S > 1) {
-        size_t ws = (size_t)tiles * S * FP8W_TILE * sizeof(float), cnt = (size_t)tiles * sizeof(int);
-        if (ws > c->skinny_ws_cap || cnt > c->skinny_count_cap) {
-            if (c->capturing) {
-                mp_error("--graph: the fp8 kernel's scratch (%zu bytes) was not reserved before the "
-                         "capture", ws);
-                return MP_ERR_RUNTIME;
-            }
-            if (grow((void **)&c->skinny_ws, &c->skinny_ws_cap, ws) != MP_OK ||
-                grow((void **)&c->skinny_count, &c->skinny_count_cap, cnt) != MP_OK)
-                return MP_ERR_RUNTIME;
-            CUDACHECK(cudaMemsetAsync(c->skinny_count, 0, c->skinny_count_cap, c->stream));
-        }
-    }
-    t->ws = c->skinny_ws;
-    t->count = c->skinny_count;
+    const int S = split_k(c, tiles, 2, (K + FP8W_STEP - 1) / FP8W_STEP, FP8W_TILE, "fp8 kernel");
+    if (S < 1)
+        return MP_ERR_RUNTIME;
     dim3 grid((unsigned)per_piece, (unsigned)t->n, (unsigned)S);
     if (rows <= 1)
         fp8w_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
@@ -1349,15 +1353,7 @@ static int fp8w_launch(struct mp_compute *c, int K, int N, int lda, int ldc, int
 /* Whether moeperf's fp8 kernel takes these shapes: whole blocks of outputs (Dl a multiple of 16, H
  * of 32), image rows in whole 16-code chunks (H and Dl multiples of 16) and 16-byte aligned
  * inputs, work rows and images. */
-static int fp8w_fits(const struct mp_ffn_args *a)
-{
-    if (a->Dl % 16 || a->H % 32 || (uintptr_t)a->in % 16 || (uintptr_t)a->work % 16)
-        return 0;
-    for (int e = 0; e < a->nexp; e++)
-        if ((uintptr_t)a->wgu[e] % 16 || (uintptr_t)a->wd[e] % 16)
-            return 0;
-    return 1;
-}
+static int fp8w_fits(const struct mp_ffn_args *a) { return table_fits(a, 16, 32); }
 
 /* The scale of one 128-value block of a row (its values, one per thread of a 128-thread block; 0
  * past the row's end): amax/448 (base/fp8.h), reduced in shared memory. */

@@ -90,6 +90,21 @@ bool cudaemu::gemm_computed(int64_t m, int64_t n, int64_t k)
     return false;
 }
 
+void cudaemu::gemm_operands(const void *A, cudaDataType At, cublasOperation_t ta, int64_t lda,
+                            const void *B, cudaDataType Bt, cublasOperation_t tb, int64_t ldb,
+                            size_t m, size_t n, size_t k, std::vector<float> &a,
+                            std::vector<float> &bt)
+{
+    a.assign(m * k, 0.0f);
+    bt.assign(n * k, 0.0f);
+    for (size_t i = 0; i < m; i++)
+        for (size_t p = 0; p < k; p++)
+            a[i * k + p] = load(A, At, ta == CUBLAS_OP_N ? i + p * (size_t)lda : p + i * (size_t)lda);
+    for (size_t j = 0; j < n; j++)
+        for (size_t p = 0; p < k; p++)
+            bt[j * k + p] = load(B, Bt, tb == CUBLAS_OP_N ? p + j * (size_t)ldb : j + p * (size_t)ldb);
+}
+
 static void gemm_run(const gemm_problem &g)
 {
     if (g.m == 0 || g.n == 0)
@@ -97,13 +112,8 @@ static void gemm_run(const gemm_problem &g)
     if (!gemm_computed(g.m, g.n, g.k))
         return;
     size_t m = (size_t)g.m, n = (size_t)g.n, k = (size_t)g.k;
-    std::vector<float> a(m * k), bt(n * k); /* op(A) by rows, op(B) by columns */
-    for (size_t i = 0; i < m; i++)
-        for (size_t p = 0; p < k; p++)
-            a[i * k + p] = load(g.A, g.At, g.ta == CUBLAS_OP_N ? i + p * (size_t)g.lda : p + i * (size_t)g.lda);
-    for (size_t j = 0; j < n; j++)
-        for (size_t p = 0; p < k; p++)
-            bt[j * k + p] = load(g.B, g.Bt, g.tb == CUBLAS_OP_N ? p + j * (size_t)g.ldb : j + p * (size_t)g.ldb);
+    std::vector<float> a, bt; /* op(A) by rows, op(B) by columns */
+    gemm_operands(g.A, g.At, g.ta, g.lda, g.B, g.Bt, g.tb, g.ldb, m, n, k, a, bt);
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < m; i++) {
             float acc = dot(&a[i * k], &bt[j * k], k);

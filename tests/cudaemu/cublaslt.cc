@@ -197,13 +197,8 @@ static void lt_run(const lt_problem &p)
     if (p.m == 0 || p.n == 0 || !gemm_computed(p.m, p.n, p.k))
         return;
     size_t m = (size_t)p.m, n = (size_t)p.n, k = (size_t)p.k;
-    std::vector<float> a(m * k), bt(n * k); /* op(A) by rows, op(B) by columns */
-    for (size_t i = 0; i < m; i++)
-        for (size_t q = 0; q < k; q++)
-            a[i * k + q] = load(p.A, p.At, p.ta == CUBLAS_OP_N ? i + q * (size_t)p.lda : q + i * (size_t)p.lda);
-    for (size_t j = 0; j < n; j++)
-        for (size_t q = 0; q < k; q++)
-            bt[j * k + q] = load(p.B, p.Bt, p.tb == CUBLAS_OP_N ? q + j * (size_t)p.ldb : j + q * (size_t)p.ldb);
+    std::vector<float> a, bt; /* op(A) by rows, op(B) by columns */
+    gemm_operands(p.A, p.At, p.ta, p.lda, p.B, p.Bt, p.tb, p.ldb, m, n, k, a, bt);
     const float *sa = (const float *)p.scale[0], *sb = (const float *)p.scale[1];
     int64_t blocks = ceil_div(p.k, scale_block);
     for (int64_t j = 0; j < p.n; j++)

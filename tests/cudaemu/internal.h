@@ -6,6 +6,7 @@
 #define CUDAEMU_INTERNAL_H
 
 #include <functional>
+#include <vector>
 
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
@@ -36,6 +37,13 @@ float dot(const float *x, const float *y, size_t n);
 /* Whether a GEMM of m·n·k multiply-adds is computed: larger ones (the roofline's 8192³) are checked
  * and queued but leave their output as it was, which nothing reads (said once on stderr). */
 bool gemm_computed(int64_t m, int64_t n, int64_t k);
+
+/* The GEMM D = op(A)·op(B)'s operands in fp32, column-major inputs with leading dimensions lda and
+ * ldb: a[i·k + p] = op(A)(i, p) (m × k, by rows) and bt[j·k + p] = op(B)(p, j) (n × k, by
+ * columns), so each output is one dot product of contiguous runs. */
+void gemm_operands(const void *A, cudaDataType At, cublasOperation_t ta, int64_t lda, const void *B,
+                   cudaDataType Bt, cublasOperation_t tb, int64_t ldb, size_t m, size_t n, size_t k,
+                   std::vector<float> &a, std::vector<float> &bt);
 
 static inline size_t type_size(cudaDataType t)
 {
