@@ -638,9 +638,12 @@ int mp_calib_fit(const struct mp_calib_set *set, struct mp_cluster *out, int *fr
     f.k = k;
     for (int j = 0; j < f.k; j++) {
         double *pv = mp_cluster_param_ptr(&f.cl, f.idx[j]);
-        /* a parameter at 0 (congestion, ffn_blend, a latency) starts from its scale instead: a
-         * simplex on log(x + FLOOR) that starts at log(FLOOR) takes many steps to leave it */
-        if (!is_rate(f.idx[j]) && *pv <= 0)
+        /* congestion or a latency at 0 starts from its scale instead: a simplex on
+         * log(x + FLOOR) that starts at log(FLOOR) takes many steps to leave it (the GPU presets
+         * have congestion 0); ffn_blend at 0 stays there, the plain roofline of a profile that
+         * never set it (cpu-host) */
+        const char *key = mp_cluster_params[f.idx[j]].key;
+        if (!is_rate(f.idx[j]) && *pv <= 0 && strcmp(key, "ffn_blend") != 0)
             *pv = strcmp(mp_cluster_params[f.idx[j]].unit, "µs") ? 0.1 : 1.0;
         double v = *pv;
         theta[j] = f.theta0[j] = is_rate(f.idx[j]) ? log(v) : log(v + FLOOR);
