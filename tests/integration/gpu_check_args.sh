@@ -23,10 +23,13 @@ awk '{ if (sub(/\\$/, "")) { buf = buf $0; next } print buf $0; buf = "" }' "$SR
     grep -E '^ *limit [0-9]+ "\$B/bench/moeperf-(layer|ffn)"' >"$TMP/cmds"
 n=$(wc -l <"$TMP/cmds")
 [ "$n" -ge 5 ] || fail "expected at least 5 moeperf command lines in ci/gpu-check, found $n"
-# the GEMM variants the script's `for g in ...` loop runs its $g lines with
-g_list=$(sed -nE 's/^for g in ([a-z ]+); do$/\1/p' "$SRC/ci/gpu-check")
+# the GEMM variants the script's `for g in ...` loops run their $g lines with, each once (the
+# loops name the same ones)
+g_list=$(sed -nE 's/^for g in ([a-z ]+); do$/\1/p' "$SRC/ci/gpu-check" | tr ' ' '\n' | awk 'NF && !seen[$0]++' |
+    tr '\n' ' ')
 [ "$(wc -w <<<"$g_list")" -ge 3 ] || fail "no 'for g in' loop over the GEMM variants in ci/gpu-check"
 i=0
+declare -A ran # the shrunk command lines already run: on the cpu backend the GEMM variants are one
 while IFS= read -r line; do
     tool=$(printf '%s\n' "$line" | grep -oE 'moeperf-(layer|ffn)')
     base=$(printf '%s\n' "$line" | sed -E 's/.*"\$B\/bench\/moeperf-(layer|ffn)"//; s/\|\|.*$//;
@@ -37,6 +40,8 @@ while IFS= read -r line; do
     for g in $gemms; do
         i=$((i + 1))
         args=${base//\$g/$g}
+        [ -z "${ran[$tool $args]:-}" ] || continue
+        ran[$tool $args]=1
         variant=$(grep -oE -- '--gemm [a-z]+' <<<"$args" | cut -d' ' -f2 || true)
         variant=${variant:-loop}$(grep -q -- ' --graph' <<<"$args" && echo +graph || true)
         # shellcheck disable=SC2086 # the script's arguments, split as the script splits them
