@@ -46,6 +46,11 @@ static const struct mp_opt options[] = {
     {"dedup", MP_OPT_STRING_LIST, MP_O(dedup), "pair", MP_NOLIMIT, mp_dedup_choices, "LIST",
      "moe: what a dispatched row stands for: pair (one per token-expert pair) or rank (one per "
      "token and destination rank, carrying its top-k ids and weights); a list sweeps them"},
+    {"overlap", MP_OPT_INT_LIST, MP_O(overlap), "1", 1, MP_MAX_CHUNKS, NULL, "LIST",
+     "moe with --dedup node: cut each rank's tokens into N chunks, chunk k's inter-node phase in "
+     "flight while chunk k-1's rows are forwarded inside the node (as DeepEP's internode "
+     "kernels overlap RDMA and NVLink); 1: the two phases one after the other; other --dedup "
+     "modes and the uniform pattern take 1 alone; a list sweeps them"},
     MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
     MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
 };
@@ -56,7 +61,8 @@ static const char summary[] =
     "bytes_per_peer is what one rank sends to one peer; bytes_per_rank = bytes_per_peer·n.\n"
     "--pattern moe --dedup rank sends one row per token and destination rank (the dispatch hop of\n"
     "docs/METRICS.md \"Deduplicated dispatch\"); --dedup node times its two exchanges one after the\n"
-    "other: once per token and node to the relay, then forwarded inside the node.\n"
+    "other: once per token and node to the relay, then forwarded inside the node; with --overlap N\n"
+    "in N chunks of tokens, each chunk's forwards overlapping the next chunk's inter-node phase.\n"
     "--backend model --comm model --cluster PROFILE plays --world virtual ranks in one process:\n"
     "the same traffic, each exchange timed by the profile's exchange model.";
 
@@ -70,6 +76,7 @@ enum { MARK_START, MARK_END };
 struct a2a_point {
     const struct mp_layout *lay;
     const char *routing, *group_limit, *placement, *dedup, *dispatch_dtype;
+    int overlap; /* chunks (--overlap; 1 for uniform) */
     long batch;
     long long bytes_per_peer;
 };
@@ -100,6 +107,7 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
     mp_row_str(r, moe ? p->group_limit : "");
     mp_row_str(r, moe ? p->placement : "");
     mp_row_str(r, moe ? p->dedup : "");
+    mp_row_int(r, moe ? p->overlap : 1);
     mp_row_str(r, moe ? p->dispatch_dtype : "");
     mp_row_int(r, moe ? p->batch : 0);
     mp_row_int(r, moe ? s->o.seq : 0);
@@ -156,7 +164,8 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
     mp_plan_send(plan, pl, e, tok0, ntok, ids, w);
 }
 
-/* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws as
+/* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws, each cut
+ * into `nchunks` chunks of tokens (mp_dedup_count_chunk; 1: the whole batch), as
  * core/dedup.c counts them, rows of row_bytes_in(dt) bytes plus the top-K ids and weights
  * (mp_dedup_meta_bytes): rank, one row per (token, destination rank ≠ own rank) in `c`; node, the
  * rows to the ranks of the token's node and to the relays in `c` and the relays' forwards inside
@@ -165,15 +174,15 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
  * largest per-rank send over both hops, in c. */
 static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_dedup mode,
                         enum mp_dtype dt, struct mp_session *s, const struct mp_routing *rt,
-                        const struct mp_placement *pl, long total, int ndraws)
+                        const struct mp_placement *pl, long total, int ndraws, int nchunks)
 {
     struct mp_comm *cm = s->comm;
     int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK, node = mode == MP_DEDUP_NODE;
     struct mp_dedup_counts dc = {0};
     int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
-    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, ep) != MP_OK ||
-        (node && mp_a2a_counts_alloc(c2, ndraws, ep) != MP_OK) ||
+    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, nchunks, ep) != MP_OK ||
+        (node && mp_a2a_counts_alloc(c2, ndraws, nchunks, ep) != MP_OK) ||
         mp_dedup_alloc(&dc, ep) != MP_OK) {
         free(ids);
         free(w);
@@ -187,10 +196,14 @@ static int counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum 
     double sum_max = 0;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
-        mp_dedup_count(mode, pl, ids, total, K, cm->tp, gpn, &dc);
-        long sent = hop_counts(c, d, dc.rows, ep, e);
-        if (node)
-            sent += hop_counts(c2, d, dc.rows + (size_t)ep * ep, ep, e);
+        long sent = 0;
+        for (int k = 0; k < nchunks; k++) { /* chunks partition the tokens: their rows add up */
+            int set = d * nchunks + k;
+            mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, gpn, nchunks, k, &dc);
+            sent += hop_counts(c, set, dc.rows, ep, e);
+            if (node)
+                sent += hop_counts(c2, set, dc.rows + (size_t)ep * ep, ep, e);
+        }
         double mine = (double)sent * (double)c->row_bytes;
         rc = cm->ops->max_double(cm, &mine);
         sum_max += mine;
@@ -213,7 +226,7 @@ static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_sessi
     struct mp_plan plan;
     int32_t *ids = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(ntok > 0 ? ntok : 1) * K * sizeof *w);
-    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, ep) != MP_OK) {
+    if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, 1, ep) != MP_OK) {
         free(ids);
         free(w);
         mp_error("out of memory");
@@ -245,23 +258,15 @@ static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_sessi
 
 /* ---- the model (--backend model): every virtual EP rank's counts in this one process ---- */
 
-/* The model's time of one draw's exchange as a measured run times it: hop h's rows
- * (rows[h·ep·ep + e·ep + p] from EP rank e to EP rank p, each of row_bytes bytes) one hop after
- * the other (--dedup node: the inter-node phase, then the intra-node one), each hop
- * mp_model_exchange_us of its traffic (mp_vexchange_of, as the modelled layer's exchanges). */
-static double model_draw_us(const struct mp_session *s, const double *rows, int hops,
-                            double row_bytes)
+/* The model's time of one exchange round as a measured run times it: rows[e·ep + p] rows from EP
+ * rank e to EP rank p, each of row_bytes bytes, timed by mp_model_exchange_us of its traffic
+ * (mp_vexchange_of, as the modelled layer's exchanges). */
+static double model_round_us(const struct mp_session *s, const double *rows, double row_bytes)
 {
     const struct mp_comm *cm = s->comm;
-    size_t cells = (size_t)cm->ep * cm->ep;
-    double us = 0;
-    for (int h = 0; h < hops; h++) {
-        struct mp_vexchange x;
-        mp_vexchange_of(rows + h * cells, cm->ep, cm->tp, s->cluster.gpus_per_node, row_bytes,
-                        &x);
-        us += mp_vexchange_us(&s->cluster, &x);
-    }
-    return us;
+    struct mp_vexchange x;
+    mp_vexchange_of(rows, cm->ep, cm->tp, s->cluster.gpus_per_node, row_bytes, &x);
+    return mp_vexchange_us(&s->cluster, &x);
 }
 
 /* The model's uniform pattern: every EP rank sends what `c` (mp_a2a_counts_uniform) says, one
@@ -278,7 +283,7 @@ static int model_uniform(const struct mp_session *s, const struct mp_a2a_counts 
     for (int e = 0; e < ep; e++)
         for (int p = 0; p < ep; p++)
             rows[(size_t)e * ep + p] = c->scount[p];
-    draw_us[0] = model_draw_us(s, rows, 1, (double)c->row_bytes);
+    draw_us[0] = model_round_us(s, rows, (double)c->row_bytes);
     free(rows);
     return MP_OK;
 }
@@ -316,7 +321,7 @@ static int model_moe(struct mp_a2a_counts *c, enum mp_dtype dt, const struct mp_
             most_sent = mine > most_sent ? mine : most_sent;
         }
         sum_max += most_sent;
-        draw_us[d] = model_draw_us(s, rows, 1, (double)c->row_bytes);
+        draw_us[d] = model_round_us(s, rows, (double)c->row_bytes);
     }
     c->bytes_per_rank = sum_max / ndraws;
     mp_plan_free(&plan);
@@ -326,12 +331,16 @@ static int model_moe(struct mp_a2a_counts *c, enum mp_dtype dt, const struct mp_
     return MP_OK;
 }
 
-/* The model's moe pattern deduplicated (`mode` rank or node): each draw's mp_dedup_count rows as
- * counts_dedup counts them (rows of row_bytes_in(dt) plus the metadata), the largest rank's send
- * over its hops into c->bytes_per_rank's mean, the hops' time into draw_us[d]. */
+/* The model's moe pattern deduplicated (`mode` rank or node): each draw's rows as counts_dedup
+ * counts them, chunk by chunk (rows of row_bytes_in(dt) plus the metadata), the largest rank's
+ * send over its hops and chunks into c->bytes_per_rank's mean, and the draw's time into
+ * draw_us[d]: the chunks as a two-stage flow shop (docs/planning.md, "Overlapped node
+ * forwarding"): chunk k's inter-node phase I_k follows chunk k−1's on the network, its intra-node
+ * phase F_k starts once I_k has arrived and F_{k−1} is done; one chunk: I + F. */
 static int model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtype dt,
                        const struct mp_session *s, const struct mp_routing *rt,
-                       const struct mp_placement *pl, long total, int ndraws, double *draw_us)
+                       const struct mp_placement *pl, long total, int ndraws, int nchunks,
+                       double *draw_us)
 {
     const struct mp_comm *cm = s->comm;
     int ep = cm->ep, K = s->model.topk, hops = mode == MP_DEDUP_NODE ? 2 : 1;
@@ -339,9 +348,11 @@ static int model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtyp
     struct mp_dedup_counts dc = {0};
     int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
-    if (!ids || !w || mp_dedup_alloc(&dc, ep) != MP_OK) {
+    double *sent = malloc(sizeof(double) * (size_t)ep);
+    if (!ids || !w || !sent || mp_dedup_alloc(&dc, ep) != MP_OK) {
         free(ids);
         free(w);
+        free(sent);
         mp_dedup_free(&dc);
         mp_error("out of memory modelling %d ranks at %ld tokens", ep, total);
         return MP_ERR_RUNTIME;
@@ -350,23 +361,31 @@ static int model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtyp
     double sum_max = 0;
     for (int d = 0; d < ndraws; d++) {
         mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
-        mp_dedup_count(mode, pl, ids, total, K, cm->tp, ranks_per_node(s), &dc);
-        double most_sent = 0;
-        for (int e = 0; e < ep; e++) {
-            double sent = 0;
-            for (int h = 0; h < hops; h++)
-                for (int p = 0; p < ep; p++)
-                    sent += (int)dc.rows[h * cells + (size_t)e * ep + p];
-            double mine = sent * (double)c->row_bytes;
-            most_sent = mine > most_sent ? mine : most_sent;
+        double inter_end = 0, intra_end = 0; /* the flow shop's two stages */
+        for (int e = 0; e < ep; e++)
+            sent[e] = 0;
+        for (int k = 0; k < nchunks; k++) {
+            mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, ranks_per_node(s), nchunks, k,
+                                 &dc);
+            for (int e = 0; e < ep; e++)
+                for (int h = 0; h < hops; h++)
+                    for (int p = 0; p < ep; p++)
+                        sent[e] += (int)dc.rows[h * cells + (size_t)e * ep + p];
+            inter_end += model_round_us(s, dc.rows, (double)c->row_bytes);
+            double fwd = hops > 1 ? model_round_us(s, dc.rows + cells, (double)c->row_bytes) : 0;
+            intra_end = fmax(inter_end, intra_end) + fwd;
         }
+        double most_sent = 0;
+        for (int e = 0; e < ep; e++)
+            most_sent = fmax(most_sent, sent[e] * (double)c->row_bytes);
         sum_max += most_sent;
-        draw_us[d] = model_draw_us(s, dc.rows, hops, (double)c->row_bytes);
+        draw_us[d] = intra_end;
     }
     c->bytes_per_rank = sum_max / ndraws;
     mp_dedup_free(&dc);
     free(ids);
     free(w);
+    free(sent);
     return MP_OK;
 }
 
@@ -375,12 +394,57 @@ struct a2a_pass {
     struct mp_session *s;
     const struct mp_a2a_counts *c, *c2; /* c2: --dedup node's forwards, else NULL */
     void *sendbuf, *recvbuf;
+    void *fwd_send, *fwd_recv; /* an --overlap point's forwards, apart from the chunks in flight */
     double *mine; /* [iters] */
 };
 
+/* Block `bytes` bytes into `buf`. */
+static void *at(void *buf, size_t bytes) { return (char *)buf + bytes; }
+
+/* The rows of set `set` that `count` sends: the next chunk's block follows them. */
+static size_t set_bytes(const struct mp_a2a_counts *c, const int *count, int set)
+{
+    size_t rows = 0;
+    for (int p = 0; p < c->ep; p++)
+        rows += (size_t)count[(size_t)set * c->ep + p];
+    return rows * c->row_bytes;
+}
+
+/* --dedup node with --overlap N (c->nchunks): the chunks of draw `d` pipelined: chunk k's
+ * inter-node phase (non-blocking, request slot k, its block after chunk k−1's) in flight while
+ * chunk k−1's intra-node phase (direct rows and forwards, blocking, in buffers of their own)
+ * runs, as DeepEP's internode kernels stream RDMA and NVLink. */
+static int chunked_exchange(struct a2a_pass *p, int d)
+{
+    struct mp_comm *cm = p->s->comm;
+    const struct mp_a2a_counts *c = p->c, *c2 = p->c2;
+    int N = c->nchunks, rc = MP_OK;
+    size_t sent = 0, got = 0;
+    for (int k = 0; k <= N; k++) {
+        if (k >= 1)
+            MP_CHECK(cm->ops->wait(cm, k - 1));
+        if (k < N) {
+            size_t o = (size_t)(d * N + k) * c->ep;
+            MP_CHECK(mp_comm_ialltoallv_on(cm, MP_GROUP_EP_INTER, at(p->sendbuf, sent),
+                                           c->scount + o, c->sdispl + o, at(p->recvbuf, got),
+                                           c->rcount + o, c->rdispl + o, c->row_bytes, k));
+            sent += set_bytes(c, c->scount, d * N + k);
+            got += set_bytes(c, c->rcount, d * N + k);
+        }
+        if (k >= 1) {
+            size_t o = (size_t)(d * N + k - 1) * c->ep;
+            MP_CHECK(mp_comm_alltoallv_on(cm, MP_GROUP_EP_INTRA, p->fwd_send, c2->scount + o,
+                                          c2->sdispl + o, p->fwd_recv, c2->rcount + o,
+                                          c2->rdispl + o, c2->row_bytes));
+        }
+    }
+out:
+    return rc;
+}
+
 /* One synchronized exchange of draw step mod ndraws: drained, barrier, the alltoallv (--dedup
- * node: the inter-node phase, then the intra-node one) between the marks, drained; a timed one's
- * time into mine[sample]. */
+ * node: the inter-node phase, then the intra-node one; with --overlap, chunked_exchange) between
+ * the marks, drained; a timed one's time into mine[sample]. */
 static int a2a_iterate(void *arg, int step, int sample, int replay)
 {
     struct a2a_pass *p = arg;
@@ -393,6 +457,10 @@ static int a2a_iterate(void *arg, int step, int sample, int replay)
     MP_CHECK(s->cops->sync(s->dev));
     MP_CHECK(cm->ops->barrier(cm));
     MP_CHECK(s->cops->mark(s->dev, MARK_START));
+    if (c->nchunks > 1) {
+        MP_CHECK(chunked_exchange(p, step % c->ndraws));
+        goto timed;
+    }
     /* --dedup node: the inter-node phase to the relays, then the intra-node phase (the direct
      * rows and the relays' forwards of what they received), each on its sub-communicator */
     MP_CHECK(mp_comm_alltoallv_on(cm, p->c2 ? MP_GROUP_EP_INTER : MP_GROUP_EP, p->sendbuf,
@@ -402,6 +470,7 @@ static int a2a_iterate(void *arg, int step, int sample, int replay)
         MP_CHECK(mp_comm_alltoallv_on(cm, MP_GROUP_EP_INTRA, p->recvbuf, p->c2->scount + o,
                                       p->c2->sdispl + o, p->sendbuf, p->c2->rcount + o,
                                       p->c2->rdispl + o, p->c2->row_bytes));
+timed:
     MP_CHECK(s->cops->mark(s->dev, MARK_END));
     MP_CHECK(s->cops->sync(s->dev));
     if (sample >= 0)
@@ -412,11 +481,11 @@ out:
 
 /* Time `iters` exchanges (after `warmup`); on rank 0 times[i] = the slowest rank's time. */
 static int run_point(struct mp_session *s, const struct mp_a2a_counts *c,
-                     const struct mp_a2a_counts *c2, void *sendbuf, void *recvbuf, double *mine,
+                     const struct mp_a2a_counts *c2, void *const bufs[4], double *mine,
                      double *all, double *times)
 {
-    struct a2a_pass p = {.s = s, .c = c, .c2 = c2, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                         .mine = mine};
+    struct a2a_pass p = {.s = s, .c = c, .c2 = c2, .sendbuf = bufs[0], .recvbuf = bufs[1],
+                         .fwd_send = bufs[2], .fwd_recv = bufs[3], .mine = mine};
     struct mp_harness h = {.warmup = s->o.warmup, .iters = s->o.iters, .iterate = a2a_iterate,
                            .arg = &p};
     int rc = mp_harness_run(&h, NULL);
@@ -453,8 +522,12 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
         char place[80]; /* the placement, the dedup mode when not pair, the row type when fp8 */
         int dd = p->dedup && strcmp(p->dedup, "pair") != 0;
         int dt = p->dispatch_dtype && strcmp(p->dispatch_dtype, "bf16") != 0;
-        snprintf(place, sizeof place, "%s%s%s%s%s", p->placement ? p->placement : "-",
-                 dd ? "/" : "", dd ? p->dedup : "", dt ? "/" : "", dt ? p->dispatch_dtype : "");
+        char ovl[16] = "";
+        if (p->overlap > 1)
+            snprintf(ovl, sizeof ovl, "x%d", p->overlap);
+        snprintf(place, sizeof place, "%s%s%s%s%s%s", p->placement ? p->placement : "-",
+                 dd ? "/" : "", dd ? p->dedup : "", ovl, dt ? "/" : "",
+                 dt ? p->dispatch_dtype : "");
         mp_progress_clear();
         printf("%9s %-14s %-14s %6ld %12lld %12.0f %10.2f %10.2f %10.2f %9.3f %9.3f\n",
                p->lay->name, p->routing ? p->routing : "-", place,
@@ -544,20 +617,28 @@ struct a2a_run {
     struct mp_runfiles *f;
     struct mp_routing *routings;
     int moe, np, npoints;
-    void *sendbuf, *recvbuf;
+    void *bufs[4]; /* send, receive; an --overlap point's forwards out and in (else NULL) */
     double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
     /* the model: the point's draws and each one's exchange time ([MP_ROUTING_POOL_DRAWS]) */
     int ndraws;
     double *draw_us;
 };
 
-/* The counts of point `bi` of a layout (and a routing, group limit, placement and dedup mode with
- * --pattern moe; `rt` is the routing under the group limit); --dedup node's forwards in cn2. */
+/* The sweep's indices of one point: routing, group limit, placement, dedup mode, overlap,
+ * dispatch dtype (moe only) and batch or --bytes entry. */
+struct a2a_index {
+    int ri, gi, pi, xi, oi, ti, bi;
+};
+
+/* The counts of point `ix` of a layout (`rt` is the routing under the group limit, with
+ * --pattern moe); --dedup node's forwards in cn2. */
 static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_counts *cn,
-                        struct mp_a2a_counts *cn2, const struct mp_routing *rt, int ri, int gi,
-                        int pi, int xi, int ti, const struct mp_placement *pl, int bi)
+                        struct mp_a2a_counts *cn2, const struct mp_routing *rt,
+                        const struct a2a_index *ix, const struct mp_placement *pl)
 {
     struct mp_session *s = r->s;
+    int ri = ix->ri, gi = ix->gi, pi = ix->pi, xi = ix->xi, ti = ix->ti, bi = ix->bi;
+    p->overlap = 1;
     if (!r->moe) {
         p->bytes_per_peer = s->o.bytes.v[bi];
         r->ndraws = 1;
@@ -569,6 +650,7 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->placement = s->o.placement.v[pi];
     p->dedup = s->o.dedup.v[xi];
     p->dispatch_dtype = s->o.dispatch_dtype.v[ti];
+    p->overlap = (int)s->o.overlap.v[ix->oi];
     enum mp_dtype dt = MP_DTYPE_BF16;
     mp_dtype_parse("--dispatch-dtype", p->dispatch_dtype, &dt); /* checked at start-up */
     p->batch = s->o.batch.v[bi];
@@ -581,11 +663,12 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     r->ndraws = ndraws;
     if (s->modelled)
         rc = mode != MP_DEDUP_PAIR
-                 ? model_dedup(cn, mode, dt, s, rt, pl, total, ndraws, r->draw_us)
+                 ? model_dedup(cn, mode, dt, s, rt, pl, total, ndraws, p->overlap, r->draw_us)
                  : model_moe(cn, dt, s, rt, pl, total, ndraws, r->draw_us);
     else
-        rc = mode != MP_DEDUP_PAIR ? counts_dedup(cn, cn2, mode, dt, s, rt, pl, total, ndraws)
-                                   : counts_moe(cn, dt, s, rt, pl, total, ndraws);
+        rc = mode != MP_DEDUP_PAIR
+                 ? counts_dedup(cn, cn2, mode, dt, s, rt, pl, total, ndraws, p->overlap)
+                 : counts_moe(cn, dt, s, rt, pl, total, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
 }
@@ -594,12 +677,12 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
  * model each timed iteration the time of its draw (iteration i routes draw (warmup + i) mod
  * ndraws, as the measured exchange does), and written. */
 static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
-                     int ri, int gi, int pi, int xi, int ti, const struct mp_placement *pl, int bi)
+                     const struct a2a_index *ix, const struct mp_placement *pl)
 {
     struct mp_session *s = r->s;
     struct a2a_point p = {.lay = lay};
     struct mp_a2a_counts cn = {0}, cn2 = {0};
-    int rc = point_counts(r, &p, &cn, &cn2, rt, ri, gi, pi, xi, ti, pl, bi);
+    int rc = point_counts(r, &p, &cn, &cn2, rt, ix, pl);
     r->np++;
     int skip = 0;
     if (rc == MP_OK) {
@@ -616,17 +699,17 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
         }
         char point[256];
         snprintf(point, sizeof point, "layout %s routing %s group-limit %s placement %s dedup %s "
-                 "dispatch-dtype %s batch %ld bytes_per_peer %lld", lay->name,
+                 "overlap %d dispatch-dtype %s batch %ld bytes_per_peer %lld", lay->name,
                  p.routing ? p.routing : "-", p.group_limit ? p.group_limit : "-",
-                 p.placement ? p.placement : "-", p.dedup ? p.dedup : "-",
+                 p.placement ? p.placement : "-", p.dedup ? p.dedup : "-", p.overlap,
                  p.dispatch_dtype ? p.dispatch_dtype : "-", p.batch, p.bytes_per_peer);
         if (s->modelled) {
             for (int i = 0; i < s->o.iters; i++)
                 r->times[i] = r->draw_us[(s->o.warmup + i) % r->ndraws];
         } else {
             mp_watchdog_arm(s->o.timeout, point);
-            rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->sendbuf, r->recvbuf, r->mine,
-                           r->all, r->times);
+            rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->bufs, r->mine, r->all,
+                           r->times);
             if (rc == MP_OK)
                 mp_watchdog_disarm();
         }
@@ -638,8 +721,8 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
     return rc;
 }
 
-/* Every point of one layout: routing × group limit × placement × dedup × dispatch dtype × batch
- * (moe), or the --bytes sweep. */
+/* Every point of one layout: routing × group limit × placement × dedup × overlap × dispatch dtype
+ * × batch (moe), or the --bytes sweep. */
 static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
 {
     struct mp_session *s = r->s;
@@ -647,6 +730,7 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
     int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
     int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? s->o.batch.n : s->o.bytes.n;
     int nx = r->moe ? s->o.dedup.n : 1, nt = r->moe ? s->o.dispatch_dtype.n : 1;
+    int no = r->moe ? s->o.overlap.n : 1;
     int nodes = mp_ep_nodes(s->comm, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < nr && rc == MP_OK; ri++)
         for (int gi = 0; gi < ng && rc == MP_OK; gi++) {
@@ -663,10 +747,12 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
                     mp_placement_free(&pl);
                     break;
                 }
-                for (int xi = 0; xi < nx && rc == MP_OK; xi++)
-                    for (int ti = 0; ti < nt && rc == MP_OK; ti++)
-                        for (int bi = 0; bi < nb && rc == MP_OK; bi++)
-                            rc = a2a_point(r, lay, &rt, ri, gi, pi, xi, ti, &pl, bi);
+                struct a2a_index ix = {.ri = ri, .gi = gi, .pi = pi};
+                for (ix.xi = 0; ix.xi < nx && rc == MP_OK; ix.xi++)
+                    for (ix.oi = 0; ix.oi < no && rc == MP_OK; ix.oi++)
+                        for (ix.ti = 0; ix.ti < nt && rc == MP_OK; ix.ti++)
+                            for (ix.bi = 0; ix.bi < nb && rc == MP_OK; ix.bi++)
+                                rc = a2a_point(r, lay, &rt, &ix, &pl);
                 if (r->moe)
                     mp_placement_free(&pl);
             }
@@ -724,8 +810,48 @@ static int check_dispatch_dtype(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
-/* Buffers for `max_bytes` (written through before timing) and the sample arrays; the model
- * moves no data: the sample arrays and each draw's time alone. */
+/* The largest --overlap entry. */
+static int max_overlap(const struct mp_session *s)
+{
+    int most = 1;
+    for (int i = 0; i < s->o.overlap.n; i++)
+        most = s->o.overlap.v[i] > most ? (int)s->o.overlap.v[i] : most;
+    return most;
+}
+
+/* --overlap above 1: --pattern moe with --dedup node alone (the only exchange of two phases),
+ * and a comm backend with a non-blocking all-to-all for a measured run. Refuses with
+ * MP_ERR_USAGE. */
+static int check_overlap(const struct mp_session *s, int moe)
+{
+    int n = max_overlap(s);
+    if (n == 1)
+        return MP_OK;
+    if (!moe) {
+        mp_usage("--overlap %d: the uniform pattern is one exchange, with nothing to overlap; use "
+                 "--pattern moe --dedup node with it, or --overlap 1", n);
+        return MP_ERR_USAGE;
+    }
+    for (int i = 0; i < s->o.dedup.n; i++) {
+        enum mp_dedup d;
+        if (mp_dedup_parse(s->o.dedup.v[i], &d) == MP_OK && d != MP_DEDUP_NODE) {
+            mp_usage("--overlap %d with --dedup %s: only --dedup node has two phases to overlap "
+                     "(the inter-node one and the forwards inside the node); sweep --dedup node "
+                     "alone with --overlap above 1", n, s->o.dedup.v[i]);
+            return MP_ERR_USAGE;
+        }
+    }
+    if (!s->modelled && !s->comm->ops->ialltoallv) {
+        mp_usage("--overlap %d: the comm backend %s has no non-blocking all-to-all", n,
+                 s->comm->ops->name);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* Buffers for `max_bytes` (written through before timing; with --overlap above 1 two more for the
+ * forwards) and the sample arrays; the model moves no data: the sample arrays and each draw's
+ * time alone. */
 static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
 {
     struct mp_session *s = r->s;
@@ -739,15 +865,20 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
         return MP_OK;
     }
     size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
-    r->sendbuf = s->cops->alloc(s->dev, elems);
-    r->recvbuf = s->cops->alloc(s->dev, elems);
+    int nbufs = r->moe && max_overlap(s) > 1 ? 4 : 2;
+    for (int i = 0; i < nbufs; i++)
+        if (!(r->bufs[i] = s->cops->alloc(s->dev, elems))) {
+            mp_error("out of memory for %zu-byte buffers", max_bytes);
+            return MP_ERR_RUNTIME;
+        }
     r->mine = calloc((size_t)s->o.iters, sizeof *r->mine);
     r->all = s->comm->rank == 0 ? calloc((size_t)s->o.iters * s->comm->size, sizeof *r->all) : NULL;
-    if (!r->sendbuf || !r->recvbuf || !r->mine || !r->times || (s->comm->rank == 0 && !r->all)) {
-        mp_error("out of memory for %zu-byte buffers", max_bytes);
+    if (!r->mine || !r->times || (s->comm->rank == 0 && !r->all)) {
+        mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    touch_buffers(s, r->sendbuf, r->recvbuf, elems);
+    for (int i = 0; i < nbufs; i += 2)
+        touch_buffers(s, r->bufs[i], r->bufs[i + 1], elems);
     return MP_OK;
 }
 
@@ -766,6 +897,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(check_dedup(&s, r.moe));
     MP_CHECK(check_dispatch_dtype(&s, r.moe));
+    MP_CHECK(check_overlap(&s, r.moe));
     MP_CHECK(mp_session_refuse_unsupported(&s));
     if (!s.modelled)
         MP_CHECK(mp_watchdog_start());
@@ -785,7 +917,8 @@ int main(int argc, char **argv)
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n *
-                                        s.o.dedup.n * s.o.dispatch_dtype.n * s.o.batch.n
+                                        s.o.dedup.n * s.o.overlap.n * s.o.dispatch_dtype.n *
+                                        s.o.batch.n
                                   : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));
@@ -794,10 +927,10 @@ out:
      * not behind exchanges the other ranks will never join */
     rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
-    if (s.dev && !s.modelled) {
-        s.cops->free(s.dev, r.sendbuf);
-        s.cops->free(s.dev, r.recvbuf);
-    }
+    if (s.dev && !s.modelled)
+        for (int i = 0; i < 4; i++)
+            if (r.bufs[i])
+                s.cops->free(s.dev, r.bufs[i]);
     free(r.draw_us);
     free(r.mine);
     free(r.all);

@@ -18,10 +18,11 @@ void mp_a2a_counts_free(struct mp_a2a_counts *c)
     memset(c, 0, sizeof *c);
 }
 
-int mp_a2a_counts_alloc(struct mp_a2a_counts *c, int ndraws, int ep)
+int mp_a2a_counts_alloc(struct mp_a2a_counts *c, int ndraws, int nchunks, int ep)
 {
-    size_t n = (size_t)ndraws * (size_t)ep;
+    size_t n = (size_t)ndraws * (size_t)nchunks * (size_t)ep;
     c->ndraws = ndraws;
+    c->nchunks = nchunks;
     c->ep = ep;
     c->scount = calloc(n, sizeof(int));
     c->sdispl = calloc(n, sizeof(int));
@@ -37,7 +38,7 @@ int mp_a2a_counts_alloc(struct mp_a2a_counts *c, int ndraws, int ep)
 
 int mp_a2a_counts_uniform(struct mp_a2a_counts *c, int ep, long long bytes_per_peer)
 {
-    if (mp_a2a_counts_alloc(c, 1, ep) != MP_OK)
+    if (mp_a2a_counts_alloc(c, 1, 1, ep) != MP_OK)
         return MP_ERR_RUNTIME;
     c->row_bytes = (size_t)bytes_per_peer; /* one row per peer: counts 1, displacements p */
     for (int p = 0; p < ep; p++) {

@@ -7,17 +7,19 @@
 
 struct mp_comm_ops;
 
-/* Per-iteration send/receive counts and displacements in rows of `row_bytes`, one set per draw.
- * Peer p's block of draw d starts (size_t)sdispl[d·ep + p] · row_bytes bytes into the buffer. */
+/* Per-iteration send/receive counts and displacements in rows of `row_bytes`, nchunks sets per
+ * draw: set d·nchunks + k is chunk k of draw d (moeperf-a2a --overlap; nchunks 1 otherwise).
+ * Peer p's block of set i starts (size_t)sdispl[i·ep + p] · row_bytes bytes into the buffer. */
 struct mp_a2a_counts {
-    int ndraws, ep;
-    int *scount, *sdispl, *rcount, *rdispl; /* [ndraws][ep] */
+    int ndraws, nchunks, ep;
+    int *scount, *sdispl, *rcount, *rdispl; /* [ndraws·nchunks][ep] */
     size_t row_bytes;
     double bytes_per_rank; /* mean over draws of the largest per-rank send (self included) */
 };
 
-/* Zeroed arrays for `ndraws` draws of `ep` peers. Returns MP_OK or MP_ERR_RUNTIME. */
-int mp_a2a_counts_alloc(struct mp_a2a_counts *c, int ndraws, int ep);
+/* Zeroed arrays for `ndraws` draws of `nchunks` chunks each, of `ep` peers. Returns MP_OK or
+ * MP_ERR_RUNTIME. */
+int mp_a2a_counts_alloc(struct mp_a2a_counts *c, int ndraws, int nchunks, int ep);
 void mp_a2a_counts_free(struct mp_a2a_counts *c);
 
 /* The uniform pattern: one row of `bytes_per_peer` bytes to and from every peer, peer p's block at

@@ -83,7 +83,10 @@ static const struct mp_column a2a_key[] = {
     {MPC_group_limit, "–", T, "`--group-limit` entry as given (moe; empty for uniform)"},
     {MPC_placement, "–", T, "`--placement` entry as given (moe; empty for uniform)"},
     {MPC_dedup, "–", T,
-     "what a dispatched row stands for (`--dedup` pair or rank; moe; empty for uniform)"},
+     "what a dispatched row stands for (`--dedup` pair, rank or node; moe; empty for uniform)"},
+    {MPC_overlap, "chunks", I,
+     "`--overlap` entry: chunks of tokens whose node forwards overlap the next chunk's inter-node "
+     "phase (`--dedup node`; 1: none, and for uniform)"},
     {MPC_dispatch_dtype, "–", T,
      "`--dispatch-dtype` entry: what a dispatched row travels in, `bf16` (H times the backend's "
      "element size) or `fp8` (H + 4·⌈H/128⌉ bytes: e4m3 codes and one fp32 scale per 128 "

@@ -766,13 +766,16 @@ static double count_round_us(const struct mp_cluster *cl, const struct mp_vtraff
 
 /* The pipelined layer (docs/planning.md): each chunk's dispatch and combine are one exchange round
  * plus launch, its FFN the roofline on its rows and experts, its TP reduce an allreduce of its
- * rows; mp_model_pipeline_us schedules them after the one count exchange of all chunks. */
+ * rows; mp_model_pipeline_us schedules them after the one count exchange of all chunks. Node
+ * deduplicated, as core/dispatch_dedup_pipelined.c runs it: the inter-node phase out and back is
+ * the chunk's dispatch and combine, its intra-node phase out and back runs in the chunk's compute
+ * step, before the FFN and after the TP reduce. */
 static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m,
                            const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
 {
     int tp = t->tp, ep = t->ep, N = t->nchunks;
     double row_bytes = m->hidden * cl->elem_bytes;
-    double *blk = malloc(sizeof(double) * ((size_t)N * ep + 2 * (size_t)N + 3 * (size_t)ep));
+    double *blk = malloc(sizeof(double) * ((size_t)N * ep + 3 * (size_t)N + 3 * (size_t)ep));
     if (!blk) { /* no schedule without memory: a point of NANs rather than a wrong number */
         for (int r = 0; r < tp * ep; r++)
             ranks[r].route = ranks[r].notify = ranks[r].dispatch = ranks[r].ffn =
@@ -781,7 +784,10 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     }
     double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
     double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
+    double *intra = reduce + ep; /* [N] node: the intra-node phase out and back, in compute */
     double counts = count_round_us(cl, t);
+    for (int k = 0; k < N; k++)
+        intra[k] = 0;
     for (int k = 0; k < N && !t->chunk_hop; k++) {
         const struct mp_vexchange *x = &t->chunk_a2a[k];
         double data = mp_model_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
@@ -803,17 +809,20 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
                                            x->uses_inter, x->incast);
         }
         for (int k = 0; k < N; k++) {
-            dispatch[k] = combine[k] = 0;
+            double out[2] = {0, 0}, back[2] = {0, 0};
             for (int h = 0; h < t->dedup_hops; h++) {
                 const struct mp_vexchange *x = &t->chunk_hop[2 * k + h];
                 const struct mp_vexchange *y = &t->chunk_back[2 * k + h];
-                dispatch[k] += cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
-                                                                    x->uses_intra, x->uses_inter,
-                                                                    x->incast);
-                combine[k] += cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
-                                                                   y->uses_intra, y->uses_inter,
-                                                                   y->incast);
+                out[h] = cl->launch_us + mp_model_exchange_us(cl, x->intra_max, x->inter_max,
+                                                              x->uses_intra, x->uses_inter,
+                                                              x->incast);
+                back[h] = cl->launch_us + mp_model_exchange_us(cl, y->intra_max, y->inter_max,
+                                                               y->uses_intra, y->uses_inter,
+                                                               y->incast);
             }
+            dispatch[k] = out[0];
+            combine[k] = back[0];
+            intra[k] = out[1] + back[1];
         }
     }
     for (int p = 0; p < ep; p++) {
@@ -822,7 +831,7 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             double rows = t->chunk_rows[k * ep + p] + (k == 0 ? m->shared * t->tokens[p] : 0);
             double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p], t);
             double r = mp_model_allreduce_us(cl, rows * row_bytes, tp);
-            compute[(size_t)k * ep + p] = f + r;
+            compute[(size_t)k * ep + p] = intra[k] + f + r;
             ffn[p] += f;
             reduce[p] += r;
         }

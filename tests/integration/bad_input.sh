@@ -59,6 +59,10 @@ expect "1 to 2147483647 with --comm mpi" $A2A --bytes 3G
 expect "--bytes" $A2A --bytes 5G
 expect "--batch" $A2A --pattern moe --batch 16777216 --seq 1048576 --topk 1024 --experts 1024 \
     --hidden 1048576
+# --overlap: --dedup node's two phases alone overlap; above the chunk limit
+expect "--overlap 2" $A2A --overlap 1,2
+expect "--overlap 4 with --dedup rank" $A2A --pattern moe --dedup node,rank --overlap 4
+expect "--overlap" $A2A --pattern moe --dedup node --overlap 33
 [ ! -e "$TMP/a2a/a2a.csv" ] || [ "$(rows "$TMP/a2a/a2a.csv")" -eq 0 ] || fail "a2a rows written"
 TOOL=moeperf-layer
 

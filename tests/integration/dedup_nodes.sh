@@ -81,13 +81,15 @@ PY
 # counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs
 # its exchanges on an intra-node group of 2 ranks and an inter-node group of 2, none on the EP group
 # of 4
-# (and moeperf-a2a's exchange alone, whose timed hops do the same)
-for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2" a2a; do
+# (and moeperf-a2a's exchange alone, whose timed hops do the same, in chunks too)
+for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2" a2a a2a-overlap; do
     rm -rf "$TMP/groups"
-    if [ "$form" = a2a ]; then
+    if [ "${form%-overlap}" = a2a ]; then
+        chunks=1
+        [ "$form" = a2a ] || chunks=3
         "$EMU" run --name "$NAME" -- -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-a2a" --pattern moe \
             --experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup node \
-            --iters 2 --warmup 1 --quiet --timeout 120 --out "$TMP/groups" >/dev/null \
+            --overlap $chunks --iters 2 --warmup 1 --quiet --timeout 120 --out "$TMP/groups" >/dev/null \
             2>"$TMP/g.err" || fail "moeperf-a2a --dedup node exit $?: $(cat "$TMP/g.err")"
     else
         # shellcheck disable=SC2086
@@ -117,7 +119,8 @@ col "$TMP/uneven/layer.csv" check_error | awk '{ if ($1 == "" || $1 > 1e-5) bad 
 
 # moeperf-a2a --pattern moe across the nodes, one draw: rank's and node's largest per-rank send
 # (node: both phases, the inter-node rows and the intra-node ones) is the model layer's largest
-# dispatch bytes of the same draw, metadata included; both below pair
+# dispatch bytes of the same draw, metadata included; both below pair; node cut into 2 and 3
+# chunks (--overlap) sends the same bytes, measured and modelled
 a2aw="--experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup pair,rank,node
     --iters 1 --warmup 0 --quiet"
 # shellcheck disable=SC2086
@@ -126,9 +129,20 @@ a2aw="--experts 16 --topk 4 --hidden 64 --batch 24 --routing zipf:1.2 --dedup pa
 # shellcheck disable=SC2086
 "$BIN/moeperf-layer" --backend model --comm model --cluster cpu-host --world 4 --layout tp1ep4 \
     --shared 0 $a2aw --out "$TMP/a2am" || fail "modelled layer of the a2a points exit $?"
-python3 - "$TMP/a2a/a2a.csv" "$TMP/a2am/layer_ranks.csv" <<'PY' || fail "moeperf-a2a across nodes"
+a2ao="--pattern moe ${a2aw/pair,rank,node/node} --overlap 2,3"
+# shellcheck disable=SC2086
+"$EMU" run --name "$NAME" -- "$BIN/moeperf-a2a" $a2ao --timeout 60 --out "$TMP/a2ao" >/dev/null \
+    2>"$TMP/a.err" || fail "moeperf-a2a --overlap across nodes exit $?: $(cat "$TMP/a.err")"
+# shellcheck disable=SC2086
+"$BIN/moeperf-a2a" --backend model --comm model --cluster cpu-host --world 4 $a2ao \
+    --out "$TMP/a2aom" >/dev/null || fail "modelled moeperf-a2a --overlap exit $?"
+python3 - "$TMP/a2a/a2a.csv" "$TMP/a2am/layer_ranks.csv" "$TMP/a2ao/a2a.csv" \
+    "$TMP/a2aom/a2a.csv" <<'PY' || fail "moeperf-a2a across nodes"
 import csv, sys
 a2a = {r["dedup"]: float(r["bytes_per_rank"]) for r in csv.DictReader(open(sys.argv[1]))}
+for f in sys.argv[3:5]:
+    chunked = {r["overlap"]: float(r["bytes_per_rank"]) for r in csv.DictReader(open(f))}
+    assert chunked == {"2": a2a["node"], "3": a2a["node"]}, (f, chunked, a2a["node"])
 most = {}
 for r in csv.DictReader(open(sys.argv[2])):
     sent = float(r["dispatch_bytes_intranode"]) + float(r["dispatch_bytes_internode"])

@@ -41,7 +41,9 @@ sample() {
     --routing) echo "--routing zipf:1.2,hot:1:40" ;;
     --group-limit) echo "--group-limit off,2:1" ;;
     --placement) echo "--placement round-robin,eplb:2" ;;
-    --overlap) echo "--overlap 1,2" ;;
+    --overlap) # moeperf-a2a overlaps --dedup node's two phases alone
+        if [ "$(basename "$tool")" = moeperf-a2a ]; then echo "--overlap 1,2 --dedup node"; else
+            echo "--overlap 1,2"; fi ;;
     --dispatch) echo "--dispatch dynamic,padded,padded:0.5" ;;
     --dedup) echo "--dedup pair,rank,node" ;;
     --dispatch-dtype) echo "--dispatch-dtype bf16,fp8" ;;
