@@ -292,6 +292,51 @@ static int route_pair(const struct mp_placement *pl, const int *holder_li, int s
     return src;
 }
 
+/* Whether whole numbers of rows of `a` and of `b` bytes sum exactly in doubles, up to `rows` rows:
+ * both row sizes whole numbers of bytes and rows·max(a, b) below 2^53. Then a sum of rows·bytes
+ * products is the same double in any order, and equal to bytes · (the rows' whole-number sum). */
+static int exact_row_sums(double a, double b, double rows)
+{
+    double most = a > b ? a : b;
+    return a == floor(a) && b == floor(b) && a > 0 && b > 0 && rows * most < 9007199254740992.0;
+}
+
+/* Per-rank whole-number sums of one exchange round, kept while routing, for exact_row_sums: what
+ * each rank sends to ranks of its node and of other nodes (out_*), receives (in_*), and the
+ * senders on other nodes each receives from; `to` [ep] the counts of the current sender,
+ * `touched` the receivers it has rows for. */
+struct xcounts {
+    long *to, *out_intra, *out_inter, *in_intra, *in_inter, *senders;
+    int *touched, ntouched;
+    int *node; /* [ep] each rank's node (mp_dedup_node_of) */
+};
+
+/* The sums of `c` as exchange_of computes them from the same rows, with row_bytes `rb` (combine)
+ * and `drb` (dispatch); every sum zeroed for the next draw. */
+static void xcounts_finish(struct xcounts *c, int ep, int tp, int gpn, double rb, double drb,
+                           struct mp_vexchange *x, struct mp_vtraffic *bytes)
+{
+    *x = (struct mp_vexchange){0};
+    int lo = 0, hi = 0;
+    for (int p = 0; p < ep; p++) {
+        node_range(p, ep, tp, gpn, &lo, &hi);
+        double in_intra = (double)c->in_intra[p] * rb, in_inter = (double)c->in_inter[p] * rb;
+        double out_intra = (double)c->out_intra[p] * rb, out_inter = (double)c->out_inter[p] * rb;
+        x->uses_intra |= hi - lo > 1;
+        x->uses_inter |= lo > 0 || hi < ep;
+        x->intra_max = fmax(x->intra_max, fmax(in_intra, out_intra));
+        x->inter_max = fmax(x->inter_max, fmax(in_inter, out_inter));
+        x->incast = c->senders[p] > x->incast ? (int)c->senders[p] : x->incast;
+        double sent_intra = (double)c->out_intra[p] * drb, sent_inter = (double)c->out_inter[p] * drb;
+        bytes->bytes_sent[p] = sent_intra + sent_inter + in_intra + in_inter;
+        bytes->dispatch_intra[p] = sent_intra;
+        bytes->dispatch_inter[p] = sent_inter;
+        bytes->combine_intra[p] = in_intra;
+        bytes->combine_inter[p] = in_inter;
+        c->out_intra[p] = c->out_inter[p] = c->in_intra[p] = c->in_inter[p] = c->senders[p] = 0;
+    }
+}
+
 /* The dynamic dispatch: route the draw over every EP rank and total what the plan sends where;
  * with t->nchunks > 1, also per chunk. Each pair adds one row to its (source, destination) cell
  * and its (destination, local expert) cell, as mp_plan_send's counts total them; the counts are
@@ -318,11 +363,52 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
     /* the counts in whole numbers: to_cnt [ep] one source's rows per destination, cell_cnt
      * [ep·L] every source's pairs per (destination, local expert) */
     long *to_cnt = d->counts, *cell_cnt = d->counts ? d->counts + ep : NULL;
+    /* unchunked and not deduplicated, with whole-byte rows: the exchange's sums kept while
+     * routing (O(pairs)), the same doubles exchange_of gives from the ep·ep rows */
+    double drb = dispatch_row_bytes(d);
+    int sums = d->counts && N == 1 && !d->dedup && exact_row_sums(row_bytes, drb, (double)T * K);
+    long *xs = d->counts ? d->counts + ep + (size_t)ep * L : NULL;
+    struct xcounts xc = {.to = to_cnt};
+    if (sums) {
+        xc.out_intra = xs;
+        xc.out_inter = xs + ep;
+        xc.in_intra = xs + 2 * (size_t)ep;
+        xc.in_inter = xs + 3 * (size_t)ep;
+        xc.senders = xs + 4 * (size_t)ep;
+        xc.touched = (int *)(xs + 5 * (size_t)ep);
+        xc.node = xc.touched + ep;
+    }
+    int gpn = cl->gpus_per_node;
+    for (int p = 0; p < ep && sums; p++)
+        xc.node[p] = mp_dedup_node_of(p, tp, gpn);
     for (int e = 0; e < ep; e++) {
         long tok0, n = mp_token_split(T, ep, e, &tok0);
         long local = 0;
         double *to = rows_to + (size_t)e * ep;
-        for (long tok = tok0; tok < tok0 + n; tok++)
+        if (sums) { /* the common case alone, its state in locals */
+            int nt = 0, *touched = xc.touched;
+            const int *hoff = pl->holder_off, *holders = pl->holders, *hli = d->holder_li;
+            for (long tok = tok0; tok < tok0 + n; tok++)
+                for (long i = tok * K; i < (tok + 1) * K; i++) {
+                    int x = ids[i], h0 = hoff[x], li, p;
+                    if (hoff[x + 1] - h0 == 1 && hli) {
+                        p = holders[h0];
+                        li = hli[h0];
+                    } else if (hli) {
+                        p = route_pair(pl, hli, e, x, tok, &li);
+                    } else {
+                        p = mp_placement_dest(pl, e, x, tok);
+                        li = mp_placement_local_index(pl, p, x);
+                    }
+                    local += p == e;
+                    if (to_cnt[p]++ == 0)
+                        touched[nt++] = p;
+                    if (li < L) /* slots past a rank's experts stay empty */
+                        cell_cnt[(size_t)p * L + li]++;
+                }
+            xc.ntouched = nt;
+        }
+        for (long tok = tok0; tok < tok0 + n && !sums; tok++)
             for (long i = tok * K; i < (tok + 1) * K; i++) {
                 int li, p;
                 if (d->holder_li) {
@@ -346,7 +432,26 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
                     chunk_to[g * cells + (size_t)e * ep + p] += 1;
                 }
             }
-        for (int p = 0; p < ep && to_cnt; p++) {
+        if (sums) { /* this sender's rows into the sums, then its counts cleared */
+            int node_e = xc.node[e];
+            for (int i = 0; i < xc.ntouched; i++) {
+                int p = xc.touched[i];
+                long n_p = to_cnt[p];
+                to_cnt[p] = 0;
+                if (p == e) /* a rank's rows to itself stay off the links */
+                    continue;
+                if (xc.node[p] == node_e) {
+                    xc.out_intra[e] += n_p;
+                    xc.in_intra[p] += n_p;
+                } else {
+                    xc.out_inter[e] += n_p;
+                    xc.in_inter[p] += n_p;
+                    xc.senders[p]++;
+                }
+            }
+            xc.ntouched = 0;
+        }
+        for (int p = 0; p < ep && to_cnt && !sums; p++) {
             to[p] = (double)to_cnt[p];
             to_cnt[p] = 0;
         }
@@ -380,7 +485,10 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
             t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
         }
     }
-    exchange_of(rows_to, ep, tp, cl->gpus_per_node, row_bytes, dispatch_row_bytes(d), &t->a2a, t);
+    if (sums)
+        xcounts_finish(&xc, ep, tp, gpn, row_bytes, drb, &t->a2a, t);
+    else
+        exchange_of(rows_to, ep, tp, gpn, row_bytes, drb, &t->a2a, t);
     if (d->dedup)
         dedup_exchanges(t, d);
     for (int g = 0; g < N && N > 1; g++)
@@ -650,7 +758,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
     int nholders = pl->holder_off[pl->experts];
     int *holder_li = malloc(((size_t)nholders + 1) * sizeof *holder_li);
-    long *counts = calloc((size_t)ep * (1 + L), sizeof *counts);
+    long *counts = calloc((size_t)ep * (1 + L + 6), sizeof *counts);
     if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) || !holder_li ||
         !counts ||
         mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK ||
@@ -856,6 +964,7 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
 {
+    memset(ranks, 0, sizeof *ranks * (size_t)t->tp * (size_t)t->ep); /* every field defined */
     if (t->nchunks > 1) {
         time_pipelined(cl, m, t, ranks);
         return;
@@ -944,7 +1053,8 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     res->iters = pt->iters;
     res->nranks = N;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
-    res->ranks = calloc((size_t)pt->iters * N, sizeof *res->ranks);
+    /* every record is written: timed by mp_vtraffic_time or copied from an earlier draw's */
+    res->ranks = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * N * sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
     if (pt->overlap > 1) {
         plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);

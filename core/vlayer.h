@@ -87,8 +87,9 @@ struct mp_vdraw {
      * (mp_placement_local_index of pl->holders[h]), or NULL: mp_placement_dest's route found by
      * the placement's functions */
     const int *holder_li;
-    /* [ep + ep·max_local] zeroed scratch for whole-number counts (a source rank's rows to each
-     * rank, then every (rank, local expert) cell's), left zeroed, or NULL */
+    /* [ep + ep·max_local + 6·ep] zeroed scratch for whole-number counts (a source rank's rows to
+     * each rank, then every (rank, local expert) cell's, then an exchange's per-rank sums), left
+     * zeroed, or NULL */
     long *counts;
 };
 

@@ -1,7 +1,9 @@
 /* test_vroute.c - the model's dynamic traffic routes every pair where the placement sends it: for
  * contiguous, round-robin, replicate-hot and eplb placements on two nodes, each rank's received
  * rows, its pairs served locally, its active experts and the rows between every pair of ranks
- * equal a count made with mp_placement_dest and mp_placement_local_index alone. */
+ * equal a count made with mp_placement_dest and mp_placement_local_index alone; the exchange the
+ * traffic builder sums while routing (largest volumes per link class, incast, every rank's bytes
+ * per phase and class) is, to the bit, mp_vexchange_of's from those rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +56,17 @@ int main(void)
                     used[p][li] = 1;
                 }
             }
+            double row = model.hidden * cl.elem_bytes, dense[EP * EP];
+            for (int e = 0; e < EP; e++)
+                for (int p = 0; p < EP; p++)
+                    dense[e * EP + p] = to[e][p];
+            struct mp_vexchange x;
+            mp_vexchange_of(dense, EP, 1, cl.gpus_per_node, row, &x);
+            CHECK(x.intra_max == t[d].a2a.intra_max && x.inter_max == t[d].a2a.inter_max);
+            CHECK_INT(t[d].a2a.incast, x.incast);
+            CHECK_INT(t[d].a2a.uses_intra, x.uses_intra);
+            CHECK_INT(t[d].a2a.uses_inter, x.uses_inter);
+            CHECK(x.incast > 1); /* two nodes of four ranks: several senders across */
             for (int p = 0; p < EP; p++) {
                 if (t[d].rows[p] != rows[p] || t[d].local[p] != local[p] ||
                     t[d].active[p] != active[p]) {
@@ -62,16 +75,20 @@ int main(void)
                             t[d].active[p], rows[p], local[p], active[p]);
                     check_failures++;
                 }
-                /* the bytes each rank sends and receives follow the rows between ranks */
-                double sent = 0, got = 0;
+                /* the bytes each rank sends and receives follow the rows between ranks, on its
+                 * node (ranks of one half) and across */
+                double sent[2] = {0, 0}, got[2] = {0, 0};
                 for (int q = 0; q < EP; q++)
                     if (q != p) {
-                        sent += to[p][q];
-                        got += to[q][p];
+                        int across = q / cl.gpus_per_node != p / cl.gpus_per_node;
+                        sent[across] += to[p][q];
+                        got[across] += to[q][p];
                     }
-                double row = model.hidden * cl.elem_bytes;
-                CHECK_NEAR(t[d].dispatch_intra[p] + t[d].dispatch_inter[p], sent * row, 1e-12);
-                CHECK_NEAR(t[d].combine_intra[p] + t[d].combine_inter[p], got * row, 1e-12);
+                CHECK(t[d].dispatch_intra[p] == sent[0] * row);
+                CHECK(t[d].dispatch_inter[p] == sent[1] * row);
+                CHECK(t[d].combine_intra[p] == got[0] * row);
+                CHECK(t[d].combine_inter[p] == got[1] * row);
+                CHECK(t[d].bytes_sent[p] == (sent[0] + sent[1] + got[0] + got[1]) * row);
             }
         }
         mp_vtraffic_free(t, ndraws);
