@@ -303,11 +303,9 @@ static int exact_row_sums(double a, double b, double rows)
 
 /* Per-rank whole-number sums of one exchange round, kept while routing, for exact_row_sums: what
  * each rank sends to ranks of its node and of other nodes (out_*), receives (in_*), and the
- * senders on other nodes each receives from; `to` [ep] the counts of the current sender,
- * `touched` the receivers it has rows for. */
+ * senders on other nodes each receives from. */
 struct xcounts {
-    long *to, *out_intra, *out_inter, *in_intra, *in_inter, *senders;
-    int *touched, ntouched;
+    long *out_intra, *out_inter, *in_intra, *in_inter, *senders;
     int *node; /* [ep] each rank's node (mp_dedup_node_of) */
 };
 
@@ -368,15 +366,14 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
     double drb = dispatch_row_bytes(d);
     int sums = d->counts && N == 1 && !d->dedup && exact_row_sums(row_bytes, drb, (double)T * K);
     long *xs = d->counts ? d->counts + ep + (size_t)ep * L : NULL;
-    struct xcounts xc = {.to = to_cnt};
+    struct xcounts xc = {0};
     if (sums) {
         xc.out_intra = xs;
         xc.out_inter = xs + ep;
         xc.in_intra = xs + 2 * (size_t)ep;
         xc.in_inter = xs + 3 * (size_t)ep;
         xc.senders = xs + 4 * (size_t)ep;
-        xc.touched = (int *)(xs + 5 * (size_t)ep);
-        xc.node = xc.touched + ep;
+        xc.node = (int *)(xs + 5 * (size_t)ep);
     }
     int gpn = cl->gpus_per_node;
     for (int p = 0; p < ep && sums; p++)
@@ -385,9 +382,10 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
         long tok0, n = mp_token_split(T, ep, e, &tok0);
         long local = 0;
         double *to = rows_to + (size_t)e * ep;
-        if (sums) { /* the common case alone, its state in locals */
-            int nt = 0, *touched = xc.touched;
+        if (sums) { /* the common case alone, its state in locals: each pair into the sums */
             const int *hoff = pl->holder_off, *holders = pl->holders, *hli = d->holder_li;
+            const int *node = xc.node, node_e = node[e];
+            long out_intra = 0, out_inter = 0;
             for (long tok = tok0; tok < tok0 + n; tok++)
                 for (long i = tok * K; i < (tok + 1) * K; i++) {
                     int x = ids[i], h0 = hoff[x], li, p;
@@ -401,12 +399,23 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
                         li = mp_placement_local_index(pl, p, x);
                     }
                     local += p == e;
-                    if (to_cnt[p]++ == 0)
-                        touched[nt++] = p;
+                    long first = to_cnt[p]++ == 0; /* e's first row to p */
                     if (li < L) /* slots past a rank's experts stay empty */
                         cell_cnt[(size_t)p * L + li]++;
+                    if (p == e) /* a rank's rows to itself stay off the links */
+                        continue;
+                    if (node[p] == node_e) {
+                        out_intra++;
+                        xc.in_intra[p]++;
+                    } else {
+                        out_inter++;
+                        xc.in_inter[p]++;
+                        xc.senders[p] += first;
+                    }
                 }
-            xc.ntouched = nt;
+            xc.out_intra[e] = out_intra;
+            xc.out_inter[e] = out_inter;
+            memset(to_cnt, 0, sizeof *to_cnt * (size_t)ep);
         }
         for (long tok = tok0; tok < tok0 + n && !sums; tok++)
             for (long i = tok * K; i < (tok + 1) * K; i++) {
@@ -432,25 +441,6 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
                     chunk_to[g * cells + (size_t)e * ep + p] += 1;
                 }
             }
-        if (sums) { /* this sender's rows into the sums, then its counts cleared */
-            int node_e = xc.node[e];
-            for (int i = 0; i < xc.ntouched; i++) {
-                int p = xc.touched[i];
-                long n_p = to_cnt[p];
-                to_cnt[p] = 0;
-                if (p == e) /* a rank's rows to itself stay off the links */
-                    continue;
-                if (xc.node[p] == node_e) {
-                    xc.out_intra[e] += n_p;
-                    xc.in_intra[p] += n_p;
-                } else {
-                    xc.out_inter[e] += n_p;
-                    xc.in_inter[p] += n_p;
-                    xc.senders[p]++;
-                }
-            }
-            xc.ntouched = 0;
-        }
         for (int p = 0; p < ep && to_cnt && !sums; p++) {
             to[p] = (double)to_cnt[p];
             to_cnt[p] = 0;
