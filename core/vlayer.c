@@ -954,7 +954,6 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
 {
-    memset(ranks, 0, sizeof *ranks * (size_t)t->tp * (size_t)t->ep); /* every field defined */
     if (t->nchunks > 1) {
         time_pipelined(cl, m, t, ranks);
         return;
@@ -1043,7 +1042,8 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     res->iters = pt->iters;
     res->nranks = N;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
-    /* every record is written: timed by mp_vtraffic_time or copied from an earlier draw's */
+    /* every record is written: timed by mp_vtraffic_time (every field, tests/unit/test_vlayer.c)
+     * or copied from an earlier draw's */
     res->ranks = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * N * sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
     if (pt->overlap > 1) {

@@ -9,6 +9,7 @@
  * Deduplicated per rank: padded slots move (ep − 1)·cap rows each way whatever the routing, and
  * pipelined chunks of tokens add up to the unpipelined rows, with the metadata ahead of them. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,42 @@ static void check_hop_times(const struct mp_cluster *base)
     }
 }
 
+/* mp_vtraffic_time writes every field of every rank's record, whatever the point (the modelled
+ * layer hands it records it has not cleared): dynamic, padded, rank- and node-deduplicated,
+ * pipelined and pipelined deduplicated, on nodes of 2 ranks, with TP 2; no field keeps the
+ * bytes it held before. */
+static void check_every_field_written(const struct mp_cluster *base)
+{
+    struct mp_cluster cl = *base;
+    cl.gpus_per_node = 2;
+    struct { int overlap, dedup, padded; } kinds[] = {{1, MP_DEDUP_PAIR, 0}, {1, MP_DEDUP_PAIR, 1},
+        {1, MP_DEDUP_RANK, 0}, {1, MP_DEDUP_NODE, 0}, {2, MP_DEDUP_PAIR, 0}, {2, MP_DEDUP_NODE, 0}};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        struct mp_point pt = {.batch = 64, .seq = 1, .routing = &routing, .placement = &placement,
+                              .iters = 1, .overlap = kinds[k].overlap, .dedup = kinds[k].dedup,
+                              .dispatch = kinds[k].padded ? &mp_dispatch_padded : NULL};
+        struct mp_vtraffic *t = NULL;
+        int ndraws = 0, tp = 2;
+        CHECK_INT(mp_vtraffic_build(&cl, &model, tp, EP, 5, &pt, &t, &ndraws), MP_OK);
+        struct mp_rank_iter ranks[2 * EP];
+        memset(ranks, 0xa5, sizeof ranks);
+        uint64_t poison;
+        memset(&poison, 0xa5, sizeof poison);
+        mp_vtraffic_time(&cl, &model, &t[0], ranks);
+        for (int r = 0; r < tp * EP; r++)
+            for (size_t f = 0; f < MP_RANK_ITER_FIELDS; f++) {
+                uint64_t bits;
+                memcpy(&bits, (const char *)&ranks[r] + f * sizeof(double), sizeof bits);
+                if (bits == poison) {
+                    fprintf(stderr, "kind %zu rank %d: field %zu of struct mp_rank_iter not "
+                            "written\n", k, r, f);
+                    check_failures++;
+                }
+            }
+        mp_vtraffic_free(t, ndraws);
+    }
+}
+
 static double median(const struct mp_point_result *r, size_t k)
 {
     double v[ITERS];
@@ -179,6 +216,7 @@ int main(void)
     CHECK_INT(mp_routing_parse("uniform", model.experts, model.topk, 5, &routing), MP_OK);
     CHECK_INT(mp_placement_build("contiguous", model.experts, EP, routing.prob, &placement), MP_OK);
     check_hop_times(&h100);
+    check_every_field_written(&h100);
 
     /* --overlap 1 (and 0, the field's default) is the unpipelined model, bit for bit */
     struct mp_point_result r0 = run(&h100, 256, 0), r1 = run(&h100, 256, 1);
