@@ -857,24 +857,18 @@ oom:
     return NULL;
 }
 
-int mp_runjson_write(struct cJSON *j, const char *dir, int finished)
+int mp_json_write(const struct cJSON *j, const char *dir, const char *name)
 {
-    char now[64];
     int rc = MP_OK;
-    if (!j) {
-        mp_error("run.json: nothing to write");
-        return MP_ERR_RUNTIME;
-    }
-    iso_now(now, sizeof now);
-    cJSON_DeleteItemFromObjectCaseSensitive(j, "end");
-    cJSON_DeleteItemFromObjectCaseSensitive(j, "finished");
-    cJSON_AddItemToObject(j, "end", cJSON_CreateString(now));
-    cJSON_AddItemToObject(j, "finished", cJSON_CreateBool(finished));
-    char *text = cJSON_Print(j);
-    char *tmp = mp_path_join(dir, ".run.json.tmp"), *path = mp_path_join(dir, "run.json");
+    char *text = cJSON_Print(j), *tmpname = NULL;
+    char *tmp = NULL, *path = mp_path_join(dir, name);
+    if (text && path && (tmpname = malloc(strlen(name) + 6)))
+        sprintf(tmpname, ".%s.tmp", name);
+    if (tmpname)
+        tmp = mp_path_join(dir, tmpname);
     FILE *f = NULL;
     if (!text || !tmp || !path) {
-        mp_error("out of memory writing run.json");
+        mp_error("out of memory writing %s", name);
         rc = MP_ERR_RUNTIME;
         goto out;
     }
@@ -901,7 +895,23 @@ int mp_runjson_write(struct cJSON *j, const char *dir, int finished)
     }
 out:
     cJSON_free(text);
+    free(tmpname);
     free(tmp);
     free(path);
     return rc;
+}
+
+int mp_runjson_write(struct cJSON *j, const char *dir, int finished)
+{
+    char now[64];
+    if (!j) {
+        mp_error("run.json: nothing to write");
+        return MP_ERR_RUNTIME;
+    }
+    iso_now(now, sizeof now);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "end");
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "finished");
+    cJSON_AddItemToObject(j, "end", cJSON_CreateString(now));
+    cJSON_AddItemToObject(j, "finished", cJSON_CreateBool(finished));
+    return mp_json_write(j, dir, "run.json");
 }

@@ -92,7 +92,10 @@ int mp_mkdir_p(const char *path, const char *flag);
  * build type), argv, start time (ISO 8601 UTC), host name, timer kind, the NCCL_* / UCX_* / OMPI_*
  * / OPENBLAS_* environment, and the hwloc topology summary when built with hwloc. */
 struct cJSON *mp_runjson_new(const char *tool, int argc, char **argv);
-/* Set "end" to now and write dir/run.json atomically (temporary file + rename). */
+/* Set "end" to now and write dir/run.json atomically (mp_json_write). */
 int mp_runjson_write(struct cJSON *j, const char *dir, int finished);
+/* Write `j` to dir/name atomically (dir/.name.tmp, then rename). MP_OK or MP_ERR_RUNTIME after a
+ * message naming the file. */
+int mp_json_write(const struct cJSON *j, const char *dir, const char *name);
 
 #endif

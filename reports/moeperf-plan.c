@@ -1,6 +1,7 @@
 /* moeperf-plan - capacity planning on the cluster model: sweeps layouts, batch sizes, hot-expert
  * replicas, eplb slots, pipeline depths and dedup modes for a model, finds the batch cap and the cheapest plan that meets a latency SLO at a
  * target throughput; --calibrate fits a cluster profile to measured runs, --validate checks one. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -348,6 +349,167 @@ static void print_memory_header(const struct mp_plan_req *q)
                "counted\n", m->name);
 }
 
+/* ---- plan.json: the question and the answer (docs/planning.md, "plan.json") ---- */
+
+static void add_ints(cJSON *o, const char *key, const struct mp_list *l)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; a && i < l->n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)l->v[i]));
+}
+
+static void add_strs(cJSON *o, const char *key, const struct mp_strlist *l)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; a && i < l->n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(l->v[i]));
+}
+
+/* A positive bound, or null for 0 (not bounded). */
+static void add_bound(cJSON *o, const char *key, double v)
+{
+    if (v > 0)
+        cJSON_AddNumberToObject(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
+/* The profile and where it came from: a preset (--cluster NAME), a file, or a file --calibrate
+ * wrote (its first line names the points and the runs it was fitted to). */
+static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", cl->name);
+    for (int i = 0; i < mp_cluster_npresets; i++)
+        if (strcmp(spec, mp_cluster_presets[i].name) == 0) {
+            cJSON_AddStringToObject(o, "source", "preset");
+            return o;
+        }
+    cJSON_AddStringToObject(o, "path", spec);
+    char line[4096] = "";
+    FILE *f = fopen(spec, "r");
+    if (f) {
+        if (!fgets(line, sizeof line, f))
+            line[0] = '\0';
+        fclose(f);
+    }
+    int points = 0, at = 0;
+    if (sscanf(line, "# fitted by moeperf-plan --calibrate to %d points of:%n", &points, &at) == 1 &&
+        at > 0) {
+        cJSON_AddStringToObject(o, "source", "fitted");
+        cJSON_AddNumberToObject(o, "fitted_points", points);
+        cJSON *runs = cJSON_AddArrayToObject(o, "fitted_from");
+        char *save = NULL;
+        for (char *tok = strtok_r(line + at, " \n", &save); tok && runs;
+             tok = strtok_r(NULL, " \n", &save))
+            cJSON_AddItemToArray(runs, cJSON_CreateString(tok));
+    } else {
+        cJSON_AddStringToObject(o, "source", "file");
+    }
+    return o;
+}
+
+/* The question: the model (and the flags that overrode its preset), the profile, the SLO, the
+ * target, the context and every constraint the candidates were drawn from. */
+static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req *q)
+{
+    cJSON *j = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(j, "model");
+    const struct mp_model *md = &q->model;
+    cJSON_AddStringToObject(m, "name", md->name);
+    cJSON_AddNumberToObject(m, "hidden", md->hidden);
+    cJSON_AddNumberToObject(m, "ffn", md->ffn);
+    cJSON_AddNumberToObject(m, "experts", md->experts);
+    cJSON_AddNumberToObject(m, "topk", md->topk);
+    cJSON_AddNumberToObject(m, "shared", md->shared);
+    cJSON_AddNumberToObject(m, "layers", md->layers);
+    cJSON_AddNumberToObject(m, "params", md->params);
+    cJSON *ov = cJSON_AddObjectToObject(m, "overrides"); /* the flags given, -1: not given */
+    const struct { const char *key; int v; } given[] = {
+        {"experts", o->b.experts}, {"topk", o->b.topk}, {"shared", o->b.shared},
+        {"hidden", o->b.hidden}, {"ffn", o->b.ffn}, {"layers", o->b.layers}};
+    for (size_t i = 0; i < sizeof given / sizeof *given; i++)
+        if (given[i].v >= 0)
+            cJSON_AddNumberToObject(ov, given[i].key, given[i].v);
+    cJSON_AddItemToObject(j, "cluster", profile_json(o->b.cluster, &q->cluster));
+    cJSON *slo = cJSON_AddObjectToObject(j, "slo");
+    add_bound(slo, "token_p99_ms", q->slo_token_ms);
+    add_bound(slo, "layer_p99_us", q->slo_layer_us);
+    add_bound(j, "throughput_tokens_per_s", q->throughput);
+    cJSON_AddNumberToObject(j, "context_tokens", (double)q->context);
+    cJSON_AddNumberToObject(j, "seq", q->seq);
+    add_strs(j, "routings", &o->b.routing);
+    cJSON *c = cJSON_AddObjectToObject(j, "constraints");
+    add_ints(c, "tp", &o->tp);
+    add_ints(c, "ep", &o->ep);
+    add_ints(c, "replicate", &o->replicate);
+    add_ints(c, "eplb", &o->eplb);
+    add_ints(c, "overlap", &o->b.overlap);
+    add_strs(c, "dedup", &o->b.dedup);
+    add_ints(c, "batch", &o->b.batch);
+    cJSON_AddNumberToObject(c, "max_gpus", q->max_gpus);
+    cJSON_AddNumberToObject(c, "mem_reserve", q->mem_reserve);
+    cJSON_AddStringToObject(c, "nonexpert_split", o->nonexpert);
+    cJSON_AddNumberToObject(c, "weight_bytes", q->weight_bytes);
+    return j;
+}
+
+/* The answer for one routing: the cheapest plan (`best`, −1: none meets the SLO within the
+ * constraints) as the console states it, with its batch cap and headroom to the SLO. */
+static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
+                          const struct mp_plan_cand *c, int n, int best)
+{
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(a, "routing", routing);
+    cJSON_AddNumberToObject(a, "candidates", n);
+    cJSON_AddBoolToObject(a, "found", best >= 0);
+    if (best < 0)
+        return a;
+    const struct mp_plan_cand *b = &c[best];
+    char lay[32], pl[64], rem[64];
+    snprintf(lay, sizeof lay, "tp%dep%d", b->tp, b->ep);
+    cJSON_AddStringToObject(a, "layout", lay);
+    cJSON_AddNumberToObject(a, "tp", b->tp);
+    cJSON_AddNumberToObject(a, "ep", b->ep);
+    cJSON_AddStringToObject(a, "placement", mp_plan_placement(b, pl, sizeof pl));
+    cJSON_AddStringToObject(a, "remedies", mp_plan_remedy(b, rem, sizeof rem));
+    cJSON_AddNumberToObject(a, "overlap", b->overlap);
+    cJSON_AddStringToObject(a, "dedup", mp_dedup_choices[b->dedup]);
+    cJSON_AddStringToObject(a, "dispatch", "dynamic"); /* the one mode the planner times */
+    cJSON_AddNumberToObject(a, "batch", (double)b->batch);
+    cJSON_AddNumberToObject(a, "replicas", b->dp);
+    cJSON_AddNumberToObject(a, "gpus", b->gpus);
+    cJSON_AddNumberToObject(a, "token_p50_ms", b->token_ms);
+    cJSON_AddNumberToObject(a, "token_p99_ms", b->token_p99_ms);
+    cJSON_AddNumberToObject(a, "layer_p50_us", b->layer_us);
+    cJSON_AddNumberToObject(a, "layer_p99_us", b->layer_p99_us);
+    cJSON_AddNumberToObject(a, "replica_tokens_per_s", b->replica_tps);
+    cJSON_AddNumberToObject(a, "tokens_per_s", b->replica_tps * b->dp);
+    cJSON *mem = cJSON_AddObjectToObject(a, "mem_gb_per_gpu");
+    cJSON_AddNumberToObject(mem, "total", b->mem.total / 1e9);
+    cJSON_AddNumberToObject(mem, "weights", b->mem.weights / 1e9);
+    cJSON_AddNumberToObject(mem, "kv_cache", b->mem.kv / 1e9);
+    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
+    add_bound(mem, "usable", usable / 1e9); /* null: the profile gives no memory, not checked */
+    long cap = mp_plan_batch_cap(c, n, b);
+    if (cap > 0)
+        cJSON_AddNumberToObject(a, "batch_cap", (double)cap);
+    else
+        cJSON_AddNullToObject(a, "batch_cap"); /* network-bound at every batch */
+    /* headroom: the share of the tightest SLO the plan leaves unused */
+    double head = -1;
+    if (q->slo_token_ms > 0)
+        head = 1 - b->token_p99_ms / q->slo_token_ms;
+    if (q->slo_layer_us > 0) {
+        double h = 1 - b->layer_p99_us / q->slo_layer_us;
+        head = head < 0 || h < head ? h : head;
+    }
+    if (q->slo_token_ms > 0 || q->slo_layer_us > 0)
+        cJSON_AddNumberToObject(a, "slo_headroom", head);
+    else
+        cJSON_AddNullToObject(a, "slo_headroom");
+    return a;
+}
+
 /* Why the cheapest-looking candidates were dropped: those meeting the SLO within --max-gpus but
  * not fitting in memory, cheaper than the plan chosen. */
 static void print_dropped(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n,
@@ -394,9 +556,10 @@ static int by_cost(const void *pa, const void *pb)
     return (a->token_p99_ms > b->token_p99_ms) - (a->token_p99_ms < b->token_p99_ms);
 }
 
-static int run_plan(struct plan_opts *o)
+static int run_plan(struct plan_opts *o, int argc, char **argv)
 {
     struct mp_plan_req q = {0};
+    cJSON *plan = NULL, *answers = NULL;
     struct mp_csv csv = {0};
     int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
     long *batches = NULL;
@@ -475,6 +638,15 @@ static int run_plan(struct plan_opts *o)
     print_network_header(&q.cluster);
     if (o->b.out && (rc = write_profile(o->b.out, &q.cluster)) != MP_OK)
         goto out;
+    if (o->b.out) {
+        plan = mp_runjson_new("moeperf-plan", argc, argv);
+        if (!plan) {
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+        cJSON_AddItemToObject(plan, "question", question_json(o, &q));
+        answers = cJSON_AddArrayToObject(plan, "answers");
+    }
     for (int ri = 0; ri < o->b.routing.n; ri++) {
         struct mp_routing rt;
         rc = mp_routing_parse(o->b.routing.v[ri], m->experts, m->topk, (uint64_t)o->b.seed, &rt);
@@ -492,6 +664,8 @@ static int run_plan(struct plan_opts *o)
             write_plan_csv(o, o->b.routing.v[ri], c, n, &csv);
         printf("\n## routing %s: %d candidates\n", o->b.routing.v[ri], n);
         int best = mp_plan_best(c, n);
+        if (answers)
+            cJSON_AddItemToArray(answers, answer_json(o->b.routing.v[ri], &q, c, n, best));
         if (best >= 0) {
             const struct mp_plan_cand *b = &c[best];
             char pl[64];
@@ -565,10 +739,13 @@ static int run_plan(struct plan_opts *o)
         free(c);
         mp_routing_free(&rt);
     }
+    if (plan && (rc = mp_json_write(plan, o->b.out, "plan.json")) != MP_OK)
+        goto out;
     if (o->b.out)
-        printf("\n# every candidate: %s/plan.csv; the profile assumed: %s/cluster.ini\n", o->b.out,
-               o->b.out);
+        printf("\n# every candidate: %s/plan.csv; the question and the answer: %s/plan.json; the "
+               "profile assumed: %s/cluster.ini\n", o->b.out, o->b.out, o->b.out);
 out:
+    cJSON_Delete(plan);
     mp_csv_close(&csv);
     free(tps);
     free(eps);
@@ -605,7 +782,7 @@ int main(int argc, char **argv)
         } else {
             rc = o.calibrate  ? run_calibrate(&o, dirs, ndirs)
                  : o.validate ? run_validate(&o, dirs, ndirs)
-                              : run_plan(&o);
+                              : run_plan(&o, argc, argv);
         }
     }
     free(dirs);

@@ -5,7 +5,8 @@
 # candidate; --overlap adds pipelined candidates that the remedies rank with the placements, and
 # overlap 1 repeats the unpipelined numbers; --dedup adds the dedup modes, ranked by layer time;
 # memory per GPU: deepseek-v3 on tp1ep16 in bf16 does not fit and is not chosen, seed-k3's 2.8T
-# parameters fit no layout with the non-expert weights copied per EP rank; bad input exits 2.
+# parameters fit no layout with the non-expert weights copied per EP rank; plan.json holds the
+# question and, per routing, the answer the console and plan.csv give; bad input exits 2.
 . "$(dirname "$0")/lib.sh"
 PLAN=$BUILD/reports/moeperf-plan
 # the timing findings below are the model's on layouts that do not hold seed-k3's 2.8T parameters
@@ -36,6 +37,54 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
       exit bad }' "$TMP/plan/plan.csv" || exit 1
 
 [ "$(col "$TMP/plan/plan.csv" overlap | sort -u)" = 1 ] || fail "plan.csv: overlap is not 1 by default"
+
+# plan.json: the question as asked (the profile a file) and, per routing, the answer the console
+# printed and plan.csv holds; a profile --calibrate wrote names the runs it was fitted to
+check_plan_json() {
+    python3 - "$1" "$2" "$3" <<'PY' || fail "plan.json ($1) disagrees with the console or plan.csv"
+import csv, json, re, sys
+d, out, source = sys.argv[1:4]
+j = json.load(open(f"{d}/plan.json"))
+q = j["question"]
+assert j["tool"] == "moeperf-plan" and q["model"]["name"] == "seed-k3", q["model"]
+assert q["cluster"]["source"] == source, q["cluster"]
+assert q["slo"]["token_p99_ms"] == 50 and q["throughput_tokens_per_s"] == 20000, q
+lines = [l for l in open(out) if l.startswith("cheapest plan:")]
+rows = list(csv.DictReader(open(f"{d}/plan.csv")))
+assert len(j["answers"]) == len(q["routings"]) == len(lines) > 0
+for a, line in zip(j["answers"], lines):
+    m = re.match(r"cheapest plan: (tp\d+ep\d+), (.+), batch (\d+) × (\d+) replica\(s\) = (\d+) GPUs, "
+                 r"p99 token ([0-9.]+) ms, (\d+) tokens/s, ([0-9.]+) GB per GPU", line)
+    assert m and a["found"], line
+    assert (a["layout"], a["remedies"], a["batch"], a["replicas"], a["gpus"]) == \
+        (m[1], m[2], int(m[3]), int(m[4]), int(m[5])), (a, line)
+    assert f"{a['token_p99_ms']:.2f}" == m[6] and f"{a['tokens_per_s']:.0f}" == m[7], (a, line)
+    assert f"{a['mem_gb_per_gpu']['total']:.1f}" == m[8], (a, line)
+    row = [r for r in rows if r["routing"] == a["routing"] and f"tp{r['tp']}ep{r['ep']}" == a["layout"]
+           and r["placement"] == a["placement"] and int(r["batch"]) == a["batch"]
+           and int(r["overlap"]) == a["overlap"] and r["dedup"] == a["dedup"]]
+    assert len(row) == 1, (a, len(row))
+    r = row[0]
+    assert int(r["dp"]) == a["replicas"] and int(r["gpus"]) == a["gpus"], (r, a)
+    for k, c in (("token_p99_ms", "token_p99_ms"), ("layer_p99_us", "layer_p99_us"),
+                 ("replica_tokens_per_s", "replica_tokens_per_s")):
+        assert abs(float(r[c]) - a[k]) <= 1e-5 * abs(a[k]), (k, r[c], a[k])
+    assert 0 <= a["slo_headroom"] < 1 and abs(a["slo_headroom"] - (1 - a["token_p99_ms"] / 50)) < 1e-12
+print(d, "plan.json: the answers", [(a["routing"], a["layout"], a["gpus"]) for a in j["answers"]])
+PY
+}
+check_plan_json "$TMP/plan" "$TMP/stdout" file
+{ echo "# fitted by moeperf-plan --calibrate to 12 points of: runs/a runs/b"; cat "$TMP/nomem.ini"; } \
+    >"$TMP/fitted.ini"
+"$PLAN" --model seed-k3 --cluster "$TMP/fitted.ini" --routing hot:4:15 --tp 4 --ep 16 \
+    --replicate 0,4 --batch 16,128 --slo-token-ms 50 --throughput 20000 --out "$TMP/fitted" \
+    >"$TMP/fitted.out" || fail "moeperf-plan on a fitted profile exit $?"
+check_plan_json "$TMP/fitted" "$TMP/fitted.out" fitted
+python3 -c "
+import json, sys
+c = json.load(open('$TMP/fitted/plan.json'))['question']['cluster']
+assert c['fitted_points'] == 12 and c['fitted_from'] == ['runs/a', 'runs/b'], c" ||
+    fail "plan.json does not name the runs the profile was fitted to"
 
 # pipelined candidates beside the placements
 "$PLAN" --model seed-k3 --cluster "$TMP/nomem.ini" --routing hot:4:15 --tp 4 --ep 16 --replicate 0,4 \
