@@ -1436,6 +1436,85 @@ static double jnum(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* The answer first: for each plan directory (moeperf-plan's plan.json, docs/planning.md) the
+ * question in a sentence, then per routing the cheapest plan in a sentence and a row: GPUs,
+ * layout and remedies, batch, replicas, p99 token latency against the SLO, throughput and memory
+ * per GPU, the numbers as plan.json holds them. */
+static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
+{
+    static const char *const head[] = {"routing", "GPUs", "layout", "setup", "batch", "replicas",
+                                       "p99 token (ms)", "SLO (ms)", "tokens/s",
+                                       "memory per GPU (GB)"};
+    int titled = 0;
+    for (int i = 0; i < nruns; i++) {
+        const cJSON *j = runs[i].plan_json;
+        const cJSON *q = cJSON_GetObjectItem(j, "question");
+        const cJSON *answers = cJSON_GetObjectItem(j, "answers");
+        if (!cJSON_IsObject(q) || !cJSON_IsArray(answers))
+            continue;
+        const cJSON *m = cJSON_GetObjectItem(q, "model"), *cl = cJSON_GetObjectItem(q, "cluster");
+        const cJSON *slo = cJSON_GetObjectItem(q, "slo"), *cons = cJSON_GetObjectItem(q, "constraints");
+        double slo_ms = jnum(slo, "token_p99_ms"), tput = jnum(q, "throughput_tokens_per_s");
+        const char *src = jstr(cl, "source");
+        if (!titled++)
+            doc_h(d, 2, "The answer");
+        char target[96] = "one replica", budget[96] = "no p99 token budget";
+        if (tput > 0)
+            snprintf(target, sizeof target, "%.0f tokens/s", tput);
+        if (slo_ms > 0)
+            snprintf(budget, sizeof budget, "a p99 token budget of %g ms", slo_ms);
+        doc_p(d, "%s on the %s cluster profile (%s%s%s), %s, %s, at most %.0f GPUs (%s):",
+              jstr(m, "name") ? jstr(m, "name") : "?", jstr(cl, "name") ? jstr(cl, "name") : "?",
+              src ? src : "?", jstr(cl, "path") ? " " : "", jstr(cl, "path") ? jstr(cl, "path") : "",
+              target, budget, jnum(cons, "max_gpus"), runs[i].dir);
+        doc_table_head(d, "The cheapest plan per routing", head, 10);
+        const cJSON *a;
+        cJSON_ArrayForEach(a, answers) {
+            char cells[10][CELL];
+            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
+            snprintf(cells[0], CELL, "%.60s", routing);
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found"))) {
+                for (int k = 1; k < 10; k++)
+                    snprintf(cells[k], CELL, "%s", k == 1 ? "none meets the SLO" : "");
+                doc_row(d, 10, cells, 0);
+                continue;
+            }
+            const cJSON *mem = cJSON_GetObjectItem(a, "mem_gb_per_gpu");
+            f_g(cells[1], jnum(a, "gpus"), "%.0f");
+            snprintf(cells[2], CELL, "%.40s", jstr(a, "layout") ? jstr(a, "layout") : "?");
+            snprintf(cells[3], CELL, "%.80s", jstr(a, "remedies") ? jstr(a, "remedies") : "?");
+            f_g(cells[4], jnum(a, "batch"), "%.0f");
+            f_g(cells[5], jnum(a, "replicas"), "%.0f");
+            f_g(cells[6], jnum(a, "token_p99_ms"), "%.2f");
+            if (slo_ms > 0)
+                f_g(cells[7], slo_ms, "%g");
+            else
+                snprintf(cells[7], CELL, "none");
+            f_g(cells[8], jnum(a, "tokens_per_s"), "%.0f");
+            f_g(cells[9], jnum(mem, "total"), "%.1f");
+            doc_row(d, 10, cells, 0);
+        }
+        doc_table(d, 0);
+        cJSON_ArrayForEach(a, answers) {
+            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found"))) {
+                doc_p(d, "Routing %s: no plan meets the SLO and fits in memory within %.0f GPUs.",
+                      routing, jnum(cons, "max_gpus"));
+                continue;
+            }
+            char head_room[64] = "";
+            double h = jnum(a, "slo_headroom");
+            if (!isnan(h))
+                snprintf(head_room, sizeof head_room, ", %.0f %% of the budget left", 100 * h);
+            doc_p(d, "Routing %s: %.0f GPUs as %.0f replica(s) of %s (%s) at batch %.0f; p99 token "
+                     "%.2f ms%s; %.0f tokens/s; %.1f GB per GPU.",
+                  routing, jnum(a, "gpus"), jnum(a, "replicas"), jstr(a, "layout"),
+                  jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
+                  jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"));
+        }
+    }
+}
+
 static void env_row(struct doc *d, const char *k, const char *v)
 {
     char cells[2][CELL];
@@ -1674,6 +1753,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
           ndirs == 1 ? "y" : "ies", runs_list, ref ? " Reference: " : "", ref ? ref->label : "");
     if (d.h)
         fputs("</div>\n", d.h);
+    write_answer(&d, runs, ndirs);
     if (d.h)
         fputs("<div class=\"findings\">", d.h);
     rc = write_findings(&d, s, ns, ref, a2a, na2a, ffn, nffn);

@@ -74,6 +74,35 @@ static int load_table(const char *dir, const char *name, const char *const *need
     return rc;
 }
 
+/* dir/name parsed into *out when the file exists (NULL when it does not): MP_OK, MP_ERR_USAGE
+ * (unreadable, or not a JSON object) or MP_ERR_RUNTIME. */
+static int load_json(const char *dir, const char *name, cJSON **out)
+{
+    struct stat st;
+    int rc = MP_OK;
+    char *path = mp_path_join(dir, name);
+    if (!path) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    if (stat(path, &st) == 0) {
+        char *text = mp_read_file(path, NULL);
+        if (!text) {
+            mp_usage("%s: %s", path, strerror(errno));
+            rc = MP_ERR_USAGE;
+        } else {
+            *out = cJSON_Parse(text);
+            if (!*out || !cJSON_IsObject(*out)) {
+                mp_usage("%s: not a JSON object", path);
+                rc = MP_ERR_USAGE;
+            }
+            free(text);
+        }
+    }
+    free(path);
+    return rc;
+}
+
 int rp_run_load(const char *dir, struct rp_run *run)
 {
     memset(run, 0, sizeof *run);
@@ -87,28 +116,9 @@ int rp_run_load(const char *dir, struct rp_run *run)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    int rc = MP_OK, found = 0;
-    char *jpath = mp_path_join(dir, "run.json");
-    if (!jpath) {
-        mp_error("out of memory");
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
-    if (stat(jpath, &st) == 0) {
-        char *text = mp_read_file(jpath, NULL);
-        if (!text) {
-            mp_usage("%s: %s", jpath, strerror(errno));
-            rc = MP_ERR_USAGE;
-        } else {
-            run->json = cJSON_Parse(text);
-            if (!run->json || !cJSON_IsObject(run->json)) {
-                mp_usage("%s: not a JSON object", jpath);
-                rc = MP_ERR_USAGE;
-            }
-            free(text);
-        }
-    }
-    free(jpath);
+    int rc = load_json(dir, "run.json", &run->json), found = 0;
+    if (rc == MP_OK)
+        rc = load_json(dir, "plan.json", &run->plan_json);
     if (rc == MP_OK)
         rc = load_table(dir, mp_schema_layer.file, layer_need, &run->layer, &found);
     if (rc == MP_OK)
@@ -122,7 +132,6 @@ int rp_run_load(const char *dir, struct rp_run *run)
                  dir);
         rc = MP_ERR_USAGE;
     }
-out:
     if (rc != MP_OK)
         rp_run_free(run);
     return rc;
@@ -132,6 +141,7 @@ void rp_run_free(struct rp_run *run)
 {
     free(run->dir);
     cJSON_Delete(run->json);
+    cJSON_Delete(run->plan_json);
     mp_table_free(&run->layer);
     mp_table_free(&run->a2a);
     mp_table_free(&run->ffn);

@@ -15,11 +15,13 @@ struct cJSON;
 /* One run directory. A table that is absent has ncols == 0. */
 struct rp_run {
     char *dir;
-    struct cJSON *json; /* run.json, NULL when absent */
+    struct cJSON *json;      /* run.json, NULL when absent */
+    struct cJSON *plan_json; /* plan.json (moeperf-plan --out), NULL when absent */
     struct mp_table layer, a2a, ffn, plan;
 };
 
-/* Load `dir`: run.json when present (unparseable: MP_ERR_USAGE), then each of layer.csv, a2a.csv,
+/* Load `dir`: run.json and plan.json when present (unparseable: MP_ERR_USAGE), then each of
+ * layer.csv, a2a.csv,
  * ffn.csv and plan.csv (moeperf-plan --out) that exists, checking that it has the columns the
  * report reads. A directory with none of the four CSV files, a missing directory or a missing column is MP_ERR_USAGE with one
  * line naming the file and, where it applies, the column. */

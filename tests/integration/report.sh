@@ -5,7 +5,8 @@
 # 1,2 too: overlap ranked against none, and the remedies ranked together; with --dispatch, the
 # padded modes against the dynamic one; with --dedup, each mode's bytes and latency and the mode
 # favoured), and bad input exits 2
-# naming the file and column without touching an earlier report.
+# naming the file and column without touching an earlier report; beside a plan directory the
+# report opens with the answer, plan.json's numbers.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 REPORT=$BUILD/reports/moeperf-report
@@ -174,4 +175,36 @@ check_usage "unknown flag" "$TMP/layer" --out "$TMP/x.html" --bogus
 "$REPORT" "$TMP/ffn" --no-reference --out "$TMP/f.html" >/dev/null || fail "ffn-only report exit $?"
 [ "$(grep -c '<svg' "$TMP/f.html")" -eq 1 ] || fail "ffn-only report: expected one figure"
 grep -q "published" "$TMP/f.html" && fail "--no-reference still shows the reference"
+
+# a plan directory beside a run: the report opens with the answer (before the findings), one row
+# per routing whose numbers are plan.json's as the console prints them, in HTML and Markdown; a
+# routing no plan meets says so
+"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
+    --batch 1:1024:x2 --slo-token-ms 50 --throughput 20000 --nonexpert-split world \
+    --max-gpus 1024 --quiet --out "$TMP/plan" >/dev/null || fail "moeperf-plan exit $?"
+"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing zipf:1.2 --batch 1,2 \
+    --slo-token-ms 0.001 --quiet --out "$TMP/plan-none" >/dev/null || fail "moeperf-plan exit $?"
+"$REPORT" "$TMP/plan" "$TMP/plan-none" "$TMP/layer" --out "$TMP/p.html" --md "$TMP/p.md" \
+    >/dev/null || fail "report with plans exit $?"
+python3 - "$TMP/plan/plan.json" "$TMP/p.md" "$TMP/p.html" <<'PY' || fail "the report's answer is not plan.json's"
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+md, html = open(sys.argv[2]).read(), open(sys.argv[3]).read()
+for text, h2 in ((md, r"^## (.+)$"), (html, r"<h2[^>]*>(.*?)</h2>")):
+    heads = re.findall(h2, text, re.M)
+    assert heads[:2] == ["The answer", "Findings"], heads[:3]
+rows = {}
+for line in md.split("\n"):
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    if len(cells) == 10 and cells[0] in ("uniform", "hot:4:15"):
+        rows[cells[0]] = cells
+for a in j["answers"]:
+    want = [a["routing"], str(a["gpus"]), a["layout"], a["remedies"], str(a["batch"]),
+            str(a["replicas"]), f"{a['token_p99_ms']:.2f}", "50", f"{a['tokens_per_s']:.0f}",
+            f"{a['mem_gb_per_gpu']['total']:.1f}"]
+    assert rows.get(a["routing"]) == want, (rows.get(a["routing"]), want)
+    assert f"<td>{a['gpus']}</td>" in html and f"{a['token_p99_ms']:.2f}" in html
+assert "none meets the SLO" in md and "no plan meets the SLO" in md
+print("the answer:", list(rows.values()))
+PY
 echo PASS
