@@ -351,6 +351,102 @@ static void print_memory_header(const struct mp_plan_req *q)
 
 /* ---- plan.json: the question and the answer (docs/planning.md, "plan.json") ---- */
 
+static int by_cost(const void *pa, const void *pb);
+
+/* Why candidate `a` lost to the plan `b`, in words, into out. */
+static void why_lost(const struct mp_plan_req *q, const struct mp_plan_cand *a,
+                     const struct mp_plan_cand *b, char *out, size_t size)
+{
+    if (a->meets) {
+        if (a->gpus > b->gpus)
+            snprintf(out, size, "%d more GPUs", a->gpus - b->gpus);
+        else
+            snprintf(out, size, "the same GPUs at a higher p99 token time (+%.2f ms)",
+                     a->token_p99_ms - b->token_p99_ms);
+    } else if (!a->slo_ok) {
+        snprintf(out, size, "misses the SLO: p99 token %.2f ms", a->token_p99_ms);
+    } else if (!a->fits) {
+        snprintf(out, size, "does not fit: %.1f GB per GPU, %.1f usable (%s overflow)",
+                 a->mem.total / 1e9, mp_gpumem_usable(&q->cluster, q->mem_reserve) / 1e9,
+                 a->over);
+    } else {
+        snprintf(out, size, "%d GPUs, more than --max-gpus %d", a->gpus, q->max_gpus);
+    }
+}
+
+/* One candidate as plan.json writes it, with why it lost to `b` when b is not NULL. */
+static cJSON *cand_json(const struct mp_plan_req *q, const struct mp_plan_cand *a,
+                        const struct mp_plan_cand *b)
+{
+    cJSON *o = cJSON_CreateObject();
+    char lay[32], rem[64], pl[64], why[160];
+    snprintf(lay, sizeof lay, "tp%dep%d", a->tp, a->ep);
+    cJSON_AddStringToObject(o, "layout", lay);
+    cJSON_AddStringToObject(o, "remedies", mp_plan_remedy(a, rem, sizeof rem));
+    cJSON_AddStringToObject(o, "placement", mp_plan_placement(a, pl, sizeof pl));
+    cJSON_AddNumberToObject(o, "overlap", a->overlap);
+    cJSON_AddStringToObject(o, "dedup", mp_dedup_choices[a->dedup]);
+    cJSON_AddNumberToObject(o, "batch", (double)a->batch);
+    cJSON_AddNumberToObject(o, "replicas", a->dp);
+    cJSON_AddNumberToObject(o, "gpus", a->gpus);
+    cJSON_AddNumberToObject(o, "token_p99_ms", a->token_p99_ms);
+    cJSON_AddNumberToObject(o, "mem_gb_per_gpu", a->mem.total / 1e9);
+    if (b) {
+        why_lost(q, a, b, why, sizeof why);
+        cJSON_AddStringToObject(o, "lost", why);
+    }
+    return o;
+}
+
+/* The alternatives that came close to plan `b`: the next five candidates in the planner's order
+ * (meeting the SLO first, then fewest GPUs, then lowest p99), then up to three with fewer GPUs
+ * that were dropped (SLO missed, memory, GPU limit), the closest to the plan first; each with why
+ * it lost. */
+static cJSON *alternatives_json(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n,
+                                const struct mp_plan_cand *b)
+{
+    cJSON *arr = cJSON_CreateArray();
+    struct mp_plan_cand *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+    if (!sorted || !arr)
+        return arr;
+    memcpy(sorted, c, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_cost);
+    int next = 0, fewer = 0;
+    for (int i = 0; i < n && next < 5; i++) {
+        const struct mp_plan_cand *a = &sorted[i];
+        if (!a->meets)
+            break;
+        if (a->tp == b->tp && a->ep == b->ep && a->batch == b->batch && a->dp == b->dp &&
+            a->replicate == b->replicate && a->eplb == b->eplb && a->overlap == b->overlap &&
+            a->dedup == b->dedup)
+            continue; /* the plan itself */
+        cJSON_AddItemToArray(arr, cand_json(q, a, b));
+        next++;
+    }
+    /* fewer GPUs, but dropped: the closest to the plan first (most GPUs, then lowest p99) */
+    int picked[3];
+    for (; fewer < 3; fewer++) {
+        int pick = -1;
+        for (int i = 0; i < n; i++) {
+            const struct mp_plan_cand *a = &sorted[i];
+            int taken = 0;
+            for (int k = 0; k < fewer; k++)
+                taken |= picked[k] == i;
+            if (taken || a->meets || a->gpus >= b->gpus)
+                continue;
+            if (pick < 0 || a->gpus > sorted[pick].gpus ||
+                (a->gpus == sorted[pick].gpus && a->token_p99_ms < sorted[pick].token_p99_ms))
+                pick = i;
+        }
+        if (pick < 0)
+            break;
+        picked[fewer] = pick;
+        cJSON_AddItemToArray(arr, cand_json(q, &sorted[pick], b));
+    }
+    free(sorted);
+    return arr;
+}
+
 static void add_ints(cJSON *o, const char *key, const struct mp_list *l)
 {
     cJSON *a = cJSON_AddArrayToObject(o, key);
@@ -507,6 +603,7 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
         cJSON_AddNumberToObject(a, "slo_headroom", head);
     else
         cJSON_AddNullToObject(a, "slo_headroom");
+    cJSON_AddItemToObject(a, "alternatives", alternatives_json(q, c, n, b));
     return a;
 }
 

@@ -1436,6 +1436,33 @@ static double jnum(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* The alternatives that came close to a routing's plan (plan.json's, in its order), each with why
+ * it lost. */
+static void write_alternatives(struct doc *d, const char *routing, const cJSON *alts)
+{
+    static const char *const head[] = {"layout", "setup", "batch", "replicas", "GPUs",
+                                       "p99 token (ms)", "memory per GPU (GB)", "why it lost"};
+    if (!cJSON_IsArray(alts) || cJSON_GetArraySize(alts) == 0)
+        return;
+    char title[160];
+    snprintf(title, sizeof title, "Routing %.60s: the alternatives that came close", routing);
+    doc_table_head(d, title, head, 8);
+    const cJSON *a;
+    cJSON_ArrayForEach(a, alts) {
+        char cells[8][CELL];
+        snprintf(cells[0], CELL, "%.40s", jstr(a, "layout") ? jstr(a, "layout") : "?");
+        snprintf(cells[1], CELL, "%.80s", jstr(a, "remedies") ? jstr(a, "remedies") : "?");
+        f_g(cells[2], jnum(a, "batch"), "%.0f");
+        f_g(cells[3], jnum(a, "replicas"), "%.0f");
+        f_g(cells[4], jnum(a, "gpus"), "%.0f");
+        f_g(cells[5], jnum(a, "token_p99_ms"), "%.2f");
+        f_g(cells[6], jnum(a, "mem_gb_per_gpu"), "%.1f");
+        snprintf(cells[7], CELL, "%.200s", jstr(a, "lost") ? jstr(a, "lost") : "");
+        doc_row(d, 8, cells, 0);
+    }
+    doc_table(d, 0);
+}
+
 /* The answer first: for each plan directory (moeperf-plan's plan.json, docs/planning.md) the
  * question in a sentence, then per routing the cheapest plan in a sentence and a row: GPUs,
  * layout and remedies, batch, replicas, p99 token latency against the SLO, throughput and memory
@@ -1511,6 +1538,7 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                   routing, jnum(a, "gpus"), jnum(a, "replicas"), jstr(a, "layout"),
                   jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
                   jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"));
+            write_alternatives(d, routing, cJSON_GetObjectItem(a, "alternatives"));
         }
     }
 }

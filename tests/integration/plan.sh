@@ -70,6 +70,25 @@ for a, line in zip(j["answers"], lines):
                  ("replica_tokens_per_s", "replica_tokens_per_s")):
         assert abs(float(r[c]) - a[k]) <= 1e-5 * abs(a[k]), (k, r[c], a[k])
     assert 0 <= a["slo_headroom"] < 1 and abs(a["slo_headroom"] - (1 - a["token_p99_ms"] / 50)) < 1e-12
+    # the alternatives: plan.csv rows; those that met the SLO cost at least as many GPUs (the
+    # same: a higher p99), those with fewer GPUs were dropped for the reason given
+    alts = a["alternatives"]
+    assert 0 < len(alts) <= 8, alts
+    for x in alts:
+        r = [r for r in rows if r["routing"] == a["routing"] and f"tp{r['tp']}ep{r['ep']}" == x["layout"]
+             and r["placement"] == x["placement"] and int(r["batch"]) == x["batch"]
+             and int(r["overlap"]) == x["overlap"] and r["dedup"] == x["dedup"]]
+        assert len(r) == 1 and int(r[0]["gpus"]) == x["gpus"] and int(r[0]["dp"]) == x["replicas"], (x, r)
+        r = r[0]
+        met = r["meets_slo"] == "1" and r["fits"] == "1"
+        if x["gpus"] > a["gpus"]:
+            assert met and x["lost"] == f"{x['gpus'] - a['gpus']} more GPUs", (x, r)
+        elif x["gpus"] == a["gpus"]:
+            assert met and x["token_p99_ms"] >= a["token_p99_ms"] and x["lost"].startswith("the same GPUs"), x
+        else:
+            assert not met, (x, r)
+            assert x["lost"].startswith("does not fit") == (r["meets_slo"] == "1" and r["fits"] == "0"), (x, r)
+            assert x["lost"].startswith("misses the SLO") == (float(r["token_p99_ms"]) > 50), (x, r)
 print(d, "plan.json: the answers", [(a["routing"], a["layout"], a["gpus"]) for a in j["answers"]])
 PY
 }

@@ -205,6 +205,13 @@ for a in j["answers"]:
     assert rows.get(a["routing"]) == want, (rows.get(a["routing"]), want)
     assert f"<td>{a['gpus']}</td>" in html and f"{a['token_p99_ms']:.2f}" in html
 assert "none meets the SLO" in md and "no plan meets the SLO" in md
+# each routing's alternatives that came close: plan.json's, in its order, with why each lost
+for a in j["answers"]:
+    part = md.split(f"### Routing {a['routing']}: the alternatives that came close")[1].split("###")[0]
+    got = [[c.strip() for c in l.strip("|").split("|")] for l in part.split("\n") if l.startswith("| tp")]
+    want = [[x["layout"], x["remedies"], str(x["batch"]), str(x["replicas"]), str(x["gpus"]),
+             f"{x['token_p99_ms']:.2f}", f"{x['mem_gb_per_gpu']:.1f}", x["lost"]] for x in a["alternatives"]]
+    assert got == want and want, (got, want)
 print("the answer:", list(rows.values()))
 PY
 echo PASS
