@@ -374,11 +374,10 @@ static void why_lost(const struct mp_plan_req *q, const struct mp_plan_cand *a,
     }
 }
 
-/* One candidate as plan.json writes it, with why it lost to `b` when b is not NULL. */
-static cJSON *cand_json(const struct mp_plan_req *q, const struct mp_plan_cand *a,
-                        const struct mp_plan_cand *b)
+/* One candidate into `o` as plan.json writes it, with why it lost to `b` when b is not NULL. */
+static void cand_fill(cJSON *o, const struct mp_plan_req *q, const struct mp_plan_cand *a,
+                      const struct mp_plan_cand *b)
 {
-    cJSON *o = cJSON_CreateObject();
     char lay[32], rem[64], pl[64], why[160];
     snprintf(lay, sizeof lay, "tp%dep%d", a->tp, a->ep);
     cJSON_AddStringToObject(o, "layout", lay);
@@ -395,6 +394,13 @@ static cJSON *cand_json(const struct mp_plan_req *q, const struct mp_plan_cand *
         why_lost(q, a, b, why, sizeof why);
         cJSON_AddStringToObject(o, "lost", why);
     }
+}
+
+static cJSON *cand_json(const struct mp_plan_req *q, const struct mp_plan_cand *a,
+                        const struct mp_plan_cand *b)
+{
+    cJSON *o = cJSON_CreateObject();
+    cand_fill(o, q, a, b);
     return o;
 }
 
@@ -549,6 +555,32 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     return j;
 }
 
+/* The cheapest plan of candidates `c` re-planned for request `q2` (mp_plan_apply_targets on a
+ * copy), as plan.json writes a plan, under `label`; restricted to the candidates whose remedies
+ * label is `remedies` when that is not NULL. */
+static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c, int n,
+                          const char *label, const char *remedies)
+{
+    cJSON *o = cJSON_CreateObject();
+    struct mp_plan_cand *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    int m = 0;
+    char rem[64];
+    for (int i = 0; v && i < n; i++) {
+        if (remedies && strcmp(mp_plan_remedy(&c[i], rem, sizeof rem), remedies) != 0)
+            continue;
+        v[m] = c[i];
+        mp_plan_apply_targets(q2, &v[m]);
+        m++;
+    }
+    int best = v ? mp_plan_best(v, m) : -1;
+    cJSON_AddStringToObject(o, "case", label);
+    cJSON_AddBoolToObject(o, "found", best >= 0);
+    if (best >= 0)
+        cand_fill(o, q2, &v[best], NULL);
+    free(v);
+    return o;
+}
+
 /* The answer for one routing: the cheapest plan (`best`, −1: none meets the SLO within the
  * constraints) as the console states it, with its batch cap and headroom to the SLO. */
 static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
@@ -604,6 +636,32 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
     else
         cJSON_AddNullToObject(a, "slo_headroom");
     cJSON_AddItemToObject(a, "alternatives", alternatives_json(q, c, n, b));
+    /* sensitivity: the same candidates re-planned for other targets, and the cheapest plan with
+     * each remedy setting the sweep holds */
+    cJSON *sens = cJSON_AddArrayToObject(a, "sensitivity");
+    struct mp_plan_req q2 = *q;
+    if (q->throughput > 0) {
+        q2.throughput = 2 * q->throughput;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "twice the throughput", NULL));
+        q2.throughput = q->throughput / 2;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "half the throughput", NULL));
+        q2.throughput = q->throughput;
+    }
+    if (q->slo_token_ms > 0 || q->slo_layer_us > 0) {
+        q2.slo_token_ms = 0.8 * q->slo_token_ms;
+        q2.slo_layer_us = 0.8 * q->slo_layer_us;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "a 20% tighter SLO", NULL));
+    }
+    cJSON *by = cJSON_AddArrayToObject(a, "by_remedies");
+    for (int i = 0; i < n; i++) { /* each remedies label once, in enumeration order */
+        char lab[64], other[64];
+        mp_plan_remedy(&c[i], lab, sizeof lab);
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++)
+            seen = strcmp(mp_plan_remedy(&c[k], other, sizeof other), lab) == 0;
+        if (!seen)
+            cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
+    }
     return a;
 }
 

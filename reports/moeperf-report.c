@@ -1463,6 +1463,42 @@ static void write_alternatives(struct doc *d, const char *routing, const cJSON *
     doc_table(d, 0);
 }
 
+/* What a routing's plan becomes under other targets and with each remedy setting alone
+ * (plan.json's sensitivity and by_remedies). */
+static void write_sensitivity(struct doc *d, const char *routing, const cJSON *sens,
+                              const cJSON *by)
+{
+    static const char *const head[] = {"case", "GPUs", "layout", "setup", "batch", "replicas",
+                                       "p99 token (ms)"};
+    if (cJSON_GetArraySize(sens) + cJSON_GetArraySize(by) == 0)
+        return;
+    char title[160];
+    snprintf(title, sizeof title, "Routing %.60s: what the plan becomes", routing);
+    doc_table_head(d, title, head, 7);
+    for (int part = 0; part < 2; part++) {
+        const cJSON *x, *list = part ? by : sens;
+        cJSON_ArrayForEach(x, list) {
+            char cells[7][CELL];
+            snprintf(cells[0], CELL, "%s%.100s", part ? "only " : "",
+                     jstr(x, "case") ? jstr(x, "case") : "?");
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(x, "found"))) {
+                for (int k = 1; k < 7; k++)
+                    snprintf(cells[k], CELL, "%s", k == 1 ? "none meets the SLO" : "");
+                doc_row(d, 7, cells, 0);
+                continue;
+            }
+            f_g(cells[1], jnum(x, "gpus"), "%.0f");
+            snprintf(cells[2], CELL, "%.40s", jstr(x, "layout") ? jstr(x, "layout") : "?");
+            snprintf(cells[3], CELL, "%.80s", jstr(x, "remedies") ? jstr(x, "remedies") : "?");
+            f_g(cells[4], jnum(x, "batch"), "%.0f");
+            f_g(cells[5], jnum(x, "replicas"), "%.0f");
+            f_g(cells[6], jnum(x, "token_p99_ms"), "%.2f");
+            doc_row(d, 7, cells, 0);
+        }
+    }
+    doc_table(d, 0);
+}
+
 /* The answer first: for each plan directory (moeperf-plan's plan.json, docs/planning.md) the
  * question in a sentence, then per routing the cheapest plan in a sentence and a row: GPUs,
  * layout and remedies, batch, replicas, p99 token latency against the SLO, throughput and memory
@@ -1539,6 +1575,8 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                   jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
                   jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"));
             write_alternatives(d, routing, cJSON_GetObjectItem(a, "alternatives"));
+            write_sensitivity(d, routing, cJSON_GetObjectItem(a, "sensitivity"),
+                              cJSON_GetObjectItem(a, "by_remedies"));
         }
     }
 }

@@ -156,10 +156,16 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     c->token_p99_ms = m->layers * c->layer_p99_us / 1e3;
     /* a decode step yields one token per sequence: batch·seq tokens per step of token_ms */
     c->replica_tps = c->token_ms > 0 ? (double)batch * q->seq / (c->token_ms / 1e3) : 0;
+    mp_plan_apply_targets(q, c);
+    return MP_OK;
+}
+
+void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
+{
     c->dp = q->throughput > 0 && c->replica_tps > 0 ? (int)ceil(q->throughput / c->replica_tps) : 1;
     if (c->dp < 1)
         c->dp = 1;
-    c->gpus = tp * ep * c->dp;
+    c->gpus = c->tp * c->ep * c->dp;
     int slo_ok = 1;
     if (q->slo_token_ms > 0)
         slo_ok = c->token_p99_ms <= q->slo_token_ms;
@@ -167,7 +173,6 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
         slo_ok = slo_ok && c->layer_p99_us <= q->slo_layer_us;
     c->slo_ok = slo_ok;
     c->meets = slo_ok && c->gpus <= q->max_gpus && c->fits;
-    return MP_OK;
 }
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)

@@ -59,6 +59,11 @@ struct mp_plan_cand {
  * enumeration order. */
 int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
 
+/* A candidate's replicas (enough for req->throughput at its replica_tps; 1 without a target), its
+ * GPUs, whether it is within the SLO, and whether it meets the request (SLO, max_gpus, memory):
+ * what mp_plan_evaluate sets after timing it, so a changed target re-plans without the model. */
+void mp_plan_apply_targets(const struct mp_plan_req *req, struct mp_plan_cand *c);
+
 /* The placement of a candidate as --placement writes it ("contiguous", "replicate-hot:4",
  * "eplb:6") into buf. */
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);

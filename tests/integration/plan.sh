@@ -93,6 +93,32 @@ print(d, "plan.json: the answers", [(a["routing"], a["layout"], a["gpus"]) for a
 PY
 }
 check_plan_json "$TMP/plan" "$TMP/stdout" file
+# the sensitivity is the planner's own answer to the changed question: twice and half the
+# throughput, a 20% tighter SLO, and each placement alone, each run here and compared
+sens_args="--model seed-k3 --cluster $TMP/nomem.ini --tp 4 --ep 16 --batch 1,16,32,64,128 --quiet"
+for v in "twice the throughput|--routing hot:4:15 --replicate 0,4 --slo-token-ms 50 --throughput 40000" \
+    "half the throughput|--routing hot:4:15 --replicate 0,4 --slo-token-ms 50 --throughput 10000" \
+    "a 20% tighter SLO|--routing hot:4:15 --replicate 0,4 --slo-token-ms 40 --throughput 20000" \
+    "contiguous|--routing hot:4:15 --replicate 0 --slo-token-ms 50 --throughput 20000" \
+    "replicate-hot:4|--routing hot:4:15 --replicate 4 --slo-token-ms 50 --throughput 20000"; do
+    IFS='|' read -r case args <<<"$v"
+    rm -rf "$TMP/sens"
+    # shellcheck disable=SC2086
+    "$PLAN" $sens_args $args --out "$TMP/sens" >/dev/null || fail "moeperf-plan ($case) exit $?"
+    python3 - "$TMP/plan/plan.json" "$TMP/sens/plan.json" "$case" <<'PY' ||
+import json, sys
+whole, alone, case = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+a = [x for x in whole["answers"] if x["routing"] == "hot:4:15"][0]
+entry = [x for x in a["sensitivity"] + a["by_remedies"] if x["case"] == case]
+assert len(entry) == 1, (case, entry)
+e, b = entry[0], alone["answers"][0]
+assert e["found"] == b["found"], (e, b)
+keys = ("layout", "remedies", "batch", "replicas", "gpus", "token_p99_ms")
+assert not e["found"] or all(e[k] == b[k] for k in keys), (case, e, b)
+print(case, ":", [e.get(k) for k in keys])
+PY
+        fail "plan.json's sensitivity ($case) is not the planner's answer to that question"
+done
 { echo "# fitted by moeperf-plan --calibrate to 12 points of: runs/a runs/b"; cat "$TMP/nomem.ini"; } \
     >"$TMP/fitted.ini"
 "$PLAN" --model seed-k3 --cluster "$TMP/fitted.ini" --routing hot:4:15 --tp 4 --ep 16 \

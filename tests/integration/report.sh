@@ -212,6 +212,13 @@ for a in j["answers"]:
     want = [[x["layout"], x["remedies"], str(x["batch"]), str(x["replicas"]), str(x["gpus"]),
              f"{x['token_p99_ms']:.2f}", f"{x['mem_gb_per_gpu']:.1f}", x["lost"]] for x in a["alternatives"]]
     assert got == want and want, (got, want)
+    part = md.split(f"### Routing {a['routing']}: what the plan becomes")[1].split("##")[0]
+    got = [[c.strip() for c in l.strip("|").split("|")] for l in part.split("\n")
+           if l.startswith("| ") and not l.startswith("| case")]
+    want = [[("only " if i >= len(a["sensitivity"]) else "") + x["case"], str(x["gpus"]), x["layout"],
+             x["remedies"], str(x["batch"]), str(x["replicas"]), f"{x['token_p99_ms']:.2f}"]
+            for i, x in enumerate(a["sensitivity"] + a["by_remedies"])]
+    assert got == want and len(want) >= 4, (got, want)
 print("the answer:", list(rows.values()))
 PY
 echo PASS
