@@ -1463,6 +1463,18 @@ static void write_alternatives(struct doc *d, const char *routing, const cJSON *
     doc_table(d, 0);
 }
 
+/* A plan of plan.json into cells 1..6 of a row: GPUs, layout, setup (remedies), batch, replicas,
+ * p99 token time. */
+static void plan_cells(char cells[][CELL], const cJSON *x)
+{
+    f_g(cells[1], jnum(x, "gpus"), "%.0f");
+    snprintf(cells[2], CELL, "%.40s", jstr(x, "layout") ? jstr(x, "layout") : "?");
+    snprintf(cells[3], CELL, "%.80s", jstr(x, "remedies") ? jstr(x, "remedies") : "?");
+    f_g(cells[4], jnum(x, "batch"), "%.0f");
+    f_g(cells[5], jnum(x, "replicas"), "%.0f");
+    f_g(cells[6], jnum(x, "token_p99_ms"), "%.2f");
+}
+
 /* What a routing's plan becomes under other targets and with each remedy setting alone
  * (plan.json's sensitivity and by_remedies). */
 static void write_sensitivity(struct doc *d, const char *routing, const cJSON *sens,
@@ -1487,12 +1499,7 @@ static void write_sensitivity(struct doc *d, const char *routing, const cJSON *s
                 doc_row(d, 7, cells, 0);
                 continue;
             }
-            f_g(cells[1], jnum(x, "gpus"), "%.0f");
-            snprintf(cells[2], CELL, "%.40s", jstr(x, "layout") ? jstr(x, "layout") : "?");
-            snprintf(cells[3], CELL, "%.80s", jstr(x, "remedies") ? jstr(x, "remedies") : "?");
-            f_g(cells[4], jnum(x, "batch"), "%.0f");
-            f_g(cells[5], jnum(x, "replicas"), "%.0f");
-            f_g(cells[6], jnum(x, "token_p99_ms"), "%.2f");
+            plan_cells(cells, x);
             doc_row(d, 7, cells, 0);
         }
     }
@@ -1543,12 +1550,7 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                 continue;
             }
             const cJSON *mem = cJSON_GetObjectItem(a, "mem_gb_per_gpu");
-            f_g(cells[1], jnum(a, "gpus"), "%.0f");
-            snprintf(cells[2], CELL, "%.40s", jstr(a, "layout") ? jstr(a, "layout") : "?");
-            snprintf(cells[3], CELL, "%.80s", jstr(a, "remedies") ? jstr(a, "remedies") : "?");
-            f_g(cells[4], jnum(a, "batch"), "%.0f");
-            f_g(cells[5], jnum(a, "replicas"), "%.0f");
-            f_g(cells[6], jnum(a, "token_p99_ms"), "%.2f");
+            plan_cells(cells, a);
             if (slo_ms > 0)
                 f_g(cells[7], slo_ms, "%g");
             else
