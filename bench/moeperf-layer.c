@@ -77,11 +77,11 @@ static int variant_shown(const struct mp_session *s)
 #define RANK_PHASES RANK_FIELD(tokens)
 
 /* Median over iterations of field `f` (an offset in doubles) of a strided array. */
-static double median_of(const double *base, size_t stride, int n, double *scratch)
+static double median_of(const struct mp_point_result *res, int r, size_t field, double *scratch)
 {
-    struct mp_summary s;
-    mp_harness_summarize(base, stride, n, scratch, &s);
-    return s.p50;
+    for (int i = 0; i < res->iters; i++)
+        scratch[i] = ((const double *)&mp_point_ranks(res, i)[r])[field];
+    return mp_percentile_select(scratch, res->iters, 50);
 }
 
 /* A point's key cells (with the session's): what every row of its files starts with. */
@@ -106,33 +106,29 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
 {
     int n = res->iters, N = res->nranks, rc = MP_OK;
     for (int r = 0; r < N && rc == MP_OK; r++) {
-        const double *base = (const double *)&res->ranks[r];
-        size_t stride = (size_t)N * MP_RANK_ITER_FIELDS;
         put_key(row, s, k);
         mp_row_int(row, r);
         mp_row_int(row, s->comm->node_of[r]);
         mp_row_int(row, r / k->lay->tp);
         mp_row_int(row, r % k->lay->tp);
-        mp_row_dbl(row, median_of(base + RANK_FIELD(tokens), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(rows), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(ffn_rows), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(bytes_sent), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_intra), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_inter), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_intra), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_inter), stride, n, scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(tokens), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(rows), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(ffn_rows), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(bytes_sent), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(dispatch_intra), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(dispatch_inter), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_intra), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_inter), scratch));
         for (size_t ph = 0; ph < RANK_PHASES; ph++)
-            mp_row_dbl(row, median_of(base + ph, stride, n, scratch));
+            mp_row_dbl(row, median_of(res, r, ph, scratch));
         for (int i = 0; i < n; i++)
-            scratch[i] = mp_rank_layer_us(&res->ranks[(size_t)i * N + r]);
-        struct mp_summary ls;
-        mp_summarize(scratch, n, &ls);
-        mp_row_dbl(row, ls.p50);
-        mp_row_dbl(row, median_of(base + RANK_FIELD(start_skew), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_inter_us), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(dispatch_intra_us), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_inter_us), stride, n, scratch));
-        mp_row_dbl(row, median_of(base + RANK_FIELD(combine_intra_us), stride, n, scratch));
+            scratch[i] = mp_rank_layer_us(&mp_point_ranks(res, i)[r]);
+        mp_row_dbl(row, mp_percentile_select(scratch, n, 50));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(start_skew), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(dispatch_inter_us), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(dispatch_intra_us), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_inter_us), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_intra_us), scratch));
         rc = mp_runfiles_write(f, FILE_RANKS, row);
     }
     return rc;

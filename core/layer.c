@@ -335,6 +335,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->tokens_per_rank = (total + L->ep - 1) / L->ep;
     res->iters = pt->iters;
     res->nranks = c->size;
+    res->rank_period = pt->iters > 0 ? pt->iters : 1; /* every iteration its own records */
     const struct mp_dispatch_mode *mode = p.mode;
     MP_CHECK(validate_point(L, pt, mode));
     L->dispatch_dtype = pt->dispatch_dtype;

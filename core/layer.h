@@ -55,7 +55,11 @@ struct mp_point {
 /* What a point produced. `ranks` and `metrics` are filled on world rank 0 only. */
 struct mp_point_result {
     int iters, nranks;
-    struct mp_rank_iter *ranks;      /* [iters·nranks], iteration-major */
+    /* iteration-major: iteration i's nranks records start at ranks + (i mod rank_period)·nranks
+     * (mp_point_ranks); rank_period is iters where every iteration has its own (measured runs),
+     * fewer where the model's iterations repeat its draws */
+    struct mp_rank_iter *ranks;
+    int rank_period;
     struct mp_iter_metrics *metrics; /* [iters] */
     long tokens_per_rank;            /* the most tokens any EP rank holds */
     double check_error;              /* ‖out − ref‖/‖ref‖ (every rank), NAN when not checked; with
@@ -76,6 +80,12 @@ struct mp_point_result {
     double mem_gb_per_gpu;
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
+
+/* Iteration `it`'s records of every rank (res->nranks of them). */
+static inline const struct mp_rank_iter *mp_point_ranks(const struct mp_point_result *res, int it)
+{
+    return res->ranks + (size_t)(it % res->rank_period) * res->nranks;
+}
 
 /* --check's bound on the relative error of a point with fp8 dispatch and/or fp8 weights against
  * the reference of the unquantized inputs and weights (docs/METRICS.md, "FP8 dispatch" and "FP8

@@ -107,10 +107,9 @@ static double median_field(const struct mp_iter_metrics *m, int n, size_t offset
         return NAN;
     for (int i = 0; i < n; i++)
         v[i] = *(const double *)((const char *)&m[i] + offset) - (minus_route ? m[i].route_us : 0);
-    struct mp_summary s;
-    mp_summarize(v, n, &s);
+    double median = mp_percentile_select(v, n, 50);
     free(v);
-    return s.p50;
+    return median;
 }
 
 double mp_overlap_efficiency(const struct mp_iter_metrics *plain,

@@ -104,10 +104,28 @@ void mp_row_str(struct mp_row *r, const char *s)
     r->ncells++;
 }
 
+/* The decimal digits of v into t (at least 24 bytes), as %lld prints them; returns their count. */
+static int format_ll(char *t, long long v)
+{
+    char d[24];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
+    do {
+        d[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        t[len++] = '-';
+    while (n)
+        t[len++] = d[--n];
+    t[len] = '\0';
+    return len;
+}
+
 void mp_row_int(struct mp_row *r, long long v)
 {
     char t[32];
-    int n = snprintf(t, sizeof t, "%lld", v);
+    int n = format_ll(t, v);
     row_cell(r, t, (size_t)n);
 }
 
@@ -121,6 +139,12 @@ void mp_row_dbl(struct mp_row *r, double v)
     }
     if (v == 0) { /* also -0 */
         row_cell(r, "0", 1);
+        return;
+    }
+    if (fabs(v) < 1e15 && v == (double)(long long)v) { /* a whole number: what either form below
+                                                         * prints, without printf's big numbers */
+        n = format_ll(t, (long long)v);
+        row_cell(r, t, (size_t)n);
         return;
     }
     n = snprintf(t, sizeof t, "%.6g", v);

@@ -40,19 +40,64 @@ double mp_welford_stdev(const struct mp_welford *w)
     return sqrt(w->m2 / (double)(w->n - 1));
 }
 
-double mp_percentile(const double *sorted, long n, double p)
+/* The 0-based index of the nearest-rank p-th percentile among n samples: the smallest rank r with
+ * r >= p/100 * n, less one, clamped to [0, n-1]. p*n/100 is exact for integral p and n; the
+ * relative epsilon keeps a product like 198.00000000000003 from becoming rank 199. */
+static long percentile_index(long n, double p)
 {
-    if (n <= 0)
-        return NAN;
-    /* Nearest rank: the smallest rank r with r >= p/100 * n. p*n/100 is exact for integral p and
-     * n; the relative epsilon keeps a product like 198.00000000000003 from becoming rank 199. */
     double r = p * (double)n / 100.0;
     double idx = ceil(r - 1e-9 * fmax(1.0, fabs(r))) - 1;
     if (!(idx >= 0)) /* also catches NAN p */
         idx = 0;
     if (idx > (double)(n - 1))
         idx = (double)(n - 1);
-    return sorted[(long)idx];
+    return (long)idx;
+}
+
+double mp_percentile(const double *sorted, long n, double p)
+{
+    if (n <= 0)
+        return NAN;
+    return sorted[percentile_index(n, p)];
+}
+
+double mp_percentile_select(double *x, long n, double p)
+{
+    if (n <= 0)
+        return NAN;
+    for (long i = 0; i < n; i++)
+        if (isnan(x[i])) { /* NaN orders with nothing: the sort's answer, whatever it is */
+            qsort(x, (size_t)n, sizeof *x, mp_cmp_double);
+            return mp_percentile(x, n, p);
+        }
+    /* Hoare's FIND (CACM 4(7), 1961, algorithm 65): partition [lo, hi] around the median of its
+     * first, middle and last values until the k-th smallest sits at k. */
+    long k = percentile_index(n, p), lo = 0, hi = n - 1;
+    while (lo < hi) {
+        long mid = lo + (hi - lo) / 2;
+        double a = x[lo], b = x[mid], c = x[hi];
+        double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        long i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] < pivot)
+                i++;
+            while (x[j] > pivot)
+                j--;
+            if (i <= j) {
+                double t = x[i];
+                x[i++] = x[j];
+                x[j--] = t;
+            }
+        }
+        /* now x[lo..j] <= pivot <= x[i..hi], and x[j+1..i-1] == pivot */
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    return x[k];
 }
 
 /* P(X = k) for X ~ Binomial(n, 1/2), from log C(n, k) - n ln 2 (lgamma). */

@@ -23,6 +23,9 @@ struct mp_summary {
 
 /* Nearest-rank percentile of sorted x[0..n): x[ceil(p/100·n) − 1], p in (0, 100]; NAN if n == 0. */
 double mp_percentile(const double *sorted, long n, double p);
+/* The same percentile of unsorted x[0..n) by selection, O(n) expected: x is reordered, and the
+ * value returned is mp_percentile's of x sorted, bit for bit. NAN if n == 0. */
+double mp_percentile_select(double *x, long n, double p);
 
 /* Distribution-free 95% CI of the median from order statistics: the largest j with
  * P(Binomial(n, 1/2) < j) ≤ 0.025 gives [x_(j), x_(n−j+1)] (1-based). Exact binomial sums for every n

@@ -1042,9 +1042,11 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     res->iters = pt->iters;
     res->nranks = N;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
-    /* every record is written: timed by mp_vtraffic_time (every field, tests/unit/test_vlayer.c)
-     * or copied from an earlier draw's */
-    res->ranks = malloc((size_t)(pt->iters > 0 ? pt->iters : 1) * N * sizeof *res->ranks);
+    /* every record is written, by mp_vtraffic_time (every field, tests/unit/test_vlayer.c); the
+     * iterations from the draws' count on repeat earlier ones (rank_period) */
+    int period = pt->iters > 0 ? pt->iters : 1;
+    res->rank_period = period;
+    res->ranks = malloc((size_t)period * N * sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
     if (pt->overlap > 1) {
         plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);
@@ -1065,12 +1067,13 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
         return rc;
     }
     int warmup = pt->warmup > 0 ? pt->warmup : 0;
+    if (P < period)
+        res->rank_period = P;
     for (int it = 0; it < pt->iters; it++) {
         /* timed iteration it is the layer's step warmup + it, which routes draw step mod P; the
-         * timing of a draw depends on nothing else, so an iteration P after another copies it */
+         * timing of a draw depends on nothing else, so an iteration P after another repeats it:
+         * its rank records are the same ones (rank_period), its metrics copied */
         if (it >= P) {
-            memcpy(res->ranks + (size_t)it * N, res->ranks + (size_t)(it - P) * N,
-                   (size_t)N * sizeof *res->ranks);
             res->metrics[it] = res->metrics[it - P];
             if (plain)
                 plain[it] = plain[it - P];

@@ -134,10 +134,13 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     for (size_t k = 0; k < MP_ITER_METRICS; k++) {
         for (int i = 0; i < n; i++)
             v[i] = ((const double *)&res.metrics[i])[k];
-        mp_summarize(v, n, &s);
-        med[k] = s.p50;
-        if (k == 0)
+        if (k == 0) {
+            mp_summarize(v, n, &s);
+            med[k] = s.p50;
             c->layer_p99_us = s.p99;
+        } else {
+            med[k] = mp_percentile_select(v, n, 50);
+        }
     }
     free(v);
     mp_point_result_free(&res);

@@ -6,6 +6,7 @@
 #include "topo.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,40 @@ static void test_format(void)
     CHECK_INT(r.ncells, 7);
     mp_row_free(&r);
     CHECK(r.buf == NULL);
+}
+
+/* The printf forms mp_row_dbl documents (%.6g, %.0f from 1e6 to 1e15) and %lld, against the
+ * cells written for whole and fractional values across every magnitude, signs, and the extremes
+ * of long long. */
+static void test_format_whole(void)
+{
+    long bad = 0, cases = 0;
+    struct mp_row r = {NULL, 0, 0, 0};
+    char want[64];
+    for (int e = 0; e < 18; e++)
+        for (int k = 0; k < 200; k++)
+            for (int sign = -1; sign <= 1; sign += 2) {
+                double mag = pow(10, e) * (1 + k * 0.0731);
+                double v = sign * (k % 2 ? floor(mag) : mag);
+                snprintf(want, sizeof want, "%.6g", v);
+                if (strchr(want, 'e') && fabs(v) >= 1e-3 && fabs(v) < 1e15)
+                    snprintf(want, sizeof want, "%.0f", v);
+                mp_row_reset(&r);
+                mp_row_dbl(&r, v);
+                bad += strcmp(r.buf, want) != 0;
+                cases++;
+            }
+    static const long long ints[] = {0, 1, -1, 9, 10, -10, 1234567890123LL, LLONG_MAX, LLONG_MIN};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        snprintf(want, sizeof want, "%lld", ints[i]);
+        mp_row_reset(&r);
+        mp_row_int(&r, ints[i]);
+        bad += strcmp(r.buf, want) != 0;
+        cases++;
+    }
+    CHECK_INT(bad, 0);
+    CHECK(cases > 7000);
+    mp_row_free(&r);
 }
 
 static const char *const cols[] = {"model", "batch", "note", "layer_us", "ratio"};
@@ -410,6 +445,7 @@ int main(void)
         return 1;
     }
     test_format();
+    test_format_whole();
     test_write_read();
     test_resume();
     test_reader_errors();
