@@ -383,15 +383,16 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
         long local = 0;
         double *to = rows_to + (size_t)e * ep;
         if (sums) { /* the common case alone, its state in locals: each pair into the sums */
-            const int *hoff = pl->holder_off, *holders = pl->holders, *hli = d->holder_li;
+            const int *hli = d->holder_li;
+            const struct mp_vsole *sole = d->sole;
             const int *node = xc.node, node_e = node[e];
             long out_intra = 0, out_inter = 0;
             for (long tok = tok0; tok < tok0 + n; tok++)
                 for (long i = tok * K; i < (tok + 1) * K; i++) {
-                    int x = ids[i], h0 = hoff[x], li, p;
-                    if (hoff[x + 1] - h0 == 1 && hli) {
-                        p = holders[h0];
-                        li = hli[h0];
+                    int x = ids[i], li, p;
+                    if (sole && sole[x].dest >= 0) {
+                        p = sole[x].dest;
+                        li = sole[x].li;
                     } else if (hli) {
                         p = route_pair(pl, hli, e, x, tok, &li);
                     } else {
@@ -748,15 +749,20 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
     int nholders = pl->holder_off[pl->experts];
     int *holder_li = malloc(((size_t)nholders + 1) * sizeof *holder_li);
+    struct mp_vsole *sole = malloc(((size_t)pl->experts + 1) * sizeof *sole);
     long *counts = calloc((size_t)ep * (1 + L + 6), sizeof *counts);
     if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) || !holder_li ||
-        !counts ||
+        !sole || !counts ||
         mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK ||
         (pt->dedup != MP_DEDUP_PAIR && mp_dedup_alloc(&dedup, ep) != MP_OK))
         goto out;
-    for (int x = 0; x < pl->experts; x++) /* each holder's local index of x, for route_pair */
-        for (int h = pl->holder_off[x]; h < pl->holder_off[x + 1]; h++)
+    for (int x = 0; x < pl->experts; x++) { /* each holder's local index of x, for route_pair */
+        int h0 = pl->holder_off[x], h1 = pl->holder_off[x + 1];
+        for (int h = h0; h < h1; h++)
             holder_li[h] = mp_placement_local_index(pl, pl->holders[h], x);
+        sole[x] = h1 - h0 == 1 ? (struct mp_vsole){pl->holders[h0], holder_li[h0]}
+                               : (struct mp_vsole){-1, -1};
+    }
     for (int d = 0; d < P; d++) {
         t[d].tp = tp;
         t[d].ep = ep;
@@ -775,7 +781,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                                 .plan = &plan, .rows_to = rows_to, .exp_rows = exp_rows,
                                 .chunk_to = chunk_to,
                                 .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL,
-                                .holder_li = holder_li, .counts = counts};
+                                .holder_li = holder_li, .sole = sole, .counts = counts};
         traffic(&t[d], &draw);
     }
     rc = MP_OK;
@@ -795,6 +801,7 @@ out:
     free(exp_rows);
     free(chunk_to);
     free(holder_li);
+    free(sole);
     free(counts);
     return rc;
 }

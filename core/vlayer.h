@@ -87,6 +87,11 @@ struct mp_vdraw {
      * (mp_placement_local_index of pl->holders[h]), or NULL: mp_placement_dest's route found by
      * the placement's functions */
     const int *holder_li;
+    /* [experts] where an expert has one holder, that rank (dest) and the expert's local index
+     * there (li), read with one load per pair; dest −1 where it has several; or NULL */
+    const struct mp_vsole {
+        int dest, li;
+    } *sole;
     /* [ep + ep·max_local + 6·ep] zeroed scratch for whole-number counts (a source rank's rows to
      * each rank, then every (rank, local expert) cell's, then an exchange's per-rank sums), left
      * zeroed, or NULL */
