@@ -382,18 +382,19 @@ static void print_header(const struct mp_session *s)
     printf(" %9s\n", "check");
 }
 
-/* A model run's memory per GPU for the point (bf16 weights and KV cache, MP_CONTEXT_DEFAULT tokens
+/* A model run's memory per GPU for the point (the experts in --weight-dtype, the rest of the
+ * weights and the KV cache in bf16, MP_CONTEXT_DEFAULT tokens
  * per sequence, non-expert weights split by tp), with a warning when it exceeds what the profile's
  * GPU holds less its reserve: the point could not be deployed (docs/planning.md). */
 static void model_memory(struct sweep *sw, const struct mp_layout *lay,
-                         const struct mp_placement *pl, long batch, const char *label,
-                         struct mp_point_result *res)
+                         const struct mp_placement *pl, long batch, enum mp_dtype wtype,
+                         const char *label, struct mp_point_result *res)
 {
     const struct mp_session *s = sw->s;
     struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = pl->max_local,
                                   .sequences = batch, .context = MP_CONTEXT_DEFAULT,
                                   .weight_bytes = MP_BF16_BYTES, .kv_bytes = MP_BF16_BYTES,
-                                  .nonexpert = MP_NONEXPERT_TP};
+                                  .nonexpert = MP_NONEXPERT_TP, .expert_dtype = wtype};
     struct mp_gpumem g;
     mp_gpumem_compute(&s->model, &ml, &g);
     res->mem_gb_per_gpu = g.total / 1e9;
@@ -503,7 +504,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && s->modelled)
-        model_memory(sw, lay, pl, batch, label, &res);
+        model_memory(sw, lay, pl, batch, wtype, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, wtype_word, batch, &res);

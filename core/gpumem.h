@@ -4,6 +4,7 @@
 #define MP_GPUMEM_H
 
 #include "cluster.h"
+#include "dtype.h"
 #include "model.h"
 
 /* Bytes per element of bf16 weights and KV cache: the one parameter a smaller weight type changes. */
@@ -29,13 +30,19 @@ struct mp_gpumem_layout {
     double weight_bytes;  /* bytes per weight element (MP_BF16_BYTES) */
     double kv_bytes;      /* bytes per KV-cache element (MP_BF16_BYTES) */
     enum mp_nonexpert_split nonexpert;
+    /* the weights' type (--weight-dtype): bf16 at weight_bytes per element, or fp8 (a byte per
+     * element and an fp32 scale per 128×128 block: the experts as mp_expert_weight_bytes counts
+     * them, the non-expert weights as block-scaled fp8 checkpoints hold them) */
+    enum mp_dtype expert_dtype;
 };
 
 /* Bytes per GPU, on the fullest GPU of the layout. */
 struct mp_gpumem {
-    double routed;    /* max_local · layers · 3·H·D · weight_bytes / tp */
-    double shared;    /* shared · layers · 3·H·D · weight_bytes / tp */
-    double nonexpert; /* mp_model_nonexpert_params · weight_bytes / tp (or / (tp·ep)) */
+    double routed;    /* max_local · layers · 3·H·D · weight_bytes / tp (fp8: · the expert's
+                         mp_expert_weight_bytes of D/tp) */
+    double shared;    /* shared · layers · 3·H·D · weight_bytes / tp (fp8: likewise) */
+    double nonexpert; /* mp_model_nonexpert_params · weight_bytes / tp (or / (tp·ep)); fp8:
+                         · (1 + 4/128²) bytes instead of weight_bytes */
     double kv;        /* ⌈sequences / ep⌉ · context · attn_layers · ⌈kv_heads / tp⌉ · kv_head_dim
                          · kv_bytes */
     double weights;   /* routed + shared + nonexpert */

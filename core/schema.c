@@ -391,6 +391,8 @@ static const struct mp_column plan_cols[] = {
      "with `meets_slo` 1 and `fits` 1"},
     {MPC_overlap, "chunks", I, "chunks pipelined (1: none)"},
     {MPC_dedup, "–", T, "what a dispatched row stands for (`--dedup`: pair, rank, node)"},
+    {MPC_weight_dtype, "–", T, "the experts' weights (`--weight-dtype`: bf16, fp8)"},
+    {MPC_dispatch_dtype, "–", T, "the dispatched rows (`--dispatch-dtype`: bf16, fp8)"},
     {MPC_mem_gb_per_gpu, "GB", R,
      "weights and KV cache on the layout's fullest GPU (docs/planning.md, Memory per GPU)"},
     {MPC_kv_gb_per_gpu, "GB", R, "the KV cache's part of `mem_gb_per_gpu` (`--context` tokens "

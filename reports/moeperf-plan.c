@@ -49,6 +49,12 @@ static const struct mp_opt options[] = {
     {"overlap", MP_OPT_INT_LIST, PO(b.overlap), "1", 1, 32, NULL, "LIST",
      "pipeline depths to try: chunks moeperf-layer --overlap would pipeline (1: none)"},
     MP_OPT_DEDUP,
+    {"weight-dtype", MP_OPT_STRING_LIST, PO(b.weight_dtype), "bf16", MP_NOLIMIT, mp_dtype_choices,
+     "LIST", "the routed and shared experts' weights: bf16, or fp8 (e4m3, an fp32 scale per "
+     "128x128 block: half the bytes to hold and to stream, fp8 GEMMs); a list weighs them"},
+    {"dispatch-dtype", MP_OPT_STRING_LIST, PO(b.dispatch_dtype), "bf16", MP_NOLIMIT,
+     mp_dtype_choices, "LIST", "the dispatched rows: bf16, or fp8 (e4m3, an fp32 scale per 128 "
+     "values: about half the dispatch's bytes; the combine stays bf16); a list weighs them"},
     {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
      "p99 latency budget per generated token over all MoE layers (0: none)"},
     {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
@@ -74,7 +80,8 @@ static const char summary[] =
     "usage: moeperf-plan --cluster PROFILE [workload] [--slo-token-ms MS] [--throughput TOK/S]\n"
     "       moeperf-plan --calibrate [--cluster BASE] --out PROFILE RUN_DIR...\n"
     "       moeperf-plan --validate --cluster PROFILE RUN_DIR...\n"
-    "Runs every candidate layout (tp × ep), batch, placement, pipeline depth and dedup mode\n"
+    "Runs every candidate layout (tp × ep), batch, placement, pipeline depth, dedup mode and\n"
+    "weight and dispatch dtype\n"
     "through the cluster model (docs/planning.md), reports the batch cap (largest batch with\n"
     "comm/ffn <= 1), the cheapest plan (fewest GPUs, DP replicas included) that meets the p99 SLO\n"
     "at the target throughput, the remedies and dedup modes ranked, and whether more replicas\n"
@@ -87,6 +94,23 @@ static int to_ints(const struct mp_list *l, int **out)
         return MP_ERR_RUNTIME;
     for (int i = 0; i < l->n; i++)
         (*out)[i] = (int)l->v[i];
+    return MP_OK;
+}
+
+/* The words of a dtype list as enum mp_dtype values in a heap array: MP_OK, or MP_ERR_USAGE after
+ * mp_dtype_parse's message naming `flag`. */
+static int to_dtypes(const char *flag, const struct mp_strlist *l, int **out)
+{
+    *out = malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof **out);
+    if (!*out)
+        return MP_ERR_RUNTIME;
+    for (int i = 0; i < l->n; i++) {
+        enum mp_dtype d;
+        int rc = mp_dtype_parse(flag, l->v[i], &d);
+        if (rc != MP_OK)
+            return rc;
+        (*out)[i] = (int)d;
+    }
     return MP_OK;
 }
 
@@ -218,6 +242,8 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         mp_row_int(&row, c[i].slo_ok && c[i].gpus <= o->max_gpus); /* memory aside: fits */
         mp_row_int(&row, c[i].overlap);
         mp_row_str(&row, mp_dedup_choices[c[i].dedup]);
+        mp_row_str(&row, mp_dtype_choices[c[i].weight_dtype]);
+        mp_row_str(&row, mp_dtype_choices[c[i].dispatch_dtype]);
         mp_row_dbl(&row, c[i].mem.total / 1e9);
         mp_row_dbl(&row, c[i].mem.kv / 1e9);
         mp_row_int(&row, c[i].fits);
@@ -229,8 +255,9 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 
 static void print_cand_header(void)
 {
-    printf("  %-9s %-16s %3s %-5s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %7s %-7s %s\n",
-           "layout", "placement", "ovl", "dedup", "batch", "layer_us", "p99_us", "ffn_us", "comm_us",
+    printf("  %-9s %-16s %3s %-5s %-4s %-4s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %7s "
+           "%-7s %s\n",
+           "layout", "placement", "ovl", "dedup", "wt", "disp", "batch", "layer_us", "p99_us", "ffn_us", "comm_us",
            "ratio", "bubble", "imbal", "token_ms", "tok/s/rep", "dp", "gpus", "mem_gb", "over",
            "slo");
 }
@@ -239,10 +266,10 @@ static void print_cand(const struct mp_plan_cand *c)
 {
     char lay[32], pl[32];
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
-    printf("  %-9s %-16s %3d %-5s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f %9.0f %4d %6d "
-           "%7.1f %-7s %s\n",
+    printf("  %-9s %-16s %3d %-5s %-4s %-4s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f "
+           "%9.0f %4d %6d %7.1f %-7s %s\n",
            lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup],
-           c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us, c->ratio, c->bubble,
+           mp_dtype_choices[c->weight_dtype], mp_dtype_choices[c->dispatch_dtype], c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us, c->ratio, c->bubble,
            c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus, c->mem.total / 1e9,
            c->over, c->meets ? "yes" : "no");
 }
@@ -256,7 +283,7 @@ static void print_remedies(const struct mp_plan_cand *c, int n, const struct mp_
     int na = mp_plan_remedies(c, n, b, &base, order, 64);
     if (base < 0 || na == 0)
         return;
-    printf("remedies at tp%dep%d batch %ld against contiguous without overlap, dedup pair (layer %.1f µs, "
+    printf("remedies at tp%dep%d batch %ld against contiguous without overlap, dedup pair, bf16 (layer %.1f µs, "
            "imbalance %.2f):",
            b->tp, b->ep, b->batch, c[base].layer_us, c[base].imbalance);
     for (int i = 0; i < na; i++) {
@@ -337,9 +364,13 @@ static void print_memory_header(const struct mp_plan_req *q)
                q->cluster.gpu_mem_gb, q->cluster.name, 100 * q->mem_reserve, usable / 1e9);
     else
         printf("# memory per GPU: not checked (%s gives no gpu_mem_gb)\n", q->cluster.name);
-    printf("#   %g-byte weights and KV cache, %ld tokens of context per sequence; parameters "
+    int fp8 = 0;
+    for (int i = 0; i < q->nwdtype; i++)
+        fp8 |= q->wdtypes[i] == MP_DTYPE_FP8;
+    printf("#   %g-byte weights%s and KV cache, %ld tokens of context per sequence; parameters "
            "%.4g: routed %.4g, shared %.4g, non-expert %.4g (split by %s)\n",
-           q->weight_bytes, q->context, m->params, mp_model_routed_params(m),
+           q->weight_bytes, fp8 ? " (fp8 experts: 1 byte and a scale per 128x128 block)" : "",
+           q->context, m->params, mp_model_routed_params(m),
            mp_model_shared_params(m), mp_model_nonexpert_params(m),
            q->nonexpert == MP_NONEXPERT_WORLD ? "all tp·ep GPUs" : "tp, a copy per EP rank");
     if (m->params <= 0)
@@ -385,6 +416,8 @@ static void cand_fill(cJSON *o, const struct mp_plan_req *q, const struct mp_pla
     cJSON_AddStringToObject(o, "placement", mp_plan_placement(a, pl, sizeof pl));
     cJSON_AddNumberToObject(o, "overlap", a->overlap);
     cJSON_AddStringToObject(o, "dedup", mp_dedup_choices[a->dedup]);
+    cJSON_AddStringToObject(o, "weight_dtype", mp_dtype_choices[a->weight_dtype]);
+    cJSON_AddStringToObject(o, "dispatch_dtype", mp_dtype_choices[a->dispatch_dtype]);
     cJSON_AddNumberToObject(o, "batch", (double)a->batch);
     cJSON_AddNumberToObject(o, "replicas", a->dp);
     cJSON_AddNumberToObject(o, "gpus", a->gpus);
@@ -423,8 +456,7 @@ static cJSON *alternatives_json(const struct mp_plan_req *q, const struct mp_pla
         if (!a->meets)
             break;
         if (a->tp == b->tp && a->ep == b->ep && a->batch == b->batch && a->dp == b->dp &&
-            a->replicate == b->replicate && a->eplb == b->eplb && a->overlap == b->overlap &&
-            a->dedup == b->dedup)
+            mp_plan_same_setup(a, b))
             continue; /* the plan itself */
         cJSON_AddItemToArray(arr, cand_json(q, a, b));
         next++;
@@ -547,6 +579,8 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     add_ints(c, "eplb", &o->eplb);
     add_ints(c, "overlap", &o->b.overlap);
     add_strs(c, "dedup", &o->b.dedup);
+    add_strs(c, "weight_dtype", &o->b.weight_dtype);
+    add_strs(c, "dispatch_dtype", &o->b.dispatch_dtype);
     add_ints(c, "batch", &o->b.batch);
     cJSON_AddNumberToObject(c, "max_gpus", q->max_gpus);
     cJSON_AddNumberToObject(c, "mem_reserve", q->mem_reserve);
@@ -602,6 +636,8 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
     cJSON_AddStringToObject(a, "remedies", mp_plan_remedy(b, rem, sizeof rem));
     cJSON_AddNumberToObject(a, "overlap", b->overlap);
     cJSON_AddStringToObject(a, "dedup", mp_dedup_choices[b->dedup]);
+    cJSON_AddStringToObject(a, "weight_dtype", mp_dtype_choices[b->weight_dtype]);
+    cJSON_AddStringToObject(a, "dispatch_dtype", mp_dtype_choices[b->dispatch_dtype]);
     cJSON_AddStringToObject(a, "dispatch", "dynamic"); /* the one mode the planner times */
     cJSON_AddNumberToObject(a, "batch", (double)b->batch);
     cJSON_AddNumberToObject(a, "replicas", b->dp);
@@ -717,6 +753,7 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     cJSON *plan = NULL, *answers = NULL;
     struct mp_csv csv = {0};
     int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
+    int *wdtypes = NULL, *ddtypes = NULL;
     long *batches = NULL;
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, h800-ib, "
@@ -745,6 +782,13 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     }
     q.dedups = dedups;
     q.ndedup = o->b.dedup.n;
+    if ((rc = to_dtypes("--weight-dtype", &o->b.weight_dtype, &wdtypes)) != MP_OK ||
+        (rc = to_dtypes("--dispatch-dtype", &o->b.dispatch_dtype, &ddtypes)) != MP_OK)
+        goto out;
+    q.wdtypes = wdtypes;
+    q.nwdtype = o->b.weight_dtype.n;
+    q.ddtypes = ddtypes;
+    q.nddtype = o->b.dispatch_dtype.n;
     q.batches = batches;
     q.nbatch = o->b.batch.n;
     q.seq = o->b.seq;
@@ -908,6 +952,8 @@ out:
     free(eplbs);
     free(overlaps);
     free(dedups);
+    free(wdtypes);
+    free(ddtypes);
     free(batches);
     return rc;
 }

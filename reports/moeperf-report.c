@@ -1238,8 +1238,11 @@ static void plan_row(struct doc *d, const struct mp_table *t, long r, const char
     char cells[9][CELL];
     snprintf(cells[0], CELL, "%.60s", role);
     snprintf(cells[1], CELL, "tp%.20sep%.20s", str(t, r, MPC_tp), str(t, r, MPC_ep));
-    snprintf(cells[2], CELL, "%.60s, overlap %.10s, dedup %.10s", str(t, r, MPC_placement),
-             str(t, r, MPC_overlap), str(t, r, MPC_dedup));
+    int fp8w = !strcmp(str(t, r, MPC_weight_dtype), "fp8");
+    int fp8d = !strcmp(str(t, r, MPC_dispatch_dtype), "fp8");
+    snprintf(cells[2], CELL, "%.60s, overlap %.10s, dedup %.10s%s%s", str(t, r, MPC_placement),
+             str(t, r, MPC_overlap), str(t, r, MPC_dedup), fp8w ? ", fp8 weights" : "",
+             fp8d ? ", fp8 dispatch" : "");
     batch_text(cells[3], num(t, r, MPC_batch));
     f_g(cells[4], num(t, r, MPC_gpus), "%.0f");
     f_g(cells[5], num(t, r, MPC_token_p99_ms), "%.2f");
@@ -1250,11 +1253,13 @@ static void plan_row(struct doc *d, const struct mp_table *t, long r, const char
     doc_row(d, 9, cells, 0);
 }
 
-/* 1 when plan.csv rows a and b have the same layout, placement, overlap and dedup. */
+/* 1 when plan.csv rows a and b have the same layout, placement, overlap, dedup and dtypes (files
+ * written before the dtype columns: those compare equal). */
 static int plan_same_setup(const struct mp_table *t, long a, long b)
 {
-    static const char *const key[] = {MPC_routing, MPC_tp, MPC_ep, MPC_placement, MPC_overlap,
-                                      MPC_dedup};
+    static const char *const key[] = {MPC_routing,     MPC_tp,          MPC_ep,
+                                      MPC_placement,   MPC_overlap,     MPC_dedup,
+                                      MPC_weight_dtype, MPC_dispatch_dtype};
     for (size_t i = 0; i < sizeof key / sizeof key[0]; i++)
         if (strcmp(str(t, a, key[i]), str(t, b, key[i])) != 0)
             return 0;

@@ -28,17 +28,27 @@ const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned lon
     char pl[32];
     mp_plan_placement(c, pl, sizeof pl);
     int placed = c->replicate > 0 || c->eplb > 0;
-    char ovl[32] = "", dd[32] = "";
-    if (c->overlap > 1)
+    const char *part[5] = {placed ? pl : NULL, NULL, NULL, NULL, NULL};
+    char ovl[32], dd[32];
+    if (c->overlap > 1) {
         snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
-    if (c->dedup != MP_DEDUP_PAIR)
-        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
-    if (!placed && !ovl[0] && !dd[0]) {
-        snprintf(buf, len, "%s", pl);
-        return buf;
+        part[1] = ovl;
     }
-    snprintf(buf, len, "%s%s%s%s%s", placed ? pl : "", placed && ovl[0] ? " + " : "", ovl,
-             (placed || ovl[0]) && dd[0] ? " + " : "", dd);
+    if (c->dedup != MP_DEDUP_PAIR) {
+        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
+        part[2] = dd;
+    }
+    if (c->weight_dtype == MP_DTYPE_FP8)
+        part[3] = "fp8 weights";
+    if (c->dispatch_dtype == MP_DTYPE_FP8)
+        part[4] = "fp8 dispatch";
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 5; i++)
+        if (part[i] && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " + " : "", part[i]);
+    if (!used)
+        snprintf(buf, len, "%s", pl);
     return buf;
 }
 
@@ -48,7 +58,8 @@ static int depth(const struct mp_plan_cand *c) { return c->overlap > 1 ? c->over
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
 {
     return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate &&
-           a->eplb == b->eplb && depth(a) == depth(b) && a->dedup == b->dedup;
+           a->eplb == b->eplb && depth(a) == depth(b) && a->dedup == b->dedup &&
+           a->weight_dtype == b->weight_dtype && a->dispatch_dtype == b->dispatch_dtype;
 }
 
 int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
@@ -60,7 +71,8 @@ int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_c
         if (c[i].tp != at->tp || c[i].ep != at->ep || c[i].batch != at->batch)
             continue;
         if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1 &&
-            c[i].dedup == MP_DEDUP_PAIR)
+            c[i].dedup == MP_DEDUP_PAIR && c[i].weight_dtype == MP_DTYPE_BF16 &&
+            c[i].dispatch_dtype == MP_DTYPE_BF16)
             *base = i;
         else if (k < max)
             order[k++] = i;
@@ -80,7 +92,8 @@ int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_pla
     int k = 0;
     for (int i = 0; i < n && k < max; i++)
         if (c[i].tp == at->tp && c[i].ep == at->ep && c[i].batch == at->batch &&
-            c[i].replicate == at->replicate && c[i].eplb == at->eplb && depth(&c[i]) == depth(at))
+            c[i].replicate == at->replicate && c[i].eplb == at->eplb && depth(&c[i]) == depth(at) &&
+            c[i].weight_dtype == at->weight_dtype && c[i].dispatch_dtype == at->dispatch_dtype)
             order[k++] = i;
     for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
         for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
@@ -91,15 +104,23 @@ int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_pla
     return k;
 }
 
+/* The candidate's setup beside its layout, batch and placement. */
+struct setup {
+    int overlap, dedup, weight_dtype, dispatch_dtype;
+};
+
 static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
-                        int overlap, int dedup, long batch, struct mp_plan_cand *c)
+                        struct setup su, long batch, struct mp_plan_cand *c)
 {
     const struct mp_model *m = &q->model;
     char spec[64];
+    int overlap = su.overlap, dedup = su.dedup;
     c->replicate = R;
     c->eplb = slots;
     c->overlap = overlap;
     c->dedup = dedup;
+    c->weight_dtype = su.weight_dtype;
+    c->dispatch_dtype = su.dispatch_dtype;
     mp_plan_placement(c, spec, sizeof spec);
     struct mp_placement pl;
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
@@ -110,11 +131,13 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
         return rc;
     }
     struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
-                          .iters = q->iters, .overlap = overlap, .dedup = dedup};
+                          .iters = q->iters, .overlap = overlap, .dedup = dedup,
+                          .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
     struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
                                   .sequences = batch, .context = q->context,
                                   .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
-                                  .nonexpert = q->nonexpert};
+                                  .nonexpert = q->nonexpert,
+                                  .expert_dtype = (enum mp_dtype)su.weight_dtype};
     mp_gpumem_compute(m, &ml, &c->mem);
     c->over = mp_gpumem_over(&c->mem, mp_gpumem_usable(&q->cluster, q->mem_reserve));
     c->fits = !strcmp(c->over, "none");
@@ -180,12 +203,15 @@ void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
-    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR};
+    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16};
     const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
     int novl = q->noverlap > 0 ? q->noverlap : 1;
     const int *dds = q->ndedup > 0 ? q->dedups : pair_only;
     int ndd = q->ndedup > 0 ? q->ndedup : 1;
-    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * q->nbatch, k = 0, rc = MP_OK;
+    const int *wds = q->nwdtype > 0 ? q->wdtypes : bf16, *sds = q->nddtype > 0 ? q->ddtypes : bf16;
+    int nwd = q->nwdtype > 0 ? q->nwdtype : 1, nsd = q->nddtype > 0 ? q->nddtype : 1;
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * nwd * nsd * q->nbatch, k = 0,
+        rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
         mp_error("out of memory for %d candidates", cap);
@@ -206,11 +232,14 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                     (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
                     continue; /* no room for that many redundant slots */
                 for (int o = 0; o < novl && rc == MP_OK; o++)
-                    for (int x = 0; x < ndd && rc == MP_OK; x++) {
-                        for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                            rc = evaluate_one(q, tp, ep, R, slots, ovl[o], dds[x], q->batches[i],
-                                              &c[k++]);
-                    }
+                    for (int x = 0; x < ndd && rc == MP_OK; x++)
+                        for (int w = 0; w < nwd && rc == MP_OK; w++)
+                            for (int s = 0; s < nsd && rc == MP_OK; s++) {
+                                struct setup su = {ovl[o], dds[x], wds[w], sds[s]};
+                                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                                    rc = evaluate_one(q, tp, ep, R, slots, su, q->batches[i],
+                                                      &c[k++]);
+                            }
             }
         }
     if (rc != MP_OK) {

@@ -23,6 +23,9 @@ struct mp_plan_req {
     int noverlap;
     const int *dedups;           /* candidate dedup modes, enum mp_dedup (none: pair only) */
     int ndedup;
+    const int *wdtypes, *ddtypes; /* candidate expert weight and dispatch types, enum mp_dtype
+                                   * (none: bf16 only) */
+    int nwdtype, nddtype;
     double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
     double slo_layer_us;  /* p99 per MoE layer, or 0 */
     double throughput;    /* target tokens/s over all replicas */
@@ -41,6 +44,8 @@ struct mp_plan_cand {
     int eplb;              /* eplb:SLOTS, 0 when not */
     int overlap;           /* chunks pipelined (1: none) */
     int dedup;             /* enum mp_dedup: what a dispatched row stands for */
+    int weight_dtype;      /* enum mp_dtype of the experts' weights (--weight-dtype) */
+    int dispatch_dtype;    /* enum mp_dtype of the dispatched rows (--dispatch-dtype) */
     long batch;
     double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
     double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
@@ -69,20 +74,22 @@ void mp_plan_apply_targets(const struct mp_plan_req *req, struct mp_plan_cand *c
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
 /* The remedies a candidate applies, as a label: its placement when not contiguous, "overlap N"
- * when pipelined, "dedup rank|node" when not pair, joined by " + ", or "contiguous" when none. */
+ * when pipelined, "dedup rank|node" when not pair, "fp8 weights" and "fp8 dispatch" when so,
+ * joined by " + ", or "contiguous" when none. */
 const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
-/* 1 when two candidates have the same layout, placement, overlap and dedup (batch may differ). */
+/* 1 when two candidates have the same layout, placement, overlap, dedup and dtypes (batch may
+ * differ). */
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b);
 
 /* The remedies at the layout and batch of `at`: *base receives the index of the candidate there
- * with contiguous placement, no overlap and dedup pair (-1 when the sweep has none), and `order` (room for
+ * with contiguous placement, no overlap, dedup pair and bf16 (-1 when the sweep has none), and `order` (room for
  * `max`) the indices of every other candidate there, by layer time saved against it, most first.
  * Returns how many are in `order`. */
 int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
                      int *base, int *order, int max);
 
-/* The dedup modes at the layout, batch, placement and overlap of `at`: the indices of the
+/* The dedup modes at the layout, batch, placement, overlap and dtypes of `at`: the indices of the
  * candidates there that differ from it at most in dedup (itself included) in `order` (room for
  * `max`), fastest first, ties in sweep order. Returns how many. */
 int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,

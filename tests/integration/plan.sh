@@ -136,8 +136,9 @@ assert c['fitted_points'] == 12 and c['fitted_from'] == ['runs/a', 'runs/b'], c"
     --overlap 1,2,4 --batch 64,128 --slo-token-ms 50 --throughput 20000 \
     --out "$TMP/ovl" >"$TMP/ovl.out" || fail "moeperf-plan --overlap exit $?"
 grep '^remedies\|^cheapest' "$TMP/ovl.out"
-head -1 "$TMP/ovl/plan.csv" | grep -q ',overlap,dedup,mem_gb_per_gpu,kv_gb_per_gpu,fits,over$' ||
-    fail "plan.csv: not overlap, dedup, then the memory columns: $(head -1 "$TMP/ovl/plan.csv")"
+head -1 "$TMP/ovl/plan.csv" |
+    grep -q ',overlap,dedup,weight_dtype,dispatch_dtype,mem_gb_per_gpu,kv_gb_per_gpu,fits,over$' ||
+    fail "plan.csv: not overlap, dedup, the dtypes, then the memory columns: $(head -1 "$TMP/ovl/plan.csv")"
 [ "$(rows "$TMP/ovl/plan.csv")" -eq 12 ] || fail "plan.csv with --overlap: $(rows "$TMP/ovl/plan.csv") rows"
 [ "$(col "$TMP/ovl/plan.csv" overlap | sort -u | tr '\n' ' ')" = "1 2 4 " ] || fail "plan.csv: overlap values"
 # the remedies line names every other setup at the chosen layout and batch, most time saved first
@@ -234,6 +235,67 @@ grep -q 'the least any candidate needs: .* at tp4ep16 batch 64' "$TMP/k3.out" ||
 "$PLAN" --model seed-k3 --cluster h100-ndr --tp 4,8 --ep 8,16 --replicate 0 --batch 64 \
     --nonexpert-split world --iters 2 --out "$TMP/k3w" >"$TMP/k3w.out" || fail "seed-k3 world exit $?"
 grep -q '^cheapest plan: tp8ep16' "$TMP/k3w.out" || fail "seed-k3 split over all GPUs: not tp8ep16"
+
+# fp8 weights and dispatch as candidates: seed-k3 on 64 H100s (its 2.8T split over every GPU)
+# does not fit in bf16 (2.8e12 · 2 / 64 = 87.5 GB of weights per GPU against 72 usable) and does in
+# fp8; the memory is the formula's (docs/planning.md, "Memory per GPU": a byte and a 4-byte scale
+# per 128×128 block), the fp8 dispatch moves fewer bytes than bf16 at the same point, the remedies
+# and plan.json name the dtypes, and moeperf-layer's model run gives the same memory per GPU
+"$PLAN" --model seed-k3 --cluster h100-ndr --routing hot:4:15 --tp 1,2 --ep 32,64 --replicate 0 \
+    --batch 16,64 --weight-dtype bf16,fp8 --dispatch-dtype bf16,fp8 --nonexpert-split world \
+    --max-gpus 64 --slo-token-ms 50 --throughput 1400 --iters 3 --out "$TMP/fp8" >"$TMP/fp8.out" ||
+    fail "moeperf-plan with fp8 candidates exit $?"
+grep '^cheapest\|^remedies' "$TMP/fp8.out"
+grep -q '^cheapest plan: tp[12]ep[0-9]*, fp8 weights' "$TMP/fp8.out" || fail "the plan is not in fp8 weights"
+python3 - "$TMP/fp8" <<'PY2' || fail "fp8 memory or bytes"
+import csv, json, math, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(f"{d}/plan.csv")))
+assert len(rows) == 3 * 2 * 2 * 2, len(rows)  # tp1ep32, tp1ep64, tp2ep32 (tp2ep64 is 128 GPUs) × weights × dispatch × batch
+H, D, E, K, S, L, P = 4096, 2048, 128, 8, 1, 60, 2.8e12
+for r in rows:
+    tp, ep, b = int(r["tp"]), int(r["ep"]), int(r["batch"])
+    expert = 3 * H * D  # parameters per expert
+    routed_p, shared_p = E * L * expert, S * L * expert
+    nonexpert_p = P - routed_p - shared_p
+    if r["weight_dtype"] == "fp8":
+        shard = 3 * H * (D // tp) + 4 * 3 * math.ceil(H / 128) * math.ceil(D // tp / 128)
+        w = (E // ep) * L * shard + S * L * shard + nonexpert_p * (1 + 4 / 128**2) / (tp * ep)
+    else:
+        w = ((E // ep) * L + S * L) * expert * 2 / tp + nonexpert_p * 2 / (tp * ep)
+    kv = math.ceil(b / ep) * 4096 * L * 1 * 576 * 2  # MLA: one latent head of 576 on every GPU
+    got = float(r["mem_gb_per_gpu"])
+    assert abs(got - (w + kv) / 1e9) <= 1e-5 * got, (r, (w + kv) / 1e9)
+    assert (r["fits"] == "1") == ((w + kv) / 1e9 <= 72), r
+    if r["weight_dtype"] == "bf16" and tp * ep == 64:
+        assert r["fits"] == "0" and r["over"] == "weights", r
+key = lambda r: (r["tp"], r["ep"], r["weight_dtype"], r["batch"])
+by = {(key(r), r["dispatch_dtype"]): r for r in rows}
+for r in rows:
+    if r["dispatch_dtype"] == "fp8":
+        bf = by[(key(r), "bf16")]
+        assert float(r["comm_us"]) < float(bf["comm_us"]), (r, bf)
+a = json.load(open(f"{d}/plan.json"))["answers"][0]
+assert a["found"] and a["weight_dtype"] == "fp8" and a["gpus"] <= 64, a
+labels = {x["case"] for x in a["by_remedies"]}
+assert {"contiguous", "fp8 weights", "fp8 dispatch", "fp8 weights + fp8 dispatch"} <= labels, labels
+assert not [x for x in a["by_remedies"] if x["case"] in ("contiguous", "fp8 dispatch") and x["found"]], \
+    "a bf16-weight plan fits 64 GPUs"
+q = json.load(open(f"{d}/plan.json"))["question"]["constraints"]
+assert q["weight_dtype"] == ["bf16", "fp8"] and q["dispatch_dtype"] == ["bf16", "fp8"], q
+PY2
+grep -q '^remedies at .* fp8 weights' "$TMP/fp8.out" || fail "the remedies do not rank fp8 weights"
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --tp 2 --ep 16 --replicate 0 --batch 256 \
+    --weight-dtype fp8 --iters 3 --out "$TMP/fp8ds" >/dev/null || fail "moeperf-plan deepseek-v3 fp8 exit $?"
+"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model deepseek-v3 --world 32 \
+    --layout tp2ep16 --batch 256 --weight-dtype fp8 --iters 3 --quiet --out "$TMP/fp8layer" ||
+    fail "moeperf-layer --weight-dtype fp8 exit $?"
+[ "$(col "$TMP/fp8ds/plan.csv" mem_gb_per_gpu)" = "$(col "$TMP/fp8layer/layer.csv" mem_gb_per_gpu)" ] ||
+    fail "fp8 memory per GPU: planner $(col "$TMP/fp8ds/plan.csv" mem_gb_per_gpu), layer model $(col "$TMP/fp8layer/layer.csv" mem_gb_per_gpu)"
+refused "$PLAN" --cluster h100-ndr --weight-dtype bf16,fp16
+grep -q -- "--weight-dtype" "$TMP/refused.err" || fail "the refusal does not name --weight-dtype"
+refused "$PLAN" --cluster h100-ndr --dispatch-dtype int8
+grep -q -- "--dispatch-dtype" "$TMP/refused.err" || fail "the refusal does not name --dispatch-dtype"
 
 refused "$PLAN" --cluster h100-ndr --nonexpert-split ep
 grep -q -- "--nonexpert-split" "$TMP/refused.err" || fail "the refusal does not name --nonexpert-split"
