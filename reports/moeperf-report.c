@@ -62,6 +62,7 @@ static const char summary[] =
 struct figure {
     const char *name, *title, *caption;
 };
+#define MAX_GROUP_COLS 32 /* a figure's group and extra columns together */
 static struct figure *figures;
 static int NFIG;
 static struct mp_table figure_table;
@@ -91,6 +92,49 @@ static int figures_load(const char *root)
                                      figure_table.cells[i][cc]};
     NFIG = (int)figure_table.nrows;
     return MP_OK;
+}
+
+/* The columns of the first figure drawn from `csv`, for make_groups: "source" first, then its other
+ * group columns (*nbare of them, labelled bare), then its extra columns, the strings pointing into
+ * *spec (heap, the caller frees). Returns how many, or -1 (no such figure, no source column, out
+ * of memory) after a message. */
+static int figure_cols(const char *csv, const char **cols, int *nbare, char **spec)
+{
+    int ccsv = mp_table_col(&figure_table, "csv"), cg = mp_table_col(&figure_table, "group"),
+        ce = mp_table_col(&figure_table, "extra");
+    for (long i = 0; ccsv >= 0 && cg >= 0 && ce >= 0 && i < figure_table.nrows; i++) {
+        if (strcmp(figure_table.cells[i][ccsv], csv) != 0)
+            continue;
+        size_t lg = strlen(figure_table.cells[i][cg]), le = strlen(figure_table.cells[i][ce]);
+        if (!(*spec = malloc(lg + le + 2))) {
+            mp_error("out of memory");
+            return -1;
+        }
+        memcpy(*spec, figure_table.cells[i][cg], lg);
+        (*spec)[lg] = '\0';
+        memcpy(*spec + lg + 1, figure_table.cells[i][ce], le + 1);
+        int n = 1, have_source = 0;
+        cols[0] = MPC_source;
+        char *save = NULL;
+        for (char *w = strtok_r(*spec, " ", &save); w && n < MAX_GROUP_COLS;
+             w = strtok_r(NULL, " ", &save))
+            if (strcmp(w, MPC_source) == 0)
+                have_source = 1;
+            else
+                cols[n++] = w;
+        *nbare = n - 1;
+        for (char *w = strtok_r(*spec + lg + 1, " ", &save); w && n < MAX_GROUP_COLS;
+             w = strtok_r(NULL, " ", &save))
+            cols[n++] = w;
+        if (have_source)
+            return n;
+        mp_error("plots/figures.csv: the %s figure's group has no source column", csv);
+        free(*spec);
+        *spec = NULL;
+        return -1;
+    }
+    mp_error("plots/figures.csv: no figure of %s (the columns csv, group and extra)", csv);
+    return -1;
 }
 
 static void figures_free(void)
@@ -203,8 +247,9 @@ static void doc_li(struct doc *d, const char *head, const char *fmt, ...)
     }
 }
 
-/* A table row; header rows get <th> and, in Markdown, the alignment line (numbers right). */
-static void doc_row(struct doc *d, int n, char cells[][CELL], int header)
+/* A table row of n texts; header rows get <th> and, in Markdown, the alignment line (numbers
+ * right). */
+static void doc_row_texts(struct doc *d, int n, const char *const *cells, int header)
 {
     if (d->h) {
         fputs("<tr>", d->h);
@@ -230,6 +275,15 @@ static void doc_row(struct doc *d, int n, char cells[][CELL], int header)
             fputs("\n", d->m);
         }
     }
+}
+
+/* doc_row_texts of cells[0..n) (n at most 16). */
+static void doc_row(struct doc *d, int n, char cells[][CELL], int header)
+{
+    const char *texts[16];
+    for (int i = 0; i < n && i < 16; i++)
+        texts[i] = cells[i];
+    doc_row_texts(d, n < 16 ? n : 16, texts, header);
 }
 
 /* Open (open = 1: numbers, right-aligned; 2: text, left-aligned) or close a table. */
@@ -422,9 +476,17 @@ struct group {
     const struct rp_run *run;
     const struct mp_table *t;
     char *label;
+    char *workload; /* every grouping cell but source, name=value (the legend's) */
     int n;
     long *rows; /* sorted by the x column */
 };
+
+/* A group's cell of `col` (its first row's), "" where its file lacks the column. */
+static const char *group_cell(const struct group *g, const char *col)
+{
+    int c = mp_table_col(g->t, col);
+    return c < 0 ? "" : g->t->cells[g->rows[0]][c];
+}
 
 static const struct mp_table *sort_table;
 static int sort_col;
@@ -439,16 +501,76 @@ static void groups_free(struct group *g, int n)
 {
     for (int i = 0; g && i < n; i++) {
         free(g[i].label);
+        free(g[i].workload);
         free(g[i].rows);
     }
     free(g);
 }
 
+/* The curve labels of groups g[0..n) (docs/plots.md, "Curve labels"), as plots/render titles the
+ * curves of their figure: the cells of cols[1..ncols) that differ between the groups, the first
+ * nbare of them bare and the rest as name=value (cols[1] alone when none differs), the run
+ * directory's name where two groups share every cell, and "(source)", cols[0], at the end. */
+static int label_groups(struct group *g, int n, const char *const *cols, int ncols, int nbare)
+{
+    int show[MAX_GROUP_COLS], nshow = 0;
+    for (int k = 1; k < ncols; k++) {
+        /* backend and comm: only where they differ within one source (label_series) */
+        int by_source = !strcmp(cols[k], MPC_backend) || !strcmp(cols[k], MPC_comm), differs = 0;
+        for (int i = 0; i < n && !differs; i++)
+            for (int j = i + 1; j < n && !differs; j++)
+                differs = strcmp(group_cell(&g[i], cols[k]), group_cell(&g[j], cols[k])) != 0 &&
+                          (!by_source ||
+                           !strcmp(group_cell(&g[i], cols[0]), group_cell(&g[j], cols[0])));
+        if (differs)
+            show[nshow++] = k;
+    }
+    if (nshow == 0 && ncols > 1)
+        show[nshow++] = 1;
+    for (int i = 0; i < n; i++) {
+        char label[1024] = "";
+        size_t used = 0;
+        for (int j = 0; j < nshow && used < sizeof label; j++) {
+            int k = show[j];
+            const char *v = *group_cell(&g[i], cols[k]) ? group_cell(&g[i], cols[k]) : "-";
+            used += (size_t)snprintf(label + used, sizeof label - used, "%s%s%s%s", j ? " " : "",
+                                     k <= nbare ? "" : cols[k], k <= nbare ? "" : "=", v);
+        }
+        for (int o = 0; o < n && used < sizeof label; o++) {
+            int same = o != i;
+            for (int k = 0; k < ncols && same; k++)
+                same = strcmp(group_cell(&g[i], cols[k]), group_cell(&g[o], cols[k])) == 0;
+            if (same) {
+                const char *base = strrchr(g[i].run->dir, '/');
+                base = base && base[1] ? base + 1 : g[i].run->dir;
+                used += (size_t)snprintf(label + used, sizeof label - used, " [%s]", base);
+                break;
+            }
+        }
+        if (used < sizeof label)
+            snprintf(label + used, sizeof label - used, " (%s)", group_cell(&g[i], cols[0]));
+        char all[2048] = "";
+        used = 0;
+        for (int k = 1; k < ncols && used < sizeof all; k++)
+            if (*group_cell(&g[i], cols[k]))
+                used += (size_t)snprintf(all + used, sizeof all - used, "%s%s=%s", used ? " " : "",
+                                         cols[k], group_cell(&g[i], cols[k]));
+        free(g[i].label);
+        free(g[i].workload);
+        g[i].workload = strdup(all);
+        if (!(g[i].label = strdup(label)) || !g[i].workload) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+    }
+    return MP_OK;
+}
+
 /* Rows of the a2a (which = 1) or ffn (which = 2) table of every run, grouped by the `cols` cells
- * (a column a file lacks counts as empty), each group sorted by `xcol`. Labels join the non-empty
- * cells of cols[1..nlabel), with "(source)", cols[0], at the end. */
+ * (a column a file lacks counts as empty), each group sorted by `xcol` and labelled by
+ * label_groups (cols[1..nbare] bare). */
 static int make_groups(const struct rp_run *runs, int nruns, int which, const char *const *cols,
-                       int ncols, int nlabel, const char *xcol, struct group **out, int *nout)
+                       int ncols, int nbare, const char *xcol, struct group **out, int *nout)
 {
     struct group *g = NULL;
     int n = 0;
@@ -456,8 +578,8 @@ static int make_groups(const struct rp_run *runs, int nruns, int which, const ch
         const struct mp_table *t = which == 1 ? &runs[r].a2a : &runs[r].ffn;
         if (!t->cols)
             continue;
-        int c[16];
-        for (int k = 0; k < ncols && k < 16; k++)
+        int c[MAX_GROUP_COLS];
+        for (int k = 0; k < ncols && k < MAX_GROUP_COLS; k++)
             c[k] = mp_table_col(t, cols[k]);
         for (long row = 0; row < t->nrows; row++) {
             int found = -1;
@@ -478,16 +600,6 @@ static int make_groups(const struct rp_run *runs, int nruns, int which, const ch
                 memset(&g[n], 0, sizeof g[n]);
                 g[n].run = &runs[r];
                 g[n].t = t;
-                char label[512] = "";
-                size_t used = 0;
-                for (int k = 1; k < nlabel; k++)
-                    if (c[k] >= 0 && *t->cells[row][c[k]] && used < sizeof label)
-                        used += (size_t)snprintf(label + used, sizeof label - used, "%s%s",
-                                                 used ? " " : "", t->cells[row][c[k]]);
-                if (used < sizeof label)
-                    snprintf(label + used, sizeof label - used, " (%s)", t->cells[row][c[0]]);
-                if (!(g[n].label = strdup(label)))
-                    goto oom;
                 found = n++;
             }
             long *nr = realloc(g[found].rows, (size_t)(g[found].n + 1) * sizeof *nr);
@@ -501,6 +613,10 @@ static int make_groups(const struct rp_run *runs, int nruns, int which, const ch
         sort_table = g[i].t;
         sort_col = mp_table_col(g[i].t, xcol);
         qsort(g[i].rows, (size_t)g[i].n, sizeof *g[i].rows, cmp_rows);
+    }
+    if (label_groups(g, n, cols, ncols, nbare) != MP_OK) {
+        groups_free(g, n);
+        return MP_ERR_RUNTIME;
     }
     *out = g;
     *nout = n;
@@ -1105,6 +1221,41 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
 }
 
 /* ---- tables ---- */
+
+/* The curves' legend (docs/plots.md, "Curve labels"): each label of the figures and findings, its
+ * run directory and its whole workload, the layer curves, then the All-to-All's and the FFN's. */
+static void write_legend(struct doc *d, const struct rp_series *s, int ns, const struct group *a2a,
+                         int na2a, const struct group *ffn, int nffn)
+{
+    static const char *const head[] = {"curve", "file", "run", "workload"};
+    if (ns + na2a + nffn == 0)
+        return;
+    doc_p(d, "Each curve is labelled by what sets it apart from the others of its file; the "
+             "table gives its whole workload.");
+    doc_h(d, 3, "Curves");
+    doc_table(d, 2);
+    doc_row_texts(d, 4, head, 1);
+    char all[2048];
+    for (int i = 0; i < ns; i++) {
+        size_t used = 0;
+        all[0] = '\0';
+        for (int k = 0; k < RP_NKEY && used < sizeof all; k++)
+            if (k != RP_K_SOURCE && *s[i].key[k])
+                used += (size_t)snprintf(all + used, sizeof all - used, "%s%s=%s", used ? " " : "",
+                                         rp_key_names[k], s[i].key[k]);
+        const char *row[] = {s[i].label, "layer.csv", s[i].run->dir, all};
+        doc_row_texts(d, 4, row, 0);
+    }
+    for (int part = 0; part < 2; part++) {
+        const struct group *g = part ? ffn : a2a;
+        for (int i = 0; i < (part ? nffn : na2a); i++) {
+            const char *row[] = {g[i].label, part ? "ffn.csv" : "a2a.csv", g[i].run->dir,
+                                 g[i].workload};
+            doc_row_texts(d, 4, row, 0);
+        }
+    }
+    doc_table(d, 0);
+}
 
 static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
 {
@@ -1843,6 +1994,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
           KNEE_SLOPE);
 
     doc_h(&d, 2, "Figures");
+    write_legend(&d, s, ns, a2a, na2a, ffn, nffn);
     for (int f = 0; f < NFIG && rc == MP_OK; f++) {
         if (!have_fig[f])
             continue;
@@ -2081,14 +2233,24 @@ int main(int argc, char **argv)
     }
 
     MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));
-    static const char *const a2a_cols[] = {MPC_source, MPC_pattern, MPC_layout, MPC_routing, MPC_placement,
-                                           MPC_dedup, MPC_backend, MPC_comm, MPC_model, MPC_hidden,
-                                           MPC_experts, MPC_topk, MPC_seq, MPC_seed};
-    static const char *const ffn_cols[] = {MPC_source, MPC_layout, MPC_routing, MPC_placement, MPC_backend,
-                                           MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
-                                           MPC_shared, MPC_seq, MPC_seed};
-    MP_CHECK(make_groups(runs, nruns, 1, a2a_cols, 14, 6, MPC_bytes_per_rank, &a2a, &na2a));
-    MP_CHECK(make_groups(runs, nruns, 2, ffn_cols, 14, 4, MPC_batch, &ffn, &nffn));
+    /* the a2a and ffn curves as their figures group and label them (figures.csv: group, extra) */
+    const char *a2a_cols[MAX_GROUP_COLS], *ffn_cols[MAX_GROUP_COLS];
+    char *a2a_spec = NULL, *ffn_spec = NULL;
+    int a2a_bare = 0, ffn_bare = 0;
+    int na2a_cols = figure_cols("a2a.csv", a2a_cols, &a2a_bare, &a2a_spec);
+    int nffn_cols = figure_cols("ffn.csv", ffn_cols, &ffn_bare, &ffn_spec);
+    if (na2a_cols < 1 || nffn_cols < 1) {
+        free(a2a_spec);
+        free(ffn_spec);
+        MP_CHECK(MP_ERR_RUNTIME);
+    }
+    rc = make_groups(runs, nruns, 1, a2a_cols, na2a_cols, a2a_bare, MPC_bytes_per_rank, &a2a,
+                     &na2a);
+    if (rc == MP_OK)
+        rc = make_groups(runs, nruns, 2, ffn_cols, nffn_cols, ffn_bare, MPC_batch, &ffn, &nffn);
+    free(a2a_spec);
+    free(ffn_spec);
+    MP_CHECK(rc);
 
     /* outputs: written to FILE.tmp and renamed, so no half-written report is left */
     const char *md_rel = NULL;

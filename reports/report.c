@@ -201,45 +201,44 @@ static int append(char **s, const char *text)
     return 0;
 }
 
-/* The cells of `shown` of series s, joined by spaces, into buf. */
-static void base_label(const struct rp_series *s, char *buf, size_t size)
-{
-    static const int shown[] = {RP_K_LAYOUT, RP_K_ROUTING, RP_K_PLACEMENT};
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t e = 0; e < sizeof shown / sizeof shown[0]; e++)
-        if (*s->key[shown[e]] && used < size)
-            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? " " : "",
-                                     s->key[shown[e]]);
-}
-
-/* Labels: "layout routing placement (source)"; where two curves of one source would share a label,
- * the key cells that tell them apart are added as name=value, and the run directory's name when
- * nothing else does (the same workload in two runs). plots/render titles its curves the same way. */
+/* Labels (docs/plots.md, "Curve labels"), as plots/render titles the layer figures' curves: the
+ * values of the keys that differ between the series, in figures.csv's order for layer.csv (layout,
+ * routing and placement bare, then backend … flush_cache as name=value; backend and comm only where
+ * they differ within one source; the layout alone when none differs), the run directory's name
+ * where the same workload comes from two runs, and the source in parentheses. */
 static int label_series(struct rp_series *s, int n)
 {
-    static const int extra[] = {RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS, RP_K_TOPK,
-                                RP_K_SHARED, RP_K_GROUP_LIMIT, RP_K_SEQ, RP_K_BACKEND, RP_K_COMM,
-                                RP_K_SEED, RP_K_OVERLAP, RP_K_DISPATCH, RP_K_DEDUP, RP_K_DTYPE,
-                                RP_K_WDTYPE, RP_K_FLUSH};
-    char bi[512], bj[512], buf[600];
+    static const int order[] = {RP_K_LAYOUT,  RP_K_ROUTING, RP_K_PLACEMENT,  RP_K_BACKEND,
+                                RP_K_COMM,    RP_K_MODEL,   RP_K_HIDDEN,     RP_K_FFN,
+                                RP_K_EXPERTS, RP_K_TOPK,    RP_K_SHARED,     RP_K_SEQ,
+                                RP_K_SEED,    RP_K_GROUP_LIMIT, RP_K_OVERLAP, RP_K_DISPATCH,
+                                RP_K_DEDUP,   RP_K_DTYPE,   RP_K_WDTYPE,     RP_K_FLUSH};
+    enum { NBARE = 3, NORDER = sizeof order / sizeof order[0] };
+    int show[NORDER], nshow = 0;
+    for (int e = 0; e < NORDER; e++) {
+        /* backend and comm tell measured and modelled runs apart, as the source does: they count
+         * where they differ between curves of one source */
+        int by_source = order[e] == RP_K_BACKEND || order[e] == RP_K_COMM, differs = 0;
+        for (int i = 0; i < n && !differs; i++)
+            for (int j = i + 1; j < n && !differs; j++)
+                differs = strcmp(s[i].key[order[e]], s[j].key[order[e]]) != 0 &&
+                          (!by_source || !strcmp(s[i].key[RP_K_SOURCE], s[j].key[RP_K_SOURCE]));
+        if (differs)
+            show[nshow++] = e;
+    }
+    if (nshow == 0)
+        show[nshow++] = 0;
+    char buf[600];
     for (int i = 0; i < n; i++) {
         int bad = 0;
-        base_label(&s[i], bi, sizeof bi);
-        bad |= append(&s[i].label, bi);
-        for (size_t e = 0; e < sizeof extra / sizeof extra[0]; e++) {
-            int differs = 0;
-            for (int j = 0; j < n && !differs; j++) {
-                if (j == i || strcmp(s[i].key[RP_K_SOURCE], s[j].key[RP_K_SOURCE]) != 0)
-                    continue;
-                base_label(&s[j], bj, sizeof bj);
-                differs = !strcmp(bi, bj) && strcmp(s[i].key[extra[e]], s[j].key[extra[e]]) != 0;
-            }
-            if (differs) {
-                snprintf(buf, sizeof buf, " %s=%.500s", rp_key_names[extra[e]],
-                         *s[i].key[extra[e]] ? s[i].key[extra[e]] : "-");
-                bad |= append(&s[i].label, buf);
-            }
+        for (int k = 0; k < nshow; k++) {
+            int e = show[k];
+            const char *v = *s[i].key[order[e]] ? s[i].key[order[e]] : "-";
+            if (e < NBARE)
+                snprintf(buf, sizeof buf, "%s%.500s", k ? " " : "", v);
+            else
+                snprintf(buf, sizeof buf, "%s%s=%.500s", k ? " " : "", rp_key_names[order[e]], v);
+            bad |= append(&s[i].label, buf);
         }
         for (int j = 0; j < n; j++)
             if (j != i && same_key(&s[i], &s[j])) {

@@ -56,9 +56,8 @@ struct rp_point {
 struct rp_series {
     const struct rp_run *run;
     char *key[RP_NKEY]; /* cells as written; "" where the file has no such column */
-    char *label;        /* "tp1ep2 hot:4:15 contiguous (measured)"; where another curve of the
-                           same source would get the same label, the key cells that differ are
-                           appended as name=value (or the run directory's name as [name]) */
+    char *label;        /* the key cells that differ between the series (docs/plots.md, "Curve
+                           labels"), e.g. "hot:4:15 replicate-hot:4 (measured)" */
     int n;
     struct rp_point *pt;
 };

@@ -61,12 +61,16 @@ for f in $FIGS_LAYER $FIGS_A2A $FIGS_FFN; do
     [ -s "$p" ] || fail "$p missing or empty"
     is_svg "$p" || fail "$p is not an SVG"
 done
-# legends say what each curve is: layout routing placement (source), and the reference's source
-for label in "tp1ep2 hot:2:10 replicate-hot:2 (measured)" "tp1ep2 uniform contiguous (model)" \
+# legends say what sets each curve apart (docs/plots.md, "Curve labels"): the keys that differ
+# between the curves (routing and placement; the shared layout is left out, and backend and comm,
+# which follow the source), then (source); the reference's source
+for label in "hot:2:10 replicate-hot:2 (measured)" "uniform contiguous (model)" \
     "published: 64×H100 NDR, 128 experts top-8, EP16×TP4" "network-bound above"; do
     grep -qF "$label" "$TMP/svg/comm_ratio.svg" || fail "comm_ratio.svg has no \"$label\""
 done
-grep -qF "uniform tp1ep2 (measured)" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg legend"
+grep -qF "tp1ep2 uniform" "$TMP/svg/comm_ratio.svg" && fail "comm_ratio.svg names the layout all curves share"
+grep -qF "backend=" "$TMP/svg/comm_ratio.svg" && fail "comm_ratio.svg names the backend beside the source"
+grep -qF ">uniform (measured)<" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg legend"
 grep -qF "roofline:" "$TMP/svg/ffn_roofline.svg" || fail "ffn_roofline.svg has no roofline"
 grep -qF "(µs, log scale)" "$TMP/svg/layer_latency.svg" || fail "layer_latency.svg axis unit"
 grep -qF "GB/s" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg axis unit"

@@ -47,13 +47,34 @@ left=$(sed -E 's#xmlns(:[a-z]+)?="http://www\.w3\.org/[^"]*"##g' "$out" | grep -
 grep -q "Content-Security-Policy" "$out" || fail "no Content-Security-Policy meta"
 
 # findings computed from the data, and the planner's projection beside the measurement
-for want in "At a glance" "tp1ep2 hot:2:10 contiguous (measured)" "batch cap" "knee" \
+for want in "At a glance" "hot:2:10 contiguous (measured)" "batch cap" "knee" \
     "replicate-hot:2 instead of contiguous" "model vs measured" "×1.25 the measured one" \
     "published: 64×H100 NDR, 128 experts top-8, EP16×TP4" "32 (ratio 0.92; 1.30 at batch 64" \
     "projection beside the measurement" "Bubble at each batch" \
     "All-to-All busbw peaks" "of its roofline" "Environment" "Open MPI"; do
     grep -qi -- "$want" "$out" || fail "the HTML lacks \"$want\""
 done
+# curve labels in one form (docs/plots.md, "Curve labels"): each names the keys that differ between
+# the curves (here routing and placement; not the layout, which they share, nor backend and comm,
+# which only follow the source), the figures title their curves with the same labels, and the
+# Curves table gives every curve's whole workload
+python3 - "$out" "$md" <<'EOF' || fail "curve labels"
+import html as H, re, sys
+doc = open(sys.argv[1], encoding="utf-8").read()
+rows = re.findall(r"<tr><td>([^<]*)</td><td>(layer|a2a|ffn)\.csv</td><td>[^<]*</td><td>([^<]*)</td></tr>", doc)
+layer = [(H.unescape(l), H.unescape(w)) for l, f, w in rows if f == "layer"]
+want = {f"{r} {p} ({s})" for r in ("uniform", "hot:2:10") for p in ("contiguous", "replicate-hot:2")
+        for s in ("measured", "model")}
+assert {l for l, _ in layer} == want, sorted(l for l, _ in layer)
+for l, w in layer:
+    assert "layout=tp1ep2" in w and "model=qwen3-30b-a3b" in w and "hidden=64" in w, w
+svg = re.findall(r"<svg.*?</svg>", doc, re.S)[0]  # layer_latency, the first figure
+titles = {H.unescape(t).strip() for t in re.findall(r"<text[^>]*>(?:<tspan[^>]*>)?([^<]*)", svg)}
+assert want <= titles, sorted(want - titles)
+other = {H.unescape(l): f for l, f, _ in rows if f != "layer"}
+assert other == {"uniform (measured)": "a2a", "tp1ep1 (measured)": "ffn"}, other
+assert "### Curves" in open(sys.argv[2], encoding="utf-8").read()
+EOF
 # the bubble table has a row per measured batch, one column per curve (8) and the reference's
 python3 - "$out" <<'EOF' || fail "bubble table"
 import re, sys
