@@ -151,6 +151,7 @@ static void figures_free(void)
 
 struct doc {
     FILE *h, *m;
+    int items; /* list items written (or, with neither file, that would be) */
 };
 
 static void html_esc(FILE *f, const char *s)
@@ -225,6 +226,7 @@ static void doc_li(struct doc *d, const char *head, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    d->items++;
     if (d->h) {
         fputs("<li>", d->h);
         if (head) {
@@ -1180,8 +1182,53 @@ static void ffn_findings(struct doc *d, struct group *ffn, int nffn)
     }
 }
 
-/* The findings section: the headline, the table of curves, then each comparison the series allow
- * (docs/plots.md). MP_OK or MP_ERR_RUNTIME (out of memory). */
+/* What hot experts cost: each curve of skewed routing against the uniform one, all else equal —
+ * the layer latency, the bubble and the load imbalance the hot experts bring. */
+static void hot_expert_findings(struct doc *d, struct rp_series *s, int ns)
+{
+    char text[2048];
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (strcmp(s[i].key[RP_K_ROUTING], "uniform") != 0 ||
+                !strcmp(s[j].key[RP_K_ROUTING], "uniform") ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_ROUTING, 0))
+                continue;
+            struct rp_effect e = rp_effect(&s[i], &s[j]);
+            if (!e.n)
+                continue;
+            char what[512];
+            snprintf(what, sizeof what, "%s instead of uniform routing", s[j].key[RP_K_ROUTING]);
+            effect_text(text, sizeof text, &e, what);
+            char head[600];
+            snprintf(head, sizeof head, "hot experts, %s %s (%s)", s[i].key[RP_K_LAYOUT],
+                     s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
+            doc_li(d, head, "%s.", text);
+        }
+}
+
+typedef void (*finding_fn)(struct doc *d, struct rp_series *s, int ns);
+
+/* A findings section: its title and list when any of `fns` finds something (tried first on a
+ * document that writes nothing), else nothing at all. */
+static void findings_section(struct doc *d, const char *title, const finding_fn *fns, int n,
+                             struct rp_series *s, int ns)
+{
+    struct doc dry = {NULL, NULL, 0};
+    for (int i = 0; i < n; i++)
+        fns[i](&dry, s, ns);
+    if (!dry.items)
+        return;
+    doc_h(d, 3, title);
+    doc_ul(d, 1);
+    for (int i = 0; i < n; i++)
+        fns[i](d, s, ns);
+    doc_ul(d, 0);
+}
+
+/* The findings, grouped by the question each answers (docs/plots.md): where each configuration
+ * stops scaling (the headline, the table of curves, the All-to-All and the FFN alone), what hot
+ * experts cost, which remedy pays, and how close the model is to the measurements. MP_OK or
+ * MP_ERR_RUNTIME (out of memory). */
 static int write_findings(struct doc *d, struct rp_series *s, int ns, const struct reference *ref,
                           struct group *a2a, int na2a, struct group *ffn, int nffn)
 {
@@ -1200,6 +1247,7 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         cols_free(&c);
     }
     doc_h(d, 2, "Findings");
+    doc_h(d, 3, "Where each configuration stops scaling");
     doc_ul(d, 1);
     headline(d, s, ns, caps);
     doc_ul(d, 0);
@@ -1207,16 +1255,19 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
     free(caps);
     if (rc != MP_OK)
         return rc;
-    doc_ul(d, 1);
-    replication_findings(d, s, ns);
-    dispatch_findings(d, s, ns);
-    dedup_findings(d, s, ns);
-    overlap_findings(d, s, ns);
-    remedy_findings(d, s, ns);
-    model_findings(d, s, ns);
-    a2a_findings(d, a2a, na2a);
-    ffn_findings(d, ffn, nffn);
-    doc_ul(d, 0);
+    if (na2a + nffn > 0) {
+        doc_ul(d, 1);
+        a2a_findings(d, a2a, na2a);
+        ffn_findings(d, ffn, nffn);
+        doc_ul(d, 0);
+    }
+    static const finding_fn hot[] = {hot_expert_findings};
+    static const finding_fn remedies[] = {replication_findings, dispatch_findings, dedup_findings,
+                                          overlap_findings, remedy_findings};
+    static const finding_fn model[] = {model_findings};
+    findings_section(d, "What hot experts cost", hot, 1, s, ns);
+    findings_section(d, "Which remedy pays", remedies, 5, s, ns);
+    findings_section(d, "How close the model is to the measurements", model, 1, s, ns);
     return MP_OK;
 }
 
@@ -1930,7 +1981,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
                         int ns, const struct reference *ref, struct group *a2a, int na2a,
                         struct group *ffn, int nffn)
 {
-    struct doc d = {NULL, NULL};
+    struct doc d = {NULL, NULL, 0};
     int rc = MP_OK;
     if (html_tmp && !(d.h = fopen(html_tmp, "w"))) {
         mp_usage("--out '%s': cannot write: %s", o->out, strerror(errno));

@@ -75,6 +75,22 @@ other = {H.unescape(l): f for l, f, _ in rows if f != "layer"}
 assert other == {"uniform (measured)": "a2a", "tp1ep1 (measured)": "ffn"}, other
 assert "### Curves" in open(sys.argv[2], encoding="utf-8").read()
 EOF
+# the findings grouped by the question they answer, in this order, each with its own findings
+python3 - "$md" <<'EOF' || fail "findings not grouped by question"
+import re, sys
+md = open(sys.argv[1], encoding="utf-8").read()
+part = md[md.index("## Findings"):md.index("## Figures")]
+heads = re.findall(r"^### (.*)$", part, re.M)
+assert heads == ["Where each configuration stops scaling", "What hot experts cost",
+                 "Which remedy pays", "How close the model is to the measurements"], heads
+sec = dict(zip(heads, re.split(r"^### .*$", part, flags=re.M)[1:]))
+assert "**At a glance**" in sec[heads[0]] and "All-to-All busbw peaks" in sec[heads[0]]
+hot = re.findall(r"^- \*\*hot experts, tp1ep2 (contiguous|replicate-hot:2) \((measured|model)\)\*\*: "
+                 r"hot:2:10 instead of uniform routing: layer latency ×[0-9.]+ .*bubble .* → ", sec[heads[1]], re.M)
+assert len(hot) == 4, sec[heads[1]]
+assert sec[heads[2]].count("**replication, ") == 4 and "replication" not in sec[heads[1]]
+assert sec[heads[3]].count("**model vs measured**") == 4
+EOF
 # the bubble table has a row per measured batch, one column per curve (8) and the reference's
 python3 - "$out" <<'EOF' || fail "bubble table"
 import re, sys
