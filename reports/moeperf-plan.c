@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_opts.h"
 #include "calibrate.h"
@@ -19,6 +20,8 @@
 #include "results.h"
 #include "schema.h"
 #include "routing.h"
+#include "srcroot.h"
+#include "stats.h"
 
 struct plan_opts {
     struct mp_bench_opts b; /* first, so the shared MP_OPT_* entries' offsets apply */
@@ -28,6 +31,7 @@ struct plan_opts {
     int max_gpus, context;
     double mem_reserve;
     char *nonexpert;
+    char *validation;
 };
 #define PO(f) offsetof(struct plan_opts, f)
 
@@ -71,6 +75,9 @@ static const struct mp_opt options[] = {
     {"nonexpert-split", MP_OPT_STRING, PO(nonexpert), "tp", MP_NOLIMIT, mp_nonexpert_split_names,
      "tp|world", "non-expert weights split by each EP rank's TP group (a copy per EP rank), or "
      "over all tp·ep GPUs"},
+    {"validation", MP_OPT_STRING, PO(validation), NULL, MP_NOLIMIT, NULL, "FILE",
+     "the model's errors on published measurements (ci/validate --summary), for plan.json's "
+     "trust (default: the source tree's tests/published/validation.csv)"},
     {"out", MP_OPT_STRING, PO(b.out), NULL, MP_NOLIMIT, NULL, "PATH",
      "plan: directory for plan.csv; --calibrate: the profile file to write"},
     MP_OPT_QUIET, MP_OPT_END,
@@ -183,6 +190,12 @@ static int run_calibrate(struct plan_opts *o, char **dirs, int ndirs)
             for (int d = 0; d < ndirs; d++)
                 fprintf(f, " %s", dirs[d]);
             fprintf(f, "\n");
+            struct mp_calib_errors e;
+            mp_calib_errors(&set, &fit, &e);
+            if (e.n[CAL_LAYER_LAYER] > 0) /* what a plan on this profile may be off by */
+                fprintf(f, "# fit errors: layer_us median %.4g%% worst %.4g%% over %d points\n",
+                        100 * e.median[CAL_LAYER_LAYER], 100 * e.worst[CAL_LAYER_LAYER],
+                        e.n[CAL_LAYER_LAYER]);
             rc = mp_cluster_write(&fit, f);
             if (fclose(f) != 0)
                 rc = MP_ERR_RUNTIME;
@@ -517,9 +530,23 @@ static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
     for (int i = 0; i < mp_cluster_npresets; i++)
         if (strcmp(spec, mp_cluster_presets[i].name) == 0) {
             cJSON_AddStringToObject(o, "source", "preset");
+            cJSON_AddStringToObject(o, "hardware", cl->name);
             return o;
         }
     cJSON_AddStringToObject(o, "path", spec);
+    /* the hardware it describes: the preset it starts from (base = NAME), the one a fitted
+     * profile was fitted from (fitted-from-NAME), else its own name */
+    char hw[256] = "", text[1024];
+    FILE *bf = fopen(spec, "r");
+    while (bf && fgets(text, sizeof text, bf))
+        if (sscanf(text, " base = %255s", hw) == 1)
+            break;
+    if (bf)
+        fclose(bf);
+    if (!hw[0])
+        snprintf(hw, sizeof hw, "%s",
+                 strncmp(cl->name, "fitted-from-", 12) == 0 ? cl->name + 12 : cl->name);
+    cJSON_AddStringToObject(o, "hardware", hw);
     char line[4096] = "";
     FILE *f = fopen(spec, "r");
     if (f) {
@@ -537,6 +564,21 @@ static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
         for (char *tok = strtok_r(line + at, " \n", &save); tok && runs;
              tok = strtok_r(NULL, " \n", &save))
             cJSON_AddItemToArray(runs, cJSON_CreateString(tok));
+        /* the layer time's errors on the points it was fitted to (the next line, when the runs
+         * held layer points) */
+        double med = 0, worst = 0;
+        int n = 0;
+        f = fopen(spec, "r");
+        if (f && fgets(line, sizeof line, f) && fgets(line, sizeof line, f) &&
+            sscanf(line, "# fit errors: layer_us median %lf%% worst %lf%% over %d points", &med,
+                   &worst, &n) == 3) {
+            cJSON *e = cJSON_AddObjectToObject(o, "fit_error_layer");
+            cJSON_AddNumberToObject(e, "median", med / 100);
+            cJSON_AddNumberToObject(e, "worst", worst / 100);
+            cJSON_AddNumberToObject(e, "points", n);
+        }
+        if (f)
+            fclose(f);
     } else {
         cJSON_AddStringToObject(o, "source", "file");
     }
@@ -589,11 +631,11 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     return j;
 }
 
-/* The cheapest plan of candidates `c` re-planned for request `q2` (mp_plan_apply_targets on a
- * copy), as plan.json writes a plan, under `label`; restricted to the candidates whose remedies
- * label is `remedies` when that is not NULL. */
-static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c, int n,
-                          const char *label, const char *remedies)
+/* The cheapest plan of candidates `c` re-planned for request `q2` with every time × `scale`
+ * (mp_plan_scale_times on a copy; 1: as modelled), as plan.json writes a plan, under `label`;
+ * restricted to the candidates whose remedies label is `remedies` when that is not NULL. */
+static cJSON *replan_scaled_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c,
+                                 int n, const char *label, const char *remedies, double scale)
 {
     cJSON *o = cJSON_CreateObject();
     struct mp_plan_cand *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
@@ -603,7 +645,7 @@ static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_can
         if (remedies && strcmp(mp_plan_remedy(&c[i], rem, sizeof rem), remedies) != 0)
             continue;
         v[m] = c[i];
-        mp_plan_apply_targets(q2, &v[m]);
+        mp_plan_scale_times(q2, &v[m], scale);
         m++;
     }
     int best = v ? mp_plan_best(v, m) : -1;
@@ -615,10 +657,152 @@ static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_can
     return o;
 }
 
+static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c, int n,
+                          const char *label, const char *remedies)
+{
+    return replan_scaled_json(q2, c, n, label, remedies, 1);
+}
+
+/* ---- trust: how far the model may be off (docs/planning.md, "How far to trust a plan") ---- */
+
+/* One basis for the model's error: what it rests on, over how many points, the median and worst
+ * |model/reference − 1| and the extremes of model/reference. */
+struct trust_basis {
+    const char *basis; /* "published" or "calibration" */
+    char detail[1024];
+    int points;
+    double median, worst, ratio_lo, ratio_hi;
+};
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The published basis for the hardware `name` (a preset's name: the question's cluster.hardware)
+ * from `path` (ci/validate --summary): the points of the families run with that profile, or every
+ * point, said so, when none was. 0, or -1 (no file, no usable row) with *why set. */
+static int published_basis(const char *path, const char *name, struct trust_basis *t,
+                           const char **why)
+{
+    struct mp_table tab;
+    *t = (struct trust_basis){.basis = "published"};
+    if (!path) {
+        *why = "no validation table (ci/validate --summary) was found beside this build's sources";
+        return -1;
+    }
+    if (mp_table_read(path, &tab) != MP_OK) {
+        *why = "the validation table could not be read";
+        return -1;
+    }
+    int cf = mp_table_col(&tab, "family"), cp = mp_table_col(&tab, "profile"),
+        cr = mp_table_col(&tab, "ratio");
+    const char *want = name;
+    double *err = malloc((size_t)(tab.nrows > 0 ? tab.nrows : 1) * sizeof *err);
+    int own = 0;
+    for (long r = 0; cp >= 0 && r < tab.nrows; r++)
+        own += strcmp(tab.cells[r][cp], want) == 0;
+    size_t used = 0;
+    int named = 0;
+    if (!own)
+        used = (size_t)snprintf(t->detail, sizeof t->detail,
+                                "no published measurements of %s; every family: ", want);
+    for (long r = 0; err && cf >= 0 && cp >= 0 && cr >= 0 && r < tab.nrows; r++) {
+        if (own && strcmp(tab.cells[r][cp], want) != 0)
+            continue;
+        double ratio = strtod(tab.cells[r][cr], NULL);
+        if (!(ratio > 0))
+            continue;
+        if (t->points == 0 || ratio < t->ratio_lo)
+            t->ratio_lo = ratio;
+        if (t->points == 0 || ratio > t->ratio_hi)
+            t->ratio_hi = ratio;
+        err[t->points++] = fabs(ratio - 1);
+        int seen = 0; /* each family named once */
+        for (long k = 0; k < r && !seen; k++)
+            seen = (!own || !strcmp(tab.cells[k][cp], want)) &&
+                   !strcmp(tab.cells[k][cf], tab.cells[r][cf]);
+        if (!seen && used < sizeof t->detail)
+            used += (size_t)snprintf(t->detail + used, sizeof t->detail - used, "%s%s",
+                                     named++ ? "; " : "", tab.cells[r][cf]);
+    }
+    if (err && t->points > 0) {
+        qsort(err, (size_t)t->points, sizeof *err, cmp_dbl);
+        t->median = mp_percentile(err, t->points, 50);
+        t->worst = err[t->points - 1];
+    }
+    free(err);
+    mp_table_free(&tab);
+    if (t->points == 0) {
+        *why = "the validation table holds no point";
+        return -1;
+    }
+    return 0;
+}
+
+/* One basis into plan.json: its errors and the plan were the cluster as far off as the model's
+ * extremes (the true time is the model's ÷ model/reference): slower (÷ ratio_lo) and faster
+ * (÷ ratio_hi) than modelled. */
+static cJSON *trust_json(const struct trust_basis *t, const struct mp_plan_req *q,
+                         const struct mp_plan_cand *c, int n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "basis", t->basis);
+    cJSON_AddStringToObject(o, "detail", t->detail);
+    cJSON_AddNumberToObject(o, "points", t->points);
+    cJSON_AddNumberToObject(o, "median_error", t->median);
+    cJSON_AddNumberToObject(o, "worst_error", t->worst);
+    cJSON_AddNumberToObject(o, "model_over_reference_min", t->ratio_lo);
+    cJSON_AddNumberToObject(o, "model_over_reference_max", t->ratio_hi);
+    cJSON_AddItemToObject(o, "if_slower",
+                          replan_scaled_json(q, c, n, "the cluster slower than modelled", NULL,
+                                             1 / t->ratio_lo));
+    cJSON_AddItemToObject(o, "if_faster",
+                          replan_scaled_json(q, c, n, "the cluster faster than modelled", NULL,
+                                             1 / t->ratio_hi));
+    return o;
+}
+
+/* How far to trust a routing's plan: the published basis (or why there is none) and, for a
+ * profile fitted by --calibrate, the fit's own layer-time errors (`cluster`: the question's). */
+static cJSON *trust_list_json(const char *validation, const struct mp_plan_req *q,
+                              const cJSON *cluster, const struct mp_plan_cand *c, int n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    struct trust_basis t;
+    const char *why = NULL;
+    const char *hw = cJSON_GetStringValue(cJSON_GetObjectItem(cluster, "hardware"));
+    if (published_basis(validation, hw ? hw : q->cluster.name, &t, &why) == 0) {
+        cJSON_AddItemToArray(arr, trust_json(&t, q, c, n));
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "basis", "published");
+        cJSON_AddStringToObject(o, "missing", why);
+        cJSON_AddItemToArray(arr, o);
+    }
+    const cJSON *fe = cJSON_GetObjectItem(cluster, "fit_error_layer");
+    if (cJSON_IsObject(fe)) {
+        double med = cJSON_GetNumberValue(cJSON_GetObjectItem(fe, "median"));
+        double worst = cJSON_GetNumberValue(cJSON_GetObjectItem(fe, "worst"));
+        t = (struct trust_basis){.basis = "calibration",
+                                 .points = (int)cJSON_GetNumberValue(
+                                     cJSON_GetObjectItem(fe, "points")),
+                                 .median = med, .worst = worst, .ratio_lo = 1 - worst,
+                                 .ratio_hi = 1 + worst};
+        snprintf(t.detail, sizeof t.detail, "layer_us of the runs %s was fitted to (|error| only: "
+                 "either way)", q->cluster.name);
+        if (t.ratio_lo > 0)
+            cJSON_AddItemToArray(arr, trust_json(&t, q, c, n));
+    }
+    return arr;
+}
+
 /* The answer for one routing: the cheapest plan (`best`, −1: none meets the SLO within the
  * constraints) as the console states it, with its batch cap and headroom to the SLO. */
 static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
-                          const struct mp_plan_cand *c, int n, int best)
+                          const struct mp_plan_cand *c, int n, int best, const char *validation,
+                          const cJSON *cluster)
 {
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "routing", routing);
@@ -698,6 +882,7 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
         if (!seen)
             cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
     }
+    cJSON_AddItemToObject(a, "trust", trust_list_json(validation, q, cluster, c, n));
     return a;
 }
 
@@ -750,11 +935,18 @@ static int by_cost(const void *pa, const void *pb)
 static int run_plan(struct plan_opts *o, int argc, char **argv)
 {
     struct mp_plan_req q = {0};
-    cJSON *plan = NULL, *answers = NULL;
+    cJSON *plan = NULL, *answers = NULL, *question = NULL;
+    char root[4096], vpath[4200];
+    const char *validation = NULL; /* ci/validate --summary's table, for plan.json's trust */
     struct mp_csv csv = {0};
     int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
     int *wdtypes = NULL, *ddtypes = NULL;
     long *batches = NULL;
+    if (o->validation && access(o->validation, R_OK) != 0) {
+        mp_usage("--validation '%s': %s (a table of ci/validate --summary)", o->validation,
+                 strerror(errno));
+        return MP_ERR_USAGE;
+    }
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, h800-ib, "
                  "a100-hdr, b200-xdr or a file from --calibrate)");
@@ -843,7 +1035,14 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
             rc = MP_ERR_RUNTIME;
             goto out;
         }
-        cJSON_AddItemToObject(plan, "question", question_json(o, &q));
+        question = question_json(o, &q);
+        cJSON_AddItemToObject(plan, "question", question);
+        if (o->validation) {
+            validation = o->validation;
+        } else if (rp_source_root(root, sizeof root) == 0) {
+            snprintf(vpath, sizeof vpath, "%s/tests/published/validation.csv", root);
+            validation = access(vpath, R_OK) == 0 ? vpath : NULL;
+        }
         answers = cJSON_AddArrayToObject(plan, "answers");
     }
     for (int ri = 0; ri < o->b.routing.n; ri++) {
@@ -864,7 +1063,9 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
         printf("\n## routing %s: %d candidates\n", o->b.routing.v[ri], n);
         int best = mp_plan_best(c, n);
         if (answers)
-            cJSON_AddItemToArray(answers, answer_json(o->b.routing.v[ri], &q, c, n, best));
+            cJSON_AddItemToArray(answers, answer_json(o->b.routing.v[ri], &q, c, n, best,
+                                                      validation,
+                                                      cJSON_GetObjectItem(question, "cluster")));
         if (best >= 0) {
             const struct mp_plan_cand *b = &c[best];
             char pl[64];

@@ -20,6 +20,7 @@
 #include "files.h"
 #include "options.h"
 #include "report.h"
+#include "srcroot.h"
 #include "results.h"
 #include "schema.h"
 #include "sort.h"
@@ -353,47 +354,6 @@ static int is_file(const char *p)
 {
     struct stat st;
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* The source tree this binary was built from: the parent of the build directory when the build
- * directory lies inside it (build/reports/moeperf-report), else the "source" directory recorded
- * in the build directory's meson-info/meson-info.json. Returns 0 and fills root, or -1. */
-static int find_root(char *root, size_t size)
-{
-    char exe[PATH_MAX], p[PATH_MAX + 64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return -1;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0'; /* exe = BUILD/reports */
-    snprintf(p, sizeof p, "%s/../../plots/render", exe);
-    if (is_file(p)) {
-        snprintf(p, sizeof p, "%s/../..", exe);
-        return realpath(p, root) && strlen(root) < size ? 0 : -1;
-    }
-    snprintf(p, sizeof p, "%s/../meson-info/meson-info.json", exe);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return -1;
-    char text[16384];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    cJSON *j = cJSON_Parse(text);
-    const cJSON *src = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "directories"), "source");
-    int rc = -1;
-    if (cJSON_IsString(src) && strlen(src->valuestring) < size) {
-        snprintf(p, sizeof p, "%s/plots/render", src->valuestring);
-        if (is_file(p)) {
-            snprintf(root, size, "%s", src->valuestring);
-            rc = 0;
-        }
-    }
-    cJSON_Delete(j);
-    return rc;
 }
 
 /* ---- running plots/render ---- */
@@ -1713,6 +1673,98 @@ static void write_sensitivity(struct doc *d, const char *routing, const cJSON *s
     doc_table(d, 0);
 }
 
+/* The GPUs of a re-planned case of plan.json (if_slower, if_faster) as text: "N" or "none". */
+static void gpus_text(char *out, size_t size, const cJSON *x)
+{
+    if (cJSON_IsTrue(cJSON_GetObjectItem(x, "found")))
+        snprintf(out, size, "%.0f", jnum(x, "gpus"));
+    else
+        snprintf(out, size, "none meets the SLO");
+}
+
+/* How far to trust a routing's plan (plan.json's trust): per basis — the published measurements
+ * of the profile's hardware, the runs a fitted profile was fitted to — its errors, and the plan
+ * were the cluster as much slower or faster than modelled as the model's worst errors there. */
+static void write_trust(struct doc *d, const char *routing, const cJSON *trust, double gpus)
+{
+    static const char *const head[] = {"basis", "points", "median |error|", "worst |error|",
+                                       "model / reference", "GPUs if slower (layout, batch)",
+                                       "GPUs if faster (layout, batch)"};
+    if (!cJSON_IsArray(trust) || cJSON_GetArraySize(trust) == 0)
+        return;
+    char title[160];
+    snprintf(title, sizeof title, "Routing %.60s: how far to trust it", routing);
+    doc_h(d, 3, title);
+    const cJSON *t;
+    int rows = 0;
+    cJSON_ArrayForEach(t, trust) {
+        const char *basis = jstr(t, "basis") ? jstr(t, "basis") : "?";
+        if (jstr(t, "missing")) {
+            doc_p(d, "No %s basis: %s.", basis, jstr(t, "missing"));
+            continue;
+        }
+        const cJSON *slow = cJSON_GetObjectItem(t, "if_slower"),
+                    *fast = cJSON_GetObjectItem(t, "if_faster");
+        char gs[64], gf[64];
+        gpus_text(gs, sizeof gs, slow);
+        gpus_text(gf, sizeof gf, fast);
+        doc_p(d, "%s: %s. Over %.0f points the model is off by %.1f %% at the median and %.1f %% "
+                 "at worst (model / reference %.2f to %.2f). Were the cluster as much slower than "
+                 "modelled as the model's largest underestimate there, the plan's %.0f GPUs would "
+                 "be %s; as much faster as its largest overestimate, %s.",
+              strcmp(basis, "published") == 0 ? "Published measurements" : "Calibration runs",
+              jstr(t, "detail") ? jstr(t, "detail") : "", jnum(t, "points"),
+              100 * jnum(t, "median_error"), 100 * jnum(t, "worst_error"),
+              jnum(t, "model_over_reference_min"), jnum(t, "model_over_reference_max"), gpus, gs,
+              gf);
+        if (!rows++) {
+            doc_table(d, 2);
+            doc_row_texts(d, 7, head, 1);
+        }
+        char cells[7][CELL];
+        snprintf(cells[0], CELL, "%.60s", basis);
+        f_g(cells[1], jnum(t, "points"), "%.0f");
+        f_pct(cells[2], jnum(t, "median_error"));
+        f_pct(cells[3], jnum(t, "worst_error"));
+        snprintf(cells[4], CELL, "%.2f to %.2f", jnum(t, "model_over_reference_min"),
+                 jnum(t, "model_over_reference_max"));
+        for (int k = 0; k < 2; k++) {
+            const cJSON *x = k ? fast : slow;
+            if (cJSON_IsTrue(cJSON_GetObjectItem(x, "found")))
+                snprintf(cells[5 + k], CELL, "%.0f (%.40s %.80s, batch %.0f)", jnum(x, "gpus"),
+                         jstr(x, "layout") ? jstr(x, "layout") : "?",
+                         jstr(x, "remedies") ? jstr(x, "remedies") : "?", jnum(x, "batch"));
+            else
+                snprintf(cells[5 + k], CELL, "none meets the SLO");
+        }
+        doc_row(d, 7, cells, 0);
+    }
+    if (rows)
+        doc_table(d, 0);
+}
+
+/* The published basis's GPU range of an answer as ", A–B GPUs within the model's published
+ * error" (A = B: "the same GPUs …"), or "" without one. */
+static void trust_range(char *out, size_t size, const cJSON *a)
+{
+    const cJSON *t;
+    out[0] = '\0';
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(a, "trust")) {
+        const cJSON *slow = cJSON_GetObjectItem(t, "if_slower"),
+                    *fast = cJSON_GetObjectItem(t, "if_faster");
+        if (!jstr(t, "basis") || strcmp(jstr(t, "basis"), "published") != 0 || !slow || !fast)
+            continue;
+        char gs[32], gf[32];
+        gpus_text(gs, sizeof gs, slow);
+        gpus_text(gf, sizeof gf, fast);
+        if (!strcmp(gs, gf))
+            snprintf(out, size, "; %s GPUs still within the model's published error", gs);
+        else
+            snprintf(out, size, "; %s to %s GPUs within the model's published error", gf, gs);
+        return;
+    }
+}
+
 /* The answer first: for each plan directory (moeperf-plan's plan.json, docs/planning.md) the
  * question in a sentence, then per routing the cheapest plan in a sentence and a row: GPUs,
  * layout and remedies, batch, replicas, p99 token latency against the SLO, throughput and memory
@@ -1774,18 +1826,26 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                       routing, jnum(cons, "max_gpus"));
                 continue;
             }
-            char head_room[64] = "";
+            char head_room[64] = "", range[256];
             double h = jnum(a, "slo_headroom");
             if (!isnan(h))
                 snprintf(head_room, sizeof head_room, ", %.0f %% of the budget left", 100 * h);
+            trust_range(range, sizeof range, a);
             doc_p(d, "Routing %s: %.0f GPUs as %.0f replica(s) of %s (%s) at batch %.0f; p99 token "
-                     "%.2f ms%s; %.0f tokens/s; %.1f GB per GPU.",
+                     "%.2f ms%s; %.0f tokens/s; %.1f GB per GPU%s.",
                   routing, jnum(a, "gpus"), jnum(a, "replicas"), jstr(a, "layout"),
                   jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
-                  jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"));
+                  jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"),
+                  range);
+        }
+        cJSON_ArrayForEach(a, answers) {
+            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found")))
+                continue;
             write_alternatives(d, routing, cJSON_GetObjectItem(a, "alternatives"));
             write_sensitivity(d, routing, cJSON_GetObjectItem(a, "sensitivity"),
                               cJSON_GetObjectItem(a, "by_remedies"));
+            write_trust(d, routing, cJSON_GetObjectItem(a, "trust"), jnum(a, "gpus"));
         }
     }
 }
@@ -2236,7 +2296,7 @@ int main(int argc, char **argv)
     for (nruns = 0; nruns < ndirs; nruns++)
         MP_CHECK(rp_run_load(dirs[nruns], &runs[nruns]));
 
-    int have_root = find_root(root, sizeof root) == 0;
+    int have_root = rp_source_root(root, sizeof root) == 0;
     MP_CHECK(load_reference(&o, have_root ? root : NULL, &ref, &have_ref));
     if (!have_root) {
         mp_error("cannot find plots/render of the source tree this moeperf-report was built "

@@ -201,6 +201,18 @@ void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
     c->meets = slo_ok && c->gpus <= q->max_gpus && c->fits;
 }
 
+void mp_plan_scale_times(const struct mp_plan_req *q, struct mp_plan_cand *c, double f)
+{
+    c->layer_us *= f;
+    c->layer_p99_us *= f;
+    c->ffn_us *= f;
+    c->comm_us *= f;
+    c->token_ms *= f;
+    c->token_p99_ms *= f;
+    c->replica_tps /= f;
+    mp_plan_apply_targets(q, c);
+}
+
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
     static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16};

@@ -69,6 +69,10 @@ int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, i
  * what mp_plan_evaluate sets after timing it, so a changed target re-plans without the model. */
 void mp_plan_apply_targets(const struct mp_plan_req *req, struct mp_plan_cand *c);
 
+/* Candidate c as if the cluster took f times the model's time (f > 1: slower than modelled):
+ * every latency × f, its replica's tokens/s ÷ f, then mp_plan_apply_targets for q. */
+void mp_plan_scale_times(const struct mp_plan_req *q, struct mp_plan_cand *c, double f);
+
 /* The placement of a candidate as --placement writes it ("contiguous", "replicate-hot:4",
  * "eplb:6") into buf. */
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len);

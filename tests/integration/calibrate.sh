@@ -31,6 +31,15 @@ W="--model seed-k3 --hidden 2048 --ffn 1024 --experts 64 --batch 1:4096:x4 --rou
 "$PLAN" --calibrate --cluster a100-hdr --out "$TMP/fit.ini" "$TMP/one-node" "$TMP/two-nodes" \
     >"$TMP/fit.out" || fail "calibrate exit $?"
 tail -n 12 "$TMP/fit.out"
+# the profile keeps the fit's own layer_us errors (plan.json's trust reads them): those printed
+fe=$(sed -n 2p "$TMP/fit.ini")
+printed=$(sed -n '/^# after/,/^# parameters/p' "$TMP/fit.out" | awk '$2 == "layer_us" { print $4, $5, $3 }')
+python3 -c "
+import re, sys
+m = re.fullmatch(r'# fit errors: layer_us median ([0-9.e+-]+)% worst ([0-9.e+-]+)% over (\d+) points', '$fe')
+med, worst, n = '$printed'.replace('%', '').split()
+assert m and abs(float(m[1]) - float(med)) < 0.051 and abs(float(m[2]) - float(worst)) < 0.051 and m[3] == n, (m, '$printed')" ||
+    fail "fit.ini's fit errors line ($fe) is not the printed layer_us errors ($printed)"
 # a100-hdr differs from h100-ndr in its peaks, so compare achieved rates (peak × efficiency)
 python3 - "$TMP/fit.ini" <<'PY' || exit 1
 import sys

@@ -119,7 +119,8 @@ print(case, ":", [e.get(k) for k in keys])
 PY
         fail "plan.json's sensitivity ($case) is not the planner's answer to that question"
 done
-{ echo "# fitted by moeperf-plan --calibrate to 12 points of: runs/a runs/b"; cat "$TMP/nomem.ini"; } \
+{ echo "# fitted by moeperf-plan --calibrate to 12 points of: runs/a runs/b"
+  echo "# fit errors: layer_us median 3% worst 10% over 12 points"; cat "$TMP/nomem.ini"; } \
     >"$TMP/fitted.ini"
 "$PLAN" --model seed-k3 --cluster "$TMP/fitted.ini" --routing hot:4:15 --tp 4 --ep 16 \
     --replicate 0,4 --batch 16,128 --slo-token-ms 50 --throughput 20000 --out "$TMP/fitted" \
@@ -128,8 +129,74 @@ check_plan_json "$TMP/fitted" "$TMP/fitted.out" fitted
 python3 -c "
 import json, sys
 c = json.load(open('$TMP/fitted/plan.json'))['question']['cluster']
-assert c['fitted_points'] == 12 and c['fitted_from'] == ['runs/a', 'runs/b'], c" ||
-    fail "plan.json does not name the runs the profile was fitted to"
+assert c['fitted_points'] == 12 and c['fitted_from'] == ['runs/a', 'runs/b'], c
+assert c['fit_error_layer'] == {'median': 0.03, 'worst': 0.1, 'points': 12}, c" ||
+    fail "plan.json does not name the runs the profile was fitted to, or their errors"
+
+# how far to trust a plan (plan.json's trust): the published basis is the points of
+# tests/published/validation.csv run with the plan's profile (h100-ndr here), with their median and
+# worst |error| and model/reference extremes; the calibration basis the fitted profile's own
+# errors; each case's plan is the cheapest of plan.csv's candidates with every time divided by the
+# extreme model/reference (the true time), replanned here from plan.csv alone
+check_trust() {
+    python3 - "$1" "$2" "$3" <<'PY' || fail "plan.json's trust ($1) is not the validation table's errors replanned"
+import csv, json, math, sys
+d, val, bases = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+j = json.load(open(f"{d}/plan.json"))
+q = j["question"]
+rows = list(csv.DictReader(open(f"{d}/plan.csv")))
+pub = [r for r in csv.DictReader(l for l in open(val) if not l.startswith("#")) if r["profile"] == "h100-ndr"]
+ratios = [float(r["ratio"]) for r in pub]
+tput, slo, maxg = q["throughput_tokens_per_s"] or 0, q["slo"]["token_p99_ms"] or 0, q["constraints"]["max_gpus"]
+def replan(routing, f):
+    best = None
+    for r in rows:
+        if r["routing"] != routing:
+            continue
+        p99, rt = float(r["token_p99_ms"]) * f, float(r["replica_tokens_per_s"]) / f
+        dp = max(1, math.ceil(tput / rt)) if tput > 0 else 1
+        g = int(r["tp"]) * int(r["ep"]) * dp
+        if (slo <= 0 or p99 <= slo) and g <= maxg and r["fits"] == "1":
+            c = (g, p99, dp, f"tp{r['tp']}ep{r['ep']}", int(r["batch"]))
+            best = c if best is None or c[:3] < best[:3] else best
+    return best
+for a in j["answers"]:
+    t = {x["basis"]: x for x in a["trust"]}
+    assert sorted(t) == sorted(bases), (list(t), bases)
+    for name, x in t.items():
+        if name == "published":
+            assert x["points"] == len(pub) > 20, (x["points"], len(pub))
+            errs = sorted(abs(v - 1) for v in ratios)
+            med = errs[math.ceil(len(errs) / 2) - 1]  # the nearest-rank median, as the tool takes it
+            assert abs(x["median_error"] - med) < 1e-6 and abs(x["worst_error"] - errs[-1]) < 1e-6, x
+            assert abs(x["model_over_reference_min"] - min(ratios)) < 1e-9, x
+            assert abs(x["model_over_reference_max"] - max(ratios)) < 1e-9, x
+            assert "NCCL all-to-all" in x["detail"] and "DeepEP" not in x["detail"], x["detail"]
+        else:
+            assert (x["model_over_reference_min"], x["model_over_reference_max"]) == (0.9, 1.1), x
+        for case, ratio in (("if_slower", x["model_over_reference_min"]), ("if_faster", x["model_over_reference_max"])):
+            want, got = replan(a["routing"], 1 / ratio), x[case]
+            assert got["found"] == (want is not None), (case, got, want)
+            if want:
+                assert (got["gpus"], got["layout"], got["batch"]) == (want[0], want[3], want[4]), (case, got, want)
+                print(a["routing"], name, case, ":", got["gpus"], got["layout"], got["batch"])
+PY
+}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+check_trust "$TMP/plan" "$SRC/tests/published/validation.csv" published
+check_trust "$TMP/fitted" "$SRC/tests/published/validation.csv" published,calibration
+# a table without the plan's profile: every family, said so; a missing table: refused, exit 2
+grep -v 'h100-ndr' "$SRC/tests/published/validation.csv" >"$TMP/other.csv"
+"$PLAN" --model seed-k3 --cluster "$TMP/nomem.ini" --tp 4 --ep 16 --replicate 0 --batch 64 \
+    --slo-token-ms 50 --validation "$TMP/other.csv" --iters 2 --out "$TMP/other" >/dev/null ||
+    fail "moeperf-plan --validation exit $?"
+python3 -c "
+import json
+t = json.load(open('$TMP/other/plan.json'))['answers'][0]['trust'][0]
+assert t['detail'].startswith('no published measurements of h100-ndr; every family: DeepEP'), t" ||
+    fail "a table without the profile's hardware is not said so"
+refused "$PLAN" --cluster h100-ndr --validation "$TMP/no-such.csv"
+grep -q -- "--validation" "$TMP/refused.err" || fail "the refusal does not name --validation"
 
 # pipelined candidates beside the placements
 "$PLAN" --model seed-k3 --cluster "$TMP/nomem.ini" --routing hot:4:15 --tp 4 --ep 16 --replicate 0,4 \

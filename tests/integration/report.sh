@@ -256,6 +256,21 @@ for a in j["answers"]:
              x["remedies"], str(x["batch"]), str(x["replicas"]), f"{x['token_p99_ms']:.2f}"]
             for i, x in enumerate(a["sensitivity"] + a["by_remedies"])]
     assert got == want and len(want) >= 4, (got, want)
+    # how far to trust it: plan.json's bases, each with its errors and the GPUs were the cluster
+    # as far off as the model's extremes, and the GPU range in the answer's sentence
+    part = md.split(f"### Routing {a['routing']}: how far to trust it")[1].split("##")[0]
+    got = [[c.strip() for c in l.strip("|").split("|")] for l in part.split("\n")
+           if l.startswith("| ") and not l.startswith("| basis")]
+    def case(x):
+        return f"{x['gpus']} ({x['layout']} {x['remedies']}, batch {x['batch']})" if x["found"] else "none meets the SLO"
+    want = [[t["basis"], str(t["points"]), f"{100 * t['median_error']:.1f} %", f"{100 * t['worst_error']:.1f} %",
+             f"{t['model_over_reference_min']:.2f} to {t['model_over_reference_max']:.2f}",
+             case(t["if_slower"]), case(t["if_faster"])] for t in a["trust"]]
+    assert got == want and want[0][0] == "published", (got, want)
+    t = a["trust"][0]
+    gs, gf = t["if_slower"]["gpus"], t["if_faster"]["gpus"]
+    span = f"{gs} GPUs still within" if gs == gf else f"{gf} to {gs} GPUs within"
+    assert re.search(rf"^Routing {re.escape(a['routing'])}: {a['gpus']} GPUs .*; {span} the model's published error\.$", md, re.M), span
 print("the answer:", list(rows.values()))
 PY
 echo PASS
