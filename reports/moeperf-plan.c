@@ -663,6 +663,32 @@ static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_can
     return replan_scaled_json(q2, c, n, label, remedies, 1);
 }
 
+/* Replicas against batch for plan `best`: its setup at twice (`twice`) or half the batch, in words
+ * as the console and plan.json state it (into out). Returns that candidate's index, or -1 when
+ * the sweep has no such batch. */
+static int replicas_vs_batch(const struct mp_plan_cand *c, int n, int best, int twice, char *out,
+                             size_t size)
+{
+    const struct mp_plan_cand *b = &c[best];
+    int i = mp_plan_scaled_batch(c, n, best, twice ? 2 : 1, twice ? 1 : 2);
+    if (i < 0)
+        return -1;
+    const struct mp_plan_cand *a = &c[i];
+    if (twice)
+        snprintf(out, size, "doubling the batch to %ld needs %d replica(s) (%d GPUs), p99 token "
+                 "%.2f ms, SLO %s: %s", a->batch, a->dp, a->gpus, a->token_p99_ms,
+                 a->meets ? "met" : "missed",
+                 !a->meets ? "more replicas beat a larger batch"
+                 : a->gpus < b->gpus ? "the larger batch is cheaper"
+                                     : "the larger batch saves nothing");
+    else
+        snprintf(out, size, "halving the batch to %ld needs %d replica(s) (%d GPUs), p99 token "
+                 "%.2f ms: %s", a->batch, a->dp, a->gpus, a->token_p99_ms,
+                 a->gpus > b->gpus ? "more replicas at a smaller batch cost more GPUs"
+                                   : "more replicas at a smaller batch cost no more");
+    return i;
+}
+
 /* ---- trust: how far the model may be off (docs/planning.md, "How far to trust a plan") ---- */
 
 /* One basis for the model's error: what it rests on, over how many points, the median and worst
@@ -883,6 +909,22 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
             cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
     }
     cJSON_AddItemToObject(a, "trust", trust_list_json(validation, q, cluster, c, n));
+    cJSON *rvb = cJSON_AddArrayToObject(a, "replicas_vs_batch");
+    for (int twice = 1; twice >= 0; twice--) {
+        char text[256];
+        int i = replicas_vs_batch(c, n, best, twice, text, sizeof text);
+        if (i < 0)
+            continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "case", twice ? "twice the batch" : "half the batch");
+        cJSON_AddNumberToObject(o, "batch", (double)c[i].batch);
+        cJSON_AddNumberToObject(o, "replicas", c[i].dp);
+        cJSON_AddNumberToObject(o, "gpus", c[i].gpus);
+        cJSON_AddNumberToObject(o, "token_p99_ms", c[i].token_p99_ms);
+        cJSON_AddBoolToObject(o, "meets", c[i].meets);
+        cJSON_AddStringToObject(o, "text", text);
+        cJSON_AddItemToArray(rvb, o);
+    }
     return a;
 }
 
@@ -1085,22 +1127,10 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
                        b->ep, pl);
             print_remedies(c, n, b);
             print_dedup(c, n, b);
-            int up = mp_plan_scaled_batch(c, n, best, 2, 1);
-            int down = mp_plan_scaled_batch(c, n, best, 1, 2);
-            if (up >= 0)
-                printf("replicas vs batch: doubling the batch to %ld needs %d replica(s) (%d GPUs), "
-                       "p99 token %.2f ms, SLO %s: %s\n",
-                       c[up].batch, c[up].dp, c[up].gpus, c[up].token_p99_ms,
-                       c[up].meets ? "met" : "missed",
-                       !c[up].meets ? "more replicas beat a larger batch"
-                       : c[up].gpus < b->gpus ? "the larger batch is cheaper"
-                                              : "the larger batch saves nothing");
-            if (down >= 0)
-                printf("replicas vs batch: halving the batch to %ld needs %d replica(s) (%d GPUs), "
-                       "p99 token %.2f ms: %s\n",
-                       c[down].batch, c[down].dp, c[down].gpus, c[down].token_p99_ms,
-                       c[down].gpus > b->gpus ? "more replicas at a smaller batch cost more GPUs"
-                                              : "more replicas at a smaller batch cost no more");
+            char rvb[256];
+            for (int twice = 1; twice >= 0; twice--)
+                if (replicas_vs_batch(c, n, best, twice, rvb, sizeof rvb) >= 0)
+                    printf("replicas vs batch: %s\n", rvb);
         } else {
             printf("no candidate meets the SLO and fits in memory within %d GPUs\n", q.max_gpus);
         }

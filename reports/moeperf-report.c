@@ -289,11 +289,13 @@ static void doc_row(struct doc *d, int n, char cells[][CELL], int header)
     doc_row_texts(d, n < 16 ? n : 16, texts, header);
 }
 
-/* Open (open = 1: numbers, right-aligned; 2: text, left-aligned) or close a table. */
+/* Open (open = 1: numbers, right-aligned; 2: text, left-aligned; 3: the answer's table, numbers)
+ * or close a table. */
 static void doc_table(struct doc *d, int open)
 {
     if (d->h)
-        fputs(open == 2   ? "<div class=\"tw\"><table class=\"text\">\n"
+        fputs(open == 3   ? "<div class=\"tw\"><table class=\"answer\">\n"
+              : open == 2 ? "<div class=\"tw\"><table class=\"text\">\n"
               : open == 1 ? "<div class=\"tw\"><table>\n"
                           : "</table></div>\n",
               d->h);
@@ -1796,7 +1798,9 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
               jstr(m, "name") ? jstr(m, "name") : "?", jstr(cl, "name") ? jstr(cl, "name") : "?",
               src ? src : "?", jstr(cl, "path") ? " " : "", jstr(cl, "path") ? jstr(cl, "path") : "",
               target, budget, jnum(cons, "max_gpus"), runs[i].dir);
-        doc_table_head(d, "The cheapest plan per routing", head, 10);
+        doc_h(d, 3, "The cheapest plan per routing");
+        doc_table(d, 3);
+        doc_row_texts(d, 10, head, 1);
         const cJSON *a;
         cJSON_ArrayForEach(a, answers) {
             char cells[10][CELL];
@@ -1837,6 +1841,10 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                   jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
                   jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"),
                   range);
+            const cJSON *r;
+            cJSON_ArrayForEach(r, cJSON_GetObjectItem(a, "replicas_vs_batch"))
+                if (jstr(r, "text"))
+                    doc_p(d, "Replicas against batch, routing %s: %s.", routing, jstr(r, "text"));
         }
         cJSON_ArrayForEach(a, answers) {
             const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";

@@ -273,4 +273,81 @@ for a in j["answers"]:
     assert re.search(rf"^Routing {re.escape(a['routing'])}: {a['gpus']} GPUs .*; {span} the model's published error\.$", md, re.M), span
 print("the answer:", list(rows.values()))
 PY
+# two plan questions, one where more replicas beat a larger batch (qwen3-30b-a3b at 200,000
+# tokens/s within 10 ms) and one where they cost more GPUs (ci/demo's: seed-k3 on at most 64 H100s
+# at the first seed's 1,416 tokens/s within 50 ms): the report's answer row, its replicas-against-
+# batch sentences and its sensitivity rows are moeperf-plan's console lines (the sensitivity ones
+# those of moeperf-plan asked that question) and the answer a row of plan.csv
+Q1="--model qwen3-30b-a3b --cluster h100-ndr --routing hot:4:15 --batch 1:1024:x2 --max-gpus 1024"
+Q1T="200000 10"
+Q2="--model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 --batch 1:128:x2 --max-gpus 64
+    --nonexpert-split world --weight-dtype bf16,fp8 --dispatch-dtype bf16,fp8"
+Q2T="1416 50"
+for q in 1 2; do
+    eval "args=\$Q$q; set -- \$Q${q}T"
+    tput=$1 slo=$2
+    # shellcheck disable=SC2086
+    "$BUILD/reports/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$slo" --out "$TMP/q$q" \
+        >"$TMP/q$q.out" || fail "question $q exit $?"
+    # shellcheck disable=SC2086
+    "$BUILD/reports/moeperf-plan" $args --throughput "$((tput * 2))" --slo-token-ms "$slo" >"$TMP/q$q-twice.out"
+    # shellcheck disable=SC2086
+    "$BUILD/reports/moeperf-plan" $args --throughput "$(python3 -c "print($tput / 2)")" --slo-token-ms "$slo" \
+        >"$TMP/q$q-half.out"
+    # shellcheck disable=SC2086
+    "$BUILD/reports/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$(python3 -c "print(0.8 * $slo)")" \
+        >"$TMP/q$q-tight.out"
+    "$REPORT" "$TMP/q$q" --out "$TMP/q$q.html" --md "$TMP/q$q.md" >/dev/null || fail "report of question $q exit $?"
+    python3 - "$TMP/q$q" "$TMP/q$q.md" "$q" <<'PY' || fail "question $q: the report is not moeperf-plan's console and plan.csv"
+import csv, re, sys
+d, md, q = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3]
+def cheapest(path):
+    out = {}
+    routing = None
+    for line in open(path):
+        m = re.match(r"## routing (\S+):", line)
+        routing = m[1] if m else routing
+        m = re.match(r"cheapest plan: (tp\d+ep\d+), (.+), batch (\d+) × (\d+) replica\(s\) = (\d+) GPUs, "
+                     r"p99 token ([0-9.]+) ms, (\d+) tokens/s, ([0-9.]+) GB per GPU", line)
+        if m:
+            out[routing] = m.groups()
+    return out
+def rvb(path):
+    out, routing = {}, None
+    for line in open(path):
+        m = re.match(r"## routing (\S+):", line)
+        routing = m[1] if m else routing
+        if line.startswith("replicas vs batch: "):
+            out.setdefault(routing, []).append(line[len("replicas vs batch: "):].strip())
+    return out
+main, rows = cheapest(f"{d}.out"), list(csv.DictReader(open(f"{d}/plan.csv")))
+verdicts = rvb(f"{d}.out")
+assert main, "no answer"
+for routing, (lay, rem, batch, reps, gpus, p99, tps, mem) in main.items():
+    row = next(l for l in md.split("\n") if l.startswith(f"| {routing} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == [routing, gpus, lay, rem, batch, reps, p99, q == "1" and "10" or "50", tps, mem], (cells, lay)
+    hit = [r for r in rows if r["routing"] == routing and f"tp{r['tp']}ep{r['ep']}" == lay and r["batch"] == batch
+           and r["dp"] == reps and r["gpus"] == gpus and f"{float(r['token_p99_ms']):.2f}" == p99 and r["fits"] == "1"]
+    assert hit, (routing, lay, batch)
+    said = re.findall(rf"^Replicas against batch, routing {re.escape(routing)}: (.*)\.$", md, re.M)
+    assert said == verdicts[routing] and said, (said, verdicts[routing])
+    part = md.split(f"### Routing {routing}: what the plan becomes")[1].split("##")[0]
+    sens = {c[0]: c for c in ([x.strip() for x in l.strip("|").split("|")] for l in part.split("\n") if l.startswith("| "))}
+    for case, f in (("twice the throughput", "twice"), ("half the throughput", "half"), ("a 20% tighter SLO", "tight")):
+        other = cheapest(f"{d}-{f}.out").get(routing)
+        got = sens[case]
+        if other is None:
+            assert got[1] == "none meets the SLO", got
+        else:
+            assert got[1:7] == [other[4], other[0], other[1], other[2], other[3], other[5]], (case, got, other)
+    print(f"question {q}, {routing}:", main[routing][:6], "|", "; ".join(said))
+if q == "1":
+    assert any("more replicas beat a larger batch" in v for vs in verdicts.values() for v in vs), verdicts
+    assert all(int(g[3]) > 1 for g in main.values()), main
+else:
+    assert all("more replicas at a smaller batch cost more GPUs" in " ".join(vs) for vs in verdicts.values()), verdicts
+    assert not any("more replicas beat" in v for vs in verdicts.values() for v in vs), verdicts
+PY
+done
 echo PASS

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # report_browser.sh - the HTML report in headless Chromium at 1200x800: the screenshot is not blank,
 # and the page asks the network for nothing (Chromium's net log lists no request made by the
-# page; a page with an external image, checked the same way, is caught). Skips (77) without a
-# chromium binary.
+# page; a page with an external image, checked the same way, is caught); beside a plan directory
+# the answer's table is on the first screen (its cells painted a marker colour in a copy of the
+# page, the marker counted in the screenshot; a page with the answer below the fold is caught).
+# Skips (77) without a chromium binary.
 . "$(dirname "$0")/lib.sh"
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$CHROMIUM" ] || { echo "SKIP: no chromium or chromium-browser (ci/deps installs chromium)"; exit 77; }
@@ -13,8 +15,11 @@ SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3
 mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --routing uniform,hot:2:10 \
     --placement contiguous,replicate-hot:2 --out "$TMP/layer" || fail "moeperf-layer exit $?"
 "$BIN/moeperf-ffn" "${SHAPE[@]}" --batch 1,4,16 --out "$TMP/ffn" || fail "moeperf-ffn exit $?"
-"$BUILD/reports/moeperf-report" "$TMP/layer" "$TMP/ffn" --out "$TMP/report.html" >/dev/null ||
-    fail "moeperf-report exit $?"
+"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
+    --batch 1:128:x2 --throughput 1416 --slo-token-ms 50 --max-gpus 64 --nonexpert-split world \
+    --weight-dtype bf16,fp8 --quiet --out "$TMP/plan" >/dev/null || fail "moeperf-plan exit $?"
+"$BUILD/reports/moeperf-report" "$TMP/plan" "$TMP/layer" "$TMP/ffn" --out "$TMP/report.html" \
+    >/dev/null || fail "moeperf-report exit $?"
 
 # shot PAGE PNG NETLOG: headless screenshot at 1200x800 with every name resolving nowhere and a
 # dead proxy, so nothing leaves the machine even if the page asked; the net log records the asks.
@@ -45,10 +50,11 @@ for e in log.get("events", []):
 EOF
 }
 
-# not_blank PNG: decode the screenshot (8-bit RGB/RGBA, no interlace) and require real content:
-# at least 2 % of the pixels not white and at least 50 distinct colours (text and plot lines).
+# not_blank PNG [MARKER]: decode the screenshot (8-bit RGB/RGBA, no interlace) and require real content:
+# at least 2 % of the pixels not white and at least 50 distinct colours (text and plot lines); with
+# MARKER, at least that many pure magenta pixels too.
 not_blank() {
-    python3 - "$1" <<'EOF'
+    python3 - "$@" <<'EOF'
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()
 assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
@@ -66,7 +72,7 @@ while pos < len(data):
 raw = zlib.decompress(idat)
 stride = w * bpp
 prev = bytearray(stride)
-colours, nonwhite = set(), 0
+colours, nonwhite, marker = set(), 0, 0
 for y in range(h):
     f = raw[y * (stride + 1)]
     line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
@@ -83,6 +89,7 @@ for y in range(h):
             line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
     for x in range(0, stride, bpp):
         px = bytes(line[x:x + 3])
+        marker += px == b"\xff\x00\xff"
         colours.add(px)
         if px != b"\xff\xff\xff":
             nonwhite += 1
@@ -91,6 +98,9 @@ share = nonwhite / (w * h)
 print(f"{w}x{h}: {100 * share:.1f} % non-white pixels, {len(colours)} colours")
 assert (w, h) == (1200, 800), (w, h)
 assert share > 0.02 and len(colours) >= 50, "the screenshot is blank"
+if len(sys.argv) > 2:  # the marker's pixels (pure magenta) on this first screen
+    print(f"marker pixels: {marker}")
+    assert marker >= int(sys.argv[2]), f"only {marker} marker pixels on the first screen"
 EOF
 }
 
@@ -100,6 +110,26 @@ not_blank "$TMP/shot.png" || fail "the screenshot of the report is blank"
 [ -s "$TMP/net.json" ] || fail "chromium wrote no net log"
 reqs=$(page_requests "$TMP/net.json") || fail "cannot read the net log"
 [ -z "$reqs" ] || fail "the report made network requests: $reqs"
+
+# the first screen shows the answer: a copy of the page whose answer table is painted magenta has
+# the marker on its 1200x800 screenshot (5 rows of cells: thousands of pixels); with the answer
+# moved below the findings and figures (a planted fault: what the report was before), it has not
+mark='<style>table.answer td,table.answer th{background:#ff00ff !important;color:#ff00ff !important}</style>'
+grep -c 'class="answer"' "$TMP/report.html" | grep -qx 1 || fail "no answer table in the report"
+sed "s|</head>|$mark</head>|" "$TMP/report.html" >"$TMP/marked.html"
+shot "$TMP/marked.html" "$TMP/marked.png" "$TMP/marked.json" || fail "chromium (marked page) exit $?"
+not_blank "$TMP/marked.png" 5000 || fail "the answer's table is not on the report's first screen"
+python3 - "$TMP/marked.html" "$TMP/late.html" <<'EOF'
+import re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+start = page.index('<h2 id="the-answer"') if '<h2 id="the-answer"' in page else page.index("<h2>The answer</h2>")
+end = page.index("<h2", start + 4)
+answer, page = page[start:end], page[:start] + page[end:]
+at = page.index("</main>")
+open(sys.argv[2], "w", encoding="utf-8").write(page[:at] + answer + page[at:])
+EOF
+shot "$TMP/late.html" "$TMP/late.png" "$TMP/late.json" || fail "chromium (late page) exit $?"
+not_blank "$TMP/late.png" 5000 >/dev/null 2>&1 && fail "the first-screen check passed a page with the answer at its end"
 
 # the check catches a page that does fetch something
 cat >"$TMP/leaky.html" <<'EOF'
