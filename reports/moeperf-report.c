@@ -904,6 +904,23 @@ static int findings_table(struct doc *d, struct rp_series *s, int ns, const stru
     return MP_OK;
 }
 
+/* `alt` against `base` where they differ only in key `k`: the comparison in words ("ALT instead of
+ * BASE: …", effect_text) into text. 1 when they form such a pair with common batches, else 0. */
+static int pair_effect(const struct rp_series *base, const struct rp_series *alt, int k,
+                       char *text, size_t size)
+{
+    if (!rp_differ_only_in(base, alt, k, 0))
+        return 0;
+    struct rp_effect e = rp_effect(base, alt);
+    if (!e.n)
+        return 0;
+    char what[512];
+    snprintf(what, sizeof what, "%s instead of %s%s", alt->key[k], base->key[k],
+             k == RP_K_ROUTING ? " routing" : "");
+    effect_text(text, size, &e, what);
+    return 1;
+}
+
 /* Replication: a replicating placement against a plain one, all else equal. */
 static void replication_findings(struct doc *d, struct rp_series *s, int ns)
 {
@@ -912,15 +929,8 @@ static void replication_findings(struct doc *d, struct rp_series *s, int ns)
         for (int j = 0; j < ns; j++) {
             if (!rp_placement_replicates(s[j].key[RP_K_PLACEMENT]) ||
                 rp_placement_replicates(s[i].key[RP_K_PLACEMENT]) ||
-                !rp_differ_only_in(&s[i], &s[j], RP_K_PLACEMENT, 0))
+                !pair_effect(&s[i], &s[j], RP_K_PLACEMENT, text, sizeof text))
                 continue;
-            struct rp_effect e = rp_effect(&s[i], &s[j]);
-            if (!e.n)
-                continue;
-            char what[512];
-            snprintf(what, sizeof what, "%s instead of %s", s[j].key[RP_K_PLACEMENT],
-                     s[i].key[RP_K_PLACEMENT]);
-            effect_text(text, sizeof text, &e, what);
             char head[600];
             char piped[48] = ""; /* pipelined pairs are told apart from unpipelined ones */
             if (rp_overlap_depth(s[i].key[RP_K_OVERLAP]) > 1)
@@ -1153,14 +1163,8 @@ static void hot_expert_findings(struct doc *d, struct rp_series *s, int ns)
         for (int j = 0; j < ns; j++) {
             if (strcmp(s[i].key[RP_K_ROUTING], "uniform") != 0 ||
                 !strcmp(s[j].key[RP_K_ROUTING], "uniform") ||
-                !rp_differ_only_in(&s[i], &s[j], RP_K_ROUTING, 0))
+                !pair_effect(&s[i], &s[j], RP_K_ROUTING, text, sizeof text))
                 continue;
-            struct rp_effect e = rp_effect(&s[i], &s[j]);
-            if (!e.n)
-                continue;
-            char what[512];
-            snprintf(what, sizeof what, "%s instead of uniform routing", s[j].key[RP_K_ROUTING]);
-            effect_text(text, sizeof text, &e, what);
             char head[600];
             snprintf(head, sizeof head, "hot experts, %s %s (%s)", s[i].key[RP_K_LAYOUT],
                      s[i].key[RP_K_PLACEMENT], s[i].key[RP_K_SOURCE]);
