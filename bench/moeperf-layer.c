@@ -34,19 +34,21 @@ static const struct mp_opt options[] = {
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
     MP_OPT_TIMEOUT, MP_OPT_MAX_MEMORY, MP_OPT_INJECT_DELAY, MP_OPT_STRAGGLE, MP_OPT_FLUSH_CACHE,
+    MP_OPT_RANK_SAMPLES,
     MP_OPT_END,
 };
 
 static const char summary[] =
     "Measure one MoE layer per point: route | dispatch | expert FFN | tp-reduce | combine.\n"
     "Run under mpirun with tp·ep ranks (a single process is tp1ep1). Medians on stdout;\n"
-    "layer.csv, layer_samples.csv, layer_ranks.csv and run.json in --out.";
+    "layer.csv, layer_samples.csv, layer_ranks.csv, layer_rank_samples.csv and run.json in --out.";
 
 
 
-enum { FILE_LAYER, FILE_SAMPLES, FILE_RANKS };
+enum { FILE_LAYER, FILE_SAMPLES, FILE_RANKS, FILE_RANK_SAMPLES };
 static const struct mp_csv_schema *const files[] = {
-    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks};
+    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks,
+    &mp_schema_layer_rank_samples};
 
 /* The numbers of the console table, by metric name. */
 static const struct mp_console_metric console_cols[] = {
@@ -84,6 +86,16 @@ static double median_of(const struct mp_point_result *res, int r, size_t field, 
     return mp_percentile_select(scratch, res->iters, 50);
 }
 
+/* Rank r's host from run.json's "ranks" (rank 0 with --out); "" for virtual ranks or when absent. */
+static const char *rank_host(const struct mp_session *s, int r)
+{
+    if (s->modelled || !s->run)
+        return "";
+    const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(s->run, "ranks"), r);
+    const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(o, "host"));
+    return h ? h : "";
+}
+
 /* A point's key cells (with the session's): what every row of its files starts with. */
 struct point_key {
     const struct mp_layout *lay;
@@ -97,6 +109,34 @@ static void put_key(struct mp_row *row, const struct mp_session *s, const struct
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
                         k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype, k->batch);
+}
+
+/* layer_rank_samples.csv: every rank's record of every timed iteration, as measured (or modelled). */
+static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
+                              const struct point_key *k, const struct mp_point_result *res,
+                              struct mp_row *row)
+{
+    int rc = MP_OK;
+    for (int i = 0; i < res->iters && rc == MP_OK; i++) {
+        const struct mp_rank_iter *rk = mp_point_ranks(res, i);
+        for (int r = 0; r < res->nranks && rc == MP_OK; r++) {
+            const struct mp_rank_iter *x = &rk[r];
+            put_key(row, s, k);
+            mp_row_int(row, i);
+            mp_row_int(row, r);
+            mp_row_int(row, s->comm->node_of[r]);
+            mp_row_str(row, rank_host(s, r));
+            mp_row_int(row, r / k->lay->tp);
+            mp_row_int(row, r % k->lay->tp);
+            double v[] = {x->route,      x->notify,  x->dispatch, x->ffn,
+                          x->tp_reduce,  x->combine, mp_rank_layer_us(x), x->start_skew,
+                          x->tokens,     x->rows,    x->ffn_rows, x->bytes_sent};
+            for (size_t c = 0; c < sizeof v / sizeof v[0]; c++)
+                mp_row_dbl(row, v[c]);
+            rc = mp_runfiles_write(f, FILE_RANK_SAMPLES, row);
+        }
+    }
+    return rc;
 }
 
 /* layer_ranks.csv: every rank's medians over the iterations of its counts and phase times, its
@@ -236,6 +276,8 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
         }
         if (rc == MP_OK)
             rc = write_ranks(s, f, &k, res, scratch, &row);
+        if (rc == MP_OK && f->nfiles > FILE_RANK_SAMPLES)
+            rc = write_rank_samples(s, f, &k, res, &row);
         if (rc == MP_OK)
             rc = write_summary(s, f, &k, res, sm, &row);
     }
@@ -644,7 +686,7 @@ int main(int argc, char **argv)
         MP_CHECK(mp_watchdog_start());
     MP_CHECK(mp_session_refuse_unsupported(&s));
     sweep_bounds(&sw);
-    MP_CHECK(mp_runfiles_open(&f, &s, files, 3));
+    MP_CHECK(mp_runfiles_open(&f, &s, files, s.o.rank_samples ? 4 : 3));
     MP_CHECK(refuse_flags(&sw)); /* before the table's header: a refused run prints one line */
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);

@@ -100,6 +100,7 @@ struct mp_bench_opts {
     char *gemm;                 /* the expert FFN's GEMMs: "loop", "grouped" or "skinny" */
     int graph;                  /* replay a captured layer (padded dispatch, device backends) */
     int flush_cache;            /* evict the LLC / L2 before every timed iteration (untimed) */
+    int rank_samples;           /* moeperf-layer: write layer_rank_samples.csv (on by default) */
     char *pattern;       /* moeperf-a2a */
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;

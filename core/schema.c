@@ -279,6 +279,39 @@ static const struct mp_column layer_rank_cols[] = {
      "`rank`"},
 };
 
+/* layer_rank_samples.csv: every rank's record of every timed iteration, unsummarised (the rows
+ * layer_ranks.csv takes its medians over and layer_samples.csv its maxima over). */
+static const struct mp_column layer_rank_sample_cols[] = {
+    {MPC_iter, "–", I, "0-based index of the timed iteration"},
+    {MPC_rank, "–", I, "world rank"},
+    {MPC_node, "–", I, "node index (as in layer_ranks.csv)"},
+    {MPC_host, "–", T, "the host the rank ran on; empty for `--backend model` (virtual ranks run nowhere)"},
+    {MPC_ep_rank, "–", I, "`rank / tp`"},
+    {MPC_tp_rank, "–", I, "`rank mod tp`"},
+    {MPC_route_us, "µs", R, "this rank's route time in this iteration"},
+    {MPC_notify_us, "µs", R, "its notify time (the count exchange; 0 for padded)"},
+    {MPC_dispatch_us, "µs", R, "its dispatch time"},
+    {MPC_ffn_us, "µs", R, "its expert FFN time"},
+    {MPC_tp_reduce_us, "µs", R, "its TP reduce time"},
+    {MPC_combine_us, "µs", R,
+     "its combine time, the wait for the slowest rank's FFN and TP reduce included"},
+    {MPC_layer_us, "µs", R, "`L_r`, the sum of its six phases; layer_samples.csv's `layer_us` is "
+                            "the maximum over ranks"},
+    {MPC_start_skew_us, "µs", R,
+     "how long it waited at the iteration's start barrier for the last rank (as in "
+     "layer_ranks.csv); not part of `layer_us`"},
+    {MPC_tokens, "tokens", R, "tokens it held"},
+    {MPC_rows, "rows", R, "routed rows its experts computed"},
+    {MPC_ffn_rows, "rows", R, "`rows` + shared-expert rows"},
+    {MPC_bytes_sent, "bytes", R, "dispatch + combine bytes it sent to other ranks"},
+};
+
+const struct mp_csv_schema mp_schema_layer_rank_samples = {
+    "layer_rank_samples.csv", "moeperf-layer",
+    "one per point, timed iteration and rank (about 200 bytes a row: `iters · ranks` rows a "
+    "point; `--no-rank-samples` leaves the file out)",
+    &mp_workload_key_columns, {layer_rank_sample_cols, N(layer_rank_sample_cols)}};
+
 const struct mp_csv_schema mp_schema_layer = {
     "layer.csv", "moeperf-layer", "one per point: summary over iterations",
     &mp_workload_key_columns, {layer_cols, N(layer_cols)}};
@@ -438,7 +471,8 @@ const struct mp_csv_schema mp_schema_compare = {
     {compare_cols, N(compare_cols)}};
 
 const struct mp_csv_schema *const mp_schemas[] = {
-    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks, &mp_schema_a2a,
+    &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks,
+    &mp_schema_layer_rank_samples, &mp_schema_a2a,
     &mp_schema_a2a_samples, &mp_schema_ffn, &mp_schema_ffn_samples, &mp_schema_plan,
     &mp_schema_compare, NULL,
 };

@@ -19,7 +19,7 @@
     X(dispatch_intranode_GBps) X(dispatch_internode_GBps) X(combine_intranode_GBps)                 \
     X(combine_internode_GBps) X(dispatch_inter_us) X(dispatch_intra_us) X(combine_inter_us)        \
     X(combine_intra_us) X(drop_rate) X(check_error) X(overlap_efficiency)                     \
-    X(rank) X(node) X(ep_rank) X(tp_rank) X(tokens) X(rows) X(ffn_rows) X(bytes_sent)               \
+    X(rank) X(node) X(host) X(ep_rank) X(tp_rank) X(tokens) X(rows) X(ffn_rows) X(bytes_sent)       \
     X(start_skew_us) X(bytes_per_rank) X(time_us) X(time_p99_us) X(time_mean_us) X(time_stdev_us)  \
     X(time_min_us) X(time_max_us) X(time_ci_lo_us) X(time_ci_hi_us) X(algbw_GBps) X(busbw_GBps)    \
     X(active_experts) X(flops) X(weight_bytes) X(ffn_stdev_us) X(ffn_min_us) X(ffn_max_us)          \
@@ -65,6 +65,7 @@ struct mp_csv_schema {
  * ffn_samples.csv) and of All-to-All points (a2a.csv, a2a_samples.csv). */
 extern const struct mp_columns mp_workload_key_columns, mp_a2a_key_columns;
 
+extern const struct mp_csv_schema mp_schema_layer_rank_samples;
 extern const struct mp_csv_schema mp_schema_layer, mp_schema_layer_samples, mp_schema_layer_ranks,
     mp_schema_a2a, mp_schema_a2a_samples, mp_schema_ffn, mp_schema_ffn_samples, mp_schema_plan,
     mp_schema_compare;

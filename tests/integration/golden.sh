@@ -35,14 +35,15 @@ mpi 2 "$BIN/moeperf-a2a" --pattern moe --hidden 64 --experts 8 --topk 2 --batch 
 "$BIN/moeperf-ffn" --hidden 64 --ffn 32 --experts 4 --topk 2 --batch 1,8,64 --routing uniform,zipf:1.5 \
     --iters 2 --no-flush-cache --quiet --out "$TMP/ffn" || fail "ffn run exit $?"
 
-# stable NAME/FILE: FILE without its timing columns (measured) or whole (model), to stdout
+# stable NAME/FILE: FILE without its timing columns and the host (measured) or whole (model), to
+# stdout
 stable() {
     python3 - "$TMP/$1" <<'PY'
 import csv, re, sys
 path = sys.argv[1]
 modelled = "/model" in path
 timing = re.compile(r"(_us$|GBps$|GFLOPs$|^bound$|^roofline_fraction$|^comm_comp_ratio$|"
-                    r"^bubble_ratio$|^check_error$|^overlap_efficiency$)")
+                    r"^bubble_ratio$|^check_error$|^overlap_efficiency$|^host$)")
 rows = list(csv.reader(open(path, newline="")))
 keep = [i for i, c in enumerate(rows[0]) if modelled or not timing.search(c)]
 out = csv.writer(sys.stdout, lineterminator="\n")
@@ -51,7 +52,8 @@ for r in rows:
 PY
 }
 
-files="model/layer.csv model/layer_ranks.csv model/layer_samples.csv model_overlap/layer.csv
+files="model/layer.csv model/layer_ranks.csv model/layer_samples.csv model/layer_rank_samples.csv
+    layer/layer_rank_samples.csv model_overlap/layer.csv
     model_overlap/layer_ranks.csv model_eplb/layer.csv model_eplb/layer_ranks.csv layer/layer.csv layer/layer_ranks.csv layer/layer_samples.csv
     layer_modes/layer.csv layer_modes/layer_ranks.csv layer_overlap/layer.csv
     layer_overlap/layer_ranks.csv a2a/a2a.csv a2a/a2a_samples.csv

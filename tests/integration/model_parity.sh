@@ -68,6 +68,8 @@ sample() {
     --straggle) echo "--straggle 1:50" ;;
     --flush-cache) echo "--flush-cache" ;;
     --no-flush-cache) echo "--no-flush-cache" ;;
+    --rank-samples) echo "--rank-samples" ;;
+    --no-rank-samples) echo "--no-rank-samples" ;;
     -h | --help) echo "--help" ;;
     --version) echo "--version" ;;
     --backend | --comm) echo "" ;; # the two runs differ by these: they choose the side
@@ -168,7 +170,7 @@ mpi 4 "$LAYER" $osweep --out "$TMP/omeasured" || fail "measured pipelined --dedu
 # shellcheck disable=SC2086
 "$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $osweep \
     --out "$TMP/omodelled" || fail "modelled pipelined --dedup sweep exit $?"
-for f in layer.csv layer_ranks.csv layer_samples.csv; do
+for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
     [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
         fail "$f: measured and modelled headers differ"
 done
