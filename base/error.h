@@ -9,7 +9,8 @@ enum mp_status {
     MP_OK = 0,
     MP_ERR_RUNTIME = 1,    /* a measurement or library call failed */
     MP_ERR_USAGE = 2,      /* bad flag, value, file or combination */
-    MP_ERR_REGRESSION = 3, /* moeperf-compare found a regression */
+    MP_ERR_REGRESSION = 3, /* a gate failed: moeperf-compare found a regression, or a
+                            * moeperf-a2a point fell below --min-busbw */
     MP_SKIP = 77,          /* a test without the hardware it needs */
     MP_HELP = 1000,        /* --help or --version printed: exit 0 */
 };

@@ -52,7 +52,13 @@ static const struct mp_opt options[] = {
      "kernels overlap RDMA and NVLink); 1: the two phases one after the other; other --dedup "
      "modes and the uniform pattern take 1 alone; a list sweeps them"},
     MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
-    MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT, MP_OPT_END,
+    MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
+    MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT,
+    {"min-busbw", MP_OPT_DOUBLE, MP_O(min_busbw), "0", 0, 1e6, NULL, "GBPS",
+     "a floor for a cluster without a baseline run (nccl-tests' MIN_BW): when any point measured "
+     "here has a busbw below GBPS GB/s, say which, after every point is measured and written, "
+     "and exit 3; 0: no floor"},
+    MP_OPT_END,
 };
 
 static const char summary[] =
@@ -492,8 +498,10 @@ static int run_point(struct mp_session *s, const struct mp_a2a_counts *c,
     return rc != MP_OK ? rc : mp_harness_max_over_ranks(s->comm, mine, s->o.iters, all, times);
 }
 
+/* Write a point's rows (rank 0) and print its console line; *busbw_out receives its busbw. */
 static int write_point(struct mp_session *s, struct mp_runfiles *f,
-                       const struct a2a_point *p, double bytes_per_rank, double *times)
+                       const struct a2a_point *p, double bytes_per_rank, double *times,
+                       double *busbw_out)
 {
     int n = s->o.iters, rc = MP_OK;
     struct mp_row row = {0};
@@ -508,6 +516,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
     int ep = p->lay->ep;
     double algbw = sm.p50 > 0 ? bytes_per_rank / (sm.p50 * 1e3) : 0; /* bytes/µs/1e3 = GB/s */
     double busbw = algbw * (ep - 1) / ep;
+    *busbw_out = busbw;
     if (f->open && rc == MP_OK) {
         put_key(&row, s, p);
         mp_row_dbl(&row, bytes_per_rank);
@@ -622,6 +631,10 @@ struct a2a_run {
     /* the model: the point's draws and each one's exchange time ([MP_ROUTING_POOL_DRAWS]) */
     int ndraws;
     double *draw_us;
+    /* --min-busbw (rank 0): points below the floor, and the lowest one */
+    int below;
+    double lowest;
+    char lowest_point[256];
 };
 
 /* The sweep's indices of one point: routing, group limit, placement, dedup mode, overlap,
@@ -713,8 +726,15 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
             if (rc == MP_OK)
                 mp_watchdog_disarm();
         }
+        double busbw = 0;
         if (rc == MP_OK && s->comm->rank == 0)
-            rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times);
+            rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times, &busbw);
+        if (rc == MP_OK && s->comm->rank == 0 && s->o.min_busbw > 0 && busbw < s->o.min_busbw) {
+            if (r->below++ == 0 || busbw < r->lowest) {
+                r->lowest = busbw;
+                snprintf(r->lowest_point, sizeof r->lowest_point, "%s", point);
+            }
+        }
     }
     mp_a2a_counts_free(&cn);
     mp_a2a_counts_free(&cn2);
@@ -882,6 +902,33 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
     return MP_OK;
 }
 
+/* --min-busbw, once every point is measured and written: how many fell below the floor, shared
+ * with every rank (r->below), said on stderr and in run.json with the lowest one. Collective. */
+static int check_floor(struct mp_session *s, struct a2a_run *r)
+{
+    if (s->o.min_busbw <= 0)
+        return MP_OK;
+    int rc = s->comm->ops->bcast(s->comm, &r->below, sizeof r->below);
+    if (rc != MP_OK || s->comm->rank != 0)
+        return rc;
+    if (s->run) {
+        cJSON *o = cJSON_AddObjectToObject(s->run, "min_busbw");
+        cJSON_AddNumberToObject(o, "floor_GBps", s->o.min_busbw);
+        cJSON_AddNumberToObject(o, "below", r->below);
+        if (r->below) {
+            cJSON_AddNumberToObject(o, "lowest_GBps", r->lowest);
+            cJSON_AddStringToObject(o, "lowest_point", r->lowest_point);
+        }
+    }
+    if (r->below) {
+        mp_progress_clear();
+        mp_error("--min-busbw %g: %d point(s) below the floor, the lowest busbw %.3f GB/s at %s "
+                 "(every point is in the results)",
+                 s->o.min_busbw, r->below, r->lowest, r->lowest_point);
+    }
+    return MP_OK;
+}
+
 int main(int argc, char **argv)
 {
     struct mp_session s;
@@ -922,6 +969,7 @@ int main(int argc, char **argv)
                                   : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));
+    MP_CHECK(check_floor(&s, &r));
 out:
     /* freeing device buffers waits for the device: on a failure, no longer than --timeout, and
      * not behind exchanges the other ranks will never join */
@@ -939,5 +987,6 @@ out:
     free(layouts);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;
-    return mp_session_end(&s, rc);
+    int end = mp_session_end(&s, rc);
+    return end == MP_OK && r.below > 0 ? MP_ERR_REGRESSION : end;
 }

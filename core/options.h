@@ -105,6 +105,7 @@ struct mp_bench_opts {
     struct mp_list bytes; /* moeperf-a2a, per peer */
     int quiet;
     double inject_delay_us; /* debug: added to every dispatch/combine exchange */
+    double min_busbw;       /* moeperf-a2a: the busbw floor in GB/s (0: none) */
     char *straggle;         /* debug: "RANK:US" */
     long long max_memory;   /* bytes one rank may allocate; -1: from the host's free memory */
 };

@@ -69,6 +69,7 @@ sample() {
     --flush-cache) echo "--flush-cache" ;;
     --no-flush-cache) echo "--no-flush-cache" ;;
     --rank-samples) echo "--rank-samples" ;;
+    --min-busbw) echo "--min-busbw 0.000001" ;;
     --no-rank-samples) echo "--no-rank-samples" ;;
     -h | --help) echo "--help" ;;
     --version) echo "--version" ;;
