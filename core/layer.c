@@ -166,7 +166,7 @@ static int gather_results(struct mp_layer *L, const struct mp_point *pt,
         for (int i = 0; i < pt->iters; i++) {
             for (int r = 0; r < c->size; r++)
                 res->ranks[(size_t)i * c->size + r] = byrank[(size_t)r * pt->iters + i];
-            mp_metrics_iter(res->ranks + (size_t)i * c->size, c->size, &res->metrics[i]);
+            mp_metrics_iter(res->ranks + (size_t)i * c->size, c->size, c->tp, &res->metrics[i]);
             if (pt->overlap > 1)
                 mp_metrics_pipelined(&res->metrics[i]);
         }

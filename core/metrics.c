@@ -8,7 +8,7 @@
 const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "layer_us",        "ffn_us",       "ffn_mean_us",     "comm_us",
     "route_us",        "notify_us",    "dispatch_us",     "tp_reduce_us",
-    "combine_us",      "comm_comp_ratio", "bubble_ratio", "load_imbalance",
+    "combine_us",      "comm_comp_ratio", "bubble_ratio", "wait_ratio", "load_imbalance",
     "local_hit_rate",  "bytes_rank_max",  "bytes_internode", "bytes_intranode",
     "dispatch_bytes_intranode", "dispatch_bytes_internode", "combine_bytes_intranode",
     "combine_bytes_internode",  "drop_rate",
@@ -33,7 +33,63 @@ static double link_GBps(double bytes, double us, double total)
     return total > 0 && us > 0 ? bytes / us / 1e3 : NAN;
 }
 
-void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m)
+/* Rank i's phase `ph` (0 notify, 1 dispatch, 2 TP reduce, 3 combine): where it starts (its own
+ * earlier phases summed, from the iteration's aligned start) and how long it lasted. */
+static void phase_of(const struct mp_rank_iter *r, int ph, double *start, double *len)
+{
+    double s = r->route;
+    if (ph == 0) {
+        *start = s;
+        *len = r->notify;
+        return;
+    }
+    s += r->notify;
+    if (ph == 1) {
+        *start = s;
+        *len = r->dispatch;
+        return;
+    }
+    s += r->dispatch + r->ffn;
+    if (ph == 2) {
+        *start = s;
+        *len = r->tp_reduce;
+        return;
+    }
+    *start = s + r->tp_reduce;
+    *len = r->combine;
+}
+
+/* The time all ranks waited in the collectives (docs/METRICS.md, "wait_ratio"): in each of the
+ * EP group's exchanges (notify, dispatch, combine: the ranks of one tp_rank) and the TP group's
+ * reduce (the tp ranks of one ep_rank), a rank that starts before the last of its group waits
+ * until that one starts, at most as long as its phase lasted. */
+static double collective_wait(const struct mp_rank_iter *r, int n, int tp)
+{
+    double wait = 0;
+    if (tp < 1 || n % tp)
+        return NAN;
+    for (int ph = 0; ph < 4; ph++) {
+        int ep_phase = ph != 2;
+        /* a group: stride tp from its first rank (EP) or tp consecutive ranks (TP) */
+        int groups = ep_phase ? tp : n / tp, size = ep_phase ? n / tp : tp;
+        for (int g = 0; g < groups; g++) {
+            int first = ep_phase ? g : g * tp, step = ep_phase ? tp : 1;
+            double last = 0, s, len;
+            for (int k = 0; k < size; k++) {
+                phase_of(&r[first + k * step], ph, &s, &len);
+                last = k == 0 || s > last ? s : last;
+            }
+            for (int k = 0; k < size; k++) {
+                phase_of(&r[first + k * step], ph, &s, &len);
+                double w = last - s;
+                wait += w < 0 ? 0 : w > len ? len : w;
+            }
+        }
+    }
+    return wait;
+}
+
+void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter_metrics *m)
 {
     struct mp_iter_metrics z = {0};
     double ffn_sum = 0, rows_sum = 0, rows_max = 0, pairs = 0, local = 0, dropped = 0;
@@ -67,6 +123,7 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics
     for (int i = 0; i < n; i++)
         idle += z.ffn_us - r[i].ffn;
     z.bubble_ratio = z.layer_us > 0 && n ? idle / (n * z.layer_us) : 0;
+    z.wait_ratio = z.layer_us > 0 && n ? collective_wait(r, n, tp) / (n * z.layer_us) : 0;
     z.load_imbalance = rows_sum > 0 ? rows_max / (rows_sum / n) : 1.0;
     z.local_hit_rate = pairs > 0 ? local / pairs : 0;
     z.drop_rate = pairs > 0 ? dropped / pairs : 0;

@@ -37,6 +37,8 @@ struct mp_iter_metrics {
                                                                          * phase */
     double comm_comp_ratio; /* comm_us / ffn_us */
     double bubble_ratio;    /* Σ_r (ffn_us − f_r) / (N · layer_us) */
+    double wait_ratio;      /* Σ_r w_r / (N · layer_us), w_r the time rank r waits in the
+                             * collectives for the last of its group to arrive (mp_metrics_iter) */
     double load_imbalance;  /* max_r rows_r / mean_r rows_r */
     double local_hit_rate;  /* Σ local_pairs / Σ pairs */
     double bytes_rank_max;  /* max_r bytes_sent */
@@ -64,8 +66,8 @@ extern const char *const mp_iter_metric_names[MP_ITER_METRICS];
 /* One rank's layer time L_r: the sum of its six phases. */
 double mp_rank_layer_us(const struct mp_rank_iter *r);
 
-/* Compute one iteration's metrics from `n` ranks' records. */
-void mp_metrics_iter(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m);
+/* Compute one iteration's metrics from `n` ranks' records, rank r = ep_rank·tp + tp_rank. */
+void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter_metrics *m);
 
 /* A pipelined point's metrics: its dispatch time is the communication left exposed and its
  * combine 0, so no phase time is the time its bytes took; the link bandwidths become NAN. */

@@ -129,6 +129,7 @@ static const struct mp_column layer_cols[] = {
     {MPC_combine_us, "µs", R, "median of the combine phase's max over ranks"},
     {MPC_comm_comp_ratio, "–", R, "median of `comm_us / ffn_us`"},
     {MPC_bubble_ratio, "–", R, "median of `bubble_ratio`"},
+    {MPC_wait_ratio, "–", R, "median of `wait_ratio`"},
     {MPC_load_imbalance, "–", R, "median of max/mean routed rows per rank"},
     {MPC_local_hit_rate, "–", R, "median share of token-expert pairs served on the token's rank"},
     {MPC_bytes_rank_max, "bytes", R,
@@ -196,6 +197,10 @@ static const struct mp_column layer_sample_cols[] = {
     {MPC_combine_us, "µs", R, "the combine phase's max over ranks"},
     {MPC_comm_comp_ratio, "–", R, "`comm_us / ffn_us`"},
     {MPC_bubble_ratio, "–", R, "share of all ranks' layer time spent waiting for the slowest FFN"},
+    {MPC_wait_ratio, "–", R,
+     "share of all ranks' layer time spent waiting in the collectives for the last rank of the "
+     "group to arrive (notify, dispatch, TP reduce, combine; "
+     "[METRICS.md](METRICS.md#wait_ratio))"},
     {MPC_load_imbalance, "–", R, "max/mean routed rows per rank"},
     {MPC_local_hit_rate, "–", R, "share of token-expert pairs served on the token's rank"},
     {MPC_bytes_rank_max, "bytes", R, "largest dispatch + combine bytes one rank sends to others"},

@@ -13,7 +13,7 @@
     X(tokens_per_rank) X(iters) X(layer_us) X(layer_p99_us) X(layer_mean_us) X(layer_stdev_us)      \
     X(layer_min_us) X(layer_max_us) X(layer_ci_lo_us) X(layer_ci_hi_us) X(ffn_us) X(ffn_p99_us)     \
     X(ffn_mean_us) X(comm_us) X(comm_p99_us) X(route_us) X(notify_us) X(dispatch_us)               \
-    X(tp_reduce_us) X(combine_us) X(comm_comp_ratio) X(bubble_ratio) X(load_imbalance) X(local_hit_rate)            \
+    X(tp_reduce_us) X(combine_us) X(comm_comp_ratio) X(bubble_ratio) X(wait_ratio) X(load_imbalance) X(local_hit_rate)            \
     X(bytes_rank_max) X(bytes_internode) X(bytes_intranode) X(dispatch_bytes_intranode)             \
     X(dispatch_bytes_internode) X(combine_bytes_intranode) X(combine_bytes_internode)               \
     X(dispatch_intranode_GBps) X(dispatch_internode_GBps) X(combine_intranode_GBps)                 \

@@ -1088,14 +1088,14 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
         }
         const struct mp_vtraffic *draw = &t[(warmup + it) % P];
         mp_vtraffic_time(cl, m, draw, res->ranks + (size_t)it * N);
-        mp_metrics_iter(res->ranks + (size_t)it * N, N, &res->metrics[it]);
+        mp_metrics_iter(res->ranks + (size_t)it * N, N, tp, &res->metrics[it]);
         if (pt->overlap > 1)
             mp_metrics_pipelined(&res->metrics[it]);
         if (plain) { /* the same draw with its phases one after the other */
             struct mp_vtraffic whole = *draw;
             whole.nchunks = 1;
             mp_vtraffic_time(cl, m, &whole, scratch);
-            mp_metrics_iter(scratch, N, &plain[it]);
+            mp_metrics_iter(scratch, N, tp, &plain[it]);
         }
     }
     if (plain)

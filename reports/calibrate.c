@@ -445,7 +445,7 @@ double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_c
     for (int d = 0; d < p->ndraws; d++) {
         struct mp_iter_metrics m;
         mp_vtraffic_time(cl, &p->model, &p->traffic[d], ranks);
-        mp_metrics_iter(ranks, N, &m);
+        mp_metrics_iter(ranks, N, p->tp, &m);
         v[d] = col == CAL_LAYER_FFN        ? m.ffn_us
                : col == CAL_LAYER_DISPATCH ? m.notify_us + m.dispatch_us
                : col == CAL_LAYER_COMBINE  ? m.combine_us

@@ -3,7 +3,8 @@
 # with the summaries written from the same numbers: for every point the median over iterations of
 # each rank's column is its layer_ranks.csv cell, and per iteration the maximum over ranks of each
 # phase (and of L_r) is layer_samples.csv's; on 2 measured ranks and on 4 modelled ones (pipelined
-# and --dedup node points among them); --no-rank-samples leaves the file out; --resume keeps it.
+# and --dedup node points among them); wait_ratio is 0 for identical work and the straggler's
+# share under --straggle; --no-rank-samples leaves the file out; --resume keeps it.
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 W="--experts 8 --topk 2 --shared 1 --hidden 64 --ffn 64 --batch 4,16 --iters 5 --warmup 1 --quiet"
@@ -56,6 +57,40 @@ PY
 }
 check "$TMP/measured" 2 "$(hostname)"
 check "$TMP/modelled" 4 ""
+
+# wait_ratio (docs/METRICS.md): 0 when every rank does identical work (4 experts, top-4: every
+# token on every rank), and (N − 1)·D / (N·layer_us) with --straggle 1:D on the model, every other
+# rank waiting the delay once; recomputed here from the per-rank samples too
+SAME="--backend model --comm model --cluster h100-ndr --world 4 --hidden 1024 --ffn 512 --experts 4
+    --topk 4 --shared 0 --batch 64,512 --iters 4 --quiet"
+# shellcheck disable=SC2086
+"$LAYER" $SAME --out "$TMP/same" || fail "identical-work run exit $?"
+# shellcheck disable=SC2086
+"$LAYER" $SAME --straggle 1:5000 --out "$TMP/straggle" || fail "--straggle run exit $?"
+python3 - "$TMP/same" "$TMP/straggle" <<'PY' || fail "wait_ratio"
+import csv, sys
+for d, delay in zip(sys.argv[1:], (0, 5000)):
+    for r in csv.DictReader(open(f"{d}/layer.csv")):
+        want = 3 * delay / (4 * float(r["layer_us"]))
+        assert abs(float(r["wait_ratio"]) - want) <= 1e-5, (d, r["batch"], r["wait_ratio"], want)
+    for r in csv.DictReader(open(f"{d}/layer_samples.csv")):
+        assert abs(float(r["wait_ratio"]) - 3 * delay / (4 * float(r["layer_us"]))) <= 1e-5, r["wait_ratio"]
+    # from the per-rank samples: tp = 1, so every collective's group is the whole world
+    rows = list(csv.DictReader(open(f"{d}/layer_rank_samples.csv")))
+    by = {}
+    for r in rows:
+        by.setdefault((r["batch"], r["iter"]), []).append(r)
+    phases = ["route_us", "notify_us", "dispatch_us", "ffn_us", "tp_reduce_us", "combine_us"]
+    for (b, it), rs in by.items():
+        wait = 0
+        for p in ("notify_us", "dispatch_us", "combine_us"):
+            start = [sum(float(r[q]) for q in phases[:phases.index(p)]) for r in rs]
+            wait += sum(min(float(r[p]), max(0, max(start) - s)) for r, s in zip(rs, start))
+        layer = max(float(r["layer_us"]) for r in rs)
+        want = 3 * delay / (4 * layer)
+        assert abs(wait / (4 * layer) - want) <= 1e-4 * max(want, 1e-3), (d, b, it, wait, want)
+    print(f"{d}: wait_ratio {'0' if not delay else '(N-1)D/(N layer)'} on every point and iteration")
+PY
 
 # --no-rank-samples: the other files as before, this one left out
 mpi 2 "$LAYER" $W --no-rank-samples --out "$TMP/off" || fail "--no-rank-samples exit $?"

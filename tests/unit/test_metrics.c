@@ -4,8 +4,31 @@
 #include "check.h"
 #include "metrics.h"
 
+/* wait_ratio on tp2ep2 (rank = ep_rank·2 + tp_rank): the TP reduce waits within (0,1) and (2,3),
+ * the combine within the EP groups (0,2) and (1,3); a wait is at most its phase's length. */
+static void check_wait_groups(void)
+{
+    struct mp_rank_iter r[4] = {{.ffn = 10, .tp_reduce = 5, .combine = 50},
+                                {.ffn = 30, .tp_reduce = 5, .combine = 50},
+                                {.ffn = 20, .tp_reduce = 5, .combine = 50},
+                                {.ffn = 20, .tp_reduce = 5, .combine = 50}};
+    struct mp_iter_metrics m;
+    mp_metrics_iter(r, 4, 2, &m);
+    /* TP reduce: rank 0 starts at 10, rank 1 at 30: 20 capped at 5; ranks 2 and 3 together.
+     * combine: ranks 0 and 2 start at 15 and 25 (0 waits 10), ranks 1 and 3 at 35 and 25 (3
+     * waits 10) */
+    CHECK_NEAR(m.layer_us, 85, 1e-12);
+    CHECK_NEAR(m.wait_ratio, (5 + 10 + 10) / (4 * 85.0), 1e-12);
+    /* identical ranks wait for nobody */
+    for (int i = 0; i < 4; i++)
+        r[i].ffn = 20;
+    mp_metrics_iter(r, 4, 2, &m);
+    CHECK_NEAR(m.wait_ratio, 0, 0);
+}
+
 int main(void)
 {
+    check_wait_groups();
     /* rank 0: q1 d10 f100 t0 c9 = 120; rank 1: q2 d50 f40 t0 c20 = 112 */
     struct mp_rank_iter r[2] = {
         {.route = 1, .dispatch = 10, .ffn = 100, .tp_reduce = 0, .combine = 9, .tokens = 4,
@@ -16,13 +39,16 @@ int main(void)
          .dispatch_intra = 1000, .combine_intra = 2000, .dropped = 3},
     };
     struct mp_iter_metrics m;
-    mp_metrics_iter(r, 2, &m);
+    mp_metrics_iter(r, 2, 1, &m);
     CHECK_NEAR(m.layer_us, 120, 1e-12);
     CHECK_NEAR(m.ffn_us, 100, 1e-12);
     CHECK_NEAR(m.ffn_mean_us, 70, 1e-12);
     CHECK_NEAR(m.comm_us, 120 - 100 - 2, 1e-12);       /* layer − ffn − max q */
     CHECK_NEAR(m.comm_comp_ratio, 18.0 / 100, 1e-12);
     CHECK_NEAR(m.bubble_ratio, (0 + 60) / (2 * 120.0), 1e-12);
+    /* waits in the collectives: dispatch starts at 1 (rank 0) and 2 (rank 1): rank 0 waits 1;
+     * combine starts at 111 and 92: rank 1 waits 19 (of its 20) */
+    CHECK_NEAR(m.wait_ratio, (1 + 19) / (2 * 120.0), 1e-12);
     CHECK_NEAR(m.load_imbalance, 12 / 8.0, 1e-12);
     CHECK_NEAR(m.local_hit_rate, 8 / 16.0, 1e-12);
     CHECK_NEAR(m.bytes_rank_max, 3000, 1e-12);
@@ -50,7 +76,7 @@ int main(void)
     r[0].notify = 15;
     r[0].dispatch = 60;
     r[0].dispatch_inter = r[0].combine_inter = 0;
-    mp_metrics_iter(r, 2, &m);
+    mp_metrics_iter(r, 2, 1, &m);
     CHECK_NEAR(m.notify_us, 15, 0);
     CHECK_NEAR(m.dispatch_us, 60, 0);
     CHECK_NEAR(m.layer_us, 1 + 15 + 60 + 100 + 0 + 9, 1e-12);
@@ -65,7 +91,7 @@ int main(void)
     r[1].dispatch_inter_us = r[1].dispatch_intra_us = 1;
     r[0].combine_inter_us = r[0].combine_intra_us = 2;
     r[1].combine_inter_us = 12, r[1].combine_intra_us = 5;
-    mp_metrics_iter(r, 2, &m);
+    mp_metrics_iter(r, 2, 1, &m);
     CHECK_NEAR(m.dispatch_inter_us, 30, 0);
     CHECK_NEAR(m.dispatch_intra_us, 20, 0);
     CHECK_NEAR(m.combine_inter_us, 12, 0);

@@ -318,7 +318,7 @@ int main(void)
     struct mp_rank_iter pr[EP];
     mp_vtraffic_time(&h100, &model, &t[0], pr);
     struct mp_iter_metrics pm;
-    mp_metrics_iter(pr, EP, &pm);
+    mp_metrics_iter(pr, EP, 1, &pm);
     L = h100.launch_us + (h100.launch_us + data) + slowest + (h100.launch_us + data);
     CHECK_NEAR(pm.layer_us, L, 1e-12);
     CHECK_NEAR(pm.notify_us, 0, 0); /* no count exchange */
@@ -356,7 +356,7 @@ int main(void)
     CHECK_NEAR(kept, 256.0 * model.topk, 0);
     CHECK_INT(t[0].count_exchange, 0);
     mp_vtraffic_time(&h100, &model, &t[0], pr);
-    mp_metrics_iter(pr, EP, &pm);
+    mp_metrics_iter(pr, EP, 1, &pm);
     CHECK_NEAR(pm.notify_us, 0, 0);
     mp_vtraffic_free(t, ndraws);
 
