@@ -103,7 +103,26 @@ struct point_key {
     const char *weight_dtype;
     int overlap;
     long batch;
+    const struct mp_placement *pl; /* the point's placement: the experts each EP rank holds */
 };
+
+/* The experts EP rank `ep` holds under `pl`, as ascending ranges separated by spaces ("0-3 9"). */
+static void local_experts_text(const struct mp_placement *pl, int ep, char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    const int *id = pl->local_ids + pl->local_off[ep];
+    int n = pl->local_off[ep + 1] - pl->local_off[ep];
+    for (int i = 0; i < n && at < size; i++) {
+        int j = i;
+        while (j + 1 < n && id[j + 1] == id[j] + 1)
+            j++;
+        int w = j > i ? snprintf(buf + at, size - at, "%s%d-%d", at ? " " : "", id[i], id[j])
+                      : snprintf(buf + at, size - at, "%s%d", at ? " " : "", id[i]);
+        at += w > 0 ? (size_t)w : 0;
+        i = j;
+    }
+}
 
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
@@ -116,10 +135,16 @@ static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
                               const struct point_key *k, const struct mp_point_result *res,
                               struct mp_row *row)
 {
-    int rc = MP_OK;
+    int rc = MP_OK, N = res->nranks;
+    double *w = malloc((size_t)(N > 0 ? N : 1) * MP_WAIT_PHASES * sizeof *w);
+    if (!w) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
     for (int i = 0; i < res->iters && rc == MP_OK; i++) {
         const struct mp_rank_iter *rk = mp_point_ranks(res, i);
-        for (int r = 0; r < res->nranks && rc == MP_OK; r++) {
+        mp_metrics_rank_waits(rk, N, k->lay->tp, w);
+        for (int r = 0; r < N && rc == MP_OK; r++) {
             const struct mp_rank_iter *x = &rk[r];
             put_key(row, s, k);
             mp_row_int(row, i);
@@ -128,14 +153,18 @@ static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
             mp_row_str(row, rank_host(s, r));
             mp_row_int(row, r / k->lay->tp);
             mp_row_int(row, r % k->lay->tp);
-            double v[] = {x->route,      x->notify,  x->dispatch, x->ffn,
-                          x->tp_reduce,  x->combine, mp_rank_layer_us(x), x->start_skew,
-                          x->tokens,     x->rows,    x->ffn_rows, x->bytes_sent};
+            const double *wr = &w[r * MP_WAIT_PHASES];
+            double v[] = {x->route,     x->notify,  x->dispatch, x->ffn,
+                          x->tp_reduce, x->combine, mp_rank_layer_us(x), x->start_skew,
+                          wr[0],        wr[1],      wr[2],       wr[3],
+                          wr[0] + wr[1] + wr[2] + wr[3],
+                          x->tokens,    x->rows,    x->ffn_rows, x->bytes_sent};
             for (size_t c = 0; c < sizeof v / sizeof v[0]; c++)
                 mp_row_dbl(row, v[c]);
             rc = mp_runfiles_write(f, FILE_RANK_SAMPLES, row);
         }
     }
+    free(w);
     return rc;
 }
 
@@ -169,6 +198,9 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
         mp_row_dbl(row, median_of(res, r, RANK_FIELD(dispatch_intra_us), scratch));
         mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_inter_us), scratch));
         mp_row_dbl(row, median_of(res, r, RANK_FIELD(combine_intra_us), scratch));
+        char held[4096];
+        local_experts_text(k->pl, r / k->lay->tp, held, sizeof held);
+        mp_row_str(row, held);
         rc = mp_runfiles_write(f, FILE_RANKS, row);
     }
     return rc;
@@ -249,9 +281,9 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
                        const char *routing, const char *group_limit, const char *placement,
                        int overlap, const char *dispatch, const char *dedup,
                        const char *dispatch_dtype, const char *weight_dtype, long batch,
-                       const struct mp_point_result *res)
+                       const struct mp_placement *pl, const struct mp_point_result *res)
 {
-    struct point_key k = {.lay = lay, .routing = routing, .group_limit = group_limit,
+    struct point_key k = {.lay = lay, .pl = pl, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
                           .dispatch_dtype = dispatch_dtype, .weight_dtype = weight_dtype,
                           .overlap = overlap, .batch = batch};
@@ -549,7 +581,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         model_memory(sw, lay, pl, batch, wtype, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                         dtype_word, wtype_word, batch, &res);
+                         dtype_word, wtype_word, batch, pl, &res);
     int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
     double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
     if (checked && !(res.check_error <= tight)) {

@@ -59,16 +59,17 @@ static void phase_of(const struct mp_rank_iter *r, int ph, double *start, double
     *len = r->combine;
 }
 
-/* The time all ranks waited in the collectives (docs/METRICS.md, "wait_ratio"): in each of the
- * EP group's exchanges (notify, dispatch, combine: the ranks of one tp_rank) and the TP group's
- * reduce (the tp ranks of one ep_rank), a rank that starts before the last of its group waits
- * until that one starts, at most as long as its phase lasted. */
-static double collective_wait(const struct mp_rank_iter *r, int n, int tp)
+/* The waits in the collectives (docs/METRICS.md, "wait_ratio"): in each of the EP group's exchanges
+ * (notify, dispatch, combine: the ranks of one tp_rank) and the TP group's reduce (the tp ranks of
+ * one ep_rank), a rank that starts before the last of its group waits until that one starts, at
+ * most as long as its phase lasted. Adds rank i's wait in phase ph to w[i * 4 + ph] when `w` is
+ * given; returns the sum over ranks and phases (NAN when tp does not divide n). */
+static double collective_wait(const struct mp_rank_iter *r, int n, int tp, double *w)
 {
     double wait = 0;
     if (tp < 1 || n % tp)
         return NAN;
-    for (int ph = 0; ph < 4; ph++) {
+    for (int ph = 0; ph < MP_WAIT_PHASES; ph++) {
         int ep_phase = ph != 2;
         /* a group: stride tp from its first rank (EP) or tp consecutive ranks (TP) */
         int groups = ep_phase ? tp : n / tp, size = ep_phase ? n / tp : tp;
@@ -80,13 +81,24 @@ static double collective_wait(const struct mp_rank_iter *r, int n, int tp)
                 last = k == 0 || s > last ? s : last;
             }
             for (int k = 0; k < size; k++) {
-                phase_of(&r[first + k * step], ph, &s, &len);
-                double w = last - s;
-                wait += w < 0 ? 0 : w > len ? len : w;
+                int i = first + k * step;
+                phase_of(&r[i], ph, &s, &len);
+                double x = last - s;
+                x = x < 0 ? 0 : x > len ? len : x;
+                wait += x;
+                if (w)
+                    w[i * MP_WAIT_PHASES + ph] = x;
             }
         }
     }
     return wait;
+}
+
+int mp_metrics_rank_waits(const struct mp_rank_iter *r, int n, int tp, double *w)
+{
+    for (int i = 0; i < n * MP_WAIT_PHASES; i++)
+        w[i] = 0;
+    return isnan(collective_wait(r, n, tp, w)) ? -1 : 0;
 }
 
 void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter_metrics *m)
@@ -123,7 +135,7 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter
     for (int i = 0; i < n; i++)
         idle += z.ffn_us - r[i].ffn;
     z.bubble_ratio = z.layer_us > 0 && n ? idle / (n * z.layer_us) : 0;
-    z.wait_ratio = z.layer_us > 0 && n ? collective_wait(r, n, tp) / (n * z.layer_us) : 0;
+    z.wait_ratio = z.layer_us > 0 && n ? collective_wait(r, n, tp, NULL) / (n * z.layer_us) : 0;
     z.load_imbalance = rows_sum > 0 ? rows_max / (rows_sum / n) : 1.0;
     z.local_hit_rate = pairs > 0 ? local / pairs : 0;
     z.drop_rate = pairs > 0 ? dropped / pairs : 0;

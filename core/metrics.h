@@ -66,6 +66,15 @@ extern const char *const mp_iter_metric_names[MP_ITER_METRICS];
 /* One rank's layer time L_r: the sum of its six phases. */
 double mp_rank_layer_us(const struct mp_rank_iter *r);
 
+/* The collectives a rank can wait in, in phase order: notify, dispatch, TP reduce, combine. */
+#define MP_WAIT_PHASES 4
+
+/* Each rank's wait in each collective of one iteration (docs/METRICS.md, "wait_ratio"): w[i * 4 +
+ * p] is how long rank i waited in phase p (notify, dispatch, TP reduce, combine) for the last rank
+ * of its group to arrive; w holds n * MP_WAIT_PHASES values. Returns 0, or -1 (w all 0) when tp does
+ * not divide n. Σ w / (n · layer_us) is the iteration's wait_ratio. */
+int mp_metrics_rank_waits(const struct mp_rank_iter *r, int n, int tp, double *w);
+
 /* Compute one iteration's metrics from `n` ranks' records, rank r = ep_rank·tp + tp_rank. */
 void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter_metrics *m);
 

@@ -282,6 +282,9 @@ static const struct mp_column layer_rank_cols[] = {
     {MPC_combine_intra_us, "µs", R,
      "`--dedup node`: this rank's intra-node return time in the combine; empty for `pair` and "
      "`rank`"},
+    {MPC_local_experts, "–", T,
+     "the expert ids this rank's EP rank holds under the point's placement, replicas included, as "
+     "ascending ranges separated by spaces (`0-3 9`)"},
 };
 
 /* layer_rank_samples.csv: every rank's record of every timed iteration, unsummarised (the rows
@@ -305,6 +308,16 @@ static const struct mp_column layer_rank_sample_cols[] = {
     {MPC_start_skew_us, "µs", R,
      "how long it waited at the iteration's start barrier for the last rank (as in "
      "layer_ranks.csv); not part of `layer_us`"},
+    {MPC_notify_wait_us, "µs", R,
+     "of `notify_us`, the time it waited for the last rank of its EP group to arrive "
+     "([METRICS.md](METRICS.md#wait_ratio))"},
+    {MPC_dispatch_wait_us, "µs", R, "of `dispatch_us`, likewise"},
+    {MPC_tp_reduce_wait_us, "µs", R, "of `tp_reduce_us`, the wait for the last rank of its TP group"},
+    {MPC_combine_wait_us, "µs", R,
+     "of `combine_us`, the wait for the last rank of its EP group (the bubble among it)"},
+    {MPC_wait_us, "µs", R,
+     "`w_r`, the sum of its four waits; `Σ_r w_r / (N · layer_us)` over the iteration's ranks is "
+     "layer_samples.csv's `wait_ratio`; `layer_us − wait_us` is the time it was busy"},
     {MPC_tokens, "tokens", R, "tokens it held"},
     {MPC_rows, "rows", R, "routed rows its experts computed"},
     {MPC_ffn_rows, "rows", R, "`rows` + shared-expert rows"},

@@ -29,7 +29,8 @@
     X(units_new) X(base_median_us) X(base_ci_lo_us) X(base_ci_hi_us) X(new_median_us)              \
     X(new_ci_lo_us) X(new_ci_hi_us) X(change_pct) X(u_base) X(p_value) X(test) X(verdict) X(reason) \
     X(replicate) X(token_ms) X(token_p99_ms) X(replica_tokens_per_s) X(dp) X(gpus) X(meets_slo)     \
-    X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over)
+    X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over) X(local_experts) X(notify_wait_us)           \
+    X(dispatch_wait_us) X(tp_reduce_wait_us) X(combine_wait_us) X(wait_us)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)

@@ -45,5 +45,7 @@ bytes_label(v) = (v < 1024) ? sprintf("%d B", v) : (v < 1048576) ? sprintf("%d K
     (v < 1073741824) ? sprintf("%d MiB", v / 1048576) : sprintf("%d GiB", v / 1073741824)
 
 load DATA."/curves.gp"
+# one x value (a single batch): a range around it, which log axes need
+if (exists("XMIN") && XMIN == XMAX) { XMIN = XMIN / 2.0; XMAX = XMAX * 2.0 }
 # many curves: a smaller legend so it stays beside its plot
 if (N > 12) { KEYFONT = SMALLFONT }

@@ -365,7 +365,7 @@ static int is_file(const char *p)
 static int run_render(const char *render, const char *tmp, const char *ref, const char *label,
                       char **dirs, int ndirs)
 {
-    const char **argv = calloc((size_t)ndirs + 12, sizeof *argv);
+    const char **argv = calloc((size_t)ndirs + 16, sizeof *argv);
     if (!argv) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
@@ -377,6 +377,8 @@ static int run_render(const char *render, const char *tmp, const char *ref, cons
     argv[a++] = "svg";
     argv[a++] = "--out";
     argv[a++] = tmp;
+    argv[a++] = "--timeline"; /* the largest bubble of each curve: timeline-K.svg */
+    argv[a++] = "curves";
     if (ref) {
         argv[a++] = "--reference";
         argv[a++] = ref;
@@ -1172,6 +1174,114 @@ static void hot_expert_findings(struct doc *d, struct rp_series *s, int ns)
         }
 }
 
+/* The bubble_ratio above which a point's bubble is traced to a rank (layer_rank_samples.csv). */
+#define WAIT_FINDING_BUBBLE 0.05
+
+/* The host, "node N" when the rank ran nowhere (the model), of row `row` of run's rank samples. */
+static void rank_host_text(const struct rp_run *run, int row, char *buf, size_t size)
+{
+    const struct mp_table *t = &run->rank_samples;
+    int ch = mp_table_col(t, MPC_host), cn = mp_table_col(t, MPC_node);
+    if (ch >= 0 && row >= 0 && t->cells[row][ch][0])
+        snprintf(buf, size, "host %s", t->cells[row][ch]);
+    else if (cn >= 0 && row >= 0)
+        snprintf(buf, size, "node %s", t->cells[row][cn]);
+    else
+        snprintf(buf, size, "host unknown");
+}
+
+/* Who the others wait for (docs/METRICS.md, "Who waits for whom"): for each curve, its points with
+ * a bubble above WAIT_FINDING_BUBBLE traced to their critical rank in layer_rank_samples.csv,
+ * consecutive batches with the same rank and cause in one item: routing (the rank's experts get
+ * RP_ROUTING_ROWS× the mean rows or more) or a slow rank or host (rows near the mean). */
+static void waiting_findings(struct doc *d, struct rp_series *s, int ns)
+{
+    for (int i = 0; i < ns; i++) {
+        const struct rp_run *run = s[i].run;
+        if (!run->n_rank_pts)
+            continue;
+        int p = 0;
+        while (p < s[i].n) {
+            struct rp_critical c = {.rank = -1};
+            int pt = -1;
+            if (s[i].pt[p].bubble > WAIT_FINDING_BUBBLE &&
+                (pt = rp_rank_point_find(run, &s[i], s[i].pt[p].batch)) >= 0)
+                c = rp_point_critical(&run->rank_samples, run->rank_pt_first[pt],
+                                      run->rank_pt_count[pt]);
+            if (c.rank < 0) {
+                p++;
+                continue;
+            }
+            /* the following points with the same rank and cause */
+            int q = p + 1, npts = 1;
+            double bmin = s[i].pt[p].bubble, bmax = bmin, share_min = c.share, ex_min = c.explains,
+                   ex_max = c.explains, rows_min = c.rows_ratio, rows_max = c.rows_ratio;
+            for (; q < s[i].n; q++) {
+                int qt = s[i].pt[q].bubble > WAIT_FINDING_BUBBLE
+                             ? rp_rank_point_find(run, &s[i], s[i].pt[q].batch)
+                             : -1;
+                if (qt < 0)
+                    break;
+                struct rp_critical e = rp_point_critical(&run->rank_samples,
+                                                         run->rank_pt_first[qt],
+                                                         run->rank_pt_count[qt]);
+                int vague = c.share < RP_CRITICAL_SHARE; /* no one rank: any rank continues it */
+                if ((e.share < RP_CRITICAL_SHARE) != vague ||
+                    (!vague && (e.rank != c.rank || e.routing != c.routing)))
+                    break;
+                npts++;
+                double b = s[i].pt[q].bubble;
+                bmin = b < bmin ? b : bmin;
+                bmax = b > bmax ? b : bmax;
+                share_min = e.share < share_min ? e.share : share_min;
+                ex_min = e.explains < ex_min ? e.explains : ex_min;
+                ex_max = e.explains > ex_max ? e.explains : ex_max;
+                rows_min = e.rows_ratio < rows_min ? e.rows_ratio : rows_min;
+                rows_max = e.rows_ratio > rows_max ? e.rows_ratio : rows_max;
+            }
+            char where[160], host[160], head[400], range[64];
+            if (npts == 1)
+                snprintf(where, sizeof where, "batch %g (bubble %.0f %%)", s[i].pt[p].batch,
+                         100 * bmin);
+            else
+                snprintf(where, sizeof where, "batches %g–%g, %d points (bubble %.0f–%.0f %%)",
+                         s[i].pt[p].batch, s[i].pt[q - 1].batch, npts, 100 * bmin, 100 * bmax);
+            rank_host_text(run, c.row, host, sizeof host);
+            snprintf(head, sizeof head, "%s, %s", s[i].label, where);
+            if (npts == 1 || round(100 * ex_min) == round(100 * ex_max))
+                snprintf(range, sizeof range, "%.0f %%", 100 * ex_min);
+            else
+                snprintf(range, sizeof range, "%.0f–%.0f %%", 100 * ex_min, 100 * ex_max);
+            if (c.share < RP_CRITICAL_SHARE)
+                doc_li(d, head,
+                       "no one rank: the critical rank (the longest busy time) changes from "
+                       "iteration to iteration (at the first, rank %d, %s, most often: %.0f %% of "
+                       "iterations), a shifting load or noise rather than one straggler.",
+                       c.rank, host, 100 * c.share);
+            else if (c.routing) {
+                const char *ex = rp_rank_experts(run, pt, c.rank);
+                char held[200] = "";
+                if (ex[0])
+                    snprintf(held, sizeof held, " holds experts %.120s and", ex);
+                doc_li(d, head,
+                       "routing: rank %d (%s)%s gets %.1f× the mean rows%s; it is the critical "
+                       "rank (the longest busy time) in %.0f %% of iterations%s, and waiting for "
+                       "it takes %s of all ranks' layer time.",
+                       c.rank, host, held, rows_min,
+                       npts > 1 && rows_max - rows_min >= 0.05 ? " or more" : "",
+                       100 * share_min, share_min < 1 ? " or more" : "", range);
+            } else
+                doc_li(d, head,
+                       "a slow rank or host, not routing: rank %d (%s) is the critical rank (the "
+                       "longest busy time) in %.0f %% of iterations%s with rows near the mean "
+                       "(%.2f×); waiting for it takes %s of all ranks' layer time.",
+                       c.rank, host, 100 * share_min, share_min < 1 ? " or more" : "", rows_max,
+                       range);
+            p = q;
+        }
+    }
+}
+
 typedef void (*finding_fn)(struct doc *d, struct rp_series *s, int ns);
 
 /* A findings section: its title and list when any of `fns` finds something (tried first on a
@@ -1228,10 +1338,12 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
         doc_ul(d, 0);
     }
     static const finding_fn hot[] = {hot_expert_findings};
+    static const finding_fn waits[] = {waiting_findings};
     static const finding_fn remedies[] = {replication_findings, dispatch_findings, dedup_findings,
                                           overlap_findings, remedy_findings};
     static const finding_fn model[] = {model_findings};
     findings_section(d, "What hot experts cost", hot, 1, s, ns);
+    findings_section(d, "Who the others wait for", waits, 1, s, ns);
     findings_section(d, "Which remedy pays", remedies, 5, s, ns);
     findings_section(d, "How close the model is to the measurements", model, 1, s, ns);
     return MP_OK;
@@ -2047,6 +2159,62 @@ static const char css[] =
     "table.text td,table.text th{text-align:left}"
     "tr:nth-child(even) td{background:#fbfbfb}";
 
+/* How many per-rank timelines plots/render drew into `dir` (timeline-1.svg, timeline-2.svg, ...:
+ * one per curve with rank samples, `--timeline curves`). */
+static int timeline_count(const char *dir)
+{
+    int n = 0;
+    for (;; n++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/timeline-%d.svg", dir, n + 1);
+        if (!is_file(p))
+            return n;
+    }
+}
+
+/* The per-rank timelines (docs/plots.md, "Per-rank timeline"): the point with the largest bubble
+ * of each curve, inlined in the HTML and linked from the Markdown. */
+static int write_timelines(struct doc *d, const char *figdir, const char *md_plots_rel)
+{
+    static const char caption[] =
+        "One bar per rank, grouped by host: its phases in the median iteration (top) and the p99 "
+        "iteration (bottom) of the point named in the title, the point with the largest "
+        "bubble_ratio of its curve. Grey: waiting in a collective for the last rank of its group "
+        "(wait_us). Red outline: the critical rank, whose busy time (layer_us − wait_us) is the "
+        "longest — the rank the others wait for; each bar is annotated with the rank's routed "
+        "rows and the experts it holds (layer_rank_samples.csv, layer_ranks.csv).";
+    int n = timeline_count(figdir);
+    if (n == 0)
+        return MP_OK;
+    doc_h(d, 3, "Per-rank timelines");
+    for (int k = 1; k <= n; k++) {
+        char path[PATH_MAX + 64], prefix[32];
+        snprintf(path, sizeof path, "%s/timeline-%d.svg", figdir, k);
+        if (d->h) {
+            char *svg = mp_read_file(path, NULL);
+            if (!svg) {
+                mp_error("%s: %s", path, strerror(errno));
+                return MP_ERR_RUNTIME;
+            }
+            snprintf(prefix, sizeof prefix, "t%d-", k);
+            fputs("<figure>\n", d->h);
+            int rc = rp_svg_inline(svg, prefix, d->h);
+            free(svg);
+            if (rc != MP_OK) {
+                mp_error("%s: no <svg> element", path);
+                return MP_ERR_RUNTIME;
+            }
+            fputs("\n<figcaption>", d->h);
+            html_esc(d->h, caption);
+            fputs("</figcaption>\n</figure>\n", d->h);
+        }
+        if (d->m)
+            fprintf(d->m, "![Per-rank timeline %d](%s/timeline-%d.svg)\n\n%s\n\n", k,
+                    md_plots_rel, k, k == n ? caption : "");
+    }
+    return MP_OK;
+}
+
 static int write_report(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
                         const char *md_plots_rel, const char *figdir, const int *have_fig,
                         char **dirs, int ndirs, const struct rp_run *runs, struct rp_series *s,
@@ -2150,6 +2318,8 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
             fputs("\n\n", d.m);
         }
     }
+    if (rc == MP_OK)
+        rc = write_timelines(&d, figdir, md_plots_rel);
     if (rc == MP_OK) {
         write_layer_tables(&d, s, ns);
         rc = write_bubble_table(&d, s, ns, ref);
@@ -2242,9 +2412,19 @@ static int load_reference(const struct report_opts *o, const char *root, struct 
     return rc;
 }
 
-/* The rendered figures (tmp/NAME.svg) that exist, copied beside the Markdown report into md_dir. */
+/* The rendered figures (tmp/NAME.svg) that exist, and the timelines, copied beside the Markdown
+ * report into md_dir. */
 static int copy_figures(const char *tmp, const char *md_dir, const int *have_fig)
 {
+    for (int k = 1, n = timeline_count(tmp); k <= n; k++) {
+        char from[PATH_MAX + 64], to[PATH_MAX + 64];
+        snprintf(from, sizeof from, "%s/timeline-%d.svg", tmp, k);
+        snprintf(to, sizeof to, "%s/timeline-%d.svg", md_dir, k);
+        if (copy_file(from, to) != 0) {
+            mp_error("%s: cannot write: %s", to, strerror(errno));
+            return MP_ERR_RUNTIME;
+        }
+    }
     for (int f = 0; f < NFIG; f++) {
         if (!have_fig[f])
             continue;

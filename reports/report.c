@@ -103,6 +103,35 @@ static int load_json(const char *dir, const char *name, cJSON **out)
     return rc;
 }
 
+static const char *const rank_samples_need[] = {MPC_iter, MPC_rank, MPC_layer_us, MPC_rows, NULL};
+static const char *const ranks_need[] = {MPC_rank, NULL};
+
+/* The points of run->rank_samples: runs of rows with the same key cells (those before `iter`). */
+static int index_rank_points(struct rp_run *run)
+{
+    const struct mp_table *t = &run->rank_samples;
+    run->rank_key = mp_table_col(t, MPC_iter);
+    if (!t->cols || run->rank_key < 1 || t->nrows == 0)
+        return MP_OK;
+    run->rank_pt_first = malloc((size_t)t->nrows * sizeof *run->rank_pt_first);
+    run->rank_pt_count = malloc((size_t)t->nrows * sizeof *run->rank_pt_count);
+    if (!run->rank_pt_first || !run->rank_pt_count) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (long i = 0; i < t->nrows; i++) {
+        int same = i > 0;
+        for (int c = 0; same && c < run->rank_key; c++)
+            same = !strcmp(t->cells[i][c], t->cells[i - 1][c]);
+        if (!same) {
+            run->rank_pt_first[run->n_rank_pts] = i;
+            run->rank_pt_count[run->n_rank_pts++] = 0;
+        }
+        run->rank_pt_count[run->n_rank_pts - 1]++;
+    }
+    return MP_OK;
+}
+
 int rp_run_load(const char *dir, struct rp_run *run)
 {
     memset(run, 0, sizeof *run);
@@ -132,6 +161,14 @@ int rp_run_load(const char *dir, struct rp_run *run)
                  dir);
         rc = MP_ERR_USAGE;
     }
+    int extra = 0; /* the per-rank files: optional, read beside layer.csv */
+    if (rc == MP_OK && run->layer.cols)
+        rc = load_table(dir, mp_schema_layer_rank_samples.file, rank_samples_need,
+                        &run->rank_samples, &extra);
+    if (rc == MP_OK && run->layer.cols)
+        rc = load_table(dir, mp_schema_layer_ranks.file, ranks_need, &run->ranks, &extra);
+    if (rc == MP_OK)
+        rc = index_rank_points(run);
     if (rc != MP_OK)
         rp_run_free(run);
     return rc;
@@ -146,6 +183,10 @@ void rp_run_free(struct rp_run *run)
     mp_table_free(&run->a2a);
     mp_table_free(&run->ffn);
     mp_table_free(&run->plan);
+    mp_table_free(&run->rank_samples);
+    mp_table_free(&run->ranks);
+    free(run->rank_pt_first);
+    free(run->rank_pt_count);
     memset(run, 0, sizeof *run);
 }
 
@@ -653,6 +694,125 @@ int rp_remedies(const struct rp_series *s, int ns, int b, struct rp_remedy *out,
         out[pos] = x;
     }
     return n;
+}
+
+/* ---- who the others wait for ---- */
+
+struct rp_critical rp_point_critical(const struct mp_table *t, long first, long count)
+{
+    struct rp_critical c = {.rank = -1, .row = -1};
+    int ci = mp_table_col(t, MPC_iter), cr = mp_table_col(t, MPC_rank),
+        cl = mp_table_col(t, MPC_layer_us), cw = mp_table_col(t, MPC_wait_us),
+        cn = mp_table_col(t, MPC_rows);
+    if (ci < 0 || cr < 0 || cl < 0 || cw < 0 || cn < 0 || count <= 0)
+        return c;
+    int it0 = -1, iters = 0, nranks = 0; /* iterations it0 .. it0 + iters − 1 */
+    for (long i = first; i < first + count; i++) {
+        double it = cell_num(t, i, ci), r = cell_num(t, i, cr);
+        if (!(it >= 0) || !(r >= 0))
+            return c;
+        it0 = it0 < 0 || it < it0 ? (int)it : it0;
+    }
+    for (long i = first; i < first + count; i++) {
+        int it = (int)cell_num(t, i, ci) - it0, r = (int)cell_num(t, i, cr);
+        iters = it + 1 > iters ? it + 1 : iters;
+        nranks = r + 1 > nranks ? r + 1 : nranks;
+    }
+    /* per iteration: the critical rank, its busy time, the waits, the layer time */
+    int *crit = malloc((size_t)iters * sizeof *crit), *times = calloc((size_t)nranks, sizeof *times);
+    double *busy = malloc((size_t)iters * sizeof *busy), *wait = calloc((size_t)iters, sizeof *wait),
+           *layer = calloc((size_t)iters, sizeof *layer), *rows = calloc((size_t)iters, sizeof *rows),
+           *crit_rows = calloc((size_t)iters, sizeof *crit_rows);
+    if (!crit || !times || !busy || !wait || !layer || !rows || !crit_rows)
+        goto out;
+    for (int it = 0; it < iters; it++) {
+        crit[it] = -1;
+        busy[it] = -INFINITY;
+    }
+    for (long i = first; i < first + count; i++) {
+        int it = (int)cell_num(t, i, ci) - it0, r = (int)cell_num(t, i, cr);
+        double L = cell_num(t, i, cl), w = cell_num(t, i, cw), n = cell_num(t, i, cn);
+        if (isnan(L) || isnan(w))
+            goto out;
+        double b = L - w;
+        if (b > busy[it] || (b == busy[it] && r < crit[it])) {
+            busy[it] = b;
+            crit[it] = r;
+            crit_rows[it] = isnan(n) ? 0 : n;
+        }
+        wait[it] += w;
+        layer[it] = L > layer[it] ? L : layer[it];
+        rows[it] += isnan(n) ? 0 : n;
+    }
+    for (int it = 0; it < iters; it++)
+        if (crit[it] >= 0)
+            times[crit[it]]++;
+    c.rank = 0;
+    for (int r = 1; r < nranks; r++)
+        c.rank = times[r] > times[c.rank] ? r : c.rank;
+    double own = 0, mean = 0, waited = 0, total = 0;
+    for (int it = 0; it < iters; it++) {
+        total += nranks * layer[it];
+        if (crit[it] != c.rank)
+            continue;
+        own += crit_rows[it];
+        mean += rows[it] / nranks;
+        waited += wait[it];
+    }
+    c.iters = iters;
+    c.nranks = nranks;
+    c.share = iters ? (double)times[c.rank] / iters : 0;
+    c.rows_ratio = mean > 0 ? own / mean : NAN;
+    c.explains = total > 0 ? waited / total : NAN;
+    c.routing = c.rows_ratio >= RP_ROUTING_ROWS;
+    for (long i = first; i < first + count && c.row < 0; i++)
+        if ((int)cell_num(t, i, cr) == c.rank)
+            c.row = (int)i;
+out:
+    free(crit);
+    free(times);
+    free(busy);
+    free(wait);
+    free(layer);
+    free(rows);
+    free(crit_rows);
+    return c;
+}
+
+int rp_rank_point_find(const struct rp_run *run, const struct rp_series *s, double batch)
+{
+    const struct mp_table *t = &run->rank_samples;
+    int cb = mp_table_col(t, MPC_batch), col[RP_NKEY];
+    if (cb < 0)
+        return -1;
+    for (int k = 0; k < RP_NKEY; k++)
+        col[k] = mp_table_col(t, rp_key_names[k]);
+    for (int p = 0; p < run->n_rank_pts; p++) {
+        long i = run->rank_pt_first[p];
+        int same = cell_num(t, i, cb) == batch;
+        for (int k = 0; k < RP_NKEY && same; k++)
+            same = col[k] < 0 || !strcmp(t->cells[i][col[k]], s->key[k]);
+        if (same)
+            return p;
+    }
+    return -1;
+}
+
+const char *rp_rank_experts(const struct rp_run *run, int pt, int rank)
+{
+    const struct mp_table *r = &run->ranks, *t = &run->rank_samples;
+    int ce = mp_table_col(r, MPC_local_experts), cr = mp_table_col(r, MPC_rank);
+    if (ce < 0 || cr < 0 || pt < 0 || pt >= run->n_rank_pts || r->ncols < run->rank_key)
+        return "";
+    const char *const *key = (const char *const *)t->cells[run->rank_pt_first[pt]];
+    for (long i = 0; i < r->nrows; i++) {
+        int same = cell_num(r, i, cr) == rank;
+        for (int c = 0; c < run->rank_key && same; c++)
+            same = !strcmp(r->cells[i][c], key[c]);
+        if (same)
+            return r->cells[i][ce];
+    }
+    return "";
 }
 
 /* ---- the reference table ---- */

@@ -18,6 +18,12 @@ struct rp_run {
     struct cJSON *json;      /* run.json, NULL when absent */
     struct cJSON *plan_json; /* plan.json (moeperf-plan --out), NULL when absent */
     struct mp_table layer, a2a, ffn, plan;
+    /* layer_rank_samples.csv and layer_ranks.csv when present (ncols 0 otherwise), and the
+     * points of the first: rank_pt_first[i], rank_pt_count[i] its rows (a point's rows are
+     * contiguous), the first rank_key cells its key */
+    struct mp_table rank_samples, ranks;
+    long *rank_pt_first, *rank_pt_count;
+    int n_rank_pts, rank_key;
 };
 
 /* Load `dir`: run.json and plan.json when present (unparseable: MP_ERR_USAGE), then each of
@@ -180,6 +186,40 @@ struct rp_dedup_cmp {
  * differs from it only in `dedup` and has a point at the same batch. Returns how many modes
  * (pair included) it compares, 0 when s[b] is not `pair`, has no such point or no other mode. */
 int rp_dedup_compare(const struct rp_series *s, int ns, int b, int i, struct rp_dedup_cmp *out);
+
+/* ---- who the others wait for (layer_rank_samples.csv) ---- */
+
+/* A rank whose routed rows are at least this multiple of the mean over ranks is slow because of
+ * its routing (its experts' rows), not because of itself. */
+#define RP_ROUTING_ROWS 1.25
+/* A rank critical in fewer than this share of a point's iterations is not named as its cause. */
+#define RP_CRITICAL_SHARE 0.5
+
+/* Who the other ranks waited for at one point (docs/METRICS.md, "Who waits for whom"). In each
+ * iteration the critical rank is the one with the longest busy time L_r − w_r (its layer time
+ * less its waits in the collectives: the work the others wait for; ties to the lower rank). */
+struct rp_critical {
+    int iters, nranks;
+    int rank;          /* the rank most often critical; −1 without data (no wait_us column) */
+    int row;           /* a row of that rank in the table (its host and node) */
+    double share;      /* the share of iterations in which it is critical */
+    double rows_ratio; /* its routed rows over those iterations / the mean rank's */
+    double explains;   /* Σ w_r over the iterations it is critical in, / Σ N · layer_us over all:
+                          the share of all ranks' layer time spent waiting for it */
+    int routing;       /* rows_ratio ≥ RP_ROUTING_ROWS: its routing makes it slow */
+};
+
+/* The critical rank of the point whose rows are t's rows first .. first + count − 1 (columns
+ * iter, rank, layer_us, wait_us, rows of layer_rank_samples.csv). */
+struct rp_critical rp_point_critical(const struct mp_table *t, long first, long count);
+
+/* The rows of `run`'s layer_rank_samples.csv for curve s's point at `batch`: returns the index of
+ * the point (run->rank_pt_first/count), or −1 when the run has no such rows. */
+int rp_rank_point_find(const struct rp_run *run, const struct rp_series *s, double batch);
+
+/* The local_experts cell of layer_ranks.csv for rank `rank` of run's rank point `pt`, or "" when
+ * the run has no layer_ranks.csv or no such cell. */
+const char *rp_rank_experts(const struct rp_run *run, int pt, int rank);
 
 /* ---- the reference table ---- */
 

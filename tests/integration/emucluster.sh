@@ -4,8 +4,8 @@
 # limits the exchange (no rank sends faster than the link rate; an unshaped link is several times
 # faster): the timing studies, judged in the perf tier; ranks of one node share it (2 x 2: bytes
 # within and between nodes in both phases, the count exchange timed as notify_us by the dynamic
-# dispatch only), a SIGTERM stops a job naming its point, and nothing of any cluster is left
-# afterwards.
+# dispatch only), a straggler on the second host is named with its host by moeperf-report, a
+# SIGTERM stops a job naming its point, and nothing of any cluster is left afterwards.
 # Skips (77) only where network namespaces cannot be created.
 . "$(dirname "$0")/lib.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -122,6 +122,18 @@ for r in rows("layer.csv"):
             print(f"{d}: not so: {what} ({v})", file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
+
+    # who the others wait for across two hosts: rank 3 (node1) straggles; the report names it and
+    # its host as a slow rank, not routing
+    "$EMU" run --name "${NAME}r" --nodes 2 --ranks-per-node 2 -- "$BIN/moeperf-layer" $MODEL \
+        --batch 64 --iters 5 --straggle 3:20000 --quiet --out "$TMP/slowhost" >/dev/null \
+        2>"$TMP/slowhost.err" || fail "the 2 x 2 straggler run exited $?: $(cat "$TMP/slowhost.err")"
+    "$BUILD/reports/moeperf-report" "$TMP/slowhost" --md "$TMP/slowhost.md" >/dev/null ||
+        fail "moeperf-report on the 2 x 2 straggler run exited $?"
+    grep -o "a slow rank or host, not routing: rank [0-9]* (host [a-z0-9]*)" "$TMP/slowhost.md" ||
+        fail "no slow rank found: $(sed -n '/Who the others wait/,/^How/p' "$TMP/slowhost.md")"
+    grep -q "a slow rank or host, not routing: rank 3 (host node1)" "$TMP/slowhost.md" ||
+        fail "the slow rank is not named as rank 3 on node1"
 
     # 5. SIGTERM to run: the ranks name the point, the job stops, the cluster it made is removed
     "$EMU" run --name "${NAME}s" --nodes 2 -- "$BIN/moeperf-layer" $MODEL --batch 1:256:x2 --iters 20 \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # plots.sh - plots/render draws every figure, as PNG and as SVG, from run directories written by
 # the real binaries (moeperf-layer on 1 and 2 ranks with 2 routings x 2 placements, moeperf-a2a,
-# moeperf-ffn) plus a model run; a missing column or file exits 2 naming it and leaves no image,
-# and a failing gnuplot leaves no partial image either.
+# moeperf-ffn) plus a model run, and each layer run's per-rank timeline, chosen as asked; a missing
+# column or file exits 2 naming it and leaves no image, and a failing gnuplot leaves no partial
+# image either.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 RENDER=$SRC/plots/render
@@ -48,7 +49,11 @@ for p in $(for f in $FIGS_A2A; do echo "$TMP/a2a/plots/$f.png"; done) \
     $(for f in $FIGS_FFN; do echo "$TMP/ffn/plots/$f.png"; done); do
     [ -s "$p" ] && is_png "$p" || fail "$p missing, empty or not a PNG"
 done
-expected=$((2 * $(count $FIGS_LAYER) + $(count $FIGS_A2A) + $(count $FIGS_FFN)))
+# and each layer run's per-rank timeline (its largest bubble)
+for d in l1 l2; do
+    [ -s "$TMP/$d/plots/timeline.png" ] && is_png "$TMP/$d/plots/timeline.png" || fail "$d has no timeline.png"
+done
+expected=$((2 * $(count $FIGS_LAYER) + 2 + $(count $FIGS_A2A) + $(count $FIGS_FFN)))
 [ "$(wc -l <"$TMP/out1")" -eq $expected ] ||
     fail "render listed $(wc -l <"$TMP/out1") images, expected $expected"
 if ls -a "$TMP"/*/plots | grep -q '\.tmp'; then fail "temporary files left in plots/"; fi
@@ -118,7 +123,29 @@ rc=0
 [ "$rc" -eq 2 ] || fail "missing reference: exit $rc"
 [ -z "$(ls -A "$TMP/e" 2>/dev/null)" ] || fail "images left after bad arguments"
 
-# 5. gnuplot failing halfway through an image: exit 1 and no partial image
+# 5. the per-rank timeline's selection: by cells, one per curve, none; a selection that matches
+# nothing exits 2 (tests/integration/who_waits.sh looks at what the timelines show)
+"$RENDER" --out "$TMP/tl-sel" --timeline routing=hot:2:10,placement=contiguous "$TMP/l2" >"$TMP/out" ||
+    fail "render --timeline routing=hot:2:10,placement=contiguous exit $?"
+grep -q 'timeline\.png$' "$TMP/out" || fail "--timeline routing=...: no timeline.png"
+"$RENDER" --format svg --out "$TMP/tl-cur" --timeline curves "$TMP/l2" >"$TMP/out" ||
+    fail "render --timeline curves exit $?"
+[ "$(grep -c 'timeline-[0-9]*\.svg$' "$TMP/out")" -eq 4 ] || fail "--timeline curves: $(cat "$TMP/out")"
+curve=("" "uniform · placement contiguous" "uniform · placement replicate-hot:2"
+    "hot:2:10 · placement contiguous" "hot:2:10 · placement replicate-hot:2")
+for k in 1 2 3 4; do
+    grep -qF "routing ${curve[$k]}" "$TMP/tl-cur/timeline-$k.svg" || fail "timeline-$k is not its curve's"
+done
+"$RENDER" --out "$TMP/tl-none" --timeline none "$TMP/l2" >/dev/null || fail "--timeline none exit $?"
+[ ! -e "$TMP/tl-none/timeline.png" ] || fail "--timeline none drew a timeline"
+for bad in routing=zipf:9 nosuchcolumn=1 "bad"; do
+    rc=0
+    "$RENDER" --out "$TMP/tl-bad" --timeline "$bad" "$TMP/l2" 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && grep -q -- "--timeline" "$TMP/err" || fail "--timeline $bad: exit $rc: $(cat "$TMP/err")"
+done
+[ -z "$(ls -A "$TMP/tl-bad" 2>/dev/null)" ] || fail "images left after a bad --timeline"
+
+# 6. gnuplot failing halfway through an image: exit 1 and no partial image
 mkdir -p "$TMP/shim"
 cat >"$TMP/shim/gnuplot" <<'EOF'
 #!/bin/sh

@@ -2,7 +2,8 @@
 # rank_samples.sh - layer_rank_samples.csv, every rank's record of every timed iteration, agrees
 # with the summaries written from the same numbers: for every point the median over iterations of
 # each rank's column is its layer_ranks.csv cell, and per iteration the maximum over ranks of each
-# phase (and of L_r) is layer_samples.csv's; on 2 measured ranks and on 4 modelled ones (pipelined
+# phase (and of L_r) is layer_samples.csv's, and its waits sum to wait_us and to wait_ratio; on 2
+# measured ranks and on 4 modelled ones (pipelined
 # and --dedup node points among them); wait_ratio is 0 for identical work and the straggler's
 # share under --straggle; --no-rank-samples leaves the file out; --resume keeps it.
 . "$(dirname "$0")/lib.sh"
@@ -51,6 +52,18 @@ for row in per_iter:  # the maximum over ranks, per iteration, is layer_samples.
     assert len(got) == ranks
     for c, s in maxed.items():
         assert max(float(r[c]) for r in got) == float(row[s]), (row["layout"], row["iter"], c)
+        cells += 1
+    # the waits: each at most its phase, wait_us their sum, Σ wait_us / (N · layer_us) the
+    # iteration's wait_ratio (docs/METRICS.md, "Who waits for whom")
+    for r in got:
+        parts = [float(r[p + "_wait_us"]) for p in ("notify", "dispatch", "tp_reduce", "combine")]
+        for p, w in zip(("notify", "dispatch", "tp_reduce", "combine"), parts):
+            assert 0 <= w <= float(r[p + "_us"]) * (1 + 1e-6) + 1e-9, (p, w, r[p + "_us"])
+        assert abs(sum(parts) - float(r["wait_us"])) <= 1e-4 * max(1, float(r["wait_us"])), r
+    L = float(row["layer_us"])
+    if L > 0:
+        ratio = sum(float(r["wait_us"]) for r in got) / (ranks * L)
+        assert abs(ratio - float(row["wait_ratio"])) <= 1e-5, (ratio, row["wait_ratio"])
         cells += 1
 print(f"{d}: {len(samples)} rank samples, {cells} cells agree")
 PY

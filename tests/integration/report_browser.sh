@@ -50,50 +50,20 @@ for e in log.get("events", []):
 EOF
 }
 
-# not_blank PNG [MARKER]: decode the screenshot (8-bit RGB/RGBA, no interlace) and require real content:
+# not_blank PNG [MARKER]: decode the screenshot (tests/integration/png.py) and require real content:
 # at least 2 % of the pixels not white and at least 50 distinct colours (text and plot lines); with
 # MARKER, at least that many pure magenta pixels too.
 not_blank() {
-    python3 - "$@" <<'EOF'
-import struct, sys, zlib
-data = open(sys.argv[1], "rb").read()
-assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-pos, idat, w = 8, b"", 0
-while pos < len(data):
-    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-    body = data[pos + 8:pos + 8 + n]
-    if kind == b"IHDR":
-        w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-        assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
-        bpp = 3 if ctype == 2 else 4
-    elif kind == b"IDAT":
-        idat += body
-    pos += 12 + n
-raw = zlib.decompress(idat)
-stride = w * bpp
-prev = bytearray(stride)
+    PYTHONPATH="$(dirname "$0")" python3 - "$@" <<'EOF'
+import sys
+from png import decode
+w, h, rows = decode(sys.argv[1])
 colours, nonwhite, marker = set(), 0, 0
-for y in range(h):
-    f = raw[y * (stride + 1)]
-    line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-    for x in range(stride):
-        a = line[x - bpp] if x >= bpp else 0
-        b = prev[x]
-        c = prev[x - bpp] if x >= bpp else 0
-        if f == 1: line[x] = (line[x] + a) & 255
-        elif f == 2: line[x] = (line[x] + b) & 255
-        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c
-            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    for x in range(0, stride, bpp):
-        px = bytes(line[x:x + 3])
-        marker += px == b"\xff\x00\xff"
+for line in rows:
+    for px in line:
+        marker += px == (255, 0, 255)
         colours.add(px)
-        if px != b"\xff\xff\xff":
-            nonwhite += 1
-    prev = line
+        nonwhite += px != (255, 255, 255)
 share = nonwhite / (w * h)
 print(f"{w}x{h}: {100 * share:.1f} % non-white pixels, {len(colours)} colours")
 assert (w, h) == (1200, 800), (w, h)

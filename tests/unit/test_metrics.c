@@ -19,6 +19,13 @@ static void check_wait_groups(void)
      * waits 10) */
     CHECK_NEAR(m.layer_us, 85, 1e-12);
     CHECK_NEAR(m.wait_ratio, (5 + 10 + 10) / (4 * 85.0), 1e-12);
+    /* the same waits per rank and phase (notify, dispatch, TP reduce, combine) */
+    double w[4 * MP_WAIT_PHASES];
+    CHECK_INT(mp_metrics_rank_waits(r, 4, 2, w), 0);
+    const double want[4 * MP_WAIT_PHASES] = {0, 0, 5, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10};
+    for (int i = 0; i < 4 * MP_WAIT_PHASES; i++)
+        CHECK_NEAR(w[i], want[i], 1e-12);
+    CHECK_INT(mp_metrics_rank_waits(r, 4, 3, w), -1); /* tp 3 does not divide 4 ranks */
     /* identical ranks wait for nobody */
     for (int i = 0; i < 4; i++)
         r[i].ffn = 20;

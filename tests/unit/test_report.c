@@ -1,6 +1,7 @@
 /* test_report.c - the report's findings on synthetic data: batch cap, knee, bubble, the effect of
  * replication, overlap ranked against none and the remedies ranked together, the dedup modes,
- * curve grouping of a run directory, the reference label and SVG inlining. */
+ * curve grouping of a run directory, the reference label and SVG inlining, and the critical rank
+ * of a point's per-rank samples. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,6 +515,53 @@ static void test_flush_key(void)
     CHECK_INT(rp_differ_only_in(&cold, &model, RP_K_SOURCE, 0), 0);
 }
 
+/* Who the others wait for, on a table of 3 iterations × 3 ranks: rank 2 has the longest busy time
+ * (layer_us − wait_us) in iterations 0 and 2, rank 0 in iteration 1; with its rows at the mean it
+ * is a slow rank, with 3× the mean rows its routing; the waits for it are the share of the layer
+ * time of its iterations. */
+static void test_critical_rank(void)
+{
+    struct mp_table t = {0};
+    static char *hdr[] = {"iter", "rank", "layer_us", "wait_us", "rows"};
+    static char *rows[9][5] = {
+        {"0", "0", "100", "60", "10"}, {"0", "1", "100", "70", "10"}, {"0", "2", "100", "0", "10"},
+        {"1", "0", "90", "0", "10"},   {"1", "1", "90", "50", "10"},  {"1", "2", "90", "40", "10"},
+        {"2", "0", "80", "50", "10"},  {"2", "1", "80", "40", "10"},  {"2", "2", "80", "10", "10"},
+    };
+    char **cells[9];
+    for (int i = 0; i < 9; i++)
+        cells[i] = rows[i];
+    t.ncols = 5;
+    t.cols = hdr;
+    t.nrows = 9;
+    t.cells = cells;
+    struct rp_critical c = rp_point_critical(&t, 0, 9);
+    CHECK_INT(c.iters, 3);
+    CHECK_INT(c.nranks, 3);
+    CHECK_INT(c.rank, 2);
+    CHECK_INT(c.row, 2);
+    CHECK_NEAR(c.share, 2.0 / 3, 1e-12);
+    CHECK_NEAR(c.rows_ratio, 1, 1e-12);
+    CHECK_INT(c.routing, 0);
+    /* waits in its iterations: 130 (iteration 0) + 100 (2), over 3·(100 + 90 + 80) */
+    CHECK_NEAR(c.explains, 230.0 / 810, 1e-12);
+    /* rank 2 gets 3× the mean rows: 30 against 10 + 10 + 30 over 3 */
+    rows[2][4] = "30";
+    rows[8][4] = "30";
+    c = rp_point_critical(&t, 0, 9);
+    CHECK_NEAR(c.rows_ratio, 60 / (2 * 50 / 3.0), 1e-12);
+    CHECK_INT(c.routing, 1);
+    /* a subset of the rows: iteration 1 alone */
+    c = rp_point_critical(&t, 3, 3);
+    CHECK_INT(c.rank, 0);
+    CHECK_NEAR(c.share, 1, 0);
+    /* without wait_us (a file written before it): no finding */
+    hdr[3] = "other";
+    c = rp_point_critical(&t, 0, 9);
+    CHECK_INT(c.rank, -1);
+    hdr[3] = "wait_us";
+}
+
 int main(void)
 {
     mp_log_init("test_report", -1);
@@ -526,5 +574,6 @@ int main(void)
     test_overlap_remedies();
     test_dedup_compare();
     test_label_and_svg();
+    test_critical_rank();
     CHECK_DONE();
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# who_waits.sh - who the others wait for, on 2 and 4 ranks: a straggler (--straggle 1:20000,
+# uniform routing) and hot experts (hot:2:15: experts 0 and 1 of 8, on rank 0). The per-rank timeline
+# (plots/render) outlines the straggler and the hot experts' rank in red, and in the image that
+# rank's bar has the longest busy part (phase colours, not the wait's grey) in both panels;
+# moeperf-report names the straggler as a slow rank, not routing, and the hot experts' rank as
+# routing, with its experts, and includes a timeline per curve.
+. "$(dirname "$0")/lib.sh"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+RENDER=$SRC/plots/render
+REPORT=$BUILD/reports/moeperf-report
+command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
+
+TL=(--experts 8 --topk 2 --shared 0 --warmup 1 --iters 5 --quiet)
+for np in 2 4; do
+    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 64 --ffn 64 --batch 64 --straggle 1:20000 \
+        --out "$TMP/st$np" || fail "moeperf-layer --straggle ($np ranks) exit $?"
+    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 512 --ffn 512 --batch 256 --routing hot:2:15 \
+        --out "$TMP/hot$np" || fail "moeperf-layer hot:2:15 ($np ranks) exit $?"
+done
+
+# timeline_critical PNG: the busy length (pixels of the six phase colours) of each bar of each
+# panel, and which bar the red outline surrounds; fails unless that bar is the longest
+timeline_critical() {
+    PYTHONPATH="$(dirname "$0")" python3 - "$1" <<'EOF'
+import sys
+from png import decode
+w, h, rows = decode(sys.argv[1])
+phase = {(0x56, 0xb4, 0xe9), (0xcc, 0x79, 0xa7), (0x00, 0x72, 0xb2), (0x00, 0x9e, 0x73),
+         (0xe6, 0x9f, 0x00), (0xd5, 0x5e, 0x00)}
+plot_right = int(0.78 * w)  # the plots' right margin: the legend (its red key) lies beyond
+for top, bottom in ((0, h // 2), (h // 2, h)):
+    busy = [sum(px in phase for px in rows[y][:plot_right]) for y in range(top, bottom)]
+    red = [y for y in range(top, bottom) if (255, 0, 0) in rows[y][:plot_right]]
+    assert red, f"no red outline in the panel at y {top}..{bottom}"
+    bars, start = [], None  # bands of rows with phase pixels: (first, last, longest busy run)
+    for i, b in enumerate(busy + [0]):
+        if b and start is None:
+            start = i
+        elif not b and start is not None:
+            bars.append((top + start, top + i - 1, max(busy[start:i])))
+            start = None
+    outlined = [bar for bar in bars if red[0] <= bar[0] and bar[1] <= red[-1]]
+    assert len(outlined) == 1, f"the red outline {red[0]}..{red[-1]} holds {len(outlined)} bars: {bars}"
+    longest = max(bar[2] for bar in bars)
+    print(f"panel {top}..{bottom}: {len(bars)} bars, busy pixels {[b[2] for b in bars]}, "
+          f"outlined {outlined[0][2]}")
+    assert outlined[0][2] == longest, f"the outlined bar ({outlined[0][2]} px) is not the longest ({longest} px)"
+EOF
+}
+
+host=$(col "$TMP/st2/layer_rank_samples.csv" host | head -1)
+for np in 2 4; do
+    for run in st$np:1 hot$np:0; do
+        d=${run%:*} want=${run#*:}
+        "$RENDER" --out "$TMP/tl-$d" "$TMP/$d" >/dev/null || fail "render $d exit $?"
+        timeline_critical "$TMP/tl-$d/timeline.png" >"$TMP/tl.txt" 2>&1 ||
+            fail "$d timeline: $(cat "$TMP/tl.txt")"
+        echo "$d: $(tr '\n' ' ' <"$TMP/tl.txt")"
+        "$RENDER" --format svg --out "$TMP/tl-$d" "$TMP/$d" >/dev/null || fail "render svg $d exit $?"
+        n=$(grep -c "critical rank $want<" "$TMP/tl-$d/timeline.svg")
+        [ "$n" -eq 2 ] || fail "$d timeline.svg names critical rank $want in $n of 2 panels"
+    done
+    held=0-$((8 / np - 1)) # rank 0's experts, contiguous: the hot ones, 0 and 1, among them
+    grep -qF "experts $held ◀ critical" "$TMP/tl-hot$np/timeline.svg" ||
+        fail "hot$np: the hot rank's experts are not annotated"
+
+    # the report: the straggler is a slow rank, the hot experts' rank is routing
+    "$REPORT" "$TMP/st$np" "$TMP/hot$np" --md "$TMP/r$np.md" >/dev/null || fail "moeperf-report exit $?"
+    sed -n '/^### Who the others wait for/,/^#/p' "$TMP/r$np.md" >"$TMP/w.md"
+    cat "$TMP/w.md"
+    grep -q "a slow rank or host, not routing: rank 1 (host $host) is the critical rank" "$TMP/w.md" ||
+        fail "$np ranks: the straggler is not named as a slow rank"
+    grep -q "routing: rank 0 (host $host) holds experts $held and gets [0-9.]*× the mean rows" "$TMP/w.md" ||
+        fail "$np ranks: the hot experts' rank is not named as routing"
+    [ "$(grep -c '^- ' "$TMP/w.md")" -eq 2 ] || fail "$np ranks: expected two findings"
+    for k in 1 2; do
+        [ -s "$TMP/r${np}_plots/timeline-$k.svg" ] || fail "the report has no timeline-$k.svg"
+        grep -qF "(r${np}_plots/timeline-$k.svg)" "$TMP/r$np.md" || fail "the report does not show timeline-$k"
+    done
+done
+echo PASS
