@@ -78,10 +78,51 @@ sample() {
     esac
 }
 
+# check_flag TOOL REFUSES TBASE FLAG: FLAG's sample, run measured (2 ranks) and modelled: both
+# take it, or the measured run refuses a cuda-only flag, or the model refuses it naming it
+check_flag() {
+    local tool=$1 refuses=$2 tbase=$3 f=$4 args mrc vrc
+    args=$(sample "$f")
+    set +e
+    # shellcheck disable=SC2086
+    mpi 2 "$tool" $tbase $args --out "$TMP/m1" >/dev/null 2>"$TMP/m.err"
+    mrc=$?
+    # shellcheck disable=SC2086
+    "$tool" $model $tbase $args --out "$TMP/v1" >/dev/null 2>"$TMP/v.err"
+    vrc=$?
+    set -e
+    rm -rf "$TMP/m1" "$TMP/v1"
+    case " $CPU_REFUSES " in
+    *" $f "*) [ "$mrc" -eq 2 ] || fail "measured $f exited $mrc, expected 2 (a cuda-only flag)" ;;
+    *) [ "$mrc" -eq 0 ] ||
+        fail "measured $tool with $args exited $mrc: $(head -c 400 "$TMP/m.err")" ;;
+    esac
+    case " $refuses " in
+    *" $f "*)
+        [ "$vrc" -eq 2 ] ||
+            fail "modelled $tool with $args exited $vrc, expected 2 (it refuses $f)"
+        grep -q -- "$f" "$TMP/v.err" ||
+            fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
+        echo "model refuses $f: $(cat "$TMP/v.err")"
+        ;;
+    *)
+        [ "$vrc" -eq 0 ] || fail "modelled $tool with $args exited $vrc, but the measured" \
+            "one takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the" \
+            "flag and add it to the refused list and docs/planning.md)"
+        ;;
+    esac
+}
+
+# options ARGS...: the option names ARGS set, a --no-X counted as X (one line each)
+options() { printf '%s\n' "$@" | grep -E '^--' | sed 's/^--no-/--/' | sort -u; }
+
 # parity TOOL REFUSES BASE: every flag TOOL's --help lists, negations included, is taken by a
-# measured 2-rank run and a modelled one alike, but REFUSES, which the model refuses naming the flag
+# measured 2-rank run and a modelled one alike, but REFUSES, which the model refuses naming the
+# flag. The flags both take run in groups (at most two lists, so a handful of points, and no
+# option twice), each group one measured and one modelled run; a group either refuses is run again
+# flag by flag, so the message names the flag. The refused flags, --help and --version run alone.
 parity() {
-    tool=$1 refuses=$2 tbase=$3
+    local tool=$1 refuses=$2 tbase=$3 f n=0 g args
     "$tool" --help >"$TMP/help.txt"
     flags=$(grep -oE '^  (-h, )?--[a-z-]+|--no-[a-z-]+ turns' "$TMP/help.txt" |
         grep -oE '\-\-?[a-z-]+' | grep -v '^--$' | sort -u)
@@ -90,41 +131,49 @@ parity() {
     for f in $refuses; do
         echo "$flags" | grep -qx -- "$f" || fail "$f is on the refused list but not in --help"
     done
-    n=0
+    local groups=() glists=() gopts=()
     for f in $flags; do
         args=$(sample "$f") ||
             fail "$f is in --help but not here: give it a sample and decide whether the model takes it"
         n=$((n + 1))
+        case " $refuses $CPU_REFUSES -h --help --version " in
+        *" $f "*) check_flag "$tool" "$refuses" "$tbase" "$f"; continue ;;
+        esac
+        local opts lists=0
+        # shellcheck disable=SC2086
+        opts=$(options $f $args)
+        case $args in *,*) lists=1 ;; esac
+        for g in "${!groups[@]}"; do
+            [ $((glists[g] + lists)) -le 2 ] || continue
+            [ -z "$(comm -12 <(echo "${gopts[$g]}") <(echo "$opts"))" ] || continue
+            groups[g]="${groups[$g]} $f"
+            glists[g]=$((glists[g] + lists))
+            gopts[g]=$(printf '%s\n%s\n' "${gopts[$g]}" "$opts" | sort -u)
+            continue 2
+        done
+        groups+=(" $f")
+        glists+=("$lists")
+        gopts+=("$opts")
+    done
+    for g in "${!groups[@]}"; do
+        args=""
+        for f in ${groups[$g]}; do args="$args $(sample "$f")"; done
         set +e
         # shellcheck disable=SC2086
-        mpi 2 "$tool" $tbase $args --out "$TMP/m$n" >/dev/null 2>"$TMP/m.err"
+        mpi 2 "$tool" $tbase $args --out "$TMP/mg" >/dev/null 2>&1
         mrc=$?
         # shellcheck disable=SC2086
-        "$tool" $model $tbase $args --out "$TMP/v$n" >/dev/null 2>"$TMP/v.err"
+        "$tool" $model $tbase $args --out "$TMP/vg" >/dev/null 2>&1
         vrc=$?
         set -e
-        case " $CPU_REFUSES " in
-        *" $f "*) [ "$mrc" -eq 2 ] || fail "measured $f exited $mrc, expected 2 (a cuda-only flag)" ;;
-        *) [ "$mrc" -eq 0 ] ||
-            fail "measured $tool with $args exited $mrc: $(head -c 400 "$TMP/m.err")" ;;
-        esac
-        case " $refuses " in
-        *" $f "*)
-            [ "$vrc" -eq 2 ] ||
-                fail "modelled $tool with $args exited $vrc, expected 2 (it refuses $f)"
-            grep -q -- "$f" "$TMP/v.err" ||
-                fail "the model's refusal of $f does not name it: $(cat "$TMP/v.err")"
-            echo "model refuses $f: $(cat "$TMP/v.err")"
-            ;;
-        *)
-            [ "$vrc" -eq 0 ] || fail "modelled $tool with $args exited $vrc, but the measured" \
-                "one takes $f: $(head -c 400 "$TMP/v.err") (model it, or refuse it naming the" \
-                "flag and add it to the refused list and docs/planning.md)"
-            ;;
-        esac
-        rm -rf "$TMP/m$n" "$TMP/v$n"
+        rm -rf "$TMP/mg" "$TMP/vg"
+        if [ "$mrc" -ne 0 ] || [ "$vrc" -ne 0 ]; then
+            echo "group of${groups[$g]}: measured exit $mrc, modelled $vrc: flag by flag"
+            for f in ${groups[$g]}; do check_flag "$tool" "$refuses" "$tbase" "$f"; done
+        fi
     done
-    echo "$(basename "$tool"): $n flags, both take all but $refuses"
+    echo "$(basename "$tool"): $n flags in ${#groups[@]} groups and the rest alone, both take" \
+        "all but $refuses"
 }
 parity "$LAYER" "$LAYER_MODEL_REFUSES" "$base"
 # the moe pattern in the base: --routing, --dedup and the rest act; --pattern uniform ends it
