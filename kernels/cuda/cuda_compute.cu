@@ -1217,8 +1217,10 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
         const int k = st * FP8W_STEP + lane * FP8W_CHUNK;
         if (k >= t.K) /* K is a multiple of 16: a chunk lies wholly inside or outside */
             continue;
-        int4 wv[FP8W_WARP_COLS], xv[R];
-        float sw[FP8W_WARP_COLS], sx[R];
+        /* xv and sx are read only for r < m, where they are loaded; zeroed so that a host
+         * compiler's flow analysis of the stand-in (-Wmaybe-uninitialized) sees them set */
+        int4 wv[FP8W_WARP_COLS], xv[R] = {};
+        float sw[FP8W_WARP_COLS], sx[R] = {};
 #pragma unroll
         for (int j = 0; j < FP8W_WARP_COLS; j++) { /* all loads first: they overlap in flight */
             wv[j] = *(const int4 *)(img + (size_t)(c0 + j) * ld + k);
