@@ -27,7 +27,7 @@
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
-    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
+    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
     MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
@@ -269,7 +269,8 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     char routing[600]; /* the routing, with the group limit when there is one */
     snprintf(routing, sizeof routing, "%s%s%s", k->routing, strcmp(k->group_limit, "off") ? "/" : "",
              strcmp(k->group_limit, "off") ? k->group_limit : "");
-    printf("%9s %-16s %-16s%s %7ld", k->lay->name, routing, k->placement, variant, k->batch);
+    printf("%9s %-16s %-16s%s %7ld %8ld", k->lay->name, routing, k->placement, variant, k->batch,
+           res->tokens_per_rank);
     mp_console_values(console_cols, NCONSOLE, sm);
     printf(" %9s\n", chk);
     fflush(stdout);
@@ -336,7 +337,6 @@ struct sweep {
     struct mp_routing *routings;
     int gemm, straggle_rank, max_overlap;
     double straggle_us;
-    long max_batch;
     int npoint, total, measured;
     int undeployable; /* model runs: points whose memory per GPU exceeds the profile's GPU */
     double timed_us;
@@ -450,8 +450,8 @@ static void print_header(const struct mp_session *s)
            s->comm->nnodes, s->o.backend, s->o.comm);
     printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
            s->o.iters);
-    printf("%9s %-16s %-16s%s %7s", "layout", "routing", "placement",
-           variant_shown(s) ? " dispatch/dedup/overlap" : "", "batch");
+    printf("%9s %-16s %-16s%s %7s %8s", "layout", "routing", "placement",
+           variant_shown(s) ? " dispatch/dedup/overlap" : "", "batch", "tok/rank");
     mp_console_titles(console_cols, NCONSOLE);
     printf(" %9s\n", "check");
 }
@@ -512,7 +512,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
-    long batch = s->o.batch.v[bi];
+    long batch = mp_sweep_batch(&s->o, bi, lay->ep);
     int overlap = (int)s->o.overlap.v[oi], rc;
     const struct mp_dispatch_mode *mode;
     double dispatch_arg;
@@ -555,9 +555,11 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
              batch);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
+    char range[600]; /* the point's NVTX range: its phases' ranges nest in it */
+    snprintf(range, sizeof range, "moeperf/point %s", label);
     if (!s->modelled)
         mp_watchdog_arm(s->o.timeout, label);
-    struct mp_point pt = {.batch = batch, .seq = s->o.seq, .routing = routing,
+    struct mp_point pt = {.label = range, .batch = batch, .seq = s->o.seq, .routing = routing,
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
                           .dispatch_arg = dispatch_arg, .dedup = (int)dedup,
@@ -616,7 +618,8 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
     int rc = c->ops->split(c, lay->tp, lay->ep);
     if (rc == MP_OK && !s->modelled)
         rc = mp_layer_create(&L, s->cops, s->dev, c, m, (uint64_t)s->o.seed,
-                             sw->max_batch * s->o.seq, s->o.max_memory, sw->max_overlap);
+                             mp_sweep_max_batch(&s->o, &lay->ep, 1) * s->o.seq,
+                             s->o.max_memory, sw->max_overlap);
     int nodes = mp_ep_nodes(c, lay->tp, lay->ep), inactive;
     for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
         for (int gi = 0; gi < s->o.group_limit.n && rc == MP_OK; gi++) {
@@ -634,7 +637,7 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
                             for (int wi = 0; wi < s->o.weight_dtype.n && rc == MP_OK; wi++)
                                 for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK; ti++)
-                                    for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                                    for (int bi = 0; bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
                                         rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi,
                                                        di, xi, wi, ti, bi);
                 mp_placement_free(&pl);
@@ -644,13 +647,11 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
     return rc;
 }
 
-/* The largest --batch and --overlap of the sweep: what each layout's layer is sized for. */
+/* The largest --overlap of the sweep: what each layout's layer is sized for (with the largest
+ * batch of its layout). */
 static void sweep_bounds(struct sweep *sw)
 {
     const struct mp_bench_opts *o = &sw->s->o;
-    sw->max_batch = 0;
-    for (int b = 0; b < o->batch.n; b++)
-        sw->max_batch = o->batch.v[b] > sw->max_batch ? o->batch.v[b] : sw->max_batch;
     sw->max_overlap = 1;
     for (int i = 0; i < o->overlap.n; i++)
         sw->max_overlap = o->overlap.v[i] > sw->max_overlap ? (int)o->overlap.v[i] : sw->max_overlap;
@@ -724,7 +725,7 @@ int main(int argc, char **argv)
         print_header(&s);
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
                s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.dispatch_dtype.n *
-               s.o.batch.n;
+               mp_sweep_nbatch(&s.o);
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));
     if (sw.undeployable > 1 && c->rank == 0)

@@ -348,7 +348,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_RANGE_PUSH("moeperf/point");
+    MP_RANGE_PUSH(pt->label ? pt->label : "moeperf/point");
     if (mode->reference) { /* the unpipelined reference first, kept on rank 0 */
         p.mode = mode->reference;
         MP_CHECK(run_pass(&p, res, tok0));

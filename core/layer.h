@@ -16,6 +16,9 @@ struct mp_dispatch_mode;
 
 /* One point of a sweep, as every rank sees it. */
 struct mp_point {
+    /* the point's NVTX range name (docs/cluster.md, "Nsight Systems"): "moeperf/point" and its
+     * CSV key, as the progress line names it; NULL: "moeperf/point" alone */
+    const char *label;
     long batch;  /* tokens per decode step for the whole EP instance */
     int seq;     /* multiplies batch (prefill) */
     const struct mp_routing *routing;
