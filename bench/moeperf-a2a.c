@@ -35,7 +35,7 @@ static const struct mp_opt options[] = {
      "uniform: bytes per peer, e.g. 64K or 1K:16M:x4 (K/M/G = 1024^n); --comm mpi: < 2G"},
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS,
-    MP_OPT_BATCH("1:128:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT,
+    MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL), MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT,
     MP_OPT_PLACEMENT,
     {"dispatch-dtype", MP_OPT_STRING_LIST, MP_O(dispatch_dtype), "bf16", MP_NOLIMIT,
      mp_dtype_choices, "LIST",
@@ -55,7 +55,8 @@ static const struct mp_opt options[] = {
     MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
     MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT,
     {"min-busbw", MP_OPT_DOUBLE, MP_O(min_busbw), "0", 0, 1e6, NULL, "GBPS",
-     "a floor for a cluster without a baseline run (nccl-tests' MIN_BW): when any point measured "
+     "a floor for a cluster without a baseline run (as nccl-tests' NCCL_TESTS_MIN_BW, but per "
+     "point, docs/CONVENTIONS.md): when any point measured "
      "here has a busbw below GBPS GB/s, say which, after every point is measured and written, "
      "and exit 3; 0: no floor"},
     MP_OPT_END,
@@ -566,17 +567,21 @@ static int buffer_bytes(const struct mp_session *s, int moe, const struct mp_lay
         double bf = row_bytes_in(s, MP_DTYPE_BF16), f8 = row_bytes_in(s, MP_DTYPE_FP8);
         size_t row = (size_t)(bf > f8 ? bf : f8) +
                      (size_t)mp_dedup_meta_bytes(MP_DEDUP_RANK, s->model.topk);
-        for (int b = 0; b < s->o.batch.n; b++) {
-            long long tokens = s->o.batch.v[b] * (long long)s->o.seq;
-            size_t need;
-            if (!mp_a2a_moe_fits(tokens, s->model.topk, row, &need)) {
-                mp_usage("--batch: %lld × --seq %d = %lld tokens × topk %d exceed %d rows, the "
-                         "largest count MPI and NCCL exchanges take; accepted: batch·seq·topk ≤ %d",
-                         s->o.batch.v[b], s->o.seq, tokens, s->model.topk, INT_MAX, INT_MAX);
-                return MP_ERR_USAGE;
+        for (int b = 0; b < mp_sweep_nbatch(&s->o); b++)
+            for (int l = 0; l < nlayouts; l++) {
+                long batch = mp_sweep_batch(&s->o, b, layouts[l].ep);
+                long long tokens = batch * (long long)s->o.seq;
+                size_t need;
+                if (!mp_a2a_moe_fits(tokens, s->model.topk, row, &need)) {
+                    mp_usage("%s: batch %ld × --seq %d = %lld tokens × topk %d exceed %d rows, the "
+                             "largest count MPI and NCCL exchanges take; accepted: "
+                             "batch·seq·topk ≤ %d",
+                             s->o.tokens_per_rank.n ? "--tokens-per-rank" : "--batch", batch,
+                             s->o.seq, tokens, s->model.topk, INT_MAX, INT_MAX);
+                    return MP_ERR_USAGE;
+                }
+                max_bytes = need > max_bytes ? need : max_bytes;
             }
-            max_bytes = need > max_bytes ? need : max_bytes;
-        }
         *out = max_bytes;
         return MP_OK;
     }
@@ -666,7 +671,7 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->overlap = (int)s->o.overlap.v[ix->oi];
     enum mp_dtype dt = MP_DTYPE_BF16;
     mp_dtype_parse("--dispatch-dtype", p->dispatch_dtype, &dt); /* checked at start-up */
-    p->batch = s->o.batch.v[bi];
+    p->batch = mp_sweep_batch(&s->o, bi, p->lay->ep);
     int ndraws = s->o.iters + s->o.warmup < MP_ROUTING_POOL_DRAWS ? s->o.iters + s->o.warmup
                                                                    : MP_ROUTING_POOL_DRAWS;
     enum mp_dedup mode = MP_DEDUP_PAIR;
@@ -748,7 +753,7 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
     struct mp_session *s = r->s;
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
     int nr = r->moe ? s->o.routing.n : 1, npl = r->moe ? s->o.placement.n : 1;
-    int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? s->o.batch.n : s->o.bytes.n;
+    int ng = r->moe ? s->o.group_limit.n : 1, nb = r->moe ? mp_sweep_nbatch(&s->o) : s->o.bytes.n;
     int nx = r->moe ? s->o.dedup.n : 1, nt = r->moe ? s->o.dispatch_dtype.n : 1;
     int no = r->moe ? s->o.overlap.n : 1;
     int nodes = mp_ep_nodes(s->comm, lay->tp, lay->ep), inactive;
@@ -965,7 +970,7 @@ int main(int argc, char **argv)
         print_header(&s);
     r.npoints = nlayouts * (r.moe ? s.o.routing.n * s.o.group_limit.n * s.o.placement.n *
                                         s.o.dedup.n * s.o.overlap.n * s.o.dispatch_dtype.n *
-                                        s.o.batch.n
+                                        mp_sweep_nbatch(&s.o)
                                   : s.o.bytes.n);
     for (int li = 0; li < nlayouts && rc == MP_OK; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));

@@ -30,7 +30,7 @@
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
-    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
+    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_QUIET,
@@ -623,7 +623,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
 {
     const char *wword = mp_dtype_choices[wc->dt];
     struct mp_session *s = sw->s;
-    long batch = s->o.batch.v[bi];
+    long batch = mp_sweep_batch(&s->o, bi, lay->ep);
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
     struct mp_row key = {0};
     sw->npoint++;
@@ -683,7 +683,7 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
                     mp_placement_free(&pl);
                 if (rc != MP_OK)
                     break;
-                for (int bi = 0; bi < s->o.batch.n && rc == MP_OK; bi++)
+                for (int bi = 0; bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
                     rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi);
                 mp_placement_free(&pl);
             }
@@ -762,7 +762,7 @@ int main(int argc, char **argv)
     MP_CHECK(measure_peaks(&s, sw.peak));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s, sw.peak);
-    sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n * s.o.batch.n;
+    sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n * mp_sweep_nbatch(&s.o);
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(ffn_layout(&sw, &layouts[li]));
 out:

@@ -275,3 +275,38 @@ int mp_straggle_parse(const char *text, int world, int *rank, double *us)
     *us = v;
     return MP_OK;
 }
+
+int mp_batch_flags_check(const struct mp_bench_opts *o, int argc, char **argv)
+{
+    if (o->tokens_per_rank.n == 0)
+        return MP_OK;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
+            mp_usage("--tokens-per-rank and --batch: give one (--batch counts the tokens of the "
+                     "whole EP instance, --tokens-per-rank those of one EP rank: batch = tokens "
+                     "per rank × ep)");
+            return MP_ERR_USAGE;
+        }
+    return MP_OK;
+}
+
+int mp_sweep_nbatch(const struct mp_bench_opts *o)
+{
+    return o->tokens_per_rank.n ? o->tokens_per_rank.n : o->batch.n;
+}
+
+long mp_sweep_batch(const struct mp_bench_opts *o, int bi, int ep)
+{
+    return o->tokens_per_rank.n ? (long)o->tokens_per_rank.v[bi] * ep : (long)o->batch.v[bi];
+}
+
+long mp_sweep_max_batch(const struct mp_bench_opts *o, const int *eps, int n)
+{
+    long m = 0;
+    for (int bi = 0; bi < mp_sweep_nbatch(o); bi++)
+        for (int i = 0; i < n; i++) {
+            long b = mp_sweep_batch(o, bi, eps[i]);
+            m = b > m ? b : m;
+        }
+    return m;
+}

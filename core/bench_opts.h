@@ -35,6 +35,10 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_BATCH(def)                                                                          \
     {"batch", MP_OPT_INT_LIST, MP_O(batch), def, 1, 1 << 24, NULL, "LIST",                         \
      "tokens per step for the whole EP instance: 1,16,64 or 1:128:x2"}
+#define MP_OPT_TOKENS_PER_RANK                                                                     \
+    {"tokens-per-rank", MP_OPT_INT_LIST, MP_O(tokens_per_rank), NULL, 1, 1 << 24, NULL, "LIST",    \
+     "tokens per EP rank per step, as DeepEP, pplx and vLLM count them, instead of --batch: each "  \
+     "layout's batch is LIST times its ep (docs/CONVENTIONS.md)"}
 #define MP_OPT_SEQ {"seq", MP_OPT_INT, MP_O(seq), "1", 1, 1 << 20, NULL, NULL, "sequence length (prefill): multiplies --batch"}
 #define MP_OPT_LAYOUT(def)                                                                         \
     {"layout", MP_OPT_STRING_LIST, MP_O(layout), def, MP_NOLIMIT, NULL, "LIST",                    \
@@ -178,6 +182,17 @@ struct mp_compute_ops;
 /* The enum mp_gemm that --gemm names; MP_ERR_USAGE (naming --gemm and the backends that run it)
  * when the compute backend `ops` lacks it in its gemm_modes. */
 int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm);
+
+/* --tokens-per-rank against --batch (docs/CONVENTIONS.md): given both on the command line
+ * (argv[1..argc)), prints one line naming both and returns MP_ERR_USAGE; else MP_OK. */
+int mp_batch_flags_check(const struct mp_bench_opts *o, int argc, char **argv);
+
+/* The sweep's batches: how many, and the bi-th of a layout with `ep` EP ranks (--tokens-per-rank
+ * times ep when it was given, else --batch's). The largest over the sweep's layouts' ep values
+ * (eps[0..n)) sizes the buffers. */
+int mp_sweep_nbatch(const struct mp_bench_opts *o);
+long mp_sweep_batch(const struct mp_bench_opts *o, int bi, int ep);
+long mp_sweep_max_batch(const struct mp_bench_opts *o, const int *eps, int n);
 
 /* Parse --straggle RANK:US for a world of `world` ranks (NULL: off, rank -1). */
 int mp_straggle_parse(const char *text, int world, int *rank, double *us);

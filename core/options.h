@@ -81,6 +81,7 @@ struct mp_bench_opts {
     char *model;
     int experts, topk, shared, hidden, ffn, layers; /* -1: from the preset */
     struct mp_list batch;
+    struct mp_list tokens_per_rank; /* --tokens-per-rank: instead of --batch, per EP rank */
     int seq;
     struct mp_strlist layout, routing, placement;
     struct mp_strlist group_limit; /* --group-limit: off, G:M or M; a list sweeps them */

@@ -262,6 +262,9 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     int rc = mp_opts_parse(table, &s->o, argc, argv, mp_bench_help(summary), NULL, NULL);
     if (rc != MP_OK)
         return rc;
+    rc = mp_batch_flags_check(&s->o, argc, argv);
+    if (rc != MP_OK)
+        return rc;
     if (mp_bench_model(&s->o, &s->model) != MP_OK)
         return MP_ERR_USAGE;
     rc = mp_compute_find(s->o.backend, &s->cops);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # a2a_floor.sh - moeperf-a2a --min-busbw GBPS, the busbw floor for a cluster without a baseline run
-# (nccl-tests' MIN_BW): every point is measured and written whatever the floor; a point below it
+# (nccl-tests' NCCL_TESTS_MIN_BW, judged per point): every point is measured and written whatever the floor; a point below it
 # makes the run exit 3 after naming the lowest one, on stderr and in run.json, on every rank;
 # a floor every point clears exits 0; on 2 measured ranks and on the model (deterministic: the
 # h100-ndr profile's busbw at 16 ranks, 2 nodes, lies between 60 and 90 GB/s); a negative floor is

@@ -29,6 +29,10 @@ expect --frobnicate --frobnicate 3
 expect --iters $SMALL --iters 0
 expect --batch $SMALL --batch abc
 expect --batch $SMALL --batch 8:2
+expect --tokens-per-rank $SMALL --tokens-per-rank 4
+expect --tokens-per-rank --hidden 32 --ffn 32 --iters 1 --tokens-per-rank 0
+TOOL=moeperf-ffn expect --tokens-per-rank $SMALL --tokens-per-rank 4
+TOOL=moeperf-a2a expect --tokens-per-rank --pattern moe $SMALL --tokens-per-rank=2
 expect --backend $SMALL --backend gpu
 expect --layout $SMALL --layout tp2ep2
 expect --layout $SMALL --layout tp0ep1

@@ -140,4 +140,23 @@ for r, gemm in rows_of:
 assert n == 28, n
 print(f"a2a and ffn model times match the profile's formulas")
 PY
+
+# --tokens-per-rank T (docs/CONVENTIONS.md) is --batch T·ep of each layout: the same rows as the
+# --batch runs of each layout, tokens_per_rank T; with both flags, exit 2
+TPR="--backend model --comm model --cluster h100-ndr --world 8 --hidden 256 --ffn 128 --experts 16
+    --topk 4 --iters 3 --quiet"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $TPR --layout tp1ep8,tp2ep4 --tokens-per-rank 2,16 --out "$TMP/tpr" ||
+    fail "--tokens-per-rank exit $?"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $TPR --layout tp1ep8 --batch 16,128 --out "$TMP/tpr-b1" || fail "exit $?"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $TPR --layout tp2ep4 --batch 8,64 --out "$TMP/tpr-b2" || fail "exit $?"
+[ "$(col "$TMP/tpr/layer.csv" tokens_per_rank | tr '\n' ' ')" = "2 16 2 16 " ] ||
+    fail "tokens_per_rank: $(col "$TMP/tpr/layer.csv" tokens_per_rank | tr '\n' ' ')"
+cmp <(grep -v '^#' "$TMP/tpr/layer.csv") <(cat "$TMP/tpr-b1/layer.csv"; tail -n +2 "$TMP/tpr-b2/layer.csv") ||
+    fail "--tokens-per-rank rows differ from the --batch rows of each layout"
+"$BIN/moeperf-layer" --tokens-per-rank 2 --batch 16 --out "$TMP/both" 2>"$TMP/err" && fail "both flags taken"
+grep -q -- "--tokens-per-rank and --batch" "$TMP/err" || fail "both flags: $(cat "$TMP/err")"
+echo "--tokens-per-rank 2,16 on tp1ep8 and tp2ep4: the rows of --batch 16,128 and 8,64"
 echo PASS

@@ -36,6 +36,7 @@ sample() {
     --ffn) echo "--ffn 24" ;;
     --layers) echo "--layers 3" ;;
     --batch) echo "--batch 4,12" ;;
+    --tokens-per-rank) echo "--tokens-per-rank 2,6" ;; # the runs leave the base's --batch out
     --seq) echo "--seq 2" ;;
     --layout) echo "--layout tp2ep1,tp1ep2" ;;
     --routing) echo "--routing zipf:1.2,hot:1:40" ;;
@@ -83,6 +84,7 @@ sample() {
 check_flag() {
     local tool=$1 refuses=$2 tbase=$3 f=$4 args mrc vrc
     args=$(sample "$f")
+    tbase=$(base_for "$tbase" "$args")
     set +e
     # shellcheck disable=SC2086
     mpi 2 "$tool" $tbase $args --out "$TMP/m1" >/dev/null 2>"$TMP/m.err"
@@ -113,8 +115,19 @@ check_flag() {
     esac
 }
 
-# options ARGS...: the option names ARGS set, a --no-X counted as X (one line each)
-options() { printf '%s\n' "$@" | grep -E '^--' | sed 's/^--no-/--/' | sort -u; }
+# options ARGS...: the option names ARGS set, a --no-X counted as X, --tokens-per-rank as --batch
+# (they are refused together), one line each
+options() {
+    printf '%s\n' "$@" | grep -E '^--' | sed 's/^--no-/--/; s/^--tokens-per-rank$/--batch/' | sort -u
+}
+
+# base_for TBASE ARGS: TBASE without its --batch where ARGS count tokens per rank instead
+base_for() {
+    case " $2 " in
+    *" --tokens-per-rank "*) echo "$1" | sed 's/--batch [^ ]*//' ;;
+    *) echo "$1" ;;
+    esac
+}
 
 # parity TOOL REFUSES BASE: every flag TOOL's --help lists, negations included, is taken by a
 # measured 2-rank run and a modelled one alike, but REFUSES, which the model refuses naming the
@@ -158,12 +171,13 @@ parity() {
     for g in "${!groups[@]}"; do
         args=""
         for f in ${groups[$g]}; do args="$args $(sample "$f")"; done
+        gbase=$(base_for "$tbase" "$args")
         set +e
         # shellcheck disable=SC2086
-        mpi 2 "$tool" $tbase $args --out "$TMP/mg" >/dev/null 2>&1
+        mpi 2 "$tool" $gbase $args --out "$TMP/mg" >/dev/null 2>&1
         mrc=$?
         # shellcheck disable=SC2086
-        "$tool" $model $tbase $args --out "$TMP/vg" >/dev/null 2>&1
+        "$tool" $model $gbase $args --out "$TMP/vg" >/dev/null 2>&1
         vrc=$?
         set -e
         rm -rf "$TMP/mg" "$TMP/vg"

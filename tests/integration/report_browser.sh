@@ -3,7 +3,8 @@
 # and the page asks the network for nothing (Chromium's net log lists no request made by the
 # page; a page with an external image, checked the same way, is caught); beside a plan directory
 # the answer's table is on the first screen (its cells painted a marker colour in a copy of the
-# page, the marker counted in the screenshot; a page with the answer below the fold is caught).
+# page, the marker counted in the screenshot; a page with the answer below the fold is caught);
+# the first per-rank timeline, drawn alone, is not blank and outlines the longest bar.
 # Skips (77) without a chromium binary.
 . "$(dirname "$0")/lib.sh"
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
@@ -100,6 +101,22 @@ open(sys.argv[2], "w", encoding="utf-8").write(page[:at] + answer + page[at:])
 EOF
 shot "$TMP/late.html" "$TMP/late.png" "$TMP/late.json" || fail "chromium (late page) exit $?"
 not_blank "$TMP/late.png" 5000 >/dev/null 2>&1 && fail "the first-screen check passed a page with the answer at its end"
+
+# the report's first per-rank timeline as Chromium draws it, inlined as the report has it: not
+# blank, and the outlined critical rank's bar the longest (tests/integration/timeline_check.py)
+python3 - "$TMP/report.html" "$TMP/timeline.html" <<'EOF' || fail "no per-rank timeline in the report"
+import re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+at = page.index(">Per-rank timelines</h3>")
+svg = re.search(r"<svg.*?</svg>", page[at:], re.S).group(0)
+open(sys.argv[2], "w", encoding="utf-8").write(
+    '<!DOCTYPE html><html><head><meta charset="utf-8"></head>'
+    '<body style="margin:0">' + svg + "</body></html>")
+EOF
+shot "$TMP/timeline.html" "$TMP/timeline.png" "$TMP/timeline.json" || fail "chromium (timeline) exit $?"
+not_blank "$TMP/timeline.png" || fail "the report's timeline is blank"
+PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/timeline_check.py" "$TMP/timeline.png" ||
+    fail "the report's timeline: the critical rank's bar is not the longest"
 
 # the check catches a page that does fetch something
 cat >"$TMP/leaky.html" <<'EOF'
