@@ -124,7 +124,7 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_RANK_SAMPLES                                                                        \
     {"rank-samples", MP_OPT_FLAG, MP_O(rank_samples), "1", MP_NOLIMIT, NULL, NULL,                 \
      "write layer_rank_samples.csv: every rank's phases, rows and wait in every timed iteration "  \
-     "(about 200 bytes per iteration and rank; turn it off for huge sweeps)"}
+     "(about 240 bytes per iteration and rank; turn it off for huge sweeps)"}
 #define MP_OPT_END {NULL, 0, 0, NULL, 0, 0, NULL, NULL, NULL}
 
 /* A parsed layout. */

@@ -326,7 +326,7 @@ static const struct mp_column layer_rank_sample_cols[] = {
 
 const struct mp_csv_schema mp_schema_layer_rank_samples = {
     "layer_rank_samples.csv", "moeperf-layer",
-    "one per point, timed iteration and rank (about 200 bytes a row: `iters · ranks` rows a "
+    "one per point, timed iteration and rank (about 240 bytes a row: `iters · ranks` rows a "
     "point; `--no-rank-samples` leaves the file out)",
     &mp_workload_key_columns, {layer_rank_sample_cols, N(layer_rank_sample_cols)}};
 
