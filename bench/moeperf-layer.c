@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "expert_cache.h"
 #include "gpumem.h"
 #include "harness.h"
 #include "layer.h"
@@ -29,7 +30,8 @@ static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
-    MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_GEMM, MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
+    MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_EXPERT_CACHE, MP_OPT_GEMM,
+    MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
     MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_CHECK, MP_OPT_QUIET,
@@ -70,7 +72,8 @@ static int variant_shown(const struct mp_session *s)
            strcmp(s->o.dispatch.v[0], "dynamic") != 0 || s->o.graph || s->o.dedup.n > 1 ||
            strcmp(s->o.dedup.v[0], "pair") != 0 || s->o.dispatch_dtype.n > 1 ||
            strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0 || s->o.weight_dtype.n > 1 ||
-           strcmp(s->o.weight_dtype.v[0], "bf16") != 0;
+           strcmp(s->o.weight_dtype.v[0], "bf16") != 0 || s->o.expert_cache.n > 1 ||
+           strcmp(s->o.expert_cache.v[0], "off") != 0;
 }
 
 /* The index of a field of struct mp_rank_iter in doubles; its phase durations are the fields
@@ -100,7 +103,7 @@ static const char *rank_host(const struct mp_session *s, int r)
 struct point_key {
     const struct mp_layout *lay;
     const char *routing, *group_limit, *placement, *dispatch, *dedup, *dispatch_dtype;
-    const char *weight_dtype;
+    const char *weight_dtype, *expert_cache;
     int overlap;
     long batch;
     const struct mp_placement *pl; /* the point's placement: the experts each EP rank holds */
@@ -127,7 +130,8 @@ static void local_experts_text(const struct mp_placement *pl, int ep, char *buf,
 static void put_key(struct mp_row *row, const struct mp_session *s, const struct point_key *k)
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
-                        k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype, k->batch);
+                        k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype,
+                        k->expert_cache, k->batch);
 }
 
 /* layer_rank_samples.csv: every rank's record of every timed iteration, as measured (or modelled). */
@@ -158,7 +162,8 @@ static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
                           x->tp_reduce, x->combine, mp_rank_layer_us(x), x->start_skew,
                           wr[0],        wr[1],      wr[2],       wr[3],
                           wr[0] + wr[1] + wr[2] + wr[3],
-                          x->tokens,    x->rows,    x->ffn_rows, x->bytes_sent};
+                          x->tokens,    x->rows,    x->ffn_rows, x->bytes_sent,
+                          x->cache_hits, x->cache_misses, x->fetch_bytes, x->fetch_us};
             for (size_t c = 0; c < sizeof v / sizeof v[0]; c++)
                 mp_row_dbl(row, v[c]);
             rc = mp_runfiles_write(f, FILE_RANK_SAMPLES, row);
@@ -201,6 +206,10 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
         char held[4096];
         local_experts_text(k->pl, r / k->lay->tp, held, sizeof held);
         mp_row_str(row, held);
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(cache_hits), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(cache_misses), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(fetch_bytes), scratch));
+        mp_row_dbl(row, median_of(res, r, RANK_FIELD(fetch_us), scratch));
         rc = mp_runfiles_write(f, FILE_RANKS, row);
     }
     return rc;
@@ -253,13 +262,15 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     char chk[24] = "-";
     if (!isnan(res->check_error))
         snprintf(chk, sizeof chk, "%.1e", res->check_error);
-    char mode[128], variant[136] = "", dedup[32] = "";
+    char mode[128], variant[136] = "", dedup[64] = "";
     if (strcmp(k->dedup, "pair") != 0)
         snprintf(dedup, sizeof dedup, "/%s", k->dedup);
     if (strcmp(k->dispatch_dtype, "bf16") != 0) /* the default unnamed, as before the flag */
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/%s", k->dispatch_dtype);
     if (strcmp(k->weight_dtype, "bf16") != 0) /* weights: "/w" and the type */
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/w%s", k->weight_dtype);
+    if (strcmp(k->expert_cache, "off") != 0) /* the cache: "/c" and SLOTS:POLICY */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/c%s", k->expert_cache);
     if (k->overlap > 1)
         snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
@@ -281,13 +292,14 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
 static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *group_limit, const char *placement,
                        int overlap, const char *dispatch, const char *dedup,
-                       const char *dispatch_dtype, const char *weight_dtype, long batch,
-                       const struct mp_placement *pl, const struct mp_point_result *res)
+                       const char *dispatch_dtype, const char *weight_dtype,
+                       const char *expert_cache, long batch, const struct mp_placement *pl,
+                       const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .pl = pl, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
                           .dispatch_dtype = dispatch_dtype, .weight_dtype = weight_dtype,
-                          .overlap = overlap, .batch = batch};
+                          .expert_cache = expert_cache, .overlap = overlap, .batch = batch};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -329,6 +341,7 @@ static int runs_wanted_mode(const struct mp_compute_ops *o)
     return !!(o->dispatch_modes & wanted_mode_bit);
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
+static int host_memory(const struct mp_compute_ops *o) { return o->memory == MP_MEMORY_HOST; }
 
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
 struct sweep {
@@ -429,6 +442,24 @@ static int refuse_flags(const struct sweep *sw)
                                          s->o.weight_dtype.n, s->cops, MP_DTYPE_USE_WEIGHTS);
     if (rc != MP_OK)
         return rc;
+    int cached = 0;
+    for (int i = 0; i < s->o.expert_cache.n; i++)
+        cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
+    if (cached && (s->modelled || s->cops->memory != MP_MEMORY_HOST || s->o.graph)) {
+        char names[256];
+        if (s->modelled)
+            mp_usage("--expert-cache: the model does not time fetches yet; measure the cache on "
+                     "a host backend (%s) or drop --expert-cache",
+                     mp_compute_names_where(host_memory, names, sizeof names));
+        else if (s->o.graph)
+            mp_usage("--expert-cache: a fetch is decided on the host before each expert's FFN, "
+                     "which a captured layer cannot replay; drop --graph or --expert-cache");
+        else
+            mp_usage("--expert-cache: the %s backend's device pool and copy stream are not built "
+                     "yet; the cache runs on host backends (%s)", s->cops->name,
+                     mp_compute_names_where(host_memory, names, sizeof names));
+        return MP_ERR_USAGE;
+    }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {
         char names[256];
         if (!s->cops->graph)
@@ -507,8 +538,8 @@ static int sweep_has_fp8_weights(const struct mp_bench_opts *o)
 
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
-                     const struct mp_placement *pl, int oi, int di, int xi, int wi, int ti,
-                     int bi)
+                     const struct mp_placement *pl, int oi, int di, int xi, int wi, int ci,
+                     int ti, int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
@@ -530,10 +561,16 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     const char *wtype_word = s->o.weight_dtype.v[wi];
     enum mp_dtype wtype;
     mp_dtype_parse("--weight-dtype", wtype_word, &wtype); /* validated by refuse_flags */
+    struct mp_cache_spec cache;
+    mp_cache_spec_parse(s->o.expert_cache.v[ci], &cache); /* validated at start-up */
+    char cache_word[64] = "off"; /* the key cell: off or SLOTS:POLICY */
+    if (cache.slots > 0)
+        snprintf(cache_word, sizeof cache_word, "%d:%s", cache.slots,
+                 mp_cache_policy_choices[cache.policy]);
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                        dtype_word, wtype_word, batch);
+                        dtype_word, wtype_word, cache_word, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
@@ -548,6 +585,9 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     if (wtype != MP_DTYPE_BF16)
         snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
                  " weight-dtype %s", wtype_word);
+    if (cache.slots > 0)
+        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
+                 " expert-cache %s", cache_word);
     if (strcmp(gname, "off") != 0)
         snprintf(group_label, sizeof group_label, " group-limit %s", gname);
     snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
@@ -568,7 +608,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                           .blocked_weights = sweep_has_fp8_weights(&s->o),
                           .gemm = sw->gemm, .graph = s->o.graph,
                           .flush_cache = mp_flush_cache_active(s),
-                          .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us};
+                          .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us,
+                          .cache = cache};
     struct mp_point_result res;
     rc = s->modelled ? mp_vlayer_run(&s->cluster, &s->model, lay->tp, lay->ep,
                                      (uint64_t)s->o.seed, &pt, &res)
@@ -583,7 +624,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         model_memory(sw, lay, pl, batch, wtype, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                         dtype_word, wtype_word, batch, pl, &res);
+                         dtype_word, wtype_word, cache_word, batch, pl, &res);
     int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
     double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
     if (checked && !(res.check_error <= tight)) {
@@ -636,10 +677,13 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                     for (int di = 0; di < s->o.dispatch.n && rc == MP_OK; di++)
                         for (int xi = 0; xi < s->o.dedup.n && rc == MP_OK; xi++)
                             for (int wi = 0; wi < s->o.weight_dtype.n && rc == MP_OK; wi++)
-                                for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK; ti++)
-                                    for (int bi = 0; bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
-                                        rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl, oi,
-                                                       di, xi, wi, ti, bi);
+                                for (int ci = 0; ci < s->o.expert_cache.n && rc == MP_OK; ci++)
+                                    for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK;
+                                         ti++)
+                                        for (int bi = 0;
+                                             bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
+                                            rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl,
+                                                           oi, di, xi, wi, ci, ti, bi);
                 mp_placement_free(&pl);
             }
         }
@@ -712,6 +756,8 @@ int main(int argc, char **argv)
     MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed, NULL, &sw.routings, &nrout));
     MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
+    MP_CHECK(mp_expert_caches_validate(&s.o.expert_cache, &s.model, layouts, nlayouts,
+                                       &s.o.placement));
     MP_CHECK(mp_group_limits_validate(&s.o.group_limit, sw.routings, nrout, layouts, nlayouts, c));
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &sw.straggle_rank, &sw.straggle_us));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
@@ -724,7 +770,8 @@ int main(int argc, char **argv)
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
-               s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.dispatch_dtype.n *
+               s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.expert_cache.n *
+               s.o.dispatch_dtype.n *
                mp_sweep_nbatch(&s.o);
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));

@@ -8,6 +8,7 @@
 #include "compute.h"
 #include "dtype.h"
 #include "error.h"
+#include "expert_cache.h"
 #include "placement.h"
 #include "routing.h"
 
@@ -309,4 +310,30 @@ long mp_sweep_max_batch(const struct mp_bench_opts *o, const int *eps, int n)
             m = b > m ? b : m;
         }
     return m;
+}
+
+int mp_expert_caches_validate(const struct mp_strlist *caches, const struct mp_model *m,
+                              const struct mp_layout *layouts, int nlayouts,
+                              const struct mp_strlist *placements)
+{
+    for (int c = 0; c < caches->n; c++) {
+        struct mp_cache_spec spec;
+        int rc = mp_cache_spec_parse(caches->v[c], &spec);
+        for (int i = 0; i < nlayouts && rc == MP_OK && spec.slots > 0; i++)
+            for (int p = 0; p < placements->n && rc == MP_OK; p++) {
+                struct mp_placement pl;
+                rc = mp_placement_build(placements->v[p], m->experts, layouts[i].ep, NULL, &pl);
+                if (rc != MP_OK)
+                    return rc;
+                int fewest = mp_placement_nlocal(&pl, 0);
+                for (int e = 1; e < pl.ep; e++)
+                    fewest = mp_placement_nlocal(&pl, e) < fewest ? mp_placement_nlocal(&pl, e)
+                                                                : fewest;
+                mp_placement_free(&pl);
+                rc = mp_cache_spec_check(caches->v[c], &spec, fewest);
+            }
+        if (rc != MP_OK)
+            return rc;
+    }
+    return MP_OK;
 }

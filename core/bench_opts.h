@@ -104,6 +104,12 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_WEIGHT_DTYPE                                                                        \
     {"weight-dtype", MP_OPT_STRING_LIST, MP_O(weight_dtype), "bf16", MP_NOLIMIT,                  \
      mp_dtype_choices, "LIST", MP_WEIGHT_DTYPE_HELP}
+#define MP_OPT_EXPERT_CACHE                                                                        \
+    {"expert-cache", MP_OPT_STRING_LIST, MP_O(expert_cache), "off", MP_NOLIMIT, NULL, "LIST",      \
+     "device expert cache: off (every local expert resident) or SLOTS[:POLICY], each rank keeping " \
+     "SLOTS of its experts' weights resident and fetching the others from a host pool before "    \
+     "their FFN; POLICY lru (default), lfu or static (the SLOTS hottest stay); a list sweeps them " \
+     "(docs/METRICS.md, Expert cache)"}
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \
@@ -182,6 +188,13 @@ struct mp_compute_ops;
 /* The enum mp_gemm that --gemm names; MP_ERR_USAGE (naming --gemm and the backends that run it)
  * when the compute backend `ops` lacks it in its gemm_modes. */
 int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm);
+
+/* --expert-cache's entries: each a cache word (mp_cache_spec_parse), with no more slots than the
+ * fewest experts a rank holds under every layout and placement of the sweep. MP_OK, or
+ * MP_ERR_USAGE after one line naming --expert-cache. */
+int mp_expert_caches_validate(const struct mp_strlist *caches, const struct mp_model *m,
+                              const struct mp_layout *layouts, int nlayouts,
+                              const struct mp_strlist *placements);
 
 /* --tokens-per-rank against --batch (docs/CONVENTIONS.md): given both on the command line
  * (argv[1..argc)), prints one line naming both and returns MP_ERR_USAGE; else MP_OK. */

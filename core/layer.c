@@ -128,6 +128,7 @@ void mp_layer_destroy(struct mp_layer *L)
 {
     if (!L)
         return;
+    mp_layer_cache_free(L);
     mp_layer_free_weights(L);
     for (int i = 0; mp_dispatch_modes[i]; i++)
         if (mp_dispatch_modes[i]->teardown)
@@ -191,7 +192,14 @@ static int pass_iterate(void *arg, int step, int sample, int replay)
     struct pass *p = arg;
     (void)replay; /* the mode replays once it has captured (L->captured) */
     struct mp_rank_iter *rec = sample >= 0 ? &p->mine[sample] : &p->scratch;
-    return p->mode->iterate(p->L, p->pt, p->pool, step % p->pool->n, p->ntok, rec);
+    struct mp_layer *L = p->L;
+    L->it_hits = L->it_misses = L->it_fetch_bytes = L->it_fetch_us = 0;
+    int rc = p->mode->iterate(L, p->pt, p->pool, step % p->pool->n, p->ntok, rec);
+    rec->cache_hits = L->it_hits; /* --expert-cache: this iteration's accesses and fetches */
+    rec->cache_misses = L->it_misses;
+    rec->fetch_bytes = L->it_fetch_bytes;
+    rec->fetch_us = L->it_fetch_us;
+    return rc;
 }
 
 static int pass_capture(void *arg)
@@ -209,12 +217,34 @@ static int pass_flush(void *arg)
 
 /* One pass of a point in `mode`: its plan, then warm-up, capture and timed iterations through the
  * harness, then every rank's records gathered into res. */
+/* The point's expert cache, cold: static's resident set by the routing's expected shares of this
+ * rank's local experts (alike for gate routing, which has none). */
+static int cache_for_point(struct mp_layer *L, const struct mp_point *pt)
+{
+    double *share = NULL;
+    if (pt->cache.slots > 0 && pt->routing->prob) {
+        share = malloc((size_t)(L->nlocal > 0 ? L->nlocal : 1) * sizeof *share);
+        if (!share) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        for (int i = 0; i < L->nlocal; i++)
+            share[i] = pt->routing->prob[L->local_ids[i]];
+    }
+    int rc = mp_layer_cache_setup(L, &pt->cache, share);
+    free(share);
+    return rc;
+}
+
 static int run_pass(struct pass *p, struct mp_point_result *res, long tok0)
 {
     struct mp_layer *L = p->L;
     const struct mp_point *pt = p->pt;
     int rc = p->mode->plan ? p->mode->plan(L, pt, tok0, p->ntok) : MP_OK;
     if (rc != MP_OK)
+        return rc;
+    /* every pass starts from the point's cold cache: its warm-up fills it */
+    if (pt->cache.slots > 0 && (rc = cache_for_point(L, pt)) != MP_OK)
         return rc;
     struct mp_harness h = {
         .warmup = pt->warmup, .iters = pt->iters, .iterate = pass_iterate, .arg = p,
@@ -287,6 +317,8 @@ static int prepare_point(struct mp_layer *L, const struct mp_point *pt,
     if (mode->reserve)
         MP_CHECK(mode->reserve(L, pt, total));
     MP_CHECK(mp_layer_setup_weights(L, pt->placement, pt->weight_dtype, pt->blocked_weights));
+    if (pt->cache.slots == 0)
+        MP_CHECK(mp_layer_cache_setup(L, &pt->cache, NULL)); /* the previous point's, freed */
     if (mp_routing_is_gate(pt->routing))
         MP_CHECK(mp_layer_setup_gate(L));
     if (pt->blocked_activations)

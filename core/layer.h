@@ -9,6 +9,7 @@
 #include "compute.h"
 #include "metrics.h"
 #include "model.h"
+#include "expert_cache.h"
 #include "placement.h"
 #include "routing.h"
 
@@ -47,6 +48,10 @@ struct mp_point {
                           * backend's weight type as it is; fp8: codes and 128×128 block scales,
                           * base/fp8.h, dequantized by the backend for its GEMMs) */
     int gemm;            /* the expert FFN's GEMMs: enum mp_gemm (mp_ffn_args.gemm) */
+    /* --expert-cache: slots 0 holds every local expert's weights; else each rank keeps that many
+     * resident and fetches the others from a host pool before their FFN (docs/METRICS.md,
+     * "Expert cache") */
+    struct mp_cache_spec cache;
     int graph;           /* padded only, backends with graph replay: capture the layer once per
                           * point and replay it every iteration */
     int flush_cache;     /* evict the device's caches (ops->flush_cache) before every timed

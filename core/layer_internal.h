@@ -76,6 +76,18 @@ struct mp_layer {
     int blocked_weights;    /* they were generated blocked (struct mp_point's blocked_weights) */
     long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
 
+    /* --expert-cache (docs/METRICS.md, "Expert cache"; layer_cache.c): the local experts' weights
+     * in a host pool as the upload takes them (fp32 values for bf16, the fp8 images' bytes), the
+     * cache's device slots (the last of them static's staging slot), and the current iteration's
+     * counts, copied into its record */
+    struct mp_expert_cache cache;
+    void **pool_gu, **pool_wd;  /* [nlocal] host memory */
+    void **slot_gu, **slot_wd;  /* [nslots] backend memory */
+    int nslots;
+    size_t gu_elems, wd_elems;  /* backend elements of one expert's two buffers */
+    double gu_bytes, wd_bytes;  /* their bytes as the backend stores them: what a fetch moves */
+    double it_hits, it_misses, it_fetch_bytes, it_fetch_us;
+
     struct mp_plan plan;
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
 
@@ -192,6 +204,18 @@ void mp_layer_free_buffers(struct mp_layer *L);
 /* Make this rank's expert weights match the placement, generated `blocked` or not
  * (mp_weights_expert) and stored in `weight_dtype` (enum mp_dtype; no work when the set, the
  * generation and the type are unchanged). */
+/* Start the point's expert cache (layer_cache.c): for `spec` with slots, the host pool of this
+ * rank's local experts (set up by mp_layer_setup_weights first) and spec->slots device slots
+ * (one more for static), static's resident experts loaded; `share` ([nlocal] the routing's
+ * expected share of each local expert, NULL: alike) picks them. A spec without slots frees any
+ * cache. MP_OK or MP_ERR_RUNTIME. */
+int mp_layer_cache_setup(struct mp_layer *L, const struct mp_cache_spec *spec, const double *share);
+void mp_layer_cache_free(struct mp_layer *L);
+
+/* The weights local expert `e`'s FFN reads (*wgu, *wd): with a cache, its slot, fetched from the
+ * host pool first on a miss (counted and timed into the iteration's counts); else its own. */
+int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd);
+
 int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl, int weight_dtype,
                            int blocked);
 /* The router weights, generated and uploaded on first use. */

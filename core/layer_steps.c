@@ -75,7 +75,22 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
                             .work = work, .gemm = pt->gemm, .weight_dtype = L->weight_dtype,
                             .progress = progress,
                             .progress_arg = progress_arg};
-    MP_CHECK(L->ops->expert_ffn(L->dev, &a));
+    if (L->cache.spec.slots == 0) {
+        MP_CHECK(L->ops->expert_ffn(L->dev, &a));
+    } else { /* each expert with rows from its slot, fetched first on a miss, in expert order */
+        for (int e = 0; e < L->nlocal; e++) {
+            if (row_off[e + 1] <= row_off[e])
+                continue;
+            void *gu, *wd;
+            MP_CHECK(mp_layer_cache_weights(L, e, &gu, &wd));
+            struct mp_ffn_args one = a;
+            one.row_off = row_off + e;
+            one.nexp = 1;
+            one.wgu = &gu;
+            one.wd = &wd;
+            MP_CHECK(L->ops->expert_ffn(L->dev, &one));
+        }
+    }
     L->shared_off[0] = 0;
     L->shared_off[1] = ntok;
     for (int s = 0; s < nshared; s++) {

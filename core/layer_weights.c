@@ -10,6 +10,7 @@
 
 void mp_layer_free_weights(struct mp_layer *L)
 {
+    mp_layer_cache_free(L); /* its pool holds these experts */
     for (int i = 0; i < L->nlocal + L->S && L->wgu; i++) {
         if (L->wgu[i])
             L->ops->free(L->dev, L->wgu[i]);

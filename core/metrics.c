@@ -15,7 +15,8 @@ const char *const mp_iter_metric_names[MP_ITER_METRICS] = {
     "dispatch_intranode_GBps",  "dispatch_internode_GBps",  "combine_intranode_GBps",
     "combine_internode_GBps",
     "dispatch_inter_us",        "dispatch_intra_us",        "combine_inter_us",
-    "combine_intra_us",
+    "combine_intra_us",         "cache_hit_rate",           "fetch_bytes",
+    "fetch_us",
 };
 
 static double max2(double a, double b) { return a > b ? a : b; }
@@ -128,6 +129,14 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter
         local += r[i].local_pairs;
         dropped += r[i].dropped;
     }
+    double hits = 0, accesses = 0;
+    for (int i = 0; i < n; i++) {
+        hits += r[i].cache_hits;
+        accesses += r[i].cache_hits + r[i].cache_misses;
+        z.fetch_bytes += r[i].fetch_bytes;
+        z.fetch_us = max2(z.fetch_us, r[i].fetch_us);
+    }
+    z.cache_hit_rate = accesses > 0 ? hits / accesses : NAN;
     z.ffn_mean_us = n ? ffn_sum / n : 0;
     z.comm_us = z.layer_us - z.ffn_us - z.route_us;
     z.comm_comp_ratio = z.ffn_us > 0 ? z.comm_us / z.ffn_us : 0;

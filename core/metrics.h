@@ -24,6 +24,10 @@ struct mp_rank_iter {
      * intra-node forward, the combine's intra-node return and inter-node return; NAN for the
      * other modes */
     double dispatch_inter_us, dispatch_intra_us, combine_inter_us, combine_intra_us;
+    /* --expert-cache (docs/METRICS.md, "Expert cache"): this iteration's accesses of resident
+     * experts and fetches, the bytes fetched and the µs the fetches took before their FFNs (all 0
+     * without a cache) */
+    double cache_hits, cache_misses, fetch_bytes, fetch_us;
 };
 #define MP_RANK_ITER_FIELDS (sizeof(struct mp_rank_iter) / sizeof(double))
 
@@ -57,6 +61,9 @@ struct mp_iter_metrics {
      * mp_rank_iter): dispatch_inter_us + dispatch_intra_us ≤ dispatch_us, combine_inter_us +
      * combine_intra_us ≤ combine_us; NAN for the other modes */
     double dispatch_inter_us, dispatch_intra_us, combine_inter_us, combine_intra_us;
+    /* --expert-cache: Σ_r hits / Σ_r (hits + misses), NAN without an access (no cache); the
+     * bytes all ranks fetched; the longest fetch time of a rank */
+    double cache_hit_rate, fetch_bytes, fetch_us;
 };
 #define MP_ITER_METRICS (sizeof(struct mp_iter_metrics) / sizeof(double))
 

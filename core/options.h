@@ -98,6 +98,7 @@ struct mp_bench_opts {
     struct mp_strlist dedup;    /* pair, rank, node (core/dedup.h); a list sweeps them */
     struct mp_strlist dispatch_dtype; /* bf16, fp8 (core/dtype.h); a list sweeps them */
     struct mp_strlist weight_dtype;   /* bf16, fp8 (core/dtype.h); a list sweeps them */
+    struct mp_strlist expert_cache;   /* off or SLOTS[:POLICY] (core/expert_cache.h); a list */
     char *gemm;                 /* the expert FFN's GEMMs: "loop", "grouped" or "skinny" */
     int graph;                  /* replay a captured layer (padded dispatch, device backends) */
     int flush_cache;            /* evict the LLC / L2 before every timed iteration (untimed) */

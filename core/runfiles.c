@@ -88,7 +88,8 @@ int mp_flush_cache_active(const struct mp_session *s)
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
                          const char *routing, const char *group_limit, const char *placement,
                          int overlap, const char *dispatch, const char *dedup,
-                         const char *dispatch_dtype, const char *weight_dtype, long batch)
+                         const char *dispatch_dtype, const char *weight_dtype,
+                         const char *expert_cache, long batch)
 {
     const struct mp_model *m = &s->model;
     mp_row_reset(r);
@@ -113,6 +114,7 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
     mp_row_str(r, dedup);
     mp_row_str(r, dispatch_dtype);
     mp_row_str(r, weight_dtype);
+    mp_row_str(r, expert_cache);
     mp_row_int(r, batch);
     mp_row_int(r, s->o.seq);
     mp_row_int(r, s->o.seed);

@@ -56,6 +56,10 @@ static const struct mp_column workload_key[] = {
      "(the backend's weight type as it is: bf16 on GPUs, fp32 on the cpu backend) or `fp8` (e4m3 "
      "codes and one fp32 scale per 128×128 block of each matrix: 3·H·Dl + 4·3·⌈H/128⌉·⌈Dl/128⌉ "
      "bytes an expert); the router's weights stay as they are"},
+    {MPC_expert_cache, "–", T,
+     "`--expert-cache` entry: `off` (every local expert's weights resident) or `SLOTS:POLICY`, "
+     "each rank keeping SLOTS experts resident and fetching the others from a host pool "
+     "(METRICS.md, Expert cache); `off` for ffn.csv"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
     {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
     {MPC_seed, "–", I, "`--seed`"},
@@ -173,6 +177,16 @@ static const struct mp_column layer_cols[] = {
     {MPC_combine_intra_us, "µs", R,
      "`--dedup node`: median of the combine's slowest rank's intra-node return time; empty for "
      "`pair` and `rank`"},
+    {MPC_cache_hit_rate, "–", R,
+     "`--expert-cache`: median share of the experts' accesses (an expert with rows on a rank, once "
+     "an iteration) that found its weights resident ([METRICS.md](METRICS.md#expert-cache)); "
+     "empty with `off`"},
+    {MPC_fetch_bytes, "bytes", R,
+     "`--expert-cache`: median of the expert weight bytes all ranks fetched from their host pools "
+     "(0 with `off`)"},
+    {MPC_fetch_us, "µs", R,
+     "`--expert-cache`: median of the longest time a rank spent fetching, inside its FFN phase "
+     "(0 with `off`)"},
     {MPC_check_error, "–", R, "`‖out − ref‖/‖ref‖` with `--check`, else empty"},
     {MPC_overlap_efficiency, "–", R,
      "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
@@ -238,6 +252,11 @@ static const struct mp_column layer_sample_cols[] = {
     {MPC_combine_intra_us, "µs", R,
      "`--dedup node`: the intra-node return time of the rank with the longest combine; empty for "
      "`pair` and `rank`"},
+    {MPC_cache_hit_rate, "–", R,
+     "`--expert-cache`: Σ hits / Σ accesses of all ranks' experts ([METRICS.md](METRICS.md#expert-"
+     "cache)); empty with `off`"},
+    {MPC_fetch_bytes, "bytes", R, "`--expert-cache`: expert weight bytes all ranks fetched"},
+    {MPC_fetch_us, "µs", R, "`--expert-cache`: the longest time a rank spent fetching"},
 };
 
 static const struct mp_column layer_rank_cols[] = {
@@ -285,6 +304,12 @@ static const struct mp_column layer_rank_cols[] = {
     {MPC_local_experts, "–", T,
      "the expert ids this rank's EP rank holds under the point's placement, replicas included, as "
      "ascending ranges separated by spaces (`0-3 9`)"},
+    {MPC_cache_hits, "count", R,
+     "`--expert-cache`: median over iterations of this rank's accesses that found the expert "
+     "resident (0 with `off`)"},
+    {MPC_cache_misses, "count", R, "`--expert-cache`: median of its fetches (0 with `off`)"},
+    {MPC_fetch_bytes, "bytes", R, "`--expert-cache`: median of the bytes it fetched"},
+    {MPC_fetch_us, "µs", R, "`--expert-cache`: median of the time it spent fetching"},
 };
 
 /* layer_rank_samples.csv: every rank's record of every timed iteration, unsummarised (the rows
@@ -322,6 +347,10 @@ static const struct mp_column layer_rank_sample_cols[] = {
     {MPC_rows, "rows", R, "routed rows its experts computed"},
     {MPC_ffn_rows, "rows", R, "`rows` + shared-expert rows"},
     {MPC_bytes_sent, "bytes", R, "dispatch + combine bytes it sent to other ranks"},
+    {MPC_cache_hits, "count", R, "`--expert-cache`: its accesses that found the expert resident"},
+    {MPC_cache_misses, "count", R, "`--expert-cache`: its fetches"},
+    {MPC_fetch_bytes, "bytes", R, "`--expert-cache`: the bytes it fetched"},
+    {MPC_fetch_us, "µs", R, "`--expert-cache`: the time it spent fetching"},
 };
 
 const struct mp_csv_schema mp_schema_layer_rank_samples = {

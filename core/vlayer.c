@@ -823,6 +823,7 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->start_skew = 0; /* the model's ranks start together */
     x->dispatch_inter_us = x->dispatch_intra_us = NAN; /* set by a --dedup node timing */
     x->combine_inter_us = x->combine_intra_us = NAN;
+    x->cache_hits = x->cache_misses = x->fetch_bytes = x->fetch_us = 0; /* no cache modelled */
 }
 
 /* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */

@@ -182,6 +182,7 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
     int has_dedup = mp_table_col(t, MPC_dedup) >= 0;
     int has_limit = mp_table_col(t, MPC_group_limit) >= 0, inactive;
     int has_wdtype = mp_table_col(t, MPC_weight_dtype) >= 0;
+    int has_cache = mp_table_col(t, MPC_expert_cache) >= 0;
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
         /* the dispatch mode and the dedup mode are replayed (older files have neither: dynamic,
          * pair); a layer replayed as a graph (+graph) left out the host's launches, which the
@@ -193,6 +194,9 @@ static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp
         /* fp8 weights on a measured backend run a dequantizing reference path (the cpu's), not
          * the fp8 GEMMs the model's flops_fp8 stands for: not its to fit either */
         if (has_wdtype && strcmp(cell(t, r, MPC_weight_dtype), "bf16") != 0)
+            continue;
+        /* nor an expert cache's fetches, which the model does not time */
+        if (has_cache && strcmp(cell(t, r, MPC_expert_cache), "off") != 0)
             continue;
         const struct mp_dispatch_mode *mode;
         double dispatch_arg;

@@ -16,7 +16,8 @@
 const char *const rp_key_names[RP_NKEY] = {
     MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
     MPC_shared, MPC_layout, MPC_routing, MPC_group_limit, MPC_placement, MPC_seq, MPC_seed,
-    MPC_overlap, MPC_dispatch, MPC_dedup, MPC_dispatch_dtype, MPC_weight_dtype, MPC_flush_cache,
+    MPC_overlap, MPC_dispatch, MPC_dedup, MPC_dispatch_dtype, MPC_weight_dtype, MPC_expert_cache,
+    MPC_flush_cache,
 };
 
 /* The columns the report reads from each file; a file without one of them is refused. */
@@ -253,7 +254,8 @@ static int label_series(struct rp_series *s, int n)
                                 RP_K_COMM,    RP_K_MODEL,   RP_K_HIDDEN,     RP_K_FFN,
                                 RP_K_EXPERTS, RP_K_TOPK,    RP_K_SHARED,     RP_K_SEQ,
                                 RP_K_SEED,    RP_K_GROUP_LIMIT, RP_K_OVERLAP, RP_K_DISPATCH,
-                                RP_K_DEDUP,   RP_K_DTYPE,   RP_K_WDTYPE,     RP_K_FLUSH};
+                                RP_K_DEDUP,   RP_K_DTYPE,   RP_K_WDTYPE,     RP_K_CACHE,
+                                RP_K_FLUSH};
     enum { NBARE = 3, NORDER = sizeof order / sizeof order[0] };
     int show[NORDER], nshow = 0;
     for (int e = 0; e < NORDER; e++) {
@@ -298,13 +300,15 @@ static int label_series(struct rp_series *s, int n)
 }
 
 /* Key cell k of a row (kc: the key columns' indices, -1 where absent): empty where the file lacks
- * the column, except group_limit, which files written before --group-limit lack: `off`, and
- * dispatch_dtype and weight_dtype, which files written before those flags lack: `bf16`. */
+ * the column, except group_limit and expert_cache, which files written before those flags lack:
+ * `off`, and dispatch_dtype and weight_dtype, likewise: `bf16`. */
 static const char *key_cell(const struct mp_table *t, long row, const int *kc, int k)
 {
     if (kc[k] >= 0)
         return t->cells[row][kc[k]];
-    return k == RP_K_GROUP_LIMIT ? "off" : k == RP_K_DTYPE || k == RP_K_WDTYPE ? "bf16" : "";
+    return k == RP_K_GROUP_LIMIT || k == RP_K_CACHE ? "off"
+           : k == RP_K_DTYPE || k == RP_K_WDTYPE    ? "bf16"
+                                                    : "";
 }
 
 int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out, int *nout)

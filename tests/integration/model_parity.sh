@@ -13,7 +13,7 @@ FFN=$BIN/moeperf-ffn
 # The flags a measured run takes and a modelled one refuses (exit 2, the message naming the
 # flag), per binary: the same lists as mp_session_refuse_unsupported (core/session.c), the
 # binaries' --graph checks and docs/planning.md.
-LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
+LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory --expert-cache"
 A2A_MODEL_REFUSES="--inject-delay-us"
 FFN_MODEL_REFUSES="--graph --max-memory"
 # --graph needs --backend cuda --comm nccl: the measured cpu run refuses it too.
@@ -49,6 +49,7 @@ sample() {
     --dedup) echo "--dedup pair,rank,node" ;;
     --dispatch-dtype) echo "--dispatch-dtype bf16,fp8" ;;
     --weight-dtype) echo "--weight-dtype bf16,fp8" ;;
+    --expert-cache) echo "--expert-cache off,2:lfu" ;;
     --gemm) echo "--gemm loop" ;;
     --graph) # moeperf-layer's capture takes a dispatch without a host sync; the ffn's is the FFN's
         if [ "$(basename "$tool")" = moeperf-layer ]; then echo "--graph --dispatch padded"; else

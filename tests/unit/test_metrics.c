@@ -91,7 +91,8 @@ int main(void)
     CHECK_NEAR(m.dispatch_intranode_GBps, 300 / 60.0 / 1e3, 1e-15);
     CHECK(isnan(m.dispatch_internode_GBps) && isnan(m.combine_internode_GBps));
     CHECK_STR(mp_iter_metric_names[0], "layer_us");
-    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "combine_intra_us");
+    CHECK_STR(mp_iter_metric_names[MP_ITER_METRICS - 1], "fetch_us");
+    CHECK(isnan(m.cache_hit_rate) && m.fetch_bytes == 0 && m.fetch_us == 0); /* no cache */
     /* --dedup node's hop times are those of each phase's slowest rank (rank 0's dispatch of 60,
      * rank 1's combine of 20) */
     r[0].dispatch_inter_us = 30, r[0].dispatch_intra_us = 20;
