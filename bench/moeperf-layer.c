@@ -445,13 +445,9 @@ static int refuse_flags(const struct sweep *sw)
     int cached = 0;
     for (int i = 0; i < s->o.expert_cache.n; i++)
         cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
-    if (cached && (s->modelled || s->cops->memory != MP_MEMORY_HOST || s->o.graph)) {
+    if (cached && ((!s->modelled && s->cops->memory != MP_MEMORY_HOST) || s->o.graph)) {
         char names[256];
-        if (s->modelled)
-            mp_usage("--expert-cache: the model does not time fetches yet; measure the cache on "
-                     "a host backend (%s) or drop --expert-cache",
-                     mp_compute_names_where(host_memory, names, sizeof names));
-        else if (s->o.graph)
+        if (s->o.graph)
             mp_usage("--expert-cache: a fetch is decided on the host before each expert's FFN, "
                      "which a captured layer cannot replay; drop --graph or --expert-cache");
         else

@@ -39,6 +39,8 @@ const struct mp_cluster_param mp_cluster_params[] = {
      "weight-load times not hidden under the larger (optional: 0)", 1},
     {"flops_fp8_eff", P(flops_fp8_eff), "fraction", "achieved fraction of the fp8 FLOP/s peak "
      "(optional: flops_eff)", 1},
+    {"pcie_bw", P(pcie_bw), "bytes/s", "host-to-device copy bandwidth per GPU per direction, "
+     "achieved: what an expert-cache miss fetches at (optional: 0, not known)", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
@@ -60,31 +62,40 @@ const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluste
                       .flops_fp8_eff = 0.1
 #define BEHAVIOUR FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.95, .intra_lat_us = 8,              \
                   .inter_lat_us = 20
+/* pcie_bw, what an expert-cache fetch achieves from page-locked host memory: about 55 GB/s per
+ * direction on a PCIe Gen5 x16 link (H100, H200, H800 and B200 SXM boards' host link; 64 GB/s
+ * raw), about 25 GB/s on Gen4 x16 (A100; 32 GB/s raw); a GH200 profile would carry NVLink-C2C's
+ * about 450 GB/s. These are starting assumptions for a link no run here measured; ci/gpu-check
+ * measures the host-to-device copy rate where a GPU is lent. cpu-host's is a memcpy's: its memory
+ * bandwidth halved (a copy reads and writes). */
+#define PCIE5 55e9
+#define PCIE4 25e9
 const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 1979e12, BEHAVIOUR},
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, BEHAVIOUR},
     {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141,
-     .flops_fp8 = 1979e12, BEHAVIOUR},
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, BEHAVIOUR},
     /* its network behaviour fitted to DeepEP's published kernels (docs/validation.md) */
     {.name = "h800-ib", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .intra_bw = 200e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 1979e12, FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.9, .intra_lat_us = 20,
-     .inter_lat_us = 20},
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.9,
+     .intra_lat_us = 20, .inter_lat_us = 20},
     {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
      .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 312e12, BEHAVIOUR},
+     .flops_fp8 = 312e12, .pcie_bw = PCIE4, BEHAVIOUR},
     {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
      .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, .gpu_mem_gb = 192,
-     .flops_fp8 = 4.5e15, BEHAVIOUR},
+     .flops_fp8 = 4.5e15, .pcie_bw = PCIE5, BEHAVIOUR},
     /* one CPU core per rank (AVX2 FMA fp32, a share of a socket's memory and shared-memory
      * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs; its memory is
      * the host's, not checked (gpu_mem_gb 0) */
     {.name = "cpu-host", .flops = 100e9, .hbm_bw = 20e9, .gpus_per_node = 2, .intra_bw = 10e9,
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
-     .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8},
+     .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8,
+     .pcie_bw = 10e9},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -119,7 +130,8 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
         double v = get(c, i);
         int ok = isfinite(v);
         int zero_ok = strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion") ||
-                      !strcmp(k, "gpu_mem_gb") || !strcmp(k, "ffn_call_us");
+                      !strcmp(k, "gpu_mem_gb") || !strcmp(k, "ffn_call_us") ||
+                      !strcmp(k, "pcie_bw");
         if (strstr(k, "_eff"))
             ok = ok && v > 0 && v <= 1;
         else if (!strcmp(k, "ffn_blend"))
@@ -248,7 +260,8 @@ static int read_file(const char *path, struct mp_cluster *out)
             continue;
         }
         if (!seen[i] && (mp_cluster_params[i].offset == P(ffn_call_us) ||
-                         mp_cluster_params[i].offset == P(ffn_blend))) {
+                         mp_cluster_params[i].offset == P(ffn_blend) ||
+                         mp_cluster_params[i].offset == P(pcie_bw))) {
             *(double *)((char *)&c + mp_cluster_params[i].offset) = 0;
             continue;
         }

@@ -32,6 +32,9 @@ struct mp_cluster {
      * compute and weight-load times that does not hide under the larger (default 0: the plain
      * roofline), and the achieved fraction of flops_fp8 (default flops_eff) */
     double ffn_call_us, ffn_blend, flops_fp8_eff;
+    /* hardware, optional in a file (0: not known): bytes/s per GPU per direction from host memory
+     * into device memory, what an --expert-cache miss moves its expert's weights at */
+    double pcie_bw;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */

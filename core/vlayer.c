@@ -10,6 +10,8 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "expert_cache.h"
+#include "fp8.h"
 #include "padded.h"
 #include "plan.h"
 #include "plan_dedup.h"
@@ -27,6 +29,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
         free(t[d].chunk_a2a);
         free(t[d].chunk_hop);
         free(t[d].chunk_back);
+        free(t[d].used);
     }
     free(t);
 }
@@ -725,6 +728,18 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     }
     if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
+    if (pt->cache.slots > 0 && (N > 1 || pt->dedup != MP_DEDUP_PAIR ||
+                                (traffic != mp_vtraffic_dynamic && traffic != mp_vtraffic_padded))) {
+        mp_usage("--expert-cache with %s: the model times the cache of the unpipelined dynamic "
+                 "and padded dispatches with --dedup pair only so far; measure it on a host "
+                 "backend", N > 1 ? "--overlap" : pt->dedup != MP_DEDUP_PAIR ? "--dedup" : "this dispatch");
+        return MP_ERR_USAGE;
+    }
+    if (pt->cache.slots > 0 && !(cl->pcie_bw > 0)) {
+        mp_usage("--expert-cache: the cluster profile %s has no pcie_bw (the host-to-device "
+                 "bandwidth a fetch runs at); give one in its file", cl->name);
+        return MP_ERR_USAGE;
+    }
     size_t pairs = (size_t)T * K;
     /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too, two
      * for the dedup counts) and the per-rank arrays */
@@ -783,6 +798,17 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                                 .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL,
                                 .holder_li = holder_li, .sole = sole, .counts = counts};
         traffic(&t[d], &draw);
+        if (pt->cache.slots > 0) { /* the experts each rank's FFN reads in this draw */
+            t[d].max_local = L;
+            t[d].used = malloc((size_t)ep * L);
+            if (!t[d].used)
+                goto out;
+            for (int p = 0; p < ep; p++)
+                for (int l = 0; l < L; l++)
+                    t[d].used[(size_t)p * L + l] =
+                        l < mp_placement_nlocal(pl, p) &&
+                        (traffic == mp_vtraffic_padded || exp_rows[(size_t)p * L + l] > 0);
+        }
     }
     rc = MP_OK;
 out:
@@ -1012,7 +1038,7 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
         double r = mp_model_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
         for (int k = 0; k < tp; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
-            x->ffn = f + straggle_ffn(t, p, k);
+            x->ffn = f + straggle_ffn(t, p, k) + (t->fetch_us ? t->fetch_us[p] : 0);
             x->tp_reduce = r + straggle_wait(t, p, k);
             slowest = fmax(slowest, x->ffn + x->tp_reduce);
         }
@@ -1032,6 +1058,81 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                 x->combine_intra_us = hop_c[1];
             }
         }
+}
+
+/* The expert cache of every EP rank (docs/METRICS.md, "Expert cache"), as the measured layer
+ * keeps it: each draw accesses the rank's local experts with rows (padded: all) in order, warm-up
+ * iterations first; a miss costs the expert's stored bytes at the profile's pcie_bw. The TP ranks
+ * of an EP rank hold its experts' shards: each fetches its own, alike. */
+struct vcache {
+    int ep;
+    struct mp_expert_cache *c; /* [ep] */
+    double *hits, *misses, *fetch_us; /* [ep] the iteration's */
+    double expert_bytes, pcie_bw;
+    const struct mp_placement *pl;
+};
+
+static void vcache_free(struct vcache *v)
+{
+    for (int p = 0; v->c && p < v->ep; p++)
+        mp_expert_cache_free(&v->c[p]);
+    free(v->c);
+    free(v->hits);
+    memset(v, 0, sizeof *v);
+}
+
+/* One iteration's accesses of draw t on every rank: its hits, misses and fetch time. */
+static void vcache_step(struct vcache *v, const struct mp_vtraffic *t)
+{
+    for (int p = 0; p < v->ep; p++) {
+        v->hits[p] = v->misses[p] = 0;
+        for (int l = 0; l < mp_placement_nlocal(v->pl, p) && l < t->max_local; l++) {
+            int miss;
+            if (!t->used[(size_t)p * t->max_local + l])
+                continue;
+            mp_expert_cache_access(&v->c[p], l, &miss);
+            v->hits[p] += !miss;
+            v->misses[p] += miss;
+        }
+        v->fetch_us[p] = v->misses[p] * v->expert_bytes / v->pcie_bw * 1e6;
+    }
+}
+
+static int vcache_start(struct vcache *v, const struct mp_cluster *cl, const struct mp_model *m,
+                        int tp, int ep, const struct mp_point *pt, const struct mp_vtraffic *t,
+                        int P, int warmup)
+{
+    const struct mp_placement *pl = pt->placement;
+    int H = m->hidden, Dl = m->ffn / tp;
+    v->ep = ep;
+    v->pl = pl;
+    v->pcie_bw = cl->pcie_bw;
+    v->expert_bytes = pt->weight_dtype == MP_DTYPE_FP8
+                          ? (double)(mp_fp8_image_bytes(H, Dl, 2) + mp_fp8_image_bytes(Dl, H, 1))
+                          : 3.0 * H * Dl * cl->elem_bytes;
+    v->c = calloc((size_t)ep, sizeof *v->c);
+    v->hits = calloc((size_t)ep * 3, sizeof *v->hits);
+    double *share = malloc((size_t)(pl->max_local > 0 ? pl->max_local : 1) * sizeof *share);
+    int rc = v->c && v->hits && share ? MP_OK : MP_ERR_RUNTIME;
+    if (rc == MP_OK) {
+        v->misses = v->hits + ep;
+        v->fetch_us = v->hits + 2 * ep;
+    }
+    for (int p = 0; p < ep && rc == MP_OK; p++) {
+        int n = mp_placement_nlocal(pl, p);
+        for (int l = 0; l < n; l++) /* static's hottest: the routing's expected shares */
+            share[l] = pt->routing->prob ? pt->routing->prob[pl->local_ids[pl->local_off[p] + l]]
+                                         : 0;
+        rc = mp_expert_cache_init(&v->c[p], &pt->cache, n, share);
+    }
+    free(share);
+    for (int s = 0; s < warmup && rc == MP_OK; s++) /* the warm-up fills the caches */
+        vcache_step(v, &t[s % P]);
+    if (rc != MP_OK) {
+        vcache_free(v);
+        mp_error("out of memory modelling the expert cache of %d ranks", ep);
+    }
+    return rc;
 }
 
 int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
@@ -1075,12 +1176,37 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
         return rc;
     }
     int warmup = pt->warmup > 0 ? pt->warmup : 0;
-    if (P < period)
+    struct vcache vc = {0};
+    int caching = pt->cache.slots > 0;
+    if (caching && vcache_start(&vc, cl, m, tp, ep, pt, t, P, warmup) != MP_OK) {
+        mp_point_result_free(res);
+        mp_vtraffic_free(t, P);
+        free(plain);
+        free(scratch);
+        return MP_ERR_RUNTIME;
+    }
+    if (P < period && !caching) /* a cache's state carries over: no iteration repeats */
         res->rank_period = P;
     for (int it = 0; it < pt->iters; it++) {
         /* timed iteration it is the layer's step warmup + it, which routes draw step mod P; the
          * timing of a draw depends on nothing else, so an iteration P after another repeats it:
          * its rank records are the same ones (rank_period), its metrics copied */
+        if (caching) {
+            struct mp_vtraffic *draw = &t[(warmup + it) % P];
+            struct mp_rank_iter *rec = res->ranks + (size_t)it * N;
+            vcache_step(&vc, draw);
+            draw->fetch_us = vc.fetch_us;
+            mp_vtraffic_time(cl, m, draw, rec);
+            draw->fetch_us = NULL;
+            for (int i = 0; i < N; i++) {
+                rec[i].cache_hits = vc.hits[i / tp];
+                rec[i].cache_misses = vc.misses[i / tp];
+                rec[i].fetch_bytes = vc.misses[i / tp] * vc.expert_bytes;
+                rec[i].fetch_us = vc.fetch_us[i / tp];
+            }
+            mp_metrics_iter(rec, N, tp, &res->metrics[it]);
+            continue;
+        }
         if (it >= P) {
             res->metrics[it] = res->metrics[it - P];
             if (plain)
@@ -1101,6 +1227,7 @@ int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     }
     if (plain)
         res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
+    vcache_free(&vc);
     mp_vtraffic_free(t, P);
     free(plain);
     free(scratch);

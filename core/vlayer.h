@@ -64,6 +64,13 @@ struct mp_vtraffic {
      * NULL otherwise */
     struct mp_vexchange *chunk_hop, *chunk_back;
     struct mp_vexchange meta[2];
+    /* with --expert-cache (docs/METRICS.md, "Expert cache"): [ep·max_local] 1 where EP rank p's
+     * local expert l is accessed in this draw (it has rows; padded: every local expert), NULL
+     * otherwise; and, set for the iteration being timed, [ep] the µs rank p's fetches add to its
+     * FFN (NULL: none) */
+    unsigned char *used;
+    int max_local;
+    const double *fetch_us;
 };
 
 struct mp_plan;

@@ -34,7 +34,7 @@ expect --tokens-per-rank --hidden 32 --ffn 32 --iters 1 --tokens-per-rank 0
 expect --expert-cache $SMALL --experts 8 --expert-cache 0
 expect --expert-cache $SMALL --experts 8 --expert-cache 9
 expect --expert-cache $SMALL --experts 8 --expert-cache 4:mru
-expect --expert-cache $SMALL --experts 8 --expert-cache 4 --backend model --comm model --cluster cpu-host --world 2
+expect --expert-cache $SMALL --experts 8 --expert-cache 4 --overlap 2 --backend model --comm model --cluster cpu-host --world 2
 TOOL=moeperf-ffn expect --tokens-per-rank $SMALL --tokens-per-rank 4
 TOOL=moeperf-a2a expect --tokens-per-rank --pattern moe $SMALL --tokens-per-rank=2
 expect --backend $SMALL --backend gpu

@@ -13,7 +13,7 @@ FFN=$BIN/moeperf-ffn
 # The flags a measured run takes and a modelled one refuses (exit 2, the message naming the
 # flag), per binary: the same lists as mp_session_refuse_unsupported (core/session.c), the
 # binaries' --graph checks and docs/planning.md.
-LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory --expert-cache"
+LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
 A2A_MODEL_REFUSES="--inject-delay-us"
 FFN_MODEL_REFUSES="--graph --max-memory"
 # --graph needs --backend cuda --comm nccl: the measured cpu run refuses it too.
@@ -235,6 +235,37 @@ mpi 4 "$LAYER" $osweep --out "$TMP/omeasured" || fail "measured pipelined --dedu
 # shellcheck disable=SC2086
 "$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $osweep \
     --out "$TMP/omodelled" || fail "modelled pipelined --dedup sweep exit $?"
+# and an expert cache (docs/METRICS.md, "Expert cache"): every rank's hits, misses and fetched
+# bytes in every iteration are the measured run's, small batches leaving experts without rows (the
+# model's cache runs over its own count of each draw's rows per local expert: an independent
+# simulation of the same draws)
+csweep="--hidden 32 --ffn 16 --experts 16 --topk 2 --shared 1 --layout tp1ep4,tp2ep2 --batch 4,24
+    --routing zipf:1.2,hot:2:30 --dispatch dynamic,padded --expert-cache 1,2:lfu,3:static,2:lru
+    --iters 4 --warmup 2 --seed 7 --quiet --no-flush-cache"
+# shellcheck disable=SC2086
+mpi 4 "$LAYER" $csweep --out "$TMP/cmeasured" || fail "measured --expert-cache sweep exit $?"
+# shellcheck disable=SC2086
+"$LAYER" --backend model --comm model --cluster "$TMP/one-node.profile" --world 4 $csweep \
+    --out "$TMP/cmodelled" || fail "modelled --expert-cache sweep exit $?"
+python3 - "$TMP/cmeasured" "$TMP/cmodelled" <<'PY' || fail "the modelled cache's counts differ"
+import csv, sys
+key = ["layout", "routing", "dispatch", "expert_cache", "batch", "iter", "rank"]
+def load(d):
+    return {tuple(r[k] for k in key): r for r in csv.DictReader(open(f"{d}/layer_rank_samples.csv"))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys() and len(a) == 2 * 2 * 2 * 4 * 2 * 4 * 4, (len(a), len(b))
+bad, partial = 0, 0
+for k in a:
+    for c in ("cache_hits", "cache_misses", "fetch_bytes"):
+        if a[k][c] != b[k][c]:
+            bad += 1
+            print(f"{k} {c}: measured {a[k][c]}, modelled {b[k][c]}", file=sys.stderr)
+    partial += k[2] == "dynamic" and float(a[k]["cache_hits"]) + float(a[k]["cache_misses"]) < 4
+assert partial > 0, "no rank-iteration left an expert without rows"
+print(f"{len(a)} rank-iterations, {partial} with experts left unread: hits, misses and bytes "
+      f"measured = modelled, {bad} differ")
+sys.exit(1 if bad else 0)
+PY
 for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
     [ "$(head -1 "$TMP/measured/$f")" = "$(head -1 "$TMP/modelled/$f")" ] ||
         fail "$f: measured and modelled headers differ"
