@@ -10,7 +10,8 @@
 # and a capacity that drops), rank and node, pass --check and drop, run and send what the model
 # counts, node's fewer bytes between nodes. (2) A timing study (the perf tier): on a 200 Mbit/s data link, a profile
 # calibrated on the pair runs only predicts the rank and node runs' layer_us within 25% (median of
-# the absolute errors over the batches, per mode). Skips (77) where network namespaces cannot be
+# the absolute errors over the batches, per mode) of a value inside the measured medians' 95 %
+# intervals (25 % plus half their median width). Skips (77) where network namespaces cannot be
 # created, or when the machine is too noisy to judge.
 . "$(dirname "$0")/lib.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -199,7 +200,7 @@ timing_study "the dedup modes' prediction" || { echo PASS; exit 0; }
 printf 'base = cpu-host\nname = emu200\ninter_bw = 12.5e6\n' >"$TMP/base.ini"
 W="--model deepseek-v3 --hidden 512 --ffn 256 --experts 32 --topk 8 --shared 1 --layout tp1ep4
    --batch 8,16,32,64,128,256 --routing uniform --iters 7 --warmup 2 --no-flush-cache --quiet"
-errors=
+errors= widths=
 for attempt in 1 2 3; do
     for mode in pair rank node; do
         rm -rf "$TMP/$mode"
@@ -227,18 +228,31 @@ for attempt in 1 2 3; do
                        if (length(n) != 2) { print "bad"; exit }
                        print w }' "$TMP/validate.out")
     [ "$worst" != bad ] || fail "validate did not list 6 batches of each of rank and node"
-    if awk -v w="$worst" 'BEGIN { exit !(w <= 25) }'; then
+    # how sure the measurements themselves are: the median over the three runs' points of the
+    # width of each median's 95 % confidence interval, in % of the median (docs/METRICS.md); the
+    # prediction is judged against the interval: within 25 % of a value inside it, 25 % plus half
+    # the width of the median
+    noise=$(cat "$TMP"/pair/layer.csv "$TMP"/rank/layer.csv "$TMP"/node/layer.csv | awk -F, '
+        $1 == "source" { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        { w[++n] = 100 * ($c["layer_ci_hi_us"] - $c["layer_ci_lo_us"]) / $c["layer_us"] }
+        END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (w[j] < w[i]) { t = w[i]; w[i] = w[j]; w[j] = t }
+              printf "%.0f", n % 2 ? w[(n + 1) / 2] : (w[n / 2] + w[n / 2 + 1]) / 2 }')
+    if awk -v w="$worst" -v n="$noise" 'BEGIN { exit !(w <= 25 + n / 2) }'; then
+        echo "median error $worst % within 25 % + half the measured medians' 95 % intervals ($noise % wide)"
         echo PASS
         exit 0
     fi
     errors="$errors $worst"
-    echo "attempt $attempt missed (median error $worst %); measuring again"
+    widths="$widths $noise"
+    echo "attempt $attempt missed (median error $worst %, the measured medians' 95 % intervals" \
+        "$noise % wide); measuring again"
 done
+
 # three misses that moved by more than the 25 % judged: the machine's load decided, not the model
 spread=$(echo "$errors" | awk '{ lo = hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
                                  print hi - lo }')
 awk -v s="$spread" 'BEGIN { exit !(s > 25) }' &&
     skip "the machine is too noisy to judge a 25 % prediction: the median error moved by" \
         "$spread points between attempts (${errors# } %)"
-fail "the pair-calibrated profile missed rank or node by more than 25% in three attempts" \
-    "(median errors ${errors# } %)"
+fail "the pair-calibrated profile missed rank or node by more than 25% (plus half the measured" \
+    "medians' 95 % intervals:${widths} % wide) in three attempts (median errors ${errors# } %)"
