@@ -30,7 +30,9 @@ def check(path):
         longest = max(bar[2] for bar in bars)
         print(f"panel {top}..{bottom}: {len(bars)} bars, busy pixels {[b[2] for b in bars]}, "
               f"outlined {outlined[0][2]}")
-        assert outlined[0][2] == longest, \
+        # 3 px: two ranks busy within a few µs of each other (noise in the p99 iteration) may
+        # rasterise either way round
+        assert outlined[0][2] >= longest - 3, \
             f"the outlined bar ({outlined[0][2]} px) is not the longest ({longest} px)"
 
 
