@@ -341,7 +341,6 @@ static int runs_wanted_mode(const struct mp_compute_ops *o)
     return !!(o->dispatch_modes & wanted_mode_bit);
 }
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
-static int host_memory(const struct mp_compute_ops *o) { return o->memory == MP_MEMORY_HOST; }
 
 /* The sweep of one run: what every point shares, and the counts run.json notes. */
 struct sweep {
@@ -445,15 +444,9 @@ static int refuse_flags(const struct sweep *sw)
     int cached = 0;
     for (int i = 0; i < s->o.expert_cache.n; i++)
         cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
-    if (cached && ((!s->modelled && s->cops->memory != MP_MEMORY_HOST) || s->o.graph)) {
-        char names[256];
-        if (s->o.graph)
-            mp_usage("--expert-cache: a fetch is decided on the host before each expert's FFN, "
-                     "which a captured layer cannot replay; drop --graph or --expert-cache");
-        else
-            mp_usage("--expert-cache: the %s backend's device pool and copy stream are not built "
-                     "yet; the cache runs on host backends (%s)", s->cops->name,
-                     mp_compute_names_where(host_memory, names, sizeof names));
+    if (cached && s->o.graph) {
+        mp_usage("--expert-cache: a fetch is decided on the host before each expert's FFN, which "
+                 "a captured layer cannot replay; drop --graph or --expert-cache");
         return MP_ERR_USAGE;
     }
     if (s->o.graph && (!s->cops->graph || sw->straggle_rank >= 0)) {

@@ -41,6 +41,8 @@ const struct mp_cluster_param mp_cluster_params[] = {
      "(optional: flops_eff)", 1},
     {"pcie_bw", P(pcie_bw), "bytes/s", "host-to-device copy bandwidth per GPU per direction, "
      "achieved: what an expert-cache miss fetches at (optional: 0, not known)", 0},
+    {"copy_engine", P(copy_engine), "0|1", "1: an expert-cache fetch runs on a copy engine beside "
+     "the FFNs (a GPU); 0: on the host before its FFN (optional: 1)", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
@@ -73,21 +75,22 @@ const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluste
 const struct mp_cluster mp_cluster_presets[] = {
     {.name = "h100-ndr", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, BEHAVIOUR},
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, .copy_engine = 1, BEHAVIOUR},
     {.name = "h200-ndr", .flops = 989e12, .hbm_bw = 4.8e12, .gpus_per_node = 8,
      .intra_bw = 450e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 141,
-     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, BEHAVIOUR},
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, .copy_engine = 1, BEHAVIOUR},
     /* its network behaviour fitted to DeepEP's published kernels (docs/validation.md) */
     {.name = "h800-ib", .flops = 989e12, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .intra_bw = 200e9, .inter_bw = 50e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.9,
+     .flops_fp8 = 1979e12, .pcie_bw = PCIE5, .copy_engine = 1, FFN_BEHAVIOUR, .intra_eff = 0.7,
+     .inter_eff = 0.9,
      .intra_lat_us = 20, .inter_lat_us = 20},
     {.name = "a100-hdr", .flops = 312e12, .hbm_bw = 2.0e12, .gpus_per_node = 8,
      .intra_bw = 300e9, .inter_bw = 25e9, .elem_bytes = 2, .gpu_mem_gb = 80,
-     .flops_fp8 = 312e12, .pcie_bw = PCIE4, BEHAVIOUR},
+     .flops_fp8 = 312e12, .pcie_bw = PCIE4, .copy_engine = 1, BEHAVIOUR},
     {.name = "b200-xdr", .flops = 2.25e15, .hbm_bw = 8e12, .gpus_per_node = 8,
      .intra_bw = 900e9, .inter_bw = 100e9, .elem_bytes = 2, .gpu_mem_gb = 192,
-     .flops_fp8 = 4.5e15, .pcie_bw = PCIE5, BEHAVIOUR},
+     .flops_fp8 = 4.5e15, .pcie_bw = PCIE5, .copy_engine = 1, BEHAVIOUR},
     /* one CPU core per rank (AVX2 FMA fp32, a share of a socket's memory and shared-memory
      * bandwidth, 10 GbE between hosts): a starting point for calibrating CPU runs; its memory is
      * the host's, not checked (gpu_mem_gb 0) */
@@ -95,7 +98,7 @@ const struct mp_cluster mp_cluster_presets[] = {
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
      .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8,
-     .pcie_bw = 10e9},
+     .pcie_bw = 10e9, .copy_engine = 0},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -134,6 +137,8 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
                       !strcmp(k, "pcie_bw");
         if (strstr(k, "_eff"))
             ok = ok && v > 0 && v <= 1;
+        else if (!strcmp(k, "copy_engine"))
+            ok = ok && (v == 0 || v == 1);
         else if (!strcmp(k, "ffn_blend"))
             ok = ok && v >= 0 && v <= 1;
         else if (!strcmp(k, "mem_reserve"))
@@ -147,6 +152,7 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
                      strstr(k, "_eff")              ? "a fraction in (0, 1]"
                      : !strcmp(k, "ffn_blend")      ? "a fraction in [0, 1]"
                      : !strcmp(k, "mem_reserve") ? "a fraction in [0, 1)"
+                     : !strcmp(k, "copy_engine")    ? "0 or 1"
                      : zero_ok                      ? ">= 0"
                                                     : "> 0");
             return MP_ERR_USAGE;
@@ -263,6 +269,10 @@ static int read_file(const char *path, struct mp_cluster *out)
                          mp_cluster_params[i].offset == P(ffn_blend) ||
                          mp_cluster_params[i].offset == P(pcie_bw))) {
             *(double *)((char *)&c + mp_cluster_params[i].offset) = 0;
+            continue;
+        }
+        if (!seen[i] && mp_cluster_params[i].offset == P(copy_engine)) {
+            c.copy_engine = 1;
             continue;
         }
         if (!seen[i] && mp_cluster_params[i].offset == P(flops_fp8_eff)) {

@@ -35,6 +35,10 @@ struct mp_cluster {
     /* hardware, optional in a file (0: not known): bytes/s per GPU per direction from host memory
      * into device memory, what an --expert-cache miss moves its expert's weights at */
     double pcie_bw;
+    /* hardware, optional in a file (1 when absent): 1 where an --expert-cache fetch runs on a copy
+     * engine beside the FFNs (a GPU's copy stream: only the part not hidden under the FFNs before
+     * it is exposed), 0 where the host copies before the expert's FFN (the cpu backend) */
+    double copy_engine;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */

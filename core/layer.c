@@ -195,6 +195,8 @@ static int pass_iterate(void *arg, int step, int sample, int replay)
     struct mp_layer *L = p->L;
     L->it_hits = L->it_misses = L->it_fetch_bytes = L->it_fetch_us = 0;
     int rc = p->mode->iterate(L, p->pt, p->pool, step % p->pool->n, p->ntok, rec);
+    if (rc == MP_OK) /* the iteration is done on the device: its fetches' waits are known */
+        rc = mp_layer_cache_exposed(L, &L->it_fetch_us);
     rec->cache_hits = L->it_hits; /* --expert-cache: this iteration's accesses and fetches */
     rec->cache_misses = L->it_misses;
     rec->fetch_bytes = L->it_fetch_bytes;

@@ -1,6 +1,7 @@
 /* layer_cache.c - the layer's device expert cache (--expert-cache): a host pool of this rank's
- * local experts' weights, SLOTS device slots, and the fetch of a missing expert into its slot
- * before its FFN (docs/METRICS.md, "Expert cache"). */
+ * local experts' weights as the device stores them (page-locked where the backend allocates host
+ * memory), SLOTS device slots, and the fetch of a missing expert into its slot before its FFN,
+ * through the backend's cache hooks (docs/METRICS.md, "Expert cache"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,11 +11,26 @@
 #include "layer_internal.h"
 #include "weights.h"
 
+static void *pool_alloc(struct mp_layer *L, size_t bytes)
+{
+    return L->ops->host_alloc ? L->ops->host_alloc(L->dev, bytes) : malloc(bytes);
+}
+
+static void pool_free(struct mp_layer *L, void *p)
+{
+    if (p && L->ops->host_free)
+        L->ops->host_free(L->dev, p);
+    else
+        free(p);
+}
+
 void mp_layer_cache_free(struct mp_layer *L)
 {
+    if (L->nslots > 0)
+        L->ops->sync(L->dev); /* no fetch still reads the pool or writes a slot */
     for (int i = 0; i < L->cache.nlocal && L->pool_gu; i++) {
-        free(L->pool_gu[i]);
-        free(L->pool_wd[i]);
+        pool_free(L, L->pool_gu[i]);
+        pool_free(L, L->pool_wd[i]);
     }
     for (int s = 0; s < L->nslots && L->slot_gu; s++) {
         if (L->slot_gu[s])
@@ -31,40 +47,42 @@ void mp_layer_cache_free(struct mp_layer *L)
     mp_expert_cache_free(&L->cache);
 }
 
-/* Copy local expert e's weights from the pool into slot s. */
+/* Fetch local expert e's weights from the pool into slot s (queued: compute.h's cache_fetch). */
 static int fetch(struct mp_layer *L, int e, int s)
 {
-    if (L->weight_dtype == MP_DTYPE_FP8) {
-        int rc = L->ops->upload_bytes(L->dev, L->slot_gu[s], L->pool_gu[e], (size_t)L->gu_bytes);
-        return rc != MP_OK ? rc
-                           : L->ops->upload_bytes(L->dev, L->slot_wd[s], L->pool_wd[e],
-                                                  (size_t)L->wd_bytes);
-    }
-    int rc = L->ops->upload(L->dev, L->slot_gu[s], L->pool_gu[e], L->gu_elems);
-    return rc != MP_OK ? rc : L->ops->upload(L->dev, L->slot_wd[s], L->pool_wd[e], L->wd_elems);
+    void *dst[2] = {L->slot_gu[s], L->slot_wd[s]};
+    const void *src[2] = {L->pool_gu[e], L->pool_wd[e]};
+    size_t bytes[2] = {(size_t)L->gu_bytes, (size_t)L->wd_bytes};
+    return L->ops->cache_fetch(L->dev, s, dst, src, bytes, 2);
 }
 
-/* Fill the pool with local expert i's weights as the upload takes them: the fp32 values (bf16)
- * or the fp8 images' bytes, generated as mp_layer_setup_weights generated them. */
-static int pool_expert(struct mp_layer *L, int i, float *hgu, float *hd)
+/* Fill the pool with local expert i's weights as the device stores them: the fp8 images' bytes,
+ * or the values the upload converts (fp32 on the cpu backend, bf16 on a GPU), read back through
+ * `stage` (two device buffers of a slot's size); generated as mp_layer_setup_weights generates
+ * them. */
+static int pool_expert(struct mp_layer *L, int i, float *hgu, float *hd, void *stage_gu,
+                       void *stage_wd)
 {
     int H = L->m.hidden, Dl = L->Dl;
     mp_weights_expert(L->seed, L->local_ids[i], H, L->m.ffn, L->tp, L->comm->tp_rank,
                       L->blocked_weights, hgu, hd);
-    size_t gu = L->weight_dtype == MP_DTYPE_FP8 ? (size_t)L->gu_bytes : L->gu_elems * sizeof(float);
-    size_t wd = L->weight_dtype == MP_DTYPE_FP8 ? (size_t)L->wd_bytes : L->wd_elems * sizeof(float);
-    L->pool_gu[i] = malloc(gu);
-    L->pool_wd[i] = malloc(wd);
+    L->pool_gu[i] = pool_alloc(L, (size_t)L->gu_bytes);
+    L->pool_wd[i] = pool_alloc(L, (size_t)L->wd_bytes);
     if (!L->pool_gu[i] || !L->pool_wd[i])
         return MP_ERR_RUNTIME;
     if (L->weight_dtype == MP_DTYPE_FP8) {
         mp_fp8_image_store(hgu, H, Dl, 2, L->pool_gu[i]);
         mp_fp8_image_store(hd, Dl, H, 1, L->pool_wd[i]);
-    } else {
-        memcpy(L->pool_gu[i], hgu, gu);
-        memcpy(L->pool_wd[i], hd, wd);
+        return MP_OK;
     }
-    return MP_OK;
+    int rc = L->ops->upload(L->dev, stage_gu, hgu, L->gu_elems);
+    if (rc == MP_OK)
+        rc = L->ops->upload(L->dev, stage_wd, hd, L->wd_elems);
+    if (rc == MP_OK)
+        rc = L->ops->download_bytes(L->dev, L->pool_gu[i], stage_gu, (size_t)L->gu_bytes);
+    return rc != MP_OK ? rc
+                       : L->ops->download_bytes(L->dev, L->pool_wd[i], stage_wd,
+                                                (size_t)L->wd_bytes);
 }
 
 int mp_layer_cache_setup(struct mp_layer *L, const struct mp_cache_spec *spec, const double *share)
@@ -95,45 +113,61 @@ int mp_layer_cache_setup(struct mp_layer *L, const struct mp_cache_spec *spec, c
     float *hgu = malloc(H * 2 * Dl * sizeof(float)), *hd = malloc(Dl * H * sizeof(float));
     rc = L->pool_gu && L->pool_wd && L->slot_gu && L->slot_wd && hgu && hd ? MP_OK
                                                                           : MP_ERR_RUNTIME;
-    for (int i = 0; i < L->nlocal && rc == MP_OK; i++)
-        rc = pool_expert(L, i, hgu, hd);
     for (int s = 0; s < L->nslots && rc == MP_OK; s++) {
         L->slot_gu[s] = L->ops->alloc(L->dev, L->gu_elems);
         L->slot_wd[s] = L->ops->alloc(L->dev, L->wd_elems);
         rc = L->slot_gu[s] && L->slot_wd[s] ? MP_OK : MP_ERR_RUNTIME;
     }
-    free(hgu);
-    free(hd);
     if (rc != MP_OK)
         mp_error("out of memory for the expert cache (%d slots, a host pool of %d experts)",
                  spec->slots, L->nlocal);
+    for (int i = 0; i < L->nlocal && rc == MP_OK; i++) /* staged through slot 0 */
+        if ((rc = pool_expert(L, i, hgu, hd, L->slot_gu[0], L->slot_wd[0])) != MP_OK)
+            mp_error("the expert cache's host pool: expert %d of %d could not be stored", i,
+                     L->nlocal);
+    free(hgu);
+    free(hd);
+    /* every fetch of an iteration (one per local expert at most) between two readings */
+    if (rc == MP_OK)
+        rc = L->ops->cache_setup(L->dev, L->nslots, L->nlocal > L->nslots ? L->nlocal : L->nslots);
     /* static's resident experts: in place before the first iteration, no fetch counted */
     for (int s = 0; s < spec->slots && rc == MP_OK && spec->policy == MP_CACHE_STATIC; s++)
         if (L->cache.held[s] >= 0)
             rc = fetch(L, L->cache.held[s], s);
+    double unused;
+    if (rc == MP_OK && (rc = L->ops->sync(L->dev)) == MP_OK)
+        rc = L->ops->cache_exposed_us(L->dev, &unused);
     return rc;
 }
 
-int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd)
+int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd, int *slot)
 {
     if (L->cache.spec.slots == 0) {
         *wgu = L->wgu[e];
         *wd = L->wd[e];
+        *slot = -1;
         return MP_OK;
     }
     int miss, s = mp_expert_cache_access(&L->cache, e, &miss);
     *wgu = L->slot_gu[s];
     *wd = L->slot_wd[s];
+    *slot = s;
     if (!miss) {
         L->it_hits++;
         return MP_OK;
     }
-    double t0 = mp_now_us();
-    int rc = fetch(L, e, s);
-    if (rc == MP_OK)
-        rc = L->ops->sync(L->dev); /* the fetch is done before the FFN that reads the slot */
-    L->it_fetch_us += mp_now_us() - t0;
     L->it_misses++;
     L->it_fetch_bytes += L->gu_bytes + L->wd_bytes;
-    return rc;
+    return fetch(L, e, s);
+}
+
+int mp_layer_cache_release(struct mp_layer *L, int slot)
+{
+    return slot < 0 ? MP_OK : L->ops->cache_release(L->dev, slot);
+}
+
+int mp_layer_cache_exposed(struct mp_layer *L, double *us)
+{
+    *us = 0;
+    return L->nslots > 0 ? L->ops->cache_exposed_us(L->dev, us) : MP_OK;
 }

@@ -201,9 +201,6 @@ void mp_layer_free_buffers(struct mp_layer *L);
 
 /* ---- layer_weights.c: expert and router weights ----------------------------------------------- */
 
-/* Make this rank's expert weights match the placement, generated `blocked` or not
- * (mp_weights_expert) and stored in `weight_dtype` (enum mp_dtype; no work when the set, the
- * generation and the type are unchanged). */
 /* Start the point's expert cache (layer_cache.c): for `spec` with slots, the host pool of this
  * rank's local experts (set up by mp_layer_setup_weights first) and spec->slots device slots
  * (one more for static), static's resident experts loaded; `share` ([nlocal] the routing's
@@ -212,10 +209,17 @@ void mp_layer_free_buffers(struct mp_layer *L);
 int mp_layer_cache_setup(struct mp_layer *L, const struct mp_cache_spec *spec, const double *share);
 void mp_layer_cache_free(struct mp_layer *L);
 
-/* The weights local expert `e`'s FFN reads (*wgu, *wd): with a cache, its slot, fetched from the
- * host pool first on a miss (counted and timed into the iteration's counts); else its own. */
-int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd);
+/* The weights local expert `e`'s FFN reads (*wgu, *wd): with a cache, its slot (*slot), the
+ * fetch from the host pool queued first on a miss (counted into the iteration's counts); else its
+ * own (*slot −1). mp_layer_cache_release(slot) follows the FFN that read it. */
+int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd, int *slot);
+int mp_layer_cache_release(struct mp_layer *L, int slot);
+/* After the iteration's sync: *us, the time its FFNs waited for fetches (0 without a cache). */
+int mp_layer_cache_exposed(struct mp_layer *L, double *us);
 
+/* Make this rank's expert weights match the placement, generated `blocked` or not
+ * (mp_weights_expert) and stored in `weight_dtype` (enum mp_dtype; no work when the set, the
+ * generation and the type are unchanged). */
 int mp_layer_setup_weights(struct mp_layer *L, const struct mp_placement *pl, int weight_dtype,
                            int blocked);
 /* The router weights, generated and uploaded on first use. */

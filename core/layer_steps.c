@@ -82,13 +82,15 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
             if (row_off[e + 1] <= row_off[e])
                 continue;
             void *gu, *wd;
-            MP_CHECK(mp_layer_cache_weights(L, e, &gu, &wd));
+            int slot;
+            MP_CHECK(mp_layer_cache_weights(L, e, &gu, &wd, &slot));
             struct mp_ffn_args one = a;
             one.row_off = row_off + e;
             one.nexp = 1;
             one.wgu = &gu;
             one.wd = &wd;
             MP_CHECK(L->ops->expert_ffn(L->dev, &one));
+            MP_CHECK(mp_layer_cache_release(L, slot));
         }
     }
     L->shared_off[0] = 0;

@@ -30,6 +30,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
         free(t[d].chunk_hop);
         free(t[d].chunk_back);
         free(t[d].used);
+        free(t[d].used_rows);
     }
     free(t);
 }
@@ -801,13 +802,16 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         if (pt->cache.slots > 0) { /* the experts each rank's FFN reads in this draw */
             t[d].max_local = L;
             t[d].used = malloc((size_t)ep * L);
-            if (!t[d].used)
+            t[d].used_rows = malloc((size_t)ep * L * sizeof *t[d].used_rows);
+            if (!t[d].used || !t[d].used_rows)
                 goto out;
             for (int p = 0; p < ep; p++)
-                for (int l = 0; l < L; l++)
-                    t[d].used[(size_t)p * L + l] =
-                        l < mp_placement_nlocal(pl, p) &&
-                        (traffic == mp_vtraffic_padded || exp_rows[(size_t)p * L + l] > 0);
+                for (int l = 0; l < L; l++) {
+                    size_t i = (size_t)p * L + l;
+                    t[d].used[i] = l < mp_placement_nlocal(pl, p) &&
+                                   (traffic == mp_vtraffic_padded || exp_rows[i] > 0);
+                    t[d].used_rows[i] = t[d].used[i] ? exp_rows[i] : 0;
+                }
         }
     }
     rc = MP_OK;
@@ -1062,14 +1066,20 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
 
 /* The expert cache of every EP rank (docs/METRICS.md, "Expert cache"), as the measured layer
  * keeps it: each draw accesses the rank's local experts with rows (padded: all) in order, warm-up
- * iterations first; a miss costs the expert's stored bytes at the profile's pcie_bw. The TP ranks
- * of an EP rank hold its experts' shards: each fetches its own, alike. */
+ * iterations first; a miss costs the expert's stored bytes at the profile's pcie_bw. With a copy
+ * engine (copy_engine 1, as the cuda backend's copy stream) a fetch starts once the engine is free
+ * and the slot's last FFN done, and the FFN waits only for what is left of it; without (the cpu
+ * backend) the whole copy precedes the FFN. The TP ranks of an EP rank hold its experts' shards:
+ * each fetches its own, alike. */
 struct vcache {
     int ep;
     struct mp_expert_cache *c; /* [ep] */
     double *hits, *misses, *fetch_us; /* [ep] the iteration's */
     double expert_bytes, pcie_bw;
     const struct mp_placement *pl;
+    const struct mp_cluster *cl;
+    int H, Dl, weight_dtype, gemm, copy_engine;
+    double *slot_free; /* [slots + 1] when each slot's last FFN ends (a copy engine's timeline) */
 };
 
 static void vcache_free(struct vcache *v)
@@ -1078,23 +1088,41 @@ static void vcache_free(struct vcache *v)
         mp_expert_cache_free(&v->c[p]);
     free(v->c);
     free(v->hits);
+    free(v->slot_free);
     memset(v, 0, sizeof *v);
 }
 
-/* One iteration's accesses of draw t on every rank: its hits, misses and fetch time. */
+/* One iteration's accesses of draw t on every rank: its hits, misses and the fetch time its FFN
+ * phase waits for. The copy engine's timeline runs from the FFN phase's start: the engine copies
+ * one fetch after another, each once its slot's previous expert's FFN ended (each expert's FFN
+ * its own call, as the cache runs them); an FFN starts when the one before it ended and its fetch
+ * is done, and the wait is what it adds. */
 static void vcache_step(struct vcache *v, const struct mp_vtraffic *t)
 {
+    double copy_us = v->expert_bytes / v->pcie_bw * 1e6;
     for (int p = 0; p < v->ep; p++) {
-        v->hits[p] = v->misses[p] = 0;
+        v->hits[p] = v->misses[p] = v->fetch_us[p] = 0;
+        double engine = 0, stream = 0; /* when the copy engine and the FFNs are free */
+        for (int s = 0; s <= v->c[p].spec.slots; s++)
+            v->slot_free[s] = 0;
         for (int l = 0; l < mp_placement_nlocal(v->pl, p) && l < t->max_local; l++) {
-            int miss;
-            if (!t->used[(size_t)p * t->max_local + l])
+            size_t i = (size_t)p * t->max_local + l;
+            if (!t->used[i])
                 continue;
-            mp_expert_cache_access(&v->c[p], l, &miss);
+            int miss, s = mp_expert_cache_access(&v->c[p], l, &miss);
             v->hits[p] += !miss;
             v->misses[p] += miss;
+            if (miss && !v->copy_engine) {
+                v->fetch_us[p] += copy_us;
+            } else if (miss) {
+                engine = fmax(engine, v->slot_free[s]) + copy_us;
+                v->fetch_us[p] += fmax(0, engine - stream);
+                stream = fmax(stream, engine);
+            }
+            stream += mp_model_expert_ffn_us(v->cl, v->H, v->Dl, t->used_rows[i], 1,
+                                             v->weight_dtype, v->gemm);
+            v->slot_free[s] = stream;
         }
-        v->fetch_us[p] = v->misses[p] * v->expert_bytes / v->pcie_bw * 1e6;
     }
 }
 
@@ -1107,13 +1135,20 @@ static int vcache_start(struct vcache *v, const struct mp_cluster *cl, const str
     v->ep = ep;
     v->pl = pl;
     v->pcie_bw = cl->pcie_bw;
+    v->cl = cl;
+    v->H = H;
+    v->Dl = Dl;
+    v->weight_dtype = pt->weight_dtype;
+    v->gemm = pt->gemm;
+    v->copy_engine = cl->copy_engine != 0;
+    v->slot_free = malloc((size_t)(pt->cache.slots + 1) * sizeof *v->slot_free);
     v->expert_bytes = pt->weight_dtype == MP_DTYPE_FP8
                           ? (double)(mp_fp8_image_bytes(H, Dl, 2) + mp_fp8_image_bytes(Dl, H, 1))
                           : 3.0 * H * Dl * cl->elem_bytes;
     v->c = calloc((size_t)ep, sizeof *v->c);
     v->hits = calloc((size_t)ep * 3, sizeof *v->hits);
     double *share = malloc((size_t)(pl->max_local > 0 ? pl->max_local : 1) * sizeof *share);
-    int rc = v->c && v->hits && share ? MP_OK : MP_ERR_RUNTIME;
+    int rc = v->c && v->hits && share && v->slot_free ? MP_OK : MP_ERR_RUNTIME;
     if (rc == MP_OK) {
         v->misses = v->hits + ep;
         v->fetch_us = v->hits + 2 * ep;

@@ -69,6 +69,7 @@ struct mp_vtraffic {
      * otherwise; and, set for the iteration being timed, [ep] the µs rank p's fetches add to its
      * FFN (NULL: none) */
     unsigned char *used;
+    double *used_rows; /* [ep·max_local] with used: the rows of each accessed expert */
     int max_local;
     const double *fetch_us;
 };

@@ -66,14 +66,16 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->upload_bytes +
                !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows +
                !!o->expert_ffn + !!o->combine + !!o->plan_setup + !!o->plan_build + !!o->mark +
-               !!o->elapsed_us + !!o->measure_peak;
+               !!o->elapsed_us + !!o->measure_peak + !!o->cache_setup + !!o->cache_fetch +
+               !!o->cache_release + !!o->cache_exposed_us;
     if (o->memory == MP_MEMORY_VIRTUAL) {
         REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
                 "is virtual but fills a hook that moves data");
     } else {
-        REQUIRE(data == 16, "holds data but lacks one of alloc, free, upload, download, "
+        REQUIRE(data == 20, "holds data but lacks one of alloc, free, upload, download, "
                             "upload_bytes, download_bytes, gate, permute, copy_rows, expert_ffn, "
-                            "combine, plan_setup, plan_build, mark, elapsed_us, measure_peak");
+                            "combine, plan_setup, plan_build, mark, elapsed_us, measure_peak, "
+                            "cache_setup, cache_fetch, cache_release, cache_exposed_us");
         REQUIRE(o->check_tolerance > 0, "holds data but has no --check tolerance");
     }
     /* device memory: the stream a device comm backend orders its collectives with */

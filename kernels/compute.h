@@ -225,6 +225,22 @@ struct mp_compute_ops {
      * (cudaMemGetInfo); absent for host backends, whose buffers live in the host memory its ranks
      * share (mp_mem_available) */
     int (*mem_info)(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes);
+
+    /* the expert cache's fetches (--expert-cache; docs/METRICS.md, "Expert cache"), on a data
+     * backend. cache_setup readies `nslots` device slots and up to `fetches` fetches between two
+     * calls of cache_exposed_us. cache_fetch copies the n host blocks src[i] (from host_alloc where
+     * the backend has it: page-locked) to the device blocks dst[i], bytes[i] each, once the work
+     * queued before the slot's last cache_release is done; everything queued on the backend's
+     * stream after the call waits for the copy. A device backend copies on a stream of its own,
+     * so a fetch overlaps the FFNs queued before it. cache_release(slot): the work queued so far
+     * is the last to read the slot before its next fetch. cache_exposed_us, after sync: *us is
+     * the time the stream waited for fetches since the last call (all of every copy on a host
+     * backend, which copies at once), and the count starts again. */
+    int (*cache_setup)(struct mp_compute *c, int nslots, int fetches);
+    int (*cache_fetch)(struct mp_compute *c, int slot, void *const *dst, const void *const *src,
+                       const size_t *bytes, int n);
+    int (*cache_release)(struct mp_compute *c, int slot);
+    int (*cache_exposed_us)(struct mp_compute *c, double *us);
 };
 
 /* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,

@@ -36,6 +36,7 @@ struct mp_compute {
     uint64_t *flush_buf;
     size_t flush_bytes;
     uint64_t flushes, flush_sink;
+    double fetch_us; /* --expert-cache: the copies since the last cache_exposed_us, all waited */
     /* --dispatch-dtype fp8: one wire row, where fp8_pack and fp8_unpack stage a row moved in
      * place (grown on the first call that needs more) */
     unsigned char *wire_row;
@@ -541,6 +542,41 @@ out:
     return rc;
 }
 
+/* The expert cache's fetch: a copy from the host pool, at once, all of it on the critical path
+ * (memory bandwidth, not a bus: docs/METRICS.md, "Expert cache"). Slots need no ordering here. */
+static int cpu_cache_setup(struct mp_compute *c, int nslots, int fetches)
+{
+    (void)nslots;
+    (void)fetches;
+    c->fetch_us = 0;
+    return MP_OK;
+}
+
+static int cpu_cache_fetch(struct mp_compute *c, int slot, void *const *dst, const void *const *src,
+                           const size_t *bytes, int n)
+{
+    (void)slot;
+    double t0 = mp_now_us();
+    for (int i = 0; i < n; i++)
+        memcpy(dst[i], src[i], bytes[i]);
+    c->fetch_us += mp_now_us() - t0;
+    return MP_OK;
+}
+
+static int cpu_cache_release(struct mp_compute *c, int slot)
+{
+    (void)c;
+    (void)slot;
+    return MP_OK;
+}
+
+static int cpu_cache_exposed_us(struct mp_compute *c, double *us)
+{
+    *us = c->fetch_us;
+    c->fetch_us = 0;
+    return MP_OK;
+}
+
 const struct mp_compute_ops mp_compute_cpu = {
     .name = "cpu",
     .memory = MP_MEMORY_HOST,
@@ -573,4 +609,8 @@ const struct mp_compute_ops mp_compute_cpu = {
     .sync = cpu_sync,
     .measure_peak = cpu_measure_peak,
     .flush_cache = cpu_flush_cache,
+    .cache_setup = cpu_cache_setup,
+    .cache_fetch = cpu_cache_fetch,
+    .cache_release = cpu_cache_release,
+    .cache_exposed_us = cpu_cache_exposed_us,
 };

@@ -170,6 +170,14 @@ struct mp_compute {
     void *flush_buf;
     size_t flush_bytes;
     unsigned flushes;
+    /* --expert-cache: fetches run on copy_stream; each slot's last reader (slot_free, recorded
+     * on the compute stream by cache_release once slot_used) gates its next fetch; each fetch
+     * since cache_exposed_us has the compute stream's arrival (fetch_ready) and the copy's end
+     * (fetch_done), timed */
+    cudaStream_t copy_stream;
+    cudaEvent_t *slot_free, *fetch_ready, *fetch_done;
+    unsigned char *slot_used;
+    int cache_slots, fetch_cap, nfetch;
 };
 
 /* Arguments of cublasGemmGroupedBatchedEx for up to `cap` problems, one problem per group (every
@@ -298,11 +306,34 @@ static void plan_free(struct device_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+/* The expert cache's events and copy stream, after both streams are idle. */
+static void cache_free(struct mp_compute *c)
+{
+    if (c->copy_stream)
+        cudaStreamSynchronize(c->copy_stream);
+    for (int i = 0; i < c->cache_slots; i++)
+        cudaEventDestroy(c->slot_free[i]);
+    for (int i = 0; i < c->fetch_cap; i++) {
+        cudaEventDestroy(c->fetch_ready[i]);
+        cudaEventDestroy(c->fetch_done[i]);
+    }
+    free(c->slot_free);
+    free(c->fetch_ready);
+    free(c->fetch_done);
+    free(c->slot_used);
+    c->slot_free = c->fetch_ready = c->fetch_done = NULL;
+    c->slot_used = NULL;
+    c->cache_slots = c->fetch_cap = c->nfetch = 0;
+}
+
 static void cuda_fini(struct mp_compute *c)
 {
     if (!c)
         return;
     plan_free(&c->plan);
+    cache_free(c);
+    if (c->copy_stream)
+        cudaStreamDestroy(c->copy_stream);
     cudaStreamSynchronize(c->stream);
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         if (c->ev[i])
@@ -2121,6 +2152,78 @@ static void cuda_host_free(struct mp_compute *c, void *p)
         cudaFreeHost(p);
 }
 
+/* The expert cache (compute.h): fetches on a copy stream of their own, so a miss's copy overlaps
+ * the FFNs queued before it; each waits for its slot's last reader, and the compute stream waits
+ * for each. Outside timed iterations (a point's start). */
+static int cuda_cache_setup(struct mp_compute *c, int nslots, int fetches)
+{
+    CUDACHECK(cudaStreamSynchronize(c->stream));
+    cache_free(c);
+    if (!c->copy_stream)
+        CUDACHECK(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
+    c->slot_free = (cudaEvent_t *)calloc((size_t)(nslots > 0 ? nslots : 1), sizeof(cudaEvent_t));
+    c->slot_used = (unsigned char *)calloc((size_t)(nslots > 0 ? nslots : 1), 1);
+    c->fetch_ready = (cudaEvent_t *)calloc((size_t)(fetches > 0 ? fetches : 1), sizeof(cudaEvent_t));
+    c->fetch_done = (cudaEvent_t *)calloc((size_t)(fetches > 0 ? fetches : 1), sizeof(cudaEvent_t));
+    if (!c->slot_free || !c->slot_used || !c->fetch_ready || !c->fetch_done) {
+        mp_error("out of memory for the expert cache's events");
+        return MP_ERR_RUNTIME;
+    }
+    for (; c->cache_slots < nslots; c->cache_slots++)
+        CUDACHECK(cudaEventCreateWithFlags(&c->slot_free[c->cache_slots], cudaEventDisableTiming));
+    for (; c->fetch_cap < fetches; c->fetch_cap++) {
+        CUDACHECK(cudaEventCreate(&c->fetch_ready[c->fetch_cap]));
+        CUDACHECK(cudaEventCreate(&c->fetch_done[c->fetch_cap]));
+    }
+    return MP_OK;
+}
+
+static int cuda_cache_fetch(struct mp_compute *c, int slot, void *const *dst, const void *const *src,
+                            const size_t *bytes, int n)
+{
+    if (slot < 0 || slot >= c->cache_slots || c->nfetch >= c->fetch_cap) {
+        mp_error("internal error: an expert-cache fetch into slot %d of %d, fetch %d of %d",
+                 slot, c->cache_slots, c->nfetch + 1, c->fetch_cap);
+        return MP_ERR_RUNTIME;
+    }
+    if (c->slot_used[slot])
+        CUDACHECK(cudaStreamWaitEvent(c->copy_stream, c->slot_free[slot], 0));
+    for (int i = 0; i < n; i++)
+        CUDACHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyHostToDevice,
+                                  c->copy_stream));
+    int k = c->nfetch++;
+    CUDACHECK(cudaEventRecord(c->fetch_done[k], c->copy_stream));
+    CUDACHECK(cudaEventRecord(c->fetch_ready[k], c->stream));
+    CUDACHECK(cudaStreamWaitEvent(c->stream, c->fetch_done[k], 0));
+    return MP_OK;
+}
+
+static int cuda_cache_release(struct mp_compute *c, int slot)
+{
+    if (slot < 0 || slot >= c->cache_slots) {
+        mp_error("internal error: an expert-cache release of slot %d of %d", slot, c->cache_slots);
+        return MP_ERR_RUNTIME;
+    }
+    CUDACHECK(cudaEventRecord(c->slot_free[slot], c->stream));
+    c->slot_used[slot] = 1;
+    return MP_OK;
+}
+
+/* Each fetch's exposed part: from the compute stream's arrival at its wait to the copy's end, 0
+ * when the copy was done first (the events are on two streams of one device). */
+static int cuda_cache_exposed_us(struct mp_compute *c, double *us)
+{
+    *us = 0;
+    for (int k = 0; k < c->nfetch; k++) {
+        float ms = 0;
+        CUDACHECK(cudaEventElapsedTime(&ms, c->fetch_ready[k], c->fetch_done[k]));
+        if (ms > 0)
+            *us += 1e3 * (double)ms;
+    }
+    c->nfetch = 0;
+    return MP_OK;
+}
+
 static const char *cuda_pci_bus_id(struct mp_compute *c) { return c->bus[0] ? c->bus : NULL; }
 
 static int cuda_mem_info(struct mp_compute *c, size_t *free_bytes, size_t *total_bytes)
@@ -2174,4 +2277,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .host_free = cuda_host_free,
     .pci_bus_id = cuda_pci_bus_id,
     .mem_info = cuda_mem_info,
+    .cache_setup = cuda_cache_setup,
+    .cache_fetch = cuda_cache_fetch,
+    .cache_release = cuda_cache_release,
+    .cache_exposed_us = cuda_cache_exposed_us,
 };

@@ -6,7 +6,8 @@
 # blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup pair, rank
 # and node with --check (tp1ep2 and tp2ep2, gate and uniform routings, contiguous and
 # replicate-hot:2), their rows those of the cpu backend, and rank and node in padded slots and
-# pipelined (tp1ep2), their rows and drops those of the cpu backend;
+# pipelined (tp1ep2), their rows and drops those of the cpu backend; --expert-cache in every
+# policy, with --check, its hits and misses those of the cpu backend;
 # with four GPUs, TP, EP and TP+EP layouts; the count exchange timed as notify_us by the dynamic
 # and pipelined dispatches, 0 for padded. On the CPU stand-in
 # (tests/cudaemu, CUDAEMU_DEVICES set) the pipeline runs in both of its stream schedules, so a
@@ -55,6 +56,38 @@ layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 \
     --out "$TMP/gpu-skinny-overlap"
 layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm skinny \
     --out "$TMP/gpu-graph-skinny"
+# --expert-cache: every policy with fewer slots than local experts, a miss fetched on the copy
+# stream (on the stand-in in both schedules: a fetch that does not wait for its slot's last FFN,
+# or an FFN that does not wait for its fetch, fails --check in one of them); each rank's hits and
+# misses those of the cpu backend on the same draws, its fetch bytes half the cpu's (bf16 weights,
+# fp32 there)
+cache="--shared 1 --batch 7,64 --routing uniform,hot:2:15 --expert-cache 2,3:lfu,4:static"
+# shellcheck disable=SC2086
+layer $np $cache --out "$TMP/gpu-cache"
+if [ -n "${CUDAEMU_DEVICES:-}" ]; then
+    # shellcheck disable=SC2086
+    CUDAEMU_SCHEDULE=others-first layer $np $cache --out "$TMP/gpu-cache-others-first"
+fi
+# shellcheck disable=SC2086
+mpi $np "$BIN/moeperf-layer" --backend cpu --comm mpi --model qwen3-30b-a3b --hidden $H --ffn $F \
+    --experts 16 --topk 4 --warmup 1 --iters 1 $cache --quiet --out "$TMP/cpu-cache" ||
+    fail "the cpu sweep of --expert-cache: exit $?"
+python3 - "$TMP/gpu-cache" "$TMP/cpu-cache" <<'PY' || fail "--expert-cache: the GPU path's fetches are wrong"
+import csv, sys
+key = ["routing", "expert_cache", "batch", "rank"]
+g, c = ({tuple(r[k] for k in key): r for r in csv.DictReader(open(f"{d}/layer_ranks.csv"))}
+        for d in sys.argv[1:3])
+assert g.keys() == c.keys() and len(g) >= 12, sorted(g)
+misses = 0
+for k in g:
+    for col in ("cache_hits", "cache_misses"):
+        assert g[k][col] == c[k][col], (k, col, g[k][col], c[k][col])
+    assert 2 * float(g[k]["fetch_bytes"]) == float(c[k]["fetch_bytes"]), (k, g[k]["fetch_bytes"])
+    misses += float(g[k]["cache_misses"])
+    assert (float(g[k]["fetch_us"]) >= 0), k
+assert misses > 0, "no miss anywhere: nothing was fetched"
+print("--expert-cache on the GPU path: hits and misses as on the cpu backend,", misses, "misses")
+PY
 col "$TMP/gpu-graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
 # the count exchange is the notify phase, timed by the cuda backend's marks: 0 in every padded
 # point (none is made), and with two ranks or more (one rank's exchange can be shorter than an

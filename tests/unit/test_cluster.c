@@ -91,8 +91,16 @@ int main(void)
               MP_OK);
     CHECK_NEAR(c.gpu_mem_gb, 0, 0);
     CHECK_NEAR(c.mem_reserve, 0.1, 0);
+    CHECK_NEAR(c.copy_engine, 1, 0); /* absent: a GPU's copy engine */
     CHECK_INT(mp_cluster_resolve(write_file("r.ini", "base=h100-ndr\nmem_reserve=1\n"), &c),
               MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("ce.ini", "base=h100-ndr\ncopy_engine=0.5\n"), &c),
+              MP_ERR_USAGE);
+    CHECK_INT(mp_cluster_resolve(write_file("ce0.ini", "base=h100-ndr\ncopy_engine=0\n"), &c),
+              MP_OK);
+    CHECK_NEAR(c.copy_engine, 0, 0);
+    CHECK_INT(mp_cluster_resolve("cpu-host", &c), MP_OK);
+    CHECK_NEAR(c.copy_engine, 0, 0);
     CHECK_INT(mp_cluster_resolve(write_file("g.ini", "base=h100-ndr\ngpu_mem_gb=-1\n"), &c),
               MP_ERR_USAGE);
     /* a file without a base and without flops_fp8 (written before it): fp8 at the bf16 rate */

@@ -7,7 +7,9 @@
  * phase and link class equal a count made from the routing alone on 1, 2 and 4 ranks per node;
  * --dedup node's hop times add up to its dispatch and, with the wait, to its combine.
  * Deduplicated per rank: padded slots move (ep − 1)·cap rows each way whatever the routing, and
- * pipelined chunks of tokens add up to the unpipelined rows, with the metadata ahead of them. */
+ * pipelined chunks of tokens add up to the unpipelined rows, with the metadata ahead of them.
+ * An expert cache's fetches wait in full without a copy engine, and with one only for what the
+ * FFNs before them do not hide. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -194,6 +196,50 @@ static void check_every_field_written(const struct mp_cluster *base)
     }
 }
 
+/* The expert cache's fetch time (docs/METRICS.md, "Expert cache") on tp1ep8, uniform routing at
+ * batch 256 (all 8 local experts of every rank get rows, in order), 2 lru slots: every access
+ * misses (a cyclic scan of 8 experts through 2 slots), each miss a copy of c µs. Without a copy
+ * engine the FFN phase waits for every copy, misses·c; with one and FFNs of nothing (free compute
+ * and launches) for the same; with copies shorter than any expert's FFN only for the first, c,
+ * unless one slot makes each copy wait for the FFN before it to end (misses·c again);
+ * as the h100 profile has it (copies longer than FFNs) for less than misses·c, by at most the
+ * FFNs' time under which the copies hid. */
+static void check_cache_fetch(const struct mp_cluster *base)
+{
+    struct mp_point pt = {.batch = 256, .seq = 1, .routing = &routing, .placement = &placement,
+                          .iters = ITERS, .overlap = 1, .warmup = 1,
+                          .cache = {.slots = 2, .policy = MP_CACHE_LRU}};
+    double bytes = 3.0 * model.hidden * model.ffn * base->elem_bytes;
+    for (int kind = 0; kind < 5; kind++) {
+        struct mp_cluster cl = *base;
+        pt.cache.slots = kind == 4 ? 1 : 2;
+        cl.copy_engine = kind != 0;
+        if (kind == 1) { /* FFNs of nothing */
+            cl.flops = cl.flops_fp8 = cl.hbm_bw = 1e30;
+            cl.launch_us = cl.ffn_call_us = 0;
+        }
+        if (kind == 2 || kind == 4) /* copies shorter than any FFN */
+            cl.pcie_bw = 1e15;
+        double c = bytes / cl.pcie_bw * 1e6;
+        struct mp_point_result res;
+        CHECK_INT(mp_vlayer_run(&cl, &model, 1, EP, 5, &pt, &res), MP_OK);
+        for (int i = 0; i < ITERS * EP; i++) {
+            const struct mp_rank_iter *x = &res.ranks[i];
+            CHECK_NEAR(x->cache_misses, 8, 0);
+            CHECK_NEAR(x->cache_hits, 0, 0);
+            if (kind < 2 || kind == 4) /* one slot: each fetch waits for the FFN before it */
+                CHECK_NEAR(x->fetch_us, 8 * c, 1e-9 * c);
+            else if (kind == 2)
+                CHECK_NEAR(x->fetch_us, c, 1e-9 * c);
+            else {
+                double ffns = x->ffn - x->fetch_us; /* the FFN phase less its waits */
+                CHECK(x->fetch_us < 8 * c && x->fetch_us >= 8 * c - ffns);
+            }
+        }
+        mp_point_result_free(&res);
+    }
+}
+
 static double median(const struct mp_point_result *r, size_t k)
 {
     double v[ITERS];
@@ -217,6 +263,7 @@ int main(void)
     CHECK_INT(mp_placement_build("contiguous", model.experts, EP, routing.prob, &placement), MP_OK);
     check_hop_times(&h100);
     check_every_field_written(&h100);
+    check_cache_fetch(&h100);
 
     /* --overlap 1 (and 0, the field's default) is the unpipelined model, bit for bit */
     struct mp_point_result r0 = run(&h100, 256, 0), r1 = run(&h100, 256, 1);
