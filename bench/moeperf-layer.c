@@ -352,7 +352,37 @@ struct sweep {
     int npoint, total, measured;
     int undeployable; /* model runs: points whose memory per GPU exceeds the profile's GPU */
     double timed_us;
+    double fetch_rate; /* --expert-cache, measured runs: this rank's host-to-device copy rate */
 };
+
+/* The expert cache's copy rate, measured on every rank at once before the first point (what a
+ * fetch moves at; docs/METRICS.md, "Expert cache"): printed and noted in run.json by rank 0. */
+#define FETCH_RATE_BYTES ((size_t)32 << 20)
+#define FETCH_RATE_REPS 5
+static int measure_fetch_rate(struct sweep *sw)
+{
+    struct mp_session *s = sw->s;
+    int cached = 0;
+    for (int i = 0; i < s->o.expert_cache.n; i++)
+        cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
+    if (!cached || s->modelled)
+        return MP_OK;
+    int rc = mp_cache_fetch_rate(s->cops, s->dev, FETCH_RATE_BYTES, FETCH_RATE_REPS,
+                                 &sw->fetch_rate);
+    if (rc != MP_OK || s->comm->rank != 0)
+        return rc;
+    if (!s->o.quiet)
+        printf("# expert cache: fetches copy at %.2f GB/s here (rank 0: %zu MiB from %s host "
+               "memory, best of %d)\n", sw->fetch_rate / 1e9, FETCH_RATE_BYTES >> 20,
+               s->cops->host_alloc ? "page-locked" : "pageable", FETCH_RATE_REPS);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "bytes", (double)FETCH_RATE_BYTES);
+    cJSON_AddNumberToObject(j, "copies", FETCH_RATE_REPS);
+    cJSON_AddNumberToObject(j, "bytes_per_s", sw->fetch_rate);
+    cJSON_AddBoolToObject(j, "page_locked", s->cops->host_alloc != NULL);
+    mp_session_note(s, "fetch_rate", j);
+    return MP_OK;
+}
 
 /* Names of the dispatch modes whose `has` holds, '|'-joined into buf. */
 static const char *modes_where(int (*has)(const struct mp_dispatch_mode *m), char *buf, size_t len)
@@ -756,6 +786,7 @@ int main(int argc, char **argv)
     sweep_bounds(&sw);
     MP_CHECK(mp_runfiles_open(&f, &s, files, s.o.rank_samples ? 4 : 3));
     MP_CHECK(refuse_flags(&sw)); /* before the table's header: a refused run prints one line */
+    MP_CHECK(measure_fetch_rate(&sw));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *

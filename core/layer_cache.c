@@ -171,3 +171,41 @@ int mp_layer_cache_exposed(struct mp_layer *L, double *us)
     *us = 0;
     return L->nslots > 0 ? L->ops->cache_exposed_us(L->dev, us) : MP_OK;
 }
+
+int mp_cache_fetch_rate(const struct mp_compute_ops *ops, struct mp_compute *dev, size_t bytes,
+                        int reps, double *bytes_per_s)
+{
+    *bytes_per_s = 0;
+    void *host = ops->host_alloc ? ops->host_alloc(dev, bytes) : malloc(bytes);
+    void *slot = ops->alloc(dev, (bytes + ops->elem_size - 1) / ops->elem_size);
+    int rc = host && slot ? MP_OK : MP_ERR_RUNTIME;
+    if (rc != MP_OK)
+        mp_error("out of memory measuring the expert cache's fetch rate (%zu bytes)", bytes);
+    else
+        memset(host, 0x3c, bytes); /* every page touched before a copy reads it */
+    if (rc == MP_OK)
+        rc = ops->cache_setup(dev, 1, 1);
+    double best = 0, waited;
+    for (int i = 0; i < reps && rc == MP_OK; i++) {
+        void *dst[1] = {slot};
+        const void *src[1] = {host};
+        double t0 = mp_now_us();
+        rc = ops->cache_fetch(dev, 0, dst, src, &bytes, 1);
+        if (rc == MP_OK)
+            rc = ops->sync(dev);
+        double us = mp_now_us() - t0;
+        if (rc == MP_OK)
+            rc = ops->cache_exposed_us(dev, &waited); /* its one fetch's record, cleared */
+        if (rc == MP_OK && us > 0 && (best == 0 || us < best))
+            best = us;
+    }
+    if (rc == MP_OK && best > 0)
+        *bytes_per_s = (double)bytes / (best * 1e-6);
+    if (slot)
+        ops->free(dev, slot);
+    if (host && ops->host_free)
+        ops->host_free(dev, host);
+    else
+        free(host);
+    return rc;
+}

@@ -6,7 +6,8 @@
 # iterations shrunk; the GPU-only refusals have their own tests (padded.sh, bad_input.sh).
 # With MOEPERF_GPU_CHECK_ON=cuda (the gpu suite of a -Dcudaemu=true build) the lines run as they
 # are, on the cuda and nccl backends, with layers shrunk for the CPU stand-in (--hidden 128,
-# --ffn 64), and ci/ffn-table must print the FFN table from what the moeperf-ffn lines wrote.
+# --ffn 64), and ci/ffn-table must print the FFN table from what the moeperf-ffn lines wrote; on
+# either, ci/fetch-rate must print the expert-cache line's fetch rates.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 on=${MOEPERF_GPU_CHECK_ON:-cpu}
@@ -60,6 +61,10 @@ while IFS= read -r line; do
                 awk -v tol=$tol '{ t = $2 == "fp8" && tol < 1e-3 ? 1e-3 : tol }
                                  $1 == "" || $1 + 0 > t' | wc -l)
             [ "$bad" -eq 0 ] || fail "line $i: $bad points failed --check"
+        fi
+        if grep -q -- '--expert-cache' <<<"$args"; then # ci/gpu-check's ci/fetch-rate on it
+            "$SRC/ci/fetch-rate" "$TMP/run$i" >"$TMP/fetch$i" || fail "ci/fetch-rate on line $i exited $?"
+            grep -qE '^uniform +1 +0 ' "$TMP/fetch$i" || fail "ci/fetch-rate printed no batch-1 row: $(cat "$TMP/fetch$i")"
         fi
         echo "ci/gpu-check line $i ($tool $variant): $(rows "$csv") points accepted"
     done
