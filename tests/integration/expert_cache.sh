@@ -6,6 +6,9 @@
 # (the scan evicts each expert before its next use); static keeps its SLOTS experts (the hottest:
 # 0-3 under hot:4:15 on rank 0) and fetches the rest, so it beats lru; every fetch moves one
 # expert's bytes, and --check passes with every policy and slot count, in bf16 and fp8 weights.
+# On traces of uniform, hot:4:15 and zipf:1.2 at batch 16 (experts left without rows) every
+# rank-iteration's hits and misses are an independent simulation's, and static beats lru under
+# the hot trace at 2, 4 and 8 slots.
 . "$(dirname "$0")/lib.sh"
 W="--hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 512 --iters 3 --warmup 2 --quiet"
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform,hot:4:15 --weight-dtype bf16,fp8 \
@@ -56,6 +59,90 @@ PY
 [ "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     $c["routing"] == "hot:4:15" && $c["expert_cache"] == "4:static" && $c["rank"] == 0 { print $c["local_experts"] }' \
     "$TMP/run/layer_ranks.csv" | sort -u)" = "0-15" ] || fail "rank 0 does not hold experts 0-15"
+# Routings whose draws leave experts without rows: per-token traces (docs/CSV.md) drawn here
+# from uniform, hot:4:15 and zipf:1.2 over 32 experts (top-4 distinct, a fixed permutation of the
+# ids for zipf so its hot experts fall on both ranks), batch 16, one draw per step (warm-up 2 +
+# 5 timed < the pool's 8 draws). An independent simulation of each rank's cache over those draws
+# (its local experts with rows, in expert order, warm-up first; lru, lfu with ties to the least
+# recently used, static's resident set the trace's most frequent local experts, ties to the lower
+# id) predicts every rank's hits and misses in every timed iteration exactly.
+python3 - "$TMP" <<'PY'
+import random
+rng = random.Random(7)
+E, K, TOK = 32, 4, 16 * 7
+perm = list(range(E))
+rng.shuffle(perm)
+weights = {"uniform": [1.0] * E, "hot": [15.0 if e < 4 else 1.0 for e in range(E)],
+           "zipf": [0.0] * E}
+for i in range(E):
+    weights["zipf"][perm[i]] = 1.0 / (i + 1) ** 1.2
+for name, w in weights.items():
+    with open(f"{__import__('sys').argv[1]}/trace-{name}.csv", "w") as f:
+        f.write("token," + ",".join(f"expert{k}" for k in range(K)) + "\n")
+        for t in range(TOK):
+            left, ids = list(range(E)), []
+            for _ in range(K):
+                e = rng.choices(left, [w[x] for x in left])[0]
+                left.remove(e)
+                ids.append(e)
+            f.write(f"{t}," + ",".join(map(str, ids)) + "\n")
+PY
+routings=$(printf 'trace:%s,' "$TMP/trace-uniform.csv" "$TMP/trace-hot.csv" "$TMP/trace-zipf.csv")
+mpi 2 "$BIN/moeperf-layer" --hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 16 \
+    --iters 5 --warmup 2 --quiet --routing "${routings%,}" \
+    --expert-cache 16,8,8:lfu,8:static,4,4:lfu,4:static,2,2:lfu,2:static --check \
+    --out "$TMP/traces" || fail "moeperf-layer --expert-cache on traces exit $?"
+python3 - "$TMP" <<'PY' || fail "the expert cache's counts are not the simulation's"
+import csv, sys
+d = sys.argv[1]
+E, K, B, RANKS, WARMUP, ITERS = 32, 4, 16, 2, 2, 5
+L = E // RANKS
+def simulate(trace, slots, policy, rank):
+    rows = [list(map(int, r[1:])) for r in list(csv.reader(open(trace)))[1:]]
+    freq = [0] * E
+    for r in rows:
+        for e in r:
+            freq[e] += 1
+    local = list(range(rank * L, rank * L + L))
+    static = sorted(local, key=lambda e: (-freq[e], e))[:slots]
+    resident, last, uses, clock, out = set(), {}, {e: 0 for e in local}, 0, []
+    for step in range(WARMUP + ITERS):
+        draw = rows[step * B:(step + 1) * B]
+        hit = miss = 0
+        for e in sorted({e for r in draw for e in r} & set(local)):
+            if policy == "static":
+                hit, miss = hit + (e in static), miss + (e not in static)
+                continue
+            clock += 1
+            uses[e] += 1
+            if e in resident:
+                hit += 1
+            else:
+                miss += 1
+                if len(resident) == slots:
+                    key = (lambda x: last[x]) if policy == "lru" else (lambda x: (uses[x], last[x]))
+                    resident.remove(min(resident, key=key))
+                resident.add(e)
+            last[e] = clock
+        out.append((hit, miss))
+    return out[WARMUP:]
+n, rate = 0, {}
+for r in csv.DictReader(open(f"{d}/traces/layer_rank_samples.csv")):
+    slots, policy = r["expert_cache"].split(":")
+    want = simulate(r["routing"][6:], int(slots), policy, int(r["rank"]))[int(r["iter"])]
+    got = (int(float(r["cache_hits"])), int(float(r["cache_misses"])))
+    assert got == want, (r["routing"], r["expert_cache"], r["rank"], r["iter"], got, want)
+    n += 1
+for r in csv.DictReader(open(f"{d}/traces/layer.csv")):
+    assert r["check_error"] != "" and float(r["check_error"]) <= 1e-5, r
+    rate[(r["routing"].split("trace-")[1][:-4], r["expert_cache"])] = float(r["cache_hit_rate"])
+assert n == 3 * 10 * RANKS * ITERS, n
+for s in (2, 4, 8):
+    assert rate[("hot", f"{s}:static")] > rate[("hot", f"{s}:lru")], (s, rate)
+print(f"{n} rank-iterations on uniform, hot and zipf traces: hits and misses as simulated;",
+      "hot, static against lru:", [(rate[("hot", f"{s}:static")], rate[("hot", f"{s}:lru")])
+                                    for s in (2, 4, 8)])
+PY
 # --resume keeps the cached points: nothing is measured again
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform --expert-cache 4:lru --resume --out "$TMP/run" \
     >"$TMP/resume.out" || fail "--resume exit $?"
