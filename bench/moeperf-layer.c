@@ -246,7 +246,16 @@ static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
             mp_row_dbl(row, res->overlap_efficiency);
         else if (name == MPC_mem_gb_per_gpu)
             mp_row_dbl(row, res->mem_gb_per_gpu);
-        else {
+        else if (name == MPC_cache_slots || name == MPC_cache_policy) { /* "SLOTS:POLICY" */
+            const char *colon = strchr(k->expert_cache, ':');
+            int off = !strcmp(k->expert_cache, "off");
+            if (name == MPC_cache_policy)
+                mp_row_str(row, off || !colon ? "" : colon + 1);
+            else if (off)
+                mp_row_str(row, "");
+            else
+                mp_row_int(row, atol(k->expert_cache));
+        } else {
             mp_error("layer.csv: no value for column %s", name);
             rc = MP_ERR_RUNTIME;
         }
@@ -508,14 +517,20 @@ static void print_header(const struct mp_session *s)
 
 /* A model run's memory per GPU for the point (the experts in --weight-dtype, the rest of the
  * weights and the KV cache in bf16, MP_CONTEXT_DEFAULT tokens
- * per sequence, non-expert weights split by tp), with a warning when it exceeds what the profile's
- * GPU holds less its reserve: the point could not be deployed (docs/planning.md). */
+ * per sequence, non-expert weights split by tp; with --expert-cache only the SLOTS resident
+ * experts of each layer, static's staging slot included: the rest live in host memory), with a
+ * warning when it exceeds what the profile's GPU holds less its reserve: the point could not be
+ * deployed (docs/planning.md). */
 static void model_memory(struct sweep *sw, const struct mp_layout *lay,
-                         const struct mp_placement *pl, long batch, enum mp_dtype wtype,
-                         const char *label, struct mp_point_result *res)
+                         const struct mp_placement *pl, const struct mp_cache_spec *cache,
+                         long batch, enum mp_dtype wtype, const char *label,
+                         struct mp_point_result *res)
 {
     const struct mp_session *s = sw->s;
-    struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = pl->max_local,
+    int resident = pl->max_local;
+    if (cache->slots > 0 && cache->slots + (cache->policy == MP_CACHE_STATIC) < resident)
+        resident = cache->slots + (cache->policy == MP_CACHE_STATIC);
+    struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = resident,
                                   .sequences = batch, .context = MP_CONTEXT_DEFAULT,
                                   .weight_bytes = MP_BF16_BYTES, .kv_bytes = MP_BF16_BYTES,
                                   .nonexpert = MP_NONEXPERT_TP, .expert_dtype = wtype};
@@ -640,7 +655,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && s->modelled)
-        model_memory(sw, lay, pl, batch, wtype, label, &res);
+        model_memory(sw, lay, pl, &cache, batch, wtype, label, &res);
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, wtype_word, cache_word, batch, pl, &res);

@@ -18,6 +18,18 @@ enum mp_routing_kind {
  * fewer iterations). */
 #define MP_ROUTING_POOL_DRAWS 8
 
+/* The draws of a point's pool: one per step, warm-up and timed, for a point with an expert cache
+ * (`cached`: a cache would hold a short cycle's experts and hide the misses of routing re-drawn
+ * each step; docs/METRICS.md, "Expert cache"), else at most MP_ROUTING_POOL_DRAWS, cycled; at
+ * least 1. The measured layer and the model both size their pools by it. */
+static inline int mp_routing_pool_size(int warmup, int iters, int cached)
+{
+    int steps = (warmup > 0 ? warmup : 0) + (iters > 0 ? iters : 0);
+    if (!cached && steps > MP_ROUTING_POOL_DRAWS)
+        steps = MP_ROUTING_POOL_DRAWS;
+    return steps > 0 ? steps : 1;
+}
+
 struct mp_routing {
     enum mp_routing_kind kind;
     char spec[512];  /* as given (CSV column) */

@@ -19,10 +19,7 @@ int mp_routing_pool_make(struct mp_routing_pool *p, const struct mp_point *pt, u
                          long batch_tokens, long tok0, long ntok, int K, int E)
 {
     memset(p, 0, sizeof *p);
-    p->n = pt->warmup + pt->iters < MP_ROUTING_POOL_DRAWS ? pt->warmup + pt->iters
-                                                          : MP_ROUTING_POOL_DRAWS;
-    if (p->n < 1)
-        p->n = 1;
+    p->n = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
     size_t pairs = (size_t)(ntok > 0 ? ntok : 1) * K;
     p->groups = pt->routing->groups;
     p->group_pick = pt->routing->group_pick;
@@ -147,7 +144,8 @@ int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    for (int d = 0; d < pool->n; d++) {
+    int checked = pool->n < MP_ROUTING_POOL_DRAWS ? pool->n : MP_ROUTING_POOL_DRAWS;
+    for (int d = 0; d < checked; d++) { /* the first draws: a cached point's others are alike */
         mine[d] = FNV1A_OFFSET_BASIS;
         if (ntok > 0) {
             MP_CHECK(L->ops->gate(L->dev, L->x, L->wg, pool->noise + (size_t)d * ntok * E, ntok,
@@ -159,7 +157,7 @@ int mp_layer_check_tp_routing(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(c->ops->gather(c, mine, sizeof mine, all));
     int bad_rank = -1, bad_draw = -1;
     for (int r = 0; c->rank == 0 && r < c->size && bad_rank < 0; r++)
-        for (int d = 0; d < pool->n && bad_rank < 0; d++)
+        for (int d = 0; d < checked && bad_rank < 0; d++)
             if (all[(size_t)r * MP_ROUTING_POOL_DRAWS + d] !=
                 all[(size_t)(r - r % L->tp) * MP_ROUTING_POOL_DRAWS + d]) {
                 bad_rank = r;

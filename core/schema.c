@@ -185,8 +185,13 @@ static const struct mp_column layer_cols[] = {
      "`--expert-cache`: median of the expert weight bytes all ranks fetched from their host pools "
      "(0 with `off`)"},
     {MPC_fetch_us, "µs", R,
-     "`--expert-cache`: median of the longest time a rank spent fetching, inside its FFN phase "
-     "(0 with `off`)"},
+     "`--expert-cache`: median of the longest time a rank's FFNs waited for fetches, the exposed "
+     "part inside its FFN phase (0 with `off`)"},
+    {MPC_cache_slots, "experts", I,
+     "`--expert-cache`: its SLOTS, the experts a rank keeps resident (empty with `off`; the x of "
+     "the expert_cache figure)"},
+    {MPC_cache_policy, "–", T, "`--expert-cache`: its POLICY, `lru`, `lfu` or `static` (empty with "
+     "`off`)"},
     {MPC_check_error, "–", R, "`‖out − ref‖/‖ref‖` with `--check`, else empty"},
     {MPC_overlap_efficiency, "–", R,
      "with `--overlap N > 1`: (t_comm + t_comp − t_ovrl) / min(t_comm, t_comp) as in IMB-NBC "
@@ -482,6 +487,11 @@ static const struct mp_column plan_cols[] = {
      "no memory), else 0; a candidate that does not fit is never chosen"},
     {MPC_over, "–", T,
      "what overflows: `weights` (the weights alone), `kv` (the KV cache tips it over) or `none`"},
+    {MPC_cache_slots, "experts", I,
+     "with `--expert-cache fit`: the experts per layer each EP rank keeps resident, the largest "
+     "cache that fits (docs/planning.md, Offloaded experts); empty when all are"},
+    {MPC_cache_hit_rate, "–", R, "its median hit rate, the fetches timed in `layer_us`; empty "
+                                 "without a cache"},
 };
 static const struct mp_columns no_key = {NULL, 0};
 const struct mp_csv_schema mp_schema_plan = {"plan.csv", "moeperf-plan", "one per candidate",

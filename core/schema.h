@@ -31,7 +31,8 @@
     X(replicate) X(token_ms) X(token_p99_ms) X(replica_tokens_per_s) X(dp) X(gpus) X(meets_slo)     \
     X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over) X(local_experts) X(notify_wait_us)           \
     X(dispatch_wait_us) X(tp_reduce_wait_us) X(combine_wait_us) X(wait_us) X(expert_cache)             \
-    X(cache_hit_rate) X(fetch_bytes) X(fetch_us) X(cache_hits) X(cache_misses)
+    X(cache_hit_rate) X(fetch_bytes) X(fetch_us) X(cache_hits) X(cache_misses) X(cache_slots)      \
+    X(cache_policy)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)

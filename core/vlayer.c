@@ -712,12 +712,9 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     long T = pt->batch * pt->seq;
     int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
     /* the measured layer's pool: one draw per warm-up and timed iteration, at most
-     * MP_ROUTING_POOL_DRAWS (core/routing_pool.c) */
-    int steps = (pt->warmup > 0 ? pt->warmup : 0) + pt->iters;
-    int P = steps < MP_ROUTING_POOL_DRAWS ? steps : MP_ROUTING_POOL_DRAWS;
+     * MP_ROUTING_POOL_DRAWS without a cache (core/routing_pool.c) */
+    int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
     int N = pt->overlap > 1 ? pt->overlap : 1;
-    if (P < 1)
-        P = 1;
     if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
     const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);

@@ -145,7 +145,8 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
 void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
 /* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
- * MP_ROUTING_POOL_DRAWS, as measured runs cycle through them): *ndraws
+ * MP_ROUTING_POOL_DRAWS without an expert cache, as measured runs cycle through them,
+ * mp_routing_pool_size): *ndraws
  * entries in *out, built by the point's dispatch mode (its model_traffic, core/dispatch.h) with
  * the profile's node size and element bytes, cut into pt->overlap chunks when that is above 1.
  * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point

@@ -32,6 +32,7 @@ struct plan_opts {
     double mem_reserve;
     char *nonexpert;
     char *validation;
+    char *expert_cache;
 };
 #define PO(f) offsetof(struct plan_opts, f)
 
@@ -75,6 +76,10 @@ static const struct mp_opt options[] = {
     {"nonexpert-split", MP_OPT_STRING, PO(nonexpert), "tp", MP_NOLIMIT, mp_nonexpert_split_names,
      "tp|world", "non-expert weights split by each EP rank's TP group (a copy per EP rank), or "
      "over all tp·ep GPUs"},
+    {"expert-cache", MP_OPT_STRING, PO(expert_cache), "off", MP_NOLIMIT, NULL, "off|fit[:POLICY]",
+     "fit: a candidate whose weights do not fit keeps the largest expert cache per layer that "
+     "does (POLICY lru, lfu or static; default lru), the other experts in host memory, its "
+     "fetches timed by the model at the profile's pcie_bw"},
     {"validation", MP_OPT_STRING, PO(validation), NULL, MP_NOLIMIT, NULL, "FILE",
      "the model's errors on published measurements (ci/validate --summary), for plan.json's "
      "trust (default: the source tree's tests/published/validation.csv)"},
@@ -231,6 +236,31 @@ static int run_validate(struct plan_opts *o, char **dirs, int ndirs)
     return MP_OK;
 }
 
+/* --expert-cache off|fit[:POLICY] into q->offload and q->offload_policy; MP_ERR_USAGE after one
+ * line naming the flag and what it accepts. */
+static int parse_offload(const char *word, struct mp_plan_req *q)
+{
+    q->offload = 0;
+    q->offload_policy = MP_CACHE_LRU;
+    if (!strcmp(word, "off"))
+        return MP_OK;
+    if (!strncmp(word, "fit", 3) && (word[3] == '\0' || word[3] == ':')) {
+        for (int i = 0; word[3] && mp_cache_policy_choices[i]; i++)
+            if (!strcmp(word + 4, mp_cache_policy_choices[i])) {
+                q->offload_policy = (enum mp_cache_policy)i;
+                q->offload = 1;
+                return MP_OK;
+            }
+        if (!word[3]) {
+            q->offload = 1;
+            return MP_OK;
+        }
+    }
+    mp_usage("--expert-cache '%s': accepted are off, fit and fit:POLICY with POLICY lru, lfu or "
+             "static (the planner picks each candidate's slots)", word);
+    return MP_ERR_USAGE;
+}
+
 static void write_plan_csv(struct plan_opts *o, const char *routing,
                            const struct mp_plan_cand *c, int n, struct mp_csv *csv)
 {
@@ -261,6 +291,11 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         mp_row_dbl(&row, c[i].mem.kv / 1e9);
         mp_row_int(&row, c[i].fits);
         mp_row_str(&row, c[i].over);
+        if (c[i].cache_slots > 0)
+            mp_row_int(&row, c[i].cache_slots);
+        else
+            mp_row_str(&row, "");
+        mp_row_dbl(&row, c[i].cache_hit_rate);
         mp_csv_write(csv, &row);
     }
     mp_row_free(&row);
@@ -269,22 +304,24 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
 static void print_cand_header(void)
 {
     printf("  %-9s %-16s %3s %-5s %-4s %-4s %6s %10s %10s %9s %9s %6s %6s %6s %9s %9s %4s %6s %7s "
-           "%-7s %s\n",
+           "%5s %-7s %s\n",
            "layout", "placement", "ovl", "dedup", "wt", "disp", "batch", "layer_us", "p99_us", "ffn_us", "comm_us",
-           "ratio", "bubble", "imbal", "token_ms", "tok/s/rep", "dp", "gpus", "mem_gb", "over",
-           "slo");
+           "ratio", "bubble", "imbal", "token_ms", "tok/s/rep", "dp", "gpus", "mem_gb", "cache",
+           "over", "slo");
 }
 
 static void print_cand(const struct mp_plan_cand *c)
 {
-    char lay[32], pl[32];
+    char lay[32], pl[32], cache[16] = "all";
     snprintf(lay, sizeof lay, "tp%dep%d", c->tp, c->ep);
+    if (c->cache_slots > 0) /* the experts per layer kept resident with offload */
+        snprintf(cache, sizeof cache, "%d", c->cache_slots);
     printf("  %-9s %-16s %3d %-5s %-4s %-4s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f "
-           "%9.0f %4d %6d %7.1f %-7s %s\n",
+           "%9.0f %4d %6d %7.1f %5s %-7s %s\n",
            lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup],
            mp_dtype_choices[c->weight_dtype], mp_dtype_choices[c->dispatch_dtype], c->batch, c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us, c->ratio, c->bubble,
            c->imbalance, c->token_p99_ms, c->replica_tps, c->dp, c->gpus, c->mem.total / 1e9,
-           c->over, c->meets ? "yes" : "no");
+           cache, c->over, c->meets ? "yes" : "no");
 }
 
 /* The remedies at the cheapest plan's layout and batch, ranked by the layer time they save against
@@ -1047,6 +1084,8 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     q.kv_bytes = MP_BF16_BYTES;
     q.mem_reserve = o->mem_reserve >= 0 ? o->mem_reserve : q.cluster.mem_reserve;
     q.nonexpert = strcmp(o->nonexpert, "world") == 0 ? MP_NONEXPERT_WORLD : MP_NONEXPERT_TP;
+    if ((rc = parse_offload(o->expert_cache, &q)) != MP_OK)
+        goto out;
     if (o->b.out) {
         const struct mp_csv_schema *f = &mp_schema_plan;
         const char *cols[MP_SCHEMA_MAX_COLS];

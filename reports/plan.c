@@ -109,6 +109,30 @@ struct setup {
     int overlap, dedup, weight_dtype, dispatch_dtype;
 };
 
+/* With --expert-cache fit: the most experts per layer every EP rank of a candidate that does
+ * not fit can keep resident (static: one slot more for its staging) with the rest of its memory
+ * as it is, capped below the fewest experts a rank holds; 0 when offloading is off, the model
+ * cannot time the candidate's cache (pipelined, deduplicated, a profile without pcie_bw) or not
+ * even one slot fits. */
+static int offload_slots(const struct mp_plan_req *q, const struct mp_plan_cand *c,
+                         const struct mp_placement *pl, double usable, int overlap, int dedup)
+{
+    if (!q->offload || overlap > 1 || dedup != MP_DEDUP_PAIR || !(q->cluster.pcie_bw > 0) ||
+        !(usable > 0) || pl->max_local < 2)
+        return 0;
+    int fewest = pl->max_local;
+    for (int p = 0; p < pl->ep; p++)
+        if (mp_placement_nlocal(pl, p) < fewest)
+            fewest = mp_placement_nlocal(pl, p);
+    int staging = q->offload_policy == MP_CACHE_STATIC;
+    double per_expert = c->mem.routed / pl->max_local; /* one expert of every layer */
+    double room = usable - (c->mem.total - c->mem.routed);
+    long s = per_expert > 0 && room > 0 ? (long)floor(room / per_expert) - staging : 0;
+    if (s >= fewest)
+        s = fewest - 1;
+    return s >= 1 ? (int)s : 0;
+}
+
 static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
                         struct setup su, long batch, struct mp_plan_cand *c)
 {
@@ -139,8 +163,21 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
                                   .nonexpert = q->nonexpert,
                                   .expert_dtype = (enum mp_dtype)su.weight_dtype};
     mp_gpumem_compute(m, &ml, &c->mem);
-    c->over = mp_gpumem_over(&c->mem, mp_gpumem_usable(&q->cluster, q->mem_reserve));
+    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
+    c->over = mp_gpumem_over(&c->mem, usable);
     c->fits = !strcmp(c->over, "none");
+    c->cache_slots = 0;
+    int resident = c->fits ? 0 : offload_slots(q, c, &pl, usable, overlap, dedup);
+    if (resident > 0) { /* the largest cache that fits, its fetches timed by the model */
+        int staging = q->offload_policy == MP_CACHE_STATIC;
+        ml.max_local = resident + staging;
+        mp_gpumem_compute(m, &ml, &c->mem);
+        c->over = mp_gpumem_over(&c->mem, usable);
+        c->fits = !strcmp(c->over, "none");
+        c->cache_slots = resident;
+        pt.cache = (struct mp_cache_spec){.slots = resident, .policy = q->offload_policy};
+        pt.warmup = MP_ROUTING_POOL_DRAWS; /* the timed iterations in steady state */
+    }
     struct mp_point_result res;
     rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
     mp_placement_free(&pl);
@@ -178,6 +215,7 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     c->bubble = M->bubble_ratio;
     c->imbalance = M->load_imbalance;
     c->hit = M->local_hit_rate;
+    c->cache_hit_rate = c->cache_slots > 0 ? M->cache_hit_rate : NAN;
     c->token_ms = m->layers * c->layer_us / 1e3;
     c->token_p99_ms = m->layers * c->layer_p99_us / 1e3;
     /* a decode step yields one token per sequence: batch·seq tokens per step of token_ms */

@@ -5,6 +5,7 @@
 #define MP_PLAN_H
 
 #include "cluster.h"
+#include "expert_cache.h"
 #include "gpumem.h"
 #include "model.h"
 #include "routing.h"
@@ -37,6 +38,10 @@ struct mp_plan_req {
     double kv_bytes;         /* bytes per KV-cache element (MP_BF16_BYTES) */
     double mem_reserve;      /* share of gpu_mem_gb kept outside weights and KV cache */
     enum mp_nonexpert_split nonexpert;
+    /* --expert-cache fit[:POLICY]: a candidate that does not fit keeps the largest expert cache
+     * that does (docs/planning.md, "Offloaded experts"); 0: off */
+    int offload;
+    enum mp_cache_policy offload_policy;
 };
 
 struct mp_plan_cand {
@@ -56,6 +61,9 @@ struct mp_plan_cand {
     struct mp_gpumem mem;          /* bytes per GPU on the layout's fullest GPU */
     int fits;                      /* mem.total within the usable memory (1 when not known) */
     const char *over;              /* mp_gpumem_over: "weights", "kv" or "none" */
+    int cache_slots;               /* with offload: the experts per layer each EP rank keeps
+                                      resident, the rest in host memory; 0: all resident */
+    double cache_hit_rate;         /* its median hit rate (NaN without a cache) */
 };
 
 /* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤

@@ -204,8 +204,8 @@ grep -q -- "--validation" "$TMP/refused.err" || fail "the refusal does not name 
     --out "$TMP/ovl" >"$TMP/ovl.out" || fail "moeperf-plan --overlap exit $?"
 grep '^remedies\|^cheapest' "$TMP/ovl.out"
 head -1 "$TMP/ovl/plan.csv" |
-    grep -q ',overlap,dedup,weight_dtype,dispatch_dtype,mem_gb_per_gpu,kv_gb_per_gpu,fits,over$' ||
-    fail "plan.csv: not overlap, dedup, the dtypes, then the memory columns: $(head -1 "$TMP/ovl/plan.csv")"
+    grep -q ',overlap,dedup,weight_dtype,dispatch_dtype,mem_gb_per_gpu,kv_gb_per_gpu,fits,over,cache_slots,cache_hit_rate$' ||
+    fail "plan.csv: not overlap, dedup, the dtypes, then the memory and cache columns: $(head -1 "$TMP/ovl/plan.csv")"
 [ "$(rows "$TMP/ovl/plan.csv")" -eq 12 ] || fail "plan.csv with --overlap: $(rows "$TMP/ovl/plan.csv") rows"
 [ "$(col "$TMP/ovl/plan.csv" overlap | sort -u | tr '\n' ' ')" = "1 2 4 " ] || fail "plan.csv: overlap values"
 # the remedies line names every other setup at the chosen layout and batch, most time saved first

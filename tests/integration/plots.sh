@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # plots.sh - plots/render draws every figure, as PNG and as SVG, from run directories written by
-# the real binaries (moeperf-layer on 1 and 2 ranks with 2 routings x 2 placements, moeperf-a2a,
-# moeperf-ffn) plus a model run, and each layer run's per-rank timeline, chosen as asked; a missing
+# the real binaries (moeperf-layer on 1 rank with expert caches and on 2 ranks with 2 routings x 2
+# placements, moeperf-a2a,
+# moeperf-ffn) plus a model run, and each layer run's per-rank timeline, chosen as asked; a
+# layer.csv without the expert_cache figure's x column leaves that figure out; a missing
 # column or file exits 2 naming it and leaves no image, and a failing gnuplot leaves no partial
 # image either.
 . "$(dirname "$0")/lib.sh"
@@ -10,7 +12,8 @@ RENDER=$SRC/plots/render
 command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
 
 SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3 --quiet)
-"$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --out "$TMP/l1" || fail "moeperf-layer (1 rank) exit $?"
+"$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --expert-cache off,2,4 --out "$TMP/l1" ||
+    fail "moeperf-layer (1 rank) exit $?"
 mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16,64 --routing uniform,hot:2:10 \
     --placement contiguous,replicate-hot:2 --out "$TMP/l2" || fail "moeperf-layer (2 ranks) exit $?"
 mpi 2 "$BIN/moeperf-a2a" --bytes 1K:64K:x4 --iters 5 --warmup 1 --quiet --out "$TMP/a2a" ||
@@ -40,6 +43,10 @@ done
 for d in l1 l2; do
     for f in $FIGS_LAYER; do
         p=$TMP/$d/plots/$f.png
+        if [ "$f" = expert_cache ] && [ "$d" = l2 ]; then # no cached point: no figure
+            [ ! -e "$p" ] || fail "$p drawn from a run without --expert-cache"
+            continue
+        fi
         [ -s "$p" ] || fail "$p missing or empty"
         is_png "$p" || fail "$p is not a PNG"
     done
@@ -53,15 +60,26 @@ done
 for d in l1 l2; do
     [ -s "$TMP/$d/plots/timeline.png" ] && is_png "$TMP/$d/plots/timeline.png" || fail "$d has no timeline.png"
 done
-expected=$((2 * $(count $FIGS_LAYER) + 2 + $(count $FIGS_A2A) + $(count $FIGS_FFN)))
+expected=$((2 * $(count $FIGS_LAYER) - 1 + 2 + $(count $FIGS_A2A) + $(count $FIGS_FFN)))
 [ "$(wc -l <"$TMP/out1")" -eq $expected ] ||
     fail "render listed $(wc -l <"$TMP/out1") images, expected $expected"
 if ls -a "$TMP"/*/plots | grep -q '\.tmp'; then fail "temporary files left in plots/"; fi
+
+# a layer.csv written before cache_slots (the optional x of the expert_cache figure): the other
+# figures drawn, that one left out without an error
+mkdir -p "$TMP/old"
+awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "cache_slots" || $i == "cache_policy") drop[i] = 1 }
+    { line = ""; for (i = 1; i <= NF; i++) if (!(i in drop)) line = line (line == "" ? "" : ",") $i; print line }' \
+    "$TMP/l1/layer.csv" >"$TMP/old/layer.csv"
+"$RENDER" --timeline none "$TMP/old" >"$TMP/out-old" || fail "render of a layer.csv without cache_slots exit $?"
+[ ! -e "$TMP/old/plots/expert_cache.png" ] && [ -s "$TMP/old/plots/layer_latency.png" ] ||
+    fail "a layer.csv without cache_slots: $(cat "$TMP/out-old")"
 
 # 2. all runs on one set of figures, SVG, with the published reference
 "$RENDER" --format svg --out "$TMP/svg" --reference "$SRC/plots/seed-h100-64gpu.csv" \
     "$TMP/l2" "$TMP/model" "$TMP/a2a" "$TMP/ffn" >/dev/null || fail "render (svg) exit $?"
 for f in $FIGS_LAYER $FIGS_A2A $FIGS_FFN; do
+    [ "$f" != expert_cache ] || continue # those runs have no cached point (part 1 draws one)
     p=$TMP/svg/$f.svg
     [ -s "$p" ] || fail "$p missing or empty"
     is_svg "$p" || fail "$p is not an SVG"
