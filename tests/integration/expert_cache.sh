@@ -61,15 +61,16 @@ PY
     "$TMP/run/layer_ranks.csv" | sort -u)" = "0-15" ] || fail "rank 0 does not hold experts 0-15"
 # Routings whose draws leave experts without rows: per-token traces (docs/CSV.md) drawn here
 # from uniform, hot:4:15 and zipf:1.2 over 32 experts (top-4 distinct, a fixed permutation of the
-# ids for zipf so its hot experts fall on both ranks), batch 16, one draw per step (warm-up 2 +
-# 5 timed < the pool's 8 draws). An independent simulation of each rank's cache over those draws
+# ids for zipf so its hot experts fall on both ranks), batch 16, one draw per step: warm-up 2 and
+# 10 timed, past the 8 draws a point without a cache cycles through (a cached point draws every
+# step afresh, core/routing.h). An independent simulation of each rank's cache over those draws
 # (its local experts with rows, in expert order, warm-up first; lru, lfu with ties to the least
 # recently used, static's resident set the trace's most frequent local experts, ties to the lower
 # id) predicts every rank's hits and misses in every timed iteration exactly.
 python3 - "$TMP" <<'PY'
 import random
 rng = random.Random(7)
-E, K, TOK = 32, 4, 16 * 7
+E, K, TOK = 32, 4, 16 * 12
 perm = list(range(E))
 rng.shuffle(perm)
 weights = {"uniform": [1.0] * E, "hot": [15.0 if e < 4 else 1.0 for e in range(E)],
@@ -89,13 +90,13 @@ for name, w in weights.items():
 PY
 routings=$(printf 'trace:%s,' "$TMP/trace-uniform.csv" "$TMP/trace-hot.csv" "$TMP/trace-zipf.csv")
 mpi 2 "$BIN/moeperf-layer" --hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 16 \
-    --iters 5 --warmup 2 --quiet --routing "${routings%,}" \
+    --iters 10 --warmup 2 --quiet --routing "${routings%,}" \
     --expert-cache 16,8,8:lfu,8:static,4,4:lfu,4:static,2,2:lfu,2:static --check \
     --out "$TMP/traces" || fail "moeperf-layer --expert-cache on traces exit $?"
 python3 - "$TMP" <<'PY' || fail "the expert cache's counts are not the simulation's"
 import csv, sys
 d = sys.argv[1]
-E, K, B, RANKS, WARMUP, ITERS = 32, 4, 16, 2, 2, 5
+E, K, B, RANKS, WARMUP, ITERS = 32, 4, 16, 2, 2, 10
 L = E // RANKS
 def simulate(trace, slots, policy, rank):
     rows = [list(map(int, r[1:])) for r in list(csv.reader(open(trace)))[1:]]

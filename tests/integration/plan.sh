@@ -257,6 +257,45 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 refused "$PLAN" --cluster h100-ndr --dedup pair,rnak
 grep -q -- "--dedup: 'rnak'" "$TMP/refused.err" || fail "the refusal does not name --dedup and the value"
 
+# --expert-cache fit (docs/planning.md, "Offloaded experts"): seed-k3's shape with its own
+# parameters only (params 2.0e11: 5.2e9 non-expert) on h100-ndr. tp1ep1 holds 128 experts of 60
+# layers (3.02 GB each across the layers: 386 GB) and does not fit; with the cache it keeps the
+# most slots that fit (one more would not), fits, and its layer is slower than without (the
+# fetches); tp1ep8 fits whole and keeps them all; static keeps one slot less (its staging slot)
+printf 'base=seed-k3\nparams=2.0e11\n' >"$TMP/shape.ini"
+for c in off fit fit:static; do
+    "$PLAN" --model "$TMP/shape.ini" --cluster h100-ndr --tp 1 --ep 1,8 --replicate 0 --batch 1,64 \
+        --routing zipf:1.2 --expert-cache $c --quiet --out "$TMP/off-$c" || fail "--expert-cache $c exit $?"
+done
+python3 - "$TMP" <<'PY' || fail "--expert-cache fit: the slots or times are wrong"
+import csv, sys
+per = 60 * 3 * 4096 * 2048 * 2 / 1e9  # one expert of every layer, GB (bf16, tp 1)
+runs = {c: {(r["ep"], r["batch"]): r for r in csv.DictReader(open(f"{sys.argv[1]}/off-{c}/plan.csv"))}
+        for c in ("off", "fit", "fit:static")}
+for k, r in runs["fit"].items():
+    base, st = runs["off"][k], runs["fit:static"][k]
+    if k[0] == "8":  # fits whole
+        assert base["fits"] == "1" and r["cache_slots"] == "" and r["layer_us"] == base["layer_us"], (k, r)
+        continue
+    s, mem = int(r["cache_slots"]), float(r["mem_gb_per_gpu"])
+    assert base["fits"] == "0" and r["fits"] == "1" and r["over"] == "none", (k, base["fits"], r["fits"])
+    assert mem <= 72.0 < mem + per, (k, s, mem)  # the most slots that fit
+    assert abs(float(base["mem_gb_per_gpu"]) - mem - (128 - s) * per) < 0.01, (k, s, mem)  # 6 digits
+    assert int(st["cache_slots"]) == s - 1, (k, s, st["cache_slots"])
+    assert 0 <= float(r["cache_hit_rate"]) < 1 and float(r["layer_us"]) > float(base["layer_us"]), (k, r)
+    print(f"tp1ep1 batch {k[1]}: {s} of 128 experts per layer resident ({mem:.1f} GB), hit rate "
+          f"{float(r['cache_hit_rate']):.2f}, layer {float(r['layer_us']):.0f} us against "
+          f"{float(base['layer_us']):.0f} us all resident")
+PY
+for bad in fit:mru fits 4; do
+    set +e
+    "$PLAN" --model seed-k3 --cluster h100-ndr --expert-cache $bad --quiet 2>"$TMP/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] && grep -q -- "--expert-cache '$bad'" "$TMP/err" ||
+        fail "--expert-cache $bad: exit $rc, $(cat "$TMP/err")"
+done
+
 # memory: deepseek-v3 in bf16 on tp1ep16 H100s needs 120 GB per GPU, its weights alone over the
 # 72 GB an 80 GB GPU holds less the 10% reserve: it stays in plan.csv, meeting the SLO but not
 # fitting, and is not chosen; the console and the report say why
