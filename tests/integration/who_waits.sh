@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # who_waits.sh - who the others wait for, on 2 and 4 ranks: a straggler (--straggle 1:20000,
 # uniform routing) and hot experts (hot:2:15: experts 0 and 1 of 8, on rank 0). The per-rank timeline
-# (plots/render) outlines the straggler and the hot experts' rank in red in the median iteration
-# and the busiest rank of the p99 iteration (noise may pick another there), and in the image the
-# outlined bar has the longest busy part (phase colours, not the wait's grey) in both panels;
+# (plots/render) outlines each panel's busiest rank in red, the straggler or the hot experts' rank
+# in at least two thirds of the iterations, and in the image the outlined bar has the longest busy
+# part (phase colours, not the wait's grey) in both panels;
 # moeperf-report names the straggler as a slow rank, not routing, and the hot experts' rank as
 # routing, with its experts, and includes a timeline per curve.
 . "$(dirname "$0")/lib.sh"
@@ -13,11 +13,11 @@ REPORT=$BUILD/reports/moeperf-report
 command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
 
-TL=(--experts 8 --topk 2 --shared 0 --warmup 1 --iters 5 --quiet)
+TL=(--experts 8 --topk 2 --shared 0 --warmup 1 --iters 9 --quiet)
 for np in 2 4; do
     mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 64 --ffn 64 --batch 64 --straggle 1:20000 \
         --out "$TMP/st$np" || fail "moeperf-layer --straggle ($np ranks) exit $?"
-    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 512 --ffn 512 --batch 256 --routing hot:2:15 \
+    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 1024 --ffn 1024 --batch 256 --routing hot:2:15 \
         --out "$TMP/hot$np" || fail "moeperf-layer hot:2:15 ($np ranks) exit $?"
 done
 
@@ -33,21 +33,29 @@ for np in 2 4; do
             fail "$d timeline: $(cat "$TMP/tl.txt")"
         echo "$d: $(tr '\n' ' ' <"$TMP/tl.txt")"
         "$RENDER" --format svg --out "$TMP/tl-$d" "$TMP/$d" >/dev/null || fail "render svg $d exit $?"
-        # the median iteration's critical rank is the straggler or the hot rank; the p99 iteration
-        # is the one noise touched most, so its critical rank is whichever rank was busiest in it
-        # by layer_rank_samples.csv (busy: its phases less its waits), which the drawing must name
-        grep -q "median iteration [^<]*critical rank $want<" "$TMP/tl-$d/timeline.svg" ||
-            fail "$d timeline.svg: the median panel does not name critical rank $want"
-        it=$(grep -o "p99 iteration (iteration [0-9]*" "$TMP/tl-$d/timeline.svg" | grep -o "[0-9]*$")
-        [ -n "$it" ] || fail "$d timeline.svg has no p99 panel title"
-        busiest=$(python3 -c 'import csv, sys
-it = sys.argv[2]
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["iter"] == it]
-busy = lambda r: sum(float(r[p + "_us"]) for p in
-                     ("route", "notify", "dispatch", "ffn", "tp_reduce", "combine")) - float(r["wait_us"])
-print(max(rows, key=busy)["rank"])' "$TMP/$d/layer_rank_samples.csv" "$it")
-        grep -q "p99 iteration [^<]*critical rank $busiest<" "$TMP/tl-$d/timeline.svg" ||
-            fail "$d timeline.svg: the p99 panel (iteration $it) does not name rank $busiest, the busiest"
+        # each panel's critical rank is the busiest rank of its iteration by layer_rank_samples.csv
+        # (busy: its phases less its waits), and the straggler or the hot rank is the busiest in
+        # at least two thirds of the iterations: 4 ranks on shared cores beside other test suites
+        # can make another rank the busiest now and then, even in the median iteration
+        python3 - "$TMP/$d/layer_rank_samples.csv" "$TMP/tl-$d/timeline.svg" "$want" <<'PY' ||
+import csv, re, sys
+rows, svg, want = list(csv.DictReader(open(sys.argv[1]))), open(sys.argv[2]).read(), sys.argv[3]
+phases = ("route", "notify", "dispatch", "ffn", "tp_reduce", "combine")
+busiest = {}
+for it in sorted({r["iter"] for r in rows}, key=int):
+    mine = [r for r in rows if r["iter"] == it]
+    busy = lambda r: sum(float(r[p + "_us"]) for p in phases) - float(r["wait_us"])
+    busiest[it] = max(mine, key=busy)["rank"]
+for panel in ("median", "p99"):
+    m = re.search(panel + r" iteration \(iteration (\d+) of \d+[^<]*critical rank (\d+)<", svg)
+    assert m, f"no {panel} panel title"
+    assert m.group(2) == busiest[m.group(1)], (panel, "iteration", m.group(1), "names", m.group(2),
+                                              "busiest", busiest[m.group(1)])
+share = sum(b == want for b in busiest.values()) / len(busiest)
+assert share >= 2 / 3, f"rank {want} is the busiest in {share:.0%} of iterations: {busiest}"
+print(f"rank {want} the busiest in {share:.0%} of {len(busiest)} iterations")
+PY
+            fail "$d: the timeline's critical ranks are not the busiest ranks, or rank $want is not mostly critical"
     done
     held=0-$((8 / np - 1)) # rank 0's experts, contiguous: the hot ones, 0 and 1, among them
     grep -qF "experts $held ◀ critical" "$TMP/tl-hot$np/timeline.svg" ||
