@@ -144,6 +144,12 @@ print(f"{n} rank-iterations on uniform, hot and zipf traces: hits and misses as 
       "hot, static against lru:", [(rate[("hot", f"{s}:static")], rate[("hot", f"{s}:lru")])
                                     for s in (2, 4, 8)])
 PY
+# the report draws layer time against cache size (the expert_cache figure) from the traces' run
+if command -v gnuplot >/dev/null; then
+    "$BUILD/reports/moeperf-report" "$TMP/traces" --md "$TMP/r.md" >/dev/null || fail "moeperf-report exit $?"
+    grep -qF "![Layer latency vs expert cache size](r_plots/expert_cache.svg)" "$TMP/r.md" &&
+        grep -q "<svg" "$TMP/r_plots/expert_cache.svg" || fail "the report has no expert_cache figure"
+fi
 # --resume keeps the cached points: nothing is measured again
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform --expert-cache 4:lru --resume --out "$TMP/run" \
     >"$TMP/resume.out" || fail "--resume exit $?"
