@@ -15,6 +15,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "expert_cache.h"
+#include "weight_cache.h"
 #include "gpumem.h"
 #include "harness.h"
 #include "layer.h"

@@ -193,14 +193,16 @@ static int pass_iterate(void *arg, int step, int sample, int replay)
     (void)replay; /* the mode replays once it has captured (L->captured) */
     struct mp_rank_iter *rec = sample >= 0 ? &p->mine[sample] : &p->scratch;
     struct mp_layer *L = p->L;
-    L->it_hits = L->it_misses = L->it_fetch_bytes = L->it_fetch_us = 0;
+    struct mp_weight_cache *wc = &L->wcache;
+    wc->hits = wc->misses = wc->fetch_bytes = 0;
+    double fetch_us = 0;
     int rc = p->mode->iterate(L, p->pt, p->pool, step % p->pool->n, p->ntok, rec);
     if (rc == MP_OK) /* the iteration is done on the device: its fetches' waits are known */
-        rc = mp_layer_cache_exposed(L, &L->it_fetch_us);
-    rec->cache_hits = L->it_hits; /* --expert-cache: this iteration's accesses and fetches */
-    rec->cache_misses = L->it_misses;
-    rec->fetch_bytes = L->it_fetch_bytes;
-    rec->fetch_us = L->it_fetch_us;
+        rc = mp_weight_cache_exposed(wc, &fetch_us);
+    rec->cache_hits = wc->hits; /* --expert-cache: this iteration's accesses and fetches */
+    rec->cache_misses = wc->misses;
+    rec->fetch_bytes = wc->fetch_bytes;
+    rec->fetch_us = fetch_us;
     return rc;
 }
 

@@ -155,14 +155,6 @@ void mp_layer_destroy(struct mp_layer *L);
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
 void mp_point_result_free(struct mp_point_result *res);
 
-/* The rate an expert-cache fetch copies at on this rank's backend (docs/METRICS.md, "Expert
- * cache"): `bytes` from host memory (host_alloc's, page-locked on the cuda backend) to the device
- * through cache_fetch, each copy waited for, the best of `reps`; *bytes_per_s. Outside timed
- * regions (it resets the backend's cache state: call it before a point's cache is set up).
- * MP_OK, or MP_ERR_RUNTIME (out of memory, a backend error). */
-int mp_cache_fetch_rate(const struct mp_compute_ops *ops, struct mp_compute *dev, size_t bytes,
-                        int reps, double *bytes_per_s);
-
 /* Bytes the layer will allocate per rank for a layout (weights + buffers), for the memory guard. */
 double mp_layer_bytes_estimate(const struct mp_model *model, int tp, int ep, int max_local,
                                long max_tokens, size_t elem);

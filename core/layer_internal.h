@@ -13,6 +13,7 @@
 #include "plan.h"
 #include "plan_dedup.h"
 #include "routing.h"
+#include "weight_cache.h"
 
 /* The compute backend's timer marks of one iteration (kernels/compute.h counts MP_PHASE_MARKS of
  * them): the phases' ends, then this rank's arrival at the start barrier, the end of the count
@@ -76,17 +77,9 @@ struct mp_layer {
     int blocked_weights;    /* they were generated blocked (struct mp_point's blocked_weights) */
     long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
 
-    /* --expert-cache (docs/METRICS.md, "Expert cache"; layer_cache.c): the local experts' weights
-     * in a host pool as the upload takes them (fp32 values for bf16, the fp8 images' bytes), the
-     * cache's device slots (the last of them static's staging slot), and the current iteration's
-     * counts, copied into its record */
-    struct mp_expert_cache cache;
-    void **pool_gu, **pool_wd;  /* [nlocal] host memory */
-    void **slot_gu, **slot_wd;  /* [nslots] backend memory */
-    int nslots;
-    size_t gu_elems, wd_elems;  /* backend elements of one expert's two buffers */
-    double gu_bytes, wd_bytes;  /* their bytes as the backend stores them: what a fetch moves */
-    double it_hits, it_misses, it_fetch_bytes, it_fetch_us;
+    /* --expert-cache (docs/METRICS.md, "Expert cache"; layer_cache.c over core/weight_cache.c):
+     * the local experts' host pool and device slots, with the current iteration's counts */
+    struct mp_weight_cache wcache;
 
     struct mp_plan plan;
     float *host_tok;        /* [max_tok_rank × H] host scratch for generated activations */
@@ -214,8 +207,6 @@ void mp_layer_cache_free(struct mp_layer *L);
  * own (*slot −1). mp_layer_cache_release(slot) follows the FFN that read it. */
 int mp_layer_cache_weights(struct mp_layer *L, int e, void **wgu, void **wd, int *slot);
 int mp_layer_cache_release(struct mp_layer *L, int slot);
-/* After the iteration's sync: *us, the time its FFNs waited for fetches (0 without a cache). */
-int mp_layer_cache_exposed(struct mp_layer *L, double *us);
 
 /* Make this rank's expert weights match the placement, generated `blocked` or not
  * (mp_weights_expert) and stored in `weight_dtype` (enum mp_dtype; no work when the set, the

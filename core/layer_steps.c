@@ -75,7 +75,7 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
                             .work = work, .gemm = pt->gemm, .weight_dtype = L->weight_dtype,
                             .progress = progress,
                             .progress_arg = progress_arg};
-    if (L->cache.spec.slots == 0) {
+    if (!mp_weight_cache_on(&L->wcache)) {
         MP_CHECK(L->ops->expert_ffn(L->dev, &a));
     } else { /* each expert with rows from its slot, fetched first on a miss, in expert order */
         for (int e = 0; e < L->nlocal; e++) {
