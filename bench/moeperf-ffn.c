@@ -14,6 +14,7 @@
 #include "console.h"
 #include "dtype.h"
 #include "error.h"
+#include "expert_cache.h"
 #include "expert_store.h"
 #include "harness.h"
 #include "memguard.h"
@@ -26,6 +27,7 @@
 #include "session.h"
 #include "stats.h"
 #include "topo.h"
+#include "weight_cache.h"
 #include "weights.h"
 
 static const struct mp_opt options[] = {
@@ -34,8 +36,8 @@ static const struct mp_opt options[] = {
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
     MP_OPT_RESUME, MP_OPT_QUIET,
-    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_WEIGHT_DTYPE, MP_OPT_FFN_GRAPH, MP_OPT_FLUSH_CACHE,
-    MP_OPT_END,
+    MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_WEIGHT_DTYPE, MP_OPT_EXPERT_CACHE, MP_OPT_FFN_GRAPH,
+    MP_OPT_FLUSH_CACHE, MP_OPT_END,
 };
 
 static const char summary[] =
@@ -64,6 +66,7 @@ struct work {
     long tok0, ntok;  /* this rank's own tokens */
     int nact;         /* this rank's local experts with at least one row */
     int *act_ids;     /* [nact] their global ids */
+    int *act_local;   /* [nact] their index among the rank's local experts (the cache's) */
     long *row_off;    /* [nact+1] expert-major row offsets */
     int32_t *row_tok; /* [row_off[nact]] the global token of every routed row */
 };
@@ -83,6 +86,9 @@ struct bufs {
     void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
     int gemm;         /* enum mp_gemm, from --gemm */
     int weight_dtype; /* enum mp_dtype of the weights */
+    /* --expert-cache: the rank's local experts' cache (routed experts read from its slots), and
+     * each iteration's counts: hits, accesses, bytes fetched, exposed fetch time */
+    struct mp_weight_cache *wc;
 };
 
 
@@ -90,6 +96,7 @@ struct bufs {
 static void work_free(struct work *w)
 {
     free(w->act_ids);
+    free(w->act_local);
     free(w->row_off);
     free(w->row_tok);
     memset(w, 0, sizeof *w);
@@ -150,9 +157,10 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
     int nl = mp_placement_nlocal(pl, me);
     const int *lids = pl->local_ids + pl->local_off[me];
     w->act_ids = malloc(((size_t)nl + 1) * sizeof *w->act_ids);
+    w->act_local = malloc(((size_t)nl + 1) * sizeof *w->act_local);
     w->row_off = malloc(((size_t)nl + 1) * sizeof *w->row_off);
     pos = malloc(((size_t)nl + 1) * sizeof *pos);
-    if (!w->act_ids || !w->row_off || !pos)
+    if (!w->act_ids || !w->act_local || !w->row_off || !pos)
         goto oom;
     w->row_off[0] = 0;
     for (int i = 0; i < nl; i++) {
@@ -160,6 +168,7 @@ static int work_plan(struct work *w, const struct mp_session *s, const struct mp
         slot[i] = c > 0 ? w->nact : -1;
         if (c > 0) {
             w->act_ids[w->nact] = lids[i];
+            w->act_local[w->nact] = i;
             w->row_off[w->nact + 1] = w->row_off[w->nact] + c;
             pos[w->nact] = w->row_off[w->nact];
             w->nact++;
@@ -292,7 +301,7 @@ static int memory_guard(const struct mp_session *s, const struct wcache *wc, con
 
 /* Weights, inputs and buffers of this rank for point `w`, all before timing. */
 static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *wc,
-                     const struct work *w)
+                     const struct work *w, struct mp_weight_cache *cache)
 {
     const struct mp_compute_ops *o = s->cops;
     const struct mp_model *m = &s->model;
@@ -320,11 +329,12 @@ static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    for (int i = 0; i < w->nact; i++) {
+    for (int i = 0; i < w->nact && !(cache && mp_weight_cache_on(cache)); i++) {
         MP_CHECK(wcache_load(wc, s, w->act_ids[i]));
         b->wgu[i] = wc->wgu[w->act_ids[i]];
         b->wd[i] = wc->wd[w->act_ids[i]];
     }
+    b->wc = cache && mp_weight_cache_on(cache) ? cache : NULL;
     for (size_t i = 0; i < S && tok > 0; i++) {
         MP_CHECK(wcache_load(wc, s, m->experts + (int)i));
         b->wgu[w->nact + i] = wc->wgu[m->experts + i];
@@ -358,8 +368,20 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
                             .gemm = b->gemm, .weight_dtype = b->weight_dtype};
-    if (w->nact > 0)
+    if (w->nact > 0 && !b->wc)
         MP_CHECK(o->expert_ffn(dev, &a));
+    for (int i = 0; i < w->nact && b->wc; i++) { /* each from its slot, fetched first on a miss */
+        void *gu, *wd;
+        int slot;
+        MP_CHECK(mp_weight_cache_get(b->wc, w->act_local[i], &gu, &wd, &slot));
+        struct mp_ffn_args one = a;
+        one.row_off = w->row_off + i;
+        one.nexp = 1;
+        one.wgu = &gu;
+        one.wd = &wd;
+        MP_CHECK(o->expert_ffn(dev, &one));
+        MP_CHECK(mp_weight_cache_release(b->wc, slot));
+    }
     for (int i = 0; i < S && w->ntok > 0; i++) {
         struct mp_ffn_args sa = a;
         sa.in = b->xs;
@@ -412,13 +434,26 @@ struct ffn_pass {
     const struct bufs *b;
     const struct work *w;
     double *mine, scratch; /* [iters] timed samples; an untimed one */
+    double *fetch_us;      /* [iters] with a cache: each timed iteration's exposed fetch time */
+    double counts[3];      /* with a cache: the timed iterations' hits, accesses, bytes fetched */
 };
 
 static int pass_iterate(void *arg, int step, int sample, int replay)
 {
     struct ffn_pass *p = arg;
+    struct mp_weight_cache *wc = p->b->wc;
     (void)step;
-    return ffn_iteration(p->s, p->b, p->w, replay, sample >= 0 ? &p->mine[sample] : &p->scratch);
+    if (wc)
+        wc->hits = wc->misses = wc->fetch_bytes = 0;
+    int rc = ffn_iteration(p->s, p->b, p->w, replay, sample >= 0 ? &p->mine[sample] : &p->scratch);
+    double us = 0;
+    if (rc == MP_OK && wc && (rc = mp_weight_cache_exposed(wc, &us)) == MP_OK && sample >= 0) {
+        p->fetch_us[sample] = us;
+        p->counts[0] += wc->hits;
+        p->counts[1] += wc->hits + wc->misses;
+        p->counts[2] += wc->fetch_bytes;
+    }
+    return rc;
 }
 
 static int pass_capture(void *arg)
@@ -437,34 +472,55 @@ static int pass_flush(void *arg)
 }
 
 /* Run one point on every rank; on rank 0, ffn[i] = max over ranks of iteration i's FFN time. */
+/* What a point with --expert-cache measured (rank 0): each timed iteration's exposed fetch time,
+ * the slowest rank's, and over all ranks and timed iterations the hits, accesses and bytes. */
+struct cache_result {
+    double *fetch_us; /* [iters] */
+    double counts[3];
+};
+
 static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w, int gemm,
-                     double *ffn)
+                     struct mp_weight_cache *cache, double *ffn, struct cache_result *cr)
 {
     struct mp_comm *c = s->comm;
     int n = s->o.iters, rc = MP_OK;
     struct bufs b = {0};
     double *mine = calloc((size_t)n, sizeof *mine), *all = NULL;
+    double *fetch = calloc((size_t)n, sizeof *fetch), *every = NULL;
+    memset(cr->counts, 0, sizeof cr->counts);
     if (c->rank == 0)
         all = malloc((size_t)n * c->size * sizeof *all);
-    if (!mine || (c->rank == 0 && !all)) {
+    if (!mine || !fetch || (c->rank == 0 && !all)) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_CHECK(bufs_make(&b, s, wc, w));
+    MP_CHECK(bufs_make(&b, s, wc, w, cache));
     b.gemm = gemm;
     b.weight_dtype = (int)wc->dt;
-    struct ffn_pass p = {.s = s, .b = &b, .w = w, .mine = mine};
+    struct ffn_pass p = {.s = s, .b = &b, .w = w, .mine = mine, .fetch_us = fetch};
     struct mp_harness h = {.warmup = s->o.warmup, .iters = n, .iterate = pass_iterate, .arg = &p,
                            .capture = s->o.graph ? pass_capture : NULL,
                            .before_timed = mp_flush_cache_active(s) ? pass_flush : NULL};
     MP_CHECK(mp_harness_run(&h, NULL));
     MP_CHECK(mp_harness_max_over_ranks(c, mine, n, all, ffn));
+    MP_CHECK(mp_harness_max_over_ranks(c, fetch, n, all, cr->fetch_us));
+    if (c->rank == 0 && !(every = malloc((size_t)c->size * sizeof p.counts))) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+        goto out;
+    }
+    MP_CHECK(c->ops->gather(c, p.counts, sizeof p.counts, every));
+    for (int r = 0; c->rank == 0 && r < c->size; r++) /* every rank's, summed */
+        for (int k = 0; k < 3; k++)
+            cr->counts[k] += every[3 * r + k];
 out:
+    free(every);
     if (s->o.graph && s->cops->graph_reset)
         s->cops->graph_reset(s->dev);
     bufs_free(&b, s);
     free(mine);
+    free(fetch);
     free(all);
     return rc;
 }
@@ -477,9 +533,16 @@ static int weights_shown(const struct mp_session *s)
     return s->o.weight_dtype.n > 1 || strcmp(s->o.weight_dtype.v[0], "bf16") != 0;
 }
 
+/* Whether it shows the expert cache, its hit rate and exposed fetch time: a sweep not all off. */
+static int cache_shown(const struct mp_session *s)
+{
+    return s->o.expert_cache.n > 1 || strcmp(s->o.expert_cache.v[0], "off") != 0;
+}
+
 static int write_point(const struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
-                       const char *routing, const char *placement, enum mp_dtype wdt, long batch,
-                       const struct work *w, const double *ffn, const double *peak)
+                       const char *routing, const char *placement, enum mp_dtype wdt,
+                       const char *cword, long batch, const struct work *w, const double *ffn,
+                       const double *peak, const struct cache_result *cr)
 {
     const char *wword = mp_dtype_choices[wdt];
     const struct mp_model *m = &s->model;
@@ -505,14 +568,14 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, "off", batch);
+                                "bf16", wword, cword, batch);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, "off", batch);
+                                "bf16", wword, cword, batch);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
@@ -526,6 +589,14 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
                 mp_row_dbl(&row, v[k]);
             mp_row_str(&row, rf.bound);
             mp_row_dbl(&row, rf.fraction);
+            /* --expert-cache: the hit rate over every rank's timed accesses, the bytes all ranks
+             * fetched per iteration, the slowest rank's exposed fetch time (median) */
+            struct mp_summary fs = {0};
+            if (cr)
+                mp_harness_summarize(cr->fetch_us, 1, n, x, &fs);
+            mp_row_dbl(&row, cr && cr->counts[1] > 0 ? cr->counts[0] / cr->counts[1] : NAN);
+            mp_row_dbl(&row, cr ? cr->counts[2] / n : 0);
+            mp_row_dbl(&row, cr ? fs.p50 : 0);
             rc = mp_runfiles_write(f, FILE_FFN, &row);
         }
     }
@@ -534,8 +605,18 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
         printf("%9s %-16s %-16s", lay->name, routing, placement);
         if (weights_shown(s))
             printf(" %-7s", wword);
-        printf(" %7ld %8ld %11.1f %11.1f %9.2f %8.2f %-8s %6.3f\n", batch, w->crit_rows, sm.p50, sm.p99, gflops, gbps,
+        if (cache_shown(s))
+            printf(" %-9s", cword);
+        printf(" %7ld %8ld %11.1f %11.1f %9.2f %8.2f %-8s %6.3f", batch, w->crit_rows, sm.p50, sm.p99, gflops, gbps,
                rf.bound[0] ? rf.bound : "-", rf.fraction);
+        if (cache_shown(s)) {
+            struct mp_summary fs = {0};
+            if (cr)
+                mp_harness_summarize(cr->fetch_us, 1, n, x, &fs);
+            printf(" %6.3f %10.1f", cr && cr->counts[1] > 0 ? cr->counts[0] / cr->counts[1] : 1.0,
+                   cr ? fs.p50 : 0.0);
+        }
+        printf("\n");
         fflush(stdout);
     }
     mp_row_free(&row);
@@ -602,6 +683,26 @@ static int measure_peaks(struct mp_session *s, double *peak)
 
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
 
+/* --expert-cache where it cannot run: with --graph (a fetch is decided on the host before each
+ * expert's FFN) and on the model (moeperf-layer's model keeps the cache). */
+static int refuse_cache(const struct mp_session *s)
+{
+    int cached = 0;
+    for (int i = 0; i < s->o.expert_cache.n; i++)
+        cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
+    if (cached && s->o.graph) {
+        mp_usage("--expert-cache: a fetch is decided on the host before each expert's FFN, which "
+                 "a captured FFN cannot replay; drop --graph or --expert-cache");
+        return MP_ERR_USAGE;
+    }
+    if (cached && s->modelled) {
+        mp_usage("--expert-cache: the model keeps the cache in moeperf-layer (--backend model "
+                 "--expert-cache); moeperf-ffn measures it on a host or device --backend");
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
 /* The sweep of one run: what every point shares and the progress count. */
 struct sweep {
     struct mp_session *s;
@@ -612,31 +713,77 @@ struct sweep {
      * profile's) */
     double peak[3];
     double *ffn;    /* [iters] the slowest rank's times of the point (rank 0) */
+    struct cache_result cache; /* --expert-cache: what the point's cache did (rank 0) */
 };
+
+/* The generator of a rank's local experts for its expert cache: local expert i of `rank` under
+ * the placement, its TP shard generated as wcache_load generates it. */
+struct local_gen {
+    const struct mp_session *s;
+    const struct mp_placement *pl;
+    int rank, blocked;
+};
+
+static void generate_local(void *arg, int i, float *gu, float *wd)
+{
+    const struct local_gen *g = arg;
+    const struct mp_comm *c = g->s->comm;
+    int expert = g->pl->local_ids[g->pl->local_off[g->rank] + i];
+    mp_weights_expert((uint64_t)g->s->o.seed, expert, g->s->model.hidden, g->s->model.ffn, c->tp,
+                      c->tp_rank, g->blocked, gu, wd);
+}
+
+/* The point's expert cache for this rank, cold (static's resident set by the routing's expected
+ * shares of its local experts): nothing to set up with `off`. */
+static int cache_for_point(const struct mp_session *s, const struct wcache *wc,
+                           const struct mp_routing *r, const struct mp_placement *pl,
+                           const struct mp_cache_spec *spec, struct mp_weight_cache *cache)
+{
+    if (spec->slots == 0)
+        return MP_OK;
+    int me = s->comm->ep_rank, nl = mp_placement_nlocal(pl, me);
+    double *share = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *share);
+    if (!share) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < nl; i++)
+        share[i] = r->prob ? r->prob[pl->local_ids[pl->local_off[me] + i]] : 0;
+    struct local_gen g = {.s = s, .pl = pl, .rank = me, .blocked = wc->blocked};
+    int rc = mp_weight_cache_setup(cache, s->cops, s->dev, spec, nl, share, (int)wc->dt,
+                                   s->model.hidden, s->model.ffn / s->comm->tp, generate_local, &g);
+    free(share);
+    return rc;
+}
 
 /* One point: skipped when --resume found it, else planned, checked against the memory budget,
  * measured and written. On the model: planned alike, and every iteration takes the critical
  * rank's mp_model_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
  * against the profile's roofline for the point's weights. */
 static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
-                     int pi, const struct mp_placement *pl, int bi)
+                     int pi, const struct mp_placement *pl, int bi, int ci)
 {
     const char *wword = mp_dtype_choices[wc->dt];
     struct mp_session *s = sw->s;
     long batch = mp_sweep_batch(&s->o, bi, lay->ep);
     const char *rname = s->o.routing.v[ri], *pname = s->o.placement.v[pi];
+    struct mp_cache_spec spec;
+    mp_cache_spec_parse(s->o.expert_cache.v[ci], &spec); /* validated at start-up */
+    char cword[32] = "off"; /* the key cell: "off" or SLOTS:POLICY */
+    if (spec.slots > 0)
+        snprintf(cword, sizeof cword, "%d:%s", spec.slots, mp_cache_policy_choices[spec.policy]);
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, "off", pname, 1,
-                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, "off", batch);
+                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, cword, batch);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
         return MP_OK;
     if (s->comm->rank == 0) {
         char label[256];
-        snprintf(label, sizeof label, "%s %s %s weight-dtype %s batch %ld", lay->name, rname,
-                 pname, wword, batch);
+        snprintf(label, sizeof label, "%s %s %s weight-dtype %s expert-cache %s batch %ld",
+                 lay->name, rname, pname, wword, cword, batch);
         mp_progress(sw->npoint, sw->total, label);
     }
     struct work w;
@@ -650,12 +797,17 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
             sw->ffn[i] = us;
         model_peaks(&s->cluster, wc->dt, peak);
     } else if (rc == MP_OK) {
+        struct mp_weight_cache cache = {0};
         rc = memory_guard(s, wc, &w, batch);
         if (rc == MP_OK)
-            rc = run_point(s, wc, &w, sw->gemm, sw->ffn);
+            rc = cache_for_point(s, wc, &sw->routings[ri], pl, &spec, &cache);
+        if (rc == MP_OK)
+            rc = run_point(s, wc, &w, sw->gemm, &cache, sw->ffn, &sw->cache);
+        mp_weight_cache_free(&cache);
     }
     if (rc == MP_OK && s->comm->rank == 0)
-        rc = write_point(s, sw->f, lay, rname, pname, wc->dt, batch, &w, sw->ffn, peak);
+        rc = write_point(s, sw->f, lay, rname, pname, wc->dt, cword, batch, &w, sw->ffn, peak,
+                         spec.slots > 0 ? &sw->cache : NULL);
     work_free(&w);
     return rc;
 }
@@ -684,7 +836,8 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
                 if (rc != MP_OK)
                     break;
                 for (int bi = 0; bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
-                    rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi);
+                    for (int ci = 0; ci < s->o.expert_cache.n && rc == MP_OK; ci++)
+                        rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi, ci);
                 mp_placement_free(&pl);
             }
         wcache_free(&wc, s);
@@ -723,7 +876,12 @@ static void print_header(const struct mp_session *s, const double *peak)
     printf("%9s %-16s %-16s", "layout", "routing", "placement");
     if (weights_shown(s))
         printf(" %-7s", "weights");
-    printf(" %7s %8s %11s %11s %9s %8s %-8s %6s\n", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound", "roof");
+    if (cache_shown(s))
+        printf(" %-9s", "cache");
+    printf(" %7s %8s %11s %11s %9s %8s %-8s %6s", "batch", "rows", "ffn_p50", "ffn_p99", "GFLOP/s", "GB/s", "bound", "roof");
+    if (cache_shown(s))
+        printf(" %6s %10s", "hit", "fetch_us");
+    printf("\n");
 }
 
 int main(int argc, char **argv)
@@ -752,8 +910,12 @@ int main(int argc, char **argv)
                                "gate routing is measured by moeperf-layer; moeperf-ffn needs a "
                                "generated routing or a trace", &sw.routings, &nrout));
     MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
+    MP_CHECK(mp_expert_caches_validate(&s.o.expert_cache, &s.model, layouts, nlayouts,
+                                       &s.o.placement));
+    MP_CHECK(refuse_cache(&s));
     sw.ffn = malloc((size_t)s.o.iters * sizeof *sw.ffn);
-    if (!sw.ffn) {
+    sw.cache.fetch_us = malloc((size_t)s.o.iters * sizeof *sw.cache.fetch_us);
+    if (!sw.ffn || !sw.cache.fetch_us) {
         mp_error("out of memory");
         rc = MP_ERR_RUNTIME;
         goto out;
@@ -762,7 +924,8 @@ int main(int argc, char **argv)
     MP_CHECK(measure_peaks(&s, sw.peak));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s, sw.peak);
-    sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n * mp_sweep_nbatch(&s.o);
+    sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n *
+               mp_sweep_nbatch(&s.o) * s.o.expert_cache.n;
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(ffn_layout(&sw, &layouts[li]));
 out:
@@ -772,6 +935,7 @@ out:
     mp_routings_free(sw.routings, nrout);
     free(layouts);
     free(sw.ffn);
+    free(sw.cache.fetch_us);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;
     return mp_session_end(&s, rc);

@@ -435,6 +435,15 @@ static const struct mp_column ffn_cols[] = {
      "`hbm_bw · hbm_eff`; empty if not measured"},
     {MPC_bound, "–", T, "`memory` or `compute`; empty without peaks"},
     {MPC_roofline_fraction, "–", R, "achieved FLOP/s / attainable FLOP/s; empty without peaks"},
+    {MPC_cache_hit_rate, "–", R,
+     "`--expert-cache`: every rank's timed accesses (an active expert, once an iteration) that "
+     "found it resident, over all of them ([METRICS.md](METRICS.md#expert-cache)); empty with "
+     "`off`"},
+    {MPC_fetch_bytes, "bytes", R,
+     "`--expert-cache`: the bytes all ranks fetched per timed iteration (0 with `off`)"},
+    {MPC_fetch_us, "µs", R,
+     "`--expert-cache`: median of the slowest rank's exposed fetch time, inside the FFN time (0 "
+     "with `off`)"},
 };
 static const struct mp_column ffn_sample_cols[] = {
     {MPC_iter, "–", I, "0-based index of the timed iteration"},

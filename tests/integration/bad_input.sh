@@ -36,6 +36,8 @@ expect --expert-cache $SMALL --experts 8 --expert-cache 9
 expect --expert-cache $SMALL --experts 8 --expert-cache 4:mru
 expect --expert-cache $SMALL --experts 8 --expert-cache 4 --overlap 2 --backend model --comm model --cluster cpu-host --world 2
 TOOL=moeperf-ffn expect --tokens-per-rank $SMALL --tokens-per-rank 4
+TOOL=moeperf-ffn expect --expert-cache $SMALL --experts 8 --expert-cache 9
+TOOL=moeperf-ffn expect --expert-cache $SMALL --experts 8 --expert-cache 2 --backend model --comm model --cluster cpu-host --world 2
 TOOL=moeperf-a2a expect --tokens-per-rank --pattern moe $SMALL --tokens-per-rank=2
 expect --backend $SMALL --backend gpu
 expect --layout $SMALL --layout tp2ep2

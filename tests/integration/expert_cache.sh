@@ -8,7 +8,7 @@
 # expert's bytes, and --check passes with every policy and slot count, in bf16 and fp8 weights.
 # On traces of uniform, hot:4:15 and zipf:1.2 at batch 16 (experts left without rows) every
 # rank-iteration's hits and misses are an independent simulation's, and static beats lru under
-# the hot trace at 2, 4 and 8 slots.
+# the hot trace at 2, 4 and 8 slots. moeperf-ffn's cache counts as the layer's.
 . "$(dirname "$0")/lib.sh"
 W="--hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 512 --iters 3 --warmup 2 --quiet"
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform,hot:4:15 --weight-dtype bf16,fp8 \
@@ -150,6 +150,29 @@ if command -v gnuplot >/dev/null; then
     grep -qF "![Layer latency vs expert cache size](r_plots/expert_cache.svg)" "$TMP/r.md" &&
         grep -q "<svg" "$TMP/r_plots/expert_cache.svg" || fail "the report has no expert_cache figure"
 fi
+# moeperf-ffn keeps the same cache: at batch 512 every local expert of a rank is active in every
+# iteration, in expert order, so 16 slots hit every access, lru and lfu below 16 none, static its
+# SLOTS of 16; all ranks fetch their misses' bytes, each an expert's
+mpi 2 "$BIN/moeperf-ffn" --hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 512 --iters 3 \
+    --warmup 2 --quiet --routing uniform,hot:4:15 --expert-cache off,16,8,4:lfu,4:static \
+    --out "$TMP/ffn" || fail "moeperf-ffn --expert-cache exit $?"
+python3 - "$TMP/ffn/ffn.csv" <<'PY' || fail "moeperf-ffn's cache counts are not the policies'"
+import csv, sys
+per = (64 * 2 * 64 + 64 * 64) * 4  # one expert's fp32 weights on the cpu backend
+n = 0
+for r in csv.DictReader(open(sys.argv[1])):
+    c = r["expert_cache"]
+    if c == "off":
+        assert r["cache_hit_rate"] == "" and float(r["fetch_bytes"]) == 0, r
+        continue
+    slots, policy = int(c.split(":")[0]), c.split(":")[1]
+    want = slots / 16 if policy == "static" else (1.0 if slots == 16 else 0.0)
+    assert abs(float(r["cache_hit_rate"]) - want) < 1e-9, (r["routing"], c, r["cache_hit_rate"], want)
+    assert float(r["fetch_bytes"]) == 2 * 16 * (1 - want) * per, (r["routing"], c, r["fetch_bytes"])
+    n += 1
+assert n == 8, n
+print(f"moeperf-ffn: {n} cached points, hit rates and bytes as the policies predict")
+PY
 # --resume keeps the cached points: nothing is measured again
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform --expert-cache 4:lru --resume --out "$TMP/run" \
     >"$TMP/resume.out" || fail "--resume exit $?"
