@@ -149,6 +149,38 @@ MP_COMM_BACKENDS
  * binary was configured without included (looking one up says what builds it). */
 extern const char *const mp_comm_choices[];
 
+/* The model's traced ranks (docs/ARCHITECTURE.md, "The model"): a world of `world` virtual
+ * ranks packed gpus_per_node to a node, each a struct mp_comm of table mp_comm_model_rank, run one
+ * thread each by mp_vworld_run. Their collectives meet in shared memory and move the host bytes
+ * they are given between the ranks' buffers (the TP allreduce sums nothing: the rows belong to the
+ * model compute's ranks, which hold no values); a started exchange is done when it starts. */
+struct mp_vworld;
+extern const struct mp_comm_ops mp_comm_model_rank;
+
+/* One completed exchange as a watcher sees it: on group `group` of the EP group of TP rank
+ * tp_rank; counts 1 for a count exchange (alltoall_int), 0 for rows; rows_to [ep·ep] the rows EP
+ * rank e sent EP rank p at e·ep + p (0 outside the group; all 0 for a count exchange), each of
+ * row_bytes bytes. Valid during the call only. */
+struct mp_vworld_exchange {
+    enum mp_comm_group group;
+    int tp_rank, ep, counts;
+    const int *rows_to;
+    size_t row_bytes;
+};
+
+/* Make the world (MP_OK, or MP_ERR_RUNTIME out of memory); free it with mp_vworld_free. */
+int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node);
+void mp_vworld_free(struct mp_vworld *w);
+/* Rank r's communicator (split it to a layout before its layer uses it). */
+struct mp_comm *mp_vworld_rank(struct mp_vworld *w, int r);
+/* Call fn for every exchange completed from now on, from the thread of the rank that completed
+ * it, one call at a time. */
+void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_vworld_exchange *x),
+                     void *arg);
+/* Run fn(rank r's communicator, args[r]) for every rank at once, each on its own thread; a rank
+ * that fails makes the others' collectives fail rather than wait. The first failure's status. */
+int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args);
+
 /* Collective over the world: whether every rank passed ok != 0 (one max_double). A refusal that
  * depends on a rank's own state (its free memory) goes through it, so every rank leaves together
  * instead of some waiting in the next collective. 1: all ok; 0: some rank not ok; < 0: the

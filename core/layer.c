@@ -349,6 +349,44 @@ out:
     return rc;
 }
 
+/* The point checked and made ready for its first iteration in `mode`. */
+static int begin_point(struct mp_layer *L, const struct mp_point *pt,
+                       const struct mp_dispatch_mode *mode, struct mp_routing_pool *pool,
+                       long total, long tok0, long ntok, long tokens_per_rank)
+{
+    int rc = validate_point(L, pt, mode);
+    if (rc != MP_OK)
+        return rc;
+    L->dispatch_dtype = pt->dispatch_dtype;
+    L->dispatch_row_bytes = (size_t)mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype,
+                                                          L->m.hidden, (double)L->row_bytes);
+    return prepare_point(L, pt, mode, pool, total, tok0, ntok, tokens_per_rank);
+}
+
+int mp_layer_run_draws(struct mp_layer *L, const struct mp_point *pt, int ndraws,
+                       struct mp_rank_iter *recs, void (*before)(void *arg, int d), void *arg)
+{
+    struct mp_routing_pool pool = {0};
+    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
+    long total = pt->batch * pt->seq, tok0;
+    if (total > L->max_tokens) {
+        mp_error("point of %ld tokens exceeds the %ld the layout was sized for", total, L->max_tokens);
+        return MP_ERR_RUNTIME;
+    }
+    long ntok = mp_token_split(total, L->ep, L->comm->ep_rank, &tok0);
+    int rc = begin_point(L, pt, mode, &pool, total, tok0, ntok, (total + L->ep - 1) / L->ep);
+    if (rc == MP_OK && mode->plan)
+        rc = mode->plan(L, pt, tok0, ntok);
+    for (int d = 0; d < ndraws && rc == MP_OK; d++) {
+        if (before)
+            before(arg, d);
+        memset(&recs[d], 0, sizeof recs[d]);
+        rc = mode->iterate(L, pt, &pool, d % pool.n, ntok, &recs[d]);
+    }
+    mp_routing_pool_free(&pool);
+    return rc;
+}
+
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res)
 {
     struct mp_comm *c = L->comm;
@@ -373,11 +411,7 @@ int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_
     res->nranks = c->size;
     res->rank_period = pt->iters > 0 ? pt->iters : 1; /* every iteration its own records */
     const struct mp_dispatch_mode *mode = p.mode;
-    MP_CHECK(validate_point(L, pt, mode));
-    L->dispatch_dtype = pt->dispatch_dtype;
-    L->dispatch_row_bytes = (size_t)mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype,
-                                                          L->m.hidden, (double)L->row_bytes);
-    MP_CHECK(prepare_point(L, pt, mode, &pool, total, tok0, p.ntok, res->tokens_per_rank));
+    MP_CHECK(begin_point(L, pt, mode, &pool, total, tok0, p.ntok, res->tokens_per_rank));
     p.mine = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *p.mine);
     if (!p.mine) {
         mp_error("out of memory");

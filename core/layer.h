@@ -139,6 +139,13 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
                     long max_tokens, long long max_memory, int max_overlap);
 void mp_layer_destroy(struct mp_layer *L);
 
+/* Run each of the point's first `ndraws` routing draws once, untimed and in order, draw d's rank
+ * record into recs[d]: the point checked and made ready as mp_layer_run makes it (buffers,
+ * weights, routing pool, plans), then its dispatch mode's iterate, after before(arg, d) when set.
+ * Collective. The model's traced ranks run their layers through it (core/vexec.c). */
+int mp_layer_run_draws(struct mp_layer *L, const struct mp_point *pt, int ndraws,
+                       struct mp_rank_iter *recs, void (*before)(void *arg, int d), void *arg);
+
 /* Run one point on every rank: set up weights (cached across points with the same local experts),
  * inputs and the routing pool, then warmup + iters synchronized iterations, then the check.
  * With pt->overlap = N > 1 each rank's tokens are cut into N chunks and pipelined (chunk i+1's

@@ -18,6 +18,7 @@
 #include "routing.h"
 #include "topo.h"
 #include "vdraws.h"
+#include "vexec.h"
 
 void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 {
@@ -37,6 +38,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 
 static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
+    t->ep = ep;
     double *blk = calloc((size_t)ep * 11, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
     t->nchunks = nchunks;
@@ -704,6 +706,36 @@ static double model_memory_budget(double need)
     return budget;
 }
 
+/* Test hook: MOEPERF_MODEL_TRACED=1 takes every draw's traffic the traced ranks can make from them
+ * (core/vexec.h) instead of the dispatch mode's builder, which must give the same bytes. */
+static int traced_wanted(void)
+{
+    const char *v = getenv("MOEPERF_MODEL_TRACED");
+    return v && strcmp(v, "1") == 0;
+}
+
+int mp_vtraffic_start(struct mp_vtraffic *t, const struct mp_cluster *cl,
+                      const struct mp_model *m, int tp, int ep, const struct mp_point *pt)
+{
+    t->tp = tp;
+    t->gate = mp_routing_is_gate(pt->routing);
+    t->straggle_rank = pt->straggle_rank;
+    t->straggle_us = pt->straggle_us > 0 ? pt->straggle_us : 0;
+    t->weight_dtype = pt->weight_dtype;
+    t->gemm = pt->gemm;
+    t->dispatch_scale = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
+                                              m->hidden * cl->elem_bytes) /
+                        (m->hidden * cl->elem_bytes);
+    return vtraffic_alloc(t, ep, pt->overlap > 1 ? pt->overlap : 1);
+}
+
+void mp_vexchange_bytes_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
+                           double dispatch_row_bytes, struct mp_vexchange *x,
+                           struct mp_vtraffic *t)
+{
+    exchange_of(rows_to, ep, tp, gpn, row_bytes, dispatch_row_bytes, x, t);
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -719,9 +751,11 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         return MP_ERR_USAGE;
     const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
     mp_vtraffic_fn traffic = mode->model_traffic;
-    if (!traffic) {
-        mp_usage("--dispatch %s: the model cannot express the %s dispatch yet; measure it with a "
-                 "host or device --backend", mode->name, mode->name);
+    const char *untraced = mp_vexec_cannot(pt);
+    if (!traffic && untraced) {
+        mp_usage("--dispatch %s: the model counts the %s dispatch's traffic with its traced ranks, "
+                 "which do not run %s yet; measure it with a host or device --backend", mode->name,
+                 mode->name, untraced);
         return MP_ERR_USAGE;
     }
     if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
@@ -752,6 +786,10 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                  pt->batch, pt->seq, K, ep, need / 1e9, budget / 1e9);
         return MP_ERR_USAGE;
     }
+    /* a mode without a traffic builder, or every mode the traced ranks run when a test asks
+     * (MOEPERF_MODEL_TRACED=1): the traffic of the layer's own stages */
+    if (!traffic || (!untraced && traced_wanted()))
+        return mp_vexec_build(cl, m, tp, ep, seed, pt, out, ndraws);
     struct mp_plan plan = {0};
     struct mp_dedup_counts dedup = {0};
     struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
@@ -777,17 +815,7 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                                : (struct mp_vsole){-1, -1};
     }
     for (int d = 0; d < P; d++) {
-        t[d].tp = tp;
-        t[d].ep = ep;
-        t[d].gate = mp_routing_is_gate(pt->routing);
-        t[d].straggle_rank = pt->straggle_rank;
-        t[d].straggle_us = pt->straggle_us > 0 ? pt->straggle_us : 0;
-        t[d].weight_dtype = pt->weight_dtype;
-        t[d].gemm = pt->gemm;
-        t[d].dispatch_scale = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
-                                                    m->hidden * cl->elem_bytes) /
-                              (m->hidden * cl->elem_bytes);
-        if (vtraffic_alloc(&t[d], ep, N) != MP_OK)
+        if (mp_vtraffic_start(&t[d], cl, m, tp, ep, pt) != MP_OK)
             goto out;
         mp_vdraws_get(pt->routing, seed, d, T, ids, w); /* mp_routing_draw's, kept */
         struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = ids, .w = w,

@@ -144,6 +144,20 @@ void mp_vtraffic_dedup_padded(struct mp_vtraffic *t, const struct mp_vdraw *d);
  * which the measured layer sends with the counts, before the pipeline. */
 void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d);
 
+/* Ready `t` for one draw of point `pt` on a tp × ep layout under profile `cl`: its scalars (gate,
+ * straggler, dtypes, the dispatched row's scale) and its per-rank arrays, zeroed, cut into
+ * pt->overlap chunks when that is above 1. MP_OK or MP_ERR_RUNTIME (out of memory; free with
+ * mp_vtraffic_free). Shared by the traffic builders and the traced ranks (core/vexec.c). */
+int mp_vtraffic_start(struct mp_vtraffic *t, const struct mp_cluster *cl,
+                      const struct mp_model *m, int tp, int ep, const struct mp_point *pt);
+
+/* mp_vexchange_of with the per-rank bytes: the dispatch sends rows_to in rows of
+ * dispatch_row_bytes, the combine returns what came in, in rows of row_bytes; each rank's
+ * bytes_sent and its dispatch_/combine_ intra/inter into t. */
+void mp_vexchange_bytes_of(const double *rows_to, int ep, int tp, int gpn, double row_bytes,
+                           double dispatch_row_bytes, struct mp_vexchange *x,
+                           struct mp_vtraffic *t);
+
 /* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
  * MP_ROUTING_POOL_DRAWS without an expert cache, as measured runs cycle through them,
  * mp_routing_pool_size): *ndraws

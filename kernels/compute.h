@@ -254,6 +254,19 @@ struct mp_compute_ops {
 /* Timer slots a backend keeps: a layer's phase marks, then every chunk's. */
 #define MP_TIMER_SLOTS (MP_PHASE_MARKS + MP_CHUNK_MARKS * MP_MAX_CHUNKS)
 
+/* The model compute of one traced virtual rank (kernels/model/model_rank.c; docs/ARCHITECTURE.md,
+ * "The model"): a host table that builds the dispatch plan from the routing as a data backend does
+ * and computes nothing else. What its expert FFNs ran since the last take, by the pipeline chunk
+ * whose FFN the mark before them began (chunk 0 unpipelined): the experts with rows and the rows
+ * of the chunks [0, chunks). mp_compute_model_rank_take hands it over and starts again. */
+struct mp_vffn_seen {
+    int chunks;
+    int active[MP_MAX_CHUNKS];
+    double rows[MP_MAX_CHUNKS];
+};
+extern const struct mp_compute_ops mp_compute_model_rank;
+void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out);
+
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */
 extern const struct mp_compute_ops *const mp_compute_backends[];

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # golden.sh - a fixed sweep on the CPU path (moeperf-layer, -a2a, -ffn under MPI) and on the model
 # writes the same CSV as the stored expected files in tests/integration/golden/, timing columns
-# left out of measured files (every column of a modelled file is kept: the model is deterministic).
+# left out of measured files (every column of a modelled file is kept: the model is deterministic);
+# the model's first sweep writes the same bytes again when traced ranks make its traffic.
 # A change that alters these rows on purpose regenerates them: golden.sh BUILD_DIR --update.
 . "$(dirname "$0")/lib.sh"
 GOLDEN=$(cd "$(dirname "$0")/golden" && pwd)
@@ -12,6 +13,12 @@ UPDATE=${2:-}
     --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
     --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
     --quiet --out "$TMP/model" || fail "model run exit $?"
+# the same sweep with each draw's traffic made by traced ranks running the layer's own stages
+# (core/vexec.h) instead of the dispatch modes' builders: the same bytes in every file
+MOEPERF_MODEL_TRACED=1 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr \
+    --model seed-k3 --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
+    --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
+    --quiet --out "$TMP/model_traced" || fail "model run on traced ranks exit $?"
 "$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
     --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \
     --iters 3 --quiet --out "$TMP/model_overlap" || fail "model --overlap run exit $?"
@@ -70,6 +77,13 @@ for f in $files; do
     if ! cmp -s "$TMP/got.csv" "$want"; then
         echo "FAIL: $f differs from $(basename "$want"):" >&2
         diff "$want" "$TMP/got.csv" | head -n 10 >&2
+        bad=1
+    fi
+done
+for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
+    if ! cmp -s "$TMP/model/$f" "$TMP/model_traced/$f"; then
+        echo "FAIL: model/$f differs when traced ranks make the traffic:" >&2
+        diff "$TMP/model/$f" "$TMP/model_traced/$f" | head -n 10 >&2
         bad=1
     fi
 done

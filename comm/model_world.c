@@ -1,0 +1,478 @@
+/* model_world.c - the model's world of virtual ranks that run the layer's own stages: one thread
+ * per rank in one process, whose collectives meet in shared memory and move the host bytes they
+ * are given between the ranks' buffers, as an MPI library would (docs/ARCHITECTURE.md, "The
+ * model", traced ranks). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "error.h"
+
+/* What a rank brings to a collective: its arguments, read by the rank that arrives last. */
+struct vcall {
+    const void *send;
+    void *recv;
+    const int *scount, *sdispl, *rcount, *rdispl;
+    size_t bytes; /* alltoallv: one row's; alltoall_int: ints per peer; gather, bcast: the bytes */
+    double *value;
+};
+
+/* One group's meeting place: who has arrived at its current collective and what they brought. */
+struct meet {
+    int arrived;
+    unsigned long gen; /* collectives completed on this group */
+    struct vcall **calls; /* [group size] by group rank */
+};
+
+enum { KIND_TP = MP_GROUP_COUNT, KIND_WORLD, KINDS };
+
+struct mp_vworld {
+    int n, gpn;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int failed; /* a rank left with an error: every meeting fails from now on */
+    struct mp_comm **ranks;
+    struct meet *meets; /* [KINDS · n]: a group's at its kind and its first member's world rank */
+    int *rows_to;       /* [n·n] the exchange shown to the watcher, by EP rank */
+    void (*watch)(void *arg, const struct mp_vworld_exchange *x);
+    void *watch_arg;
+};
+
+struct rank_state {
+    struct mp_vworld *w;
+};
+
+static struct mp_vworld *world_of(struct mp_comm *c) { return ((struct rank_state *)c->priv)->w; }
+
+/* The world ranks of group `kind` as rank c sees it, into `who` (at most c->size); its size. */
+static int members(const struct mp_comm *c, int kind, int *who)
+{
+    if (kind == KIND_WORLD) {
+        for (int r = 0; r < c->size; r++)
+            who[r] = r;
+        return c->size;
+    }
+    if (kind == KIND_TP) {
+        for (int t = 0; t < c->tp; t++)
+            who[t] = c->ep_rank * c->tp + t;
+        return c->tp;
+    }
+    int n = c->group_size[kind];
+    for (int i = 0; i < n; i++)
+        who[i] = c->members[kind][i] * c->tp + c->tp_rank;
+    return n;
+}
+
+/* Carry out the collective `op` of the n calls of group `who` (by group rank). */
+enum op { OP_BARRIER, OP_MAX, OP_GATHER, OP_BCAST, OP_INTS, OP_ROWS, OP_REDUCE };
+
+static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
+                   struct vcall **calls, const int *who, int n)
+{
+    switch (op) {
+    case OP_BARRIER:
+    case OP_REDUCE: /* the rows are the model compute's, which holds no values to sum */
+        return MP_OK;
+    case OP_MAX: {
+        double m = *calls[0]->value;
+        for (int i = 1; i < n; i++)
+            m = *calls[i]->value > m ? *calls[i]->value : m;
+        for (int i = 0; i < n; i++)
+            *calls[i]->value = m;
+        return MP_OK;
+    }
+    case OP_GATHER:
+        for (int i = 0; i < n; i++)
+            memcpy((char *)calls[0]->recv + (size_t)i * calls[i]->bytes, calls[i]->send,
+                   calls[i]->bytes);
+        return MP_OK;
+    case OP_BCAST:
+        for (int i = 1; i < n; i++)
+            memcpy(calls[i]->recv, calls[0]->send, calls[0]->bytes);
+        return MP_OK;
+    case OP_INTS:
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                memcpy((int *)calls[j]->recv + (size_t)i * calls[j]->bytes,
+                       calls[i]->send + (size_t)j * calls[i]->bytes * sizeof(int),
+                       calls[i]->bytes * sizeof(int));
+        break;
+    case OP_ROWS:
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                int rows = calls[i]->scount[j];
+                if (rows != calls[j]->rcount[i]) {
+                    mp_error("internal error: virtual rank %d sends %d rows to rank %d, which "
+                             "expects %d", who[i], rows, who[j], calls[j]->rcount[i]);
+                    return MP_ERR_RUNTIME;
+                }
+                if (rows > 0)
+                    memcpy((char *)calls[j]->recv + (size_t)calls[j]->rdispl[i] * calls[j]->bytes,
+                           (const char *)calls[i]->send +
+                               (size_t)calls[i]->sdispl[j] * calls[i]->bytes,
+                           (size_t)rows * calls[i]->bytes);
+            }
+        break;
+    }
+    if (!w->watch)
+        return MP_OK;
+    /* the watcher sees the exchange by EP rank: group rank i is EP rank who[i] / tp */
+    int ep = c->ep, tp = c->tp;
+    struct mp_vworld_exchange x = {.group = (enum mp_comm_group)kind, .tp_rank = c->tp_rank,
+                                   .ep = ep, .rows_to = w->rows_to,
+                                   .row_bytes = op == OP_ROWS ? calls[0]->bytes : 0,
+                                   .counts = op == OP_INTS};
+    memset(w->rows_to, 0, (size_t)ep * ep * sizeof *w->rows_to);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n && op == OP_ROWS; j++)
+            w->rows_to[(size_t)(who[i] / tp) * ep + who[j] / tp] = calls[i]->scount[j];
+    w->watch(w->watch_arg, &x);
+    return MP_OK;
+}
+
+/* Rank c's part in collective `op` on group `kind`: wait until every member has brought its call;
+ * the last to arrive carries it out for all. */
+static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
+{
+    struct mp_vworld *w = world_of(c);
+    int who[c->size > 0 ? c->size : 1];
+    int n = members(c, kind, who), me = -1;
+    for (int i = 0; i < n; i++)
+        me = who[i] == c->rank ? i : me;
+    if (me < 0) {
+        mp_error("internal error: virtual rank %d is not in its own group", c->rank);
+        return MP_ERR_RUNTIME;
+    }
+    struct meet *m = &w->meets[(size_t)kind * w->n + who[0]];
+    int rc = MP_OK;
+    pthread_mutex_lock(&w->mu);
+    if (w->failed) {
+        rc = MP_ERR_RUNTIME;
+    } else if (m->calls[me]) {
+        mp_error("internal error: virtual rank %d met its group twice at once", c->rank);
+        rc = MP_ERR_RUNTIME;
+    } else {
+        unsigned long gen = m->gen;
+        m->calls[me] = call;
+        if (++m->arrived == n) {
+            rc = perform(w, c, kind, op, m->calls, who, n);
+            for (int i = 0; i < n; i++)
+                m->calls[i] = NULL;
+            m->arrived = 0;
+            m->gen++;
+            if (rc != MP_OK)
+                w->failed = 1;
+            pthread_cond_broadcast(&w->cv);
+        } else {
+            while (m->gen == gen && !w->failed)
+                pthread_cond_wait(&w->cv, &w->mu);
+            rc = m->gen == gen ? MP_ERR_RUNTIME : MP_OK; /* left because another rank failed */
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static int rank_init(struct mp_comm **out, int *argc, char ***argv, const struct mp_comm_params *p)
+{
+    (void)out;
+    (void)argc;
+    (void)argv;
+    (void)p;
+    mp_error("internal error: virtual ranks are made by mp_vworld_create, not --comm");
+    return MP_ERR_RUNTIME;
+}
+
+static void rank_fini(struct mp_comm *c) { (void)c; /* mp_vworld_free frees the ranks */ }
+static const char *rank_version(struct mp_comm *c) { return "cluster model, traced ranks"; }
+
+static int rank_split(struct mp_comm *c, int tp, int ep)
+{
+    if (tp < 1 || ep < 1 || tp * ep != c->size) {
+        mp_usage("--layout: tp%dep%d needs %d ranks, the world has %d", tp, ep, tp * ep, c->size);
+        return MP_ERR_USAGE;
+    }
+    c->tp = tp;
+    c->ep = ep;
+    c->ep_rank = c->rank / tp;
+    c->tp_rank = c->rank % tp;
+    return mp_comm_node_groups(c);
+}
+
+static int group_usable(const struct mp_comm *c, enum mp_comm_group g)
+{
+    if (g == MP_GROUP_EP || c->node_groups)
+        return MP_OK;
+    mp_error("internal error: the %s group named while the node groups are absent",
+             mp_comm_group_names[g]);
+    return MP_ERR_RUNTIME;
+}
+
+static int rank_alltoall_int_group(struct mp_comm *c, enum mp_comm_group g, const int *send,
+                                   int *recv, int n)
+{
+    int rc = group_usable(c, g);
+    struct vcall call = {.send = send, .recv = recv, .bytes = (size_t)n};
+    return rc != MP_OK ? rc : meet(c, g, OP_INTS, &call);
+}
+
+static int rank_alltoall_int(struct mp_comm *c, const int *send, int *recv, int n)
+{
+    return rank_alltoall_int_group(c, MP_GROUP_EP, send, recv, n);
+}
+
+static int rank_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                const int *scount, const int *sdispl, void *recv,
+                                const int *rcount, const int *rdispl, size_t row_bytes)
+{
+    int rc = group_usable(c, g);
+    struct vcall call = {.send = send, .recv = recv, .scount = scount, .sdispl = sdispl,
+                         .rcount = rcount, .rdispl = rdispl, .bytes = row_bytes};
+    if (rc == MP_OK)
+        c->group_exchanges[g]++;
+    return rc != MP_OK ? rc : meet(c, g, OP_ROWS, &call);
+}
+
+static int rank_alltoallv(struct mp_comm *c, const void *send, const int *scount,
+                          const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                          size_t row_bytes)
+{
+    return rank_alltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                row_bytes);
+}
+
+/* Started is done: every rank starts its exchanges in the same order (as MPI's non-blocking
+ * collectives must be), so meeting at the start cannot deadlock, and the model compute's work
+ * between start and wait takes no time to overlap. */
+static int rank_ialltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                 const int *scount, const int *sdispl, void *recv,
+                                 const int *rcount, const int *rdispl, size_t row_bytes, int slot)
+{
+    if (slot < 0 || slot >= MP_COMM_SLOTS) {
+        mp_error("internal error: request slot %d outside 0..%d", slot, MP_COMM_SLOTS - 1);
+        return MP_ERR_RUNTIME;
+    }
+    return rank_alltoallv_group(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes);
+}
+
+static int rank_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
+                           const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                           size_t row_bytes, int slot)
+{
+    return rank_ialltoallv_group(c, MP_GROUP_EP, send, scount, sdispl, recv, rcount, rdispl,
+                                 row_bytes, slot);
+}
+
+static int rank_wait(struct mp_comm *c, int slot)
+{
+    (void)c;
+    return slot >= 0 && slot < MP_COMM_SLOTS ? MP_OK : MP_ERR_RUNTIME;
+}
+
+static void rank_progress(struct mp_comm *c) { (void)c; }
+
+static int rank_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
+{
+    struct vcall call = {.recv = buf, .bytes = n};
+    return meet(c, KIND_TP, OP_REDUCE, &call);
+}
+
+static int rank_barrier(struct mp_comm *c)
+{
+    struct vcall call = {0};
+    return meet(c, KIND_WORLD, OP_BARRIER, &call);
+}
+
+static int rank_gather(struct mp_comm *c, const void *send, size_t bytes, void *recv_root)
+{
+    struct vcall call = {.send = send, .recv = recv_root, .bytes = bytes};
+    return meet(c, KIND_WORLD, OP_GATHER, &call);
+}
+
+static int rank_gatherv(struct mp_comm *c, const void *send, size_t bytes, void *recv_root,
+                        const size_t *bytes_of)
+{
+    (void)send;
+    (void)bytes;
+    (void)recv_root;
+    (void)bytes_of;
+    mp_error("internal error: traced virtual ranks gather no outputs (--check is refused)");
+    return MP_ERR_RUNTIME;
+}
+
+static int rank_bcast(struct mp_comm *c, void *buf, size_t bytes)
+{
+    struct vcall call = {.send = buf, .recv = buf, .bytes = bytes};
+    return meet(c, KIND_WORLD, OP_BCAST, &call);
+}
+
+static int rank_max_double(struct mp_comm *c, double *v)
+{
+    struct vcall call = {.value = v};
+    return meet(c, KIND_WORLD, OP_MAX, &call);
+}
+
+const struct mp_comm_ops mp_comm_model_rank = {
+    .name = "model-rank",
+    .memory = MP_MEMORY_HOST, /* moves the host bytes it is given between the ranks' threads */
+    .max_row_bytes = SIZE_MAX,
+    .init = rank_init,
+    .fini = rank_fini,
+    .version = rank_version,
+    .split = rank_split,
+    .alltoall_int = rank_alltoall_int,
+    .alltoall_int_group = rank_alltoall_int_group,
+    .alltoallv = rank_alltoallv,
+    .alltoallv_group = rank_alltoallv_group,
+    .ialltoallv = rank_ialltoallv,
+    .ialltoallv_group = rank_ialltoallv_group,
+    .wait = rank_wait,
+    .progress = rank_progress,
+    .allreduce_sum = rank_allreduce_sum,
+    .barrier = rank_barrier,
+    .gather = rank_gather,
+    .gatherv = rank_gatherv,
+    .bcast = rank_bcast,
+    .max_double = rank_max_double,
+};
+
+void mp_vworld_free(struct mp_vworld *w)
+{
+    if (!w)
+        return;
+    for (int r = 0; r < w->n && w->ranks; r++) {
+        struct mp_comm *c = w->ranks[r];
+        if (!c)
+            continue;
+        mp_comm_free_node_groups(c);
+        free(c->node_of);
+        free(c->priv);
+        free(c);
+    }
+    for (int i = 0; i < KINDS * w->n && w->meets; i++)
+        free(w->meets[i].calls);
+    free(w->meets);
+    free(w->ranks);
+    free(w->rows_to);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node)
+{
+    if (world < 1 || gpus_per_node < 1) {
+        mp_error("internal error: a world of %d virtual ranks, %d to a node", world, gpus_per_node);
+        return MP_ERR_RUNTIME;
+    }
+    struct mp_vworld *w = calloc(1, sizeof *w);
+    if (!w)
+        goto oom;
+    w->n = world;
+    w->gpn = gpus_per_node;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->ranks = calloc((size_t)world, sizeof *w->ranks);
+    w->meets = calloc((size_t)KINDS * world, sizeof *w->meets);
+    w->rows_to = malloc((size_t)world * world * sizeof *w->rows_to);
+    if (!w->ranks || !w->meets || !w->rows_to)
+        goto oom;
+    for (int i = 0; i < KINDS * world; i++)
+        if (!(w->meets[i].calls = calloc((size_t)world, sizeof *w->meets[i].calls)))
+            goto oom;
+    for (int r = 0; r < world; r++) {
+        struct mp_comm *c = calloc(1, sizeof *c);
+        struct rank_state *s = malloc(sizeof *s);
+        w->ranks[r] = c;
+        if (c)
+            c->priv = s;
+        if (!c || !s || !(c->node_of = malloc((size_t)world * sizeof *c->node_of)))
+            goto oom;
+        s->w = w;
+        c->ops = &mp_comm_model_rank;
+        c->rank = r;
+        c->size = world;
+        c->local_rank = 0;
+        c->local_size = 1; /* one process: the memory guard counts it once */
+        for (int q = 0; q < world; q++)
+            c->node_of[q] = q / gpus_per_node;
+        c->nnodes = (world + gpus_per_node - 1) / gpus_per_node;
+    }
+    *out = w;
+    return MP_OK;
+oom:
+    mp_vworld_free(w);
+    mp_error("out of memory for a world of %d virtual ranks", world);
+    return MP_ERR_RUNTIME;
+}
+
+struct mp_comm *mp_vworld_rank(struct mp_vworld *w, int r) { return w->ranks[r]; }
+
+void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_vworld_exchange *x),
+                     void *arg)
+{
+    w->watch = fn;
+    w->watch_arg = arg;
+}
+
+struct runner {
+    struct mp_vworld *w;
+    int r, rc;
+    int (*fn)(struct mp_comm *c, void *arg);
+    void *arg;
+};
+
+static void *run_rank(void *p)
+{
+    struct runner *u = p;
+    u->rc = u->fn(u->w->ranks[u->r], u->arg);
+    if (u->rc != MP_OK) { /* the others leave their meetings instead of waiting for this rank */
+        pthread_mutex_lock(&u->w->mu);
+        u->w->failed = 1;
+        pthread_cond_broadcast(&u->w->cv);
+        pthread_mutex_unlock(&u->w->mu);
+    }
+    return NULL;
+}
+
+int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args)
+{
+    struct runner *u = calloc((size_t)w->n, sizeof *u);
+    pthread_t *th = calloc((size_t)w->n, sizeof *th);
+    if (!u || !th) {
+        free(u);
+        free(th);
+        mp_error("out of memory for a world of %d virtual ranks", w->n);
+        return MP_ERR_RUNTIME;
+    }
+    w->failed = 0;
+    int started = 0, rc = MP_OK;
+    for (; started < w->n; started++) {
+        u[started] = (struct runner){.w = w, .r = started, .fn = fn, .arg = args[started]};
+        if (pthread_create(&th[started], NULL, run_rank, &u[started]) != 0) {
+            mp_error("cannot start the thread of virtual rank %d", started);
+            pthread_mutex_lock(&w->mu);
+            w->failed = 1;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&w->mu);
+            rc = MP_ERR_RUNTIME;
+            break;
+        }
+    }
+    for (int r = 0; r < started; r++) {
+        pthread_join(th[r], NULL);
+        if (rc == MP_OK && u[r].rc != MP_OK)
+            rc = u[r].rc;
+    }
+    /* a failed run leaves meetings half attended: clear them for the next run */
+    for (int i = 0; i < KINDS * w->n; i++) {
+        w->meets[i].arrived = 0;
+        memset(w->meets[i].calls, 0, (size_t)w->n * sizeof *w->meets[i].calls);
+    }
+    free(u);
+    free(th);
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* vexec.h - the model's traced ranks: every virtual rank of a layout runs the layer's own stages
+ * (its dispatch mode's iterate, through mp_layer_run_draws) on the model compute and comm of
+ * traced ranks, and the traffic of each routing draw is read off what they did: the rank records,
+ * the exchanges they made and the expert FFNs they ran (docs/ARCHITECTURE.md, "The model"). */
+#ifndef MP_VEXEC_H
+#define MP_VEXEC_H
+
+#include <stdint.h>
+
+#include "vlayer.h"
+
+/* As mp_vtraffic_build: the traffic of each of the point's routing draws on a tp × ep layout
+ * (ranks packed the profile's gpus_per_node to a node; row bytes the profile's), *ndraws entries
+ * in *out, free with mp_vtraffic_free; but made by running the stages on tp·ep traced ranks, one
+ * thread each, instead of by the dispatch mode's model_traffic. The rows are computed by nobody,
+ * so the ranks hold small ones (--hidden and --ffn do not change a count). What they cannot run
+ * yet is refused (MP_ERR_USAGE, naming it): gate routing (no activations), --expert-cache,
+ * --dedup other than pair, --overlap above 1. MP_ERR_RUNTIME on a failure. */
+/* What the traced ranks cannot run of point pt yet (a phrase naming it), or NULL. */
+const char *mp_vexec_cannot(const struct mp_point *pt);
+
+int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                   uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
+                   int *ndraws);
+
+#endif

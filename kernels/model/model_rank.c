@@ -1,0 +1,210 @@
+/* model_rank.c - the model compute of one traced virtual rank (docs/ARCHITECTURE.md, "The
+ * model"): it builds the dispatch plan from the routing as a data backend does, so the layer's own
+ * stages decide every count, and computes nothing else; each expert FFN is recorded (experts with
+ * rows, rows) for the model to time. Buffers are host memory the exchanges may move. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "dplan_host.h"
+#include "error.h"
+
+struct mp_compute {
+    struct mp_dplan_host plan;
+    int last_mark;
+    struct mp_vffn_seen seen; /* since the last mp_compute_model_rank_take */
+};
+
+static int rank_init(struct mp_compute **out, int local_rank)
+{
+    (void)local_rank;
+    struct mp_compute *c = calloc(1, sizeof *c);
+    if (!c) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    *out = c;
+    return MP_OK;
+}
+
+static void rank_fini(struct mp_compute *c)
+{
+    if (c)
+        mp_dplan_host_free(&c->plan);
+    free(c);
+}
+
+static const char *rank_device_name(struct mp_compute *c) { return "model (traced rank)"; }
+
+/* n elements of elem_size bytes (4: the byte sizes the layer computes from it fit) */
+static void *rank_alloc(struct mp_compute *c, size_t n)
+{
+    (void)c;
+    return malloc(n ? n * sizeof(float) : sizeof(float));
+}
+
+static void rank_free(struct mp_compute *c, void *p) { free(p); }
+
+static int rank_upload(struct mp_compute *c, void *dst, const float *src, size_t n)
+{
+    (void)c;
+    if (n)
+        memcpy(dst, src, n * sizeof(float));
+    return MP_OK;
+}
+
+static int rank_download(struct mp_compute *c, float *dst, const void *src, size_t n)
+{
+    (void)c;
+    if (n)
+        memcpy(dst, src, n * sizeof(float));
+    return MP_OK;
+}
+
+static int rank_copy_bytes(struct mp_compute *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return MP_OK;
+}
+
+static int rank_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
+                     long ntok, int H, int E, int K, int G, int M, int32_t *ids, float *w)
+{
+    mp_error("internal error: traced virtual ranks have no activations to route by a gate");
+    return MP_ERR_RUNTIME;
+}
+
+/* The row work, which moves no counts: nothing to do. */
+static int rank_permute(struct mp_compute *c, const void *x, const int32_t *src_row, long row0,
+                        long nrows, int H, void *out)
+{
+    return MP_OK;
+}
+
+static int rank_copy_rows(struct mp_compute *c, const void *src, void *dst,
+                          const struct mp_chunk *ch, int nch, int H)
+{
+    return MP_OK;
+}
+
+static int rank_fp8(struct mp_compute *c, void *buf, long n, int H) { return MP_OK; }
+
+static int rank_combine(struct mp_compute *c, const void *rows, const int32_t *tok, const float *w,
+                        long row0, long nrows, const void *shared, int nshared, long ntok, int H,
+                        void *y, int accumulate)
+{
+    return MP_OK;
+}
+
+/* Each expert's rows, into the chunk whose FFN the last mark began (chunk 0 unpipelined). */
+static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    int k = c->last_mark >= MP_PHASE_MARKS ? (c->last_mark - MP_PHASE_MARKS) / MP_CHUNK_MARKS : 0;
+    for (int e = 0; e < a->nexp; e++) {
+        long rows = a->row_off[e + 1] - a->row_off[e];
+        c->seen.rows[k] += (double)rows;
+        c->seen.active[k] += rows > 0;
+    }
+    c->seen.chunks = k + 1 > c->seen.chunks ? k + 1 : c->seen.chunks;
+    return MP_OK;
+}
+
+static int rank_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
+                           const int32_t **totals)
+{
+    int rc = mp_dplan_host_setup(&c->plan, s);
+    *totals = c->plan.totals;
+    return rc;
+}
+
+static int rank_plan_build(struct mp_compute *c, const int32_t *ids, const float *w, int wait)
+{
+    (void)wait;
+    if (!ids)
+        return rank_gate(c, NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL);
+    mp_dplan_host_build(&c->plan, ids, w);
+    return MP_OK;
+}
+
+static int rank_mark(struct mp_compute *c, int slot)
+{
+    c->last_mark = slot;
+    return MP_OK;
+}
+
+static double rank_elapsed_us(struct mp_compute *c, int a, int b) { return 0; }
+static int rank_sync(struct mp_compute *c) { return MP_OK; }
+
+static int rank_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
+                             double *bytes_per_s)
+{
+    mp_error("internal error: a traced virtual rank has no device to measure");
+    return MP_ERR_RUNTIME;
+}
+
+static int rank_no_cache(void)
+{
+    mp_error("internal error: traced virtual ranks keep no expert cache");
+    return MP_ERR_RUNTIME;
+}
+
+static int rank_cache_setup(struct mp_compute *c, int nslots, int fetches)
+{
+    return rank_no_cache();
+}
+
+static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
+                            const void *const *src, const size_t *bytes, int n)
+{
+    return rank_no_cache();
+}
+
+static int rank_cache_release(struct mp_compute *c, int slot) { return rank_no_cache(); }
+static int rank_cache_exposed_us(struct mp_compute *c, double *us) { return rank_no_cache(); }
+
+void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out)
+{
+    *out = c->seen;
+    memset(&c->seen, 0, sizeof c->seen);
+}
+
+const struct mp_compute_ops mp_compute_model_rank = {
+    .name = "model-rank",
+    .memory = MP_MEMORY_HOST,
+    .dispatch_modes = MP_DISPATCH_ALL,
+    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
+    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
+    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .elem_size = 4,
+    .check_tolerance = 1, /* never checked: --check is refused on the model */
+    .init = rank_init,
+    .fini = rank_fini,
+    .device_name = rank_device_name,
+    .alloc = rank_alloc,
+    .free = rank_free,
+    .upload = rank_upload,
+    .download = rank_download,
+    .upload_bytes = rank_copy_bytes,
+    .download_bytes = rank_copy_bytes,
+    .gate = rank_gate,
+    .permute = rank_permute,
+    .copy_rows = rank_copy_rows,
+    .fp8_pack = rank_fp8,
+    .fp8_unpack = rank_fp8,
+    .expert_ffn = rank_expert_ffn,
+    .combine = rank_combine,
+    .plan_setup = rank_plan_setup,
+    .plan_build = rank_plan_build,
+    .mark = rank_mark,
+    .elapsed_us = rank_elapsed_us,
+    .sync = rank_sync,
+    .measure_peak = rank_measure_peak,
+    .cache_setup = rank_cache_setup,
+    .cache_fetch = rank_cache_fetch,
+    .cache_release = rank_cache_release,
+    .cache_exposed_us = rank_cache_exposed_us,
+};
