@@ -158,14 +158,17 @@ struct mp_vworld;
 extern const struct mp_comm_ops mp_comm_model_rank;
 
 /* One completed exchange as a watcher sees it: on group `group` of the EP group of TP rank
- * tp_rank; counts 1 for a count exchange (alltoall_int), 0 for rows; rows_to [ep·ep] the rows EP
- * rank e sent EP rank p at e·ep + p (0 outside the group; all 0 for a count exchange), each of
- * row_bytes bytes. Valid during the call only. */
+ * tp_rank, whose members are the world ranks members[nmembers]; counts 1 for a count exchange
+ * (alltoall_int), 0 for rows; rows_to [ep·ep] the rows EP rank e sent EP rank p at e·ep + p (0
+ * outside the group; all 0 for a count exchange), each of row_bytes bytes; slot the request slot
+ * it was started in (−1: blocking). Valid during the call only. */
 struct mp_vworld_exchange {
     enum mp_comm_group group;
-    int tp_rank, ep, counts;
+    int tp_rank, ep, counts, slot;
     const int *rows_to;
     size_t row_bytes;
+    const int *members;
+    int nmembers;
 };
 
 /* Make the world (MP_OK, or MP_ERR_RUNTIME out of memory); free it with mp_vworld_free. */

@@ -18,6 +18,7 @@ struct vcall {
     const int *scount, *sdispl, *rcount, *rdispl;
     size_t bytes; /* alltoallv: one row's; alltoall_int: ints per peer; gather, bcast: the bytes */
     double *value;
+    int slot; /* a started exchange's request slot; −1 blocking */
 };
 
 /* One group's meeting place: who has arrived at its current collective and what they brought. */
@@ -124,7 +125,8 @@ static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
     struct mp_vworld_exchange x = {.group = (enum mp_comm_group)kind, .tp_rank = c->tp_rank,
                                    .ep = ep, .rows_to = w->rows_to,
                                    .row_bytes = op == OP_ROWS ? calls[0]->bytes : 0,
-                                   .counts = op == OP_INTS};
+                                   .counts = op == OP_INTS, .slot = calls[0]->slot,
+                                   .members = who, .nmembers = n};
     memset(w->rows_to, 0, (size_t)ep * ep * sizeof *w->rows_to);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n && op == OP_ROWS; j++)
@@ -215,7 +217,7 @@ static int rank_alltoall_int_group(struct mp_comm *c, enum mp_comm_group g, cons
                                    int *recv, int n)
 {
     int rc = group_usable(c, g);
-    struct vcall call = {.send = send, .recv = recv, .bytes = (size_t)n};
+    struct vcall call = {.send = send, .recv = recv, .bytes = (size_t)n, .slot = -1};
     return rc != MP_OK ? rc : meet(c, g, OP_INTS, &call);
 }
 
@@ -224,16 +226,24 @@ static int rank_alltoall_int(struct mp_comm *c, const int *send, int *recv, int 
     return rank_alltoall_int_group(c, MP_GROUP_EP, send, recv, n);
 }
 
+/* Rows on group g, blocking (slot −1) or started in `slot`. */
+static int rows_exchange(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                         const int *scount, const int *sdispl, void *recv, const int *rcount,
+                         const int *rdispl, size_t row_bytes, int slot)
+{
+    int rc = group_usable(c, g);
+    struct vcall call = {.send = send, .recv = recv, .scount = scount, .sdispl = sdispl,
+                         .rcount = rcount, .rdispl = rdispl, .bytes = row_bytes, .slot = slot};
+    if (rc == MP_OK)
+        c->group_exchanges[g]++;
+    return rc != MP_OK ? rc : meet(c, g, OP_ROWS, &call);
+}
+
 static int rank_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
                                 const int *scount, const int *sdispl, void *recv,
                                 const int *rcount, const int *rdispl, size_t row_bytes)
 {
-    int rc = group_usable(c, g);
-    struct vcall call = {.send = send, .recv = recv, .scount = scount, .sdispl = sdispl,
-                         .rcount = rcount, .rdispl = rdispl, .bytes = row_bytes};
-    if (rc == MP_OK)
-        c->group_exchanges[g]++;
-    return rc != MP_OK ? rc : meet(c, g, OP_ROWS, &call);
+    return rows_exchange(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes, -1);
 }
 
 static int rank_alltoallv(struct mp_comm *c, const void *send, const int *scount,
@@ -255,7 +265,7 @@ static int rank_ialltoallv_group(struct mp_comm *c, enum mp_comm_group g, const 
         mp_error("internal error: request slot %d outside 0..%d", slot, MP_COMM_SLOTS - 1);
         return MP_ERR_RUNTIME;
     }
-    return rank_alltoallv_group(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes);
+    return rows_exchange(c, g, send, scount, sdispl, recv, rcount, rdispl, row_bytes, slot);
 }
 
 static int rank_ialltoallv(struct mp_comm *c, const void *send, const int *scount,

@@ -258,9 +258,10 @@ struct mp_compute_ops {
  * "The model"): a host table that builds the dispatch plan from the routing as a data backend does
  * and computes nothing else. What its expert FFNs ran since the last take, by the pipeline chunk
  * whose FFN the mark before them began (chunk 0 unpipelined): the experts with rows and the rows
- * of the chunks [0, chunks). mp_compute_model_rank_take hands it over and starts again. */
+ * of the chunks [0, chunks), and the different experts (by their weights) with rows in all of
+ * them. mp_compute_model_rank_take hands it over and starts again. */
 struct mp_vffn_seen {
-    int chunks;
+    int chunks, distinct;
     int active[MP_MAX_CHUNKS];
     double rows[MP_MAX_CHUNKS];
 };

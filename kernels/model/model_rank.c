@@ -14,6 +14,8 @@ struct mp_compute {
     struct mp_dplan_host plan;
     int last_mark;
     struct mp_vffn_seen seen; /* since the last mp_compute_model_rank_take */
+    const void **weights;     /* [seen.distinct] the experts counted in it, by their weights */
+    int weights_cap;
 };
 
 static int rank_init(struct mp_compute **out, int local_rank)
@@ -30,8 +32,10 @@ static int rank_init(struct mp_compute **out, int local_rank)
 
 static void rank_fini(struct mp_compute *c)
 {
-    if (c)
+    if (c) {
         mp_dplan_host_free(&c->plan);
+        free(c->weights);
+    }
     free(c);
 }
 
@@ -107,6 +111,22 @@ static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
         long rows = a->row_off[e + 1] - a->row_off[e];
         c->seen.rows[k] += (double)rows;
         c->seen.active[k] += rows > 0;
+        int known = rows <= 0;
+        for (int i = 0; i < c->seen.distinct && !known; i++)
+            known = c->weights[i] == a->wgu[e];
+        if (known)
+            continue;
+        if (c->seen.distinct == c->weights_cap) {
+            int cap = c->weights_cap ? 2 * c->weights_cap : 64;
+            const void **w = realloc(c->weights, (size_t)cap * sizeof *w);
+            if (!w) {
+                mp_error("out of memory");
+                return MP_ERR_RUNTIME;
+            }
+            c->weights = w;
+            c->weights_cap = cap;
+        }
+        c->weights[c->seen.distinct++] = a->wgu[e];
     }
     c->seen.chunks = k + 1 > c->seen.chunks ? k + 1 : c->seen.chunks;
     return MP_OK;

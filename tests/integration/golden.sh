@@ -2,7 +2,7 @@
 # golden.sh - a fixed sweep on the CPU path (moeperf-layer, -a2a, -ffn under MPI) and on the model
 # writes the same CSV as the stored expected files in tests/integration/golden/, timing columns
 # left out of measured files (every column of a modelled file is kept: the model is deterministic);
-# the model's first sweep writes the same bytes again when traced ranks make its traffic.
+# the model's sweeps write the same bytes again when traced ranks make their traffic.
 # A change that alters these rows on purpose regenerates them: golden.sh BUILD_DIR --update.
 . "$(dirname "$0")/lib.sh"
 GOLDEN=$(cd "$(dirname "$0")/golden" && pwd)
@@ -13,19 +13,26 @@ UPDATE=${2:-}
     --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
     --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
     --quiet --out "$TMP/model" || fail "model run exit $?"
-# the same sweep with each draw's traffic made by traced ranks running the layer's own stages
-# (core/vexec.h) instead of the dispatch modes' builders: the same bytes in every file
-MOEPERF_MODEL_TRACED=1 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr \
-    --model seed-k3 --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
-    --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
-    --quiet --out "$TMP/model_traced" || fail "model run on traced ranks exit $?"
-"$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
-    --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \
-    --iters 3 --quiet --out "$TMP/model_overlap" || fail "model --overlap run exit $?"
-# replicas on some ranks of two nodes (the copy on the token's node first) and --dedup node's hops
-"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
-    --layout tp1ep16 --batch 64,512 --routing zipf:1.2 --placement eplb:8,replicate-hot:2 \
-    --dedup pair,node --iters 2 --quiet --out "$TMP/model_eplb" || fail "model eplb run exit $?"
+# each model sweep twice: with the dispatch modes' traffic builders, and with each draw's traffic
+# made by traced ranks running the layer's own stages (core/vexec.h, MOEPERF_MODEL_TRACED=1),
+# which must write the same bytes in every file
+for traced in "" _traced; do
+    export MOEPERF_MODEL_TRACED=${traced:+1}
+    "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+        --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
+        --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
+        --quiet --out "$TMP/model$traced" || fail "model$traced run exit $?"
+    "$BIN/moeperf-layer" --backend model --comm model --cluster a100-hdr --model deepseek-v3 \
+        --world 64 --layout tp1ep64 --batch 8,256 --routing hot:4:20,lognormal:1 --overlap 1,4 \
+        --iters 3 --quiet --out "$TMP/model_overlap$traced" || fail "model$traced --overlap run exit $?"
+    # replicas on some ranks of two nodes (the copy on the token's node first) and --dedup node's
+    # hops
+    "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+        --layout tp1ep16 --batch 64,512 --routing zipf:1.2 --placement eplb:8,replicate-hot:2 \
+        --dedup pair,node --iters 2 --quiet --out "$TMP/model_eplb$traced" ||
+        fail "model$traced eplb run exit $?"
+done
+unset MOEPERF_MODEL_TRACED
 mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 \
     --layout tp1ep4,tp2ep2 --batch 1,24 --routing uniform,hot:2:30,gate --placement contiguous,round-robin \
     --warmup 1 --iters 2 --check --no-flush-cache --quiet --out "$TMP/layer" || fail "layer run exit $?"
@@ -80,12 +87,14 @@ for f in $files; do
         bad=1
     fi
 done
-for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
-    if ! cmp -s "$TMP/model/$f" "$TMP/model_traced/$f"; then
-        echo "FAIL: model/$f differs when traced ranks make the traffic:" >&2
-        diff "$TMP/model/$f" "$TMP/model_traced/$f" | head -n 10 >&2
-        bad=1
-    fi
+for run in model model_overlap model_eplb; do
+    for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
+        if ! cmp -s "$TMP/$run/$f" "$TMP/${run}_traced/$f"; then
+            echo "FAIL: $run/$f differs when traced ranks make the traffic:" >&2
+            diff "$TMP/$run/$f" "$TMP/${run}_traced/$f" | head -n 10 >&2
+            bad=1
+        fi
+    done
 done
 [ "$bad" -eq 0 ] || exit 1
 # the check passed on every measured point (a sweep that stopped computing the layer would still
