@@ -81,9 +81,10 @@ struct mp_dispatch_mode {
      * MP_OK or MP_ERR_RUNTIME (out of memory) */
     int (*check_routing)(const struct mp_layer *L, const struct mp_point *pt, long ntok, int K,
                          int32_t *ids, float *w);
-    /* for the cluster model: the traffic builder (core/vlayer.h, mp_vtraffic_fn) that fills one
-     * routing draw's traffic as this mode moves and computes it; NULL: the model cannot express
-     * the mode yet */
+    /* optional, for the cluster model: the traffic builder (core/vlayer.h, mp_vtraffic_fn) that
+     * counts one routing draw's traffic as this mode moves and computes it, straight from the
+     * draw, to the bit what traced ranks running `iterate` make (tests/unit/test_vexec.c); NULL:
+     * the model runs the mode on traced ranks (core/vexec.h) */
     void (*model_traffic)(struct mp_vtraffic *t, const struct mp_vdraw *d);
 };
 

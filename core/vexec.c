@@ -343,6 +343,12 @@ int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp
     int rc = refused(pt);
     if (rc != MP_OK)
         return rc;
+    char why[256];
+    if (!mp_compute_check(&mp_compute_model_rank, why, sizeof why) ||
+        !mp_comm_check(&mp_comm_model_rank, why, sizeof why)) {
+        mp_error("internal error: a traced rank's backend table %s", why);
+        return MP_ERR_RUNTIME;
+    }
     int N = tp * ep, P = mp_routing_pool_size(pt->warmup, pt->iters, 0);
     struct vexec v = {.cl = cl, .pt = pt, .small = *m, .seed = seed, .tp = tp, .ep = ep, .P = P,
                       .N = pt->overlap > 1 ? pt->overlap : 1};

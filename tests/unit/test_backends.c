@@ -71,6 +71,16 @@ static void test_built_comm(void)
         CHECK(in_list(mp_comm_choices, o->name));
     }
     CHECK(n >= 2); /* mpi and model are always built */
+    /* the model's traced ranks: complete tables, host memory both, not a --comm/--backend choice */
+    char why[256] = "";
+    CHECK(mp_comm_check(&mp_comm_model_rank, why, sizeof why));
+    CHECK(mp_compute_check(&mp_compute_model_rank, why, sizeof why));
+    if (why[0])
+        fprintf(stderr, "a traced rank's table: %s\n", why);
+    CHECK(mp_comm_model_rank.memory == MP_MEMORY_HOST);
+    CHECK(mp_compute_model_rank.memory == MP_MEMORY_HOST);
+    CHECK(!in_list(mp_comm_choices, mp_comm_model_rank.name));
+    CHECK(!in_list(mp_compute_choices, mp_compute_model_rank.name));
     const struct mp_comm_ops *found = &mp_comm_mpi;
     CHECK_INT(mp_comm_find("tcp", &found), MP_ERR_USAGE);
     CHECK(found == NULL);
