@@ -2,6 +2,7 @@
  * expert FFN phase, the phase times from the backend's marks, the dispatch plan's cell layout and
  * the bytes exchanged with peers. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,19 +17,23 @@ int mp_layer_drain(struct mp_layer *L)
 }
 
 /* Test hook: MOEPERF_START_DELAY=RANK:US makes world rank RANK wait US µs before every
- * iteration's start barrier, as a rank that arrives late (0: none). */
+ * iteration's start barrier, as a rank that arrives late (0: none). Read once per process, by
+ * whichever of its ranks comes first (the model's traced ranks are threads of one process). */
+static int delay_rank = -1;
+static double delay_us;
+static pthread_once_t delay_read = PTHREAD_ONCE_INIT;
+
+static void read_start_delay(void)
+{
+    const char *v = getenv("MOEPERF_START_DELAY");
+    if (v && sscanf(v, "%d:%lf", &delay_rank, &delay_us) != 2)
+        delay_rank = -1;
+}
+
 static double start_delay_us(const struct mp_comm *c)
 {
-    static int read;
-    static int rank = -1;
-    static double us;
-    if (!read) {
-        read = 1;
-        const char *v = getenv("MOEPERF_START_DELAY");
-        if (v && sscanf(v, "%d:%lf", &rank, &us) != 2)
-            rank = -1;
-    }
-    return c->rank == rank && us > 0 ? us : 0;
+    pthread_once(&delay_read, read_start_delay);
+    return c->rank == delay_rank && delay_us > 0 ? delay_us : 0;
 }
 
 int mp_layer_start_aligned(struct mp_layer *L)
