@@ -98,7 +98,7 @@ static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++)
                 memcpy((int *)calls[j]->recv + (size_t)i * calls[j]->bytes,
-                       calls[i]->send + (size_t)j * calls[i]->bytes * sizeof(int),
+                       (const int *)calls[i]->send + (size_t)j * calls[i]->bytes,
                        calls[i]->bytes * sizeof(int));
         break;
     case OP_ROWS:
