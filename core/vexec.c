@@ -9,6 +9,7 @@
 #include "dedup.h"
 #include "dtype.h"
 #include "error.h"
+#include "layer_internal.h"
 #include "plan_dedup.h"
 #include "routing.h"
 #include "vexec.h"
@@ -36,6 +37,8 @@ struct xlog {
 struct vexec {
     const struct mp_cluster *cl;
     const struct mp_point *pt;
+    struct mp_point run;       /* the point the ranks run: gate routing replayed as drawn */
+    struct mp_routing replay;  /* (the model's gate routing: the draws of mp_routing_draw) */
     struct mp_model small; /* the model with small rows */
     uint64_t seed;
     int tp, ep, P, N;      /* N: the point's chunks (1 unpipelined) */
@@ -47,11 +50,16 @@ struct vexec {
     int failed;            /* out of memory, or ranks that disagree about their exchanges */
     struct mp_rank_iter *recs; /* [tp·ep · P] each rank's record of each draw */
     struct mp_vffn_seen *ffns; /* [tp·ep · P] its expert FFNs in each draw */
+    /* --expert-cache: [tp·ep · P · Lm] the rows each local expert ran in each draw (Lm: the
+     * placement's max_local), for the cache's timeline; NULL without */
+    double *expert_rows;
+    int Lm;
 };
 
 struct rank_run {
     struct vexec *v;
     struct mp_compute *dev;
+    struct mp_layer *L;
     int rank;
     int draw; /* the draw it runs: its exchanges are that draw's */
 };
@@ -120,14 +128,32 @@ static void seen_exchange(void *arg, const struct mp_vworld_exchange *x)
     }
 }
 
+/* File rank r's FFNs of draw d: by chunk, and with a cache each local expert's rows (its index
+ * found by its weights). */
+static void file_ffns(struct rank_run *r, int d)
+{
+    struct vexec *v = r->v;
+    size_t i = (size_t)r->rank * v->P + d;
+    if (v->expert_rows) {
+        const void *const *w;
+        const double *rows;
+        int n = mp_compute_model_rank_experts(r->dev, &w, &rows);
+        double *mine = v->expert_rows + i * v->Lm;
+        for (int j = 0; j < n; j++)
+            for (int l = 0; l < r->L->nlocal && l < v->Lm; l++)
+                if (r->L->wgu[l] == w[j])
+                    mine[l] = rows[j];
+    }
+    mp_compute_model_rank_take(r->dev, &v->ffns[i]);
+}
+
 /* Before draw d: file the FFNs of draw d − 1. */
 static void before_draw(void *arg, int d)
 {
     struct rank_run *r = arg;
-    struct vexec *v = r->v;
     r->draw = d;
     if (d > 0)
-        mp_compute_model_rank_take(r->dev, &v->ffns[(size_t)r->rank * v->P + d - 1]);
+        file_ffns(r, d - 1);
 }
 
 static int run_rank(struct mp_comm *c, void *arg)
@@ -143,30 +169,16 @@ static int run_rank(struct mp_comm *c, void *arg)
     if ((rc = c->ops->split(c, v->tp, v->ep)) == MP_OK)
         rc = mp_layer_create(&L, ops, r->dev, c, &v->small, v->seed, total, 0,
                              v->pt->overlap > 1 ? v->pt->overlap : 1);
+    r->L = L;
     if (rc == MP_OK)
-        rc = mp_layer_run_draws(L, v->pt, v->P, v->recs + (size_t)r->rank * v->P, before_draw, r);
+        rc = mp_layer_run_draws(L, &v->run, v->P, v->recs + (size_t)r->rank * v->P, before_draw,
+                                r);
     if (rc == MP_OK)
-        mp_compute_model_rank_take(r->dev, &v->ffns[(size_t)r->rank * v->P + v->P - 1]);
+        file_ffns(r, v->P - 1);
     if (L)
         mp_layer_destroy(L);
     ops->fini(r->dev);
     return rc;
-}
-
-const char *mp_vexec_cannot(const struct mp_point *pt)
-{
-    return mp_routing_is_gate(pt->routing) ? "gate routing (no activations to route)"
-           : pt->cache.slots > 0           ? "--expert-cache"
-                                           : NULL;
-}
-
-/* What the traced ranks cannot run yet, refused by name. */
-static int refused(const struct mp_point *pt)
-{
-    const char *what = mp_vexec_cannot(pt);
-    if (what)
-        mp_usage("the model's traced ranks do not run %s yet", what);
-    return what ? MP_ERR_USAGE : MP_OK;
 }
 
 /* Draw d's per-rank traffic from the records and FFNs of each EP rank's TP rank 0: the shared
@@ -336,22 +348,52 @@ odd:
     return MP_ERR_RUNTIME;
 }
 
+/* With a cache, the experts each EP rank's FFN read in draw d and their rows (TP rank 0's). */
+static int fill_used(struct vexec *v, int d)
+{
+    struct mp_vtraffic *t = &v->t[d];
+    size_t cells = (size_t)v->ep * v->Lm;
+    t->max_local = v->Lm;
+    t->used = malloc(cells);
+    t->used_rows = malloc(cells * sizeof *t->used_rows);
+    if (!t->used || !t->used_rows) {
+        mp_error("out of memory tracing %d virtual ranks", v->tp * v->ep);
+        return MP_ERR_RUNTIME;
+    }
+    for (int p = 0; p < v->ep; p++) {
+        const double *rows = v->expert_rows + ((size_t)p * v->tp * v->P + d) * v->Lm;
+        for (int l = 0; l < v->Lm; l++) {
+            t->used_rows[(size_t)p * v->Lm + l] = rows[l];
+            t->used[(size_t)p * v->Lm + l] = rows[l] > 0;
+        }
+    }
+    return MP_OK;
+}
+
 int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                    uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                    int *ndraws)
 {
-    int rc = refused(pt);
-    if (rc != MP_OK)
-        return rc;
+    int rc;
     char why[256];
     if (!mp_compute_check(&mp_compute_model_rank, why, sizeof why) ||
         !mp_comm_check(&mp_comm_model_rank, why, sizeof why)) {
         mp_error("internal error: a traced rank's backend table %s", why);
         return MP_ERR_RUNTIME;
     }
-    int N = tp * ep, P = mp_routing_pool_size(pt->warmup, pt->iters, 0);
-    struct vexec v = {.cl = cl, .pt = pt, .small = *m, .seed = seed, .tp = tp, .ep = ep, .P = P,
-                      .N = pt->overlap > 1 ? pt->overlap : 1};
+    int caching = pt->cache.slots > 0;
+    int N = tp * ep, P = mp_routing_pool_size(pt->warmup, pt->iters, caching);
+    struct vexec v = {.cl = cl, .pt = pt, .run = *pt, .replay = *pt->routing, .small = *m,
+                      .seed = seed, .tp = tp, .ep = ep, .P = P,
+                      .N = pt->overlap > 1 ? pt->overlap : 1,
+                      .Lm = pt->placement->max_local > 0 ? pt->placement->max_local : 1};
+    /* gate routing has no activations to route on the model: the model's draws replace the gate
+     * (mp_routing_draw gives a gate routing uniform ones, group-limited alike), as the traffic
+     * builders' draws do (core/vdraws.c) */
+    if (mp_routing_is_gate(pt->routing)) {
+        v.replay.kind = MP_ROUTE_UNIFORM;
+        v.run.routing = &v.replay;
+    }
     v.small.ffn = TRACED_DL * tp;
     /* rows of H that no metadata row matches in bytes, bf16 or fp8 (a packed fp8 row of H is
      * about H bytes; the layer's rows H · 4) */
@@ -372,8 +414,10 @@ int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp
     v.logs = calloc((size_t)P, sizeof *v.logs);
     v.recs = calloc((size_t)N * P, sizeof *v.recs);
     v.ffns = calloc((size_t)N * P, sizeof *v.ffns);
+    if (caching)
+        v.expert_rows = calloc((size_t)N * P * v.Lm, sizeof *v.expert_rows);
     rc = MP_ERR_RUNTIME;
-    if (!runs || !args || !v.t || !v.logs || !v.recs || !v.ffns) {
+    if (!runs || !args || !v.t || !v.logs || !v.recs || !v.ffns || (caching && !v.expert_rows)) {
         mp_error("out of memory tracing %d virtual ranks", N);
         goto out;
     }
@@ -397,6 +441,8 @@ int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp
     for (int d = 0; d < P && rc == MP_OK; d++) {
         fill_ranks(&v, d);
         rc = fill_exchanges(&v, d);
+        if (rc == MP_OK && caching)
+            rc = fill_used(&v, d);
     }
 out:
     mp_vworld_free(w);
@@ -418,5 +464,6 @@ out:
     free(args);
     free(v.recs);
     free(v.ffns);
+    free(v.expert_rows);
     return rc;
 }

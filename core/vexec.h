@@ -13,12 +13,11 @@
  * (ranks packed the profile's gpus_per_node to a node; row bytes the profile's), *ndraws entries
  * in *out, free with mp_vtraffic_free; but made by running the stages on tp·ep traced ranks, one
  * thread each, instead of by the dispatch mode's model_traffic. The rows are computed by nobody,
- * so the ranks hold small ones (--hidden and --ffn do not change a count). What they cannot run
- * yet is refused (MP_ERR_USAGE, naming it): gate routing (no activations), --expert-cache,
- * --dedup other than pair, --overlap above 1. MP_ERR_RUNTIME on a failure. */
-/* What the traced ranks cannot run of point pt yet (a phrase naming it), or NULL. */
-const char *mp_vexec_cannot(const struct mp_point *pt);
-
+ * so the ranks hold small ones (--hidden and --ffn do not change a count). Gate routing, which
+ * has no activations to route on the model, is replayed with the model's draws of it (uniform,
+ * group-limited alike); with --expert-cache the ranks run without one and each local expert's
+ * rows are read off their FFNs (t->used, used_rows), for the model's cache timeline. MP_OK, or
+ * MP_ERR_RUNTIME on a failure. */
 int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                    uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                    int *ndraws);

@@ -706,8 +706,8 @@ static double model_memory_budget(double need)
     return budget;
 }
 
-/* Test hook: MOEPERF_MODEL_TRACED=1 takes every draw's traffic the traced ranks can make from them
- * (core/vexec.h) instead of the dispatch mode's builder, which must give the same bytes. */
+/* Test hook: MOEPERF_MODEL_TRACED=1 takes every point's traffic from traced ranks (core/vexec.h)
+ * instead of the dispatch mode's builder, which must give the same bytes. */
 static int traced_wanted(void)
 {
     const char *v = getenv("MOEPERF_MODEL_TRACED");
@@ -751,13 +751,6 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
         return MP_ERR_USAGE;
     const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
     mp_vtraffic_fn traffic = mode->model_traffic;
-    const char *untraced = mp_vexec_cannot(pt);
-    if (!traffic && untraced) {
-        mp_usage("--dispatch %s: the model counts the %s dispatch's traffic with its traced ranks, "
-                 "which do not run %s yet; measure it with a host or device --backend", mode->name,
-                 mode->name, untraced);
-        return MP_ERR_USAGE;
-    }
     if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
     if (pt->cache.slots > 0 && (N > 1 || pt->dedup != MP_DEDUP_PAIR ||
@@ -786,9 +779,9 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                  pt->batch, pt->seq, K, ep, need / 1e9, budget / 1e9);
         return MP_ERR_USAGE;
     }
-    /* a mode without a traffic builder, or every mode the traced ranks run when a test asks
-     * (MOEPERF_MODEL_TRACED=1): the traffic of the layer's own stages */
-    if (!traffic || (!untraced && traced_wanted()))
+    /* a mode without a traffic builder, or any when a test asks (MOEPERF_MODEL_TRACED=1): the
+     * traffic of the layer's own stages */
+    if (!traffic || traced_wanted())
         return mp_vexec_build(cl, m, tp, ep, seed, pt, out, ndraws);
     struct mp_plan plan = {0};
     struct mp_dedup_counts dedup = {0};
@@ -830,12 +823,19 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
             t[d].used_rows = malloc((size_t)ep * L * sizeof *t[d].used_rows);
             if (!t[d].used || !t[d].used_rows)
                 goto out;
+            /* padded: every local expert runs its slots, ep · cap rows, padding included (as
+             * its ffn_rows count them) */
+            int padded = traffic == mp_vtraffic_padded;
+            double slot_rows = padded ? (double)ep * mp_padded_capacity((T + ep - 1) / ep, K,
+                                                                        m->experts,
+                                                                        pt->dispatch_arg, 1)
+                                      : 0;
             for (int p = 0; p < ep; p++)
                 for (int l = 0; l < L; l++) {
                     size_t i = (size_t)p * L + l;
-                    t[d].used[i] = l < mp_placement_nlocal(pl, p) &&
-                                   (traffic == mp_vtraffic_padded || exp_rows[i] > 0);
-                    t[d].used_rows[i] = t[d].used[i] ? exp_rows[i] : 0;
+                    int held = l < mp_placement_nlocal(pl, p);
+                    t[d].used[i] = held && (padded ? slot_rows > 0 : exp_rows[i] > 0);
+                    t[d].used_rows[i] = !t[d].used[i] ? 0 : padded ? slot_rows : exp_rows[i];
                 }
         }
     }

@@ -162,13 +162,13 @@ void mp_vexchange_bytes_of(const double *rows_to, int ep, int tp, int gpn, doubl
  * MP_ROUTING_POOL_DRAWS without an expert cache, as measured runs cycle through them,
  * mp_routing_pool_size): *ndraws
  * entries in *out, built by the point's dispatch mode's traffic builder (its model_traffic,
- * core/dispatch.h) or, for a mode without one (and with MOEPERF_MODEL_TRACED=1 wherever they
- * run), by traced ranks running its stages (core/vexec.h), with the profile's node size and
+ * core/dispatch.h) or, for a mode without one (and for every point with MOEPERF_MODEL_TRACED=1),
+ * by traced ranks running its stages (core/vexec.h), with the profile's node size and
  * element bytes, cut into pt->overlap chunks when that is above 1.
  * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point
- * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too, a
- * mode without a traffic builder at a point the traced ranks cannot run, or --dedup rank|node
- * with a dispatch that does not carry it out) or MP_ERR_RUNTIME. */
+ * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too,
+ * --dedup rank|node with a dispatch that does not carry it out, or --expert-cache beyond what the
+ * cache timeline models) or MP_ERR_RUNTIME. */
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws);

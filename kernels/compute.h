@@ -267,6 +267,10 @@ struct mp_vffn_seen {
 };
 extern const struct mp_compute_ops mp_compute_model_rank;
 void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out);
+/* Before the take: the different experts with rows since the last take, by their weights
+ * (weights[i], its wgu of mp_ffn_args), and the rows each ran (rows[i]); their number. */
+int mp_compute_model_rank_experts(struct mp_compute *c, const void *const **weights,
+                                  const double **rows);
 
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */

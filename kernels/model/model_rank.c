@@ -15,6 +15,7 @@ struct mp_compute {
     int last_mark;
     struct mp_vffn_seen seen; /* since the last mp_compute_model_rank_take */
     const void **weights;     /* [seen.distinct] the experts counted in it, by their weights */
+    double *expert_rows;      /* [seen.distinct] and the rows each ran */
     int weights_cap;
 };
 
@@ -35,6 +36,7 @@ static void rank_fini(struct mp_compute *c)
     if (c) {
         mp_dplan_host_free(&c->plan);
         free(c->weights);
+        free(c->expert_rows);
     }
     free(c);
 }
@@ -111,22 +113,31 @@ static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
         long rows = a->row_off[e + 1] - a->row_off[e];
         c->seen.rows[k] += (double)rows;
         c->seen.active[k] += rows > 0;
-        int known = rows <= 0;
-        for (int i = 0; i < c->seen.distinct && !known; i++)
-            known = c->weights[i] == a->wgu[e];
-        if (known)
+        if (rows <= 0)
             continue;
-        if (c->seen.distinct == c->weights_cap) {
-            int cap = c->weights_cap ? 2 * c->weights_cap : 64;
-            const void **w = realloc(c->weights, (size_t)cap * sizeof *w);
-            if (!w) {
-                mp_error("out of memory");
-                return MP_ERR_RUNTIME;
+        int i = 0;
+        while (i < c->seen.distinct && c->weights[i] != a->wgu[e])
+            i++;
+        if (i == c->seen.distinct) {
+            if (c->seen.distinct == c->weights_cap) {
+                int cap = c->weights_cap ? 2 * c->weights_cap : 64;
+                const void **w = realloc(c->weights, (size_t)cap * sizeof *w);
+                if (w)
+                    c->weights = w;
+                double *r = realloc(c->expert_rows, (size_t)cap * sizeof *r);
+                if (r)
+                    c->expert_rows = r;
+                if (!w || !r) {
+                    mp_error("out of memory");
+                    return MP_ERR_RUNTIME;
+                }
+                c->weights_cap = cap;
             }
-            c->weights = w;
-            c->weights_cap = cap;
+            c->weights[i] = a->wgu[e];
+            c->expert_rows[i] = 0;
+            c->seen.distinct++;
         }
-        c->weights[c->seen.distinct++] = a->wgu[e];
+        c->expert_rows[i] += (double)rows;
     }
     c->seen.chunks = k + 1 > c->seen.chunks ? k + 1 : c->seen.chunks;
     return MP_OK;
@@ -184,6 +195,14 @@ static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
 
 static int rank_cache_release(struct mp_compute *c, int slot) { return rank_no_cache(); }
 static int rank_cache_exposed_us(struct mp_compute *c, double *us) { return rank_no_cache(); }
+
+int mp_compute_model_rank_experts(struct mp_compute *c, const void *const **weights,
+                                  const double **rows)
+{
+    *weights = c->weights;
+    *rows = c->expert_rows;
+    return c->seen.distinct;
+}
 
 void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out)
 {

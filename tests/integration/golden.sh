@@ -31,6 +31,12 @@ for traced in "" _traced; do
         --layout tp1ep16 --batch 64,512 --routing zipf:1.2 --placement eplb:8,replicate-hot:2 \
         --dedup pair,node --iters 2 --quiet --out "$TMP/model_eplb$traced" ||
         fail "model$traced eplb run exit $?"
+    # gate routing (the model's draws of it), group-limited, and an expert cache (a fresh draw
+    # each step): compared only between the two sources, not with stored files
+    "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+        --layout tp1ep16 --batch 8,96 --routing gate,hot:2:20 --group-limit off,2:1 \
+        --dispatch dynamic,padded --expert-cache off,4,4:static --warmup 2 --iters 6 --quiet \
+        --out "$TMP/model_cache$traced" || fail "model$traced cache run exit $?"
 done
 unset MOEPERF_MODEL_TRACED
 mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 \
@@ -87,7 +93,7 @@ for f in $files; do
         bad=1
     fi
 done
-for run in model model_overlap model_eplb; do
+for run in model model_overlap model_eplb model_cache; do
     for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
         if ! cmp -s "$TMP/$run/$f" "$TMP/${run}_traced/$f"; then
             echo "FAIL: $run/$f differs when traced ranks make the traffic:" >&2

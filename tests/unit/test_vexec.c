@@ -5,7 +5,9 @@
  * and bytes per phase and link class, per chunk its rows and active experts, and every exchange
  * (the layer's, each deduplicated hop's out and back, their metadata, each chunk's) in its largest
  * volumes, link classes and incast. The dedup modes (rank, node) unpipelined, padded and in 3
- * chunks, and the dynamic dispatch in 3 chunks, too.
+ * chunks, and the dynamic dispatch in 3 chunks, too; gate routing (replayed with the model's
+ * draws of it); and with an expert cache, each local expert's rows in each of a fresh draw per
+ * step.
  * Layouts of one and two nodes with TP 1 and 2, four placements, three routings, batches from one
  * token to more than the ranks hold evenly, the dynamic and padded dispatches (with and without
  * drops), bf16 and fp8 rows. */
@@ -18,6 +20,7 @@
 #include "cluster.h"
 #include "dispatch.h"
 #include "error.h"
+#include "expert_cache.h"
 #include "placement.h"
 #include "routing.h"
 #include "vexec.h"
@@ -80,6 +83,16 @@ static void compare(const char *what, int d, const struct mp_vtraffic *a,
             SAME(chunk_rows, k * a->ep + i);
             SAME(chunk_active, k * a->ep + i);
         }
+    if (!a->used != !b->used || a->max_local != b->max_local) {
+        fprintf(stderr, "%s draw %d: cached experts traced %s (%d slots), counted %s (%d)\n", what,
+                d, a->used ? "kept" : "absent", a->max_local, b->used ? "kept" : "absent",
+                b->max_local);
+        check_failures++;
+    }
+    for (int i = 0; a->used && b->used && i < a->ep * a->max_local; i++) {
+        SAME(used, i);
+        SAME(used_rows, i);
+    }
     same_exchange(what, d, "a2a", 0, &a->a2a, &b->a2a);
     for (int h = 0; h < a->dedup_hops; h++) {
         same_exchange(what, d, "hop", h, &a->hop[h], &b->hop[h]);
@@ -105,7 +118,7 @@ int main(void)
 {
     static const struct { int tp, ep, gpn; } layouts[] = {{1, 4, 2}, {2, 4, 4}, {1, 8, 4}, {1, 1, 8}};
     static const char *placements[] = {"contiguous", "round-robin", "replicate-hot:2", "eplb:6"};
-    static const char *routings[] = {"uniform", "zipf:1.2", "hot:2:10"};
+    static const char *routings[] = {"uniform", "zipf:1.2", "hot:2:10", "gate"};
     static const char *dispatches[] = {"dynamic", "padded", "padded:0.5"};
     static const long batches[] = {1, 13, 64};
     struct mp_cluster cl;
@@ -164,7 +177,7 @@ int main(void)
             mp_routing_free(&r);
         }
     /* a mode without a traffic builder is modelled by the traced ranks: the same traffic as the
-     * builder of the mode it copies; where they cannot run (gate routing), refused */
+     * builder of the mode it copies */
     struct mp_dispatch_mode bare_dynamic = mp_dispatch_dynamic, bare_padded = mp_dispatch_padded;
     bare_dynamic.model_traffic = bare_padded.model_traffic = NULL;
     bare_dynamic.pipelined = NULL; /* so the copy itself runs, not dynamic's pipelined form */
@@ -190,14 +203,23 @@ int main(void)
         mp_vtraffic_free(a, na);
         mp_vtraffic_free(b, nb);
     }
-    struct mp_routing gate;
-    CHECK_INT(mp_routing_parse("gate", model.experts, model.topk, 5, &gate), MP_OK);
-    struct mp_point gp = {.batch = 8, .seq = 1, .routing = &gate, .placement = &pl, .iters = 1,
-                          .dispatch = &bare_dynamic};
-    struct mp_vtraffic *g = NULL;
-    int ng = 0;
-    CHECK_INT(mp_vtraffic_build(&cl, &model, 1, 4, 7, &gp, &g, &ng), MP_ERR_USAGE);
-    mp_routing_free(&gate);
+    /* an expert cache: the traced ranks run without it and read each local expert's rows off
+     * their FFNs, for the model's cache timeline; a fresh draw every step (12 draws here) */
+    for (int i = 0; i < 4; i++) {
+        struct mp_point pt = {.batch = i < 2 ? 6 : 48, .seq = 1, .routing = &r, .placement = &pl,
+                              .iters = 10, .warmup = 2, .dispatch = built[i % 2],
+                              .dispatch_arg = i % 2 ? 0.8 : 0};
+        CHECK_INT(mp_cache_spec_parse(i < 2 ? "2" : "3:lfu", &pt.cache), MP_OK);
+        struct mp_vtraffic *a = NULL, *b = NULL;
+        int na = 0, nb = 0;
+        CHECK_INT(mp_vexec_build(&cl, &model, 1, 4, 7, &pt, &a, &na), MP_OK);
+        CHECK_INT(mp_vtraffic_build(&cl, &model, 1, 4, 7, &pt, &b, &nb), MP_OK);
+        CHECK(na == nb && na == 12);
+        for (int d = 0; d < na && d < nb && a && b; d++)
+            compare(i % 2 ? "padded with a cache" : "dynamic with a cache", d, &a[d], &b[d]);
+        mp_vtraffic_free(a, na);
+        mp_vtraffic_free(b, nb);
+    }
     mp_placement_free(&pl);
     mp_routing_free(&r);
     printf("%d draws compared\n", compared);
