@@ -26,6 +26,8 @@ struct meet {
     int arrived;
     unsigned long gen; /* collectives completed on this group */
     struct vcall **calls; /* [group size] by group rank */
+    pthread_cond_t done;  /* signalled when gen moves on (its members alone wait on it) */
+    int ready;            /* done initialised */
 };
 
 enum { KIND_TP = MP_GROUP_COUNT, KIND_WORLD, KINDS };
@@ -33,7 +35,6 @@ enum { KIND_TP = MP_GROUP_COUNT, KIND_WORLD, KINDS };
 struct mp_vworld {
     int n, gpn;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int failed; /* a rank left with an error: every meeting fails from now on */
     struct mp_comm **ranks;
     struct meet *meets; /* [KINDS · n]: a group's at its kind and its first member's world rank */
@@ -135,6 +136,15 @@ static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
     return MP_OK;
 }
 
+/* With the lock held: every meeting fails from now on, and its waiters leave. */
+static void fail_all(struct mp_vworld *w)
+{
+    w->failed = 1;
+    for (int i = 0; i < KINDS * w->n; i++)
+        if (w->meets[i].ready)
+            pthread_cond_broadcast(&w->meets[i].done);
+}
+
 /* Rank c's part in collective `op` on group `kind`: wait until every member has brought its call;
  * the last to arrive carries it out for all. */
 static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
@@ -166,11 +176,12 @@ static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
             m->arrived = 0;
             m->gen++;
             if (rc != MP_OK)
-                w->failed = 1;
-            pthread_cond_broadcast(&w->cv);
+                fail_all(w);
+            else
+                pthread_cond_broadcast(&m->done);
         } else {
             while (m->gen == gen && !w->failed)
-                pthread_cond_wait(&w->cv, &w->mu);
+                pthread_cond_wait(&m->done, &w->mu);
             rc = m->gen == gen ? MP_ERR_RUNTIME : MP_OK; /* left because another rank failed */
         }
     }
@@ -362,13 +373,15 @@ void mp_vworld_free(struct mp_vworld *w)
         free(c->priv);
         free(c);
     }
-    for (int i = 0; i < KINDS * w->n && w->meets; i++)
+    for (int i = 0; i < KINDS * w->n && w->meets; i++) {
         free(w->meets[i].calls);
+        if (w->meets[i].ready)
+            pthread_cond_destroy(&w->meets[i].done);
+    }
     free(w->meets);
     free(w->ranks);
     free(w->rows_to);
     pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
     free(w);
 }
 
@@ -384,15 +397,18 @@ int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node)
     w->n = world;
     w->gpn = gpus_per_node;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
     w->ranks = calloc((size_t)world, sizeof *w->ranks);
     w->meets = calloc((size_t)KINDS * world, sizeof *w->meets);
     w->rows_to = malloc((size_t)world * world * sizeof *w->rows_to);
     if (!w->ranks || !w->meets || !w->rows_to)
         goto oom;
-    for (int i = 0; i < KINDS * world; i++)
+    for (int i = 0; i < KINDS * world; i++) {
         if (!(w->meets[i].calls = calloc((size_t)world, sizeof *w->meets[i].calls)))
             goto oom;
+        w->meets[i].ready = pthread_cond_init(&w->meets[i].done, NULL) == 0;
+        if (!w->meets[i].ready)
+            goto oom;
+    }
     for (int r = 0; r < world; r++) {
         struct mp_comm *c = calloc(1, sizeof *c);
         struct rank_state *s = malloc(sizeof *s);
@@ -441,8 +457,7 @@ static void *run_rank(void *p)
     u->rc = u->fn(u->w->ranks[u->r], u->arg);
     if (u->rc != MP_OK) { /* the others leave their meetings instead of waiting for this rank */
         pthread_mutex_lock(&u->w->mu);
-        u->w->failed = 1;
-        pthread_cond_broadcast(&u->w->cv);
+        fail_all(u->w);
         pthread_mutex_unlock(&u->w->mu);
     }
     return NULL;
@@ -465,8 +480,7 @@ int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), 
         if (pthread_create(&th[started], NULL, run_rank, &u[started]) != 0) {
             mp_error("cannot start the thread of virtual rank %d", started);
             pthread_mutex_lock(&w->mu);
-            w->failed = 1;
-            pthread_cond_broadcast(&w->cv);
+            fail_all(w);
             pthread_mutex_unlock(&w->mu);
             rc = MP_ERR_RUNTIME;
             break;
