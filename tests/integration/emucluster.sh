@@ -64,6 +64,12 @@ for attempt in 1 2; do
             return (x > y ? x / y : y / x) > 1.2 } BEGIN { exit !(moved(a, b) || moved(c, d)) }' &&
         skip "the machine is too noisy to judge the crossover: comm_comp_ratio moved between the" \
             "two sweeps (batch 1: $first1 then $r1, batch 256: $first256 then $r256)"
+    # a steady load slows both sweeps alike: more runnable tasks than twice the cores means the
+    # ranks' FFN shares its cores with others, and its time is not this machine's
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > 2 * n) }' &&
+        skip "the machine is too loaded to judge the crossover: load average $load on $(nproc)" \
+            "cores, so the FFN (batch 256: ratio $first256 then $r256) runs on shared cores"
     awk -v x="$r1" 'BEGIN { exit !(x < 1) }' || fail "batch 1 is network-bound already (ratio $r1)"
     fail "batch 256 is not network-bound (ratio $r256)"
 done

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # start_skew.sh - a rank that reaches an iteration's start late shows as start skew on the ranks
 # that waited for it (layer_ranks.csv start_skew_us), not in their phases: with world rank 1 made
-# to arrive 50 ms late before every iteration (the test hook MOEPERF_START_DELAY), rank 0's
+# to arrive 200 ms late before every iteration (the test hook MOEPERF_START_DELAY), rank 0's
 # start_skew_us holds the delay while its layer_us (the sum of its phases) does not, and every
 # start_skew_us is ≥ 0.
 . "$(dirname "$0")/lib.sh"
-DELAY=50000
+DELAY=200000
 # ranks that yield while waiting, so the late rank's wait does not also slow the waiting one
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MOEPERF_START_DELAY=1:$DELAY \
     timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 2 \
