@@ -361,15 +361,17 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
     const struct mp_compute_ops *o = s->cops;
     struct mp_compute *dev = s->dev;
     int H = s->model.hidden, Dl = s->model.ffn / s->comm->tp, S = s->model.shared, rc = MP_OK;
-    long shared_off[2] = {0, w->ntok};
     size_t row_bytes = (size_t)H * o->elem_size;
 
     MP_CHECK(o->mark(dev, MARK_START));
     struct mp_ffn_args a = {.in = b->in, .out = b->out, .row_off = w->row_off, .nexp = w->nact,
                             .wgu = b->wgu, .wd = b->wd, .H = H, .Dl = Dl, .work = b->work,
-                            .gemm = b->gemm, .weight_dtype = b->weight_dtype};
-    if (w->nact > 0 && !b->wc)
-        MP_CHECK(o->expert_ffn(dev, &a));
+                            .gemm = b->gemm, .weight_dtype = b->weight_dtype,
+                            .nshared = w->ntok > 0 ? S : 0, .shared_rows = w->ntok,
+                            .shared_in = b->xs,
+                            .shared_out = (char *)b->out + (size_t)w->row_off[w->nact] * row_bytes};
+    if (!b->wc)
+        MP_CHECK(mp_compute_expert_ffn(o, dev, &a));
     for (int i = 0; i < w->nact && b->wc; i++) { /* each from its slot, fetched first on a miss */
         void *gu, *wd;
         int slot;
@@ -379,18 +381,16 @@ static int ffn_queue(const struct mp_session *s, const struct bufs *b, const str
         one.nexp = 1;
         one.wgu = &gu;
         one.wd = &wd;
+        one.nshared = 0;
         MP_CHECK(o->expert_ffn(dev, &one));
         MP_CHECK(mp_weight_cache_release(b->wc, slot));
     }
-    for (int i = 0; i < S && w->ntok > 0; i++) {
+    if (b->wc) { /* then the shared experts, resident */
         struct mp_ffn_args sa = a;
-        sa.in = b->xs;
-        sa.out = (char *)b->out + ((size_t)w->row_off[w->nact] + (size_t)i * w->ntok) * row_bytes;
-        sa.row_off = shared_off;
-        sa.nexp = 1;
-        sa.wgu = b->wgu + w->nact + i;
-        sa.wd = b->wd + w->nact + i;
-        MP_CHECK(o->expert_ffn(dev, &sa));
+        sa.nexp = 0;
+        sa.wgu = b->wgu + w->nact;
+        sa.wd = b->wd + w->nact;
+        MP_CHECK(mp_compute_expert_ffn(o, dev, &sa));
     }
     MP_CHECK(o->mark(dev, MARK_FFN));
 out:

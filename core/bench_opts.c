@@ -16,7 +16,7 @@ const char *const mp_routing_choices[] = {"uniform", "zipf:", "hot:", "lognormal
                                           "gate:", "trace:", NULL};
 const char *const mp_placement_choices[] = {"contiguous", "round-robin", "replicate-hot:", "eplb:",
                                             NULL};
-const char *const mp_gemm_choices[] = {"loop", "grouped", "skinny", NULL};
+const char *const mp_gemm_choices[] = {"loop", "grouped", "skinny", "fused", NULL};
 const char *const mp_cpu_bind_choices[] = {"auto", "none", "gpu", NULL};
 
 /* Parse a positive integer at *p, advancing it; -1 when there is none. */
@@ -221,21 +221,21 @@ int mp_group_limits_validate(const struct mp_strlist *limits, const struct mp_ro
     return MP_OK;
 }
 
-static int has_grouped(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_GROUPED); }
-static int has_skinny(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << MP_GEMM_SKINNY); }
+static int asked_gemm; /* the mode has_asked_gemm tests (one thread parses options) */
+static int has_asked_gemm(const struct mp_compute_ops *o) { return !!(o->gemm_modes & 1u << asked_gemm); }
 
 int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops, int *gemm)
 {
     *gemm = MP_GEMM_LOOP;
-    if (o->gemm && strcmp(o->gemm, "grouped") == 0)
-        *gemm = MP_GEMM_GROUPED;
-    else if (o->gemm && strcmp(o->gemm, "skinny") == 0)
-        *gemm = MP_GEMM_SKINNY;
+    for (int g = MP_GEMM_LOOP; o->gemm && g < MP_GEMM_COUNT; g++)
+        if (strcmp(o->gemm, mp_gemm_choices[g]) == 0)
+            *gemm = g;
     if (*gemm != MP_GEMM_LOOP && !(ops->gemm_modes & 1u << *gemm)) {
         char names[256];
-        mp_usage("--gemm %s: the %s backend runs one GEMM pair per expert; --gemm %s needs "
-                 "a --backend that has it (built: %s), or use --gemm loop", o->gemm, ops->name, o->gemm,
-                 mp_compute_names_where(*gemm == MP_GEMM_GROUPED ? has_grouped : has_skinny, names, sizeof names));
+        asked_gemm = *gemm;
+        mp_usage("--gemm %s: the %s backend does not have it; --gemm %s needs a --backend that "
+                 "has it (built: %s), or use --gemm loop", o->gemm, ops->name, o->gemm,
+                 mp_compute_names_where(has_asked_gemm, names, sizeof names));
         return MP_ERR_USAGE;
     }
     for (int i = 0; i < o->weight_dtype.n; i++) {
@@ -245,7 +245,7 @@ int mp_gemm_mode(const struct mp_bench_opts *o, const struct mp_compute_ops *ops
         if (dt == MP_DTYPE_FP8 && (ops->weight_dtypes & MP_DTYPE_BIT(dt)) &&
             !(ops->fp8_gemm_modes & 1u << *gemm)) {
             char modes[64] = "";
-            for (int g = MP_GEMM_LOOP; g <= MP_GEMM_SKINNY; g++)
+            for (int g = MP_GEMM_LOOP; g < MP_GEMM_COUNT; g++)
                 if (ops->fp8_gemm_modes & 1u << g)
                     snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "%s%s",
                              modes[0] ? ", " : "", mp_gemm_choices[g]);

@@ -113,8 +113,9 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_GEMM                                                                                \
     {"gemm", MP_OPT_STRING, MP_O(gemm), "loop", MP_NOLIMIT, mp_gemm_choices, NULL,                 \
      "expert FFN GEMMs: loop (one GEMM pair per expert), grouped (one grouped GEMM per stage "     \
-     "for all experts) or skinny (experts of at most 8 rows in one weight-streaming kernel per "   \
-     "stage, the rest as in loop); grouped and skinny need --backend cuda"}
+     "for all experts), skinny (experts of at most 8 rows in one weight-streaming kernel per "     \
+     "stage, the rest as in loop) or fused (one kernel per stage for every expert, shared ones "   \
+     "included, a tile per expert by its rows); all but loop need --backend cuda"}
 #define MP_OPT_GRAPH                                                                               \
     {"graph", MP_OPT_FLAG, MP_O(graph), NULL, MP_NOLIMIT, NULL, NULL,                              \
      "capture each padded point's layer in a CUDA Graph once and replay it (--backend cuda "        \

@@ -75,7 +75,6 @@ struct mp_layer {
     void **wgu, **wd;       /* [nlocal + S] */
     int weight_dtype;       /* enum mp_dtype the weights above are stored in */
     int blocked_weights;    /* they were generated blocked (struct mp_point's blocked_weights) */
-    long shared_off[2];     /* row offsets {0, ntok} for the shared experts */
 
     /* --expert-cache (docs/METRICS.md, "Expert cache"; layer_cache.c over core/weight_cache.c):
      * the local experts' host pool and device slots, with the current iteration's counts */

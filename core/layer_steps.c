@@ -79,9 +79,13 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
                             .wgu = L->wgu, .wd = L->wd, .H = L->m.hidden, .Dl = L->Dl,
                             .work = work, .gemm = pt->gemm, .weight_dtype = L->weight_dtype,
                             .progress = progress,
-                            .progress_arg = progress_arg};
+                            .progress_arg = progress_arg,
+                            .nshared = nshared,
+                            .shared_rows = ntok,
+                            .shared_in = L->x,
+                            .shared_out = (char *)out + (size_t)routed * L->row_bytes};
     if (!mp_weight_cache_on(&L->wcache)) {
-        MP_CHECK(L->ops->expert_ffn(L->dev, &a));
+        MP_CHECK(mp_compute_expert_ffn(L->ops, L->dev, &a));
     } else { /* each expert with rows from its slot, fetched first on a miss, in expert order */
         for (int e = 0; e < L->nlocal; e++) {
             if (row_off[e + 1] <= row_off[e])
@@ -94,21 +98,15 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
             one.nexp = 1;
             one.wgu = &gu;
             one.wd = &wd;
+            one.nshared = 0;
             MP_CHECK(L->ops->expert_ffn(L->dev, &one));
             MP_CHECK(mp_layer_cache_release(L, slot));
         }
-    }
-    L->shared_off[0] = 0;
-    L->shared_off[1] = ntok;
-    for (int s = 0; s < nshared; s++) {
-        struct mp_ffn_args sa = a;
-        sa.in = L->x;
-        sa.out = (char *)out + ((size_t)routed + (size_t)s * ntok) * L->row_bytes;
-        sa.row_off = L->shared_off;
-        sa.nexp = 1;
-        sa.wgu = L->wgu + L->nlocal + s;
-        sa.wd = L->wd + L->nlocal + s;
-        MP_CHECK(L->ops->expert_ffn(L->dev, &sa));
+        struct mp_ffn_args sa = a; /* then the shared experts, resident */
+        sa.nexp = 0;
+        sa.wgu = L->wgu + L->nlocal;
+        sa.wd = L->wd + L->nlocal;
+        MP_CHECK(mp_compute_expert_ffn(L->ops, L->dev, &sa));
     }
     if (pt->straggle_us > 0 && L->comm->rank == pt->straggle_rank) { /* debug: a slow rank */
         MP_CHECK(L->ops->sync(L->dev)); /* the device's FFN first, then the host's delay */

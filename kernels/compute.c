@@ -55,8 +55,12 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
             "%s fp8 dispatch but fills %s of fp8_pack and fp8_unpack",
             o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8) ? "claims" : "does not claim",
             o->fp8_pack || o->fp8_unpack ? "some" : "neither");
-    REQUIRE(!(o->gemm_modes & ~(1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY)),
-            "has gemm modes 0x%x beyond grouped and skinny", o->gemm_modes);
+    REQUIRE(!(o->gemm_modes & ~((1u << MP_GEMM_COUNT) - 1) & ~(1u << MP_GEMM_LOOP)),
+            "has gemm modes 0x%x beyond grouped, skinny and fused", o->gemm_modes);
+    REQUIRE(!(o->shared_gemm_modes & ~(o->gemm_modes | 1u << MP_GEMM_LOOP)) &&
+                (!o->shared_gemm_modes || o->expert_ffn),
+            "runs shared experts in the call for gemm modes 0x%x, beyond its modes 0x%x or "
+            "without expert_ffn", o->shared_gemm_modes, o->gemm_modes);
     REQUIRE(!o->fp8_gemm_modes == !(o->weight_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) &&
                 !(o->fp8_gemm_modes & ~(o->gemm_modes | 1u << MP_GEMM_LOOP)),
             "has fp8 gemm modes 0x%x with weight dtypes 0x%x and gemm modes 0x%x (some exactly "
@@ -110,6 +114,29 @@ int mp_compute_find(const char *name, const struct mp_compute_ops **out)
     }
     *out = mp_compute_backends[i];
     return MP_OK;
+}
+
+int mp_compute_expert_ffn(const struct mp_compute_ops *ops, struct mp_compute *dev,
+                          const struct mp_ffn_args *a)
+{
+    if (a->nshared > 0 && (ops->shared_gemm_modes & 1u << a->gemm))
+        return ops->expert_ffn(dev, a);
+    struct mp_ffn_args routed = *a;
+    routed.nshared = 0;
+    int rc = a->nexp > 0 ? ops->expert_ffn(dev, &routed) : MP_OK;
+    const long off[2] = {0, a->shared_rows};
+    for (int s = 0; rc == MP_OK && s < a->nshared && a->shared_rows > 0; s++) {
+        struct mp_ffn_args one = routed;
+        one.in = a->shared_in;
+        one.out = (char *)a->shared_out + (size_t)s * (size_t)a->shared_rows * (size_t)a->H *
+                                              ops->elem_size;
+        one.row_off = off;
+        one.nexp = 1;
+        one.wgu = a->wgu + a->nexp + s;
+        one.wd = a->wd + a->nexp + s;
+        rc = ops->expert_ffn(dev, &one);
+    }
+    return rc;
 }
 
 const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,

@@ -16,10 +16,11 @@ struct mp_chunk {
 };
 
 /* The expert FFN's GEMMs (--gemm): one cuBLAS-style GEMM pair per expert (loop), one grouped GEMM
- * per stage for all experts (grouped), or skinny: every expert of at most MP_SKINNY_ROWS rows in
+ * per stage for all experts (grouped), skinny: every expert of at most MP_SKINNY_ROWS rows in
  * one kernel launch per stage that streams each weight once for all its rows (the decode case),
- * the larger experts as in the loop. */
-enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY };
+ * the larger experts as in the loop, or fused: one kernel launch per stage for every expert, the
+ * shared ones included, whatever their rows (the kernel picks a tile per expert by its rows). */
+enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY, MP_GEMM_FUSED, MP_GEMM_COUNT };
 #define MP_SKINNY_ROWS 8
 
 /* The GPU a local rank takes among `ndevices` visible ones: local_rank mod ndevices (ranks of a
@@ -54,6 +55,14 @@ struct mp_ffn_args {
      * while this FFN computes (host backends; NULL otherwise) */
     void (*progress)(void *arg);
     void *progress_arg;
+    /* optional: `nshared` shared experts, shared expert s with weights wgu[nexp + s] and
+     * wd[nexp + s] over the `shared_rows` rows of shared_in, into rows [s·shared_rows,
+     * (s+1)·shared_rows) of shared_out. mp_compute_expert_ffn hands them to expert_ffn in the
+     * same call only where the backend's shared_gemm_modes has the call's gemm mode. */
+    int nshared;
+    long shared_rows;
+    const void *shared_in;
+    void *shared_out;
 };
 
 /* The dispatch plan a backend builds itself (plan_setup/plan_build, kernels/dplan.h): this rank's
@@ -113,6 +122,9 @@ struct mp_compute_ops {
     /* bit 1 << g for each enum mp_gemm g (MP_GEMM_LOOP included) that expert_ffn runs with fp8
      * weights: none exactly when weight_dtypes lacks fp8, and only modes it honours */
     unsigned fp8_gemm_modes;
+    /* bit 1 << g for each enum mp_gemm g whose expert_ffn also runs mp_ffn_args' shared experts
+     * (nshared) in the same call; in the others it is handed none (mp_compute_expert_ffn) */
+    unsigned shared_gemm_modes;
 
     /* lifecycle: `local_rank` picks the device where there are several */
     /* optional (device backends): make the device of launcher local rank `local_rank` current
@@ -292,6 +304,12 @@ int mp_compute_find(const char *name, const struct mp_compute_ops **out);
 /* Whether a table is complete and its capability data agree with its hooks: 1, or 0 with the first
  * fault described in why[len]. */
 int mp_compute_check(const struct mp_compute_ops *ops, char *why, size_t len);
+
+/* The expert FFN of `a`, its shared experts (a->nshared) included: one expert_ffn call where the
+ * backend's shared_gemm_modes has a->gemm, else the routed experts (when a->nexp > 0), then each
+ * shared expert, in calls of their own. Returns what expert_ffn returns. */
+int mp_compute_expert_ffn(const struct mp_compute_ops *ops, struct mp_compute *dev,
+                          const struct mp_ffn_args *a);
 
 /* The names of the built backends that satisfy `has` ("cuda", "cpu|model"), or "none", for messages
  * that say which backend would accept a request. */

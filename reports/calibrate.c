@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_opts.h"
 #include "compute.h"
 #include "dedup.h"
 #include "dispatch.h"
@@ -54,10 +55,9 @@ static int run_gemm(const cJSON *j)
     {
         const char *v = cJSON_IsString(a) ? a->valuestring : "";
         const char *word = !strcmp(prev, "--gemm") ? v : !strncmp(v, "--gemm=", 7) ? v + 7 : NULL;
-        if (word)
-            gemm = !strcmp(word, "grouped") ? MP_GEMM_GROUPED
-                   : !strcmp(word, "skinny") ? MP_GEMM_SKINNY
-                                             : MP_GEMM_LOOP;
+        for (int g = MP_GEMM_LOOP; word && g < MP_GEMM_COUNT; g++)
+            if (!strcmp(word, mp_gemm_choices[g]))
+                gemm = g;
         prev = v;
     }
     return gemm;

@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,21 @@ struct skinny_table {
     bf16 *out[SKINNY_TABLE];
 };
 
+/* One stage of the fused expert FFN (--gemm fused) for up to SKINNY_TABLE experts of any rows,
+ * passed by value: entry i's rows[i] rows (weights w[i], input rows in[i], output rows out[i])
+ * are pieces first[i] .. first[i + 1] − 1 of the launch, one piece for at most MP_SKINNY_ROWS
+ * rows, else one per FUSED_ROWS rows; shapes, scratch and counts as in skinny_table. */
+struct fused_table {
+    int n, K, N, ldw, lda, ldc, swiglu;
+    float *ws;
+    int *count;
+    int rows[SKINNY_TABLE];
+    int first[SKINNY_TABLE + 1];
+    const void *w[SKINNY_TABLE];
+    const void *in[SKINNY_TABLE];
+    bf16 *out[SKINNY_TABLE];
+};
+
 /* Rows of up to MP_SKINNY_ROWS of each of n pieces, K bf16 values each (row stride lds), to
  * quantize into rows of quantized_row_bytes(K) (fp8w_ffn's inputs); passed by value. */
 struct quantize_table {
@@ -142,6 +158,11 @@ struct mp_compute {
     struct copy_table copy; /* copy_rows' runs, filled on the host, passed by value */
     struct ptr_table ptrs;  /* the grouped GEMM's pointers, likewise */
     struct skinny_table skinny; /* the skinny FFN's experts, likewise */
+    struct fused_table fused;   /* the fused FFN's experts, likewise */
+    bf16 *fused_act; /* the fused FFN's activations, rows × Dl (grown outside a capture) */
+    size_t fused_act_cap;
+    struct fused_entry *fused_ent; /* its experts, host memory grown as needed */
+    int fused_ent_cap;
     struct quantize_table quantize; /* the fp8 kernel's rows to quantize, likewise */
     float *skinny_ws; /* its split-K partials and per-tile counts (skinny_launch) */
     size_t skinny_ws_cap;
@@ -363,6 +384,8 @@ static void cuda_fini(struct mp_compute *c)
     cudaFree(c->d_wire);
     cudaFree(c->skinny_ws);
     cudaFree(c->skinny_count);
+    cudaFree(c->fused_act);
+    free(c->fused_ent);
     cudaFree(c->flush_buf);
     if (c->g) {
         free(c->g->op);
@@ -904,23 +927,35 @@ __device__ __forceinline__ float bf16_at(const int4 &v, int i)
  * tile in t.ws and counts itself in t.count; the tile's last block adds the S partials, writes
  * the output and resets the count for the next launch. R sizes the registers and shared memory:
  * the fewer rows, the more blocks an SM holds, and the more loads are in flight. */
-template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_table &t)
+template <int R> struct skinny_smem {
+    float part[SKINNY_SLICES / 2][R][64]; /* 4 KiB per row */
+    float sum[R][64];
+    int last;
+};
+
+/* One output tile of skinny_ffn: column tile `ct` of an expert's m ≤ R rows (weights w0, input
+ * rows in, output rows out), `tile` its index among the launch's tiles for the split-K partials
+ * (`stride` floats apart) and counts; the shapes, scratch and counts from table `t` (a
+ * skinny_table or a fused_table). */
+template <int R, class Table>
+__device__ __forceinline__ void skinny_tile(const Table &t, int m, const void *w0, const void *in0,
+                                            bf16 *out, int ct, int tile, size_t stride,
+                                            skinny_smem<R> &sm)
 {
-    __shared__ float part[SKINNY_SLICES / 2][R][64]; /* 4 KiB per row */
-    __shared__ float sum[R][64];
-    __shared__ int last;
-    const int e = blockIdx.y, m = t.rows[e], lane = threadIdx.x & 7, slice = threadIdx.x >> 3;
-    const int S = (int)gridDim.z, tile = e * (int)gridDim.x + (int)blockIdx.x;
+    float(*part)[R][64] = sm.part;
+    float(*sum)[64] = sm.sum;
+    int &last = sm.last;
+    const int lane = threadIdx.x & 7, slice = threadIdx.x >> 3, S = (int)gridDim.z;
     /* this lane's first column in W, and its place among the block's 64 outputs */
     int col, at;
     if (t.swiglu) {
-        col = (lane >= 4 ? t.N : 0) + (int)blockIdx.x * 32 + (lane & 3) * 8;
+        col = (lane >= 4 ? t.N : 0) + ct * 32 + (lane & 3) * 8;
         at = (lane >= 4 ? 32 : 0) + (lane & 3) * 8;
     } else {
-        col = (int)blockIdx.x * 64 + lane * 8;
+        col = ct * 64 + lane * 8;
         at = lane * 8;
     }
-    const bf16 *w = (const bf16 *)t.w[e] + col, *in = (const bf16 *)t.in[e];
+    const bf16 *w = (const bf16 *)w0 + col, *in = (const bf16 *)in0;
     float acc[R][8] = {}; /* registers: indexed by unrolled constants only */
     const int groups = t.K / SKINNY_GROUP;
     for (int gi = ((int)blockIdx.z * SKINNY_SLICES) + slice; gi < groups; gi += SKINNY_SLICES * S) {
@@ -977,7 +1012,7 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
         sum[i / 64][i % 64] = s;
     }
     if (S > 1) { /* split K: the tile's last block to finish adds the partials */
-        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * SKINNY_TILE;
+        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * stride;
         for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
             mine[i] = sum[i / 64][i % 64];
         __threadfence(); /* the partial is visible device-wide before the count says so */
@@ -988,11 +1023,11 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
         if (!last)
             return;
         __threadfence();
-        const volatile float *parts = t.ws + (size_t)tile * S * SKINNY_TILE;
+        const volatile float *parts = t.ws + (size_t)tile * S * stride;
         for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
             float s = 0.0f;
             for (int z = 0; z < S; z++)
-                s += parts[(size_t)z * SKINNY_TILE + i];
+                s += parts[(size_t)z * stride + i];
             sum[i / 64][i % 64] = s;
         }
         if (threadIdx.x == 0)
@@ -1004,14 +1039,21 @@ template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_
             int r = i / 32, j = i % 32;
             float gate = __bfloat162float(__float2bfloat16(sum[r][j]));
             float up = __bfloat162float(__float2bfloat16(sum[r][32 + j]));
-            t.out[e][(size_t)r * t.ldc + blockIdx.x * 32 + j] =
-                __float2bfloat16(mp_swiglu(gate, up));
+            out[(size_t)r * t.ldc + ct * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
         }
     } else {
         for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
-            t.out[e][(size_t)(i / 64) * t.ldc + blockIdx.x * 64 + i % 64] =
-                __float2bfloat16(sum[i / 64][i % 64]);
+            out[(size_t)(i / 64) * t.ldc + ct * 64 + i % 64] = __float2bfloat16(sum[i / 64][i % 64]);
     }
+}
+
+/* skinny_ffn: expert blockIdx.y of table t, column tile blockIdx.x */
+template <int R> __device__ __forceinline__ void skinny_ffn(const struct skinny_table &t)
+{
+    __shared__ skinny_smem<R> sm;
+    const int e = blockIdx.y;
+    skinny_tile<R>(t, t.rows[e], t.w[e], t.in[e], t.out[e], (int)blockIdx.x,
+                   e * (int)gridDim.x + (int)blockIdx.x, SKINNY_TILE, sm);
 }
 
 /* skinny_ffn for tables whose experts have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
@@ -1180,6 +1222,304 @@ static int ffn_skinny(struct mp_compute *c, const struct mp_ffn_args *a)
             return MP_ERR_RUNTIME;
     }
     return MP_OK;
+}
+
+/* --gemm fused: one kernel launch per stage for every expert, the shared ones included, whatever
+ * their rows. Each block computes one piece's output tile of 64 columns (with SwiGLU: 32 gate and
+ * the matching 32 up columns, so 32 activations): a piece of at most MP_SKINNY_ROWS rows as the
+ * skinny kernel does (registers per row, every weight read once), a piece of up to FUSED_ROWS
+ * rows on the tensor cores (mma_tile). grid = (pieces, column tiles, S): the pieces of one column
+ * tile run side by side, so an expert's later pieces find its weight tile in L2. */
+#define FUSED_ROWS 64                      /* rows of a tensor-core piece */
+#define FUSED_KSTEP 32                     /* k per shared-memory stage of mma_tile */
+#define FUSED_TILE (FUSED_ROWS * 64)       /* floats of one block's partial tile */
+
+/* mma_tile's shared memory: the piece's input rows and the weight tile of one k step (bf16, rows
+ * padded to keep every 16×16 fragment 256-bit aligned), and the fp32 output tile */
+#define MMA_LDA (FUSED_KSTEP + 16) /* bf16 per staged input row */
+#define MMA_LDW (64 + 16)         /* bf16 per staged weight row */
+struct mma_smem {
+    int4 a[FUSED_ROWS][MMA_LDA / 8]; /* bf16 values, 8 to an int4 */
+    int4 w[FUSED_KSTEP][MMA_LDW / 8];
+    float c[FUSED_ROWS][64 + 8];
+    int last;
+};
+template <int R> union alignas(128) fused_smem {
+    skinny_smem<R> skinny;
+    struct mma_smem mma;
+};
+
+/* One output tile of a piece of m ≤ FUSED_ROWS rows on the tensor cores (bf16 × bf16 → fp32,
+ * wmma 16×16×16): 8 warps, warp i the 16 rows of fragment row i / 2 and 32 columns of half i % 2;
+ * each k step stages 64 input rows (zeros past m) and the 32 × 64 weight tile through shared
+ * memory, one 16-byte load per thread each. A split-K grid gives block z the k steps z, z + S, …
+ * and adds the partials as skinny_tile does (in z order), so results repeat bit for bit. */
+__device__ __forceinline__ void mma_tile(const struct fused_table &t, int m, const bf16 *w,
+                                         const bf16 *in, bf16 *out, int ct, int tile,
+                                         struct mma_smem &sm)
+{
+    using namespace nvcuda;
+    const int warp = threadIdx.x >> 5, fr = warp >> 1, fc = (warp & 1) * 2;
+    const int S = (int)gridDim.z, steps = t.K / FUSED_KSTEP;
+    /* this thread's loads: input row ar, k offset ak; weight row wr, column wc (in W) */
+    const int ar = threadIdx.x >> 2, ak = (threadIdx.x & 3) * 8;
+    const int wr = threadIdx.x >> 3, wl = (threadIdx.x & 7) * 8;
+    const int wc = t.swiglu ? (wl >= 32 ? t.N : 0) + ct * 32 + (wl & 31) : ct * 64 + wl;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int st = (int)blockIdx.z; st < steps; st += S) {
+        const int k = st * FUSED_KSTEP;
+        int4 av = {0, 0, 0, 0};
+        if (ar < m)
+            av = *(const int4 *)(in + (size_t)ar * t.lda + k + ak);
+        const int4 wv = *(const int4 *)(w + (size_t)(k + wr) * t.ldw + wc);
+        __syncthreads(); /* the last step's fragments are loaded */
+        sm.a[ar][ak / 8] = av;
+        sm.w[wr][wl / 8] = wv;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FUSED_KSTEP; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, (const bf16 *)&sm.a[fr * 16][kk / 8], MMA_LDA);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, (const bf16 *)&sm.w[kk][(fc + j) * 2], MMA_LDW);
+                wmma::mma_sync(acc[j], fa, fb, acc[j]);
+            }
+        }
+    }
+    wmma::store_matrix_sync(&sm.c[fr * 16][fc * 16], acc[0], 64 + 8, wmma::mem_row_major);
+    wmma::store_matrix_sync(&sm.c[fr * 16][(fc + 1) * 16], acc[1], 64 + 8, wmma::mem_row_major);
+    __syncthreads();
+    if (S > 1) { /* split K: the tile's last block to finish adds the partials */
+        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * FUSED_TILE;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            mine[i] = sm.c[i / 64][i % 64];
+        __threadfence(); /* the partial is visible device-wide before the count says so */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            sm.last = atomicAdd(&t.count[tile], 1) == S - 1;
+        __syncthreads();
+        if (!sm.last)
+            return;
+        __threadfence();
+        const volatile float *parts = t.ws + (size_t)tile * S * FUSED_TILE;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
+            float v = 0.0f;
+            for (int z = 0; z < S; z++)
+                v += parts[(size_t)z * FUSED_TILE + i];
+            sm.c[i / 64][i % 64] = v;
+        }
+        if (threadIdx.x == 0)
+            t.count[tile] = 0;
+        __syncthreads();
+    }
+    if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
+        for (int i = threadIdx.x; i < m * 32; i += blockDim.x) {
+            int r = i / 32, j = i % 32;
+            float gate = __bfloat162float(__float2bfloat16(sm.c[r][j]));
+            float up = __bfloat162float(__float2bfloat16(sm.c[r][32 + j]));
+            out[(size_t)r * t.ldc + ct * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
+        }
+    } else {
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            out[(size_t)(i / 64) * t.ldc + ct * 64 + i % 64] = __float2bfloat16(sm.c[i / 64][i % 64]);
+    }
+}
+
+/* The fused kernel's block: piece blockIdx.x (its entry found by bisecting t.first), column tile
+ * blockIdx.y; R: the most rows of any skinny piece in the launch. */
+template <int R> __device__ __forceinline__ void fused_ffn(const struct fused_table &t)
+{
+    __shared__ fused_smem<R> sm;
+    const int p = (int)blockIdx.x, ct = (int)blockIdx.y;
+    const int tile = ct * (int)gridDim.x + p;
+    int lo = 0, hi = t.n - 1; /* the entry i with first[i] ≤ p < first[i + 1] */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (t.first[mid] <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int e = lo, rows = t.rows[e];
+    if (rows <= MP_SKINNY_ROWS) {
+        skinny_tile<R>(t, rows, t.w[e], t.in[e], t.out[e], ct, tile, FUSED_TILE, sm.skinny);
+        return;
+    }
+    const int r0 = (p - t.first[e]) * FUSED_ROWS;
+    const int m = rows - r0 < FUSED_ROWS ? rows - r0 : FUSED_ROWS;
+    mma_tile(t, m, (const bf16 *)t.w[e], (const bf16 *)t.in[e] + (size_t)r0 * t.lda,
+             t.out[e] + (size_t)r0 * t.ldc, ct, tile, sm.mma);
+}
+
+/* fused_ffn for launches whose skinny pieces have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
+__global__ void __launch_bounds__(256) fused_ffn_r1_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused_ffn<1>(t);
+}
+__global__ void __launch_bounds__(256) fused_ffn_r2_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused_ffn<2>(t);
+}
+__global__ void __launch_bounds__(256) fused_ffn_r4_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused_ffn<4>(t);
+}
+__global__ void __launch_bounds__(256) fused_ffn_r8_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused_ffn<MP_SKINNY_ROWS>(t);
+}
+
+/* Launch the fused kernel for c->fused's entries (filled but for the shapes and pieces): pieces
+ * and R from the entries' rows, K split S ways as skinny_launch splits it (the same residency per
+ * R, a first guess for the tensor-core pieces until measured). */
+static int fused_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
+{
+    struct fused_table *t = &c->fused;
+    t->K = K;
+    t->N = N;
+    t->ldw = ldw;
+    t->lda = lda;
+    t->ldc = ldc;
+    t->swiglu = swiglu;
+    int skinny_rows = 1, mma = 0;
+    t->first[0] = 0;
+    for (int i = 0; i < t->n; i++) {
+        int r = t->rows[i];
+        if (r <= MP_SKINNY_ROWS && r > skinny_rows)
+            skinny_rows = r;
+        mma |= r > MP_SKINNY_ROWS;
+        t->first[i + 1] = t->first[i] + (r <= MP_SKINNY_ROWS ? 1 : (r + FUSED_ROWS - 1) / FUSED_ROWS);
+    }
+    const int pieces = t->first[t->n], cts = swiglu ? N / 32 : N / 64;
+    int resident = skinny_rows <= 1 ? 4 : skinny_rows <= 2 ? 3 : skinny_rows <= 4 ? 2 : 1;
+    resident = mma && resident > 2 ? 2 : resident;
+    const int S = split_k(c, pieces * cts, resident, K / SKINNY_GROUP / SKINNY_SLICES, FUSED_TILE,
+                          "fused kernel");
+    if (S < 1)
+        return MP_ERR_RUNTIME;
+    t->ws = c->skinny_ws;
+    t->count = c->skinny_count;
+    dim3 grid((unsigned)pieces, (unsigned)cts, (unsigned)S);
+    if (skinny_rows <= 1)
+        fused_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (skinny_rows <= 2)
+        fused_ffn_r2_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (skinny_rows <= 4)
+        fused_ffn_r4_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else
+        fused_ffn_r8_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Whether the fused kernel takes these shapes: whole tiles and k steps, 16-byte aligned rows. */
+static int fused_fits(const struct mp_ffn_args *a)
+{
+    if (!table_fits(a, 32, 64))
+        return 0;
+    for (int s = 0; s < a->nshared; s++)
+        if ((uintptr_t)a->wgu[a->nexp + s] % 16 || (uintptr_t)a->wd[a->nexp + s] % 16)
+            return 0;
+    return !a->nshared || ((uintptr_t)a->shared_in % 16 == 0 && (uintptr_t)a->shared_out % 16 == 0);
+}
+
+/* An FFN entry of the fused kernel: an expert's rows, weights, input and output rows, and where
+ * its activations go. */
+struct fused_entry {
+    long rows;
+    const void *wgu, *wd;
+    const bf16 *in;
+    bf16 *act, *out;
+};
+
+/* Both stages for entries [0, n) of `ent`, SKINNY_TABLE at a time. */
+static int fused_stages(struct mp_compute *c, const struct fused_entry *ent, int n, int H, int Dl)
+{
+    struct fused_table *t = &c->fused;
+    for (int i0 = 0; i0 < n; i0 += SKINNY_TABLE) {
+        t->n = n - i0 < SKINNY_TABLE ? n - i0 : SKINNY_TABLE;
+        for (int i = 0; i < t->n; i++) { /* [gate | up] with SwiGLU into the activations */
+            t->rows[i] = (int)ent[i0 + i].rows;
+            t->w[i] = ent[i0 + i].wgu;
+            t->in[i] = ent[i0 + i].in;
+            t->out[i] = ent[i0 + i].act;
+        }
+        if (fused_launch(c, H, Dl, 2 * Dl, H, Dl, 1) != MP_OK)
+            return MP_ERR_RUNTIME;
+        for (int i = 0; i < t->n; i++) { /* the down projection */
+            t->w[i] = ent[i0 + i].wd;
+            t->in[i] = ent[i0 + i].act;
+            t->out[i] = ent[i0 + i].out;
+        }
+        if (fused_launch(c, Dl, H, H, Dl, H, 0) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
+/* --gemm fused: every expert with rows and every shared expert (a->nshared) through the fused
+ * kernel, one launch per stage for up to SKINNY_TABLE of them; the activations (rows × Dl) in a
+ * buffer of the backend's, grown on a first (untimed) call, never in a capture. Shapes the kernel
+ * does not take run as the loop. */
+static int ffn_fused(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    const int H = a->H, Dl = a->Dl, n = a->nexp + a->nshared;
+    const long base = a->row_off[0], routed = a->row_off[a->nexp] - base;
+    if (!fused_fits(a)) {
+        for (int e = 0; e < a->nexp; e++)
+            if (ffn_one_expert(c, a, e, (bf16 *)a->work) != MP_OK)
+                return MP_ERR_RUNTIME;
+        const long off[2] = {0, a->shared_rows};
+        for (int s = 0; s < a->nshared; s++) {
+            struct mp_ffn_args one = *a;
+            one.in = a->shared_in;
+            one.out = (bf16 *)a->shared_out + (size_t)s * a->shared_rows * H;
+            one.row_off = off;
+            one.nexp = 1;
+            one.wgu = a->wgu + a->nexp + s;
+            one.wd = a->wd + a->nexp + s;
+            if (ffn_one_expert(c, &one, 0, (bf16 *)a->work) != MP_OK)
+                return MP_ERR_RUNTIME;
+        }
+        return MP_OK;
+    }
+    const size_t act = ((size_t)routed + (size_t)a->nshared * (size_t)a->shared_rows) * Dl * sizeof(bf16);
+    if (act > c->fused_act_cap) {
+        if (c->capturing) {
+            mp_error("--graph: the fused FFN's activations (%zu bytes) were not reserved before "
+                     "the capture", act);
+            return MP_ERR_RUNTIME;
+        }
+        if (grow((void **)&c->fused_act, &c->fused_act_cap, act) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    if (n > c->fused_ent_cap) {
+        void *more = realloc(c->fused_ent, (size_t)n * sizeof *c->fused_ent);
+        if (!more) {
+            mp_error("out of memory for the fused FFN's %d experts", n);
+            return MP_ERR_RUNTIME;
+        }
+        c->fused_ent = (struct fused_entry *)more;
+        c->fused_ent_cap = n;
+    }
+    struct fused_entry *ent = c->fused_ent;
+    int m = 0;
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], rows = a->row_off[e + 1] - r0;
+        if (rows > 0)
+            ent[m++] = (struct fused_entry){rows, a->wgu[e], a->wd[e], (const bf16 *)a->in + r0 * H,
+                                            c->fused_act + (r0 - base) * Dl, (bf16 *)a->out + r0 * H};
+    }
+    for (int s = 0; s < a->nshared && a->shared_rows > 0; s++)
+        ent[m++] = (struct fused_entry){a->shared_rows, a->wgu[a->nexp + s], a->wd[a->nexp + s],
+                                        (const bf16 *)a->shared_in,
+                                        c->fused_act + (routed + (long)s * a->shared_rows) * Dl,
+                                        (bf16 *)a->shared_out + (size_t)s * a->shared_rows * H};
+    return m > 0 ? fused_stages(c, ent, m, H, Dl) : MP_OK;
 }
 
 /* --weight-dtype fp8: the expert FFN on fp8 images (base/fp8.h: K-major e4m3 codes, one fp32 scale
@@ -1690,6 +2030,8 @@ static int cuda_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
         return ffn_grouped(c, a);
     if (a->gemm == MP_GEMM_SKINNY)
         return ffn_skinny(c, a);
+    if (a->gemm == MP_GEMM_FUSED)
+        return ffn_fused(c, a);
     for (int e = 0; e < a->nexp; e++)
         if (ffn_one_expert(c, a, e, (bf16 *)a->work) != MP_OK)
             return MP_ERR_RUNTIME;
@@ -2242,8 +2584,9 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .graph = 1,
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
-    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,
     .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .shared_gemm_modes = 1u << MP_GEMM_FUSED,
     .preselect = cuda_preselect,
     .init = cuda_init,
     .fini = cuda_fini,

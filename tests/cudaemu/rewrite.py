@@ -31,8 +31,9 @@ def kernel_bodies(src):
 
 
 def barrier_functions(src):
-    """Names of the __device__ functions (templates too) whose bodies call __syncthreads."""
-    names = set()
+    """Names of the __device__ functions (templates too) whose bodies call __syncthreads, themselves
+    or through other such functions."""
+    bodies = {}
     for m in re.finditer(r'__device__[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*\{', src):
         depth, i = 0, m.end() - 1
         while True:
@@ -40,9 +41,14 @@ def barrier_functions(src):
             if depth == 0:
                 break
             i += 1
-        if '__syncthreads' in src[m.end():i]:
-            names.add(m.group(1))
-    return names
+        bodies[m.group(1)] = bodies.get(m.group(1), '') + src[m.end():i]
+    names = {n for n, body in bodies.items() if '__syncthreads' in body}
+    while True:
+        more = {n for n, body in bodies.items()
+                if n not in names and any(re.search(rf'\b{h}\s*[<(]', body) for h in names)}
+        if not more:
+            return names
+        names |= more
 
 
 def main():

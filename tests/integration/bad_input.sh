@@ -50,6 +50,7 @@ expect --placement $SMALL --placement sideways
 expect --gemm $SMALL --gemm tiled
 expect "--gemm skinny" $SMALL --gemm skinny
 expect "--gemm grouped" $SMALL --gemm grouped
+expect "--gemm fused" $SMALL --gemm fused
 expect /nonexistent $SMALL --routing trace:/nonexistent/trace.csv
 expect bad-trace.csv $SMALL --routing trace:$TMP/bad-trace.csv
 expect narrow-trace.csv $SMALL --topk 2 --experts 8 --routing trace:$TMP/narrow-trace.csv

@@ -19,25 +19,26 @@ cuda) shrink='s/--hidden [0-9]+//; s/--ffn [0-9]+/--ffn 64 --hidden 128/'
 *) fail "MOEPERF_GPU_CHECK_ON=$on: cpu or cuda" ;;
 esac
 
-# the script's command lines, continuations joined
+# the script's command lines, continuations joined, each after the GEMM variants of the `for g in
+# ...; do` loop it is in ("-" outside one) and a tab
 awk '{ if (sub(/\\$/, "")) { buf = buf $0; next } print buf $0; buf = "" }' "$SRC/ci/gpu-check" |
-    grep -E '^ *limit [0-9]+ "\$B/bench/moeperf-(layer|ffn)"' >"$TMP/cmds"
+    awk '/^for g in [a-z ]+; do$/ { g = $0; sub(/^for g in /, "", g); sub(/; do$/, "", g); next }
+         /^done$/ { g = "" }
+         /^ *limit [0-9]+ "\$B\/bench\/moeperf-(layer|ffn)"/ { print (g == "" ? "-" : g) "\t" $0 }' >"$TMP/cmds"
 n=$(wc -l <"$TMP/cmds")
 [ "$n" -ge 5 ] || fail "expected at least 5 moeperf command lines in ci/gpu-check, found $n"
-# the GEMM variants the script's `for g in ...` loops run their $g lines with, each once (the
-# loops name the same ones)
-g_list=$(sed -nE 's/^for g in ([a-z ]+); do$/\1/p' "$SRC/ci/gpu-check" | tr ' ' '\n' | awk 'NF && !seen[$0]++' |
-    tr '\n' ' ')
+g_list=$(cut -f1 "$TMP/cmds" | tr ' ' '\n' | awk 'NF && $0 != "-" && !seen[$0]++' | tr '\n' ' ')
 [ "$(wc -w <<<"$g_list")" -ge 3 ] || fail "no 'for g in' loop over the GEMM variants in ci/gpu-check"
 i=0
 declare -A ran # the shrunk command lines already run: on the cpu backend the GEMM variants are one
-while IFS= read -r line; do
+while IFS=$'\t' read -r loop line; do
     tool=$(printf '%s\n' "$line" | grep -oE 'moeperf-(layer|ffn)')
     base=$(printf '%s\n' "$line" | sed -E 's/.*"\$B\/bench\/moeperf-(layer|ffn)"//; s/\|\|.*$//;
         '"$shrink"'; s/--out [^ ]+//; s/--batch [^ ]+/--batch 1,7/; s/--iters [0-9]+/--iters 1/')
     grep -q -- '--ffn ' <<<"$base" || fail "a line sets no --ffn, which the cuda run shrinks: $line"
     gemms=-
-    grep -qF -- '$g' <<<"$base" && gemms=$g_list # the script's `for g in ...`
+    grep -qF -- '$g' <<<"$base" && gemms=$loop # its `for g in ...` loop's variants
+    [ "$gemms" != - ] || ! grep -qF -- '$g' <<<"$base" || fail "a \$g line outside a 'for g in' loop: $line"
     for g in $gemms; do
         i=$((i + 1))
         args=${base//\$g/$g}
@@ -72,11 +73,14 @@ done <"$TMP/cmds"
 if [ "$on" = cuda ]; then
     "$SRC/ci/ffn-table" "$TMP"/ffn-*/ffn.csv >"$TMP/table" || fail "ci/ffn-table exited $?"
     cat "$TMP/table"
-    for v in loop grouped skinny loop+graph grouped+graph skinny+graph; do
+    for v in loop grouped skinny fused loop+graph grouped+graph skinny+graph fused+graph; do
         head -2 "$TMP/table" | tail -1 | grep -qF " ${v}_us " || fail "the FFN table has no $v column"
     done
-    # a row per batch (1 and 7), 2 + 6·3 numeric columns each
-    n=$(awk 'NF == 20 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
+    # a row per batch (1 and 7), 2 + 8·3 numeric columns each
+    n=$(awk 'NF == 26 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
     [ "$n" -eq 2 ] || fail "the FFN table has $n complete batch rows, expected 2"
+    # the targets' judges: a verdict on batch 1 (the stand-in's times miss every target)
+    "$SRC/ci/ffn-targets" "$TMP/ffn-fused+graph/ffn.csv" >"$TMP/targets" && fail "ci/ffn-targets met a target on the stand-in: $(cat "$TMP/targets")"
+    grep -qE '^fused\+graph +batch +1 .*MISSED$' "$TMP/targets" || fail "ci/ffn-targets judged no batch 1: $(cat "$TMP/targets")"
 fi
 echo PASS

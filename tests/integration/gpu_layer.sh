@@ -2,8 +2,8 @@
 # gpu_layer.sh - the whole layer on the GPU path (--backend cuda --comm nccl, one rank per GPU):
 # --check against the reference for every routing and placement, in both dispatch modes, with a
 # group limit, with grouped GEMMs and the two-stream pipeline, and with padded points replayed as
-# CUDA Graphs (GEMM loop, and grouped or skinny with two shared experts: several captured argument
-# blocks); the skinny GEMMs on small and large experts; moeperf-a2a on nccl; --dedup pair, rank
+# CUDA Graphs (GEMM loop, and grouped, skinny or fused with two shared experts: several captured
+# argument blocks); the skinny GEMMs on small and large experts; the fused kernel, pipelined too; moeperf-a2a on nccl; --dedup pair, rank
 # and node with --check (tp1ep2 and tp2ep2, gate and uniform routings, contiguous and
 # replicate-hot:2), their rows those of the cpu backend, and rank and node in padded slots and
 # pipelined (tp1ep2), their rows and drops those of the cpu backend; --expert-cache in every
@@ -56,6 +56,12 @@ layer $np --shared 1 --batch 7,64 --routing hot:2:15 --gemm skinny --overlap 2 \
     --out "$TMP/gpu-skinny-overlap"
 layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm skinny \
     --out "$TMP/gpu-graph-skinny"
+# fused: every expert and the two shared ones in one launch per stage (decode tiles at batch 1,
+# tensor-core pieces at 64), pipelined too, and replayed
+layer $np --shared 2 --batch 1,64 --routing uniform,hot:2:15 --dispatch dynamic \
+    --gemm fused --overlap 1,2 --out "$TMP/gpu-fused"
+layer $np --shared 2 --batch 1,64 --routing hot:2:15 --dispatch padded --graph --gemm fused \
+    --out "$TMP/gpu-graph-fused"
 # --expert-cache: every policy with fewer slots than local experts, a miss fetched on the copy
 # stream (on the stand-in in both schedules: a fetch that does not wait for its slot's last FFN,
 # or an FFN that does not wait for its fetch, fails --check in one of them); each rank's hits and

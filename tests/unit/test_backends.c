@@ -140,6 +140,12 @@ static void test_broken_compute(void)
     t = mp_compute_cpu;
     t.weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16);
     CHECK(compute_refused(&t, "fp8 gemm modes without fp8 weights"));
+    t = mp_compute_cpu;
+    t.shared_gemm_modes = 1u << MP_GEMM_FUSED;
+    CHECK(compute_refused(&t, "shared experts in the call of a gemm mode the backend lacks"));
+    t = mp_compute_cpu;
+    t.gemm_modes = 1u << MP_GEMM_COUNT;
+    CHECK(compute_refused(&t, "a gemm mode past the last"));
     for (int i = 0; mp_compute_backends[i]; i++) { /* the device backends (cuda) */
         const struct mp_compute_ops *o = mp_compute_backends[i];
         if (o->memory != MP_MEMORY_DEVICE)

@@ -1,6 +1,8 @@
 /* test_kernels.c - the cpu backend's kernels against the plain-loop reference: gate choices, FFN
- * of one expert, TP shards that sum to the full FFN, and the weighted combine. */
+ * of one expert, TP shards that sum to the full FFN, and the weighted combine; and the calls
+ * mp_compute_expert_ffn makes for shared experts. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "compute.h"
@@ -14,8 +16,72 @@
 #define KK 2
 #define T 9
 
+/* the expert_ffn calls a recording backend received */
+static struct mp_ffn_args calls[8];
+static long call_rows[8][2];
+static int ncalls;
+static int record_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    (void)c;
+    if (ncalls < 8) {
+        calls[ncalls] = *a;
+        call_rows[ncalls][0] = a->row_off[0]; /* the row offsets may live on the caller's stack */
+        call_rows[ncalls][1] = a->row_off[a->nexp > 0 ? 1 : 0];
+    }
+    ncalls++;
+    return MP_OK;
+}
+
+/* mp_compute_expert_ffn: shared experts in the same call where shared_gemm_modes has the mode,
+ * else the routed call then one call per shared expert, each on its own output rows */
+static void check_shared_calls(void)
+{
+    struct mp_compute_ops rec = mp_compute_cpu;
+    rec.expert_ffn = record_ffn;
+    void *w[5] = {(void *)0x10, (void *)0x20, (void *)0x30, (void *)0x40, (void *)0x50};
+    long off[4] = {0, 2, 2, 5};
+    float in[5], xs[3], out[5 * 4 + 2 * 3 * 4];
+    struct mp_ffn_args a = {.in = in, .out = out, .row_off = off, .nexp = 3, .wgu = w, .wd = w,
+                            .H = 4, .Dl = 2, .gemm = MP_GEMM_FUSED, .nshared = 2,
+                            .shared_rows = 3, .shared_in = xs, .shared_out = out + 5 * 4};
+    ncalls = 0;
+    CHECK_INT(mp_compute_expert_ffn(&rec, NULL, &a), MP_OK);
+    CHECK_INT(ncalls, 3); /* cpu has no mode with shared experts in the call */
+    CHECK_INT(calls[0].nexp, 3);
+    CHECK_INT(calls[0].nshared, 0);
+    for (int s = 0; s < 2; s++) {
+        const struct mp_ffn_args *k = &calls[1 + s];
+        CHECK_INT(k->nexp, 1);
+        CHECK_INT(k->nshared, 0);
+        CHECK(k->in == xs);
+        CHECK(k->out == out + 5 * 4 + s * 3 * 4);
+        CHECK(k->wgu[0] == w[3 + s] && k->wd[0] == w[3 + s]);
+        CHECK_INT(call_rows[1 + s][0], 0);
+        CHECK_INT(call_rows[1 + s][1], 3);
+    }
+    rec.gemm_modes = 1u << MP_GEMM_FUSED;
+    rec.shared_gemm_modes = 1u << MP_GEMM_FUSED;
+    ncalls = 0;
+    CHECK_INT(mp_compute_expert_ffn(&rec, NULL, &a), MP_OK);
+    CHECK_INT(ncalls, 1);
+    CHECK(memcmp(&calls[0], &a, sizeof a) == 0);
+    a.gemm = MP_GEMM_LOOP; /* a mode without: split again */
+    ncalls = 0;
+    CHECK_INT(mp_compute_expert_ffn(&rec, NULL, &a), MP_OK);
+    CHECK_INT(ncalls, 3);
+    a.nexp = 0; /* no routed experts (the expert cache's way): the shared ones only */
+    ncalls = 0;
+    CHECK_INT(mp_compute_expert_ffn(&rec, NULL, &a), MP_OK);
+    CHECK_INT(ncalls, 2);
+    a.shared_rows = 0; /* no tokens: nothing */
+    ncalls = 0;
+    CHECK_INT(mp_compute_expert_ffn(&rec, NULL, &a), MP_OK);
+    CHECK_INT(ncalls, 0);
+}
+
 int main(void)
 {
+    check_shared_calls();
     const struct mp_compute_ops *o = &mp_compute_cpu;
     struct mp_compute *c;
     CHECK_INT(o->init(&c, 0), MP_OK);
