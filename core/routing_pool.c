@@ -63,8 +63,7 @@ int mp_layer_route(struct mp_layer *L, struct mp_routing_pool *pool, int d, long
 void mp_layer_free_pinned(struct mp_layer *L)
 {
     if (L->ops->host_free) {
-        L->ops->host_free(L->dev, L->pin_ids);
-        L->ops->host_free(L->dev, L->pin_rw);
+        L->ops->host_free(L->dev, L->pin_ids); /* pin_rw lies in the same block */
         L->ops->host_free(L->dev, L->pin_noise);
     }
     L->pin_ids = NULL;
@@ -85,14 +84,16 @@ int mp_layer_pin_routing(struct mp_layer *L, struct mp_routing_pool *pool, int d
             goto oom;
     }
     if (!pool->noise && L->pin_ids_n < pairs) {
+        /* ids and weights in one page-locked block, the weights right after this point's ids:
+         * a backend copies both at once (plan_build) */
         o->host_free(L->dev, L->pin_ids);
-        o->host_free(L->dev, L->pin_rw);
-        L->pin_ids = o->host_alloc(L->dev, pairs * sizeof(int32_t));
-        L->pin_rw = o->host_alloc(L->dev, pairs * sizeof(float));
-        L->pin_ids_n = L->pin_ids && L->pin_rw ? pairs : 0;
+        L->pin_ids = o->host_alloc(L->dev, pairs * (sizeof(int32_t) + sizeof(float)));
+        L->pin_ids_n = L->pin_ids ? pairs : 0;
         if (!L->pin_ids_n)
             goto oom;
     }
+    if (!pool->noise)
+        L->pin_rw = (float *)(void *)(L->pin_ids + (ntok > 0 ? (size_t)ntok * K : 0));
     if (ntok <= 0)
         return MP_OK;
     if (pool->noise)

@@ -186,7 +186,8 @@ struct mp_compute_ops {
      * send order crosses to the host (required of a backend the layer runs on). plan_setup (per point, untimed) sizes it for `s`
      * and returns in *totals a host array of s->ncells that plan_build fills with the pairs of
      * each cell. plan_build sorts this iteration's pairs stably by cell: the routing comes from
-     * host arrays ids/w [ntok·K] (page-locked under a graph capture), or with ids == NULL from the
+     * host arrays ids/w [ntok·K] (page-locked under a graph capture; where w starts right after
+     * ids' ntok·K entries a backend may copy both at once), or with ids == NULL from the
      * last gate(). With `wait` it returns once totals hold the counts (the dynamic dispatcher's one
      * host sync); without, they are valid after the next sync. */
     int (*plan_setup)(struct mp_compute *c, const struct mp_dplan_shape *s, const int32_t **totals);

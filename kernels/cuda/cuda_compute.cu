@@ -45,8 +45,9 @@ static struct mp_cublas_entry cublas;
 static struct mp_cublaslt_entry cublaslt;
 
 /* The dispatch plan built on the device (plan_setup/plan_build): pairs keyed by cell, sorted
- * stably with CUB's radix sort, cells' starts from an exclusive scan of their counts, then every
- * pair's send row (kernels/dplan.h). Sized once per point. */
+ * stably by it, cells' starts from an exclusive scan of their counts, then every pair's send row
+ * (kernels/dplan.h); in one block of one launch for few pairs (route_plan_kernel), else with
+ * CUB's radix sort and scan. Sized once per point. */
 struct device_plan {
     struct mp_dplan_shape s; /* route_off/route_cell: NULL (the table lives on the device) */
     long npairs, rows;       /* rows: ntok·K (dynamic) or ncells·cap (padded) */
@@ -58,7 +59,7 @@ struct device_plan {
     float *d_w;                                              /* [rows] */
     int32_t *d_row_of_pair; /* [npairs] each pair's send row, −1 if it has none (dropped) */
     const float *pair_w;    /* [npairs] the routing weights of the last build, in pair order */
-    int32_t *d_in_ids;                                       /* [npairs] a handed-over routing */
+    int32_t *d_in_ids; /* [npairs] a handed-over routing, then its weights (d_in_w) */
     float *d_in_w;
     void *d_temp;
     size_t temp_bytes;
@@ -147,6 +148,12 @@ struct mp_compute {
     size_t ids_cap;
     float *d_w;
     size_t w_cap;
+    /* a gate whose result stays on the device (ids NULL): its logits are in d_logits, and its
+     * top-k runs with the next plan_build (in route_plan_kernel where the plan fits one block) */
+    struct {
+        int on, noise, E, K, G, M;
+        long ntok;
+    } gate_pending;
     float *d_acc;
     size_t acc_cap;
     /* fp8_pack/fp8_unpack's staging of packed rows (grown outside a capture, never shrunk) */
@@ -320,8 +327,7 @@ static void plan_free(struct device_plan *p)
     cudaFree(p->d_tok);
     cudaFree(p->d_w);
     cudaFree(p->d_row_of_pair);
-    cudaFree(p->d_in_ids);
-    cudaFree(p->d_in_w);
+    cudaFree(p->d_in_ids); /* d_in_w lies in the same block */
     cudaFree(p->d_temp);
     cudaFreeHost(p->h_totals);
     memset(p, 0, sizeof *p);
@@ -496,6 +502,21 @@ __global__ void gate_topk_kernel(float *logits, const float *noise, long ntok, i
     mp_topk_weights(l, K, ids + t * K, w + t * K);
 }
 
+/* The pending gate's top-k and weights (c->gate_pending) into d_ids/d_w, on their own. */
+static int gate_flush(struct mp_compute *c)
+{
+    if (!c->gate_pending.on)
+        return MP_OK;
+    const long ntok = c->gate_pending.ntok;
+    const int threads = 128;
+    c->gate_pending.on = 0;
+    gate_topk_kernel<<<(unsigned)((ntok + threads - 1) / threads), threads, 0, c->stream>>>(
+        c->d_logits, c->gate_pending.noise ? c->d_noise : NULL, ntok, c->gate_pending.E,
+        c->gate_pending.K, c->gate_pending.G, c->gate_pending.M, c->d_ids, c->d_w);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
 static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
                      long ntok, int H, int E, int K, int G, int M, int32_t *ids, float *w)
 {
@@ -511,12 +532,17 @@ static int cuda_gate(struct mp_compute *c, const void *x, const void *wg, const 
     if (noise)
         CUDACHECK(cudaMemcpyAsync(c->d_noise, noise, nl * sizeof(float), cudaMemcpyHostToDevice,
                                   c->stream));
-    int threads = 128;
-    gate_topk_kernel<<<(unsigned)((ntok + threads - 1) / threads), threads, 0, c->stream>>>(
-        c->d_logits, noise ? c->d_noise : NULL, ntok, E, K, G, M, c->d_ids, c->d_w);
-    CUDACHECK(cudaGetLastError());
-    if (!ids) /* plan_build sorts it where it is */
+    c->gate_pending.on = 1;
+    c->gate_pending.noise = noise != NULL;
+    c->gate_pending.ntok = ntok;
+    c->gate_pending.E = E;
+    c->gate_pending.K = K;
+    c->gate_pending.G = G;
+    c->gate_pending.M = M;
+    if (!ids) /* plan_build takes the top-k with the plan */
         return MP_OK;
+    if (gate_flush(c) != MP_OK)
+        return MP_ERR_RUNTIME;
     /* the dispatch plan is built on the host: a host sync */
     CUDACHECK(cudaMemcpyAsync(ids, c->d_ids, nk * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
     CUDACHECK(cudaMemcpyAsync(w, c->d_w, nk * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
@@ -933,6 +959,54 @@ template <int R> struct skinny_smem {
     int last;
 };
 
+/* The end of one output tile of 64 image columns (with SwiGLU 32 gate then the matching 32 up
+ * columns, else 64 outputs) for m rows, its sums in sum[r·ld + q] (every thread's written and
+ * synchronized): with a split-K grid (grid.z = S > 1) each block leaves its partial in t.ws
+ * (`stride` floats per partial) and counts itself in t.count[tile]; the tile's last block adds the
+ * S partials in z order (so results repeat bit for bit), resets the count for the next launch and
+ * writes the outputs, at column tile ct of out (row stride t.ldc): SwiGLU of gate and up, each
+ * rounded to bf16 first as the GEMM paths store them, or the sums. */
+template <class Table>
+__device__ __forceinline__ void tile_finish(const Table &t, int m, float *sum, int ld, int &last,
+                                            bf16 *out, int ct, int tile, size_t stride)
+{
+    const int S = (int)gridDim.z;
+    if (S > 1) {
+        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * stride;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            mine[i] = sum[(i / 64) * ld + i % 64];
+        __threadfence(); /* the partial is visible device-wide before the count says so */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last = atomicAdd(&t.count[tile], 1) == S - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+        const volatile float *parts = t.ws + (size_t)tile * S * stride;
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
+            float v = 0.0f;
+            for (int z = 0; z < S; z++)
+                v += parts[(size_t)z * stride + i];
+            sum[(i / 64) * ld + i % 64] = v;
+        }
+        if (threadIdx.x == 0)
+            t.count[tile] = 0;
+        __syncthreads();
+    }
+    if (t.swiglu) {
+        for (int i = threadIdx.x; i < m * 32; i += blockDim.x) {
+            int r = i / 32, j = i % 32;
+            float gate = __bfloat162float(__float2bfloat16(sum[r * ld + j]));
+            float up = __bfloat162float(__float2bfloat16(sum[r * ld + 32 + j]));
+            out[(size_t)r * t.ldc + ct * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
+        }
+    } else {
+        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
+            out[(size_t)(i / 64) * t.ldc + ct * 64 + i % 64] = __float2bfloat16(sum[(i / 64) * ld + i % 64]);
+    }
+}
+
 /* One output tile of skinny_ffn: column tile `ct` of an expert's m ≤ R rows (weights w0, input
  * rows in, output rows out), `tile` its index among the launch's tiles for the split-K partials
  * (`stride` floats apart) and counts; the shapes, scratch and counts from table `t` (a
@@ -944,7 +1018,6 @@ __device__ __forceinline__ void skinny_tile(const Table &t, int m, const void *w
 {
     float(*part)[R][64] = sm.part;
     float(*sum)[64] = sm.sum;
-    int &last = sm.last;
     const int lane = threadIdx.x & 7, slice = threadIdx.x >> 3, S = (int)gridDim.z;
     /* this lane's first column in W, and its place among the block's 64 outputs */
     int col, at;
@@ -1011,40 +1084,8 @@ __device__ __forceinline__ void skinny_tile(const Table &t, int m, const void *w
             s += part[p][i / 64][i % 64];
         sum[i / 64][i % 64] = s;
     }
-    if (S > 1) { /* split K: the tile's last block to finish adds the partials */
-        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * stride;
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
-            mine[i] = sum[i / 64][i % 64];
-        __threadfence(); /* the partial is visible device-wide before the count says so */
-        __syncthreads();
-        if (threadIdx.x == 0)
-            last = atomicAdd(&t.count[tile], 1) == S - 1;
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence();
-        const volatile float *parts = t.ws + (size_t)tile * S * stride;
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
-            float s = 0.0f;
-            for (int z = 0; z < S; z++)
-                s += parts[(size_t)z * stride + i];
-            sum[i / 64][i % 64] = s;
-        }
-        if (threadIdx.x == 0)
-            t.count[tile] = 0;
-    }
     __syncthreads();
-    if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
-        for (int i = threadIdx.x; i < m * 32; i += blockDim.x) {
-            int r = i / 32, j = i % 32;
-            float gate = __bfloat162float(__float2bfloat16(sum[r][j]));
-            float up = __bfloat162float(__float2bfloat16(sum[r][32 + j]));
-            out[(size_t)r * t.ldc + ct * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
-        }
-    } else {
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
-            out[(size_t)(i / 64) * t.ldc + ct * 64 + i % 64] = __float2bfloat16(sum[i / 64][i % 64]);
-    }
+    tile_finish(t, m, &sum[0][0], 64, sm.last, out, ct, tile, stride);
 }
 
 /* skinny_ffn: expert blockIdx.y of table t, column tile blockIdx.x */
@@ -1293,40 +1334,21 @@ __device__ __forceinline__ void mma_tile(const struct fused_table &t, int m, con
     wmma::store_matrix_sync(&sm.c[fr * 16][fc * 16], acc[0], 64 + 8, wmma::mem_row_major);
     wmma::store_matrix_sync(&sm.c[fr * 16][(fc + 1) * 16], acc[1], 64 + 8, wmma::mem_row_major);
     __syncthreads();
-    if (S > 1) { /* split K: the tile's last block to finish adds the partials */
-        float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * FUSED_TILE;
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
-            mine[i] = sm.c[i / 64][i % 64];
-        __threadfence(); /* the partial is visible device-wide before the count says so */
-        __syncthreads();
-        if (threadIdx.x == 0)
-            sm.last = atomicAdd(&t.count[tile], 1) == S - 1;
-        __syncthreads();
-        if (!sm.last)
-            return;
-        __threadfence();
-        const volatile float *parts = t.ws + (size_t)tile * S * FUSED_TILE;
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x) {
-            float v = 0.0f;
-            for (int z = 0; z < S; z++)
-                v += parts[(size_t)z * FUSED_TILE + i];
-            sm.c[i / 64][i % 64] = v;
-        }
-        if (threadIdx.x == 0)
-            t.count[tile] = 0;
-        __syncthreads();
+    tile_finish(t, m, &sm.c[0][0], 64 + 8, sm.last, out, ct, tile, FUSED_TILE);
+}
+
+/* The entry whose pieces hold piece p: the i with first[i] ≤ p < first[i + 1], by bisection. */
+__device__ __forceinline__ int fused_entry_of(const struct fused_table &t, int p)
+{
+    int lo = 0, hi = t.n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (t.first[mid] <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
-    if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
-        for (int i = threadIdx.x; i < m * 32; i += blockDim.x) {
-            int r = i / 32, j = i % 32;
-            float gate = __bfloat162float(__float2bfloat16(sm.c[r][j]));
-            float up = __bfloat162float(__float2bfloat16(sm.c[r][32 + j]));
-            out[(size_t)r * t.ldc + ct * 32 + j] = __float2bfloat16(mp_swiglu(gate, up));
-        }
-    } else {
-        for (int i = threadIdx.x; i < m * 64; i += blockDim.x)
-            out[(size_t)(i / 64) * t.ldc + ct * 64 + i % 64] = __float2bfloat16(sm.c[i / 64][i % 64]);
-    }
+    return lo;
 }
 
 /* The fused kernel's block: piece blockIdx.x (its entry found by bisecting t.first), column tile
@@ -1336,15 +1358,7 @@ template <int R> __device__ __forceinline__ void fused_ffn(const struct fused_ta
     __shared__ fused_smem<R> sm;
     const int p = (int)blockIdx.x, ct = (int)blockIdx.y;
     const int tile = ct * (int)gridDim.x + p;
-    int lo = 0, hi = t.n - 1; /* the entry i with first[i] ≤ p < first[i + 1] */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (t.first[mid] <= p)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    const int e = lo, rows = t.rows[e];
+    const int e = fused_entry_of(t, p), rows = t.rows[e];
     if (rows <= MP_SKINNY_ROWS) {
         skinny_tile<R>(t, rows, t.w[e], t.in[e], t.out[e], ct, tile, FUSED_TILE, sm.skinny);
         return;
@@ -1373,28 +1387,40 @@ __global__ void __launch_bounds__(256) fused_ffn_r8_kernel(const __grid_constant
     fused_ffn<MP_SKINNY_ROWS>(t);
 }
 
-/* Launch the fused kernel for c->fused's entries (filled but for the shapes and pieces): pieces
- * and R from the entries' rows, K split S ways as skinny_launch splits it (the same residency per
- * R, a first guess for the tensor-core pieces until measured). */
-static int fused_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
+/* Fill c->fused's shapes and its entries' pieces (first[]); return the pieces, and in
+ * *skinny_rows the most rows of a skinny piece (at least 1) and in *mma whether any entry has
+ * tensor-core pieces. */
+static int fused_pieces(struct fused_table *t, int K, int N, int ldw, int lda, int ldc, int swiglu,
+                        int *skinny_rows, int *mma)
 {
-    struct fused_table *t = &c->fused;
     t->K = K;
     t->N = N;
     t->ldw = ldw;
     t->lda = lda;
     t->ldc = ldc;
     t->swiglu = swiglu;
-    int skinny_rows = 1, mma = 0;
+    *skinny_rows = 1;
+    *mma = 0;
     t->first[0] = 0;
     for (int i = 0; i < t->n; i++) {
         int r = t->rows[i];
-        if (r <= MP_SKINNY_ROWS && r > skinny_rows)
-            skinny_rows = r;
-        mma |= r > MP_SKINNY_ROWS;
+        if (r <= MP_SKINNY_ROWS && r > *skinny_rows)
+            *skinny_rows = r;
+        *mma |= r > MP_SKINNY_ROWS;
         t->first[i + 1] = t->first[i] + (r <= MP_SKINNY_ROWS ? 1 : (r + FUSED_ROWS - 1) / FUSED_ROWS);
     }
-    const int pieces = t->first[t->n], cts = swiglu ? N / 32 : N / 64;
+    return t->first[t->n];
+}
+
+/* Launch the fused kernel for c->fused's entries (filled but for the shapes and pieces): pieces
+ * and R from the entries' rows, K split S ways as skinny_launch splits it (the same residency per
+ * R, a first guess for the tensor-core pieces until measured). */
+static int fused_launch(struct mp_compute *c, int K, int N, int ldw, int lda, int ldc, int swiglu)
+{
+    struct fused_table *t = &c->fused;
+    int skinny_rows, mma;
+    const int pieces = fused_pieces(t, K, N, ldw, lda, ldc, swiglu, &skinny_rows, &mma);
+    const int cts = swiglu ? N / 32 : N / 64;
     int resident = skinny_rows <= 1 ? 4 : skinny_rows <= 2 ? 3 : skinny_rows <= 4 ? 2 : 1;
     resident = mma && resident > 2 ? 2 : resident;
     const int S = split_k(c, pieces * cts, resident, K / SKINNY_GROUP / SKINNY_SLICES, FUSED_TILE,
@@ -1432,7 +1458,7 @@ static int fused_fits(const struct mp_ffn_args *a)
 struct fused_entry {
     long rows;
     const void *wgu, *wd;
-    const bf16 *in;
+    const void *in; /* bf16 rows, or quantized rows (fp8) */
     bf16 *act, *out;
 };
 
@@ -1458,6 +1484,21 @@ static int fused_stages(struct mp_compute *c, const struct fused_entry *ent, int
         if (fused_launch(c, Dl, H, H, Dl, H, 0) != MP_OK)
             return MP_ERR_RUNTIME;
     }
+    return MP_OK;
+}
+
+/* Room for n entries of the fused FFN (host memory, grown as needed). */
+static int fused_reserve_entries(struct mp_compute *c, int n)
+{
+    if (n <= c->fused_ent_cap)
+        return MP_OK;
+    void *more = realloc(c->fused_ent, (size_t)n * sizeof *c->fused_ent);
+    if (!more) {
+        mp_error("out of memory for the fused FFN's %d experts", n);
+        return MP_ERR_RUNTIME;
+    }
+    c->fused_ent = (struct fused_entry *)more;
+    c->fused_ent_cap = n;
     return MP_OK;
 }
 
@@ -1497,15 +1538,8 @@ static int ffn_fused(struct mp_compute *c, const struct mp_ffn_args *a)
         if (grow((void **)&c->fused_act, &c->fused_act_cap, act) != MP_OK)
             return MP_ERR_RUNTIME;
     }
-    if (n > c->fused_ent_cap) {
-        void *more = realloc(c->fused_ent, (size_t)n * sizeof *c->fused_ent);
-        if (!more) {
-            mp_error("out of memory for the fused FFN's %d experts", n);
-            return MP_ERR_RUNTIME;
-        }
-        c->fused_ent = (struct fused_entry *)more;
-        c->fused_ent_cap = n;
-    }
+    if (fused_reserve_entries(c, n) != MP_OK)
+        return MP_ERR_RUNTIME;
     struct fused_entry *ent = c->fused_ent;
     int m = 0;
     for (int e = 0; e < a->nexp; e++) {
@@ -1567,26 +1601,36 @@ __device__ __forceinline__ uint32_t int4_word(const int4 &v, int i)
     return (uint32_t)(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
 }
 
-template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_table &t)
+/* The lanes' partials of fp8w_cols, padded against bank conflicts; and a tile's sums. */
+template <int R> struct fp8w_smem {
+    float red[FP8W_COLS][R][33];
+    float sum[R][FP8W_COLS];
+    int last;
+};
+
+/* FP8W_COLS image columns of a piece of m ≤ R quantized input rows (in, row stride lda bytes)
+ * through the K×(parts·N) image img, summed over this block's k steps (blockIdx.z, + gridDim.z,
+ * …): with SwiGLU the gate columns of outputs ocol .. ocol + 15 and the matching up columns, else
+ * outputs ocol .. ocol + 31. Output j of the 32 goes to dst[r·ld + q], q = qa + j, or with SwiGLU
+ * qa + j for the 16 gate columns and qb + j − 16 for the up ones. Synchronize before reading dst
+ * or calling again (red is reused). */
+template <int R>
+__device__ __forceinline__ void fp8w_cols(int K, int N, int swiglu, size_t lda,
+                                          const unsigned char *img, const unsigned char *in, int m,
+                                          int ocol, float (*red)[R][33], float *dst, int ld, int qa,
+                                          int qb)
 {
-    __shared__ float red[FP8W_COLS][R][33]; /* lane partials, padded against bank conflicts */
-    __shared__ float sum[FP8W_COLS][R];
-    __shared__ int last;
-    const int e = blockIdx.y, m = t.rows[e], warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = (int)gridDim.z, tile = e * (int)gridDim.x + (int)blockIdx.x;
-    const int parts = t.swiglu ? 2 : 1;
-    const size_t ld = mp_fp8_image_ld(t.K);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, S = (int)gridDim.z;
+    const int parts = swiglu ? 2 : 1;
+    const size_t ld_img = mp_fp8_image_ld(K);
     /* this warp's first image column */
-    const int c0 = t.swiglu ? (warp >= 4 ? t.N : 0) + (int)blockIdx.x * 16 + (warp & 3) * 4
-                            : (int)blockIdx.x * FP8W_COLS + warp * FP8W_WARP_COLS;
-    const unsigned char *img = (const unsigned char *)t.w[e];
-    const float *scales = mp_fp8_image_scales(img, t.K, t.N, parts);
-    const unsigned char *in = (const unsigned char *)t.in[e];
+    const int c0 = swiglu ? (warp >= 4 ? N : 0) + ocol + (warp & 3) * 4 : ocol + warp * FP8W_WARP_COLS;
+    const float *scales = mp_fp8_image_scales(img, K, N, parts);
     float acc[FP8W_WARP_COLS][R] = {};
-    const int steps = (t.K + FP8W_STEP - 1) / FP8W_STEP;
+    const int steps = (K + FP8W_STEP - 1) / FP8W_STEP;
     for (int st = (int)blockIdx.z; st < steps; st += S) {
         const int k = st * FP8W_STEP + lane * FP8W_CHUNK;
-        if (k >= t.K) /* K is a multiple of 16: a chunk lies wholly inside or outside */
+        if (k >= K) /* K is a multiple of 16: a chunk lies wholly inside or outside */
             continue;
         /* xv and sx are read only for r < m, where they are loaded; zeroed so that a host
          * compiler's flow analysis of the stand-in (-Wmaybe-uninitialized) sees them set */
@@ -1594,15 +1638,15 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
         float sw[FP8W_WARP_COLS], sx[R] = {};
 #pragma unroll
         for (int j = 0; j < FP8W_WARP_COLS; j++) { /* all loads first: they overlap in flight */
-            wv[j] = *(const int4 *)(img + (size_t)(c0 + j) * ld + k);
-            sw[j] = scales[mp_fp8_image_scale_index(t.K, t.N, c0 + j, k)];
+            wv[j] = *(const int4 *)(img + (size_t)(c0 + j) * ld_img + k);
+            sw[j] = scales[mp_fp8_image_scale_index(K, N, c0 + j, k)];
         }
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (r < m) {
-                const unsigned char *row = in + (size_t)r * t.lda;
+                const unsigned char *row = in + (size_t)r * lda;
                 xv[r] = *(const int4 *)(row + k);
-                sx[r] = ((const float *)(const void *)(row + t.K))[k / MP_FP8_BLOCK];
+                sx[r] = ((const float *)(const void *)(row + K))[k / MP_FP8_BLOCK];
             }
         float wf[FP8W_WARP_COLS][FP8W_CHUNK];
 #pragma unroll
@@ -1636,22 +1680,36 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
                 red[warp * FP8W_WARP_COLS + j][r][lane] = acc[j][r];
     __syncthreads();
     for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x) {
+        const int j = i / m, r = i % m;
         float v = 0.0f;
         for (int l = 0; l < 32; l++)
-            v += red[i / m][i % m][l];
-        sum[i / m][i % m] = v;
+            v += red[j][r][l];
+        dst[r * ld + (swiglu && j >= 16 ? qb + j - 16 : qa + j)] = v;
     }
+}
+
+/* fp8w_ffn's block: piece blockIdx.y of table t, FP8W_COLS image columns blockIdx.x. */
+template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_table &t)
+{
+    __shared__ fp8w_smem<R> sm;
+    const int e = blockIdx.y, m = t.rows[e];
+    const int S = (int)gridDim.z, tile = e * (int)gridDim.x + (int)blockIdx.x;
+    fp8w_cols<R>(t.K, t.N, t.swiglu, (size_t)t.lda, (const unsigned char *)t.w[e],
+                 (const unsigned char *)t.in[e], m,
+                 (int)blockIdx.x * (t.swiglu ? 16 : FP8W_COLS), sm.red, &sm.sum[0][0], FP8W_COLS,
+                 0, 16);
+    float(*sum)[FP8W_COLS] = sm.sum;
     if (S > 1) { /* split K: the tile's last block to finish adds the partials */
         float *mine = t.ws + ((size_t)tile * S + blockIdx.z) * FP8W_TILE;
         __syncthreads();
         for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x)
-            mine[i] = sum[i / m][i % m];
+            mine[i] = sum[i / FP8W_COLS][i % FP8W_COLS];
         __threadfence(); /* the partial is visible device-wide before the count says so */
         __syncthreads();
         if (threadIdx.x == 0)
-            last = atomicAdd(&t.count[tile], 1) == S - 1;
+            sm.last = atomicAdd(&t.count[tile], 1) == S - 1;
         __syncthreads();
-        if (!last)
+        if (!sm.last)
             return;
         __threadfence();
         const volatile float *ps = t.ws + (size_t)tile * S * FP8W_TILE;
@@ -1659,7 +1717,7 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
             float v = 0.0f;
             for (int z = 0; z < S; z++)
                 v += ps[(size_t)z * FP8W_TILE + i];
-            sum[i / m][i % m] = v;
+            sum[i / FP8W_COLS][i % FP8W_COLS] = v;
         }
         if (threadIdx.x == 0)
             t.count[tile] = 0;
@@ -1668,14 +1726,14 @@ template <int R> __device__ __forceinline__ void fp8w_ffn(const struct skinny_ta
     if (t.swiglu) { /* gate and up rounded to bf16 first, as the GEMM paths store them */
         for (int i = threadIdx.x; i < 16 * m; i += blockDim.x) {
             int r = i / 16, j = i % 16;
-            float gate = __bfloat162float(__float2bfloat16(sum[j][r]));
-            float up = __bfloat162float(__float2bfloat16(sum[16 + j][r]));
+            float gate = __bfloat162float(__float2bfloat16(sum[r][j]));
+            float up = __bfloat162float(__float2bfloat16(sum[r][16 + j]));
             t.out[e][(size_t)r * t.ldc + blockIdx.x * 16 + j] = __float2bfloat16(mp_swiglu(gate, up));
         }
     } else {
         for (int i = threadIdx.x; i < FP8W_COLS * m; i += blockDim.x) {
             int r = i / FP8W_COLS, j = i % FP8W_COLS;
-            t.out[e][(size_t)r * t.ldc + blockIdx.x * FP8W_COLS + j] = __float2bfloat16(sum[j][r]);
+            t.out[e][(size_t)r * t.ldc + blockIdx.x * FP8W_COLS + j] = __float2bfloat16(sum[r][j]);
         }
     }
 }
@@ -2001,6 +2059,321 @@ static int rows_decode(long rows) { return rows >= 1 && rows <= MP_SKINNY_ROWS; 
 static int rows_any(long rows) { return rows >= 1; }
 static int rows_large(long rows) { return rows > MP_SKINNY_ROWS; }
 
+/* --gemm fused with fp8 weights (w8a8): the fused kernel's pieces on fp8 images and quantized
+ * input rows (quantized_row_bytes), one quantize launch and one GEMM launch per stage for every
+ * expert with rows and every shared expert. A piece of at most MP_SKINNY_ROWS rows streams its
+ * column tile's codes as fp8w_ffn does (fp8w_cols, twice: the 64 image columns of a fused tile);
+ * a piece of up to FUSED_ROWS rows runs on the tensor cores: codes of both operands turned into
+ * bf16 (exact: every e4m3 value is a bf16 value) and multiplied by wmma, whose fp32 products of
+ * two codes are exact, each 128-value k block's sums then scaled by the weight block's and each
+ * row's input block's scales, as fp8w_ffn and cuBLASLt's block-scaled GEMM scale them. */
+struct fused8_mma_smem {
+    int4 a[FUSED_ROWS][MMA_LDA / 8]; /* input codes as bf16, row-major */
+    int4 w[64][MMA_LDA / 8];         /* weight codes as bf16, a column's k values contiguous */
+    float c[FUSED_ROWS][64 + 8];
+    float sx[FUSED_ROWS];            /* the rows' scales of this k block */
+    int last;
+};
+template <int R> union alignas(128) fused8_smem {
+    struct {
+        float red[FP8W_COLS][R][33];
+        float sum[R][64];
+        int last;
+    } tile;
+    struct fused8_mma_smem mma;
+};
+
+/* Eight e4m3 codes (a 64-bit word, lowest byte first) as eight bf16 values in an int4. */
+__device__ __forceinline__ int4 fp8x8_to_bf16(uint64_t v)
+{
+    float f[8];
+    fp8x4_to_float((uint32_t)v, f);
+    fp8x4_to_float((uint32_t)(v >> 32), f + 4);
+    bf16 b[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        b[i] = __float2bfloat16(f[i]);
+    int4 out;
+    memcpy(&out, b, sizeof out);
+    return out;
+}
+
+/* The image column of position q (0..63) of column tile ct: with SwiGLU gate columns ct·32 + q
+ * for q < 32 and up columns N + ct·32 + q − 32, else ct·64 + q. */
+__device__ __forceinline__ int tile_column(const struct fused_table &t, int ct, int q)
+{
+    return t.swiglu ? (q >= 32 ? t.N : 0) + ct * 32 + (q & 31) : ct * 64 + q;
+}
+
+/* One output tile of a piece of m ≤ FUSED_ROWS quantized rows on the tensor cores (fp8 codes as
+ * bf16, wmma 16×16×16 as mma_tile: warp i the 16 rows of fragment row i / 2 and 32 columns of half
+ * i % 2). Per 128-value k block (this block's: blockIdx.z, + S, …) the fragments sum codes times
+ * codes over 32-value steps staged through shared memory, then each thread adds its column's 16
+ * rows of them, times the weight block's scale and each row's scale, into its registers; the
+ * tile ends as mma_tile's (split K in z order, SwiGLU). */
+__device__ __forceinline__ void fused8_mma_tile(const struct fused_table &t, int m,
+                                                const unsigned char *img, const unsigned char *in,
+                                                bf16 *out, int ct, int tile,
+                                                struct fused8_mma_smem &sm)
+{
+    using namespace nvcuda;
+    const int warp = threadIdx.x >> 5, fr = warp >> 1, fc = (warp & 1) * 2;
+    const int S = (int)gridDim.z, kblocks = mp_fp8_blocks(t.K);
+    const size_t ld = mp_fp8_image_ld(t.K);
+    const float *scales = mp_fp8_image_scales(img, t.K, t.N, t.swiglu ? 2 : 1);
+    /* loads: input row / weight column tid / 4, k offset (tid % 4)·8; sums: column q, rows
+     * tid / 64 + 4i */
+    const int lr = threadIdx.x >> 2, lk = (threadIdx.x & 3) * 8, q = threadIdx.x & 63;
+    const unsigned char *wcol = img + (size_t)tile_column(t, ct, lr) * ld;
+    const int cq = tile_column(t, ct, q);
+    float tot[FUSED_ROWS / 4] = {};
+    for (int kb = (int)blockIdx.z; kb < kblocks; kb += S) {
+        const int k0 = kb * MP_FP8_BLOCK;
+        const int k1 = k0 + MP_FP8_BLOCK < t.K ? k0 + MP_FP8_BLOCK : t.K;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+        wmma::fill_fragment(acc[0], 0.0f);
+        wmma::fill_fragment(acc[1], 0.0f);
+        for (int k = k0; k < k1; k += FUSED_KSTEP) {
+            uint64_t av = 0;
+            if (lr < m)
+                av = *(const uint64_t *)(in + (size_t)lr * t.lda + k + lk);
+            const uint64_t wv = *(const uint64_t *)(wcol + k + lk);
+            const int4 ab = fp8x8_to_bf16(av), wb = fp8x8_to_bf16(wv);
+            __syncthreads(); /* the last step's fragments (and the last block's sums) are read */
+            sm.a[lr][lk / 8] = ab;
+            sm.w[lr][lk / 8] = wb;
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < FUSED_KSTEP; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+                wmma::load_matrix_sync(fa, (const bf16 *)&sm.a[fr * 16][kk / 8], MMA_LDA);
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+                    wmma::load_matrix_sync(fb, (const bf16 *)&sm.w[(fc + j) * 16][kk / 8], MMA_LDA);
+                    wmma::mma_sync(acc[j], fa, fb, acc[j]);
+                }
+            }
+        }
+        if (threadIdx.x < FUSED_ROWS)
+            sm.sx[threadIdx.x] = (int)threadIdx.x < m
+                                     ? ((const float *)(const void *)(in + (size_t)threadIdx.x * t.lda + t.K))[kb]
+                                     : 0.0f;
+        wmma::store_matrix_sync(&sm.c[fr * 16][fc * 16], acc[0], 64 + 8, wmma::mem_row_major);
+        wmma::store_matrix_sync(&sm.c[fr * 16][(fc + 1) * 16], acc[1], 64 + 8, wmma::mem_row_major);
+        __syncthreads();
+        const float sw = scales[mp_fp8_image_scale_index(t.K, t.N, cq, k0)];
+#pragma unroll
+        for (int i = 0; i < FUSED_ROWS / 4; i++) {
+            const int r = (int)(threadIdx.x >> 6) + 4 * i;
+            tot[i] += sw * sm.sx[r] * sm.c[r][q];
+        }
+    }
+    __syncthreads(); /* every thread's last sums are read */
+#pragma unroll
+    for (int i = 0; i < FUSED_ROWS / 4; i++)
+        sm.c[(threadIdx.x >> 6) + 4 * i][q] = tot[i];
+    __syncthreads();
+    tile_finish(t, m, &sm.c[0][0], 64 + 8, sm.last, out, ct, tile, FUSED_TILE);
+}
+
+/* The fp8 fused kernel's block: piece blockIdx.x, column tile blockIdx.y; R: the most rows of any
+ * skinny piece in the launch. */
+template <int R> __device__ __forceinline__ void fused8_ffn(const struct fused_table &t)
+{
+    __shared__ fused8_smem<R> sm;
+    const int p = (int)blockIdx.x, ct = (int)blockIdx.y;
+    const int tile = ct * (int)gridDim.x + p;
+    const int e = fused_entry_of(t, p), rows = t.rows[e];
+    const unsigned char *img = (const unsigned char *)t.w[e], *in = (const unsigned char *)t.in[e];
+    if (rows <= MP_SKINNY_ROWS) {
+        for (int half = 0; half < 2; half++) {
+            const int ocol = t.swiglu ? ct * 32 + half * 16 : ct * 64 + half * FP8W_COLS;
+            fp8w_cols<R>(t.K, t.N, t.swiglu, (size_t)t.lda, img, in, rows, ocol, sm.tile.red,
+                         &sm.tile.sum[0][0], 64, t.swiglu ? half * 16 : half * FP8W_COLS,
+                         32 + half * 16);
+            __syncthreads();
+        }
+        tile_finish(t, rows, &sm.tile.sum[0][0], 64, sm.tile.last, t.out[e], ct, tile, FUSED_TILE);
+        return;
+    }
+    const int r0 = (p - t.first[e]) * FUSED_ROWS;
+    const int m = rows - r0 < FUSED_ROWS ? rows - r0 : FUSED_ROWS;
+    fused8_mma_tile(t, m, img, in + (size_t)r0 * t.lda, t.out[e] + (size_t)r0 * t.ldc, ct, tile,
+                    sm.mma);
+}
+
+/* fused8_ffn for launches whose skinny pieces have at most 1, 2, 4 or 8 (MP_SKINNY_ROWS) rows */
+__global__ void __launch_bounds__(256) fused8_ffn_r1_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused8_ffn<1>(t);
+}
+__global__ void __launch_bounds__(256) fused8_ffn_r2_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused8_ffn<2>(t);
+}
+__global__ void __launch_bounds__(256) fused8_ffn_r4_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused8_ffn<4>(t);
+}
+__global__ void __launch_bounds__(256) fused8_ffn_r8_kernel(const __grid_constant__ struct fused_table t)
+{
+    fused8_ffn<MP_SKINNY_ROWS>(t);
+}
+
+/* Rows of up to two ranges of K bf16 values (row strides lds) to quantize, range 0's rows first,
+ * into consecutive rows of quantized_row_bytes(K) at dst; passed by value. */
+struct quantize_ranges {
+    int K;
+    long rows[2], lds[2];
+    const bf16 *src[2];
+    unsigned char *dst;
+};
+
+/* Quantize the ranges' rows (base/fp8.h's rules: one scale amax/448 per 128 values). grid (rows,
+ * ⌈K/128⌉), 128 threads: a block takes one row's 128-value block. */
+__global__ void quantize_ranges_kernel(const __grid_constant__ struct quantize_ranges q)
+{
+    const long r = blockIdx.x;
+    const int b = (int)blockIdx.y, k = b * MP_FP8_BLOCK + (int)threadIdx.x, i = r >= q.rows[0];
+    const long rr = r - (i ? q.rows[0] : 0);
+    const float v = k < q.K ? __bfloat162float(q.src[i][rr * q.lds[i] + k]) : 0.0f;
+    const float s = block_scale(v);
+    unsigned char *row = q.dst + (size_t)r * quantized_row_bytes(q.K);
+    if (k < q.K)
+        row[k] = mp_fp8_code(v, s);
+    if (threadIdx.x == 0)
+        ((float *)(void *)(row + q.K))[b] = s;
+}
+
+static int quantize_ranges_launch(struct mp_compute *c, const struct quantize_ranges *q)
+{
+    const long rows = q->rows[0] + q->rows[1];
+    if (rows <= 0)
+        return MP_OK;
+    quantize_ranges_kernel<<<dim3((unsigned)rows, (unsigned)mp_fp8_blocks(q->K)), MP_FP8_BLOCK, 0,
+                             c->stream>>>(*q);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* Launch the fp8 fused kernel for c->fused's entries (filled but for the shapes and pieces): K,
+ * N per part, quantized input rows of lda bytes, outputs of row stride ldc; K split as the fp8
+ * kernel splits it (at most one step of FP8W_STEP values per split). */
+static int fused8_launch(struct mp_compute *c, int K, int N, int lda, int ldc, int swiglu)
+{
+    struct fused_table *t = &c->fused;
+    int skinny_rows, mma;
+    const int pieces = fused_pieces(t, K, N, 0, lda, ldc, swiglu, &skinny_rows, &mma);
+    const int cts = swiglu ? N / 32 : N / 64;
+    const int S = split_k(c, pieces * cts, 2, (K + FP8W_STEP - 1) / FP8W_STEP, FUSED_TILE,
+                          "fused fp8 kernel");
+    if (S < 1)
+        return MP_ERR_RUNTIME;
+    t->ws = c->skinny_ws;
+    t->count = c->skinny_count;
+    dim3 grid((unsigned)pieces, (unsigned)cts, (unsigned)S);
+    if (skinny_rows <= 1)
+        fused8_ffn_r1_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (skinny_rows <= 2)
+        fused8_ffn_r2_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else if (skinny_rows <= 4)
+        fused8_ffn_r4_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    else
+        fused8_ffn_r8_kernel<<<grid, 256, 0, c->stream>>>(*t);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* --gemm fused, --weight-dtype fp8: the routed rows and the shared experts' rows quantized (one
+ * launch), [gate | up] with SwiGLU for every entry into the activations (a launch per
+ * SKINNY_TABLE entries), the activations quantized (one launch), the down projection (likewise).
+ * Shapes the kernel does not take (fused_fits) run as --gemm grouped, shared experts after. */
+static int ffn_fused_fp8(struct mp_compute *c, const struct mp_ffn_args *a)
+{
+    const int H = a->H, Dl = a->Dl;
+    const long base = a->row_off[0], routed = a->row_off[a->nexp] - base;
+    const long sh = a->nshared > 0 ? a->shared_rows : 0, acts = routed + a->nshared * sh;
+    if (!fused_fits(a)) {
+        if (ffn_fp8_own(c, a, rows_any) != MP_OK)
+            return MP_ERR_RUNTIME;
+        const long off[2] = {0, sh};
+        for (int s = 0; s < a->nshared && sh > 0; s++) {
+            struct mp_ffn_args one = *a;
+            one.in = a->shared_in;
+            one.out = (bf16 *)a->shared_out + (size_t)s * sh * H;
+            one.row_off = off;
+            one.nexp = 1;
+            one.wgu = a->wgu + a->nexp + s;
+            one.wd = a->wd + a->nexp + s;
+            if (ffn_fp8_own(c, &one, rows_any) != MP_OK)
+                return MP_ERR_RUNTIME;
+        }
+        return MP_OK;
+    }
+    const size_t qh = quantized_row_bytes(H), qd = quantized_row_bytes(Dl);
+    const size_t xq = (size_t)(routed + sh) * qh + (size_t)acts * qd;
+    const size_t act = (size_t)acts * Dl * sizeof(bf16);
+    if (xq > c->xq_cap || act > c->fused_act_cap) {
+        if (c->capturing) {
+            mp_error("--graph: the fused fp8 FFN's scratch (%zu and %zu bytes) was not reserved "
+                     "before the capture", xq, act);
+            return MP_ERR_RUNTIME;
+        }
+        if (grow((void **)&c->d_xq, &c->xq_cap, xq) != MP_OK ||
+            grow((void **)&c->fused_act, &c->fused_act_cap, act) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    if (fused_reserve_entries(c, a->nexp + a->nshared) != MP_OK)
+        return MP_ERR_RUNTIME;
+    unsigned char *xq1 = c->d_xq, *xq2 = c->d_xq + (size_t)(routed + sh) * qh;
+    struct fused_entry *ent = c->fused_ent;
+    int n = 0;
+    for (int e = 0; e < a->nexp; e++) {
+        long r0 = a->row_off[e], rows = a->row_off[e + 1] - r0;
+        if (rows > 0)
+            ent[n++] = (struct fused_entry){rows, a->wgu[e], a->wd[e], xq1 + (size_t)(r0 - base) * qh,
+                                            c->fused_act + (r0 - base) * Dl, (bf16 *)a->out + r0 * H};
+    }
+    for (int s = 0; s < a->nshared && sh > 0; s++)
+        ent[n++] = (struct fused_entry){sh, a->wgu[a->nexp + s], a->wd[a->nexp + s],
+                                        xq1 + (size_t)routed * qh, c->fused_act + (routed + s * sh) * Dl,
+                                        (bf16 *)a->shared_out + (size_t)s * sh * H};
+    if (n == 0)
+        return MP_OK;
+    struct quantize_ranges q = {H, {routed, sh}, {H, H},
+                                {(const bf16 *)a->in + base * H, (const bf16 *)a->shared_in}, xq1};
+    if (quantize_ranges_launch(c, &q) != MP_OK)
+        return MP_ERR_RUNTIME;
+    struct fused_table *t = &c->fused;
+    for (int i0 = 0; i0 < n; i0 += SKINNY_TABLE) { /* [gate | up] with SwiGLU */
+        t->n = n - i0 < SKINNY_TABLE ? n - i0 : SKINNY_TABLE;
+        for (int i = 0; i < t->n; i++) {
+            t->rows[i] = (int)ent[i0 + i].rows;
+            t->w[i] = ent[i0 + i].wgu;
+            t->in[i] = ent[i0 + i].in;
+            t->out[i] = ent[i0 + i].act;
+        }
+        if (fused8_launch(c, H, Dl, (int)qh, Dl, 1) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    struct quantize_ranges qa = {Dl, {acts, 0}, {Dl, Dl}, {c->fused_act, c->fused_act}, xq2};
+    if (quantize_ranges_launch(c, &qa) != MP_OK)
+        return MP_ERR_RUNTIME;
+    for (int i0 = 0; i0 < n; i0 += SKINNY_TABLE) { /* the down projection */
+        t->n = n - i0 < SKINNY_TABLE ? n - i0 : SKINNY_TABLE;
+        for (int i = 0; i < t->n; i++) {
+            t->rows[i] = (int)ent[i0 + i].rows;
+            t->w[i] = ent[i0 + i].wd;
+            t->in[i] = xq2 + (size_t)((ent[i0 + i].act - c->fused_act) / Dl) * qd;
+            t->out[i] = ent[i0 + i].out;
+        }
+        if (fused8_launch(c, Dl, H, (int)qd, H, 0) != MP_OK)
+            return MP_ERR_RUNTIME;
+    }
+    return MP_OK;
+}
+
 /* --weight-dtype fp8: --gemm loop runs every expert through cuBLASLt (ffn_fp8_large), grouped
  * every expert through moeperf's kernel (one launch per stage for all of them, in pieces of
  * MP_SKINNY_ROWS rows, so a larger expert streams its weights once per piece), skinny the experts
@@ -2019,6 +2392,8 @@ static int ffn_fp8(struct mp_compute *c, const struct mp_ffn_args *a)
     }
     if (a->gemm == MP_GEMM_GROUPED)
         return ffn_fp8_own(c, a, rows_any);
+    if (a->gemm == MP_GEMM_FUSED)
+        return ffn_fused_fp8(c, a);
     return ffn_fp8_large(c, a, rows_any);
 }
 
@@ -2173,6 +2548,121 @@ __global__ void plan_rows_kernel(const int32_t *key, const int32_t *pair, const 
     row_of_pair[i] = (int32_t)row;
 }
 
+/* The single-block route kernel (route_plan_kernel) for a plan of few pairs: its limits, each
+ * set by the shared memory it holds (cell counts and starts, and one bit per token and cell). */
+#define ROUTE_THREADS 1024
+#define ROUTE_CELLS ROUTE_THREADS /* cells: one per thread in the scan of their counts */
+#define ROUTE_WORDS 8192          /* 32-bit words of the token bitmap: ncells·⌈ntok/32⌉ */
+#define ROUTE_PAIRS 8192          /* pairs: beyond, the multi-launch sort is the faster */
+
+/* What one route_plan_kernel launch does, passed by value: with `topk`, the pending gate's top-k
+ * first (logits [ntok × E] plus noise, into ids/w); then the plan of the pairs ids/w as
+ * plan_cells_kernel, the sort, the scan and plan_rows_kernel together make it. */
+struct route_args {
+    float *logits;
+    const float *noise;
+    int topk, E, K, G, M, ncells, max_local, words;
+    long ntok, tok0, cap, rows;
+    int32_t *ids;
+    float *w;
+    const int32_t *route_off, *route_cell;
+    int32_t *key, *totals, *start, *tok, *row_of_pair;
+    float *row_w;
+};
+
+/* The route phase's device work in one block of ROUTE_THREADS threads, for ncells ≤ ROUTE_CELLS
+ * and ncells·⌈ntok/32⌉ ≤ ROUTE_WORDS: the gate's top-k and weights (thread per token, the same
+ * mp_topk_select_grouped and mp_topk_weights as gate_topk_kernel), every pair's cell (its key),
+ * the cells' counts and their exclusive scan (Hillis-Steele over one cell per thread), then each
+ * pair's send row. A pair's position in the stable sort by cell is its cell's start plus the pairs
+ * of that cell before it: a token's pairs name distinct experts, so distinct cells, and that count
+ * is the number of earlier tokens with a pair in the cell, the set bits below the token's in the
+ * cell's row of a token bitmap (popcounts, ⌈ntok/32⌉ words at most). Where a token has two pairs
+ * in one cell (a routing handed over with a repeated expert; the bitmap sees its bit set twice),
+ * each pair counts the earlier pairs of its cell one by one instead. The same rows, counts and
+ * starts as the multi-launch build (kernel_check compares both with the host's). */
+__global__ void __launch_bounds__(ROUTE_THREADS) route_plan_kernel(const __grid_constant__ struct route_args a)
+{
+    __shared__ int count[ROUTE_CELLS], first[ROUTE_CELLS], part[ROUTE_THREADS];
+    __shared__ unsigned bits[ROUTE_WORDS];
+    __shared__ int repeated;
+    const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
+    const long npairs = a.ntok * a.K;
+    if (a.topk)
+        for (long t = tid; t < a.ntok; t += nt) {
+            float *l = a.logits + t * a.E;
+            if (a.noise)
+                for (int e = 0; e < a.E; e++)
+                    l[e] += a.noise[t * a.E + e];
+            mp_topk_select_grouped(l, a.E, a.K, a.G, a.M, a.ids + t * a.K);
+            mp_topk_weights(l, a.K, a.ids + t * a.K, a.w + t * a.K);
+        }
+    for (int i = tid; i < a.ncells; i += nt)
+        count[i] = 0;
+    for (int i = tid; i < a.ncells * a.words; i += nt)
+        bits[i] = 0;
+    if (a.cap > 0) /* slots: padding rows are token 0 with weight 0 */
+        for (long r = tid; r < a.rows; r += nt) {
+            a.tok[r] = 0;
+            a.row_w[r] = 0.0f;
+        }
+    if (tid == 0)
+        repeated = 0;
+    __syncthreads(); /* the top-k's ids, and zeroed counts */
+    for (long i = tid; i < npairs; i += nt) {
+        const long t = i / a.K;
+        const int32_t cell = mp_dplan_cell(a.route_off, a.route_cell, a.ids[i], a.tok0 + t);
+        a.key[i] = cell < 0 ? a.ncells : cell;
+        if (cell < 0)
+            continue;
+        atomicAdd(&count[cell], 1);
+        const unsigned bit = 1u << (t % 32);
+        if (atomicOr(&bits[cell * a.words + t / 32], bit) & bit)
+            repeated = 1;
+    }
+    __syncthreads();
+    /* exclusive scan of the counts: part[] holds inclusive sums after the log2(ncells) steps */
+    const int mine = tid < a.ncells ? count[tid] : 0;
+    part[tid] = mine;
+    __syncthreads();
+    for (int off = 1; off < a.ncells; off *= 2) {
+        const int add = tid >= off ? part[tid - off] : 0;
+        __syncthreads();
+        part[tid] += add;
+        __syncthreads();
+    }
+    if (tid < a.ncells) {
+        first[tid] = part[tid] - mine;
+        a.totals[tid] = mine;
+        a.start[tid] = part[tid] - mine;
+    }
+    __syncthreads();
+    for (long i = tid; i < npairs; i += nt) {
+        const int32_t cell = a.key[i];
+        long before = 0;
+        if (cell >= a.ncells) {
+            a.row_of_pair[i] = -1;
+            continue;
+        }
+        if (!repeated) {
+            const long t = i / a.K;
+            const unsigned *row = bits + cell * a.words;
+            for (long q = 0; q < t / 32; q++)
+                before += __popc(row[q]);
+            before += __popc(row[t / 32] & ((1u << (t % 32)) - 1u));
+        } else {
+            for (long j = 0; j < i; j++)
+                before += a.key[j] == cell;
+        }
+        const long row = mp_dplan_row(cell, first[cell] + before, first[cell], a.cap, a.max_local);
+        a.row_of_pair[i] = (int32_t)row;
+        if (row >= 0) {
+            a.tok[row] = (int32_t)(i / a.K);
+            a.row_w[row] = a.w[i];
+        }
+    }
+}
+
 static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
                            const int32_t **totals)
 {
@@ -2196,8 +2686,10 @@ static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
     CUDACHECK(cudaMalloc((void **)&p->d_tok, rows * sizeof(int32_t)));
     CUDACHECK(cudaMalloc((void **)&p->d_w, rows * sizeof(float)));
     CUDACHECK(cudaMalloc((void **)&p->d_row_of_pair, pairs * sizeof(int32_t)));
-    CUDACHECK(cudaMalloc((void **)&p->d_in_ids, pairs * sizeof(int32_t)));
-    CUDACHECK(cudaMalloc((void **)&p->d_in_w, pairs * sizeof(float)));
+    /* a handed-over routing: ids, then the weights right after them (one copy where the host's
+     * arrays lie so too) */
+    CUDACHECK(cudaMalloc((void **)&p->d_in_ids, pairs * (sizeof(int32_t) + sizeof(float))));
+    p->d_in_w = (float *)(void *)(p->d_in_ids + pairs);
     CUDACHECK(cudaMallocHost((void **)&p->h_totals, cells * sizeof(int32_t)));
     memset(p->h_totals, 0, cells * sizeof(int32_t));
     /* padding rows (and a dynamic plan before its first build) read token 0 with weight 0 */
@@ -2223,49 +2715,121 @@ static int cuda_plan_setup(struct mp_compute *c, const struct mp_dplan_shape *s,
     return MP_OK;
 }
 
+/* Whether route_plan_kernel builds this plan (its limits above). */
+static int route_block_fits(const struct device_plan *p)
+{
+    const long words = (p->s.ntok + 31) / 32;
+    return p->npairs > 0 && p->npairs <= ROUTE_PAIRS && p->s.ncells <= ROUTE_CELLS &&
+           (long)p->s.ncells * words <= ROUTE_WORDS;
+}
+
+/* The plan in one launch (route_plan_kernel), with the pending gate's top-k when `topk`. */
+static int route_block(struct mp_compute *c, int32_t *ids, float *w, int topk)
+{
+    struct device_plan *p = &c->plan;
+    struct route_args a = {};
+    a.logits = c->d_logits;
+    a.noise = topk && c->gate_pending.noise ? c->d_noise : NULL;
+    a.topk = topk;
+    a.E = c->gate_pending.E;
+    a.G = c->gate_pending.G;
+    a.M = c->gate_pending.M;
+    a.K = p->s.K;
+    a.ncells = p->s.ncells;
+    a.max_local = p->s.max_local;
+    a.words = (int)((p->s.ntok + 31) / 32);
+    a.ntok = p->s.ntok;
+    a.tok0 = p->s.tok0;
+    a.cap = p->s.cap;
+    a.rows = p->rows;
+    a.ids = ids;
+    a.w = w;
+    a.route_off = p->d_route_off;
+    a.route_cell = p->d_route_cell;
+    a.key = p->d_key;
+    a.totals = p->d_totals;
+    a.start = p->d_start;
+    a.tok = p->d_tok;
+    a.row_of_pair = p->d_row_of_pair;
+    a.row_w = p->d_w;
+    if (topk)
+        c->gate_pending.on = 0;
+    route_plan_kernel<<<1, ROUTE_THREADS, 0, c->stream>>>(a);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* The plan in several launches, for any size: keys and counts, CUB's stable radix sort of the
+ * pairs by key and exclusive scan of the counts, then the rows. */
+static int route_sorted(struct mp_compute *c, const int32_t *d_ids, const float *d_w)
+{
+    struct device_plan *p = &c->plan;
+    const struct mp_dplan_shape *s = &p->s;
+    CUDACHECK(cudaMemsetAsync(p->d_totals, 0, (size_t)s->ncells * sizeof(int32_t), c->stream));
+    if (p->npairs <= 0)
+        return MP_OK;
+    unsigned blocks = (unsigned)((p->npairs + 255) / 256);
+    plan_cells_kernel<<<blocks, 256, 0, c->stream>>>(d_ids, p->d_route_off, p->d_route_cell,
+                                                     p->npairs, s->K, s->tok0, s->ncells,
+                                                     p->d_key, p->d_pair, p->d_totals);
+    CUDACHECK(cudaGetLastError());
+    size_t bytes = p->temp_bytes;
+    CUDACHECK(cub::DeviceRadixSort::SortPairs(p->d_temp, bytes, p->d_key, p->d_key_sorted,
+                                              p->d_pair, p->d_pair_sorted, (int)p->npairs, 0,
+                                              p->bits, c->stream));
+    bytes = p->temp_bytes;
+    CUDACHECK(cub::DeviceScan::ExclusiveSum(p->d_temp, bytes, p->d_totals, p->d_start, s->ncells,
+                                            c->stream));
+    if (s->cap > 0) { /* slots: padding rows are token 0 with weight 0 */
+        CUDACHECK(cudaMemsetAsync(p->d_tok, 0, (size_t)p->rows * sizeof(int32_t), c->stream));
+        CUDACHECK(cudaMemsetAsync(p->d_w, 0, (size_t)p->rows * sizeof(float), c->stream));
+    }
+    CUDACHECK(cudaMemsetAsync(p->d_row_of_pair, 0xff, (size_t)p->npairs * sizeof(int32_t),
+                              c->stream));
+    plan_rows_kernel<<<blocks, 256, 0, c->stream>>>(p->d_key_sorted, p->d_pair_sorted, p->d_start,
+                                                    d_w, p->npairs, s->K, s->ncells, s->cap,
+                                                    s->max_local, p->d_tok, p->d_w,
+                                                    p->d_row_of_pair);
+    CUDACHECK(cudaGetLastError());
+    return MP_OK;
+}
+
+/* The plan of host arrays ids/w (copied in), or of the last gate's result: one launch where
+ * route_plan_kernel takes it (the pending top-k with it), else the top-k and the sorted build. */
 static int cuda_plan_build(struct mp_compute *c, const int32_t *ids, const float *w, int wait)
 {
     struct device_plan *p = &c->plan;
     const struct mp_dplan_shape *s = &p->s;
-    size_t cells = (size_t)s->ncells;
-    const int32_t *d_ids = c->d_ids; /* ids NULL: the last gate's result */
-    const float *d_w = c->d_w;
+    int32_t *d_ids = c->d_ids; /* ids NULL: the last gate's result */
+    float *d_w = c->d_w;
+    int topk = 0;
     if (ids && p->npairs > 0) {
-        CUDACHECK(cudaMemcpyAsync(p->d_in_ids, ids, (size_t)p->npairs * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, c->stream));
-        CUDACHECK(cudaMemcpyAsync(p->d_in_w, w, (size_t)p->npairs * sizeof(float),
-                                  cudaMemcpyHostToDevice, c->stream));
+        const size_t n = (size_t)p->npairs;
+        if ((const void *)w == (const void *)(ids + n)) { /* one block: one copy */
+            CUDACHECK(cudaMemcpyAsync(p->d_in_ids, ids, n * (sizeof(int32_t) + sizeof(float)),
+                                      cudaMemcpyHostToDevice, c->stream));
+        } else {
+            CUDACHECK(cudaMemcpyAsync(p->d_in_ids, ids, n * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, c->stream));
+            CUDACHECK(cudaMemcpyAsync(p->d_in_w, w, n * sizeof(float), cudaMemcpyHostToDevice,
+                                      c->stream));
+        }
         d_ids = p->d_in_ids;
         d_w = p->d_in_w;
+    } else if (!ids && c->gate_pending.on) {
+        /* the top-k goes with the plan when the gate's pairs are the plan's */
+        topk = c->gate_pending.ntok == s->ntok && c->gate_pending.K == s->K && route_block_fits(p);
+        if (!topk && gate_flush(c) != MP_OK)
+            return MP_ERR_RUNTIME;
     }
-    CUDACHECK(cudaMemsetAsync(p->d_totals, 0, cells * sizeof(int32_t), c->stream));
-    if (p->npairs > 0) {
-        unsigned blocks = (unsigned)((p->npairs + 255) / 256);
-        plan_cells_kernel<<<blocks, 256, 0, c->stream>>>(d_ids, p->d_route_off, p->d_route_cell,
-                                                         p->npairs, s->K, s->tok0, s->ncells,
-                                                         p->d_key, p->d_pair, p->d_totals);
-        CUDACHECK(cudaGetLastError());
-        size_t bytes = p->temp_bytes;
-        CUDACHECK(cub::DeviceRadixSort::SortPairs(p->d_temp, bytes, p->d_key, p->d_key_sorted,
-                                                  p->d_pair, p->d_pair_sorted, (int)p->npairs, 0,
-                                                  p->bits, c->stream));
-        bytes = p->temp_bytes;
-        CUDACHECK(cub::DeviceScan::ExclusiveSum(p->d_temp, bytes, p->d_totals, p->d_start,
-                                                s->ncells, c->stream));
-        if (s->cap > 0) { /* slots: padding rows are token 0 with weight 0 */
-            CUDACHECK(cudaMemsetAsync(p->d_tok, 0, (size_t)p->rows * sizeof(int32_t), c->stream));
-            CUDACHECK(cudaMemsetAsync(p->d_w, 0, (size_t)p->rows * sizeof(float), c->stream));
-        }
-        CUDACHECK(cudaMemsetAsync(p->d_row_of_pair, 0xff, (size_t)p->npairs * sizeof(int32_t),
-                                  c->stream));
-        plan_rows_kernel<<<blocks, 256, 0, c->stream>>>(p->d_key_sorted, p->d_pair_sorted,
-                                                        p->d_start, d_w, p->npairs, s->K,
-                                                        s->ncells, s->cap, s->max_local, p->d_tok,
-                                                        p->d_w, p->d_row_of_pair);
-        CUDACHECK(cudaGetLastError());
+    if (route_block_fits(p)) {
+        if (route_block(c, d_ids, d_w, topk) != MP_OK)
+            return MP_ERR_RUNTIME;
+    } else if (route_sorted(c, d_ids, d_w) != MP_OK) {
+        return MP_ERR_RUNTIME;
     }
     p->pair_w = d_w;
-    CUDACHECK(cudaMemcpyAsync(p->h_totals, p->d_totals, cells * sizeof(int32_t),
+    CUDACHECK(cudaMemcpyAsync(p->h_totals, p->d_totals, (size_t)s->ncells * sizeof(int32_t),
                               cudaMemcpyDeviceToHost, c->stream));
     if (wait) /* the dynamic dispatch sizes its sends from these: its one host sync */
         CUDACHECK(cudaStreamSynchronize(c->stream));
@@ -2585,7 +3149,8 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .elem_size = sizeof(bf16),
     .check_tolerance = 2e-2,
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,
-    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY |
+                      1u << MP_GEMM_FUSED,
     .shared_gemm_modes = 1u << MP_GEMM_FUSED,
     .preselect = cuda_preselect,
     .init = cuda_init,

@@ -34,7 +34,8 @@ const struct mp_compute_ops mp_compute_model = {
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED, /* modelled: launches or a call */
-    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY,
+    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY |
+                      1u << MP_GEMM_FUSED,
     .elem_size = 2, /* the profile's element size governs; bf16 by default */
     .init = model_init,
     .fini = model_fini,

@@ -433,9 +433,13 @@ static void check_fp8(long n, int H)
 /* The dispatch plan built on the device against the cpu backend's (the host sort, itself equal to
  * mp_plan_send: test_dplan) for EP rank 1 of `ep`: the pairs per cell exactly; the rows' tokens
  * exactly (a permute of rows holding their token index); the rows' weights through a combine of
- * rows holding their row number. Routing from host arrays, and from the device gate's result. */
+ * rows holding their row number. Routing from host arrays (two, or one page-locked block of ids
+ * then weights), and from the device gate's result.
+ * With `repeat`, every third token's second choice repeats its first in the host arrays (two
+ * pairs in one cell). Small plans are built in one block (route_plan_kernel), large ones (more
+ * than 8192 pairs) with the sort. */
 static void check_plan(const char *placement, const char *routing, int E, int ep, int K,
-                       long total, double factor, int per_node)
+                       long total, double factor, int per_node, int repeat)
 {
     const int H = 8, r = 1;
     struct mp_routing rt;
@@ -453,14 +457,16 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
     int32_t *ids = malloc(sizeof(int32_t) * ntok * K);
     float *w = malloc(sizeof(float) * ntok * K);
     mp_routing_draw(&rt, 5, 0, total, tok0, ntok, ids, w);
+    for (long t = 0; repeat && K > 1 && t < ntok; t += 3)
+        ids[t * K + 1] = ids[t * K];
     int32_t *off = malloc(sizeof(int32_t) * (E + 1));
     int32_t *cell = malloc(sizeof(int32_t) * mp_route_table_size(&pl));
     long cap = mp_padded_capacity((total + ep - 1) / ep, K, E, factor, 1);
     float *x = malloc(sizeof(float) * ntok * H), *xg = malloc(sizeof(float) * ntok * E);
     float *wg = malloc(sizeof(float) * E * E);
-    for (long t = 0; t < ntok; t++) /* row t holds t: exact in bf16 up to 256 */
+    for (long t = 0; t < ntok; t++) /* row t holds t mod 256 and t / 256: exact in bf16 */
         for (int j = 0; j < H; j++)
-            x[t * H + j] = (float)t;
+            x[t * H + j] = (float)(j % 2 ? t / 256 : t % 256);
     fill(xg, (size_t)ntok * E, 8, 1.0f);
     fill(wg, (size_t)E * E, 9, 2.0f / sqrtf((float)E));
     void *dx = to_device(x, (size_t)ntok * H);
@@ -484,8 +490,16 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
             gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, 0, 0, ids, w);
             gpu->gate(g, dxg, dwg, NULL, ntok, E, E, K, 0, 0, NULL, NULL);
             gpu->plan_build(g, NULL, NULL, 1);
-        } else {
+        } else if (mode == 0) {
             gpu->plan_build(g, ids, w, 1);
+        } else { /* ids and weights in one page-locked block, as a layer pins them: one copy */
+            size_t n = (size_t)ntok * K;
+            int32_t *blk = gpu->host_alloc(g, n * (sizeof(int32_t) + sizeof(float)));
+            float *bw = (float *)(void *)(blk + n);
+            memcpy(blk, ids, n * sizeof(int32_t));
+            memcpy(bw, w, n * sizeof(float));
+            gpu->plan_build(g, blk, bw, 1);
+            gpu->host_free(g, blk);
         }
         cpu->plan_build(h, ids, w, 1);
         long rows = 0, diff = 0;
@@ -514,7 +528,8 @@ static void check_plan(const char *placement, const char *routing, int E, int ep
         gpu->download(g, yg, dy, (size_t)ntok * H);
         const char *kind = padded ? "padded" : chunks > 1 ? "3 chunks" : "dynamic";
         char what[96];
-        snprintf(what, sizeof what, "plan %s %s%s: counts", placement, kind, gate ? " (gate)" : "");
+        snprintf(what, sizeof what, "plan %s %s%s, %ld pairs: counts", placement, kind,
+                 gate ? " (gate)" : repeat ? " (repeats)" : "", ntok * K);
         printf("  %-34s %ld of %d cells differ, %ld rows %s\n", what, diff, chunks * ep * L, rows,
                diff ? "FAIL" : "ok");
         failures += diff != 0;
@@ -567,9 +582,11 @@ int main(void)
     check_fp8(300, 200);  /* two blocks, the last of 72 values */
     check_fp8(40, 7168);  /* DeepSeek-V3's hidden size: 56 blocks */
     check_fp8(9, 4);      /* the smallest H a packed row fits in (8 bytes of 8) */
-    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0, 0);
-    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0);
-    check_plan("eplb:12", "zipf:1.1", 32, 6, 4, 300, 0.5, 3);
+    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 800, 1.0, 0, 0);
+    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0, 0);
+    check_plan("eplb:8", "zipf:1.1", 32, 2, 4, 300, 0.5, 0, 1);
+    check_plan("eplb:12", "zipf:1.1", 32, 6, 4, 300, 0.5, 3, 0);
+    check_plan("replicate-hot:4", "hot:4:10", 64, 4, 8, 4800, 1.0, 0, 0); /* 9600 pairs: sorted */
     check_gate(4096, 2048, 128, 8);
     check_ffn(1024, 512, 8, 33, 8);
     check_ffn(7168, 256, 4, 129, 4);
@@ -592,6 +609,11 @@ int main(void)
     check_ffn_dt(1024, 512, 9, 1, 2, MP_DTYPE_BF16, 1, 1);
     check_ffn_dt(256, 64, 5, 60, 9, MP_DTYPE_BF16, 2, 70);
     check_ffn_dt(1024, 512, 4, 6, 5, MP_DTYPE_BF16, 1, 72);
+    /* the same with fp8 weights: the fused kernel's fp8 pieces (codes streamed, or on the tensor
+     * cores in 128-value k blocks: the down projection's K of 64 is one short block) */
+    check_ffn_dt(1024, 512, 9, 1, 2, MP_DTYPE_FP8, 1, 1);
+    check_ffn_dt(256, 64, 5, 60, 9, MP_DTYPE_FP8, 2, 70);
+    check_ffn_dt(1024, 512, 4, 6, 5, MP_DTYPE_FP8, 1, 72);
     cpu->fini(h);
     gpu->fini(g);
     printf("%s\n", failures ? "FAIL" : "all kernels agree");

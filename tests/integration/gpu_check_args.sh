@@ -46,6 +46,7 @@ while IFS=$'\t' read -r loop line; do
         ran[$tool $args]=1
         variant=$(grep -oE -- '--gemm [a-z]+' <<<"$args" | cut -d' ' -f2 || true)
         variant=${variant:-loop}$(grep -q -- ' --graph' <<<"$args" && echo +graph || true)
+        ! grep -q -- '--weight-dtype fp8' <<<"$args" || variant=fp8-$variant # as ci/gpu-check names them
         # shellcheck disable=SC2086 # the script's arguments, split as the script splits them
         mpi 1 "$BIN/$tool" $args --warmup 0 --quiet --out "$TMP/run$i" </dev/null >"$TMP/out$i" 2>&1 ||
             fail "ci/gpu-check line $i refused or failed on the $on backend: $tool $args: $(tail -3 "$TMP/out$i")"
@@ -73,12 +74,14 @@ done <"$TMP/cmds"
 if [ "$on" = cuda ]; then
     "$SRC/ci/ffn-table" "$TMP"/ffn-*/ffn.csv >"$TMP/table" || fail "ci/ffn-table exited $?"
     cat "$TMP/table"
-    for v in loop grouped skinny fused loop+graph grouped+graph skinny+graph fused+graph; do
+    for v in loop grouped skinny fused loop+graph grouped+graph skinny+graph fused+graph \
+        fp8-loop+graph fp8-grouped+graph fp8-skinny+graph fp8-fused+graph; do
         head -2 "$TMP/table" | tail -1 | grep -qF " ${v}_us " || fail "the FFN table has no $v column"
     done
-    # a row per batch (1 and 7), 2 + 8·3 numeric columns each
-    n=$(awk 'NF == 26 && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
-    [ "$n" -eq 2 ] || fail "the FFN table has $n complete batch rows, expected 2"
+    # a row per batch (1 and 7), 2 + 3 numeric columns per variant each
+    nv=$(ls -d "$TMP"/ffn-*/ | wc -l)
+    n=$(awk -v nf=$((2 + 3 * nv)) 'NF == nf && $1 ~ /^[0-9]+$/' "$TMP/table" | wc -l)
+    [ "$n" -eq 2 ] || fail "the FFN table has $n complete batch rows of $nv variants, expected 2"
     # the targets' judges: a verdict on batch 1 (the stand-in's times miss every target)
     "$SRC/ci/ffn-targets" "$TMP/ffn-fused+graph/ffn.csv" >"$TMP/targets" && fail "ci/ffn-targets met a target on the stand-in: $(cat "$TMP/targets")"
     grep -qE '^fused\+graph +batch +1 .*MISSED$' "$TMP/targets" || fail "ci/ffn-targets judged no batch 1: $(cat "$TMP/targets")"

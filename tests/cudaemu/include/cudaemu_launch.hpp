@@ -46,6 +46,19 @@ static inline int atomicAdd(int *a, int v)
     *a = old + v;
     return old;
 }
+static inline unsigned atomicOr(unsigned *a, unsigned v)
+{
+    unsigned old = *a;
+    *a = old | v;
+    return old;
+}
+static inline int atomicOr(int *a, int v)
+{
+    int old = *a;
+    *a = old | v;
+    return old;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 namespace cudaemu {
 /* Queue work on a stream (run now, or recorded while the stream is captured); `what` names it in
