@@ -21,7 +21,26 @@ struct mp_model {
                         every query head, so 1) */
     int kv_head_dim; /* KV-cache elements per head, token and layer: 2·head_dim for K and V of
                         grouped-query attention, kv_lora_rank + qk_rope_head_dim for MLA */
+    /* What a whole decode or prefill step reads and computes besides the MoE layers
+     * (docs/planning.md, "What a step includes"), from the model's config.json. */
+    int attn;             /* enum mp_attn_kind; MP_ATTN_NONE: no attention described */
+    int q_heads;          /* num_attention_heads */
+    int head_dim;         /* mha/gqa: the query, key and value head dimension */
+    int q_lora_rank;      /* mla: the query's compression rank (0: queries not compressed) */
+    int kv_lora_rank;     /* mla: the compressed KV latent, cached per token and layer */
+    int qk_nope_head_dim; /* mla: a query/key head's dimension without rotary embedding */
+    int qk_rope_head_dim; /* mla: its rotary part, one key head shared and cached */
+    int v_head_dim;       /* mla: a value head's dimension */
+    int dense_layers;     /* layers with a dense FFN instead of experts (first_k_dense_replace) */
+    int dense_ffn;        /* their intermediate size */
+    int vocab;            /* vocab_size: the embedding and LM head rows */
+    int tied;             /* 1: the LM head is the embedding (tie_word_embeddings) */
+    int sliding_layers;   /* layers attending to a sliding window only (gpt-oss: every other) */
+    int sliding_window;   /* their window in tokens */
 };
+
+/* The attention forms a model's layers use. */
+enum mp_attn_kind { MP_ATTN_NONE, MP_ATTN_MHA, MP_ATTN_GQA, MP_ATTN_MLA };
 
 extern const struct mp_model mp_model_presets[];
 extern const int mp_model_npresets;
