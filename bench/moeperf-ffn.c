@@ -568,14 +568,14 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     if (f->open) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, cword, batch);
+                                "bf16", wword, cword, batch, 0, 1);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, cword, batch);
+                                "bf16", wword, cword, batch, 0, 1);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
@@ -775,7 +775,8 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, "off", pname, 1,
-                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, cword, batch);
+                        s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, cword, batch,
+                        0, 1);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)

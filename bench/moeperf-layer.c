@@ -29,7 +29,8 @@
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
-    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
+    MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_CONTEXT,
+    MP_OPT_MICRO_BATCHES, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
     MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_EXPERT_CACHE, MP_OPT_GEMM,
     MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
@@ -105,8 +106,8 @@ struct point_key {
     const struct mp_layout *lay;
     const char *routing, *group_limit, *placement, *dispatch, *dedup, *dispatch_dtype;
     const char *weight_dtype, *expert_cache;
-    int overlap;
-    long batch;
+    int overlap, micro_batches;
+    long batch, context;
     const struct mp_placement *pl; /* the point's placement: the experts each EP rank holds */
 };
 
@@ -132,7 +133,7 @@ static void put_key(struct mp_row *row, const struct mp_session *s, const struct
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
                         k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype,
-                        k->expert_cache, k->batch);
+                        k->expert_cache, k->batch, k->context, k->micro_batches);
 }
 
 /* layer_rank_samples.csv: every rank's record of every timed iteration, as measured (or modelled). */
@@ -216,6 +217,31 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
     return rc;
 }
 
+/* The step columns of layer.csv (core/step.h), in the order of enum MP_STEP_TOTAL...: each part's
+ * median and p99; empty for a measured point. */
+static const char *const step_cols[MP_STEP_NPARTS][2] = {
+    [MP_STEP_TOTAL] = {MPC_step_us, MPC_step_p99_us},    [MP_STEP_ATTN] = {MPC_attn_us, MPC_attn_p99_us},
+    [MP_STEP_DENSE] = {MPC_dense_us, MPC_dense_p99_us},  [MP_STEP_HEAD] = {MPC_head_us, MPC_head_p99_us},
+    [MP_STEP_MISC] = {MPC_misc_us, MPC_misc_p99_us},     [MP_STEP_HOST] = {MPC_host_us, MPC_host_p99_us},
+    [MP_STEP_MOE] = {MPC_moe_us, MPC_moe_p99_us},
+    [MP_STEP_OVERLAP] = {MPC_overlap_us, MPC_overlap_p99_us}};
+
+/* Write column `name`'s cell into `row` when it is a step column; 0 when it is not one. */
+static int step_column(const char *name, const struct mp_step_result *st, struct mp_row *row)
+{
+    if (name == MPC_tok_s_gpu) {
+        mp_row_dbl(row, st->valid ? st->tok_s_gpu : NAN);
+        return 1;
+    }
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        for (int q = 0; q < 2; q++)
+            if (name == step_cols[k][q]) {
+                mp_row_dbl(row, !st->valid ? NAN : q ? st->p99[k] : st->p50[k]);
+                return 1;
+            }
+    return 0;
+}
+
 /* layer.csv: the point's summary row from the metrics' summaries `sm`. */
 static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
                          const struct point_key *k, const struct mp_point_result *res,
@@ -247,6 +273,8 @@ static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
             mp_row_dbl(row, res->overlap_efficiency);
         else if (name == MPC_mem_gb_per_gpu)
             mp_row_dbl(row, res->mem_gb_per_gpu);
+        else if (step_column(name, &res->step, row))
+            ;
         else if (name == MPC_cache_slots || name == MPC_cache_policy) { /* "SLOTS:POLICY" */
             const char *colon = strchr(k->expert_cache, ':');
             int off = !strcmp(k->expert_cache, "off");
@@ -303,13 +331,14 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f, const struct
                        const char *routing, const char *group_limit, const char *placement,
                        int overlap, const char *dispatch, const char *dedup,
                        const char *dispatch_dtype, const char *weight_dtype,
-                       const char *expert_cache, long batch, const struct mp_placement *pl,
-                       const struct mp_point_result *res)
+                       const char *expert_cache, long batch, long context, int micro_batches,
+                       const struct mp_placement *pl, const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .pl = pl, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
                           .dispatch_dtype = dispatch_dtype, .weight_dtype = weight_dtype,
-                          .expert_cache = expert_cache, .overlap = overlap, .batch = batch};
+                          .expert_cache = expert_cache, .overlap = overlap, .batch = batch,
+                          .context = context, .micro_batches = micro_batches};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -427,6 +456,13 @@ static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatc
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
+    for (int i = 0; i < s->o.micro_batches.n && !s->modelled; i++)
+        if (s->o.micro_batches.v[i] > 1) {
+            mp_usage("--micro-batches %ld: the %s backend runs a step's batch as one; two "
+                     "micro-batches overlapped are modelled only (--backend model), or use "
+                     "--micro-batches 1", (long)s->o.micro_batches.v[i], s->o.backend);
+            return MP_ERR_USAGE;
+        }
     for (int di = 0; di < s->o.dispatch.n; di++) {
         const struct mp_dispatch_mode *mode;
         const char *word = s->o.dispatch.v[di];
@@ -517,14 +553,13 @@ static void print_header(const struct mp_session *s)
 }
 
 /* A model run's memory per GPU for the point (the experts in --weight-dtype, the rest of the
- * weights and the KV cache in bf16, MP_CONTEXT_DEFAULT tokens
- * per sequence, non-expert weights split by tp; with --expert-cache only the SLOTS resident
+ * weights and the KV cache in bf16, `context` tokens per sequence, non-expert weights split by tp; with --expert-cache only the SLOTS resident
  * experts of each layer, static's staging slot included: the rest live in host memory), with a
  * warning when it exceeds what the profile's GPU holds less its reserve: the point could not be
  * deployed (docs/planning.md). */
 static void model_memory(struct sweep *sw, const struct mp_layout *lay,
                          const struct mp_placement *pl, const struct mp_cache_spec *cache,
-                         long batch, enum mp_dtype wtype, const char *label,
+                         long batch, long context, enum mp_dtype wtype, const char *label,
                          struct mp_point_result *res)
 {
     const struct mp_session *s = sw->s;
@@ -532,7 +567,7 @@ static void model_memory(struct sweep *sw, const struct mp_layout *lay,
     if (cache->slots > 0 && cache->slots + (cache->policy == MP_CACHE_STATIC) < resident)
         resident = cache->slots + (cache->policy == MP_CACHE_STATIC);
     struct mp_gpumem_layout ml = {.tp = lay->tp, .ep = lay->ep, .max_local = resident,
-                                  .sequences = batch, .context = MP_CONTEXT_DEFAULT,
+                                  .sequences = batch, .context = context,
                                   .weight_bytes = MP_BF16_BYTES, .kv_bytes = MP_BF16_BYTES,
                                   .nonexpert = MP_NONEXPERT_TP, .expert_dtype = wtype};
     struct mp_gpumem g;
@@ -546,7 +581,7 @@ static void model_memory(struct sweep *sw, const struct mp_layout *lay,
                 "sequence), more than the %.1f GB a %s GPU holds less its reserve: this point "
                 "could not be deployed (%s overflow)",
                 label, s->model.name, g.total / 1e9, g.weights / 1e9, g.kv / 1e9,
-                MP_CONTEXT_DEFAULT, usable / 1e9, s->cluster.name, over);
+                context, usable / 1e9, s->cluster.name, over);
     }
 }
 
@@ -574,11 +609,13 @@ static int sweep_has_fp8_weights(const struct mp_bench_opts *o)
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
                      const struct mp_placement *pl, int oi, int di, int xi, int wi, int ci,
-                     int ti, int bi)
+                     int ti, int si, int bi)
 {
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
     long batch = mp_sweep_batch(&s->o, bi, lay->ep);
+    long context = (long)s->o.context.v[si / s->o.micro_batches.n];
+    int micro = (int)s->o.micro_batches.v[si % s->o.micro_batches.n];
     int overlap = (int)s->o.overlap.v[oi], rc;
     const struct mp_dispatch_mode *mode;
     double dispatch_arg;
@@ -605,7 +642,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                        dtype_word, wtype_word, cache_word, batch);
+                        dtype_word, wtype_word, cache_word, batch, context, micro);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
@@ -625,16 +662,24 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                  " expert-cache %s", cache_word);
     if (strcmp(gname, "off") != 0)
         snprintf(group_label, sizeof group_label, " group-limit %s", gname);
+    char step_label[80] = ""; /* the defaults unnamed, as before the flags */
+    if (s->o.context.n > 1 || context != MP_CONTEXT_DEFAULT)
+        snprintf(step_label, sizeof step_label, " context %ld", context);
+    if (micro > 1)
+        snprintf(step_label + strlen(step_label), sizeof step_label - strlen(step_label),
+                 " micro-batches %d", micro);
     snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
-             "batch %ld", lay->name, rname, group_label, pname, overlap, dispatch, dedup_label,
-             batch);
+             "batch %ld%s", lay->name, rname, group_label, pname, overlap, dispatch, dedup_label,
+             batch, step_label);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     char range[600]; /* the point's NVTX range: its phases' ranges nest in it */
     snprintf(range, sizeof range, "moeperf/point %s", label);
     if (!s->modelled)
         mp_watchdog_arm(s->o.timeout, label);
-    struct mp_point pt = {.label = range, .batch = batch, .seq = s->o.seq, .routing = routing,
+    /* with two micro-batches the layer runs one half's tokens (the model only: refuse_flags) */
+    long layer_batch = micro > 1 ? (batch + micro - 1) / micro : batch;
+    struct mp_point pt = {.label = range, .batch = layer_batch, .seq = s->o.seq, .routing = routing,
                           .placement = pl, .warmup = s->o.warmup, .iters = s->o.iters,
                           .check = s->o.check, .overlap = overlap, .dispatch = mode,
                           .dispatch_arg = dispatch_arg, .dedup = (int)dedup,
@@ -655,11 +700,20 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         rc = mp_session_fail(s, rc);
     sw->timed_us += res.timed_us;
     sw->measured++;
-    if (rc == MP_OK && s->modelled)
-        model_memory(sw, lay, pl, &cache, batch, wtype, label, &res);
+    if (rc == MP_OK && s->modelled) {
+        model_memory(sw, lay, pl, &cache, batch, context, wtype, label, &res);
+        res.tokens_per_rank = ((long)batch * s->o.seq + lay->ep - 1) / lay->ep;
+        struct mp_step_spec spec = {.tp = lay->tp, .ep = lay->ep, .context = (double)context,
+                                    .tokens = (double)batch * s->o.seq / lay->ep,
+                                    .micro_batches = micro, .weight_dtype = (int)wtype};
+        struct mp_step_parts parts;
+        mp_step_parts(&s->cluster, &s->model, &spec, &parts);
+        rc = mp_step_summarize(&parts, &s->model, micro, res.metrics, res.iters,
+                               (double)batch * s->o.seq, lay->tp * lay->ep, &res.step);
+    }
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                         dtype_word, wtype_word, cache_word, batch, pl, &res);
+                         dtype_word, wtype_word, cache_word, batch, context, micro, pl, &res);
     int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
     double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
     if (checked && !(res.check_error <= tight)) {
@@ -697,6 +751,7 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                              mp_sweep_max_batch(&s->o, &lay->ep, 1) * s->o.seq,
                              s->o.max_memory, sw->max_overlap);
     int nodes = mp_ep_nodes(c, lay->tp, lay->ep), inactive;
+    int nstep = s->o.context.n * s->o.micro_batches.n; /* context × micro-batches, one index */
     for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
         for (int gi = 0; gi < s->o.group_limit.n && rc == MP_OK; gi++) {
             struct mp_routing routing; /* validated by mp_group_limits_validate */
@@ -715,10 +770,11 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
                                 for (int ci = 0; ci < s->o.expert_cache.n && rc == MP_OK; ci++)
                                     for (int ti = 0; ti < s->o.dispatch_dtype.n && rc == MP_OK;
                                          ti++)
-                                        for (int bi = 0;
-                                             bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
-                                            rc = run_point(sw, lay, L, &routing, ri, gi, pi, &pl,
-                                                           oi, di, xi, wi, ci, ti, bi);
+                                        for (int si = 0; si < nstep && rc == MP_OK; si++)
+                                            for (int bi = 0;
+                                                 bi < mp_sweep_nbatch(&s->o) && rc == MP_OK; bi++)
+                                                rc = run_point(sw, lay, L, &routing, ri, gi, pi,
+                                                               &pl, oi, di, xi, wi, ci, ti, si, bi);
                 mp_placement_free(&pl);
             }
         }
@@ -807,7 +863,7 @@ int main(int argc, char **argv)
         print_header(&s);
     sw.total = nlayouts * s.o.routing.n * s.o.group_limit.n * s.o.placement.n * s.o.overlap.n *
                s.o.dispatch.n * s.o.dedup.n * s.o.weight_dtype.n * s.o.expert_cache.n *
-               s.o.dispatch_dtype.n *
+               s.o.dispatch_dtype.n * s.o.context.n * s.o.micro_batches.n *
                mp_sweep_nbatch(&s.o);
     for (int li = 0; li < nlayouts; li++)
         MP_CHECK(run_layout(&sw, &layouts[li]));

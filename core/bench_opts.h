@@ -40,6 +40,14 @@ extern const char *const mp_cpu_bind_choices[];
      "tokens per EP rank per step, as DeepEP, pplx and vLLM count them, instead of --batch: each "  \
      "layout's batch is LIST times its ep (docs/CONVENTIONS.md)"}
 #define MP_OPT_SEQ {"seq", MP_OPT_INT, MP_O(seq), "1", 1, 1 << 20, NULL, NULL, "sequence length (prefill): multiplies --batch"}
+#define MP_OPT_CONTEXT                                                                             \
+    {"context", MP_OPT_INT_LIST, MP_O(context), "4096", 1, 1 << 24, NULL, "LIST",                  \
+     "KV-cache tokens per sequence: the modelled step's attention reads them, and the memory per " \
+     "GPU holds them (a list sweeps)"}
+#define MP_OPT_MICRO_BATCHES                                                                       \
+    {"micro-batches", MP_OPT_INT_LIST, MP_O(micro_batches), "1", 1, 2, NULL, "LIST",               \
+     "--backend model: split a step's batch in 1 or 2 micro-batches, one's dispatch and combine " \
+     "under the other's attention and GEMMs (two-batch overlap; a list sweeps)"}
 #define MP_OPT_LAYOUT(def)                                                                         \
     {"layout", MP_OPT_STRING_LIST, MP_O(layout), def, MP_NOLIMIT, NULL, "LIST",                    \
      "tpXepY layouts to sweep (tp·ep = ranks); default: ep = ranks"}

@@ -43,6 +43,14 @@ const struct mp_cluster_param mp_cluster_params[] = {
      "achieved: what an expert-cache miss fetches at (optional: 0, not known)", 0},
     {"copy_engine", P(copy_engine), "0|1", "1: an expert-cache fetch runs on a copy engine beside "
      "the FFNs (a GPU); 0: on the host before its FFN (optional: 1)", 0},
+    {"fused_fp8_eff", P(fused_fp8_eff), "fraction", "achieved fraction of the fp8 FLOP/s peak of "
+     "a fused expert-FFN kernel (--gemm grouped, skinny, fused; optional: flops_fp8_eff)", 1},
+    {"attn_eff", P(attn_eff), "fraction", "achieved fraction of the FLOP/s peak in attention "
+     "kernels (optional: flops_eff)", 0},
+    {"kernel_gap_us", P(kernel_gap_us), "µs", "GPU time between two kernels of a step replayed "
+     "as a CUDA graph (optional: 0)", 0},
+    {"step_host_us", P(step_host_us), "µs", "host cost per step not hidden under the GPU: "
+     "scheduling, sampling, the graph's launch (optional: 0)", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
@@ -56,12 +64,22 @@ const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluste
  * ConnectX-7 NIC per GPU, as DeepEP's published runs had. congestion 0: a non-blocking fat tree
  * keeps every NIC near line rate at any EP size (DeepEP, NCCL; docs/validation.md); a profile that
  * expects incast to slow a tree sets it. */
+/* A step's kernels besides the experts (core/step.c): attention kernels at FlashMLA's published
+ * compute-bound rate on H800, 580 of 989 TFLOP/s (deepseek-ai/FlashMLA README, 2025-02-24);
+ * 1 µs between two kernels of a CUDA graph's replay and 300 µs of host time per step that the
+ * serving loop does not hide (scheduling and sampling overlapped with the previous step, as
+ * SGLang's and vLLM's overlap schedulers run them): starting assumptions, checked by the step
+ * breakdown's launch part and the whole-step family (docs/validation.md). */
+#define STEP_BEHAVIOUR .attn_eff = 0.59, .kernel_gap_us = 1, .step_host_us = 300
 /* the behaviour of the GPU presets but their network's: the FFN fitted to vLLM's fused-MoE kernel
- * on H100 (docs/validation.md); then the network's: NCCL's all-to-all on NDR (H100, H200: 46-49 of
+ * on H100 (docs/validation.md), whose Triton w8a8 kernel runs fp8 weights at 0.1 of the fp8 peak
+ * (fused_fp8_eff; the slope from 1024 to 4096 tokens, every expert active at both, is that rate,
+ * not a fixed cost), and fp8 GEMMs of a library (flops_fp8_eff 0.68) fitted to DeepGEMM's grouped
+ * GEMMs on H800 (the README's tables at deepseek-ai/DeepGEMM a9967bc, 2025-04-09); then the network's: NCCL's all-to-all on NDR (H100, H200: 46-49 of
  * 50 GB/s per NIC) and DeepEP's kernels (H800) */
 #define FFN_BEHAVIOUR .flops_eff = 0.7, .hbm_eff = 0.85, .launch_us = 4, .congestion = 0,            \
                       .mem_reserve = MP_MEM_RESERVE_DEFAULT, .ffn_call_us = 25, .ffn_blend = 0.5,   \
-                      .flops_fp8_eff = 0.1
+                      .flops_fp8_eff = 0.68, .fused_fp8_eff = 0.1, STEP_BEHAVIOUR
 #define BEHAVIOUR FFN_BEHAVIOUR, .intra_eff = 0.7, .inter_eff = 0.95, .intra_lat_us = 8,              \
                   .inter_lat_us = 20
 /* pcie_bw, what an expert-cache fetch achieves from page-locked host memory: about 55 GB/s per
@@ -98,7 +116,8 @@ const struct mp_cluster mp_cluster_presets[] = {
      .inter_bw = 1.25e9, .elem_bytes = 4, .flops_eff = 0.8, .hbm_eff = 0.8, .intra_eff = 0.8,
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
      .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8,
-     .pcie_bw = 10e9, .copy_engine = 0},
+     .pcie_bw = 10e9, .copy_engine = 0, .fused_fp8_eff = 0.8, .attn_eff = 0.8,
+     .kernel_gap_us = 0, .step_host_us = 0},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -134,7 +153,8 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
         int ok = isfinite(v);
         int zero_ok = strstr(k, "_lat") || !strcmp(k, "launch_us") || !strcmp(k, "congestion") ||
                       !strcmp(k, "gpu_mem_gb") || !strcmp(k, "ffn_call_us") ||
-                      !strcmp(k, "pcie_bw");
+                      !strcmp(k, "pcie_bw") || !strcmp(k, "kernel_gap_us") ||
+                      !strcmp(k, "step_host_us");
         if (strstr(k, "_eff"))
             ok = ok && v > 0 && v <= 1;
         else if (!strcmp(k, "copy_engine"))
@@ -267,7 +287,9 @@ static int read_file(const char *path, struct mp_cluster *out)
         }
         if (!seen[i] && (mp_cluster_params[i].offset == P(ffn_call_us) ||
                          mp_cluster_params[i].offset == P(ffn_blend) ||
-                         mp_cluster_params[i].offset == P(pcie_bw))) {
+                         mp_cluster_params[i].offset == P(pcie_bw) ||
+                         mp_cluster_params[i].offset == P(kernel_gap_us) ||
+                         mp_cluster_params[i].offset == P(step_host_us))) {
             *(double *)((char *)&c + mp_cluster_params[i].offset) = 0;
             continue;
         }
@@ -279,6 +301,14 @@ static int read_file(const char *path, struct mp_cluster *out)
             c.flops_fp8_eff = NAN; /* flops_eff's, once it is read */
             continue;
         }
+        if (!seen[i] && mp_cluster_params[i].offset == P(fused_fp8_eff)) {
+            c.fused_fp8_eff = NAN; /* flops_fp8_eff's, once that is known */
+            continue;
+        }
+        if (!seen[i] && mp_cluster_params[i].offset == P(attn_eff)) {
+            c.attn_eff = NAN; /* flops_eff's, once it is read */
+            continue;
+        }
         if (!seen[i]) {
             mp_usage("cluster file %s: missing '%s' (%s; or start from a preset with base=NAME)",
                      path, mp_cluster_params[i].key, mp_cluster_params[i].meaning);
@@ -287,6 +317,10 @@ static int read_file(const char *path, struct mp_cluster *out)
     }
     if (isnan(c.flops_fp8_eff))
         c.flops_fp8_eff = c.flops_eff;
+    if (isnan(c.fused_fp8_eff))
+        c.fused_fp8_eff = c.flops_fp8_eff;
+    if (isnan(c.attn_eff))
+        c.attn_eff = c.flops_eff;
     if (name[0])
         snprintf(c.name, sizeof c.name, "%s", name);
     else
@@ -349,7 +383,7 @@ double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double 
     struct mp_cluster at = *c;
     if (weight_dtype == MP_DTYPE_FP8) {
         at.flops = c->flops_fp8;
-        at.flops_eff = c->flops_fp8_eff;
+        at.flops_eff = gemm == MP_GEMM_LOOP ? c->flops_fp8_eff : c->fused_fp8_eff;
     }
     return mp_model_ffn_us(&at, 6.0 * H * (double)Dl * rows,
                            active * mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, Dl,

@@ -39,6 +39,18 @@ struct mp_cluster {
      * engine beside the FFNs (a GPU's copy stream: only the part not hidden under the FFNs before
      * it is exposed), 0 where the host copies before the expert's FFN (the cpu backend) */
     double copy_engine;
+    /* behaviour, optional in a file: the achieved fraction of flops_fp8 of a fused expert-FFN
+     * kernel on fp8 weights (--gemm grouped, skinny, fused: one call for every expert, as vLLM's
+     * Triton w8a8 kernel; flops_fp8_eff is then the rate of a GEMM library's kernels, DeepGEMM and
+     * cuBLASLt: --gemm loop and every GEMM of a step besides the experts; default flops_fp8_eff) */
+    double fused_fp8_eff;
+    /* A whole step (core/step.c, docs/planning.md "What a step includes"), optional in a file:
+     * the achieved fraction of the bf16 FLOP/s peak in attention kernels (FlashAttention and
+     * FlashMLA: softmax and rescaling between their two GEMMs; default flops_eff); the GPU time
+     * between two kernels of a step replayed as a CUDA graph (default 0); and the host's cost per
+     * step that a serving loop does not hide under the GPU (scheduling, sampling, the graph's
+     * launch; default 0) */
+    double attn_eff, kernel_gap_us, step_host_us;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */

@@ -12,6 +12,7 @@
 #include "expert_cache.h"
 #include "placement.h"
 #include "routing.h"
+#include "step.h"
 
 struct mp_dispatch_mode;
 
@@ -86,6 +87,9 @@ struct mp_point_result {
     /* model runs: weights and KV cache per GPU to serve the model at this point, GB
      * (mp_gpumem_compute); NAN for measured runs, set by the caller */
     double mem_gb_per_gpu;
+    /* model runs: the whole decode step the point's layer is part of (core/step.h), set by the
+     * caller; valid 0 for measured runs */
+    struct mp_step_result step;
     double timed_us, wall_us;        /* time inside timed iterations, and the whole point */
 };
 

@@ -83,6 +83,8 @@ struct mp_bench_opts {
     struct mp_list batch;
     struct mp_list tokens_per_rank; /* --tokens-per-rank: instead of --batch, per EP rank */
     int seq;
+    struct mp_list context;       /* moeperf-layer: KV-cache tokens per sequence; a list sweeps */
+    struct mp_list micro_batches; /* moeperf-layer: 1 or 2 (two-batch overlap); a list sweeps */
     struct mp_strlist layout, routing, placement;
     struct mp_strlist group_limit; /* --group-limit: off, G:M or M; a list sweeps them */
     long long seed;

@@ -62,6 +62,13 @@ static const struct mp_column workload_key[] = {
      "(METRICS.md, Expert cache); `off` for ffn.csv"},
     {MPC_batch, "tokens", I, "tokens per step for the whole EP instance"},
     {MPC_seq, "–", I, "`--seq`; the point has `batch · seq` tokens"},
+    {MPC_context, "tokens", I,
+     "`--context` entry: KV-cache tokens per sequence of the modelled step and of the memory per "
+     "GPU (moeperf-layer; empty for ffn.csv)"},
+    {MPC_micro_batches, "–", I,
+     "`--micro-batches` entry: 1, or 2 when a model step splits its batch in two and overlaps one "
+     "half's exchanges with the other's compute (the layer columns are then one half's; 1 for "
+     "ffn.csv)"},
     {MPC_seed, "–", I, "`--seed`"},
     {MPC_flush_cache, "–", I,
      "1 when the device's caches were evicted before every timed iteration (`--flush-cache`, the "
@@ -198,8 +205,28 @@ static const struct mp_column layer_cols[] = {
      "(METRICS.md), else empty"},
     {MPC_mem_gb_per_gpu, "GB", R,
      "`--backend model`: weights and KV cache the fullest GPU of the layout would hold to serve "
-     "the model, bf16, `batch` sequences of 4096 tokens (docs/planning.md, Memory per GPU); "
+     "the model, bf16, `batch` sequences of `context` tokens (docs/planning.md, Memory per GPU); "
      "empty for measured runs"},
+#define STEP_PART(name, what)                                                                      \
+    {MPC_##name##_us, "µs", R,                                                                   \
+     "`--backend model`: median over iterations of the decode step's " what                       \
+     " (docs/planning.md, What a step includes); empty for measured runs, which time the layer"}, \
+    {MPC_##name##_p99_us, "µs", R, "p99 of `" #name "_us`"}
+    STEP_PART(step, "whole time, every layer: `attn_us + dense_us + head_us + misc_us + host_us "
+                    "+ moe_us − overlap_us`"),
+    STEP_PART(attn, "attention in every layer: projections, core over the KV cache, TP "
+                    "all-reduce"),
+    STEP_PART(dense, "dense layers' FFNs"),
+    STEP_PART(head, "embedding, final norm, LM head and sampling"),
+    STEP_PART(misc, "norms, rotary embedding, KV-cache writes and other small kernels"),
+    STEP_PART(host, "host time not hidden under the GPU and the gaps between its kernels"),
+    STEP_PART(moe, "MoE layers, one after the other: `layers · micro_batches · layer_us`"),
+    STEP_PART(overlap, "time two micro-batches hide: each MoE layer's exchanges under the other "
+                       "half's compute (0 with one micro-batch)"),
+#undef STEP_PART
+    {MPC_tok_s_gpu, "tokens/s", R,
+     "`--backend model`: output tokens per second per GPU, `batch · seq / (step_us · world)` "
+     "with the median step; empty for measured runs"},
 };
 
 /* The per-iteration metrics of METRICS.md, in the field order of struct mp_iter_metrics. */

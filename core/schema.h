@@ -32,7 +32,10 @@
     X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over) X(local_experts) X(notify_wait_us)           \
     X(dispatch_wait_us) X(tp_reduce_wait_us) X(combine_wait_us) X(wait_us) X(expert_cache)             \
     X(cache_hit_rate) X(fetch_bytes) X(fetch_us) X(cache_hits) X(cache_misses) X(cache_slots)      \
-    X(cache_policy)
+    X(cache_policy) X(context) X(micro_batches) X(step_us) X(step_p99_us) X(attn_us)               \
+    X(attn_p99_us) X(dense_us) X(dense_p99_us) X(head_us) X(head_p99_us) X(misc_us) X(misc_p99_us) \
+    X(host_us) X(host_p99_us) X(moe_us) X(moe_p99_us) X(overlap_us) X(overlap_p99_us)             \
+    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)
@@ -75,7 +78,7 @@ extern const struct mp_csv_schema mp_schema_layer, mp_schema_layer_samples, mp_s
 
 /* The most columns a file of fixed columns has (tests/unit/test_schema.c checks it): room for a
  * header on the stack. */
-#define MP_SCHEMA_MAX_COLS 80
+#define MP_SCHEMA_MAX_COLS 100
 
 /* Every file above, in docs/CSV.md order, NULL-terminated. */
 extern const struct mp_csv_schema *const mp_schemas[];

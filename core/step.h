@@ -1,0 +1,82 @@
+/* step.h - one whole decode step on the cluster model: what a step computes and reads besides its
+ * MoE layers (attention, dense layers, embedding and LM head, norms and small kernels, the host's
+ * share), and the step's time from its MoE layers' with one micro-batch or two overlapped
+ * (docs/planning.md, "What a step includes"). */
+#ifndef MP_STEP_H
+#define MP_STEP_H
+
+#include "cluster.h"
+#include "model.h"
+
+/* The micro-batches a step may be split into: 1, or 2 (two-batch overlap). */
+#define MP_STEP_MAX_MICRO_BATCHES 2
+
+/* One decode step of a deployment: a tp × ep layout whose attention is data-parallel over the EP
+ * ranks (each holds its own sequences) and tensor-parallel inside each TP group, as DeepSeek,
+ * SGLang and TensorRT-LLM deploy MoE models. */
+struct mp_step_spec {
+    int tp, ep;
+    double tokens;     /* decode tokens (sequences) one EP rank holds, all micro-batches */
+    double context;    /* KV-cache tokens per sequence */
+    int micro_batches; /* 1, or 2: the tokens split in two, one's exchanges under the other's
+                          compute */
+    int weight_dtype;  /* enum mp_dtype of the attention and dense GEMMs' weights (fp8: as the
+                          block-scaled fp8 checkpoints store them; the embedding and LM head stay
+                          bf16, as those checkpoints keep them) */
+};
+
+/* µs of one step on one GPU, every layer and micro-batch: the parts besides the MoE blocks. */
+struct mp_step_parts {
+    double attn;     /* every layer's attention: projections, core, TP all-reduce */
+    double dense;    /* the dense layers' FFNs and their TP all-reduce */
+    double head;     /* embedding lookup, final norm, LM head, logits gathered over TP, sampling */
+    double misc;     /* norms, rotary embedding, KV-cache writes, activations' quantization */
+    double host;     /* step_host_us + the kernels' gaps (kernels · kernel_gap_us), the MoE
+                        blocks' kernels included */
+    double moe_side; /* the compute of one MoE layer's attention and small kernels (both
+                        micro-batches): what two micro-batches overlap its exchanges with */
+    double kernels;  /* kernels a step launches, the MoE blocks' included */
+};
+
+/* The parts of step `s` of model `m` under profile `c` (every formula's source in step.c). A
+ * model without attention (m->attn MP_ATTN_NONE) has attention and LM head 0. */
+void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
+                   const struct mp_step_spec *s, struct mp_step_parts *p);
+
+/* A step's time from one iteration of its MoE layer: `layer_us` and `comm_us` (that iteration's
+ * layer time and its exchanges, struct mp_iter_metrics) of one micro-batch's tokens. */
+struct mp_step_time {
+    double step;    /* the step, µs */
+    double moe;     /* the MoE layers one after the other: layers · micro_batches · layer_us */
+    double overlap; /* what two micro-batches hide: per MoE layer, the smaller of its exchanges
+                       and the other micro-batch's compute (0 with one micro-batch) */
+};
+
+/* step = attn + dense + head + misc + host + moe − overlap (docs/planning.md, "What a step
+ * includes"), with overlap = layers · min(mb · comm_us, moe_side + mb · (layer_us − comm_us)) for
+ * two micro-batches. */
+void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
+                  double layer_us, double comm_us, struct mp_step_time *t);
+
+/* The parts of struct mp_step_result, in layer.csv's column order. */
+enum { MP_STEP_TOTAL, MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC, MP_STEP_HOST,
+       MP_STEP_MOE, MP_STEP_OVERLAP, MP_STEP_NPARTS };
+
+/* A modelled point's step over its iterations: each part's median and p99 (µs) and the output
+ * tokens per second per GPU at the median step; valid 0 for measured points (nothing modelled). */
+struct mp_step_result {
+    int valid;
+    double p50[MP_STEP_NPARTS], p99[MP_STEP_NPARTS];
+    double tok_s_gpu;
+};
+
+struct mp_iter_metrics;
+
+/* Summarize the step of every one of `iters` iterations of one micro-batch's MoE layer
+ * (`metrics`: its layer_us and comm_us) with parts `p`: `tokens` output tokens per step (batch ·
+ * seq) over `gpus` GPUs. MP_OK, or MP_ERR_RUNTIME when out of memory (r->valid stays 0). */
+int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
+                      const struct mp_iter_metrics *metrics, int iters, double tokens, int gpus,
+                      struct mp_step_result *r);
+
+#endif
