@@ -502,9 +502,10 @@ static const struct mp_column plan_cols[] = {
     {MPC_bubble_ratio, "–", R, "modelled bubble ratio"},
     {MPC_load_imbalance, "–", R, "max/mean routed rows per rank"},
     {MPC_local_hit_rate, "–", R, "share of token-expert pairs served on the token's rank"},
-    {MPC_token_ms, "ms", R, "the MoE layers of one decode step: layers × median layer time"},
-    {MPC_token_p99_ms, "ms", R, "layers × p99 layer time"},
-    {MPC_replica_tokens_per_s, "tokens/s", R, "tokens per second one replica serves"},
+    {MPC_token_ms, "ms", R,
+     "the whole decode step per output token, median (docs/planning.md, What a step includes)"},
+    {MPC_token_p99_ms, "ms", R, "its p99 (the MoE layers at their p99)"},
+    {MPC_replica_tokens_per_s, "tokens/s", R, "output tokens per second one replica serves"},
     {MPC_dp, "–", I, "replicas needed for the target throughput"},
     {MPC_gpus, "GPUs", I, "GPUs of all replicas"},
     {MPC_meets_slo, "–", I,
@@ -528,6 +529,19 @@ static const struct mp_column plan_cols[] = {
      "cache that fits (docs/planning.md, Offloaded experts); empty when all are"},
     {MPC_cache_hit_rate, "–", R, "its median hit rate, the fetches timed in `layer_us`; empty "
                                  "without a cache"},
+    {MPC_context, "tokens", I, "`--context`: KV-cache tokens per sequence"},
+    {MPC_micro_batches, "–", I, "1, or 2 micro-batches overlapped (`--micro-batches`)"},
+    {MPC_attn_us, "µs", R, "the step's attention, every layer (median)"},
+    {MPC_dense_us, "µs", R, "the step's dense layers"},
+    {MPC_head_us, "µs", R, "the step's embedding, LM head and sampling"},
+    {MPC_misc_us, "µs", R, "the step's norms and small kernels"},
+    {MPC_host_us, "µs", R, "the step's host time and kernel gaps"},
+    {MPC_moe_us, "µs", R, "the step's MoE layers one after the other (median)"},
+    {MPC_overlap_us, "µs", R, "what two micro-batches hide of them (0 with one)"},
+    {MPC_tok_s_gpu, "tokens/s", R, "output tokens per second per GPU"},
+    {MPC_usd_per_mtok, "USD", R,
+     "with `--gpu-hour-price`: USD per million output tokens at the replicas' capacity, else "
+     "empty"},
 };
 static const struct mp_columns no_key = {NULL, 0};
 const struct mp_csv_schema mp_schema_plan = {"plan.csv", "moeperf-plan", "one per candidate",

@@ -26,7 +26,7 @@
 struct plan_opts {
     struct mp_bench_opts b; /* first, so the shared MP_OPT_* entries' offsets apply */
     int calibrate, validate;
-    double slo_token_ms, slo_layer_us, throughput;
+    double slo_token_ms, slo_layer_us, throughput, gpu_hour_price;
     struct mp_list tp, ep, replicate, eplb;
     int max_gpus, context;
     double mem_reserve;
@@ -60,16 +60,22 @@ static const struct mp_opt options[] = {
     {"dispatch-dtype", MP_OPT_STRING_LIST, PO(b.dispatch_dtype), "bf16", MP_NOLIMIT,
      mp_dtype_choices, "LIST", "the dispatched rows: bf16, or fp8 (e4m3, an fp32 scale per 128 "
      "values: about half the dispatch's bytes; the combine stays bf16); a list weighs them"},
+    {"micro-batches", MP_OPT_INT_LIST, PO(b.micro_batches), "1", 1, 2, NULL, "LIST",
+     "a decode step's batch as one, or split in 2 with one half's dispatch and combine under "
+     "the other's attention and GEMMs (two-batch overlap); a list weighs them"},
     {"slo-token-ms", MP_OPT_DOUBLE, PO(slo_token_ms), "0", 0, 1e9, NULL, "MS",
-     "p99 latency budget per generated token over all MoE layers (0: none)"},
+     "p99 latency budget per output token: the whole decode step, every layer (0: none)"},
     {"slo-layer-us", MP_OPT_DOUBLE, PO(slo_layer_us), "0", 0, 1e12, NULL, "US",
      "p99 latency budget per MoE layer (0: none)"},
     {"throughput", MP_OPT_DOUBLE, PO(throughput), "0", 0, 1e15, NULL, "TOK/S",
-     "target tokens/s over all DP replicas (0: one replica)"},
+     "target output tokens/s over all DP replicas (0: one replica)"},
+    {"gpu-hour-price", MP_OPT_DOUBLE, PO(gpu_hour_price), "0", 0, 1e6, NULL, "USD",
+     "price of one GPU-hour: every plan, alternative and sensitivity gets its USD per million "
+     "output tokens (0: none)"},
     {"max-gpus", MP_OPT_INT, PO(max_gpus), "4096", 1, 1 << 24, NULL, NULL,
      "the most GPUs a plan may use"},
     {"context", MP_OPT_INT, PO(context), "4096", 1, 1 << 24, NULL, "TOKENS",
-     "tokens of KV cache each sequence holds (memory per GPU)"},
+     "tokens of KV cache each sequence holds: memory per GPU and the step's attention"},
     {"mem-reserve", MP_OPT_DOUBLE, PO(mem_reserve), NULL, 0, 0.99, NULL, "FRACTION",
      "share of each GPU's memory kept for the runtime, activations and buffers (default: the "
      "profile's mem_reserve, 0.1 for the presets)"},
@@ -296,6 +302,14 @@ static void write_plan_csv(struct plan_opts *o, const char *routing,
         else
             mp_row_str(&row, "");
         mp_row_dbl(&row, c[i].cache_hit_rate);
+        mp_row_int(&row, o->context);
+        mp_row_int(&row, c[i].micro_batches);
+        static const int parts[] = {MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC,
+                                    MP_STEP_HOST, MP_STEP_MOE, MP_STEP_OVERLAP};
+        for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+            mp_row_dbl(&row, c[i].part_ms[parts[k]] * 1e3);
+        mp_row_dbl(&row, c[i].tok_s_gpu);
+        mp_row_dbl(&row, c[i].usd_per_mtok);
         mp_csv_write(csv, &row);
     }
     mp_row_free(&row);
@@ -455,6 +469,25 @@ static void why_lost(const struct mp_plan_req *q, const struct mp_plan_cand *a,
     }
 }
 
+static void add_bound(cJSON *o, const char *key, double v);
+
+/* The step's parts of candidate `a` in ms (plan.json's step_parts_ms, the stacked bar of the
+ * report's plan): attention, dense layers, expert compute (route and FFN of every MoE layer),
+ * dispatch + combine (the exchanges less what two micro-batches hide), small kernels, LM head,
+ * host; they add up to token_p50_ms. */
+static cJSON *step_parts_json(const struct mp_plan_cand *a)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "attention", a->part_ms[MP_STEP_ATTN]);
+    cJSON_AddNumberToObject(o, "dense", a->part_ms[MP_STEP_DENSE]);
+    cJSON_AddNumberToObject(o, "expert_compute", a->moe_ffn_ms);
+    cJSON_AddNumberToObject(o, "dispatch_combine", a->moe_comm_ms);
+    cJSON_AddNumberToObject(o, "small_kernels", a->part_ms[MP_STEP_MISC]);
+    cJSON_AddNumberToObject(o, "head", a->part_ms[MP_STEP_HEAD]);
+    cJSON_AddNumberToObject(o, "host", a->part_ms[MP_STEP_HOST]);
+    return o;
+}
+
 /* One candidate into `o` as plan.json writes it, with why it lost to `b` when b is not NULL. */
 static void cand_fill(cJSON *o, const struct mp_plan_req *q, const struct mp_plan_cand *a,
                       const struct mp_plan_cand *b)
@@ -471,7 +504,10 @@ static void cand_fill(cJSON *o, const struct mp_plan_req *q, const struct mp_pla
     cJSON_AddNumberToObject(o, "batch", (double)a->batch);
     cJSON_AddNumberToObject(o, "replicas", a->dp);
     cJSON_AddNumberToObject(o, "gpus", a->gpus);
+    cJSON_AddNumberToObject(o, "micro_batches", a->micro_batches);
     cJSON_AddNumberToObject(o, "token_p99_ms", a->token_p99_ms);
+    cJSON_AddNumberToObject(o, "tok_s_gpu", a->tok_s_gpu);
+    add_bound(o, "usd_per_mtok", a->usd_per_mtok); /* null without --gpu-hour-price */
     cJSON_AddNumberToObject(o, "mem_gb_per_gpu", a->mem.total / 1e9);
     if (b) {
         why_lost(q, a, b, why, sizeof why);
@@ -889,8 +925,14 @@ static cJSON *answer_json(const char *routing, const struct mp_plan_req *q,
     cJSON_AddNumberToObject(a, "batch", (double)b->batch);
     cJSON_AddNumberToObject(a, "replicas", b->dp);
     cJSON_AddNumberToObject(a, "gpus", b->gpus);
+    cJSON_AddNumberToObject(a, "micro_batches", b->micro_batches);
+    cJSON_AddNumberToObject(a, "context", (double)q->context);
+    cJSON_AddStringToObject(a, "token_scope", "step"); /* the whole decode step, every layer */
     cJSON_AddNumberToObject(a, "token_p50_ms", b->token_ms);
     cJSON_AddNumberToObject(a, "token_p99_ms", b->token_p99_ms);
+    cJSON_AddItemToObject(a, "step_parts_ms", step_parts_json(b));
+    cJSON_AddNumberToObject(a, "tok_s_gpu", b->tok_s_gpu);
+    add_bound(a, "usd_per_mtok", b->usd_per_mtok);
     cJSON_AddNumberToObject(a, "layer_p50_us", b->layer_us);
     cJSON_AddNumberToObject(a, "layer_p99_us", b->layer_p99_us);
     cJSON_AddNumberToObject(a, "replica_tokens_per_s", b->replica_tps);
@@ -1019,7 +1061,7 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     const char *validation = NULL; /* ci/validate --summary's table, for plan.json's trust */
     struct mp_csv csv = {0};
     int *tps = NULL, *eps = NULL, *reps = NULL, *eplbs = NULL, *overlaps = NULL, *dedups = NULL, rc;
-    int *wdtypes = NULL, *ddtypes = NULL;
+    int *wdtypes = NULL, *ddtypes = NULL, *micro = NULL;
     long *batches = NULL;
     if (o->validation && access(o->validation, R_OK) != 0) {
         mp_usage("--validation '%s': %s (a table of ci/validate --summary)", o->validation,
@@ -1035,8 +1077,11 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
         return MP_ERR_USAGE;
     if ((rc = to_ints(&o->tp, &tps)) != MP_OK || (rc = to_ints(&o->ep, &eps)) != MP_OK ||
         (rc = to_ints(&o->replicate, &reps)) != MP_OK || (rc = to_ints(&o->eplb, &eplbs)) != MP_OK ||
-        (rc = to_ints(&o->b.overlap, &overlaps)) != MP_OK)
+        (rc = to_ints(&o->b.overlap, &overlaps)) != MP_OK ||
+        (rc = to_ints(&o->b.micro_batches, &micro)) != MP_OK)
         goto out;
+    q.micro_batches = micro;
+    q.nmicro = o->b.micro_batches.n;
     batches = malloc((size_t)o->b.batch.n * sizeof *batches);
     dedups = malloc((size_t)(o->b.dedup.n > 0 ? o->b.dedup.n : 1) * sizeof *dedups);
     if (!batches || !dedups) {
@@ -1076,6 +1121,7 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     q.slo_token_ms = o->slo_token_ms;
     q.slo_layer_us = o->slo_layer_us;
     q.throughput = o->throughput;
+    q.gpu_hour_price = o->gpu_hour_price;
     q.max_gpus = o->max_gpus;
     q.iters = o->b.iters;
     q.seed = (unsigned long long)o->b.seed;
@@ -1104,8 +1150,11 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     if (q.slo_token_ms > 0 || q.slo_layer_us > 0)
         printf("#   token p99 <= %.2f ms, layer p99 <= %.1f us (0 = not bounded)\n",
                q.slo_token_ms, q.slo_layer_us);
-    printf("# token_ms: the MoE layers of one decode step (layers × layer p99); attention and dense\n"
-           "# parts are not modelled.\n");
+    printf("# token_ms: the whole decode step per output token at %ld tokens of context: attention,\n"
+           "# dense layers, LM head, small kernels, host and the MoE layers (layers × layer time;\n"
+           "# docs/planning.md, \"What a step includes\"); layer_us: one MoE layer%s.\n",
+           q.context, o->b.micro_batches.n > 1 || o->b.micro_batches.v[0] > 1
+                          ? " (of one micro-batch where two overlap)" : "");
     print_memory_header(&q);
     print_network_header(&q.cluster);
     if (o->b.out && (rc = write_profile(o->b.out, &q.cluster)) != MP_OK)
@@ -1223,6 +1272,7 @@ out:
     free(overlaps);
     free(dedups);
     free(wdtypes);
+    free(micro);
     free(ddtypes);
     free(batches);
     return rc;

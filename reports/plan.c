@@ -28,7 +28,7 @@ const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned lon
     char pl[32];
     mp_plan_placement(c, pl, sizeof pl);
     int placed = c->replicate > 0 || c->eplb > 0;
-    const char *part[5] = {placed ? pl : NULL, NULL, NULL, NULL, NULL};
+    const char *part[6] = {placed ? pl : NULL, NULL, NULL, NULL, NULL, NULL};
     char ovl[32], dd[32];
     if (c->overlap > 1) {
         snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
@@ -42,9 +42,11 @@ const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned lon
         part[3] = "fp8 weights";
     if (c->dispatch_dtype == MP_DTYPE_FP8)
         part[4] = "fp8 dispatch";
+    if (c->micro_batches > 1)
+        part[5] = "two micro-batches";
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (part[i] && used < len)
             used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " + " : "", part[i]);
     if (!used)
@@ -59,7 +61,8 @@ int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *
 {
     return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate &&
            a->eplb == b->eplb && depth(a) == depth(b) && a->dedup == b->dedup &&
-           a->weight_dtype == b->weight_dtype && a->dispatch_dtype == b->dispatch_dtype;
+           a->weight_dtype == b->weight_dtype && a->dispatch_dtype == b->dispatch_dtype &&
+           a->micro_batches == b->micro_batches;
 }
 
 int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
@@ -69,6 +72,8 @@ int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_c
     *base = -1;
     for (int i = 0; i < n; i++) {
         if (c[i].tp != at->tp || c[i].ep != at->ep || c[i].batch != at->batch)
+            continue;
+        if (c[i].micro_batches != at->micro_batches)
             continue;
         if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1 &&
             c[i].dedup == MP_DEDUP_PAIR && c[i].weight_dtype == MP_DTYPE_BF16 &&
@@ -93,7 +98,8 @@ int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_pla
     for (int i = 0; i < n && k < max; i++)
         if (c[i].tp == at->tp && c[i].ep == at->ep && c[i].batch == at->batch &&
             c[i].replicate == at->replicate && c[i].eplb == at->eplb && depth(&c[i]) == depth(at) &&
-            c[i].weight_dtype == at->weight_dtype && c[i].dispatch_dtype == at->dispatch_dtype)
+            c[i].weight_dtype == at->weight_dtype && c[i].dispatch_dtype == at->dispatch_dtype &&
+            c[i].micro_batches == at->micro_batches)
             order[k++] = i;
     for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
         for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
@@ -106,7 +112,7 @@ int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_pla
 
 /* The candidate's setup beside its layout, batch and placement. */
 struct setup {
-    int overlap, dedup, weight_dtype, dispatch_dtype;
+    int overlap, dedup, weight_dtype, dispatch_dtype, micro_batches;
 };
 
 /* With --expert-cache fit: the most experts per layer every EP rank of a candidate that does
@@ -145,6 +151,7 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     c->dedup = dedup;
     c->weight_dtype = su.weight_dtype;
     c->dispatch_dtype = su.dispatch_dtype;
+    c->micro_batches = su.micro_batches;
     mp_plan_placement(c, spec, sizeof spec);
     struct mp_placement pl;
     int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
@@ -154,7 +161,8 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
         mp_placement_free(&pl);
         return rc;
     }
-    struct mp_point pt = {.batch = batch, .seq = q->seq, .routing = q->routing, .placement = &pl,
+    int mb = su.micro_batches > 1 ? su.micro_batches : 1; /* the layer runs one micro-batch */
+    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing, .placement = &pl,
                           .iters = q->iters, .overlap = overlap, .dedup = dedup,
                           .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
     struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
@@ -184,8 +192,16 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     if (rc != MP_OK)
         return rc;
     int n = res.iters;
+    double tokens = (double)batch * q->seq;
+    struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
+                                .context = (double)q->context, .micro_batches = mb,
+                                .weight_dtype = su.weight_dtype};
+    struct mp_step_parts parts;
+    struct mp_step_result st;
+    mp_step_parts(&q->cluster, m, &step, &parts);
     double *v = malloc((size_t)n * sizeof *v);
-    if (!v) {
+    if (!v || mp_step_summarize(&parts, m, mb, res.metrics, n, tokens, tp * ep, &st) != MP_OK) {
+        free(v);
         mp_point_result_free(&res);
         return MP_ERR_RUNTIME;
     }
@@ -216,10 +232,15 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     c->imbalance = M->load_imbalance;
     c->hit = M->local_hit_rate;
     c->cache_hit_rate = c->cache_slots > 0 ? M->cache_hit_rate : NAN;
-    c->token_ms = m->layers * c->layer_us / 1e3;
-    c->token_p99_ms = m->layers * c->layer_p99_us / 1e3;
-    /* a decode step yields one token per sequence: batch·seq tokens per step of token_ms */
-    c->replica_tps = c->token_ms > 0 ? (double)batch * q->seq / (c->token_ms / 1e3) : 0;
+    /* the whole decode step (core/step.h); it yields one token per sequence: batch·seq tokens */
+    c->token_ms = st.p50[MP_STEP_TOTAL] / 1e3;
+    c->token_p99_ms = st.p99[MP_STEP_TOTAL] / 1e3;
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        c->part_ms[k] = st.p50[k] / 1e3;
+    double moe_ffn = (double)m->layers * mb * (M->layer_us - M->comm_us) / 1e3;
+    c->moe_ffn_ms = moe_ffn;
+    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - moe_ffn - c->part_ms[MP_STEP_OVERLAP];
+    c->replica_tps = c->token_ms > 0 ? tokens / (c->token_ms / 1e3) : 0;
     mp_plan_apply_targets(q, c);
     return MP_OK;
 }
@@ -230,6 +251,12 @@ void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
     if (c->dp < 1)
         c->dp = 1;
     c->gpus = c->tp * c->ep * c->dp;
+    c->tok_s_gpu = c->replica_tps / (c->tp * c->ep);
+    /* USD per million output tokens at the replicas' capacity: each GPU's price per second over
+     * the tokens per second each GPU yields */
+    c->usd_per_mtok = q->gpu_hour_price > 0 && c->tok_s_gpu > 0
+                          ? q->gpu_hour_price / 3600.0 / c->tok_s_gpu * 1e6
+                          : NAN;
     int slo_ok = 1;
     if (q->slo_token_ms > 0)
         slo_ok = c->token_p99_ms <= q->slo_token_ms;
@@ -247,20 +274,28 @@ void mp_plan_scale_times(const struct mp_plan_req *q, struct mp_plan_cand *c, do
     c->comm_us *= f;
     c->token_ms *= f;
     c->token_p99_ms *= f;
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        c->part_ms[k] *= f;
+    c->moe_ffn_ms *= f;
+    c->moe_comm_ms *= f;
     c->replica_tps /= f;
     mp_plan_apply_targets(q, c);
 }
 
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
-    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16};
+    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16},
+                     one_batch[] = {1};
+    const int *mbs = q->nmicro > 0 ? q->micro_batches : one_batch;
+    int nmb = q->nmicro > 0 ? q->nmicro : 1;
     const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
     int novl = q->noverlap > 0 ? q->noverlap : 1;
     const int *dds = q->ndedup > 0 ? q->dedups : pair_only;
     int ndd = q->ndedup > 0 ? q->ndedup : 1;
     const int *wds = q->nwdtype > 0 ? q->wdtypes : bf16, *sds = q->nddtype > 0 ? q->ddtypes : bf16;
     int nwd = q->nwdtype > 0 ? q->nwdtype : 1, nsd = q->nddtype > 0 ? q->nddtype : 1;
-    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * nwd * nsd * q->nbatch, k = 0,
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * nwd * nsd * nmb * q->nbatch,
+        k = 0,
         rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
@@ -284,8 +319,9 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                 for (int o = 0; o < novl && rc == MP_OK; o++)
                     for (int x = 0; x < ndd && rc == MP_OK; x++)
                         for (int w = 0; w < nwd && rc == MP_OK; w++)
-                            for (int s = 0; s < nsd && rc == MP_OK; s++) {
-                                struct setup su = {ovl[o], dds[x], wds[w], sds[s]};
+                            for (int s = 0; s < nsd * nmb && rc == MP_OK; s++) {
+                                struct setup su = {ovl[o], dds[x], wds[w], sds[s / nmb],
+                                                   mbs[s % nmb]};
                                 for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
                                     rc = evaluate_one(q, tp, ep, R, slots, su, q->batches[i],
                                                       &c[k++]);

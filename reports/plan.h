@@ -9,6 +9,7 @@
 #include "gpumem.h"
 #include "model.h"
 #include "routing.h"
+#include "step.h"
 
 struct mp_plan_req {
     struct mp_model model;
@@ -27,13 +28,16 @@ struct mp_plan_req {
     const int *wdtypes, *ddtypes; /* candidate expert weight and dispatch types, enum mp_dtype
                                    * (none: bf16 only) */
     int nwdtype, nddtype;
-    double slo_token_ms;  /* p99 per generated token over all MoE layers, or 0 */
+    const int *micro_batches; /* candidate micro-batch counts, 1 or 2 (none: 1 only) */
+    int nmicro;
+    double slo_token_ms;  /* p99 per output token, the whole decode step, or 0 */
     double slo_layer_us;  /* p99 per MoE layer, or 0 */
-    double throughput;    /* target tokens/s over all replicas */
+    double throughput;    /* target output tokens/s over all replicas */
+    double gpu_hour_price; /* USD per GPU-hour for the cost per million tokens, or 0 */
     int max_gpus, iters;
     unsigned long long seed;
     /* memory per GPU (docs/planning.md, "Memory per GPU") */
-    long context;            /* tokens of KV cache per sequence */
+    long context;            /* tokens of KV cache per sequence: memory and the step's attention */
     double weight_bytes;     /* bytes per weight element (MP_BF16_BYTES) */
     double kv_bytes;         /* bytes per KV-cache element (MP_BF16_BYTES) */
     double mem_reserve;      /* share of gpu_mem_gb kept outside weights and KV cache */
@@ -51,10 +55,18 @@ struct mp_plan_cand {
     int dedup;             /* enum mp_dedup: what a dispatched row stands for */
     int weight_dtype;      /* enum mp_dtype of the experts' weights (--weight-dtype) */
     int dispatch_dtype;    /* enum mp_dtype of the dispatched rows (--dispatch-dtype) */
+    int micro_batches;     /* 1, or 2: two-batch overlap (the layer model runs one half) */
     long batch;
     double layer_us, layer_p99_us, ffn_us, comm_us, ratio, bubble, imbalance, hit;
-    double token_ms, token_p99_ms; /* layers × layer time: the MoE layers of one decode step */
-    double replica_tps;            /* tokens/s of one replica: batch / token time */
+    double token_ms, token_p99_ms; /* the whole decode step (core/step.h): median and p99 */
+    double part_ms[MP_STEP_NPARTS]; /* its parts' medians, ms (enum MP_STEP_TOTAL...) */
+    double moe_ffn_ms, moe_comm_ms; /* of the MoE layers' time, the expert compute (route and FFN
+                                       of every layer, micro-batch) and the exchanges less what two
+                                       micro-batches hide */
+    double replica_tps;            /* output tokens/s of one replica: batch · seq / step */
+    double tok_s_gpu;              /* replica_tps / (tp · ep) */
+    double usd_per_mtok;           /* with a GPU-hour price: USD per million output tokens at the
+                                      replicas' capacity; NaN without */
     int dp, gpus;                  /* replicas for the target throughput, and their GPUs */
     int slo_ok;                    /* p99 within the SLO (GPUs and memory aside) */
     int meets;                     /* p99 within the SLO, gpus ≤ max_gpus and fits */
@@ -87,11 +99,11 @@ const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned 
 
 /* The remedies a candidate applies, as a label: its placement when not contiguous, "overlap N"
  * when pipelined, "dedup rank|node" when not pair, "fp8 weights" and "fp8 dispatch" when so,
- * joined by " + ", or "contiguous" when none. */
+ * "two micro-batches" when overlapped, joined by " + ", or "contiguous" when none. */
 const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len);
 
-/* 1 when two candidates have the same layout, placement, overlap, dedup and dtypes (batch may
- * differ). */
+/* 1 when two candidates have the same layout, placement, overlap, dedup, dtypes and micro-batches
+ * (batch may differ). */
 int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b);
 
 /* The remedies at the layout and batch of `at`: *base receives the index of the candidate there
