@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,68 +19,124 @@
  * config.json fields of each model's Hugging Face repository: hidden_size, moe_intermediate_size
  * (intermediate_size for Mixtral and gpt-oss), the routed expert count, num_experts_per_tok, the
  * shared expert count and the MoE layers. For memory (docs/planning.md, "Memory per GPU"):
- * `params` is the total the model card states; `attn_layers` is num_hidden_layers (every layer has
- * attention); the KV cache per token and layer is kv_heads · kv_head_dim elements. */
+ * `params` is the total the model card states, now a check on mp_model_total_params (derived from
+ * the attention, dense-layer and vocabulary fields below, within 3%: tests/unit/test_model.c);
+ * `attn_layers` is num_hidden_layers (every layer has attention); the KV cache per token and layer
+ * is kv_heads · kv_head_dim elements (mp_model_kv_head_dim). The attention fields: attn,
+ * num_attention_heads (q_heads), head_dim, the MLA ranks and head dimensions, the dense layers
+ * (first_k_dense_replace) and their intermediate_size, vocab_size, tie_word_embeddings, and the
+ * layers with a sliding window. */
 #define SHAPE(n, h, d, e, k, s, l) .name = n, .hidden = h, .ffn = d, .experts = e, .topk = k,       \
                                    .shared = s, .layers = l
+/* MLA as DeepSeek-V3 and Kimi-K2 have it: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+ * 128, qk_rope_head_dim 64, v_head_dim 128; one latent of 512 + 64 cached per token and layer. */
+#define MLA_V3(heads) .attn = MP_ATTN_MLA, .q_heads = heads, .q_lora_rank = 1536,                  \
+                      .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,        \
+                      .v_head_dim = 128, .kv_heads = 1, .kv_head_dim = 512 + 64
+/* Grouped-query (kvh < qh) or multi-head attention with qh query heads of hd. */
+#define GQA(qh, kvh, hd) .attn = (kvh) < (qh) ? MP_ATTN_GQA : MP_ATTN_MHA, .q_heads = qh,            \
+                         .head_dim = hd, .kv_heads = kvh, .kv_head_dim = 2 * (hd)
 const struct mp_model mp_model_presets[] = {
     /* deepseek-ai/DeepSeek-V3: 671B total (card; the 685B download adds the 14B MTP module);
      * num_hidden_layers 61, first_k_dense_replace 3 (so 58 MoE layers); MLA caches
-     * kv_lora_rank 512 + qk_rope_head_dim 64 per token and layer, shared by all 128 heads. */
+     * kv_lora_rank 512 + qk_rope_head_dim 64 per token and layer, shared by all 128 heads.
+     * deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json at 9b4e9788: vocab_size 129280,
+     * n_heads 128, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
+     * v_head_dim 128, n_dense_layers 3 of inter_dim 18432; inference/model.py there keeps a
+     * separate output head (untied). Derived: 671.0B. */
     {SHAPE("deepseek-v3", 7168, 2048, 256, 8, 1, 58), .params = 671e9, .attn_layers = 61,
-     .kv_heads = 1, .kv_head_dim = 512 + 64},
+     MLA_V3(128), .dense_layers = 3, .dense_ffn = 18432, .vocab = 129280},
     /* moonshotai/Kimi-K2-Instruct: about 1.04T total (the card's "1T", 1.04 trillion in the
      * technical report; rounded, so its non-expert share is approximate); num_hidden_layers 61,
-     * first_k_dense_replace 1; MLA as DeepSeek-V3: kv_lora_rank 512 + qk_rope_head_dim 64. */
+     * first_k_dense_replace 1; MLA as DeepSeek-V3: kv_lora_rank 512 + qk_rope_head_dim 64.
+     * MoonshotAI/Kimi-K2 README.md at 11062d11 ("Model Summary": 61 layers, 1 dense layer, 64
+     * attention heads, MLA, 160K vocabulary); its config.json as reported for
+     * moonshotai/Kimi-K2-Instruct-0905 in ParagEkbote/hf-model-inspector model_inspection_report.md
+     * at 45476474: vocab_size 163840, intermediate_size 18432, tie_word_embeddings false; the MLA
+     * ranks as DeepSeek-V3's, whose architecture Kimi-K2 uses (Megatron arguments for
+     * moonshotai/Kimi-K2-Instruct give --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128
+     * --qk-pos-emb-head-dim 64 --v-head-dim 128). Derived: 1.026T. */
     {SHAPE("kimi-k2", 7168, 2048, 384, 8, 1, 60), .params = 1.04e12, .attn_layers = 61,
-     .kv_heads = 1, .kv_head_dim = 512 + 64},
+     MLA_V3(64), .dense_layers = 1, .dense_ffn = 18432, .vocab = 163840},
     /* Qwen/Qwen3-235B-A22B: 235B total; num_hidden_layers 94; num_key_value_heads 4,
-     * head_dim 128. */
+     * head_dim 128. num_attention_heads 64, vocab_size 151936, untied embeddings
+     * (zyzshishui/slime scripts/models/qwen3-235B-A22B.sh, the config as Megatron arguments:
+     * --num-attention-heads 64 --num-query-groups 4 --kv-channels 128 --vocab-size 151936
+     * --untie-embeddings-and-output-weights). Derived: 235.1B. */
     {SHAPE("qwen3-235b-a22b", 4096, 1536, 128, 8, 0, 94), .params = 235e9, .attn_layers = 94,
-     .kv_heads = 4, .kv_head_dim = 2 * 128},
+     GQA(64, 4, 128), .vocab = 151936},
     /* Qwen/Qwen3-30B-A3B: 30.5B total; num_hidden_layers 48; num_key_value_heads 4,
      * head_dim 128 (the model card: "30.5B in total", 48 layers, "32 for Q and 4 for KV", 128
-     * experts, 8 activated). */
+     * experts, 8 activated). Its config.json as copied in citsjtu2020/LLM-Prof
+     * sglang/Model_Config.md: num_attention_heads 32, vocab_size 151936, tie_word_embeddings
+     * false. Derived: 30.5B. */
     {SHAPE("qwen3-30b-a3b", 2048, 768, 128, 8, 0, 48), .params = 30.5e9, .attn_layers = 48,
-     .kv_heads = 4, .kv_head_dim = 2 * 128},
+     GQA(32, 4, 128), .vocab = 151936},
     /* mistralai/Mixtral-8x7B-v0.1: 46.7B total; num_hidden_layers 32; num_key_value_heads 8,
      * head_dim hidden_size / num_attention_heads = 4096 / 32 = 128 (config.json of
      * mistralai/Mixtral-8x7B-Instruct-v0.1 at eba92302: hidden_size 4096, intermediate_size
-     * 14336, num_local_experts 8, num_experts_per_tok 2, the same shape). */
+     * 14336, num_local_experts 8, num_experts_per_tok 2, the same shape; vocab_size 32000,
+     * tie_word_embeddings false). Derived: 46.7B. */
     {SHAPE("mixtral-8x7b", 4096, 14336, 8, 2, 0, 32), .params = 46.7e9, .attn_layers = 32,
-     .kv_heads = 8, .kv_head_dim = 2 * 128},
+     GQA(32, 8, 128), .vocab = 32000},
     /* mistralai/Mixtral-8x22B-v0.1: 141B total; num_hidden_layers 56; num_key_value_heads 8,
-     * head_dim 6144 / 48 = 128. */
+     * head_dim 6144 / 48 = 128. Its config.json (v0.1; v0.3 has 32768 tokens) as held in
+     * scaleapi/llm-engine model-engine/tests/unit/domain/test_llm_use_cases.py:
+     * num_attention_heads 48, vocab_size 32000, untied. Derived: 140.6B. */
     {SHAPE("mixtral-8x22b", 6144, 16384, 8, 2, 0, 56), .params = 141e9, .attn_layers = 56,
-     .kv_heads = 8, .kv_head_dim = 2 * 128},
+     GQA(48, 8, 128), .vocab = 32000},
     /* openai/gpt-oss-120b: 116.8B total (card); num_hidden_layers 36; num_key_value_heads 8,
      * head_dim 64. Every other layer attends to a 128-token sliding window, whose cache stays at
-     * 128 tokens: counting all 36 layers at full context overstates its KV cache (by up to half). */
+     * 128 tokens: counting all 36 layers at full context overstates its KV cache (by up to half).
+     * openai/gpt-oss gpt_oss/torch/model.py at a194b990 (ModelConfig: vocab_size 201088,
+     * num_attention_heads 64, num_key_value_heads 8, head_dim 64, sliding_window 128 on layers
+     * with an even index, 18 of 36; a separate unembedding, untied). Its biases and attention
+     * sinks are not counted. Derived: 116.8B. */
     {SHAPE("gpt-oss-120b", 2880, 2880, 128, 4, 0, 36), .params = 116.8e9, .attn_layers = 36,
-     .kv_heads = 8, .kv_head_dim = 2 * 64},
-    /* The first seed document: 2.8T total parameters, 30B active, deployed on 64 80 GB GPUs as
-     * TP4 (or 8) × EP16 (or 32). It gives no attention configuration: MLA as Kimi-K2 (1 × 576)
-     * and 60 attention layers are assumptions. 2.8T does not agree with the shape: its routed
-     * experts are 128 · 60 · 3·4096·2048 = 193B parameters, so 2.6T would be non-expert
-     * (docs/planning.md, "Memory per GPU"). */
+     GQA(64, 8, 64), .vocab = 201088, .sliding_layers = 18, .sliding_window = 128},
+    /* The first seed document: 128 experts, top-8, 1 shared, H 4096, deployed on 64 80 GB GPUs
+     * as TP4 (or 8) × EP16 (or 32), and "2.8T total parameters, 30B active". No shape with 128
+     * experts of top-8 satisfies both: its routed experts are 128 · 60 · 3·4096·2048 = 193B
+     * parameters here, so 2.6T would lie outside them. The claim stays a claim
+     * (docs/planning.md, "seed-k3's parameters"): params is 0 and the memory follows from the
+     * shape. Assumed: D 2048, 60 MoE layers of attention (no dense layers), MLA as Kimi-K2 (64
+     * heads, the DeepSeek-V3 ranks), vocab 163840 as Kimi-K2, untied. Derived: 200B total. */
     {SHAPE("seed-k3", 4096, 2048, 128, 8, 1, 60),
-     .note = "128 experts, top-8, 1 shared, H 4096 and 2.8T parameters from the first seed "
-             "document; D 2048, 60 layers and the KV cache are assumptions; the 2.8T does not "
-             "agree with this shape (docs/planning.md)",
-     .params = 2.8e12, .attn_layers = 60, .kv_heads = 1, .kv_head_dim = 512 + 64},
+     .note = "128 experts, top-8, 1 shared and H 4096 from the first seed document; D 2048, 60 "
+             "layers, MLA as Kimi-K2 and vocab 163840 are assumptions; its stated 2.8T total "
+             "(30B active) does not agree with this shape and is not used (docs/planning.md)",
+     .params = 0, .attn_layers = 60, MLA_V3(64), .vocab = 163840},
 };
+#undef MLA_V3
+#undef GQA
 #undef SHAPE
 const int mp_model_npresets = (int)(sizeof mp_model_presets / sizeof mp_model_presets[0]);
 
 /* The keys of a model file, in the order "missing" errors report them: the shape (the first
- * K_REQUIRED are needed without a base), the KV-cache keys, then name, base and params. */
+ * K_REQUIRED are needed without a base), the KV-cache keys, the attention and step keys (integers),
+ * then name, base, params and attn. */
 enum { K_HIDDEN, K_FFN, K_EXPERTS, K_TOPK, K_SHARED, K_LAYERS, K_REQUIRED, K_ATTN_LAYERS = K_REQUIRED,
-       K_KV_HEADS, K_KV_HEAD_DIM, K_NUMERIC, K_NAME = K_NUMERIC, K_BASE, K_PARAMS, K_COUNT };
+       K_KV_HEADS, K_KV_HEAD_DIM, K_Q_HEADS, K_HEAD_DIM, K_Q_LORA, K_KV_LORA, K_QK_NOPE, K_QK_ROPE,
+       K_V_HEAD, K_DENSE_LAYERS, K_DENSE_FFN, K_VOCAB, K_TIED, K_SLIDING_LAYERS, K_SLIDING_WINDOW,
+       K_NUMERIC, K_NAME = K_NUMERIC, K_BASE, K_PARAMS, K_ATTN, K_COUNT };
 static const char *const key_names[K_COUNT] = {
-    "hidden",   "ffn",         "experts", "topk", "shared", "layers", "attn_layers",
-    "kv_heads", "kv_head_dim", "name",    "base", "params"};
-static const char accepted_keys[] = "name, base, hidden, ffn, experts, topk, shared, layers, "
-                                    "params, attn_layers, kv_heads, kv_head_dim";
+    "hidden",           "ffn",          "experts",          "topk",
+    "shared",           "layers",       "attn_layers",      "kv_heads",
+    "kv_head_dim",      "q_heads",      "head_dim",         "q_lora_rank",
+    "kv_lora_rank",     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "dense_layers",     "dense_ffn",    "vocab",            "tied",
+    "sliding_layers",   "sliding_window", "name",           "base",
+    "params",           "attn"};
+static const char accepted_keys[] =
+    "name, base, hidden, ffn, experts, topk, shared, layers, params, attn_layers, kv_heads, "
+    "kv_head_dim, attn, q_heads, head_dim, q_lora_rank, kv_lora_rank, qk_nope_head_dim, "
+    "qk_rope_head_dim, v_head_dim, dense_layers, dense_ffn, vocab, tied, sliding_layers, "
+    "sliding_window";
+static const char *const attn_names[] = {[MP_ATTN_NONE] = "none", [MP_ATTN_MHA] = "mha",
+                                         [MP_ATTN_GQA] = "gqa", [MP_ATTN_MLA] = "mla"};
+
+/* A derived total may differ from the one a model card states by this fraction at most. */
+#define PARAMS_TOLERANCE 0.03
 
 double mp_model_routed_params(const struct mp_model *m)
 {
@@ -91,9 +148,69 @@ double mp_model_shared_params(const struct mp_model *m)
     return (double)m->shared * m->layers * 3.0 * m->hidden * m->ffn;
 }
 
+double mp_model_attn_params(const struct mp_model *m)
+{
+    double h = m->hidden, qh = m->q_heads;
+    switch (m->attn) {
+    case MP_ATTN_MHA:
+    case MP_ATTN_GQA: /* q, k, v and o projections */
+        return h * qh * m->head_dim + 2.0 * h * m->kv_heads * m->head_dim + qh * m->head_dim * h;
+    case MP_ATTN_MLA: { /* DeepSeek-V3 inference/model.py, class MLA */
+        double qk = m->qk_nope_head_dim + m->qk_rope_head_dim;
+        double q = m->q_lora_rank > 0
+                       ? h * m->q_lora_rank + m->q_lora_rank + m->q_lora_rank * qh * qk /* wq_a,
+                                                                         q_norm, wq_b */
+                       : h * qh * qk;                                              /* wq */
+        double kv = h * ((double)m->kv_lora_rank + m->qk_rope_head_dim) + m->kv_lora_rank + /* wkv_a,
+                                                                                   kv_norm */
+                    (double)m->kv_lora_rank * qh * ((double)m->qk_nope_head_dim + m->v_head_dim);
+        return q + kv + qh * m->v_head_dim * h; /* wkv_b above, wo */
+    }
+    default:
+        return 0;
+    }
+}
+
+double mp_model_dense_params(const struct mp_model *m)
+{
+    return (double)m->dense_layers * 3.0 * m->hidden * m->dense_ffn;
+}
+
+double mp_model_embed_params(const struct mp_model *m)
+{
+    return (double)m->vocab * m->hidden * (m->tied ? 1 : 2);
+}
+
+int mp_model_kv_head_dim(const struct mp_model *m)
+{
+    switch (m->attn) {
+    case MP_ATTN_MHA:
+    case MP_ATTN_GQA: return 2 * m->head_dim;
+    case MP_ATTN_MLA: return m->kv_lora_rank + m->qk_rope_head_dim;
+    default: return 0;
+    }
+}
+
+double mp_model_kv_elems(const struct mp_model *m)
+{
+    return (double)m->kv_heads * m->kv_head_dim;
+}
+
+double mp_model_total_params(const struct mp_model *m)
+{
+    double experts = mp_model_routed_params(m) + mp_model_shared_params(m);
+    if (m->attn == MP_ATTN_NONE)
+        return m->params > experts ? m->params : experts;
+    double routers = (double)m->experts * m->hidden * m->layers;
+    double norms = 2.0 * m->hidden * m->attn_layers + m->hidden; /* two per layer, one final */
+    return mp_model_embed_params(m) + m->attn_layers * mp_model_attn_params(m) +
+           mp_model_dense_params(m) + experts + routers + norms;
+}
+
 double mp_model_nonexpert_params(const struct mp_model *m)
 {
-    double rest = m->params - mp_model_routed_params(m) - mp_model_shared_params(m);
+    double total = m->attn != MP_ATTN_NONE ? mp_model_total_params(m) : m->params;
+    double rest = total - mp_model_routed_params(m) - mp_model_shared_params(m);
     return rest > 0 ? rest : 0;
 }
 
@@ -103,6 +220,11 @@ static void keep_nonexpert(const struct mp_model *from, struct mp_model *to)
     int same = from->hidden == to->hidden && from->ffn == to->ffn &&
                from->experts == to->experts && from->shared == to->shared &&
                from->layers == to->layers;
+    if (to->attn != MP_ATTN_NONE) { /* derived from the fields; the card's total is another shape's */
+        if (!same)
+            to->params = 0;
+        return;
+    }
     if (from->params > 0 && !same)
         to->params = mp_model_nonexpert_params(from) + mp_model_routed_params(to) +
                      mp_model_shared_params(to);
@@ -141,6 +263,19 @@ static int *model_field(struct mp_model *m, int key)
     case K_ATTN_LAYERS: return &m->attn_layers;
     case K_KV_HEADS: return &m->kv_heads;
     case K_KV_HEAD_DIM: return &m->kv_head_dim;
+    case K_Q_HEADS: return &m->q_heads;
+    case K_HEAD_DIM: return &m->head_dim;
+    case K_Q_LORA: return &m->q_lora_rank;
+    case K_KV_LORA: return &m->kv_lora_rank;
+    case K_QK_NOPE: return &m->qk_nope_head_dim;
+    case K_QK_ROPE: return &m->qk_rope_head_dim;
+    case K_V_HEAD: return &m->v_head_dim;
+    case K_DENSE_LAYERS: return &m->dense_layers;
+    case K_DENSE_FFN: return &m->dense_ffn;
+    case K_VOCAB: return &m->vocab;
+    case K_TIED: return &m->tied;
+    case K_SLIDING_LAYERS: return &m->sliding_layers;
+    case K_SLIDING_WINDOW: return &m->sliding_window;
     default: return NULL;
     }
 }
@@ -161,6 +296,77 @@ static int parse_count(const char *s, int min, int *out)
 
 
 
+/* The attention, dense-layer and sliding-window fields of `m` agree with each other; else one line
+ * naming the file and the key, and MP_ERR_USAGE. `kv_dim_given`: kv_head_dim came from the file. */
+static int check_shape(const char *path, const struct mp_model *m, int kv_dim_given)
+{
+    const char *kind = attn_names[m->attn];
+    if (m->attn == MP_ATTN_MHA || m->attn == MP_ATTN_GQA) {
+        const char *missing = m->q_heads < 1 ? "q_heads" : m->head_dim < 1 ? "head_dim" : NULL;
+        if (missing) {
+            mp_usage("model file %s: attn=%s needs '%s' (q_heads and head_dim)", path, kind,
+                     missing);
+            return MP_ERR_USAGE;
+        }
+        if (m->kv_heads < 1 || m->q_heads % m->kv_heads != 0) {
+            mp_usage("model file %s: kv_heads %d does not divide q_heads %d", path, m->kv_heads,
+                     m->q_heads);
+            return MP_ERR_USAGE;
+        }
+        if (m->attn == MP_ATTN_MHA && m->kv_heads != m->q_heads) {
+            mp_usage("model file %s: attn=mha has kv_heads = q_heads, not %d and %d (gqa has "
+                     "fewer)", path, m->kv_heads, m->q_heads);
+            return MP_ERR_USAGE;
+        }
+    } else if (m->attn == MP_ATTN_MLA) {
+        const char *missing = m->q_heads < 1            ? "q_heads"
+                              : m->kv_lora_rank < 1     ? "kv_lora_rank"
+                              : m->qk_rope_head_dim < 1 ? "qk_rope_head_dim"
+                              : m->qk_nope_head_dim < 1 ? "qk_nope_head_dim"
+                              : m->v_head_dim < 1       ? "v_head_dim"
+                                                        : NULL;
+        if (missing) {
+            mp_usage("model file %s: attn=mla needs '%s' (q_heads, kv_lora_rank, "
+                     "qk_rope_head_dim, qk_nope_head_dim and v_head_dim)", path, missing);
+            return MP_ERR_USAGE;
+        }
+        if (m->kv_heads != 1) {
+            mp_usage("model file %s: kv_heads %d with attn=mla, which caches one latent head "
+                     "(kv_heads 1)", path, m->kv_heads);
+            return MP_ERR_USAGE;
+        }
+    }
+    if (m->attn != MP_ATTN_NONE) {
+        if (m->attn_layers < 1) {
+            mp_usage("model file %s: attn=%s needs 'attn_layers' (every layer with attention)",
+                     path, kind);
+            return MP_ERR_USAGE;
+        }
+        if (kv_dim_given && m->kv_head_dim != mp_model_kv_head_dim(m)) {
+            mp_usage("model file %s: kv_head_dim %d is not the %d that attn=%s implies (%s)", path,
+                     m->kv_head_dim, mp_model_kv_head_dim(m), kind,
+                     m->attn == MP_ATTN_MLA ? "kv_lora_rank + qk_rope_head_dim" : "2·head_dim");
+            return MP_ERR_USAGE;
+        }
+    }
+    if ((m->dense_layers > 0) != (m->dense_ffn > 0)) {
+        mp_usage("model file %s: '%s' without '%s' (dense layers need both)", path,
+                 m->dense_layers > 0 ? "dense_layers" : "dense_ffn",
+                 m->dense_layers > 0 ? "dense_ffn" : "dense_layers");
+        return MP_ERR_USAGE;
+    }
+    if (m->sliding_layers > 0 && m->sliding_window < 1) {
+        mp_usage("model file %s: 'sliding_layers' without 'sliding_window'", path);
+        return MP_ERR_USAGE;
+    }
+    if (m->sliding_layers > m->attn_layers) {
+        mp_usage("model file %s: sliding_layers %d is more than attn_layers %d", path,
+                 m->sliding_layers, m->attn_layers);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
 /* Parse a key=value model file. Keys may come in any order: "base" is applied first, then every
  * other key overrides the base's field. Each key may appear once. */
 static int read_model_file(const char *path, struct mp_model *out)
@@ -172,6 +378,7 @@ static int read_model_file(const char *path, struct mp_model *out)
     }
     int have[K_COUNT] = {0};
     int val[K_NUMERIC] = {0};
+    int attn = MP_ATTN_NONE;
     double params = 0;
     char name[sizeof out->name] = "";
     const struct mp_model *base = NULL;
@@ -239,6 +446,23 @@ static int read_model_file(const char *path, struct mp_model *out)
                 rc = MP_ERR_USAGE;
                 goto out;
             }
+        } else if (k == K_ATTN) {
+            attn = MP_ATTN_MHA;
+            while (attn <= MP_ATTN_MLA && strcmp(attn_names[attn], value) != 0)
+                attn++;
+            if (attn > MP_ATTN_MLA) {
+                mp_usage("model file %s line %d: '%s' is not an attention kind for 'attn' (mha, "
+                         "gqa or mla)", path, lineno, value);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
+        } else if (k == K_TIED) {
+            if (parse_count(value, 0, &val[k]) || val[k] > 1) {
+                mp_usage("model file %s line %d: '%s' is not 0 or 1 for 'tied'", path, lineno,
+                         value);
+                rc = MP_ERR_USAGE;
+                goto out;
+            }
         } else {
             int min = k < K_REQUIRED && k != K_SHARED ? 1 : 0;
             if (parse_count(value, min, &val[k])) {
@@ -270,11 +494,25 @@ static int read_model_file(const char *path, struct mp_model *out)
         }
     }
     struct mp_model from = m;
+    int changed = have[K_ATTN];
     for (int k = 0; k < K_NUMERIC; k++) {
         if (have[k]) {
             *model_field(&m, k) = val[k];
             m.note = NULL; /* the base's caveats may no longer hold */
+            changed = 1;
         }
+    }
+    if (have[K_ATTN]) {
+        m.attn = attn;
+        m.note = NULL;
+    }
+    if (m.attn == MP_ATTN_MLA && !have[K_KV_HEADS])
+        m.kv_heads = 1; /* one latent, shared by every query head */
+    if (m.attn != MP_ATTN_NONE && !have[K_KV_HEAD_DIM])
+        m.kv_head_dim = mp_model_kv_head_dim(&m);
+    if (check_shape(path, &m, have[K_KV_HEAD_DIM]) != MP_OK) {
+        rc = MP_ERR_USAGE;
+        goto out;
     }
     if (have[K_PARAMS]) {
         m.params = params;
@@ -286,6 +524,17 @@ static int read_model_file(const char *path, struct mp_model *out)
             rc = MP_ERR_USAGE;
             goto out;
         }
+        double derived = mp_model_total_params(&m);
+        if (m.attn != MP_ATTN_NONE && fabs(params / derived - 1) > PARAMS_TOLERANCE) {
+            mp_usage("model file %s: params %.4g differs from the %.4g derived from the attention "
+                     "and shape keys by more than %.0f%% (params is a check when attn is given)",
+                     path, params, derived, 100 * PARAMS_TOLERANCE);
+            rc = MP_ERR_USAGE;
+            goto out;
+        }
+    } else if (m.attn != MP_ATTN_NONE) {
+        if (changed) /* the stated total was the base's own shape's */
+            m.params = 0;
     } else {
         keep_nonexpert(&from, &m);
     }

@@ -71,8 +71,13 @@ int main(void)
     CHECK_INT(plan_one("deepseek-v3", "uniform", 1, 16, 0, 0, 256, 4096, MP_NONEXPERT_TP, &c), 0);
     double ds_routed = 16.0 * 58 * (3.0 * 7168 * 2048) * 2 / 1;   /* 81.7 GB */
     double ds_shared = 1.0 * 58 * (3.0 * 7168 * 2048) * 2 / 1;    /* 5.1 GB */
-    double ds_rest = (671e9 - 256.0 * 58 * (3.0 * 7168 * 2048) - 1.0 * 58 * (3.0 * 7168 * 2048))
-                     * 2 / 1;                                        /* 29.1 GB: attention etc. */
+    /* the non-expert weights derived from the shape (mp_model_total_params): embedding and head,
+     * 61 MLA layers (wq_a, q_norm, wq_b, wkv_a, kv_norm, wkv_b, wo), 3 dense layers, 58 routers
+     * and the norms */
+    double ds_mla = 7168.0 * 1536 + 1536 + 1536.0 * 128 * (128 + 64) + 7168.0 * (512 + 64) + 512 +
+                    512.0 * 128 * (128 + 128) + 128.0 * 128 * 7168;
+    double ds_rest = (2.0 * 129280 * 7168 + 61 * ds_mla + 3 * 3.0 * 7168 * 18432 +
+                      256.0 * 7168 * 58 + 2.0 * 7168 * 61 + 7168) * 2 / 1; /* 29.1 GB */
     /* MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) per token and layer, 61 layers, 256/16 = 16
      * sequences per EP rank, one latent head kept whole on the one GPU */
     double ds_kv = 16.0 * 4096 * 61 * 1 * (512 + 64) * 2;          /* 4.6 GB */
@@ -80,7 +85,7 @@ int main(void)
     CHECK_BYTES(c.mem.shared, ds_shared);
     CHECK_BYTES(c.mem.nonexpert, ds_rest);
     CHECK_BYTES(c.mem.kv, ds_kv);
-    CHECK_BYTES(c.mem.total, ds_routed + ds_shared + ds_rest + ds_kv); /* 120.5 GB */
+    CHECK_BYTES(c.mem.total, ds_routed + ds_shared + ds_rest + ds_kv); /* 120.6 GB */
     CHECK_INT(c.fits, 0);
     CHECK_STR(c.over, "weights");
     CHECK_INT(c.slo_ok, 1); /* no SLO given ... */
@@ -94,7 +99,10 @@ int main(void)
      *    94 layers, no shared expert. */
     CHECK_INT(plan_one("qwen3-235b-a22b", "hot:4:15", 4, 8, 4, 0, 64, 4096, MP_NONEXPERT_TP, &c), 0);
     double qw_routed = 20.0 * 94 * (3.0 * 4096 * 1536) * 2 / 4;    /* 17.7 GB */
-    double qw_rest = (235e9 - 128.0 * 94 * (3.0 * 4096 * 1536)) * 2 / 4; /* 4.0 GB */
+    /* derived: embedding and head, 94 layers of q, k, v, o (64 query heads, 4 KV heads of 128),
+     * routers and norms */
+    double qw_rest = (2.0 * 151936 * 4096 + 94 * (2 * 4096.0 * 64 * 128 + 2 * 4096.0 * 4 * 128) +
+                      128.0 * 4096 * 94 + 2.0 * 4096 * 94 + 4096) * 2 / 4; /* 4.0 GB */
     /* GQA: 2 · head_dim 128 per KV head, 4 KV heads over tp 4 = 1 per GPU; 64/8 = 8 sequences */
     double qw_kv = 8.0 * 4096 * 94 * 1 * (2 * 128) * 2;            /* 1.6 GB */
     CHECK_BYTES(c.mem.routed, qw_routed);
@@ -118,7 +126,8 @@ int main(void)
      *    3·4096·14336; 32 layers; 8 KV heads over tp 2 = 4 per GPU; 32/4 = 8 sequences. */
     CHECK_INT(plan_one("mixtral-8x7b", "uniform", 2, 4, 0, 4, 32, 4096, MP_NONEXPERT_TP, &c), 0);
     double mx_routed = 3.0 * 32 * (3.0 * 4096 * 14336) * 2 / 2;    /* 16.9 GB */
-    double mx_rest = (46.7e9 - 8.0 * 32 * (3.0 * 4096 * 14336)) * 2 / 2; /* 1.6 GB */
+    double mx_rest = (2.0 * 32000 * 4096 + 32 * (2 * 4096.0 * 32 * 128 + 2 * 4096.0 * 8 * 128) +
+                      8.0 * 4096 * 32 + 2.0 * 4096 * 32 + 4096) * 2 / 2; /* 1.6 GB */
     double mx_kv = 8.0 * 4096 * 32 * 4 * (2 * 128) * 2;            /* 2.1 GB */
     CHECK_BYTES(c.mem.routed, mx_routed);
     CHECK_BYTES(c.mem.nonexpert, mx_rest);

@@ -1,4 +1,5 @@
 /* test_model.c - unit test of model presets, key=value model files and overrides. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +22,17 @@ enum { NTABLE = sizeof table / sizeof table[0] };
 
 static char dir[64];
 static char errbuf[2048];
+static char line_buf[512];
+
+/* deepseek-v3's derived total with another kv_lora_rank. */
+static double deepseek_with_kv_lora(int rank)
+{
+    struct mp_model m;
+    if (mp_model_resolve("deepseek-v3", &m) != MP_OK)
+        exit(1);
+    m.kv_lora_rank = rank;
+    return mp_model_total_params(&m);
+}
 
 /* Write `text` to dir/name and put that path in `path`. */
 static void write_file(const char *name, const char *text, char *path, size_t len)
@@ -100,6 +112,66 @@ static void test_presets(void)
     }
 }
 
+/* Every preset describes its attention; its kv_head_dim is the one the fields imply, and the
+ * total derived from its shape lies within 3% of the one its model card states. seed-k3 states
+ * none (its seed's 2.8T does not fit its shape): its memory follows from the shape alone. */
+static void test_totals(void)
+{
+    printf("%-16s %12s %12s %8s\n", "preset", "derived", "stated", "off");
+    for (int i = 0; i < NTABLE; i++) {
+        struct mp_model m;
+        CHECK_INT(mp_model_resolve(table[i].name, &m), MP_OK);
+        CHECK(m.attn != MP_ATTN_NONE);
+        CHECK(m.vocab > 0 && m.q_heads > 0);
+        CHECK_INT(m.kv_head_dim, mp_model_kv_head_dim(&m));
+        CHECK(mp_model_kv_elems(&m) == (double)m.kv_heads * m.kv_head_dim);
+        CHECK_INT(m.attn_layers, m.layers + m.dense_layers);
+        double total = mp_model_total_params(&m);
+        CHECK(mp_model_nonexpert_params(&m) ==
+              total - mp_model_routed_params(&m) - mp_model_shared_params(&m));
+        if (strcmp(table[i].name, "seed-k3") == 0) {
+            CHECK(m.params == 0);
+            printf("%-16s %12.4g %12s %8s\n", m.name, total, "-", "-");
+            continue;
+        }
+        double off = total / m.params - 1;
+        printf("%-16s %12.4g %12.4g %+7.2f%%\n", m.name, total, m.params, 100 * off);
+        CHECK(m.params > 0);
+        CHECK(off >= -0.03 && off <= 0.03);
+    }
+
+    /* the formulas, written out for one GQA and one MLA preset */
+    struct mp_model m;
+    CHECK_INT(mp_model_resolve("mixtral-8x7b", &m), MP_OK);
+    CHECK(mp_model_attn_params(&m) == 4096.0 * 32 * 128 + 2 * 4096.0 * 8 * 128 + 32 * 128 * 4096.0);
+    CHECK(mp_model_embed_params(&m) == 2 * 32000.0 * 4096);
+    CHECK(mp_model_dense_params(&m) == 0);
+    CHECK(mp_model_total_params(&m) ==
+          2 * 32000.0 * 4096 + 32 * mp_model_attn_params(&m) + 8 * 32 * 3.0 * 4096 * 14336 +
+              8.0 * 4096 * 32 + 2.0 * 4096 * 32 + 4096);
+    CHECK_INT(mp_model_resolve("deepseek-v3", &m), MP_OK);
+    CHECK(mp_model_attn_params(&m) == 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 +
+                                          512 + 512.0 * 128 * 256 + 128.0 * 128 * 7168);
+    CHECK(mp_model_dense_params(&m) == 3 * 3.0 * 7168 * 18432);
+    CHECK_INT(mp_model_kv_head_dim(&m), 576);
+    m.tied = 1;
+    CHECK(mp_model_embed_params(&m) == 129280.0 * 7168);
+    m.q_lora_rank = 0; /* queries not compressed: one H·qh·(nope+rope) projection */
+    CHECK(mp_model_attn_params(&m) == 7168.0 * 128 * 192 + 7168.0 * 576 + 512 +
+                                          512.0 * 128 * 256 + 128.0 * 128 * 7168);
+    /* seed-k3: 200B from its shape, 5.5B of them outside the experts */
+    CHECK_INT(mp_model_resolve("seed-k3", &m), MP_OK);
+    CHECK(mp_model_total_params(&m) > 1.9e11 && mp_model_total_params(&m) < 2.1e11);
+    CHECK(mp_model_nonexpert_params(&m) > 5e9 && mp_model_nonexpert_params(&m) < 6e9);
+    /* without attention fields: the stated params, or the experts alone */
+    m.attn = MP_ATTN_NONE;
+    m.params = 0;
+    CHECK(mp_model_total_params(&m) == mp_model_routed_params(&m) + mp_model_shared_params(&m));
+    CHECK(mp_model_nonexpert_params(&m) == 0);
+    m.params = 3e11;
+    CHECK(mp_model_total_params(&m) == 3e11);
+}
+
 static void expect_file_error(const char *fname, const char *text, const char *want)
 {
     char path[256], line[1024];
@@ -155,9 +227,56 @@ static void test_files(void)
     CHECK(mp_model_nonexpert_params(&m) == 1.5e9 - 16.0 * 4 * 3 * 1024 * 512);
     write_file("mem.cfg", "base=qwen3-30b-a3b\nexperts=256\n", path, sizeof path);
     CHECK_INT(resolve(path, &m), MP_OK);
-    /* 30.5B less the 128 · 48 · 3·2048·768 routed, plus 256 such experts */
-    CHECK(m.params == 30.5e9 - 128.0 * 48 * 3 * 2048 * 768 + 256.0 * 48 * 3 * 2048 * 768);
+    /* derived: the card's 30.5B was another shape's; the non-expert parameters gain only the
+     * 128 more experts' router rows (128 · H · 48) */
+    struct mp_model q;
+    CHECK_INT(mp_model_resolve("qwen3-30b-a3b", &q), MP_OK);
+    CHECK(m.params == 0);
+    CHECK(mp_model_nonexpert_params(&m) == mp_model_nonexpert_params(&q) + 128.0 * 2048 * 48);
     CHECK_INT(m.kv_heads, 4);
+    CHECK_INT(m.attn, MP_ATTN_GQA);
+    /* the base's stated total stays while nothing changes */
+    write_file("mem.cfg", "base=qwen3-30b-a3b\nname=q\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK(m.params == 30.5e9);
+    unlink(path);
+
+    /* the attention keys, without a base: gqa, dense layers, a tied head, sliding layers */
+    write_file("att.cfg", "hidden=1024\nffn=512\nexperts=16\ntopk=2\nlayers=3\nattn=gqa\n"
+               "q_heads=16\nkv_heads=4\nhead_dim=64\nattn_layers=4\ndense_layers=1\n"
+               "dense_ffn=2048\nvocab=1000\ntied=1\nsliding_layers=2\nsliding_window=64\n",
+               path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK_STR(errbuf, "");
+    CHECK_INT(m.attn, MP_ATTN_GQA);
+    CHECK_INT(m.kv_head_dim, 128); /* 2·head_dim, derived */
+    CHECK_INT(m.tied, 1);
+    CHECK_INT(m.sliding_layers, 2);
+    double att = 1024.0 * 16 * 64 + 2 * 1024.0 * 4 * 64 + 16 * 64 * 1024.0;
+    double total = 1000.0 * 1024 + 4 * att + 3.0 * 1024 * 2048 + 16 * 3 * 3.0 * 1024 * 512 +
+                   16.0 * 1024 * 3 + 2.0 * 1024 * 4 + 1024;
+    CHECK(mp_model_total_params(&m) == total);
+    CHECK(mp_model_nonexpert_params(&m) == total - 16 * 3 * 3.0 * 1024 * 512);
+    /* mla without a base: one latent head */
+    write_file("mla0.cfg", "hidden=1024\nffn=512\nexperts=16\ntopk=2\nlayers=4\nattn=mla\n"
+               "attn_layers=4\nq_heads=8\nkv_lora_rank=128\nqk_nope_head_dim=32\n"
+               "qk_rope_head_dim=16\nv_head_dim=32\nvocab=1000\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK_STR(errbuf, "");
+    CHECK_INT(m.kv_heads, 1);
+    CHECK_INT(m.kv_head_dim, 128 + 16);
+    CHECK(mp_model_attn_params(&m) == 1024.0 * 8 * 48 + 1024.0 * 144 + 128 + 128.0 * 8 * 64 +
+                                          8 * 32 * 1024.0);
+    unlink(path);
+    /* and mla on a base: kv_heads 1, kv_head_dim kv_lora_rank + qk_rope_head_dim; params within
+     * 3% is taken */
+    snprintf(line_buf, sizeof line_buf, "base=deepseek-v3\nkv_lora_rank=256\nparams=%.6g\n",
+             deepseek_with_kv_lora(256));
+    write_file("mla.cfg", line_buf, path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK_STR(errbuf, "");
+    CHECK_INT(m.kv_heads, 1);
+    CHECK_INT(m.kv_head_dim, 256 + 64);
     unlink(path);
 
     write_file("noext", "base=mixtral-8x7b\n", path, sizeof path);
@@ -179,7 +298,10 @@ static void test_files(void)
                       ": missing 'ffn' (give it, or start from a preset with base=NAME)\n");
     expect_file_error("m2.txt", "hidden=1\nhiden=5\n",
                       " line 2: unknown key 'hiden' (accepted: name, base, hidden, ffn, experts, "
-                      "topk, shared, layers, params, attn_layers, kv_heads, kv_head_dim)\n");
+                      "topk, shared, layers, params, attn_layers, kv_heads, kv_head_dim, attn, "
+                      "q_heads, head_dim, q_lora_rank, kv_lora_rank, qk_nope_head_dim, "
+                      "qk_rope_head_dim, v_head_dim, dense_layers, dense_ffn, vocab, tied, "
+                      "sliding_layers, sliding_window)\n");
     expect_file_error("m12.txt", "base=mixtral-8x7b\nparams=1e9\n",
                       ": params 1e+09 is smaller than the experts' own 4.51e+10 parameters "
                       "(experts · layers · 3·hidden·ffn, shared included)\n");
@@ -200,6 +322,53 @@ static void test_files(void)
     expect_file_error("m10.txt", "hidden=4\nhidden=5\n", " line 2: key 'hidden' appears twice\n");
     expect_file_error("m11.txt", "hidden 4\n", " line 1: expected key=value, got 'hidden 4'\n");
 
+    /* inconsistent attention and step keys */
+#define GQA_FILE "hidden=1024\nffn=512\nexperts=16\ntopk=2\nlayers=4\nattn_layers=4\n"
+    expect_file_error("a1.txt", GQA_FILE "attn=gqa\nq_heads=16\nkv_heads=3\nhead_dim=64\n",
+                      ": kv_heads 3 does not divide q_heads 16\n");
+    expect_file_error("a2.txt", GQA_FILE "attn=gqa\nq_heads=16\nkv_heads=4\n",
+                      ": attn=gqa needs 'head_dim' (q_heads and head_dim)\n");
+    expect_file_error("a3.txt", GQA_FILE "attn=mha\nkv_heads=4\nhead_dim=64\n",
+                      ": attn=mha needs 'q_heads' (q_heads and head_dim)\n");
+    expect_file_error("a4.txt", GQA_FILE "attn=mha\nq_heads=16\nkv_heads=4\nhead_dim=64\n",
+                      ": attn=mha has kv_heads = q_heads, not 4 and 16 (gqa has fewer)\n");
+    expect_file_error("a5.txt", "base=mixtral-8x7b\nattn=mla\n",
+                      ": attn=mla needs 'kv_lora_rank' (q_heads, kv_lora_rank, qk_rope_head_dim, "
+                      "qk_nope_head_dim and v_head_dim)\n");
+    expect_file_error("a6.txt", "base=seed-k3\nqk_rope_head_dim=0\n",
+                      ": attn=mla needs 'qk_rope_head_dim'");
+    expect_file_error("a7.txt", "base=seed-k3\nqk_nope_head_dim=0\n",
+                      ": attn=mla needs 'qk_nope_head_dim'");
+    expect_file_error("a8.txt", "base=seed-k3\nv_head_dim=0\n", ": attn=mla needs 'v_head_dim'");
+    expect_file_error("a9.txt", "base=seed-k3\nkv_heads=2\n",
+                      ": kv_heads 2 with attn=mla, which caches one latent head (kv_heads 1)\n");
+    expect_file_error("a10.txt", "base=seed-k3\nattn_layers=0\nlayers=1\n",
+                      ": attn=mla needs 'attn_layers' (every layer with attention)\n");
+    expect_file_error("a11.txt", "base=qwen3-30b-a3b\nkv_head_dim=128\n",
+                      ": kv_head_dim 128 is not the 256 that attn=gqa implies (2·head_dim)\n");
+    expect_file_error("a12.txt", "base=mixtral-8x7b\ndense_ffn=1024\n",
+                      ": 'dense_ffn' without 'dense_layers' (dense layers need both)\n");
+    expect_file_error("a13.txt", "base=mixtral-8x7b\ndense_layers=1\n",
+                      ": 'dense_layers' without 'dense_ffn' (dense layers need both)\n");
+    expect_file_error("a14.txt", "base=mixtral-8x7b\nsliding_layers=33\nsliding_window=128\n",
+                      ": sliding_layers 33 is more than attn_layers 32\n");
+    expect_file_error("a15.txt", "base=mixtral-8x7b\nsliding_layers=16\n",
+                      ": 'sliding_layers' without 'sliding_window'\n");
+    expect_file_error("a16.txt", "base=deepseek-v3\nparams=700e9\n",
+                      ": params 7e+11 differs from the 6.71e+11 derived from the attention and "
+                      "shape keys by more than 3% (params is a check when attn is given)\n");
+    expect_file_error("a17.txt", "base=mixtral-8x7b\nattn=sparse\n",
+                      " line 2: 'sparse' is not an attention kind for 'attn' (mha, gqa or mla)\n");
+    expect_file_error("a18.txt", "base=mixtral-8x7b\ntied=2\n",
+                      " line 2: '2' is not 0 or 1 for 'tied'\n");
+    /* within 3% is taken, from either side */
+    write_file("ok.txt", "base=deepseek-v3\nparams=690e9\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    CHECK(m.params == 690e9);
+    write_file("ok.txt", "base=deepseek-v3\nparams=660e9\n", path, sizeof path);
+    CHECK_INT(resolve(path, &m), MP_OK);
+    unlink(path);
+
     CHECK_INT(resolve("no-such-model", &m), MP_ERR_USAGE);
     CHECK(strncmp(errbuf, "t: --model: 'no-such-model' is neither a preset (deepseek-v3|kimi-k2|",
                   69) == 0);
@@ -218,7 +387,19 @@ static void test_override(void)
     CHECK(memcmp(&m, &orig, sizeof m) == 0);
     CHECK_INT(override(&m, 64, 6, 0, 2048, 1024, 3), MP_OK);
     check_model(&m, "deepseek-v3", 2048, 1024, 64, 6, 0, 3);
-    /* the non-expert parameters stay (671B less the experts), the new experts' own are added */
+    /* the non-expert parameters follow from the fields at the new H and layers; the card's 671B
+     * was the old shape's */
+    CHECK(m.params == 0);
+    CHECK(mp_model_nonexpert_params(&m) ==
+          mp_model_total_params(&m) - 64.0 * 3 * 3 * 2048 * 1024);
+    CHECK_INT(mp_model_resolve("deepseek-v3", &m), MP_OK);
+    CHECK_INT(override(&m, -1, 6, -1, -1, -1, -1), MP_OK); /* top-k alone: the same shape */
+    CHECK(m.params == 671e9);
+    /* without attention fields the stated non-expert parameters stay, the new experts' own are
+     * added */
+    CHECK_INT(mp_model_resolve("deepseek-v3", &m), MP_OK);
+    m.attn = MP_ATTN_NONE;
+    CHECK_INT(override(&m, 64, 6, 0, 2048, 1024, 3), MP_OK);
     CHECK(mp_model_nonexpert_params(&m) ==
           671e9 - 256.0 * 58 * 3 * 7168 * 2048 - 1.0 * 58 * 3 * 7168 * 2048);
     CHECK(m.params == mp_model_nonexpert_params(&m) + 64.0 * 3 * 3 * 2048 * 1024);
@@ -279,6 +460,7 @@ int main(void)
         return 1;
     }
     test_presets();
+    test_totals();
     test_files();
     test_override();
     test_list();
