@@ -47,6 +47,14 @@ static double small_us(const struct mp_cluster *c, double bytes)
     return kernel_us(c, 0, 1, bytes);
 }
 
+/* The kernel that quantizes a GEMM's bf16 input of `b` rows of `K` to fp8 with an fp32 scale per
+ * 128 values, which block-scaled fp8 GEMMs take from a kernel of its own (DeepGEMM's README: "FP8
+ * casting must be handled separately"); 0 for bf16 weights  [µs] */
+static double quant_us(const struct mp_cluster *c, double b, double K, int dtype)
+{
+    return dtype == MP_DTYPE_FP8 ? small_us(c, b * K * (ACT_BYTES + 1 + 4.0 / 128)) : 0;
+}
+
 /* Ceiling of a / b for positive ints. */
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -69,28 +77,31 @@ static void mla_layer(const struct mp_cluster *c, const struct mp_model *m, doub
            rope = m->qk_rope_head_dim, lat = m->kv_lora_rank, v = m->v_head_dim,
            ql = m->q_lora_rank, cache = lat + rope;
     double proj = gemm_us(c, b, ql + cache, H, wd); /* q_a and kv_a fused */
-    double small = small_us(c, 2 * b * H * ACT_BYTES) + small_us(c, b * cache * ACT_BYTES * 2);
+    double small = small_us(c, 2 * b * H * ACT_BYTES) + small_us(c, b * cache * ACT_BYTES * 2) +
+                   quant_us(c, b, H, wd);
     if (ql > 0) { /* q_a's norm, then q_b */
         proj += gemm_us(c, b, hq * (nope + rope), ql, wd);
-        small += small_us(c, 2 * b * ql * ACT_BYTES);
+        small += small_us(c, 2 * b * ql * ACT_BYTES) + quant_us(c, b, ql, wd);
     } else {
         proj += gemm_us(c, b, hq * (nope + rope), H, wd);
     }
-    /* W_UK and W_UV: per head a GEMM of K nope (v) and N kv_lora_rank, one batched call each */
-    proj += gemm_us(c, b, hq * lat, nope, wd) + gemm_us(c, b, hq * v, lat, wd);
+    /* W_UK and W_UV: per head a GEMM of K nope (v) and N kv_lora_rank, one batched call each, in
+     * bf16 (DeepSeek-V3's inference code dequantizes an fp8 wkv_b to absorb it) */
+    proj += gemm_us(c, b, hq * lat, nope, MP_DTYPE_BF16) + gemm_us(c, b, hq * v, lat, MP_DTYPE_BF16);
     /* the rotary embedding and the latent's KV-cache write */
     small += small_us(c, b * hq * rope * ACT_BYTES * 2) + small_us(c, b * cache * ACT_BYTES);
     double kv_bytes = b * L * cache * c->elem_bytes;
     double flops = 2.0 * b * L * hq * (cache + lat); /* scores over the latent, then values */
     double core = kernel_us(c, flops, c->flops * c->attn_eff, kv_bytes);
     proj += gemm_us(c, b, H, hq * v, wd); /* o_proj */
+    small += quant_us(c, b, hq * v, wd);
     double reduce = mp_model_allreduce_us(c, b * H * ACT_BYTES, tp);
     small += small_us(c, 2 * b * H * ACT_BYTES); /* the post-attention norm and residual */
     a->attn = proj + core + reduce;
     a->misc = small;
     /* 5 GEMMs, the core, the all-reduce; norms (input, kv_a, q_a's, post-attention), the rotary
-     * embedding and the cache write */
-    a->kernels = 5 + 1 + (tp > 1) + 5 + (ql > 0);
+     * embedding and the cache write; fp8: the inputs of the fused down projection, q_b and o */
+    a->kernels = 5 + 1 + (tp > 1) + 5 + (ql > 0) + (wd == MP_DTYPE_FP8) * (2 + (ql > 0));
 }
 
 /* Grouped-query (or multi-head) attention (Ainslie et al. 2023): q, k and v projected in one
@@ -107,10 +118,11 @@ static void gqa_layer(const struct mp_cluster *c, const struct mp_model *m, doub
     double reduce = mp_model_allreduce_us(c, b * H * ACT_BYTES, tp);
     /* the input norm, the rotary embedding with the KV-cache write, the post-attention norm */
     double small = 2 * small_us(c, 2 * b * H * ACT_BYTES) +
-                   small_us(c, b * (hq + 2 * hkv) * hd * ACT_BYTES * 2);
+                   small_us(c, b * (hq + 2 * hkv) * hd * ACT_BYTES * 2) + quant_us(c, b, H, wd) +
+                   quant_us(c, b, hq * hd, wd);
     a->attn = proj + core + reduce;
     a->misc = small;
-    a->kernels = 2 + 1 + (tp > 1) + 3;
+    a->kernels = 2 + 1 + (tp > 1) + 3 + 2 * (wd == MP_DTYPE_FP8);
 }
 
 /* One attention layer of micro-batch `b` at context `L` (sliding: min(L, window)). */
@@ -158,8 +170,9 @@ void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
     if (m->dense_layers > 0 && m->dense_ffn > 0 && b > 0) {
         double F = (double)m->dense_ffn / tp;
         dense = gemm_us(c, b, 2 * F, H, wd) + small_us(c, 3 * b * F * ACT_BYTES) +
-                gemm_us(c, b, H, F, wd) + mp_model_allreduce_us(c, b * H * ACT_BYTES, tp);
-        kernels += mb * m->dense_layers * (3.0 + (tp > 1));
+                gemm_us(c, b, H, F, wd) + mp_model_allreduce_us(c, b * H * ACT_BYTES, tp) +
+                quant_us(c, b, H, wd) + quant_us(c, b, F, wd);
+        kernels += mb * m->dense_layers * (3.0 + (tp > 1) + 2 * (wd == MP_DTYPE_FP8));
     }
     p->dense = mb * m->dense_layers * dense;
 
@@ -181,14 +194,16 @@ void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
 }
 
 void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
-                  double layer_us, double comm_us, struct mp_step_time *t)
+                  const struct mp_iter_metrics *it, struct mp_step_time *t)
 {
     int mb = micro_batches > 1 ? micro_batches : 1;
-    t->moe = (double)m->layers * mb * layer_us;
+    t->moe = (double)m->layers * mb * it->layer_us;
     t->overlap = 0;
-    if (mb > 1) { /* each MoE layer's exchanges under the other micro-batch's compute */
-        double comm = mb * comm_us, compute = p->moe_side + mb * (layer_us - comm_us);
-        t->overlap = m->layers * fmin(comm, compute);
+    if (mb > 1) { /* the two-batch overlap's four slots (step.h) */
+        double a = p->moe_side / mb, f = it->layer_us - it->comm_us;
+        double out = it->notify_us + it->dispatch_us, back = it->tp_reduce_us + it->combine_us;
+        double d = out + back > 0 ? it->comm_us * out / (out + back) : 0, c = it->comm_us - d;
+        t->overlap = m->layers * (fmin(a, c) + fmin(a, d) + fmin(f, d) + fmin(f, c));
     }
     t->step = p->attn + p->dense + p->head + p->misc + p->host + t->moe - t->overlap;
 }
@@ -207,7 +222,7 @@ int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, i
     for (int i = 0; i < n; i++) {
         struct mp_step_time t = {0};
         if (iters > 0)
-            mp_step_time(p, m, micro_batches, metrics[i].layer_us, metrics[i].comm_us, &t);
+            mp_step_time(p, m, micro_batches, &metrics[i], &t);
         double part[MP_STEP_NPARTS] = {
             [MP_STEP_TOTAL] = t.step,  [MP_STEP_ATTN] = p->attn, [MP_STEP_DENSE] = p->dense,
             [MP_STEP_HEAD] = p->head,  [MP_STEP_MISC] = p->misc, [MP_STEP_HOST] = p->host,

@@ -43,20 +43,27 @@ struct mp_step_parts {
 void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
                    const struct mp_step_spec *s, struct mp_step_parts *p);
 
-/* A step's time from one iteration of its MoE layer: `layer_us` and `comm_us` (that iteration's
- * layer time and its exchanges, struct mp_iter_metrics) of one micro-batch's tokens. */
+struct mp_iter_metrics;
+
+/* A step's time from one iteration of its MoE layer (`it`: one micro-batch's tokens). */
 struct mp_step_time {
     double step;    /* the step, µs */
     double moe;     /* the MoE layers one after the other: layers · micro_batches · layer_us */
-    double overlap; /* what two micro-batches hide: per MoE layer, the smaller of its exchanges
-                       and the other micro-batch's compute (0 with one micro-batch) */
+    double overlap; /* what two micro-batches hide (0 with one micro-batch) */
 };
 
 /* step = attn + dense + head + misc + host + moe − overlap (docs/planning.md, "What a step
- * includes"), with overlap = layers · min(mb · comm_us, moe_side + mb · (layer_us − comm_us)) for
- * two micro-batches. */
+ * includes"). With two micro-batches A and B each MoE layer runs as the two-batch overlap of
+ * DeepSeek's and SGLang's decode schedules it: four slots, each one micro-batch's compute beside
+ * the other's exchange, A's attention with B's combine, B's attention with A's dispatch, A's
+ * experts with B's dispatch, B's experts with A's combine; a slot lasts the longer of its two.
+ * Per micro-batch a = moe_side / 2 (attention and small kernels), f = layer_us − comm_us (route
+ * and expert FFN), and comm_us split into dispatch d (notify and dispatch) and combine c (TP
+ * reduce and combine) in the shares of their phases; the layer then takes
+ * max(a, c) + max(a, d) + max(f, d) + max(f, c), and overlap = layers · (min(a, c) + min(a, d) +
+ * min(f, d) + min(f, c)). */
 void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
-                  double layer_us, double comm_us, struct mp_step_time *t);
+                  const struct mp_iter_metrics *it, struct mp_step_time *t);
 
 /* The parts of struct mp_step_result, in layer.csv's column order. */
 enum { MP_STEP_TOTAL, MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC, MP_STEP_HOST,
@@ -70,10 +77,8 @@ struct mp_step_result {
     double tok_s_gpu;
 };
 
-struct mp_iter_metrics;
-
 /* Summarize the step of every one of `iters` iterations of one micro-batch's MoE layer
- * (`metrics`: its layer_us and comm_us) with parts `p`: `tokens` output tokens per step (batch ·
+ * (`metrics`) with parts `p`: `tokens` output tokens per step (batch ·
  * seq) over `gpus` GPUs. MP_OK, or MP_ERR_RUNTIME when out of memory (r->valid stays 0). */
 int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
                       const struct mp_iter_metrics *metrics, int iters, double tokens, int gpus,

@@ -128,11 +128,29 @@ static void test_dense_and_head(void)
     struct mp_step_parts p;
     mp_step_parts(&c, &m, &s, &p);
     double wb = 1.0 + 4.0 / (128 * 128), H = 1024, F = 4096, b = 32;
-    double dense = (H * 2 * F * wb + b * (2 * F + H) * 2) + 3 * b * F * 2 + (F * H * wb + b * (H + F) * 2);
+    /* gate and up, the activation, down, and the fp8 quantization of both GEMMs' inputs */
+    double quant = b * (H + F) * (2 + 1 + 4.0 / 128);
+    double dense = (H * 2 * F * wb + b * (2 * F + H) * 2) + 3 * b * F * 2 +
+                   (F * H * wb + b * (H + F) * 2) + quant;
     CHECK_NEAR(p.dense, dense / 1e12 * 1e6, 1e-9);
     /* the LM head stays bf16 */
     double head = 2 * (2 * b * H * 2) + 32000 * H * 2 + b * (32000 + H) * 2 + b * 32000 * 4.0;
     CHECK_NEAR(p.head, head / 1e12 * 1e6, 1e-9);
+}
+
+/* One micro-batch's layer of 50 µs: 10 of route and FFN, 40 of exchanges whose phases are a
+ * quarter dispatch (notify 2, dispatch 8) and three quarters combine (TP reduce 6, combine 24). */
+static struct mp_iter_metrics layer_50(double comm)
+{
+    struct mp_iter_metrics it;
+    memset(&it, 0, sizeof it);
+    it.layer_us = 10 + comm;
+    it.comm_us = comm;
+    it.notify_us = 2;
+    it.dispatch_us = 8;
+    it.tp_reduce_us = 6;
+    it.combine_us = 24;
+    return it;
 }
 
 static void test_composition(void)
@@ -141,19 +159,21 @@ static void test_composition(void)
                               .moe_side = 30};
     struct mp_model m = gqa_model(); /* 4 MoE layers */
     struct mp_step_time t;
-    mp_step_time(&p, &m, 1, 50, 40, &t);
+    struct mp_iter_metrics it = layer_50(40);
+    mp_step_time(&p, &m, 1, &it, &t);
     CHECK_NEAR(t.moe, 200, 1e-12);
     CHECK(t.overlap == 0);
     CHECK_NEAR(t.step, 100 + 10 + 5 + 20 + 7 + 200, 1e-12);
-    /* two micro-batches of a layer of 50 µs, 40 of them exchanges: per layer the exchanges (80)
-     * hide under the other half's compute (30 + 2·10 = 50), which is smaller */
-    mp_step_time(&p, &m, 2, 50, 40, &t);
+    /* two micro-batches: a = 15 (attention), f = 10 (FFN), d = 10, c = 30; the slots hide
+     * min(a, c) + min(a, d) + min(f, d) + min(f, c) = 15 + 10 + 10 + 10 per layer */
+    mp_step_time(&p, &m, 2, &it, &t);
     CHECK_NEAR(t.moe, 400, 1e-12);
-    CHECK_NEAR(t.overlap, 4 * 50, 1e-12);
-    CHECK_NEAR(t.step, 142 + 400 - 200, 1e-12);
-    /* exchanges shorter than the compute: all of them hide */
-    mp_step_time(&p, &m, 2, 50, 5, &t);
-    CHECK_NEAR(t.overlap, 4 * 10, 1e-12);
+    CHECK_NEAR(t.overlap, 4 * 45, 1e-12);
+    CHECK_NEAR(t.step, 142 + 400 - 180, 1e-12);
+    /* exchanges of 4 µs (d 1, c 3): each hides whole, twice per layer */
+    it = layer_50(4);
+    mp_step_time(&p, &m, 2, &it, &t);
+    CHECK_NEAR(t.overlap, 4 * 8, 1e-12);
 }
 
 static void test_summarize(void)
