@@ -434,10 +434,16 @@ static void print_memory_header(const struct mp_plan_req *q)
     printf("#   %g-byte weights%s and KV cache, %ld tokens of context per sequence; parameters "
            "%.4g: routed %.4g, shared %.4g, non-expert %.4g (split by %s)\n",
            q->weight_bytes, fp8 ? " (fp8 experts: 1 byte and a scale per 128x128 block)" : "",
-           q->context, m->params, mp_model_routed_params(m),
+           q->context, mp_model_total_params(m), mp_model_routed_params(m),
            mp_model_shared_params(m), mp_model_nonexpert_params(m),
            q->nonexpert == MP_NONEXPERT_WORLD ? "all tp·ep GPUs" : "tp, a copy per EP rank");
-    if (m->params <= 0)
+    if (m->attn != MP_ATTN_NONE && m->params > 0)
+        printf("#   %s: parameters derived from its attention, vocabulary and dense-layer shape "
+               "(the model card states %.4g)\n", m->name, m->params);
+    else if (m->attn != MP_ATTN_NONE)
+        printf("#   %s: parameters derived from its attention, vocabulary and dense-layer shape\n",
+               m->name);
+    else if (m->params <= 0)
         printf("#   %s gives no params: only the experts' weights are counted\n", m->name);
     if (m->attn_layers <= 0 || m->kv_heads <= 0 || m->kv_head_dim <= 0)
         printf("#   %s gives no KV-cache shape (attn_layers, kv_heads, kv_head_dim): no KV cache "
