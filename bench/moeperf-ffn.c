@@ -624,12 +624,15 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     return rc;
 }
 
-/* The model's roofline for weights in `wdt`: the rates its FFN runs at (mp_model_ffn_us),
- * flops·flops_eff (flops_fp8·flops_eff for fp8 weights) in peak[0] (FLOP/s) and hbm_bw·hbm_eff in
- * peak[1] (bytes/s); a measured roofline is likewise what the device achieves, not its datasheet. */
-static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, double *peak)
+/* The model's roofline for weights in `wdt` under --gemm `gemm`: the rates its FFN runs at
+ * (mp_model_expert_ffn_us), flops·flops_eff (fp8 weights: flops_fp8·flops_fp8_eff with --gemm loop,
+ * flops_fp8·fused_fp8_eff with a fused kernel) in peak[0] (FLOP/s) and hbm_bw·hbm_eff in peak[1]
+ * (bytes/s); a measured roofline is likewise what the device achieves, not its datasheet. */
+static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, const char *gemm,
+                        double *peak)
 {
-    peak[0] = wdt == MP_DTYPE_FP8 ? cl->flops_fp8 * cl->flops_fp8_eff : cl->flops * cl->flops_eff;
+    double fp8_eff = !gemm || !strcmp(gemm, "loop") ? cl->flops_fp8_eff : cl->fused_fp8_eff;
+    peak[0] = wdt == MP_DTYPE_FP8 ? cl->flops_fp8 * fp8_eff : cl->flops * cl->flops_eff;
     peak[1] = cl->hbm_bw * cl->hbm_eff;
 }
 
@@ -643,8 +646,8 @@ static int measure_peaks(struct mp_session *s, double *peak)
     peak[0] = peak[1] = peak[2] = NAN;
     if (s->modelled) {
         double fp8[2];
-        model_peaks(&s->cluster, MP_DTYPE_BF16, peak);
-        model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
+        model_peaks(&s->cluster, MP_DTYPE_BF16, s->o.gemm, peak);
+        model_peaks(&s->cluster, MP_DTYPE_FP8, s->o.gemm, fp8);
         peak[2] = fp8[0];
     }
     if (!s->cops->measure_peak && !s->modelled)
@@ -796,7 +799,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
                                            sw->gemm);
         for (int i = 0; i < s->o.iters; i++)
             sw->ffn[i] = us;
-        model_peaks(&s->cluster, wc->dt, peak);
+        model_peaks(&s->cluster, wc->dt, s->o.gemm, peak);
     } else if (rc == MP_OK) {
         struct mp_weight_cache cache = {0};
         rc = memory_guard(s, wc, &w, batch);
@@ -863,7 +866,7 @@ static void print_header(const struct mp_session *s, const double *peak)
            s->o.graph ? ", replayed as a CUDA Graph" : "");
     if (s->modelled) {
         double fp8[2];
-        model_peaks(&s->cluster, MP_DTYPE_FP8, fp8);
+        model_peaks(&s->cluster, MP_DTYPE_FP8, s->o.gemm, fp8);
         printf("# peak (cluster %s, flops·flops_eff and hbm_bw·hbm_eff): %.2f GFLOP/s (fp8 "
                "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, fp8[0] / 1e9,
                peak[1] / 1e9);

@@ -59,6 +59,10 @@ expect nan-model.ini --model "$TMP/nan-model.ini"
 expect --model --model no-such-model
 expect --out $SMALL --out "$TMP/file/sub"
 expect --seq $SMALL --seq -1
+# two micro-batches are modelled only; a measured run refuses them; 3 is out of range anywhere
+expect --micro-batches $SMALL --micro-batches 1,2
+expect --micro-batches $SMALL --micro-batches 3 --backend model --comm model --cluster cpu-host --world 1
+expect --context $SMALL --context 0
 
 # moeperf-a2a: a per-peer size one MPI datatype cannot hold, a size over the option's range, and a
 # MoE batch whose rows overflow the int counts (and whose buffer size would wrap a size_t) are

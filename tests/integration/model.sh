@@ -132,7 +132,9 @@ for r, gemm in rows_of:
     rows, act, fp8 = int(r["rows"]), int(r["active_experts"]), r["weight_dtype"] == "fp8"
     flops = 6 * H * Dl * rows
     wbytes = act * (2 * fp8_bytes(H, Dl) + fp8_bytes(Dl, H) if fp8 else 3 * H * Dl * cl["elem_bytes"])
-    F = cl["flops_fp8"] * cl["flops_fp8_eff"] if fp8 else cl["flops"] * cl["flops_eff"]
+    # fp8: a library GEMM's rate with --gemm loop, a fused kernel's with grouped (cluster.h)
+    fp8_eff = cl["flops_fp8_eff"] if gemm == "loop" else cl["fused_fp8_eff"]
+    F = cl["flops_fp8"] * fp8_eff if fp8 else cl["flops"] * cl["flops_eff"]
     M = cl["hbm_bw"] * cl["hbm_eff"]
     c_us, m_us = flops / F * 1e6, wbytes / M * 1e6
     fixed = cl["launch_us"] * act if gemm == "loop" else cl["ffn_call_us"]

@@ -38,6 +38,8 @@ sample() {
     --batch) echo "--batch 4,12" ;;
     --tokens-per-rank) echo "--tokens-per-rank 2,6" ;; # the runs leave the base's --batch out
     --seq) echo "--seq 2" ;;
+    --context) echo "--context 4096,1024" ;;
+    --micro-batches) echo "--micro-batches 1" ;; # 2: the model only (bad_input.sh)
     --layout) echo "--layout tp2ep1,tp1ep2" ;;
     --routing) echo "--routing zipf:1.2,hot:1:40" ;;
     --group-limit) echo "--group-limit off,2:1" ;;

@@ -286,7 +286,7 @@ PY
 # at the first seed's 1,416 tokens/s within 50 ms): the report's answer row, its replicas-against-
 # batch sentences and its sensitivity rows are moeperf-plan's console lines (the sensitivity ones
 # those of moeperf-plan asked that question) and the answer a row of plan.csv
-Q1="--model qwen3-30b-a3b --cluster h100-ndr --routing hot:4:15 --batch 1:1024:x2 --max-gpus 1024"
+Q1="--model qwen3-30b-a3b --cluster h100-ndr --routing hot:4:15 --batch 1:2048:x2 --max-gpus 1024"
 Q1T="200000 10"
 Q2="--model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 --batch 1:128:x2 --max-gpus 64
     --nonexpert-split world --weight-dtype bf16,fp8 --dispatch-dtype bf16,fp8"

@@ -11,7 +11,12 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 "$SRC/ci/validate" "$BUILD" --no-cpu --gate --summary "$TMP/validation.csv" >"$TMP/validate.out" ||
     fail "a judged family misses its bounds: $(grep -B1 'MISSES' "$TMP/validate.out")"
 grep -E '^[A-Z]|median' "$TMP/validate.out"
-[ "$(grep -c ': ok (bounds' "$TMP/validate.out")" -ge 6 ] || fail "fewer than 6 judged families"
+[ "$(grep -c ': ok (bounds' "$TMP/validate.out")" -ge 9 ] || fail "fewer than 9 judged families"
+# the whole decode step (docs/planning.md, "What a step includes") and its parts are judged
+grep -A12 '^Whole decode steps' "$TMP/validate.out" | grep -q 'ok (bounds 20%' ||
+    fail "the whole-step family is not judged within 20%"
+grep -A8 '^Decode step parts per layer, H100' "$TMP/validate.out" |
+    grep -q 'ok (bounds: within a factor 1.5' || fail "the step's parts are not judged within 1.5x"
 [ "$(grep -c '^  not judged: ' "$TMP/validate.out")" -eq "$(grep -c ': reported (bounds' "$TMP/validate.out")" ] ||
     fail "a family reported but not judged does not say why"
 # the committed summary moeperf-report reads (how far a plan can be trusted) is today's model's
