@@ -209,9 +209,9 @@ static const struct mp_column layer_cols[] = {
      "empty for measured runs"},
 #define STEP_PART(name, what)                                                                      \
     {MPC_##name##_us, "µs", R,                                                                   \
-     "`--backend model`: median over iterations of the decode step's " what                       \
-     " (docs/planning.md, What a step includes); empty for measured runs, which time the layer"}, \
-    {MPC_##name##_p99_us, "µs", R, "p99 of `" #name "_us`"}
+     "`--backend model`: the decode step's " what " in its median iteration, the parts adding "   \
+     "up (docs/planning.md, What a step includes); empty for measured runs, which time the layer"}, \
+    {MPC_##name##_p99_us, "µs", R, "the same in the step's p99 iteration"}
     STEP_PART(step, "whole time, every layer: `attn_us + dense_us + head_us + misc_us + host_us "
                     "+ moe_us − overlap_us`"),
     STEP_PART(attn, "attention in every layer: projections, core over the KV cache, TP "

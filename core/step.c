@@ -214,7 +214,7 @@ int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, i
 {
     r->valid = 0;
     int n = iters > 0 ? iters : 1;
-    double *v = malloc((size_t)n * MP_STEP_NPARTS * sizeof *v);
+    double *v = malloc((size_t)n * (MP_STEP_NPARTS + 1) * sizeof *v);
     if (!v) {
         mp_error("out of memory summarizing %d steps", n);
         return MP_ERR_RUNTIME;
@@ -230,9 +230,18 @@ int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, i
         for (int k = 0; k < MP_STEP_NPARTS; k++)
             v[(size_t)k * n + i] = part[k];
     }
-    for (int k = 0; k < MP_STEP_NPARTS; k++) {
-        r->p50[k] = mp_percentile_select(v + (size_t)k * n, n, 50);
-        r->p99[k] = mp_percentile_select(v + (size_t)k * n, n, 99);
+    /* the step's median and p99 are those of one iteration each (nearest rank): its parts are
+     * that iteration's, so they add up as the step does */
+    double *sorted = v + (size_t)MP_STEP_NPARTS * n;
+    for (int q = 0; q < 2; q++) {
+        for (int i = 0; i < n; i++)
+            sorted[i] = v[i];
+        double want = mp_percentile_select(sorted, n, q ? 99 : 50);
+        int at = 0;
+        while (at < n - 1 && v[at] != want)
+            at++;
+        for (int k = 0; k < MP_STEP_NPARTS; k++)
+            (q ? r->p99 : r->p50)[k] = v[(size_t)k * n + at];
     }
     free(v);
     r->tok_s_gpu = r->p50[MP_STEP_TOTAL] > 0 && gpus > 0

@@ -69,8 +69,9 @@ void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int m
 enum { MP_STEP_TOTAL, MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC, MP_STEP_HOST,
        MP_STEP_MOE, MP_STEP_OVERLAP, MP_STEP_NPARTS };
 
-/* A modelled point's step over its iterations: each part's median and p99 (µs) and the output
- * tokens per second per GPU at the median step; valid 0 for measured points (nothing modelled). */
+/* A modelled point's step over its iterations: the median step and its parts (those of the
+ * iteration whose step is the median, nearest rank, so they add up), the p99 step likewise (µs),
+ * and the output tokens per second per GPU at the median step; valid 0 for measured points. */
 struct mp_step_result {
     int valid;
     double p50[MP_STEP_NPARTS], p99[MP_STEP_NPARTS];

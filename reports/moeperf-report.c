@@ -1098,6 +1098,65 @@ static void model_findings(struct doc *d, struct rp_series *s, int ns)
         }
 }
 
+/* The whole decode step of each model curve (docs/planning.md, "What a step includes"): which
+ * part grows fastest from its smallest to its largest batch, and from which batch the step grows
+ * at least half as fast as the batch (its knee at a log-log slope of 0.5: below it a larger batch
+ * is nearly free per step, above it the step's time follows the batch). */
+static void step_findings(struct doc *d, struct rp_series *s, int ns)
+{
+    static const char *const part_words[RP_NPART] = {
+        "attention", "dense layers", "LM head", "small kernels", "host", "MoE layers", ""};
+    for (int i = 0; i < ns; i++) {
+        int a = -1, b = -1; /* the smallest and largest batch with a step */
+        for (int p = 0; p < s[i].n; p++)
+            if (s[i].pt[p].step_us > 0) {
+                if (a < 0)
+                    a = p;
+                b = p;
+            }
+        if (a < 0 || b == a)
+            continue;
+        const struct rp_point *lo = &s[i].pt[a], *hi = &s[i].pt[b];
+        int fast = -1;
+        double grow = 0, add = 0;
+        for (int k = 0; k < RP_NPART - 1; k++) { /* overlap is not a part that grows */
+            double g = hi->part_us[k] - lo->part_us[k];
+            if (lo->part_us[k] > 0 && g > add) {
+                add = g;
+                grow = hi->part_us[k] / lo->part_us[k];
+                fast = k;
+            }
+        }
+        double *bt = malloc((size_t)s[i].n * sizeof *bt), *st = malloc((size_t)s[i].n * sizeof *st);
+        int n = 0;
+        for (int p = 0; bt && st && p < s[i].n; p++)
+            if (s[i].pt[p].step_us > 0) {
+                bt[n] = s[i].pt[p].batch;
+                st[n++] = s[i].pt[p].step_us;
+            }
+        struct rp_knee k = n > 1 ? rp_knee(bt, st, n, 0.5) : (struct rp_knee){0};
+        free(bt);
+        free(st);
+        char from[CELL], to[CELL], knee[CELL * 2] = "its time grows less than half as fast as the "
+                                                    "batch over the whole sweep";
+        batch_text(from, lo->batch);
+        batch_text(to, hi->batch);
+        if (k.found) {
+            char kb[CELL];
+            batch_text(kb, k.batch);
+            snprintf(knee, sizeof knee, "from batch %s its time grows at least half as fast as "
+                     "the batch (log-log slope %.2f)", kb, k.slope);
+        }
+        if (fast < 0)
+            continue;
+        doc_li(d, "whole step",
+               "%s: from batch %s to %s the step goes from %.2f to %.2f ms per token; the %s grow "
+               "fastest (×%.2f, +%.2f ms; the step +%.2f ms); %s.",
+               s[i].label, from, to, lo->step_us / 1e3, hi->step_us / 1e3, part_words[fast], grow,
+               add / 1e3, (hi->step_us - lo->step_us) / 1e3, knee);
+    }
+}
+
 /* Each All-to-All group's peak busbw and where it peaks. */
 static void a2a_findings(struct doc *d, struct group *a2a, int na2a)
 {
@@ -1342,10 +1401,13 @@ static int write_findings(struct doc *d, struct rp_series *s, int ns, const stru
     static const finding_fn remedies[] = {replication_findings, dispatch_findings, dedup_findings,
                                           overlap_findings, remedy_findings};
     static const finding_fn model[] = {model_findings};
+    static const finding_fn step[] = {step_findings};
     findings_section(d, "What hot experts cost", hot, 1, s, ns);
     findings_section(d, "Who the others wait for", waits, 1, s, ns);
     findings_section(d, "Which remedy pays", remedies, 5, s, ns);
     findings_section(d, "How close the model is to the measurements", model, 1, s, ns);
+    findings_section(d, "The whole decode step (model runs): what grows with the batch", step, 1,
+                     s, ns);
     return MP_OK;
 }
 
@@ -1397,7 +1459,7 @@ static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
     char cells[NC][CELL];
     if (!ns)
         return;
-    doc_h(d, 2, "Layer latency: medians and p99 over iterations");
+    doc_h(d, 2, "Layer latency (scope: one MoE layer): medians and p99 over iterations");
     for (int i = 0; i < ns; i++) {
         doc_table_head(d, s[i].label, head, NC);
         for (int p = 0; p < s[i].n; p++) {
@@ -1420,6 +1482,42 @@ static void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
 }
 
 /* The bubble at each batch: one row per batch, one column per curve (and the reference). */
+/* The whole decode step of each model curve: the step and its parts per batch (scope: every layer
+ * of the model, docs/planning.md "What a step includes"). */
+static void write_step_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {
+        "batch", "step p50 (ms)", "step p99 (ms)", "tokens/s per GPU", "attention (ms)",
+        "dense (ms)", "LM head (ms)", "small kernels (ms)", "host (ms)", "MoE layers (ms)",
+        "hidden by overlap (ms)"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    int titled = 0;
+    for (int i = 0; i < ns; i++) {
+        int any = 0;
+        for (int p = 0; p < s[i].n; p++)
+            any |= s[i].pt[p].step_us > 0;
+        if (!any)
+            continue;
+        if (!titled++)
+            doc_h(d, 2, "Decode step (scope: the whole step, every layer; model runs)");
+        doc_table_head(d, s[i].label, head, NC);
+        for (int p = 0; p < s[i].n; p++) {
+            const struct rp_point *q = &s[i].pt[p];
+            if (!(q->step_us > 0))
+                continue;
+            batch_text(cells[0], q->batch);
+            f_g(cells[1], q->step_us / 1e3, "%.2f");
+            f_g(cells[2], q->step_p99_us / 1e3, "%.2f");
+            f_g(cells[3], q->tok_s_gpu, "%.0f");
+            for (int k = 0; k < RP_NPART; k++)
+                f_g(cells[4 + k], q->part_us[k] / 1e3, "%.2f");
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
 static int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
                               const struct reference *ref)
 {
@@ -1586,8 +1684,9 @@ static void write_plan_profile(struct doc *d, const char *dir)
  * and memory per GPU. */
 static void write_plan_tables(struct doc *d, const struct rp_run *runs, int nruns)
 {
-    static const char *const head[] = {"", "layout", "setup", "batch", "GPUs", "p99 token (ms)",
-                                       "memory per GPU (GB)", "of it KV cache (GB)", "fits"};
+    static const char *const head[] = {"", "layout", "setup", "batch", "GPUs",
+                                       "p99 token, whole step (ms)", "memory per GPU (GB)",
+                                       "of it KV cache (GB)", "fits"};
     int titled = 0;
     for (int i = 0; i < nruns; i++) {
         const struct mp_table *t = &runs[i].plan;
@@ -1604,7 +1703,8 @@ static void write_plan_tables(struct doc *d, const struct rp_run *runs, int nrun
                     num(t, r, MPC_fits) == 1 && (best < 0 || plan_cheaper(t, r, best)))
                     best = r;
             if (!titled++)
-                doc_h(d, 2, "Capacity plan: GPUs, latency and memory per GPU");
+                doc_h(d, 2, "Capacity plan (scope: the whole decode step per token): GPUs, "
+                            "latency and memory per GPU");
             if (r0 == 0)
                 write_plan_profile(d, runs[i].dir);
             char h[700];
@@ -1726,7 +1826,7 @@ static double jnum(const cJSON *o, const char *k)
 static void write_alternatives(struct doc *d, const char *routing, const cJSON *alts)
 {
     static const char *const head[] = {"layout", "setup", "batch", "replicas", "GPUs",
-                                       "p99 token (ms)", "memory per GPU (GB)", "why it lost"};
+                                       "p99 token, whole step (ms)", "memory per GPU (GB)", "why it lost"};
     if (!cJSON_IsArray(alts) || cJSON_GetArraySize(alts) == 0)
         return;
     char title[160];
@@ -1766,7 +1866,7 @@ static void write_sensitivity(struct doc *d, const char *routing, const cJSON *s
                               const cJSON *by)
 {
     static const char *const head[] = {"case", "GPUs", "layout", "setup", "batch", "replicas",
-                                       "p99 token (ms)"};
+                                       "p99 token, whole step (ms)"};
     if (cJSON_GetArraySize(sens) + cJSON_GetArraySize(by) == 0)
         return;
     char title[160];
@@ -1887,10 +1987,120 @@ static void trust_range(char *out, size_t size, const cJSON *a)
  * question in a sentence, then per routing the cheapest plan in a sentence and a row: GPUs,
  * layout and remedies, batch, replicas, p99 token latency against the SLO, throughput and memory
  * per GPU, the numbers as plan.json holds them. */
+/* The step's parts of plan.json's answers (step_parts_ms), in the stacked bar's order, with the
+ * words the report shows and the bar's colours. */
+static const struct {
+    const char *key, *words, *colour;
+} step_parts[] = {
+    {"attention", "attention", "#4e79a7"},       {"dense", "dense layers", "#a0cbe8"},
+    {"expert_compute", "expert compute", "#f28e2b"}, {"dispatch_combine", "dispatch + combine", "#e15759"},
+    {"small_kernels", "small kernels", "#76b7b2"}, {"head", "LM head", "#59a14f"},
+    {"host", "host", "#bab0ac"},
+};
+enum { NSTEP_PARTS = sizeof step_parts / sizeof step_parts[0] };
+
+/* One plan's step in words: its context, tokens/s per GPU, cost per million tokens and parts. */
+static void step_parts_text(struct doc *d, const char *routing, const cJSON *a)
+{
+    const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+    if (!cJSON_IsObject(parts))
+        return; /* a plan.json written before the whole step */
+    char text[1024] = "", cost[96] = "";
+    size_t used = 0;
+    for (int k = 0; k < NSTEP_PARTS && used < sizeof text; k++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%s %.2f", k ? ", " : "",
+                                 step_parts[k].words, jnum(parts, step_parts[k].key));
+    double usd = jnum(a, "usd_per_mtok");
+    if (!isnan(usd))
+        snprintf(cost, sizeof cost, "; USD %.3f per million output tokens", usd);
+    doc_p(d, "Routing %s, its decode step (%s, %.0f tokens of context): %.2f ms per token at the "
+             "median, %.0f tokens/s per GPU%s; of it %s ms.",
+          routing, jnum(a, "micro_batches") > 1 ? "two micro-batches overlapped" : "one batch",
+          jnum(a, "context"), jnum(a, "token_p50_ms"), jnum(a, "tok_s_gpu"), cost, text);
+}
+
+/* A stacked bar per plan of the step's parts (scope: the whole step): an SVG in the page, a table
+ * in the Markdown. */
+static void step_bars(struct doc *d, const cJSON *answers)
+{
+    const cJSON *a;
+    int n = 0;
+    double most = 0;
+    cJSON_ArrayForEach(a, answers) {
+        if (cJSON_IsObject(cJSON_GetObjectItem(a, "step_parts_ms"))) {
+            n++;
+            most = fmax(most, jnum(a, "token_p50_ms"));
+        }
+    }
+    if (!n || !(most > 0))
+        return;
+    doc_h(d, 3, "What a step of each plan spends its time on (scope: the whole step, ms)");
+    if (d->h) {
+        int W = 720, left = 110, bar = 22, gap = 14, top = 10, key = 24;
+        int H = top + n * (bar + gap) + 2 * key + 10;
+        double scale = (W - left - 70) / most;
+        fprintf(d->h, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                      "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\" "
+                      "role=\"img\"><title>The decode step's parts per plan</title>\n",
+                W, H, W, H);
+        int row = 0;
+        cJSON_ArrayForEach(a, answers) {
+            const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+            if (!cJSON_IsObject(parts))
+                continue;
+            int y = top + row++ * (bar + gap);
+            fprintf(d->h, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 6,
+                    y + bar / 2 + 4);
+            html_esc(d->h, jstr(a, "routing") ? jstr(a, "routing") : "?");
+            fputs("</text>\n", d->h);
+            double x = left;
+            for (int k = 0; k < NSTEP_PARTS; k++) {
+                double w = fmax(0, jnum(parts, step_parts[k].key)) * scale;
+                fprintf(d->h, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+                              "fill=\"%s\"><title>%s %.2f ms</title></rect>\n",
+                        x, y, w, bar, step_parts[k].colour, step_parts[k].words,
+                        jnum(parts, step_parts[k].key));
+                x += w;
+            }
+            fprintf(d->h, "<text x=\"%.1f\" y=\"%d\">%.2f ms</text>\n", x + 4, y + bar / 2 + 4,
+                    jnum(a, "token_p50_ms"));
+        }
+        int y = top + n * (bar + gap) + 4;
+        for (int k = 0; k < NSTEP_PARTS; k++) { /* the key, in two rows that fit the width */
+            int kx = 10 + (k % 4) * 175, ky = y + (k / 4) * key;
+            fprintf(d->h, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                    kx, ky, step_parts[k].colour, kx + 16, ky + 10, step_parts[k].words);
+        }
+        fputs("</svg>\n", d->h);
+    }
+    if (d->m) {
+        fputs("\n| routing |", d->m);
+        for (int k = 0; k < NSTEP_PARTS; k++)
+            fprintf(d->m, " %s |", step_parts[k].words);
+        fputs(" step p50 |\n|---|", d->m);
+        for (int k = 0; k <= NSTEP_PARTS; k++)
+            fputs("---|", d->m);
+        fputs("\n", d->m);
+        cJSON_ArrayForEach(a, answers) {
+            const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+            if (!cJSON_IsObject(parts))
+                continue;
+            fputs("| ", d->m);
+            md_esc(d->m, jstr(a, "routing") ? jstr(a, "routing") : "?");
+            fputs(" |", d->m);
+            for (int k = 0; k < NSTEP_PARTS; k++)
+                fprintf(d->m, " %.2f |", jnum(parts, step_parts[k].key));
+            fprintf(d->m, " %.2f |\n", jnum(a, "token_p50_ms"));
+        }
+        fputs("\n", d->m);
+    }
+}
+
 static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
 {
     static const char *const head[] = {"routing", "GPUs", "layout", "setup", "batch", "replicas",
-                                       "p99 token (ms)", "SLO (ms)", "tokens/s",
+                                       "p99 token, whole step (ms)", "SLO (ms)", "tokens/s",
                                        "memory per GPU (GB)"};
     int titled = 0;
     for (int i = 0; i < nruns; i++) {
@@ -1909,7 +2119,8 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
         if (tput > 0)
             snprintf(target, sizeof target, "%.0f tokens/s", tput);
         if (slo_ms > 0)
-            snprintf(budget, sizeof budget, "a p99 token budget of %g ms", slo_ms);
+            snprintf(budget, sizeof budget, "a p99 budget of %g ms per output token for the "
+                     "whole decode step", slo_ms);
         doc_p(d, "%s on the %s cluster profile (%s%s%s), %s, %s, at most %.0f GPUs (%s):",
               jstr(m, "name") ? jstr(m, "name") : "?", jstr(cl, "name") ? jstr(cl, "name") : "?",
               src ? src : "?", jstr(cl, "path") ? " " : "", jstr(cl, "path") ? jstr(cl, "path") : "",
@@ -1957,11 +2168,13 @@ static void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                   jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
                   jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"),
                   range);
+            step_parts_text(d, routing, a);
             const cJSON *r;
             cJSON_ArrayForEach(r, cJSON_GetObjectItem(a, "replicas_vs_batch"))
                 if (jstr(r, "text"))
                     doc_p(d, "Replicas against batch, routing %s: %s.", routing, jstr(r, "text"));
         }
+        step_bars(d, answers);
         cJSON_ArrayForEach(a, answers) {
             const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
             if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found")))
@@ -2322,6 +2535,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
         rc = write_timelines(&d, figdir, md_plots_rel);
     if (rc == MP_OK) {
         write_layer_tables(&d, s, ns);
+        write_step_tables(&d, s, ns);
         rc = write_bubble_table(&d, s, ns, ref);
     }
     if (rc == MP_OK) {

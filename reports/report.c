@@ -17,8 +17,10 @@ const char *const rp_key_names[RP_NKEY] = {
     MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
     MPC_shared, MPC_layout, MPC_routing, MPC_group_limit, MPC_placement, MPC_seq, MPC_seed,
     MPC_overlap, MPC_dispatch, MPC_dedup, MPC_dispatch_dtype, MPC_weight_dtype, MPC_expert_cache,
-    MPC_flush_cache,
+    MPC_flush_cache, MPC_context, MPC_micro_batches,
 };
+const char *const rp_part_names[RP_NPART] = {MPC_attn_us, MPC_dense_us, MPC_head_us, MPC_misc_us,
+                                             MPC_host_us, MPC_moe_us, MPC_overlap_us};
 
 /* The columns the report reads from each file; a file without one of them is refused. */
 static const char *const layer_need[] = {
@@ -255,7 +257,7 @@ static int label_series(struct rp_series *s, int n)
                                 RP_K_EXPERTS, RP_K_TOPK,    RP_K_SHARED,     RP_K_SEQ,
                                 RP_K_SEED,    RP_K_GROUP_LIMIT, RP_K_OVERLAP, RP_K_DISPATCH,
                                 RP_K_DEDUP,   RP_K_DTYPE,   RP_K_WDTYPE,     RP_K_CACHE,
-                                RP_K_FLUSH};
+                                RP_K_FLUSH,   RP_K_CONTEXT, RP_K_MICRO};
     enum { NBARE = 3, NORDER = sizeof order / sizeof order[0] };
     int show[NORDER], nshow = 0;
     for (int e = 0; e < NORDER; e++) {
@@ -308,6 +310,8 @@ static const char *key_cell(const struct mp_table *t, long row, const int *kc, i
         return t->cells[row][kc[k]];
     return k == RP_K_GROUP_LIMIT || k == RP_K_CACHE ? "off"
            : k == RP_K_DTYPE || k == RP_K_WDTYPE    ? "bf16"
+           : k == RP_K_CONTEXT                      ? "4096"
+           : k == RP_K_MICRO                        ? "1"
                                                     : "";
 }
 
@@ -331,7 +335,11 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
             c_bub = mp_table_col(t, MPC_bubble_ratio), c_imb = mp_table_col(t, MPC_load_imbalance),
             c_hit = mp_table_col(t, MPC_local_hit_rate), c_lo = mp_table_col(t, MPC_layer_ci_lo_us),
             c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate),
-            c_inter = mp_table_col(t, MPC_bytes_internode);
+            c_inter = mp_table_col(t, MPC_bytes_internode), c_step = mp_table_col(t, MPC_step_us),
+            c_sp99 = mp_table_col(t, MPC_step_p99_us), c_tok = mp_table_col(t, MPC_tok_s_gpu);
+        int c_part[RP_NPART];
+        for (int k = 0; k < RP_NPART; k++)
+            c_part[k] = mp_table_col(t, rp_part_names[k]);
         for (long row = 0; row < t->nrows; row++) {
             struct rp_point p = {
                 .batch = cell_num(t, row, c_batch), .layer_us = cell_num(t, row, c_layer),
@@ -341,8 +349,11 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
                 .bubble = cell_num(t, row, c_bub), .imbalance = cell_num(t, row, c_imb),
                 .hit = cell_num(t, row, c_hit), .layer_ci_lo_us = cell_num(t, row, c_lo),
                 .layer_ci_hi_us = cell_num(t, row, c_hi), .drop_rate = cell_num(t, row, c_drop),
-                .bytes_internode = cell_num(t, row, c_inter),
+                .bytes_internode = cell_num(t, row, c_inter), .step_us = cell_num(t, row, c_step),
+                .step_p99_us = cell_num(t, row, c_sp99), .tok_s_gpu = cell_num(t, row, c_tok),
             };
+            for (int k = 0; k < RP_NPART; k++)
+                p.part_us[k] = cell_num(t, row, c_part[k]);
             if (isnan(p.batch))
                 continue;
             int found = -1;

@@ -38,13 +38,14 @@ void rp_run_free(struct rp_run *run);
 
 /* The key columns that identify a layer or FFN workload apart from its batch (docs/CSV.md), plus
  * `overlap`, `dispatch`, `dedup`, `dispatch_dtype`, `weight_dtype`, `expert_cache` and
- * `flush_cache` where a file has them; a file without `group_limit` or `expert_cache` (written
- * before those flags) counts as `off`, one without `dispatch_dtype` or `weight_dtype` as `bf16`. */
+ * `flush_cache`, `context` and `micro_batches` where a file has them; a file without `group_limit` or
+ * `expert_cache` (written before those flags) counts as `off`, one without `dispatch_dtype` or
+ * `weight_dtype` as `bf16`, one without `context` as 4096 and without `micro_batches` as 1. */
 enum {
     RP_K_SOURCE, RP_K_BACKEND, RP_K_COMM, RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS,
     RP_K_TOPK, RP_K_SHARED, RP_K_LAYOUT, RP_K_ROUTING, RP_K_GROUP_LIMIT, RP_K_PLACEMENT, RP_K_SEQ,
     RP_K_SEED, RP_K_OVERLAP, RP_K_DISPATCH, RP_K_DEDUP, RP_K_DTYPE, RP_K_WDTYPE, RP_K_CACHE,
-    RP_K_FLUSH,
+    RP_K_FLUSH, RP_K_CONTEXT, RP_K_MICRO,
     RP_NKEY
 };
 extern const char *const rp_key_names[RP_NKEY];
@@ -57,7 +58,14 @@ struct rp_point {
     double ratio, bubble, imbalance, hit;
     double drop_rate; /* share of token-expert pairs a padded dispatch dropped; NAN when absent */
     double bytes_internode; /* bytes_internode (one layer, all ranks); NAN when absent */
+    /* a model point's whole decode step (docs/planning.md, "What a step includes"): step_us and
+     * its p99, its parts attn … overlap (medians) and tok_s_gpu; NAN for measured points */
+    double step_us, step_p99_us, tok_s_gpu;
+    double part_us[7]; /* attn, dense, head, misc, host, moe, overlap: RP_PART_* */
 };
+enum { RP_PART_ATTN, RP_PART_DENSE, RP_PART_HEAD, RP_PART_MISC, RP_PART_HOST, RP_PART_MOE,
+       RP_PART_OVERLAP, RP_NPART };
+extern const char *const rp_part_names[RP_NPART]; /* the layer.csv columns, "attn_us" … */
 
 /* One curve: the rows of one run directory that share every key cell but batch, sorted by batch. */
 struct rp_series {
