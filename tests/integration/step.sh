@@ -9,7 +9,7 @@
 PLAN=$BUILD/reports/moeperf-plan
 REPORT=$BUILD/reports/moeperf-report
 
-# the point: DeepSeek-V3 on 72 H100s, 256 tokens per GPU, KV 2000, fp8, one and two
+# SGLang's published decode: DeepSeek-V3 on 72 H100s, 256 tokens per GPU, KV 2000, fp8, one and two
 # micro-batches, and the same at 2 tokens per GPU; and two contexts
 "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 72 --model deepseek-v3 \
     --layout tp1ep72 --tokens-per-rank 2,256 --context 2000,8000 --weight-dtype fp8 \
