@@ -75,7 +75,8 @@ static int variant_shown(const struct mp_session *s)
            strcmp(s->o.dedup.v[0], "pair") != 0 || s->o.dispatch_dtype.n > 1 ||
            strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0 || s->o.weight_dtype.n > 1 ||
            strcmp(s->o.weight_dtype.v[0], "bf16") != 0 || s->o.expert_cache.n > 1 ||
-           strcmp(s->o.expert_cache.v[0], "off") != 0;
+           strcmp(s->o.expert_cache.v[0], "off") != 0 || s->o.micro_batches.n > 1 ||
+           s->o.micro_batches.v[0] != 1 || s->o.context.n > 1;
 }
 
 /* The index of a field of struct mp_rank_iter in doubles; its phase durations are the fields
@@ -300,7 +301,7 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     char chk[24] = "-";
     if (!isnan(res->check_error))
         snprintf(chk, sizeof chk, "%.1e", res->check_error);
-    char mode[128], variant[136] = "", dedup[64] = "";
+    char mode[160], variant[168] = "", dedup[96] = "";
     if (strcmp(k->dedup, "pair") != 0)
         snprintf(dedup, sizeof dedup, "/%s", k->dedup);
     if (strcmp(k->dispatch_dtype, "bf16") != 0) /* the default unnamed, as before the flag */
@@ -309,18 +310,25 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/w%s", k->weight_dtype);
     if (strcmp(k->expert_cache, "off") != 0) /* the cache: "/c" and SLOTS:POLICY */
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/c%s", k->expert_cache);
+    if (k->micro_batches > 1) /* two micro-batches: "/mb2" */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/mb%d", k->micro_batches);
+    if (s->o.context.n > 1) /* a context sweep: "/kv" and the tokens */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/kv%ld", k->context);
     if (k->overlap > 1)
         snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
         snprintf(mode, sizeof mode, "%s%s", k->dispatch, dedup);
     if (variant_shown(s))
-        snprintf(variant, sizeof variant, " %-22.22s", mode);
+        snprintf(variant, sizeof variant, " %-30.30s", mode);
     char routing[600]; /* the routing, with the group limit when there is one */
     snprintf(routing, sizeof routing, "%s%s%s", k->routing, strcmp(k->group_limit, "off") ? "/" : "",
              strcmp(k->group_limit, "off") ? k->group_limit : "");
     printf("%9s %-16s %-16s%s %7ld %8ld", k->lay->name, routing, k->placement, variant, k->batch,
            res->tokens_per_rank);
     mp_console_values(console_cols, NCONSOLE, sm);
+    if (s->modelled) /* the whole decode step the layer is part of (core/step.h) */
+        printf(" %9.2f %9.0f", res->step.valid ? res->step.p50[MP_STEP_TOTAL] / 1e3 : NAN,
+               res->step.valid ? res->step.tok_s_gpu : NAN);
     printf(" %9s\n", chk);
     fflush(stdout);
 }
@@ -544,11 +552,16 @@ static void print_header(const struct mp_session *s)
            "node(s), backend %s, comm %s\n",
            m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, s->comm->size,
            s->comm->nnodes, s->o.backend, s->o.comm);
-    printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn\n",
-           s->o.iters);
+    printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn%s\n",
+           s->o.iters,
+           s->modelled ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "
+                         "output tokens per second per GPU"
+                       : "");
     printf("%9s %-16s %-16s%s %7s %8s", "layout", "routing", "placement",
-           variant_shown(s) ? " dispatch/dedup/overlap" : "", "batch", "tok/rank");
+           variant_shown(s) ? " dispatch/dedup/overlap        " : "", "batch", "tok/rank");
     mp_console_titles(console_cols, NCONSOLE);
+    if (s->modelled)
+        printf(" %9s %9s", "step_ms", "tok/s/gpu");
     printf(" %9s\n", "check");
 }
 
