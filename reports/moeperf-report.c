@@ -1150,8 +1150,8 @@ static void step_findings(struct doc *d, struct rp_series *s, int ns)
         if (fast < 0)
             continue;
         doc_li(d, "whole step",
-               "%s: from batch %s to %s the step goes from %.2f to %.2f ms per token; the %s grow "
-               "fastest (×%.2f, +%.2f ms; the step +%.2f ms); %s.",
+               "%s: from batch %s to %s the step goes from %.2f to %.2f ms per token; its "
+               "fastest-growing part is the %s (×%.2f, +%.2f ms; the step +%.2f ms); %s.",
                s[i].label, from, to, lo->step_us / 1e3, hi->step_us / 1e3, part_words[fast], grow,
                add / 1e3, (hi->step_us - lo->step_us) / 1e3, knee);
     }
