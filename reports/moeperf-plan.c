@@ -677,7 +677,8 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     cJSON_AddNumberToObject(m, "topk", md->topk);
     cJSON_AddNumberToObject(m, "shared", md->shared);
     cJSON_AddNumberToObject(m, "layers", md->layers);
-    cJSON_AddNumberToObject(m, "params", md->params);
+    cJSON_AddNumberToObject(m, "params", md->params); /* the card's, 0: none stated */
+    cJSON_AddNumberToObject(m, "params_derived", mp_model_total_params(md));
     cJSON *ov = cJSON_AddObjectToObject(m, "overrides"); /* the flags given, -1: not given */
     const struct { const char *key; int v; } given[] = {
         {"experts", o->b.experts}, {"topk", o->b.topk}, {"shared", o->b.shared},
@@ -690,6 +691,8 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     add_bound(slo, "token_p99_ms", q->slo_token_ms);
     add_bound(slo, "layer_p99_us", q->slo_layer_us);
     add_bound(j, "throughput_tokens_per_s", q->throughput);
+    cJSON_AddStringToObject(j, "token_scope", "step"); /* SLO and throughput: the whole step */
+    add_bound(j, "gpu_hour_price_usd", q->gpu_hour_price);
     cJSON_AddNumberToObject(j, "context_tokens", (double)q->context);
     cJSON_AddNumberToObject(j, "seq", q->seq);
     add_strs(j, "routings", &o->b.routing);
@@ -699,6 +702,7 @@ static cJSON *question_json(const struct plan_opts *o, const struct mp_plan_req 
     add_ints(c, "replicate", &o->replicate);
     add_ints(c, "eplb", &o->eplb);
     add_ints(c, "overlap", &o->b.overlap);
+    add_ints(c, "micro_batches", &o->b.micro_batches);
     add_strs(c, "dedup", &o->b.dedup);
     add_strs(c, "weight_dtype", &o->b.weight_dtype);
     add_strs(c, "dispatch_dtype", &o->b.dispatch_dtype);

@@ -87,7 +87,12 @@ for r in rows:
     assert abs(float(r["tok_s_gpu"]) - tok) <= 1e-5 * tok, r
     assert abs(float(r["usd_per_mtok"]) - 2.5 / 3600 / tok * 1e6) <= 1e-5 * float(r["usd_per_mtok"]), r
     assert r["context"] == "2000" and r["micro_batches"] in ("1", "2"), r
-a = json.load(open(f"{d}/plan.json"))["answers"][0]
+j = json.load(open(f"{d}/plan.json"))
+q = j["question"]
+assert q["token_scope"] == "step" and q["gpu_hour_price_usd"] == 2.5, q
+assert q["constraints"]["micro_batches"] == [1, 2], q["constraints"]
+assert abs(q["model"]["params_derived"] / 671e9 - 1) < 0.03, q["model"]
+a = j["answers"][0]
 assert a["found"] and a["token_scope"] == "step" and a["context"] == 2000, a
 p = a["step_parts_ms"]
 assert set(p) == {"attention", "dense", "expert_compute", "dispatch_combine", "small_kernels",
