@@ -17,6 +17,7 @@
 #include "results.h"
 #include "schema.h"
 #include "sort.h"
+#include "stats.h"
 
 const char *const mp_calib_col_names[CAL_NCOLS] = {
     "layer.csv ffn_us", "layer.csv dispatch_us", "layer.csv combine_us", "layer.csv tp_reduce_us",
@@ -409,13 +410,6 @@ void mp_calib_free(struct mp_calib_set *set)
 
 /* ---- prediction ---- */
 
-/* Nearest-rank median of n values (sorted in place), as the measured summaries use. */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, mp_cmp_double);
-    return v[(n + 1) / 2 - 1];
-}
-
 /* Uniform all-to-all of `bpp` bytes per peer over an EP group of `ep` ranks. */
 static double a2a_us(const struct mp_cluster *cl, int tp, int ep, double bpp)
 {
@@ -458,7 +452,7 @@ double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_c
     }
     if (ranks != ranks_buf)
         free(ranks);
-    return median(v, p->ndraws);
+    return mp_percentile_select(v, p->ndraws, 50); /* nearest rank, as the summaries */
 }
 
 void mp_calib_errors(const struct mp_calib_set *set, const struct mp_cluster *cl,
@@ -474,7 +468,7 @@ void mp_calib_errors(const struct mp_calib_set *set, const struct mp_cluster *cl
             e[n++] = fabs(mp_calib_predict(set, i, cl, c) - m) / m;
         }
         err->n[c] = n;
-        err->median[c] = n ? median(e, n) : NAN;
+        err->median[c] = n ? mp_percentile_select(e, n, 50) : NAN;
         err->worst[c] = n ? e[n - 1] : NAN;
     }
     free(e);

@@ -1,8 +1,8 @@
 /* plan.h - the capacity planner: every candidate (layout tp×ep, batch, hot-expert replicas, eplb
  * slots, pipeline depth, dedup mode) run through the cluster model, the DP replicas each needs for a target throughput, the latency SLO
  * check, and the findings a capacity plan rests on (batch cap, cheapest layout, replicas vs batch). */
-#ifndef MP_PLAN_H
-#define MP_PLAN_H
+#ifndef MP_CAPACITY_PLAN_H
+#define MP_CAPACITY_PLAN_H
 
 #include "cluster.h"
 #include "expert_cache.h"
