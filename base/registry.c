@@ -35,3 +35,19 @@ int mp_registry_find(const char *flag, const char *name, int n, const char *(*na
     mp_usage("%s: '%s' is not one of the built backends: %s", flag, name, built);
     return -1;
 }
+
+int mp_registry_lookup(const char *flag, const char *kind, const char *name, int n,
+                       const char *(*name_at)(int i), const struct mp_backend_absent *absent,
+                       int (*check_at)(int i, char *why, size_t len), int *index)
+{
+    int i = mp_registry_find(flag, name, n, name_at, absent);
+    if (i < 0)
+        return MP_ERR_USAGE;
+    char why[256];
+    if (!check_at(i, why, sizeof why)) {
+        mp_error("internal error: the %s %s backend's table %s", name, kind, why);
+        return MP_ERR_RUNTIME;
+    }
+    *index = i;
+    return MP_OK;
+}

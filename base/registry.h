@@ -22,6 +22,14 @@ struct mp_backend_absent {
 int mp_registry_find(const char *flag, const char *name, int n, const char *(*name_at)(int i),
                      const struct mp_backend_absent *absent);
 
+/* mp_registry_find, then the start-up check of the backend found: MP_OK with its index in *index;
+ * MP_ERR_USAGE (the lookup's message); MP_ERR_RUNTIME after an internal error naming the `kind`
+ * of backend ("compute", "comm") and the fault check_at(i, why, len) wrote (it returns 1 when the
+ * table of backend i is sound). */
+int mp_registry_lookup(const char *flag, const char *kind, const char *name, int n,
+                       const char *(*name_at)(int i), const struct mp_backend_absent *absent,
+                       int (*check_at)(int i, char *why, size_t len), int *index);
+
 /* One rule of a backend table's start-up check (mp_compute_check, mp_comm_check), in a function
  * with `char *why, size_t len` parameters that returns 1 when the table is sound: a condition the
  * table must meet, and the fault written into why when it does not (the check returns 0). */

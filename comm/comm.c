@@ -241,22 +241,19 @@ int mp_comm_check(const struct mp_comm_ops *o, char *why, size_t len)
     return 1;
 }
 
+static int check_at(int i, char *why, size_t len)
+{
+    return mp_comm_check(mp_comm_backends[i], why, len);
+}
+
 int mp_comm_find(const char *name, const struct mp_comm_ops **out)
 {
-    *out = NULL;
-    int n = 0;
+    int n = 0, i;
     while (mp_comm_backends[n])
         n++;
-    int i = mp_registry_find("--comm", name, n, name_at, absent);
-    if (i < 0)
-        return MP_ERR_USAGE;
-    char why[256];
-    if (!mp_comm_check(mp_comm_backends[i], why, sizeof why)) {
-        mp_error("internal error: the %s comm backend's table %s", name, why);
-        return MP_ERR_RUNTIME;
-    }
-    *out = mp_comm_backends[i];
-    return MP_OK;
+    int rc = mp_registry_lookup("--comm", "comm", name, n, name_at, absent, check_at, &i);
+    *out = rc == MP_OK ? mp_comm_backends[i] : NULL;
+    return rc;
 }
 
 const char *mp_comm_names_where(int (*has)(const struct mp_comm_ops *ops), char *buf, size_t len)

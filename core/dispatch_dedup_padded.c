@@ -343,20 +343,8 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(mp_layer_drain(L));
 
     mp_layer_phase_times(L, rec, 0); /* no count exchange: notify 0 */
-    if (node) { /* the phases apart (docs/METRICS.md, "Hop times") */
-        rec->dispatch_inter_us = o->elapsed_us(dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
-        rec->dispatch_intra_us = o->elapsed_us(dev, MARK_HOP0_END, MARK_HOP1_END);
-        rec->combine_intra_us = o->elapsed_us(dev, MARK_BACK1_BEGIN, MARK_BACK1_END);
-        rec->combine_inter_us = o->elapsed_us(dev, MARK_BACK1_END, MARK_BACK0_END);
-    }
-    rec->tokens = (double)ntok;
-    rec->rows = (double)p->nexp;
-    rec->ffn_rows = (double)p->nexp + (double)L->S * ntok;
-    rec->pairs = (double)ntok * K;
-    rec->local_pairs = (double)p->local_pairs;
-    rec->dropped = (double)dropped;
-    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0; /* slots out and back */
-    rec->combine_intra = rec->combine_inter = 0;
+    mp_layer_dedup_record(L, rec, node, ntok, K, p->nexp, p->local_pairs);
+    rec->dropped = (double)dropped; /* the slots out and back: their bytes added below */
     double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, K);
     mp_layer_add_peer_bytes(L, L->dpad.send1, L->dpad.recv1, meta, rec);
     if (node)

@@ -249,16 +249,8 @@ static int dp_compute(struct mp_layer *L, const struct mp_point *pt,
                                            p->in_rrows, p->in_rdispl));
     }
     MP_CHECK(o->permute(dev, rbuf, p->exp_row, 0, p->nexp, H, exp));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
-    MP_CHECK(mp_layer_ffn(L, k == 0 ? pt : plain_pt, exp, out, p->expert_off, L->work, p->nexp,
-                          ntok, S, progress_hook, c));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_END)));
-    if (L->tp > 1 && c->ops->join_exchanges)
-        MP_CHECK(c->ops->join_exchanges(c));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN)));
-    if (L->tp > 1)
-        MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)p->nexp + (size_t)S * ntok) * H));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_END)));
+    MP_CHECK(mp_layer_chunk_ffn_reduce(L, k == 0 ? pt : plain_pt, k, exp, out, p->expert_off,
+                                       p->nexp, ntok, S, progress_hook, c));
     long nin = p->nrecv + (node ? p->nrecv1 : 0);
     MP_CHECK(o->combine(dev, out, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf, 0));
     if (node) { /* the intra-node phase back, then the inter-node phase's in flight */

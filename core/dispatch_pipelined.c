@@ -154,18 +154,8 @@ static int compute_chunk(struct mp_layer *L, const struct mp_point *pt,
     MP_CHECK(c->ops->wait(c, 2 * k));
     MP_CHECK(mp_layer_dispatch_finish(L, recv, pl->recv_rows, pl->recv_displ));
     MP_CHECK(o->copy_rows(dev, recv, exp, pl->to_expert, pl->nchunks, H));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
-    MP_CHECK(mp_layer_ffn(L, k == 0 ? pt : plain_pt, exp, out, pl->expert_off, L->work, pl->nrecv,
-                          ntok, S, progress_hook, c));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_FFN_END)));
-    /* the reduce waits first for the exchanges in flight (where the backend orders its
-     * collectives so): that wait is communication, so the reduce's mark follows it */
-    if (L->tp > 1 && c->ops->join_exchanges)
-        MP_CHECK(c->ops->join_exchanges(c));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_BEGIN)));
-    if (L->tp > 1)
-        MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)pl->nrecv + (size_t)S * ntok) * H));
-    MP_CHECK(o->mark(dev, MARK_CHUNK(k, CHUNK_TP_END)));
+    MP_CHECK(mp_layer_chunk_ffn_reduce(L, k == 0 ? pt : plain_pt, k, exp, out, pl->expert_off,
+                                       pl->nrecv, ntok, S, progress_hook, c));
     MP_CHECK(o->copy_rows(dev, out, recv, pl->to_source, pl->nchunks, H));
     char *back = (char *)L->sendbuf + (size_t)of->soff[k] * L->row_bytes;
     MP_CHECK(c->ops->ialltoallv(c, recv, pl->recv_rows, pl->recv_displ, back, pl->send_rows,

@@ -256,6 +256,13 @@ int mp_layer_start_aligned(struct mp_layer *L);
  * its dispatch runs from NOTIFY to DISPATCH; 0: no count exchange (notify 0, dispatch from
  * ROUTE). */
 void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int notified);
+/* A drained deduplicated iteration's record (the dedup modes, core/dispatch_dedup*.c) after its
+ * phase times: with `node` the hops' times apart (docs/METRICS.md, "Hop times"), then its counts
+ * (`ntok` tokens of K pairs each, `nexp` routed rows its experts computed plus the shared experts'
+ * rows, `local_pairs` served on this rank) and its byte counters zeroed for the mode to add its
+ * own exchanges. */
+void mp_layer_dedup_record(struct mp_layer *L, struct mp_rank_iter *rec, int node, long ntok,
+                           int K, long nexp, long local_pairs);
 /* A drained pipelined iteration's phases over its N chunks, from the marks ALIGN, START, ROUTE,
  * NOTIFY, each chunk's FFN and TP marks (MARK_CHUNK) and COMBINE: route, notify, the chunks' FFN
  * and TP reduce summed, dispatch the rest (the communication left exposed), combine 0, no hop
@@ -302,6 +309,15 @@ int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send,
  * D-shards of every routed and shared row over the TP group, marked TP. */
 int mp_layer_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, const long *expert_off,
                         long routed, long ntok);
+/* The FFN and TP-reduce phases of pipelined chunk k (the pipelined modes, core/dispatch_*pipelined.c):
+ * mp_layer_ffn from `in` (`routed` rows, expert_off into them, `nshared` shared experts on `ntok`
+ * tokens) to `out` between the chunk's FFN marks, then with TP > 1 the wait for the exchanges in
+ * flight (where the comm backend orders its collectives so: that wait is communication, so the
+ * reduce's mark follows it) and the sum of the rows' D-shards over the TP group between its TP
+ * marks. */
+int mp_layer_chunk_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, int k, const void *in,
+                              void *out, const long *expert_off, long routed, long ntok,
+                              int nshared, void (*progress)(void *), void *progress_arg);
 /* The expert FFN phase of one rank: the routed rows of every local expert (`row_off` into `in`),
  * then each shared expert on the rank's own `ntok` tokens, written after the `routed` rows of
  * `out`, then the debug straggler's delay. `progress` (may be NULL) runs between experts. */

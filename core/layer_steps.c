@@ -70,6 +70,47 @@ void mp_layer_phase_times(struct mp_layer *L, struct mp_rank_iter *rec, int noti
     rec->combine_inter_us = rec->combine_intra_us = NAN;
 }
 
+void mp_layer_dedup_record(struct mp_layer *L, struct mp_rank_iter *rec, int node, long ntok,
+                           int K, long nexp, long local_pairs)
+{
+    const struct mp_compute_ops *o = L->ops;
+    if (node) { /* the phases apart (docs/METRICS.md, "Hop times") */
+        rec->dispatch_inter_us = o->elapsed_us(L->dev, MARK_HOP0_BEGIN, MARK_HOP0_END);
+        rec->dispatch_intra_us = o->elapsed_us(L->dev, MARK_HOP0_END, MARK_HOP1_END);
+        rec->combine_intra_us = o->elapsed_us(L->dev, MARK_BACK1_BEGIN, MARK_BACK1_END);
+        rec->combine_inter_us = o->elapsed_us(L->dev, MARK_BACK1_END, MARK_BACK0_END);
+    }
+    rec->tokens = (double)ntok;
+    rec->rows = (double)nexp;
+    rec->ffn_rows = (double)nexp + (double)L->S * ntok;
+    rec->pairs = (double)ntok * K;
+    rec->local_pairs = (double)local_pairs;
+    rec->bytes_sent = rec->dispatch_intra = rec->dispatch_inter = 0;
+    rec->combine_intra = rec->combine_inter = 0;
+}
+
+int mp_layer_chunk_ffn_reduce(struct mp_layer *L, const struct mp_point *pt, int k, const void *in,
+                              void *out, const long *expert_off, long routed, long ntok,
+                              int nshared, void (*progress)(void *), void *progress_arg)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_comm *c = L->comm;
+    int rc = MP_OK;
+    MP_CHECK(o->mark(L->dev, MARK_CHUNK(k, CHUNK_FFN_BEGIN)));
+    MP_CHECK(mp_layer_ffn(L, pt, in, out, expert_off, L->work, routed, ntok, nshared, progress,
+                          progress_arg));
+    MP_CHECK(o->mark(L->dev, MARK_CHUNK(k, CHUNK_FFN_END)));
+    if (L->tp > 1 && c->ops->join_exchanges)
+        MP_CHECK(c->ops->join_exchanges(c));
+    MP_CHECK(o->mark(L->dev, MARK_CHUNK(k, CHUNK_TP_BEGIN)));
+    if (L->tp > 1)
+        MP_CHECK(c->ops->allreduce_sum(c, out, ((size_t)routed + (size_t)nshared * ntok) *
+                                                   (size_t)L->m.hidden));
+    MP_CHECK(o->mark(L->dev, MARK_CHUNK(k, CHUNK_TP_END)));
+out:
+    return rc;
+}
+
 int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, void *out,
                  const long *row_off, void *work, long routed, long ntok, int nshared,
                  void (*progress)(void *), void *progress_arg)

@@ -98,22 +98,19 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     return 1;
 }
 
+static int check_at(int i, char *why, size_t len)
+{
+    return mp_compute_check(mp_compute_backends[i], why, len);
+}
+
 int mp_compute_find(const char *name, const struct mp_compute_ops **out)
 {
-    *out = NULL;
-    int n = 0;
+    int n = 0, i;
     while (mp_compute_backends[n])
         n++;
-    int i = mp_registry_find("--backend", name, n, name_at, absent);
-    if (i < 0)
-        return MP_ERR_USAGE;
-    char why[256];
-    if (!mp_compute_check(mp_compute_backends[i], why, sizeof why)) {
-        mp_error("internal error: the %s compute backend's table %s", name, why);
-        return MP_ERR_RUNTIME;
-    }
-    *out = mp_compute_backends[i];
-    return MP_OK;
+    int rc = mp_registry_lookup("--backend", "compute", name, n, name_at, absent, check_at, &i);
+    *out = rc == MP_OK ? mp_compute_backends[i] : NULL;
+    return rc;
 }
 
 int mp_compute_expert_ffn(const struct mp_compute_ops *ops, struct mp_compute *dev,
