@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "vlayer.h"
+#include "vtraffic.h"
 
 /* As mp_vtraffic_build: the traffic of each of the point's routing draws on a tp × ep layout
  * (ranks packed the profile's gpus_per_node to a node; row bytes the profile's), *ndraws entries
