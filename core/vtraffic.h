@@ -1,6 +1,6 @@
 /* vtraffic.h - a routing draw's traffic on virtual ranks, independent of the cluster's speeds: per
  * EP rank its tokens, rows, FFN rows, active experts and bytes per phase and link class, and the
- * exchange rounds its rows between ranks make. The traffic builders (core/vlayer.c) and the traced
+ * exchange rounds its rows between ranks make. The traffic builders (core/vtraffic_modes.c) and the traced
  * ranks (core/vexec.c) both fill it; core/vlayer.c times it. */
 #ifndef MP_VTRAFFIC_H
 #define MP_VTRAFFIC_H
