@@ -1,0 +1,446 @@
+/* report_tables.c - moeperf-report's tables: the curves' legend, the layer's and the step's
+ * medians and p99, the bubble, the planner's projection beside a measurement, the All-to-All's and
+ * the FFN's, and the environment of every run (report_tables.h). */
+#include "report_tables.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "schema.h"
+#include "sort.h"
+
+/* ---- tables ---- */
+
+/* The curves' legend (docs/plots.md, "Curve labels"): each label of the figures and findings, its
+ * run directory and its whole workload, the layer curves, then the All-to-All's and the FFN's. */
+void write_legend(struct doc *d, const struct rp_series *s, int ns, const struct group *a2a,
+                         int na2a, const struct group *ffn, int nffn)
+{
+    static const char *const head[] = {"curve", "file", "run", "workload"};
+    if (ns + na2a + nffn == 0)
+        return;
+    doc_p(d, "Each curve is labelled by what sets it apart from the others of its file; the "
+             "table gives its whole workload.");
+    doc_h(d, 3, "Curves");
+    doc_table(d, 2);
+    doc_row_texts(d, 4, head, 1);
+    char all[2048];
+    for (int i = 0; i < ns; i++) {
+        size_t used = 0;
+        all[0] = '\0';
+        for (int k = 0; k < RP_NKEY && used < sizeof all; k++)
+            if (k != RP_K_SOURCE && *s[i].key[k])
+                used += (size_t)snprintf(all + used, sizeof all - used, "%s%s=%s", used ? " " : "",
+                                         rp_key_names[k], s[i].key[k]);
+        const char *row[] = {s[i].label, "layer.csv", s[i].run->dir, all};
+        doc_row_texts(d, 4, row, 0);
+    }
+    for (int part = 0; part < 2; part++) {
+        const struct group *g = part ? ffn : a2a;
+        for (int i = 0; i < (part ? nffn : na2a); i++) {
+            const char *row[] = {g[i].label, part ? "ffn.csv" : "a2a.csv", g[i].run->dir,
+                                 g[i].workload};
+            doc_row_texts(d, 4, row, 0);
+        }
+    }
+    doc_table(d, 0);
+}
+
+void write_layer_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {
+        "batch", "layer p50 (µs)", "layer p99 (µs)", "ffn p50 (µs)", "ffn p99 (µs)",
+        "comm p50 (µs)", "comm p99 (µs)", "comm/comp", "bubble", "load imbalance",
+        "local hits",
+    };
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!ns)
+        return;
+    doc_h(d, 2, "Layer latency (scope: one MoE layer): medians and p99 over iterations");
+    for (int i = 0; i < ns; i++) {
+        doc_table_head(d, s[i].label, head, NC);
+        for (int p = 0; p < s[i].n; p++) {
+            const struct rp_point *q = &s[i].pt[p];
+            batch_text(cells[0], q->batch);
+            f_us(cells[1], q->layer_us);
+            f_us(cells[2], q->layer_p99_us);
+            f_us(cells[3], q->ffn_us);
+            f_us(cells[4], q->ffn_p99_us);
+            f_us(cells[5], q->comm_us);
+            f_us(cells[6], q->comm_p99_us);
+            f_g(cells[7], q->ratio, "%.3g");
+            f_pct(cells[8], q->bubble);
+            f_g(cells[9], q->imbalance, "%.3g");
+            f_pct(cells[10], q->hit);
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+/* The bubble at each batch: one row per batch, one column per curve (and the reference). */
+/* The whole decode step of each model curve: the step and its parts per batch (scope: every layer
+ * of the model, docs/planning.md "What a step includes"). */
+void write_step_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {
+        "batch", "step p50 (ms)", "step p99 (ms)", "tokens/s per GPU", "attention (ms)",
+        "dense (ms)", "LM head (ms)", "small kernels (ms)", "host (ms)", "MoE layers (ms)",
+        "hidden by overlap (ms)"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    int titled = 0;
+    for (int i = 0; i < ns; i++) {
+        int any = 0;
+        for (int p = 0; p < s[i].n; p++)
+            any |= s[i].pt[p].step_us > 0;
+        if (!any)
+            continue;
+        if (!titled++)
+            doc_h(d, 2, "Decode step (scope: the whole step, every layer; model runs)");
+        doc_table_head(d, s[i].label, head, NC);
+        for (int p = 0; p < s[i].n; p++) {
+            const struct rp_point *q = &s[i].pt[p];
+            if (!(q->step_us > 0))
+                continue;
+            batch_text(cells[0], q->batch);
+            f_g(cells[1], q->step_us / 1e3, "%.2f");
+            f_g(cells[2], q->step_p99_us / 1e3, "%.2f");
+            f_g(cells[3], q->tok_s_gpu, "%.0f");
+            for (int k = 0; k < RP_NPART; k++)
+                f_g(cells[4 + k], q->part_us[k] / 1e3, "%.2f");
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+int write_bubble_table(struct doc *d, const struct rp_series *s, int ns,
+                              const struct reference *ref)
+{
+    int nb = 0, cap = 0, refcol = ref && mp_table_col(&ref->t, MPC_bubble_ratio) >= 0;
+    for (int i = 0; i < ns; i++)
+        cap += s[i].n;
+    if (!ns)
+        return MP_OK;
+    double *batches = calloc((size_t)cap + 1, sizeof *batches);
+    char(*cells)[CELL] = calloc((size_t)ns + 2, sizeof *cells);
+    if (!batches || !cells) {
+        free(batches);
+        free(cells);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < ns; i++)
+        for (int p = 0; p < s[i].n; p++) {
+            int seen = 0;
+            for (int b = 0; b < nb && !seen; b++)
+                seen = batches[b] == s[i].pt[p].batch;
+            if (!seen)
+                batches[nb++] = s[i].pt[p].batch;
+        }
+    qsort(batches, (size_t)nb, sizeof *batches, mp_cmp_double);
+    doc_h(d, 2, "Bubble at each batch (share of all ranks' layer time idle)");
+    doc_table(d, 1);
+    snprintf(cells[0], CELL, "batch");
+    for (int i = 0; i < ns; i++)
+        snprintf(cells[i + 1], CELL, "%.190s", s[i].label);
+    if (refcol)
+        snprintf(cells[ns + 1], CELL, "%.190s", ref->label);
+    doc_row(d, ns + 1 + refcol, cells, 1);
+    for (int b = 0; b < nb; b++) {
+        batch_text(cells[0], batches[b]);
+        for (int i = 0; i < ns; i++) {
+            snprintf(cells[i + 1], CELL, "–");
+            for (int p = 0; p < s[i].n; p++)
+                if (s[i].pt[p].batch == batches[b])
+                    f_pct(cells[i + 1], s[i].pt[p].bubble);
+        }
+        if (refcol) {
+            snprintf(cells[ns + 1], CELL, "–");
+            for (int p = 0; p < ref->n; p++)
+                if (ref->batch[p] == batches[b])
+                    f_pct(cells[ns + 1], ref->bubble[p]);
+        }
+        doc_row(d, ns + 1 + refcol, cells, 0);
+    }
+    doc_table(d, 0);
+    free(batches);
+    free(cells);
+    return MP_OK;
+}
+
+/* The model's projection beside the measurement, batch by batch. */
+void write_projection_tables(struct doc *d, const struct rp_series *s, int ns)
+{
+    static const char *const head[] = {"batch", "measured layer p50 (µs)", "model layer (µs)",
+                                       "model / measured", "measured comm/comp",
+                                       "model comm/comp"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    int titled = 0;
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++) {
+            if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
+                strcmp(s[j].key[RP_K_SOURCE], "model") != 0 ||
+                !rp_differ_only_in(&s[i], &s[j], RP_K_SOURCE, 1))
+                continue;
+            if (!titled++)
+                doc_h(d, 2, "The planner's projection beside the measurement");
+            char h[700];
+            snprintf(h, sizeof h, "%s vs %s", s[i].label, s[j].label);
+            doc_table_head(d, h, head, NC);
+            for (int p = 0; p < s[i].n; p++)
+                for (int q = 0; q < s[j].n; q++) {
+                    if (s[j].pt[q].batch != s[i].pt[p].batch)
+                        continue;
+                    batch_text(cells[0], s[i].pt[p].batch);
+                    f_us(cells[1], s[i].pt[p].layer_us);
+                    f_us(cells[2], s[j].pt[q].layer_us);
+                    f_g(cells[3], s[j].pt[q].layer_us / s[i].pt[p].layer_us, "×%.2f");
+                    f_g(cells[4], s[i].pt[p].ratio, "%.3g");
+                    f_g(cells[5], s[j].pt[q].ratio, "%.3g");
+                    doc_row(d, NC, cells, 0);
+                    break;
+                }
+            doc_table(d, 0);
+        }
+}
+
+
+void write_a2a_tables(struct doc *d, const struct group *g, int n)
+{
+    static const char *const head[] = {"bytes per peer", "bytes per rank", "batch",
+                                       "time p50 (µs)", "time p99 (µs)", "algbw (GB/s)",
+                                       "busbw (GB/s)"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!n)
+        return;
+    doc_h(d, 2, "Isolated All-to-All: medians and p99");
+    for (int i = 0; i < n; i++) {
+        doc_table_head(d, g[i].label, head, NC);
+        for (int r = 0; r < g[i].n; r++) {
+            long row = g[i].rows[r];
+            const struct mp_table *t = g[i].t;
+            f_bytes(cells[0], num(t, row, MPC_bytes_per_peer));
+            f_bytes(cells[1], num(t, row, MPC_bytes_per_rank));
+            double b = num(t, row, MPC_batch);
+            if (b > 0)
+                batch_text(cells[2], b);
+            else
+                snprintf(cells[2], CELL, "–");
+            f_us(cells[3], num(t, row, MPC_time_us));
+            f_us(cells[4], num(t, row, MPC_time_p99_us));
+            f_g(cells[5], num(t, row, MPC_algbw_GBps), "%.3g");
+            f_g(cells[6], num(t, row, MPC_busbw_GBps), "%.3g");
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+void write_ffn_tables(struct doc *d, const struct group *g, int n)
+{
+    static const char *const head[] = {"batch", "rows", "ffn p50 (µs)", "ffn p99 (µs)",
+                                       "GFLOP/s", "weight GB/s", "bound", "of roofline"};
+    enum { NC = sizeof head / sizeof head[0] };
+    char cells[NC][CELL];
+    if (!n)
+        return;
+    doc_h(d, 2, "Expert FFN: medians and p99");
+    for (int i = 0; i < n; i++) {
+        doc_table_head(d, g[i].label, head, NC);
+        for (int r = 0; r < g[i].n; r++) {
+            long row = g[i].rows[r];
+            const struct mp_table *t = g[i].t;
+            batch_text(cells[0], num(t, row, MPC_batch));
+            f_g(cells[1], num(t, row, MPC_rows), "%.0f");
+            f_us(cells[2], num(t, row, MPC_ffn_us));
+            f_us(cells[3], num(t, row, MPC_ffn_p99_us));
+            f_g(cells[4], num(t, row, MPC_achieved_GFLOPs), "%.3g");
+            f_g(cells[5], num(t, row, MPC_achieved_GBps), "%.3g");
+            snprintf(cells[6], CELL, "%s", *str(t, row, MPC_bound) ? str(t, row, MPC_bound) : "–");
+            f_pct(cells[7], num(t, row, MPC_roofline_fraction));
+            doc_row(d, NC, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+/* ---- environment ---- */
+
+
+
+static void env_row(struct doc *d, const char *k, const char *v)
+{
+    char cells[2][CELL];
+    snprintf(cells[0], CELL, "%s", k);
+    /* long values (argv, environment) get their own, wider buffer in the HTML */
+    if (strlen(v) < CELL) {
+        snprintf(cells[1], CELL, "%s", v);
+        doc_row(d, 2, cells, 0);
+        return;
+    }
+    if (d->h) {
+        fputs("<tr><td>", d->h);
+        html_esc(d->h, k);
+        fputs("</td><td>", d->h);
+        html_esc(d->h, v);
+        fputs("</td></tr>\n", d->h);
+    }
+    if (d->m) {
+        fputs("| ", d->m);
+        md_esc(d->m, k);
+        fputs(" | ", d->m);
+        md_esc(d->m, v);
+        fputs(" |\n", d->m);
+    }
+}
+
+/* Append the strings of a JSON array, separated by `sep`. */
+static void join_array(char *out, size_t size, const cJSON *arr, const char *sep)
+{
+    size_t used = strlen(out);
+    const cJSON *e;
+    int first = 1;
+    cJSON_ArrayForEach(e, arr)
+    {
+        if (!cJSON_IsString(e) || used >= size)
+            continue;
+        used += (size_t)snprintf(out + used, size - used, "%s%s", first ? "" : sep, e->valuestring);
+        first = 0;
+    }
+}
+
+void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
+{
+    char v[4096];
+    doc_h(d, 2, "Environment");
+    for (int r = 0; r < nruns; r++) {
+        const cJSON *j = runs[r].json;
+        char h[PATH_MAX + 32];
+        snprintf(h, sizeof h, "Run directory %s", runs[r].dir);
+        doc_h(d, 3, h);
+        if (!j) {
+            doc_p(d, "No run.json in this directory.");
+            continue;
+        }
+        doc_table(d, 2);
+        char cells[2][CELL] = {"field", "value"};
+        doc_row(d, 2, cells, 1);
+        snprintf(v, sizeof v, "%s %s, revision %s", jstr(j, "tool") ? jstr(j, "tool") : "?",
+                 jstr(j, "version") ? jstr(j, "version") : "?",
+                 jstr(j, "git_revision") ? jstr(j, "git_revision") : "?");
+        env_row(d, "tool", v);
+        v[0] = '\0';
+        join_array(v, sizeof v, cJSON_GetObjectItem(j, "argv"), " ");
+        env_row(d, "command", v);
+        const cJSON *fin = cJSON_GetObjectItem(j, "finished");
+        snprintf(v, sizeof v, "%s to %s%s", jstr(j, "start") ? jstr(j, "start") : "?",
+                 jstr(j, "end") ? jstr(j, "end") : "?",
+                 cJSON_IsTrue(fin) ? "" : " (not finished: the sweep stopped early or runs)");
+        env_row(d, "time", v);
+        snprintf(v, sizeof v, "%s; %.0f rank(s) on %.0f node(s)",
+                 jstr(j, "host") ? jstr(j, "host") : "?", jnum(j, "world"), jnum(j, "nodes"));
+        env_row(d, "host", v);
+        /* devices, each distinct one with its rank count */
+        v[0] = '\0';
+        const cJSON *ranks = cJSON_GetObjectItem(j, "ranks"), *a, *b;
+        int idx = 0;
+        cJSON_ArrayForEach(a, ranks)
+        {
+            const char *dev = jstr(a, "device");
+            int count = 0, earlier = 0, k = 0;
+            cJSON_ArrayForEach(b, ranks)
+            {
+                const char *db = jstr(b, "device");
+                if (dev && db && !strcmp(dev, db)) {
+                    count++;
+                    earlier |= k < idx;
+                }
+                k++;
+            }
+            if (dev && !earlier && strlen(v) < sizeof v)
+                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%d × %s", v[0] ? "; " : "",
+                         count, dev);
+            idx++;
+        }
+        env_row(d, "devices", v[0] ? v : "?");
+        const cJSON *lib = cJSON_GetObjectItem(j, "libraries");
+        snprintf(v, sizeof v, "compute %s, comm %s (%s)",
+                 jstr(lib, "compute") ? jstr(lib, "compute") : "?",
+                 jstr(lib, "comm") ? jstr(lib, "comm") : "?",
+                 jstr(lib, "comm_version") ? jstr(lib, "comm_version") : "version unknown");
+        env_row(d, "backends", v);
+        const cJSON *topo = cJSON_GetObjectItem(j, "topology");
+        if (jstr(topo, "cpu_model")) {
+            snprintf(v, sizeof v,
+                     "%s: %.0f package(s), %.0f cores, %.0f PUs, %.0f NUMA node(s), %.1f GiB",
+                     jstr(topo, "cpu_model"), jnum(topo, "packages"), jnum(topo, "cores"),
+                     jnum(topo, "pus"), jnum(topo, "numa_nodes"),
+                     jnum(topo, "memory_bytes") / (1024.0 * 1024 * 1024));
+            env_row(d, "CPU (rank 0's host)", v);
+            v[0] = '\0';
+            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "gpus"), ", ");
+            env_row(d, "GPUs", v[0] ? v : "none");
+            v[0] = '\0';
+            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "nics"), ", ");
+            env_row(d, "NICs", v[0] ? v : "none");
+        }
+        const cJSON *m = cJSON_GetObjectItem(j, "model");
+        if (m) {
+            snprintf(v, sizeof v,
+                     "%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
+                     "MoE layers",
+                     jstr(m, "name") ? jstr(m, "name") : "?", jnum(m, "hidden"), jnum(m, "ffn"),
+                     jnum(m, "experts"), jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
+            env_row(d, "model", v);
+        }
+        const cJSON *bld = cJSON_GetObjectItem(j, "build");
+        snprintf(v, sizeof v, "%s, %s, features: %s", jstr(bld, "type") ? jstr(bld, "type") : "?",
+                 jstr(bld, "compiler") ? jstr(bld, "compiler") : "?",
+                 jstr(bld, "features") ? jstr(bld, "features") : "?");
+        env_row(d, "build", v);
+        const cJSON *roof = cJSON_GetObjectItem(j, "roofline");
+        if (roof) {
+            snprintf(v, sizeof v, "%.4g GFLOP/s, %.4g GB/s (measured at start-up)",
+                     jnum(roof, "peak_gflops"), jnum(roof, "peak_GBps"));
+            env_row(d, "roofline peaks", v);
+        }
+        const cJSON *sw = cJSON_GetObjectItem(j, "sweep");
+        if (sw) {
+            snprintf(v, sizeof v, "%.0f points in %.1f s (%.1f s timed)", jnum(sw, "points"),
+                     jnum(sw, "wall_s"), jnum(sw, "timed_s"));
+            env_row(d, "sweep", v);
+        }
+        /* the communication library's settings; the launcher's own variables are counted */
+        v[0] = '\0';
+        int other = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "env"))
+        {
+            if (!cJSON_IsString(e) || !e->string)
+                continue;
+            if (strncmp(e->string, "NCCL_", 5) && strncmp(e->string, "UCX_", 4) &&
+                strncmp(e->string, "CUDA_", 5)) {
+                other++;
+                continue;
+            }
+            if (strlen(v) < sizeof v)
+                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%s=%s", v[0] ? " " : "",
+                         e->string, e->valuestring);
+        }
+        if (other && strlen(v) < sizeof v)
+            snprintf(v + strlen(v), sizeof v - strlen(v),
+                     "%s(%d OMPI_/OPENBLAS_/SLURM_ variables in run.json)", v[0] ? " " : "",
+                     other);
+        env_row(d, "environment", v[0] ? v : "none recorded");
+        doc_table(d, 0);
+    }
+}
