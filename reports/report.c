@@ -568,6 +568,13 @@ int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int 
     return 1;
 }
 
+int rp_projects(const struct rp_series *measured, const struct rp_series *model)
+{
+    return strcmp(measured->key[RP_K_SOURCE], "measured") == 0 &&
+           strcmp(model->key[RP_K_SOURCE], "model") == 0 &&
+           rp_differ_only_in(measured, model, RP_K_SOURCE, 1);
+}
+
 int rp_placement_replicates(const char *placement)
 {
     return strncmp(placement, "replicate-hot", 13) == 0 || strncmp(placement, "eplb", 4) == 0;

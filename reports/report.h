@@ -146,6 +146,10 @@ struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series 
  * one). Returns 1 when a and b form such a pair. */
 int rp_differ_only_in(const struct rp_series *a, const struct rp_series *b, int k, int ignore_env);
 
+/* 1 when `measured` is a measured curve and `model` the model's run of the same workload (they
+ * differ only in source and its run environment): the planner's projection beside a measurement. */
+int rp_projects(const struct rp_series *measured, const struct rp_series *model);
+
 /* Whether a placement replicates experts (replicate-hot:R, eplb:SLOTS). */
 int rp_placement_replicates(const char *placement);
 

@@ -416,9 +416,7 @@ static void model_findings(struct doc *d, struct rp_series *s, int ns)
 {
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {
-            if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
-                strcmp(s[j].key[RP_K_SOURCE], "model") != 0 ||
-                !rp_differ_only_in(&s[i], &s[j], RP_K_SOURCE, 1))
+            if (!rp_projects(&s[i], &s[j]))
                 continue;
             struct rp_effect e = rp_effect(&s[i], &s[j]);
             if (!e.n)

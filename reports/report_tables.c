@@ -186,9 +186,7 @@ void write_projection_tables(struct doc *d, const struct rp_series *s, int ns)
     int titled = 0;
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++) {
-            if (strcmp(s[i].key[RP_K_SOURCE], "measured") != 0 ||
-                strcmp(s[j].key[RP_K_SOURCE], "model") != 0 ||
-                !rp_differ_only_in(&s[i], &s[j], RP_K_SOURCE, 1))
+            if (!rp_projects(&s[i], &s[j]))
                 continue;
             if (!titled++)
                 doc_h(d, 2, "The planner's projection beside the measurement");
