@@ -566,8 +566,9 @@ static void print_header(const struct mp_session *s)
 }
 
 /* A model run's memory per GPU for the point (the experts in --weight-dtype, the rest of the
- * weights and the KV cache in bf16, `context` tokens per sequence, non-expert weights split by tp; with --expert-cache only the SLOTS resident
- * experts of each layer, static's staging slot included: the rest live in host memory), with a
+ * weights and the KV cache in bf16, `context` tokens per sequence, non-expert weights split by
+ * tp; with --expert-cache only the SLOTS resident experts of each layer, static's staging slot
+ * included: the rest live in host memory), with a
  * warning when it exceeds what the profile's GPU holds less its reserve: the point could not be
  * deployed (docs/planning.md). */
 static void model_memory(struct sweep *sw, const struct mp_layout *lay,
@@ -719,10 +720,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         struct mp_step_spec spec = {.tp = lay->tp, .ep = lay->ep, .context = (double)context,
                                     .tokens = (double)batch * s->o.seq / lay->ep,
                                     .micro_batches = micro, .weight_dtype = (int)wtype};
-        struct mp_step_parts parts;
-        mp_step_parts(&s->cluster, &s->model, &spec, &parts);
-        rc = mp_step_summarize(&parts, &s->model, micro, res.metrics, res.iters,
-                               (double)batch * s->o.seq, lay->tp * lay->ep, &res.step);
+        rc = mp_step_of_point(&s->cluster, &s->model, &spec, res.metrics, res.iters, &res.step);
     }
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,

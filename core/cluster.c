@@ -362,6 +362,13 @@ int mp_cluster_write(const struct mp_cluster *c, FILE *f)
 
 /* ---- equations ---- */
 
+double mp_model_roofline_us(const struct mp_cluster *c, double flops, double rate, double bytes)
+{
+    double compute = flops / rate * 1e6, memory = bytes / (c->hbm_bw * c->hbm_eff) * 1e6;
+    double hi = compute > memory ? compute : memory, lo = compute > memory ? memory : compute;
+    return hi + c->ffn_blend * lo;
+}
+
 double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_bytes, int active,
                        int gemm)
 {
@@ -369,11 +376,8 @@ double mp_model_ffn_us(const struct mp_cluster *c, double flops, double weight_b
         return 0;
     /* docs/planning.md, "Expert FFN": the roofline, smoothed by β where compute and weight loads
      * are close, plus the launches of a GEMM loop or the fixed cost of one fused call */
-    double compute = flops / (c->flops * c->flops_eff) * 1e6;
-    double memory = weight_bytes / (c->hbm_bw * c->hbm_eff) * 1e6;
-    double hi = compute > memory ? compute : memory, lo = compute > memory ? memory : compute;
     double fixed = gemm == MP_GEMM_LOOP ? c->launch_us * active : c->ffn_call_us;
-    return hi + c->ffn_blend * lo + fixed;
+    return mp_model_roofline_us(c, flops, c->flops * c->flops_eff, weight_bytes) + fixed;
 }
 
 double mp_model_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,

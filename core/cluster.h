@@ -89,6 +89,10 @@ double *mp_cluster_param_ptr(struct mp_cluster *c, int i);
 
 /* ---- the model's equations (docs/planning.md) ---- */
 
+/* A kernel's smoothed roofline (docs/planning.md, "Expert FFN"): with C = flops / rate and
+ * M = bytes / (hbm_bw·hbm_eff), max(C, M) + β·min(C, M), β = ffn_blend  [µs] */
+double mp_model_roofline_us(const struct mp_cluster *c, double flops, double rate, double bytes);
+
 /* Expert FFN of one rank (docs/planning.md, "Expert FFN"): with C = flops / (F·e_F) and
  * M = bytes / (B·e_B), max(C, M) + β·min(C, M), plus launch·active for a GEMM loop (`gemm`
  * MP_GEMM_LOOP: a launch per expert) or the one fused call's ffn_call_us otherwise  [µs] */

@@ -7,6 +7,12 @@
 #include <stddef.h>
 
 #include "compute.h" /* enum mp_dtype, MP_DTYPE_BIT */
+#include "fp8.h"     /* MP_FP8_BLOCK */
+
+/* Bytes per element of a large weight matrix stored block-scaled fp8, as DeepSeek-V3's and
+ * Qwen3-FP8's checkpoints store their linear layers: a code and a 4-byte scale per 128×128 block
+ * (base/fp8.h). */
+#define MP_FP8_WEIGHT_BYTES (1 + 4.0 / ((double)MP_FP8_BLOCK * MP_FP8_BLOCK))
 
 /* The --dispatch-dtype words in enum order, NULL-terminated. */
 extern const char *const mp_dtype_choices[];

@@ -22,9 +22,7 @@ void mp_gpumem_compute(const struct mp_model *m, const struct mp_gpumem_layout *
     double split = l->nonexpert == MP_NONEXPERT_WORLD ? (double)tp * ep : tp;
     /* fp8: the non-expert linear weights as block-scaled fp8 checkpoints hold them (a byte and a
      * 4-byte scale per 128×128 block, base/fp8.h) */
-    double ne_bytes = l->expert_dtype == MP_DTYPE_FP8
-                          ? 1 + 4.0 / ((double)MP_FP8_BLOCK * MP_FP8_BLOCK)
-                          : l->weight_bytes;
+    double ne_bytes = l->expert_dtype == MP_DTYPE_FP8 ? MP_FP8_WEIGHT_BYTES : l->weight_bytes;
     g->nonexpert = mp_model_nonexpert_params(m) * ne_bytes / split;
     /* an EP rank attends for its own sequences; its TP group splits the KV heads, each GPU keeping
      * a whole head when there are fewer heads than GPUs (MLA's one latent head on every GPU) */

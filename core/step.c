@@ -13,21 +13,17 @@
 /* Bytes of an activation element: bf16, as every serving stack keeps them between kernels. */
 #define ACT_BYTES 2.0
 
-/* Bytes per weight element: an fp8 code and an fp32 scale per 128×128 block (the block-scaled
- * checkpoints of DeepSeek-V3 and Qwen3-FP8), else the profile's element. */
+/* Bytes per weight element: block-scaled fp8 (MP_FP8_WEIGHT_BYTES), else the profile's element. */
 static double weight_bytes(const struct mp_cluster *c, int dtype)
 {
-    return dtype == MP_DTYPE_FP8 ? 1.0 + 4.0 / (128.0 * 128.0) : c->elem_bytes;
+    return dtype == MP_DTYPE_FP8 ? MP_FP8_WEIGHT_BYTES : c->elem_bytes;
 }
 
-/* A kernel's roofline as the expert FFN's (docs/planning.md, "Expert FFN"): the larger of its
- * compute at `rate` FLOP/s and its bytes at the achieved memory bandwidth, plus β (ffn_blend) of
- * the smaller, plus launch_us, the fixed cost of one kernel (its ramp and tail)  [µs] */
+/* One kernel: the expert FFN's roofline (mp_model_roofline_us) of its FLOPs at `rate` and its
+ * bytes, plus launch_us, the fixed cost of one kernel (its ramp and tail)  [µs] */
 static double kernel_us(const struct mp_cluster *c, double flops, double rate, double bytes)
 {
-    double compute = flops / rate * 1e6, memory = bytes / (c->hbm_bw * c->hbm_eff) * 1e6;
-    double hi = fmax(compute, memory), lo = fmin(compute, memory);
-    return hi + c->ffn_blend * lo + c->launch_us;
+    return mp_model_roofline_us(c, flops, rate, bytes) + c->launch_us;
 }
 
 /* One GEMM of M rows: an M × K activation times a K × N weight in `dtype` (fp8: at the library
@@ -52,7 +48,7 @@ static double small_us(const struct mp_cluster *c, double bytes)
  * casting must be handled separately"); 0 for bf16 weights  [µs] */
 static double quant_us(const struct mp_cluster *c, double b, double K, int dtype)
 {
-    return dtype == MP_DTYPE_FP8 ? small_us(c, b * K * (ACT_BYTES + 1 + 4.0 / 128)) : 0;
+    return dtype == MP_DTYPE_FP8 ? small_us(c, b * K * (ACT_BYTES + 1 + 4.0 / MP_FP8_BLOCK)) : 0;
 }
 
 /* Ceiling of a / b for positive ints. */
@@ -208,45 +204,67 @@ void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int m
     t->step = p->attn + p->dense + p->head + p->misc + p->host + t->moe - t->overlap;
 }
 
+/* The parts of step `t` (with p's fixed ones) into part[MP_STEP_NPARTS]. */
+static void step_parts_of(const struct mp_step_parts *p, const struct mp_step_time *t, double *part)
+{
+    part[MP_STEP_TOTAL] = t->step;
+    part[MP_STEP_ATTN] = p->attn;
+    part[MP_STEP_DENSE] = p->dense;
+    part[MP_STEP_HEAD] = p->head;
+    part[MP_STEP_MISC] = p->misc;
+    part[MP_STEP_HOST] = p->host;
+    part[MP_STEP_MOE] = t->moe;
+    part[MP_STEP_OVERLAP] = t->overlap;
+}
+
 int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
                       const struct mp_iter_metrics *metrics, int iters, double tokens, int gpus,
                       struct mp_step_result *r)
 {
     r->valid = 0;
-    int n = iters > 0 ? iters : 1;
-    double *v = malloc((size_t)n * (MP_STEP_NPARTS + 1) * sizeof *v);
-    if (!v) {
+    int n = iters > 0 ? iters : 1, mb = micro_batches > 1 ? micro_batches : 1;
+    double *step = malloc((size_t)n * 2 * sizeof *step), *sorted = step + n;
+    if (!step) {
         mp_error("out of memory summarizing %d steps", n);
         return MP_ERR_RUNTIME;
     }
+    struct mp_step_time t = {0};
     for (int i = 0; i < n; i++) {
-        struct mp_step_time t = {0};
         if (iters > 0)
-            mp_step_time(p, m, micro_batches, &metrics[i], &t);
-        double part[MP_STEP_NPARTS] = {
-            [MP_STEP_TOTAL] = t.step,  [MP_STEP_ATTN] = p->attn, [MP_STEP_DENSE] = p->dense,
-            [MP_STEP_HEAD] = p->head,  [MP_STEP_MISC] = p->misc, [MP_STEP_HOST] = p->host,
-            [MP_STEP_MOE] = t.moe,     [MP_STEP_OVERLAP] = t.overlap};
-        for (int k = 0; k < MP_STEP_NPARTS; k++)
-            v[(size_t)k * n + i] = part[k];
+            mp_step_time(p, m, mb, &metrics[i], &t);
+        step[i] = t.step;
     }
     /* the step's median and p99 are those of one iteration each (nearest rank): its parts are
      * that iteration's, so they add up as the step does */
-    double *sorted = v + (size_t)MP_STEP_NPARTS * n;
     for (int q = 0; q < 2; q++) {
         for (int i = 0; i < n; i++)
-            sorted[i] = v[i];
+            sorted[i] = step[i];
         double want = mp_percentile_select(sorted, n, q ? 99 : 50);
         int at = 0;
-        while (at < n - 1 && v[at] != want)
+        while (at < n - 1 && step[at] != want)
             at++;
-        for (int k = 0; k < MP_STEP_NPARTS; k++)
-            (q ? r->p99 : r->p50)[k] = v[(size_t)k * n + at];
+        if (iters > 0)
+            mp_step_time(p, m, mb, &metrics[at], &t);
+        step_parts_of(p, &t, q ? r->p99 : r->p50);
+        if (!q)
+            r->moe_compute = iters > 0 ? (double)m->layers * mb *
+                                             (metrics[at].layer_us - metrics[at].comm_us)
+                                       : 0;
     }
-    free(v);
+    free(step);
     r->tok_s_gpu = r->p50[MP_STEP_TOTAL] > 0 && gpus > 0
                        ? tokens / (r->p50[MP_STEP_TOTAL] * 1e-6) / gpus
                        : NAN;
     r->valid = 1;
     return MP_OK;
+}
+
+int mp_step_of_point(const struct mp_cluster *c, const struct mp_model *m,
+                     const struct mp_step_spec *s, const struct mp_iter_metrics *metrics,
+                     int iters, struct mp_step_result *r)
+{
+    struct mp_step_parts parts;
+    mp_step_parts(c, m, s, &parts);
+    return mp_step_summarize(&parts, m, s->micro_batches, metrics, iters, s->tokens * s->ep,
+                             s->tp * s->ep, r);
 }

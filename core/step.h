@@ -75,6 +75,8 @@ enum { MP_STEP_TOTAL, MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC, M
 struct mp_step_result {
     int valid;
     double p50[MP_STEP_NPARTS], p99[MP_STEP_NPARTS];
+    double moe_compute; /* of the median step's MoE layers, their route and expert FFN:
+                           layers · micro_batches · (layer_us − comm_us) of that iteration */
     double tok_s_gpu;
 };
 
@@ -84,5 +86,12 @@ struct mp_step_result {
 int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
                       const struct mp_iter_metrics *metrics, int iters, double tokens, int gpus,
                       struct mp_step_result *r);
+
+/* The step of a modelled point `s` from its layer model's `iters` iterations (one micro-batch's
+ * tokens each): mp_step_parts, then mp_step_summarize with s->tokens · ep output tokens over
+ * tp · ep GPUs. MP_OK or MP_ERR_RUNTIME. */
+int mp_step_of_point(const struct mp_cluster *c, const struct mp_model *m,
+                     const struct mp_step_spec *s, const struct mp_iter_metrics *metrics,
+                     int iters, struct mp_step_result *r);
 
 #endif

@@ -162,7 +162,8 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
         return rc;
     }
     int mb = su.micro_batches > 1 ? su.micro_batches : 1; /* the layer runs one micro-batch */
-    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing, .placement = &pl,
+    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing,
+                          .placement = &pl,
                           .iters = q->iters, .overlap = overlap, .dedup = dedup,
                           .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
     struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
@@ -196,11 +197,9 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
                                 .context = (double)q->context, .micro_batches = mb,
                                 .weight_dtype = su.weight_dtype};
-    struct mp_step_parts parts;
     struct mp_step_result st;
-    mp_step_parts(&q->cluster, m, &step, &parts);
     double *v = malloc((size_t)n * sizeof *v);
-    if (!v || mp_step_summarize(&parts, m, mb, res.metrics, n, tokens, tp * ep, &st) != MP_OK) {
+    if (!v || mp_step_of_point(&q->cluster, m, &step, res.metrics, n, &st) != MP_OK) {
         free(v);
         mp_point_result_free(&res);
         return MP_ERR_RUNTIME;
@@ -237,9 +236,8 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
     c->token_p99_ms = st.p99[MP_STEP_TOTAL] / 1e3;
     for (int k = 0; k < MP_STEP_NPARTS; k++)
         c->part_ms[k] = st.p50[k] / 1e3;
-    double moe_ffn = (double)m->layers * mb * (M->layer_us - M->comm_us) / 1e3;
-    c->moe_ffn_ms = moe_ffn;
-    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - moe_ffn - c->part_ms[MP_STEP_OVERLAP];
+    c->moe_ffn_ms = st.moe_compute / 1e3; /* of the median step, as its other parts */
+    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - c->moe_ffn_ms - c->part_ms[MP_STEP_OVERLAP];
     c->replica_tps = c->token_ms > 0 ? tokens / (c->token_ms / 1e3) : 0;
     mp_plan_apply_targets(q, c);
     return MP_OK;

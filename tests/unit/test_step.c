@@ -190,6 +190,7 @@ static void test_summarize(void)
     CHECK(r.valid);
     CHECK_NEAR(r.p50[MP_STEP_TOTAL], 110 + 4 * 20, 1e-12);
     CHECK_NEAR(r.p50[MP_STEP_MOE], 80, 1e-12);
+    CHECK_NEAR(r.moe_compute, 80, 1e-12); /* the median iteration's, without exchanges */
     CHECK(r.p99[MP_STEP_TOTAL] > r.p50[MP_STEP_TOTAL]);
     CHECK_NEAR(r.p50[MP_STEP_ATTN], 100, 1e-12);
     CHECK_NEAR(r.tok_s_gpu, 64 / (190e-6) / 8, 1e-9);
