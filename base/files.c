@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 char *mp_path_join(const char *dir, const char *name)
 {
@@ -62,4 +63,10 @@ char *mp_read_file(const char *path, size_t *len)
     if (len)
         *len = n;
     return b;
+}
+
+int mp_is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }

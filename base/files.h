@@ -14,4 +14,7 @@ char *mp_path_join(const char *dir, const char *name);
  * error, or ENOMEM); the caller frees it. */
 char *mp_read_file(const char *path, size_t *len);
 
+/* 1 when `path` names a regular file (following symbolic links), else 0. */
+int mp_is_regular_file(const char *path);
+
 #endif

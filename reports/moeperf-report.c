@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,11 +147,6 @@ static void figures_free(void)
 
 /* ---- locating the source tree (plots/render and the default reference) ---- */
 
-static int is_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* ---- running plots/render ---- */
 
@@ -397,7 +391,7 @@ static void reference_free(struct reference *r)
 static int reference_load(const char *path, struct reference *r)
 {
     memset(r, 0, sizeof *r);
-    if (!is_file(path)) {
+    if (!mp_is_regular_file(path)) {
         mp_usage("--reference '%s': no such file; expected a CSV with a batch column", path);
         return MP_ERR_USAGE;
     }
@@ -456,62 +450,6 @@ static const char css[] =
     "th{background:#eef3f8}td:first-child,th:first-child{text-align:left}"
     "table.text td,table.text th{text-align:left}"
     "tr:nth-child(even) td{background:#fbfbfb}";
-
-/* How many per-rank timelines plots/render drew into `dir` (timeline-1.svg, timeline-2.svg, ...:
- * one per curve with rank samples, `--timeline curves`). */
-static int timeline_count(const char *dir)
-{
-    int n = 0;
-    for (;; n++) {
-        char p[PATH_MAX + 64];
-        snprintf(p, sizeof p, "%s/timeline-%d.svg", dir, n + 1);
-        if (!is_file(p))
-            return n;
-    }
-}
-
-/* The per-rank timelines (docs/plots.md, "Per-rank timeline"): the point with the largest bubble
- * of each curve, inlined in the HTML and linked from the Markdown. */
-static int write_timelines(struct doc *d, const char *figdir, const char *md_plots_rel)
-{
-    static const char caption[] =
-        "One bar per rank, grouped by host: its phases in the median iteration (top) and the p99 "
-        "iteration (bottom) of the point named in the title, the point with the largest "
-        "bubble_ratio of its curve. Grey: waiting in a collective for the last rank of its group "
-        "(wait_us). Red outline: the critical rank, whose busy time (layer_us − wait_us) is the "
-        "longest — the rank the others wait for; each bar is annotated with the rank's routed "
-        "rows and the experts it holds (layer_rank_samples.csv, layer_ranks.csv).";
-    int n = timeline_count(figdir);
-    if (n == 0)
-        return MP_OK;
-    doc_h(d, 3, "Per-rank timelines");
-    for (int k = 1; k <= n; k++) {
-        char path[PATH_MAX + 64], prefix[32];
-        snprintf(path, sizeof path, "%s/timeline-%d.svg", figdir, k);
-        if (d->h) {
-            char *svg = mp_read_file(path, NULL);
-            if (!svg) {
-                mp_error("%s: %s", path, strerror(errno));
-                return MP_ERR_RUNTIME;
-            }
-            snprintf(prefix, sizeof prefix, "t%d-", k);
-            fputs("<figure>\n", d->h);
-            int rc = rp_svg_inline(svg, prefix, d->h);
-            free(svg);
-            if (rc != MP_OK) {
-                mp_error("%s: no <svg> element", path);
-                return MP_ERR_RUNTIME;
-            }
-            fputs("\n<figcaption>", d->h);
-            html_esc(d->h, caption);
-            fputs("</figcaption>\n</figure>\n", d->h);
-        }
-        if (d->m)
-            fprintf(d->m, "![Per-rank timeline %d](%s/timeline-%d.svg)\n\n%s\n\n", k,
-                    md_plots_rel, k, k == n ? caption : "");
-    }
-    return MP_OK;
-}
 
 static int write_report(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
                         const char *md_plots_rel, const char *figdir, const int *have_fig,
@@ -831,7 +769,7 @@ int main(int argc, char **argv)
     for (int f = 0; f < NFIG; f++) {
         char p[PATH_MAX + 64];
         snprintf(p, sizeof p, "%s/%s.svg", tmp, figures[f].name);
-        have_fig[f] = is_file(p);
+        have_fig[f] = mp_is_regular_file(p);
     }
 
     MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));

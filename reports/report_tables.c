@@ -3,6 +3,7 @@
  * the FFN's, and the environment of every run (report_tables.h). */
 #include "report_tables.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "files.h"
+#include "report.h"
 #include "schema.h"
 #include "sort.h"
 
@@ -441,4 +444,60 @@ void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
         env_row(d, "environment", v[0] ? v : "none recorded");
         doc_table(d, 0);
     }
+}
+
+/* How many per-rank timelines plots/render drew into `dir` (timeline-1.svg, timeline-2.svg, ...:
+ * one per curve with rank samples, `--timeline curves`). */
+int timeline_count(const char *dir)
+{
+    int n = 0;
+    for (;; n++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/timeline-%d.svg", dir, n + 1);
+        if (!mp_is_regular_file(p))
+            return n;
+    }
+}
+
+/* The per-rank timelines (docs/plots.md, "Per-rank timeline"): the point with the largest bubble
+ * of each curve, inlined in the HTML and linked from the Markdown. */
+int write_timelines(struct doc *d, const char *figdir, const char *md_plots_rel)
+{
+    static const char caption[] =
+        "One bar per rank, grouped by host: its phases in the median iteration (top) and the p99 "
+        "iteration (bottom) of the point named in the title, the point with the largest "
+        "bubble_ratio of its curve. Grey: waiting in a collective for the last rank of its group "
+        "(wait_us). Red outline: the critical rank, whose busy time (layer_us − wait_us) is the "
+        "longest — the rank the others wait for; each bar is annotated with the rank's routed "
+        "rows and the experts it holds (layer_rank_samples.csv, layer_ranks.csv).";
+    int n = timeline_count(figdir);
+    if (n == 0)
+        return MP_OK;
+    doc_h(d, 3, "Per-rank timelines");
+    for (int k = 1; k <= n; k++) {
+        char path[PATH_MAX + 64], prefix[32];
+        snprintf(path, sizeof path, "%s/timeline-%d.svg", figdir, k);
+        if (d->h) {
+            char *svg = mp_read_file(path, NULL);
+            if (!svg) {
+                mp_error("%s: %s", path, strerror(errno));
+                return MP_ERR_RUNTIME;
+            }
+            snprintf(prefix, sizeof prefix, "t%d-", k);
+            fputs("<figure>\n", d->h);
+            int rc = rp_svg_inline(svg, prefix, d->h);
+            free(svg);
+            if (rc != MP_OK) {
+                mp_error("%s: no <svg> element", path);
+                return MP_ERR_RUNTIME;
+            }
+            fputs("\n<figcaption>", d->h);
+            html_esc(d->h, caption);
+            fputs("</figcaption>\n</figure>\n", d->h);
+        }
+        if (d->m)
+            fprintf(d->m, "![Per-rank timeline %d](%s/timeline-%d.svg)\n\n%s\n\n", k,
+                    md_plots_rel, k, k == n ? caption : "");
+    }
+    return MP_OK;
 }

@@ -33,4 +33,12 @@ void write_ffn_tables(struct doc *d, const struct group *g, int n);
 /* "Environment": each run directory's run.json, its tool, build, hosts, ranks and libraries. */
 void write_environment(struct doc *d, const struct rp_run *runs, int nruns);
 
+/* How many per-rank timelines plots/render drew into `dir` (timeline-1.svg, timeline-2.svg, ...). */
+int timeline_count(const char *dir);
+
+/* The per-rank timelines plots/render drew into `figdir` (docs/plots.md, "Per-rank timeline"):
+ * inlined in the HTML, linked from the Markdown as `md_plots_rel`/timeline-K.svg. MP_OK, or
+ * MP_ERR_RUNTIME when one cannot be read or holds no <svg> element. */
+int write_timelines(struct doc *d, const char *figdir, const char *md_plots_rel);
+
 #endif

@@ -6,14 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-static int regular_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
+#include "files.h"
 
 int rp_source_root(char *root, size_t size)
 {
@@ -27,7 +22,7 @@ int rp_source_root(char *root, size_t size)
         return -1;
     *slash = '\0'; /* exe = BUILD/reports */
     snprintf(p, sizeof p, "%s/../../plots/render", exe);
-    if (regular_file(p)) {
+    if (mp_is_regular_file(p)) {
         snprintf(p, sizeof p, "%s/../..", exe);
         return realpath(p, root) && strlen(root) < size ? 0 : -1;
     }
@@ -44,7 +39,7 @@ int rp_source_root(char *root, size_t size)
     int rc = -1;
     if (cJSON_IsString(src) && strlen(src->valuestring) < size) {
         snprintf(p, sizeof p, "%s/plots/render", src->valuestring);
-        if (regular_file(p)) {
+        if (mp_is_regular_file(p)) {
             snprintf(root, size, "%s", src->valuestring);
             rc = 0;
         }
