@@ -17,7 +17,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "harness.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "results.h"
 #include "runfiles.h"
 #include "routing.h"
@@ -140,7 +140,7 @@ static long hop_counts(struct mp_a2a_counts *c, int d, const double *rows, int e
     return sent;
 }
 
-/* The bytes of one dispatched row in `dt` (core/dtype.h): H times the backend's element size (the
+/* The bytes of one dispatched row in `dt` (core/workload/dtype.h): H times the backend's element size (the
  * profile's on the model) for bf16, H + 4·⌈H/128⌉ for fp8. The exchange moves that many bytes a
  * row as they lie in the buffer: it times the wire volume of an fp8 dispatch, not the packing
  * (moeperf-layer measures that). */
@@ -173,7 +173,7 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
 
 /* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws, each cut
  * into `nchunks` chunks of tokens (mp_dedup_count_chunk; 1: the whole batch), as
- * core/dedup.c counts them, rows of row_bytes_in(dt) bytes plus the top-K ids and weights
+ * core/layer/dedup.c counts them, rows of row_bytes_in(dt) bytes plus the top-K ids and weights
  * (mp_dedup_meta_bytes): rank, one row per (token, destination rank ≠ own rank) in `c`; node, the
  * rows to the ranks of the token's node and to the relays in `c` and the relays' forwards inside
  * their node in `c2` (nodes of gpus_per_node = ranks / nodes ranks, as the launcher packs them).
@@ -266,7 +266,7 @@ static int counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_sessi
 /* ---- the model (--backend model): every virtual EP rank's counts in this one process ---- */
 
 /* The model's time of one exchange round as a measured run times it: rows[e·ep + p] rows from EP
- * rank e to EP rank p, each of row_bytes bytes, timed by mp_model_exchange_us of its traffic
+ * rank e to EP rank p, each of row_bytes bytes, timed by mp_cost_exchange_us of its traffic
  * (mp_vexchange_of, as the modelled layer's exchanges). */
 static double model_round_us(const struct mp_session *s, const double *rows, double row_bytes)
 {

@@ -19,7 +19,7 @@
 #include "harness.h"
 #include "memguard.h"
 #include "placement.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "results.h"
 #include "runfiles.h"
 #include "roofline.h"
@@ -625,7 +625,7 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
 }
 
 /* The model's roofline for weights in `wdt` under --gemm `gemm`: the rates its FFN runs at
- * (mp_model_expert_ffn_us), flops·flops_eff (fp8 weights: flops_fp8·flops_fp8_eff with --gemm loop,
+ * (mp_cost_expert_ffn_us), flops·flops_eff (fp8 weights: flops_fp8·flops_fp8_eff with --gemm loop,
  * flops_fp8·fused_fp8_eff with a fused kernel) in peak[0] (FLOP/s) and hbm_bw·hbm_eff in peak[1]
  * (bytes/s); a measured roofline is likewise what the device achieves, not its datasheet. */
 static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, const char *gemm,
@@ -761,7 +761,7 @@ static int cache_for_point(const struct mp_session *s, const struct wcache *wc,
 
 /* One point: skipped when --resume found it, else planned, checked against the memory budget,
  * measured and written. On the model: planned alike, and every iteration takes the critical
- * rank's mp_model_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
+ * rank's mp_cost_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
  * against the profile's roofline for the point's weights. */
 static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
                      int pi, const struct mp_placement *pl, int bi, int ci)
@@ -794,7 +794,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
     double peak[2] = {wc->dt == MP_DTYPE_FP8 ? sw->peak[2] : sw->peak[0], sw->peak[1]};
     int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
     if (rc == MP_OK && s->modelled) {
-        double us = mp_model_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
+        double us = mp_cost_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
                                            (double)w.crit_rows, w.crit_active, (int)wc->dt,
                                            sw->gemm);
         for (int i = 0; i < s->o.iters; i++)

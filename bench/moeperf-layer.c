@@ -218,7 +218,7 @@ static int write_ranks(const struct mp_session *s, struct mp_runfiles *f, const 
     return rc;
 }
 
-/* The step columns of layer.csv (core/step.h), in the order of enum MP_STEP_TOTAL...: each part's
+/* The step columns of layer.csv (core/cluster_model/step.h), in the order of enum MP_STEP_TOTAL...: each part's
  * median and p99; empty for a measured point. */
 static const char *const step_cols[MP_STEP_NPARTS][2] = {
     [MP_STEP_TOTAL] = {MPC_step_us, MPC_step_p99_us},    [MP_STEP_ATTN] = {MPC_attn_us, MPC_attn_p99_us},
@@ -326,7 +326,7 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     printf("%9s %-16s %-16s%s %7ld %8ld", k->lay->name, routing, k->placement, variant, k->batch,
            res->tokens_per_rank);
     mp_console_values(console_cols, NCONSOLE, sm);
-    if (s->modelled) /* the whole decode step the layer is part of (core/step.h) */
+    if (s->modelled) /* the whole decode step the layer is part of (core/cluster_model/step.h) */
         printf(" %9.2f %9.0f", res->step.valid ? res->step.p50[MP_STEP_TOTAL] / 1e3 : NAN,
                res->step.valid ? res->step.tok_s_gpu : NAN);
     printf(" %9s\n", chk);

@@ -13,7 +13,7 @@ struct mp_comm_ops;
 /* The groups a dispatch exchange can run on, all within this rank's EP group: the whole EP group;
  * the intra-node group (the EP ranks on this rank's node); the inter-node group (the EP ranks with
  * this rank's local index among the EP ranks of their node, one per node). An EP rank's node is
- * that of its first TP rank, node_of[ep_rank · tp] (core/dedup.h's mp_dedup_node_of), so the TP
+ * that of its first TP rank, node_of[ep_rank · tp] (core/layer/dedup.h's mp_dedup_node_of), so the TP
  * ranks of an EP rank agree. The two node groups exist only when every node holds the same number
  * of EP ranks (struct mp_comm's node_groups). */
 enum mp_comm_group { MP_GROUP_EP, MP_GROUP_EP_INTRA, MP_GROUP_EP_INTER, MP_GROUP_COUNT };

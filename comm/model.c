@@ -1,5 +1,5 @@
 /* model.c - the model communication backend: a virtual world of --world ranks in one process. It
- * moves no data; the layer's exchange durations come from the cluster model (core/vlayer.c). Host
+ * moves no data; the layer's exchange durations come from the cluster model (core/cluster_model/vlayer.c). Host
  * collectives act as if every virtual rank held what this process holds. */
 #include <stdint.h>
 #include <stdlib.h>

@@ -25,7 +25,7 @@ enum mp_gemm { MP_GEMM_LOOP, MP_GEMM_GROUPED, MP_GEMM_SKINNY, MP_GEMM_FUSED, MP_
 
 /* The GPU a local rank takes among `ndevices` visible ones: local_rank mod ndevices (ranks of a
  * host take the GPUs in order); -1 when ndevices < 1 or local_rank < 0. The local rank is the one
- * core/rankmap.h settles and hands to a backend's init. */
+ * core/run/rankmap.h settles and hands to a backend's init. */
 static inline int mp_gpu_index(int local_rank, int ndevices)
 {
     if (ndevices < 1 || local_rank < 0)
@@ -90,7 +90,7 @@ struct mp_compute; /* a backend instance */
     (MP_DISPATCH_DYNAMIC | MP_DISPATCH_PADDED | MP_DISPATCH_PIPELINED | MP_DISPATCH_DEDUP |        \
      MP_DISPATCH_DEDUP_PADDED | MP_DISPATCH_DEDUP_PIPELINED)
 
-/* The element types a dispatched row may travel in (--dispatch-dtype; core/dtype.c has the words),
+/* The element types a dispatched row may travel in (--dispatch-dtype; core/workload/dtype.c has the words),
  * as bits 1 << d of dispatch_dtypes. bf16: the backend's activation type as it is (bf16 on GPUs,
  * fp32 rows on the cpu backend); fp8: OCP e4m3 codes with one fp32 scale per 128 values
  * (base/fp8.h), packed after the gate and unpacked at the expert. */

@@ -1,6 +1,6 @@
 /* padded.h - the index rules of the padded dispatch mode (fixed rows per expert slot, no count
  * exchange before the data moves), plain C usable in host and device code: a contract between the
- * backends' kernels and core's host plan (core/plan.c), so core may include it beside compute.h. */
+ * backends' kernels and core's host plan (core/layer/dispatch_plan.c), so core may include it beside compute.h. */
 #ifndef MP_PADDED_H
 #define MP_PADDED_H
 

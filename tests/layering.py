@@ -3,12 +3,15 @@
 #
 # The rule: includes point down only: base/ includes nothing of the project; kernels/ and comm/
 # include base/ and their own directory; core/ includes base/, core/ and the backends' contract
-# headers (kernels/compute.h, kernels/padded.h, comm/comm.h); bench/ and reports/ include what
-# core/ may, core/ itself and their own directory; tests/ include anything, and nothing outside
-# tests/ includes tests/.
+# headers (kernels/compute.h, kernels/padded.h, comm/comm.h); bench/, reports/ and planner/ include
+# what core/ may, core/ itself and their own directory; tests/ include anything, and nothing outside
+# tests/ includes tests/. A private header (NAME_internal.h) is included only from its own folder.
+# No circle of files: a file's unit is its path without the extension (x.c, x.h and x_internal.h
+# are one unit),
+# and no unit reaches itself through the includes of the units it includes.
 #
 # A quoted include is resolved as the compiler does (the including file's directory first, then
-# the include path meson.build gives: '.', base, core, kernels, comm); config.h and git_rev.h, which
+# the include path meson.build gives: '.', base, kernels, comm and core's rooms); config.h and git_rev.h, which
 # the build generates, are allowed everywhere. Angle-bracket includes are left out (system and
 # library headers). Usage: layering.py [SOURCE_ROOT]; exit 0 when every include keeps the rule,
 # else 1 with one line per break: file:line: includes X: the rule it breaks.
@@ -16,11 +19,14 @@ import os
 import re
 import sys
 
-SCANNED = ('base', 'kernels', 'comm', 'core', 'bench', 'reports', 'tests')
+SCANNED = ('base', 'kernels', 'comm', 'core', 'bench', 'reports', 'planner', 'tests')
+TOOLS = ('bench', 'reports', 'planner')
+CORE_ROOMS = ('core/workload', 'core/layer', 'core/cluster_model', 'core/results', 'core/run')
 SOURCE_EXT = ('.c', '.h', '.cu', '.cuh', '.cc', '.hpp')
-INCLUDE_PATH = ('.', 'base', 'core', 'kernels', 'comm')
+INCLUDE_PATH = ('.', 'base', 'kernels', 'comm') + CORE_ROOMS
 # extra include directories some targets add (meson.build, tests/meson.build)
-EXTRA_PATH = {'kernels/cuda': ('kernels/cuda',), 'tests': ('reports', 'tests/cudaemu/include', 'kernels/cuda')}
+EXTRA_PATH = {'kernels/cuda': ('kernels/cuda',),
+              'tests': ('reports', 'planner', 'tests/cudaemu/include', 'kernels/cuda')}
 GENERATED = ('config.h', 'git_rev.h')
 CONTRACT = ('kernels/compute.h', 'kernels/padded.h', 'comm/comm.h')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -34,6 +40,8 @@ def layer_of(path):
 def allowed(src, dst):
     """None when src may include dst (both relative to the root), else the rule broken."""
     a, b = layer_of(src), layer_of(dst)
+    if dst.endswith('_internal.h') and os.path.dirname(src) != os.path.dirname(dst):
+        return 'a private header is included only from its own folder (%s/)' % os.path.dirname(dst)
     if a == 'tests':
         return None
     if b == 'tests':
@@ -46,7 +54,7 @@ def allowed(src, dst):
     contract = ', '.join(CONTRACT)
     if a == 'core':
         return None if core_may else 'core/ includes only base/, core/ and ' + contract
-    if a in ('bench', 'reports'):
+    if a in TOOLS:
         return None if core_may or b == a else \
             '%s/ includes only base/, core/, %s/ and %s' % (a, a, contract)
     return 'no rule for %s/' % a
@@ -66,27 +74,84 @@ def resolve(root, src, name):
     return None
 
 
+def unit_of(path):
+    """A file's unit: its path without the extension and a private header's _internal
+    (core/layer/layer.c, layer.h and layer_internal.h are one)."""
+    base = os.path.splitext(path)[0]
+    return base[:-len('_internal')] if base.endswith('_internal') else base
+
+
+def circles(edges):
+    """The strongly connected groups of more than one unit in `edges` (unit -> set of units), each
+    as a sorted list (Tarjan's algorithm, iterative)."""
+    index, low, on, stack, found, counter = {}, {}, set(), [], [], [0]
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
 # The rule on a few pairs, checked before the tree, so a checker that lets everything through fails
-CASES = (('base/files.c', 'base/error.h', True), ('base/error.c', 'core/stats.h', False),
+CASES = (('base/files.c', 'base/error.h', True), ('base/error.c', 'core/results/stats.h', False),
          ('kernels/cpu/cpu_compute.c', 'kernels/topk.h', True),
-         ('kernels/cuda/cuda_compute.cu', 'core/rankmap.h', False),
+         ('kernels/cuda/cuda_compute.cu', 'core/run/rankmap.h', False),
          ('kernels/dplan.c', 'comm/comm.h', False), ('comm/nccl.c', 'base/watchdog.h', True),
-         ('comm/mpi.c', 'kernels/compute.h', False), ('core/layer.c', 'kernels/padded.h', True),
-         ('core/layer.c', 'kernels/dplan.h', False), ('core/session.c', 'comm/comm.h', True),
-         ('core/results.c', 'reports/report.h', False), ('bench/moeperf-a2a.c', 'core/plan.h', True),
-         ('reports/plan.c', 'reports/plan.h', True), ('reports/report.c', 'bench/x.h', False),
-         ('reports/report.c', 'kernels/chunks.h', False), ('core/layer.c', 'tests/unit/check.h', False),
+         ('comm/mpi.c', 'kernels/compute.h', False), ('core/layer/layer.c', 'kernels/padded.h', True),
+         ('core/layer/dispatch_padded.c', 'core/layer/layer_internal.h', True),
+         ('core/cluster_model/vexec.c', 'core/layer/layer_internal.h', False),
+         ('tests/unit/test_layer.c', 'core/layer/layer_internal.h', False),
+         ('planner/moeperf-plan.c', 'planner/capacity_plan.h', True),
+         ('reports/report.c', 'planner/capacity_plan.h', False),
+         ('core/layer/layer.c', 'kernels/dplan.h', False), ('core/run/session.c', 'comm/comm.h', True),
+         ('core/results/results.c', 'reports/report.h', False), ('bench/moeperf-a2a.c', 'core/layer/dispatch_plan.h', True),
+         ('planner/capacity_plan.c', 'planner/capacity_plan.h', True), ('reports/report.c', 'bench/x.h', False),
+         ('reports/report.c', 'kernels/chunks.h', False), ('core/layer/layer.c', 'tests/unit/check.h', False),
          ('tests/unit/test_dplan.c', 'kernels/dplan.h', True))
 
 
 def check(root):
     """Every break of the rule under root, as 'file:line: message' lines."""
     breaks = []
+    if circles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) != [['a', 'b', 'c']] or \
+            circles({'a': {'b'}, 'b': set()}):
+        breaks.append('layering.py: the circle finder itself is wrong')
     for src, dst, ok in CASES:
         if (allowed(src, dst) is None) != ok:
             breaks.append('layering.py: the rule itself is wrong: %s including %s should be %s'
                           % (src, dst, 'allowed' if ok else 'refused'))
     seen = 0
+    edges = {}
     for top in SCANNED:
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames.sort()
@@ -113,6 +178,10 @@ def check(root):
                     why = allowed(src, dst)
                     if why:
                         breaks.append('%s:%d: includes %s: %s' % (src, ln, dst, why))
+                    if layer_of(src) != 'tests' and unit_of(src) != unit_of(dst):
+                        edges.setdefault(unit_of(src), set()).add(unit_of(dst))
+    for circle in circles(edges):
+        breaks.append('a circle of files: %s' % ' -> '.join(circle + circle[:1]))
     if seen < 100:
         breaks.append('layering.py: only %d quoted includes under %s: not the source root?'
                       % (seen, root))

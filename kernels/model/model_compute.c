@@ -1,5 +1,5 @@
 /* model_compute.c - the model compute backend: moves no data; the layer's FFN, gate and permute
- * durations come from the cluster model (core/vlayer.c, core/cluster.c). The table exists so that
+ * durations come from the cluster model (core/cluster_model/vlayer.c, core/cluster_model/cluster.c). The table exists so that
  * --backend model is chosen, named and recorded like any other backend. */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ static int model_sync(struct mp_compute *c) { return MP_OK; }
 const struct mp_compute_ops mp_compute_model = {
     .name = "model",
     .memory = MP_MEMORY_VIRTUAL,
-    .dispatch_modes = MP_DISPATCH_ALL, /* what core/vlayer.c models */
+    .dispatch_modes = MP_DISPATCH_ALL, /* what core/cluster_model/vlayer.c models */
     .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
     .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED, /* modelled: launches or a call */

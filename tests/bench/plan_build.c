@@ -10,7 +10,7 @@
 #include "dplan_host.h"
 #include "error.h"
 #include "placement.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 
 enum { E = 256, K = 8, EP = 16, RANK = 3 };

@@ -15,7 +15,7 @@
 #include "fp8.h"
 #include "padded.h"
 #include "placement.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "reference.h"
 #include "rng.h"
 #include "routing.h"
@@ -69,7 +69,7 @@ static void report(const char *what, double err, double tol)
 /* The expert FFN in each --gemm mode against the cpu backend, through mp_compute_expert_ffn:
  * expert e has rows_per + e % cycle rows, but expert 1 none, and `nshared` shared experts run
  * over `shared_rows` rows of their own input. With fp8 weights (dt MP_DTYPE_FP8) both backends
- * store the same images (core/expert_store.c) and compute w8a8, in each --gemm mode the cuda
+ * store the same images (core/layer/expert_store.c) and compute w8a8, in each --gemm mode the cuda
  * backend runs fp8 in. On the stand-in, whose tensor cores are lanes of fibers, --gemm fused
  * skips shapes of more than 1e8 row·H·Dl products (the loop covers them there). */
 static void check_ffn_dt(int H, int Dl, int nexp, int rows_per, int cycle, enum mp_dtype dt,

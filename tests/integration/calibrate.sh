@@ -5,7 +5,7 @@
 # 1, 4, 16, 64 predicts batch 8, 32 and 128 within 25% on the layer_us median (a timing study: the
 # perf tier, not judged in a sanitizer build; the fast tier fits and validates once, unjudged).
 . "$(dirname "$0")/lib.sh"
-PLAN=$BUILD/reports/moeperf-plan
+PLAN=$BUILD/planner/moeperf-plan
 
 # ---- 1. round trip ----
 round_trip() {

@@ -57,7 +57,7 @@ PY
 # shellcheck disable=SC2086
 refused "$LAYER" $model --batch 64 --dedup token
 
-# moeperf-a2a --pattern moe follows --dedup rank: the rows core/dedup.c counts, each with its top-K
+# moeperf-a2a --pattern moe follows --dedup rank: the rows core/layer/dedup.c counts, each with its top-K
 # ids and weights. With experts = topk = 2 on two ranks every token has one pair on each rank: per
 # pair a rank sends 2 rows per own token (self included), per rank 1 row (to the other rank) of
 # H·elem + 2·(4 + 4) bytes, exactly

@@ -209,9 +209,9 @@ for attempt in 1 2 3; do
             "$BIN/moeperf-layer" $W --dedup $mode --out "$TMP/$mode" >/dev/null 2>"$TMP/run.err" ||
             fail "the $mode sweep exited $?: $(cat "$TMP/run.err")"
     done
-    "$BUILD/reports/moeperf-plan" --calibrate --cluster "$TMP/base.ini" --out "$TMP/fit.ini" \
+    "$BUILD/planner/moeperf-plan" --calibrate --cluster "$TMP/base.ini" --out "$TMP/fit.ini" \
         "$TMP/pair" >"$TMP/fit.out" || fail "calibrate exit $?"
-    "$BUILD/reports/moeperf-plan" --validate --cluster "$TMP/fit.ini" "$TMP/rank" "$TMP/node" \
+    "$BUILD/planner/moeperf-plan" --validate --cluster "$TMP/fit.ini" "$TMP/rank" "$TMP/node" \
         >"$TMP/validate.out" || fail "validate exit $?"
     cat "$TMP/validate.out"
     # the median absolute layer_us error per mode, the larger of the two

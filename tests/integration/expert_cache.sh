@@ -63,7 +63,7 @@ PY
 # from uniform, hot:4:15 and zipf:1.2 over 32 experts (top-4 distinct, a fixed permutation of the
 # ids for zipf so its hot experts fall on both ranks), batch 16, one draw per step: warm-up 2 and
 # 10 timed, past the 8 draws a point without a cache cycles through (a cached point draws every
-# step afresh, core/routing.h). An independent simulation of each rank's cache over those draws
+# step afresh, core/workload/routing.h). An independent simulation of each rank's cache over those draws
 # (its local experts with rows, in expert order, warm-up first; lru, lfu with ties to the least
 # recently used, static's resident set the trace's most frequent local experts, ties to the lower
 # id) predicts every rank's hits and misses in every timed iteration exactly.

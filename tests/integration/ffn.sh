@@ -76,7 +76,7 @@ cp "$out/run.json" "$TMP/cal/"
 awk 'BEGIN { FS = OFS = "," } NR == 1 { for (i = 1; i <= NF; i++) if ($i == "dispatch") d = i; print; next }
     { print; $d = "dynamic+graph"; print }' "$out/ffn.csv" >"$TMP/cal/ffn.csv"
 [ "$(rows "$TMP/cal/ffn.csv")" -eq 4 ] || fail "the calibration fixture has $(rows "$TMP/cal/ffn.csv") rows"
-"$BUILD/reports/moeperf-plan" --calibrate "$TMP/cal" --out "$TMP/cal.ini" >"$TMP/cal.out" ||
+"$BUILD/planner/moeperf-plan" --calibrate "$TMP/cal" --out "$TMP/cal.ini" >"$TMP/cal.out" ||
     fail "moeperf-plan --calibrate exit $?"
 grep -q "on 2 points from 1 run" "$TMP/cal.out" ||
     fail "calibration did not keep only the 2 rows launched from the host: $(head -1 "$TMP/cal.out")"

@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 LAYER=$BIN/moeperf-layer
 FFN=$BIN/moeperf-ffn
-PLAN=$BUILD/reports/moeperf-plan
+PLAN=$BUILD/planner/moeperf-plan
 shape="--hidden 200 --ffn 300 --experts 8 --topk 2 --shared 1 --iters 1 --warmup 0 --quiet
     --no-flush-cache"
 sweep="--batch 16 --routing uniform,gate --check --dispatch-dtype bf16,fp8 --weight-dtype bf16,fp8"
@@ -31,7 +31,7 @@ seen = 0
 for d in sys.argv[1:]:
     pts = {}
     for r in csv.DictReader(open(d + "/layer.csv")):
-        # fp8 weights: the tight bound is at least 1e-3 (MP_FP8_WEIGHT_TIGHT, core/layer.h)
+        # fp8 weights: the tight bound is at least 1e-3 (MP_FP8_WEIGHT_TIGHT, core/layer/layer.h)
         tol = 1e-3 if r["weight_dtype"] == "fp8" else 1e-5
         assert float(r["check_error"]) <= tol, (d, r["weight_dtype"], r["check_error"])
         k = (r["layout"], r["routing"], r["dispatch_dtype"])

@@ -14,7 +14,7 @@ UPDATE=${2:-}
     --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
     --quiet --out "$TMP/model" || fail "model run exit $?"
 # each model sweep twice: with the dispatch modes' traffic builders, and with each draw's traffic
-# made by traced ranks running the layer's own stages (core/vexec.h, MOEPERF_MODEL_TRACED=1),
+# made by traced ranks running the layer's own stages (core/cluster_model/vexec.h, MOEPERF_MODEL_TRACED=1),
 # which must write the same bytes in every file
 for traced in "" _traced; do
     export MOEPERF_MODEL_TRACED=${traced:+1}

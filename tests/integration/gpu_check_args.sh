@@ -58,7 +58,7 @@ while IFS=$'\t' read -r loop line; do
         fi
         [ "$(rows "$csv")" -ge 1 ] || fail "line $i wrote no rows"
         if printf '%s\n' "$args" | grep -q -- '--check'; then
-            # fp8 weights: at least 1e-3 (MP_FP8_WEIGHT_TIGHT, core/layer.h)
+            # fp8 weights: at least 1e-3 (MP_FP8_WEIGHT_TIGHT, core/layer/layer.h)
             bad=$(paste -d' ' <(col "$csv" check_error) <(col "$csv" weight_dtype) |
                 awk -v tol=$tol '{ t = $2 == "fp8" && tol < 1e-3 ? 1e-3 : tol }
                                  $1 == "" || $1 + 0 > t' | wc -l)

@@ -22,7 +22,7 @@ H=${MOEPERF_GPU_HIDDEN:-1024} F=${MOEPERF_GPU_FFN:-512}
 np=1 eplb=contiguous
 [ "$ngpu" -ge 2 ] && np=2 eplb=contiguous,eplb:4 # eplb needs a second rank for its extra slots
 # layer NP ARGS...: moeperf-layer on the GPU path with --check, on NP ranks. One timed iteration
-# after the warm-up (no time is judged): it routes draw 1 (core/harness.c), so the checked pass, on
+# after the warm-up (no time is judged): it routes draw 1 (core/run/harness.c), so the checked pass, on
 # draw 0, still follows a pass on other routing, as a captured graph's replay still does.
 layer() {
     n=$1

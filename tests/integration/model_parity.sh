@@ -11,7 +11,7 @@ A2A=$BIN/moeperf-a2a
 FFN=$BIN/moeperf-ffn
 
 # The flags a measured run takes and a modelled one refuses (exit 2, the message naming the
-# flag), per binary: the same lists as mp_session_refuse_unsupported (core/session.c), the
+# flag), per binary: the same lists as mp_session_refuse_unsupported (core/run/session.c), the
 # binaries' --graph checks and docs/planning.md.
 LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
 A2A_MODEL_REFUSES="--inject-delay-us"

@@ -48,7 +48,7 @@ for np in 1 2; do
 done
 
 # calibration replays every row in its dispatch mode: the padded rows are fitted too
-"$BUILD/reports/moeperf-plan" --calibrate "$TMP/run2" --out "$TMP/cal.ini" >"$TMP/cal.out" ||
+"$BUILD/planner/moeperf-plan" --calibrate "$TMP/run2" --out "$TMP/cal.ini" >"$TMP/cal.out" ||
     fail "moeperf-plan --calibrate exit $?"
 grep -q "on 12 points from 1 run" "$TMP/cal.out" || fail "calibration did not keep the 12 rows: $(head -1 "$TMP/cal.out")"
 

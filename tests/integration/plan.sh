@@ -9,7 +9,7 @@
 # experts fits 64 GPUs only in fp8; plan.json holds the
 # question and, per routing, the answer the console and plan.csv give; bad input exits 2.
 . "$(dirname "$0")/lib.sh"
-PLAN=$BUILD/reports/moeperf-plan
+PLAN=$BUILD/planner/moeperf-plan
 # the timing findings below are the model's alone: they run on an h100-ndr whose memory is not
 # checked
 printf 'base = h100-ndr\ngpu_mem_gb = 0\n' >"$TMP/nomem.ini"

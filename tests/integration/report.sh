@@ -224,10 +224,10 @@ grep -q "published" "$TMP/f.html" && fail "--no-reference still shows the refere
 # a plan directory beside a run: the report opens with the answer (before the findings), one row
 # per routing whose numbers are plan.json's as the console prints them, in HTML and Markdown; a
 # routing no plan meets says so
-"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
+"$BUILD/planner/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
     --batch 1:1024:x2 --slo-token-ms 50 --throughput 20000 --nonexpert-split world \
     --max-gpus 1024 --quiet --out "$TMP/plan" >/dev/null || fail "moeperf-plan exit $?"
-"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing zipf:1.2 --batch 1,2 \
+"$BUILD/planner/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing zipf:1.2 --batch 1,2 \
     --slo-token-ms 0.001 --quiet --out "$TMP/plan-none" >/dev/null || fail "moeperf-plan exit $?"
 "$REPORT" "$TMP/plan" "$TMP/plan-none" "$TMP/layer" --out "$TMP/p.html" --md "$TMP/p.md" \
     >/dev/null || fail "report with plans exit $?"
@@ -295,15 +295,15 @@ for q in 1 2; do
     eval "args=\$Q$q; set -- \$Q${q}T"
     tput=$1 slo=$2
     # shellcheck disable=SC2086
-    "$BUILD/reports/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$slo" --out "$TMP/q$q" \
+    "$BUILD/planner/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$slo" --out "$TMP/q$q" \
         >"$TMP/q$q.out" || fail "question $q exit $?"
     # shellcheck disable=SC2086
-    "$BUILD/reports/moeperf-plan" $args --throughput "$((tput * 2))" --slo-token-ms "$slo" >"$TMP/q$q-twice.out"
+    "$BUILD/planner/moeperf-plan" $args --throughput "$((tput * 2))" --slo-token-ms "$slo" >"$TMP/q$q-twice.out"
     # shellcheck disable=SC2086
-    "$BUILD/reports/moeperf-plan" $args --throughput "$(python3 -c "print($tput / 2)")" --slo-token-ms "$slo" \
+    "$BUILD/planner/moeperf-plan" $args --throughput "$(python3 -c "print($tput / 2)")" --slo-token-ms "$slo" \
         >"$TMP/q$q-half.out"
     # shellcheck disable=SC2086
-    "$BUILD/reports/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$(python3 -c "print(0.8 * $slo)")" \
+    "$BUILD/planner/moeperf-plan" $args --throughput "$tput" --slo-token-ms "$(python3 -c "print(0.8 * $slo)")" \
         >"$TMP/q$q-tight.out"
     "$REPORT" "$TMP/q$q" --out "$TMP/q$q.html" --md "$TMP/q$q.md" >/dev/null || fail "report of question $q exit $?"
     python3 - "$TMP/q$q" "$TMP/q$q.md" "$q" <<'PY' || fail "question $q: the report is not moeperf-plan's console and plan.csv"

@@ -16,7 +16,7 @@ SHAPE=(--experts 8 --topk 2 --shared 0 --hidden 64 --ffn 64 --warmup 1 --iters 3
 mpi 2 "$BIN/moeperf-layer" "${SHAPE[@]}" --batch 1,4,16 --routing uniform,hot:2:10 \
     --placement contiguous,replicate-hot:2 --out "$TMP/layer" || fail "moeperf-layer exit $?"
 "$BIN/moeperf-ffn" "${SHAPE[@]}" --batch 1,4,16 --out "$TMP/ffn" || fail "moeperf-ffn exit $?"
-"$BUILD/reports/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
+"$BUILD/planner/moeperf-plan" --model seed-k3 --cluster h100-ndr --routing uniform,hot:4:15 \
     --batch 1:128:x2 --throughput 1416 --slo-token-ms 50 --max-gpus 64 --nonexpert-split world \
     --weight-dtype bf16,fp8 --quiet --out "$TMP/plan" >/dev/null || fail "moeperf-plan exit $?"
 "$BUILD/reports/moeperf-report" "$TMP/plan" "$TMP/layer" "$TMP/ffn" --out "$TMP/report.html" \

@@ -6,7 +6,7 @@
 # their formulas, seed-k3 is planned on H100s, and moeperf-report shows the parts (a table per
 # model curve, a finding, and each plan's stacked bar).
 . "$(dirname "$0")/lib.sh"
-PLAN=$BUILD/reports/moeperf-plan
+PLAN=$BUILD/planner/moeperf-plan
 REPORT=$BUILD/reports/moeperf-report
 
 # SGLang's published decode: DeepSeek-V3 on 72 H100s, 256 tokens per GPU, KV 2000, fp8, one and two

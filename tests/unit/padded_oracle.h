@@ -4,7 +4,7 @@
 #define MP_TEST_PADDED_ORACLE_H
 
 #include "padded.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 
 /* Lay out the send side of plan `src` (built by mp_plan_send for EP rank `ep_rank`) in the slots
  * of p (mp_padded_alloc): each slot holds the first `cap` pairs of its block in token order,

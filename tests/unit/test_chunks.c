@@ -8,7 +8,7 @@
 #include "chunks.h"
 #include "error.h"
 #include "placement.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 
 /* Every row the tables of `cap` runs move, against the chunk list expanded row by row: returns

@@ -130,16 +130,16 @@ int main(void)
                            .intra_eff = 1, .inter_eff = 0.5, .intra_lat_us = 10,
                            .inter_lat_us = 20, .launch_us = 3, .congestion = 1};
     /* memory-bound: 1e6 bytes / 0.5e9 = 2000 µs > 1e6 FLOP / 0.5e12 = 2 µs; + 3 µs × 2 experts */
-    CHECK_NEAR(mp_model_ffn_us(&r, 1e6, 1e6, 2, MP_GEMM_LOOP), 2006, 1e-12);
+    CHECK_NEAR(mp_cost_ffn_us(&r, 1e6, 1e6, 2, MP_GEMM_LOOP), 2006, 1e-12);
     /* compute-bound: 2e9 FLOP / 0.5e12 = 4000 µs > 2000 µs */
-    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4006, 1e-12);
+    CHECK_NEAR(mp_cost_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4006, 1e-12);
     /* a fused call pays ffn_call_us once, not a launch per expert; β adds its share of the
      * smaller time: 4000 + 0.25·2000 + 7 */
     r.ffn_call_us = 7;
     r.ffn_blend = 0.25;
-    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_GROUPED), 4507, 1e-12);
-    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_SKINNY), 4507, 1e-12);
-    CHECK_NEAR(mp_model_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4506, 1e-12);
+    CHECK_NEAR(mp_cost_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_GROUPED), 4507, 1e-12);
+    CHECK_NEAR(mp_cost_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_SKINNY), 4507, 1e-12);
+    CHECK_NEAR(mp_cost_ffn_us(&r, 2e9, 1e6, 2, MP_GEMM_LOOP), 4506, 1e-12);
     r.ffn_call_us = r.ffn_blend = 0;
     /* the expert FFN in bf16 and fp8 (H 256, Dl 128, 2 experts): bf16 reads 3·256·128·2 bytes
      * each, fp8 3·256·128 codes + 4·3·(2·1) scale bytes each and computes at flops_fp8 with its
@@ -147,44 +147,44 @@ int main(void)
     r.flops_fp8 = 4e12;
     r.flops_fp8_eff = 0.25;
     double fl = 6.0 * 256 * 128 * 1e4; /* 1e4 rows: compute-bound in both */
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
+    CHECK_NEAR(mp_cost_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
                fl / 0.5e12 * 1e6 + 6, 1e-9);
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
+    CHECK_NEAR(mp_cost_expert_ffn_us(&r, 256, 128, 1e4, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
                fl / 1e12 * 1e6 + 6, 1e-9);
     /* one row: memory-bound, the weight bytes over 0.5e9 B/s */
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
+    CHECK_NEAR(mp_cost_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_BF16, MP_GEMM_LOOP),
                2.0 * 3 * 256 * 128 * 2 / 0.5e9 * 1e6 + 6, 1e-9);
-    CHECK_NEAR(mp_model_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
+    CHECK_NEAR(mp_cost_expert_ffn_us(&r, 256, 128, 1, 2, MP_DTYPE_FP8, MP_GEMM_LOOP),
                2.0 * (3 * 256 * 128 + 4 * 3 * 2) / 0.5e9 * 1e6 + 6, 1e-9);
     /* intra only: 10 + 1e6 / 1e9 s = 1010 µs */
-    CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 0, 1, 0, 1), 1010, 1e-12);
+    CHECK_NEAR(mp_cost_exchange_us(&r, 1e6, 0, 1, 0, 1), 1010, 1e-12);
     /* inter with incast 4: 20 + 1e5 / 0.5e8 s × (1 + log2 4) = 20 + 2000 × 3 */
-    CHECK_NEAR(mp_model_exchange_us(&r, 0, 1e5, 0, 1, 4), 6020, 1e-12);
+    CHECK_NEAR(mp_cost_exchange_us(&r, 0, 1e5, 0, 1, 4), 6020, 1e-12);
     /* both classes run at once: the larger counts */
-    CHECK_NEAR(mp_model_exchange_us(&r, 1e6, 1e5, 1, 1, 4), 6020, 1e-12);
+    CHECK_NEAR(mp_cost_exchange_us(&r, 1e6, 1e5, 1, 1, 4), 6020, 1e-12);
     /* ring allreduce, 4 ranks in a node: 2·10 + 2·3/4·1e6/1e9 s = 20 + 1500 */
-    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 4), 1520, 1e-12);
-    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 1), 0, 0);
+    CHECK_NEAR(mp_cost_allreduce_us(&r, 1e6, 4), 1520, 1e-12);
+    CHECK_NEAR(mp_cost_allreduce_us(&r, 1e6, 1), 0, 0);
     /* 8 ranks span two nodes: the inter-node link, 2·20 + 2·7/8·1e6/0.5e8 s */
-    CHECK_NEAR(mp_model_allreduce_us(&r, 1e6, 8), 40 + 35000, 1e-12);
+    CHECK_NEAR(mp_cost_allreduce_us(&r, 1e6, 8), 40 + 35000, 1e-12);
 
     /* the pipeline schedule (docs/planning.md, pipelined layers); one chunk: D0 + slowest + C0 */
     double rank_end[2];
     double d1[] = {10}, c1[] = {5}, p1[] = {3, 7};
-    CHECK_NEAR(mp_model_pipeline_us(1, d1, c1, p1, 2, rank_end), 22, 0);
+    CHECK_NEAR(mp_cost_pipeline_us(1, d1, c1, p1, 2, rank_end), 22, 0);
     /* two equal chunks on one rank: D0 0–10, D1 10–20 beside F0 10–20, C0 20–30 beside
      * F1 20–30, C1 30–40 (unpipelined 60) */
     double d2[] = {10, 10}, c2[] = {10, 10}, p2[] = {10, 10};
-    CHECK_NEAR(mp_model_pipeline_us(2, d2, c2, p2, 1, rank_end), 40, 0);
+    CHECK_NEAR(mp_cost_pipeline_us(2, d2, c2, p2, 1, rank_end), 40, 0);
     /* FIFO in the order D0 D1 C0 D2 C1 C2: D2 queues behind C0, which waits for a long F0.
      * D0 0–1, D1 1–2, F0 1–11, C0 11–12, D2 12–13, F1 11–12, C1 13–14, F2 13–14, C2 14–15
      * (sending D2 before C0 would end at 14) */
     double d3[] = {1, 1, 1}, c3[] = {1, 1, 1}, p3[] = {10, 1, 1};
-    CHECK_NEAR(mp_model_pipeline_us(3, d3, c3, p3, 1, rank_end), 15, 0);
+    CHECK_NEAR(mp_cost_pipeline_us(3, d3, c3, p3, 1, rank_end), 15, 0);
     /* a combine waits for every rank: F0 ends 7 (rank 0) and 3 (rank 1), C0 7–8; F1 rank 0
      * 7–8, rank 1 4–9; C1 9–10 */
     double d4[] = {2, 2}, c4[] = {1, 1}, p4[] = {5, 1, 1, 5};
-    CHECK_NEAR(mp_model_pipeline_us(2, d4, c4, p4, 2, rank_end), 10, 0);
+    CHECK_NEAR(mp_cost_pipeline_us(2, d4, c4, p4, 2, rank_end), 10, 0);
     CHECK_NEAR(rank_end[0], 8, 0);
     CHECK_NEAR(rank_end[1], 9, 0);
 

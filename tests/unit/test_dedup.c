@@ -7,7 +7,7 @@
 #include "check.h"
 #include "dedup.h"
 #include "error.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 
 #define EP 8

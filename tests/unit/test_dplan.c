@@ -11,7 +11,7 @@
 #include "error.h"
 #include "padded.h"
 #include "padded_oracle.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 
 /* One source rank of one case: the backend plan against the host plan, dynamic and padded. */

@@ -20,7 +20,7 @@ static long flushes, marks_after_flush, flushes_inside;
 static int inside; /* between a START mark and the iteration's last mark */
 static int last_was_flush;
 
-/* core/layer.c's marks: START begins an iteration; ALIGN (this rank's arrival at the start
+/* core/layer/layer.c's marks: START begins an iteration; ALIGN (this rank's arrival at the start
  * barrier) comes between the flush and START, and is not work on the device */
 enum { SPY_MARK_START = 0, SPY_MARK_ALIGN = 6 };
 

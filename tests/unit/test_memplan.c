@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "error.h"
-#include "plan.h"
+#include "capacity_plan.h"
 
 /* One candidate of `model` on h100-ndr (80 GB, 10% reserve) at one layout, placement and batch. */
 static int plan_one(const char *model, const char *routing, int tp, int ep, int replicate,

@@ -7,7 +7,7 @@
 #include "error.h"
 #include "padded.h"
 #include "padded_oracle.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 
 #define EP 3

@@ -1,4 +1,4 @@
-/* test_plan_dedup.c - the deduplicated dispatch's host plan (core/plan_dedup.h) against a brute
+/* test_plan_dedup.c - the deduplicated dispatch's host plan (core/layer/dispatch_plan_dedup.h) against a brute
  * force: in rank mode every rank sends each token once to each rank serving one of its pairs (the
  * rows mp_dedup_count counts for the model), the metadata names exactly the pairs served there
  * with their weights, and a destination's expansion of the rows it receives runs each pair it
@@ -11,8 +11,8 @@
 #include "check.h"
 #include "dedup.h"
 #include "error.h"
-#include "plan.h"
-#include "plan_dedup.h"
+#include "dispatch_plan.h"
+#include "dispatch_plan_dedup.h"
 #include "routing.h"
 
 #define EP 6

@@ -6,7 +6,7 @@
 #include "check.h"
 #include "dedup.h"
 #include "error.h"
-#include "plan.h"
+#include "capacity_plan.h"
 
 int main(void)
 {

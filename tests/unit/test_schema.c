@@ -212,7 +212,7 @@ static void check_doc(const char *path, int write)
             bl--;
         const char *be = strchr(bl, '\n');
         fprintf(stderr,
-                "%s line %d differs from the schema (core/schema.c); expected:\n%.*s\n"
+                "%s line %d differs from the schema (core/results/schema.c); expected:\n%.*s\n"
                 "rewrite the tables with: test_schema --write %s FIGURES\n",
                 path, line, (int)(be ? be - bl : (long)strlen(bl)), bl, path);
         check_failures++;

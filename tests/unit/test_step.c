@@ -1,4 +1,4 @@
-/* test_step.c - unit test of the whole decode step's model (core/step.c): each part against its
+/* test_step.c - unit test of the whole decode step's model (core/cluster_model/step.c): each part against its
  * closed form on a profile where only memory (or only compute) costs time, the KV cache's split
  * over the TP group, sliding windows, and the step's composition with one and two micro-batches. */
 #include <math.h>

@@ -1,5 +1,5 @@
 /* test_vexec.c - the model's traced ranks against its traffic builders: every virtual rank runs
- * the layer's own stages (core/vexec.c), and what they did, read off their records, exchanges and
+ * the layer's own stages (core/cluster_model/vexec.c), and what they did, read off their records, exchanges and
  * expert FFNs, must be, to the bit, what each dispatch mode's model_traffic counts for the same
  * draws: per rank its tokens, pairs, local pairs, dropped pairs, rows, FFN rows, active experts
  * and bytes per phase and link class, per chunk its rows and active experts, and every exchange

@@ -280,12 +280,12 @@ int main(void)
     CHECK_INT(mp_vtraffic_build(&h100, &model, 1, EP, 5, &pt, &t, &ndraws), MP_OK);
     CHECK_INT(t[0].nchunks, 1);
     const struct mp_vexchange *a = &t[0].a2a;
-    double data = mp_model_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra,
+    double data = mp_cost_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra,
                                        a->uses_inter, a->incast);
-    double counts = mp_model_exchange_us(&h100, 0, 0, a->uses_intra, a->uses_inter, 1);
+    double counts = mp_cost_exchange_us(&h100, 0, 0, a->uses_intra, a->uses_inter, 1);
     double slowest = 0, HD = (double)model.hidden * model.ffn;
     for (int p = 0; p < EP; p++) {
-        double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
+        double f = mp_cost_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
                                    3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p],
                                    MP_GEMM_LOOP);
         slowest = f > slowest ? f : slowest;
@@ -353,14 +353,14 @@ int main(void)
         CHECK_NEAR(t[0].ffn_rows[p], (double)placement.max_local * EP * cap + t[0].tokens[p], 0);
         CHECK_INT(t[0].active[p], placement.max_local + model.shared);
         kept += t[0].rows[p];
-        double f = mp_model_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
+        double f = mp_cost_ffn_us(&h100, 6 * HD * t[0].ffn_rows[p],
                                    3 * HD * t[0].active[p] * h100.elem_bytes, t[0].active[p],
                                    MP_GEMM_LOOP);
         slowest = f > slowest ? f : slowest;
     }
     CHECK_NEAR(kept, 256.0 * model.topk, 0); /* every pair kept */
     a = &t[0].a2a;
-    data = mp_model_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra, a->uses_inter,
+    data = mp_cost_exchange_us(&h100, a->intra_max, a->inter_max, a->uses_intra, a->uses_inter,
                                 a->incast);
     struct mp_rank_iter pr[EP];
     mp_vtraffic_time(&h100, &model, &t[0], pr);

@@ -11,7 +11,7 @@
 #include "cluster.h"
 #include "error.h"
 #include "placement.h"
-#include "plan.h"
+#include "dispatch_plan.h"
 #include "routing.h"
 #include "vlayer.h"
 

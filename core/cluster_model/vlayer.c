@@ -1,0 +1,607 @@
+/* vlayer.c - the layer pipeline for virtual ranks (see vlayer.h and docs/planning.md). */
+#include "vlayer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "dedup.h"
+#include "dispatch.h"
+#include "dtype.h"
+#include "error.h"
+#include "expert_cache.h"
+#include "fp8.h"
+#include "padded.h"
+#include "dispatch_plan.h"
+#include "dispatch_plan_dedup.h"
+#include "routing.h"
+#include "topo.h"
+#include "vdraws.h"
+#include "vexec.h"
+#include "vtraffic.h"
+
+/* mp_memory_budget(0, 1) for a point that needs `need` bytes: a reading of the host's available
+ * memory less than a second old is reused while the point needs at most half of it (a sweep's
+ * points then read /proc/meminfo about once a second, not once each); a point nearer the budget
+ * reads it afresh. */
+static double model_memory_budget(double need)
+{
+    static double budget, read_at_us = -1;
+    double now = mp_now_us();
+    if (read_at_us < 0 || now - read_at_us > 1e6 || budget <= 0 || need > 0.5 * budget) {
+        budget = mp_memory_budget(0, 1);
+        read_at_us = now;
+    }
+    return budget;
+}
+
+/* Test hook: MOEPERF_MODEL_TRACED=1 takes every point's traffic from traced ranks (core/cluster_model/vexec.h)
+ * instead of the dispatch mode's builder, which must give the same bytes. */
+static int traced_wanted(void)
+{
+    const char *v = getenv("MOEPERF_MODEL_TRACED");
+    return v && strcmp(v, "1") == 0;
+}
+
+
+
+int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                      uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
+                      int *ndraws)
+{
+    const struct mp_placement *pl = pt->placement;
+    long T = pt->batch * pt->seq;
+    int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
+    /* the measured layer's pool: one draw per warm-up and timed iteration, at most
+     * MP_ROUTING_POOL_DRAWS without a cache (core/layer/routing_pool.c) */
+    int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
+    int N = pt->overlap > 1 ? pt->overlap : 1;
+    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
+        return MP_ERR_USAGE;
+    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
+    mp_vtraffic_fn traffic = mode->model_traffic;
+    if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
+        return MP_ERR_USAGE;
+    if (pt->cache.slots > 0 && (N > 1 || pt->dedup != MP_DEDUP_PAIR ||
+                                (traffic != mp_vtraffic_dynamic && traffic != mp_vtraffic_padded))) {
+        mp_usage("--expert-cache with %s: the model times the cache of the unpipelined dynamic "
+                 "and padded dispatches with --dedup pair only so far; measure it on a host "
+                 "backend", N > 1 ? "--overlap" : pt->dedup != MP_DEDUP_PAIR ? "--dedup" : "this dispatch");
+        return MP_ERR_USAGE;
+    }
+    if (pt->cache.slots > 0 && !(cl->pcie_bw > 0)) {
+        mp_usage("--expert-cache: the cluster profile %s has no pcie_bw (the host-to-device "
+                 "bandwidth a fetch runs at); give one in its file", cl->name);
+        return MP_ERR_USAGE;
+    }
+    size_t pairs = (size_t)T * K;
+    /* refuse before allocating: the draws, the ep×ep traffic matrices (one per chunk too, two
+     * for the dedup counts) and the per-rank arrays */
+    int matrices = N > 1 ? N + 1 : 1 + 2 * (pt->dedup != MP_DEDUP_PAIR);
+    double need = (double)pairs * 8 + (double)ep * ep * 8 * matrices +
+                  (double)ep * L * 8 + (double)P * ep * 8 * (11 + (N > 1 ? 2 * N : 0)) +
+                  (double)(T / ep + 1) * K * 16;
+    double budget = model_memory_budget(need);
+    if ((budget > 0 && need > budget) || (double)(T / ep + 1) * K > 2147483647.0) {
+        mp_usage("modelling batch %ld × seq %d × top-%d on %d EP ranks needs about %.3g GB, more "
+                 "than this host can give (%.3g GB); lower --batch, --seq or the EP size",
+                 pt->batch, pt->seq, K, ep, need / 1e9, budget / 1e9);
+        return MP_ERR_USAGE;
+    }
+    /* a mode without a traffic builder, or any when a test asks (MOEPERF_MODEL_TRACED=1): the
+     * traffic of the layer's own stages */
+    if (!traffic || traced_wanted())
+        return mp_vexec_build(cl, m, tp, ep, seed, pt, out, ndraws);
+    struct mp_plan plan = {0};
+    struct mp_dedup_counts dedup = {0};
+    struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
+    int32_t *ids = malloc(pairs * sizeof *ids);
+    float *w = malloc(pairs * sizeof *w);
+    double *rows_to = malloc(sizeof(double) * (size_t)ep * ep);
+    double *exp_rows = malloc(sizeof(double) * (size_t)ep * L);
+    double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
+    int nholders = pl->holder_off[pl->experts];
+    int *holder_li = malloc(((size_t)nholders + 1) * sizeof *holder_li);
+    struct mp_vsole *sole = malloc(((size_t)pl->experts + 1) * sizeof *sole);
+    long *counts = calloc((size_t)ep * (1 + L + 6), sizeof *counts);
+    if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) || !holder_li ||
+        !sole || !counts ||
+        mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK ||
+        (pt->dedup != MP_DEDUP_PAIR && mp_dedup_alloc(&dedup, ep) != MP_OK))
+        goto out;
+    for (int x = 0; x < pl->experts; x++) { /* each holder's local index of x, for route_pair */
+        int h0 = pl->holder_off[x], h1 = pl->holder_off[x + 1];
+        for (int h = h0; h < h1; h++)
+            holder_li[h] = mp_placement_local_index(pl, pl->holders[h], x);
+        sole[x] = h1 - h0 == 1 ? (struct mp_vsole){pl->holders[h0], holder_li[h0]}
+                               : (struct mp_vsole){-1, -1};
+    }
+    for (int d = 0; d < P; d++) {
+        if (mp_vtraffic_start(&t[d], cl, m, tp, ep, pt) != MP_OK)
+            goto out;
+        mp_vdraws_get(pt->routing, seed, d, T, ids, w); /* mp_routing_draw's, kept */
+        struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = ids, .w = w,
+                                .plan = &plan, .rows_to = rows_to, .exp_rows = exp_rows,
+                                .chunk_to = chunk_to,
+                                .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL,
+                                .holder_li = holder_li, .sole = sole, .counts = counts};
+        traffic(&t[d], &draw);
+        if (pt->cache.slots > 0) { /* the experts each rank's FFN reads in this draw */
+            t[d].max_local = L;
+            t[d].used = malloc((size_t)ep * L);
+            t[d].used_rows = malloc((size_t)ep * L * sizeof *t[d].used_rows);
+            if (!t[d].used || !t[d].used_rows)
+                goto out;
+            /* padded: every local expert runs its slots, ep · cap rows, padding included (as
+             * its ffn_rows count them) */
+            int padded = traffic == mp_vtraffic_padded;
+            double slot_rows = padded ? (double)ep * mp_padded_capacity((T + ep - 1) / ep, K,
+                                                                        m->experts,
+                                                                        pt->dispatch_arg, 1)
+                                      : 0;
+            for (int p = 0; p < ep; p++)
+                for (int l = 0; l < L; l++) {
+                    size_t i = (size_t)p * L + l;
+                    int held = l < mp_placement_nlocal(pl, p);
+                    t[d].used[i] = held && (padded ? slot_rows > 0 : exp_rows[i] > 0);
+                    t[d].used_rows[i] = !t[d].used[i] ? 0 : padded ? slot_rows : exp_rows[i];
+                }
+        }
+    }
+    rc = MP_OK;
+out:
+    if (rc != MP_OK) {
+        mp_error("out of memory modelling %d ranks at batch %ld", tp * ep, pt->batch);
+        mp_vtraffic_free(t, P);
+    } else {
+        *out = t;
+        *ndraws = P;
+    }
+    mp_plan_free(&plan);
+    mp_dedup_free(&dedup);
+    free(ids);
+    free(w);
+    free(rows_to);
+    free(exp_rows);
+    free(chunk_to);
+    free(holder_li);
+    free(sole);
+    free(counts);
+    return rc;
+}
+
+/* The counts of EP rank p that every one of its TP ranks records. */
+static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter *x)
+{
+    x->tokens = t->tokens[p];
+    x->rows = t->rows[p];
+    x->ffn_rows = t->ffn_rows[p];
+    x->pairs = t->pairs[p];
+    x->local_pairs = t->local[p];
+    x->bytes_sent = t->bytes_sent[p];
+    x->dispatch_intra = t->dispatch_intra[p];
+    x->dispatch_inter = t->dispatch_inter[p];
+    x->combine_intra = t->combine_intra[p];
+    x->combine_inter = t->combine_inter[p];
+    x->dropped = t->dropped[p];
+    x->start_skew = 0; /* the model's ranks start together */
+    x->dispatch_inter_us = x->dispatch_intra_us = NAN; /* set by a --dedup node timing */
+    x->combine_inter_us = x->combine_intra_us = NAN;
+    x->cache_hits = x->cache_misses = x->fetch_bytes = x->fetch_us = 0; /* no cache modelled */
+}
+
+/* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */
+static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
+                       const struct mp_vtraffic *t, int p)
+{
+    double gate = t->gate ? 2.0 * m->hidden * m->experts * t->tokens[p] /
+                                (cl->flops * cl->flops_eff) * 1e6
+                          : 0;
+    return cl->launch_us + gate;
+}
+
+/* Expert FFN of `rows` rows (shared ones included) over `active` experts on one rank: the roofline
+ * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (docs/METRICS.md, Expert FFN
+ * alone), or with --weight-dtype fp8 the fp8 rate and the bytes of codes and block scales
+ * (mp_cost_expert_ffn_us). */
+static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
+                     int active, const struct mp_vtraffic *t)
+{
+    return mp_cost_expert_ffn_us(cl, m->hidden, m->ffn / tp, rows, active, t->weight_dtype,
+                                  t->gemm);
+}
+
+/* The debug straggler's extra FFN time at world rank ep_rank·tp + tp_rank, and what a TP peer of
+ * it waits for in the TP reduce (the allreduce ends when the straggler joins). */
+static double straggle_ffn(const struct mp_vtraffic *t, int p, int k)
+{
+    return t->straggle_us > 0 && p * t->tp + k == t->straggle_rank ? t->straggle_us : 0;
+}
+
+static double straggle_wait(const struct mp_vtraffic *t, int p, int k)
+{
+    int s = t->straggle_rank;
+    return t->straggle_us > 0 && t->tp > 1 && s / t->tp == p && s % t->tp != k ? t->straggle_us
+                                                                               : 0;
+}
+
+/* The count exchange that precedes a dispatch's data (the notify phase): one latency-bound round
+ * on the links the data uses, or nothing for a mode that sends fixed sizes (padded). */
+static double count_round_us(const struct mp_cluster *cl, const struct mp_vtraffic *t)
+{
+    return t->count_exchange ? mp_cost_exchange_us(cl, 0, 0, t->a2a.uses_intra,
+                                                    t->a2a.uses_inter, 1)
+                             : 0;
+}
+
+/* The pipelined layer (docs/planning.md): each chunk's dispatch and combine are one exchange round
+ * plus launch, its FFN the roofline on its rows and experts, its TP reduce an allreduce of its
+ * rows; mp_cost_pipeline_us schedules them after the one count exchange of all chunks. Node
+ * deduplicated, as core/layer/dispatch_dedup_pipelined.c runs it: the inter-node phase out and back is
+ * the chunk's dispatch and combine, its intra-node phase out and back runs in the chunk's compute
+ * step, before the FFN and after the TP reduce. */
+static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m,
+                           const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
+{
+    int tp = t->tp, ep = t->ep, N = t->nchunks;
+    double row_bytes = m->hidden * cl->elem_bytes;
+    double *blk = malloc(sizeof(double) * ((size_t)N * ep + 3 * (size_t)N + 3 * (size_t)ep));
+    if (!blk) { /* no schedule without memory: a point of NANs rather than a wrong number */
+        for (int r = 0; r < tp * ep; r++)
+            ranks[r].route = ranks[r].notify = ranks[r].dispatch = ranks[r].ffn =
+                ranks[r].tp_reduce = ranks[r].combine = NAN;
+        return;
+    }
+    double *compute = blk, *dispatch = compute + (size_t)N * ep, *combine = dispatch + N;
+    double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
+    double *intra = reduce + ep; /* [N] node: the intra-node phase out and back, in compute */
+    double counts = count_round_us(cl, t);
+    for (int k = 0; k < N; k++)
+        intra[k] = 0;
+    for (int k = 0; k < N && !t->chunk_hop; k++) {
+        const struct mp_vexchange *x = &t->chunk_a2a[k];
+        double data = mp_cost_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
+                                           x->uses_inter, x->incast);
+        double f = t->dispatch_scale; /* the dispatch's rows in --dispatch-dtype */
+        dispatch[k] = cl->launch_us + (f == 1 ? data
+                                              : mp_cost_exchange_us(cl, f * x->intra_max,
+                                                                     f * x->inter_max,
+                                                                     x->uses_intra, x->uses_inter,
+                                                                     x->incast));
+        combine[k] = cl->launch_us + data;
+    }
+    if (t->chunk_hop) { /* deduplicated: each hop's counts and metadata first, then rows only */
+        counts = 0;
+        for (int h = 0; h < t->dedup_hops; h++) {
+            const struct mp_vexchange *x = &t->meta[h];
+            counts += mp_cost_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1) +
+                      mp_cost_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
+                                           x->uses_inter, x->incast);
+        }
+        for (int k = 0; k < N; k++) {
+            double out[2] = {0, 0}, back[2] = {0, 0};
+            for (int h = 0; h < t->dedup_hops; h++) {
+                const struct mp_vexchange *x = &t->chunk_hop[2 * k + h];
+                const struct mp_vexchange *y = &t->chunk_back[2 * k + h];
+                out[h] = cl->launch_us + mp_cost_exchange_us(cl, x->intra_max, x->inter_max,
+                                                              x->uses_intra, x->uses_inter,
+                                                              x->incast);
+                back[h] = cl->launch_us + mp_cost_exchange_us(cl, y->intra_max, y->inter_max,
+                                                               y->uses_intra, y->uses_inter,
+                                                               y->incast);
+            }
+            dispatch[k] = out[0];
+            combine[k] = back[0];
+            intra[k] = out[1] + back[1];
+        }
+    }
+    for (int p = 0; p < ep; p++) {
+        ffn[p] = reduce[p] = 0;
+        for (int k = 0; k < N; k++) {
+            double rows = t->chunk_rows[k * ep + p] + (k == 0 ? m->shared * t->tokens[p] : 0);
+            double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p], t);
+            double r = mp_cost_allreduce_us(cl, rows * row_bytes, tp);
+            compute[(size_t)k * ep + p] = intra[k] + f + r;
+            ffn[p] += f;
+            reduce[p] += r;
+        }
+        if (t->straggle_us > 0 && t->straggle_rank / tp == p) /* its whole TP group waits */
+            compute[p] += t->straggle_us;
+    }
+    double end = counts + mp_cost_pipeline_us(N, dispatch, combine, compute, ep, rank_end);
+    for (int p = 0; p < ep; p++)
+        for (int k = 0; k < tp; k++) {
+            struct mp_rank_iter *x = &ranks[p * tp + k];
+            x->route = route_us(cl, m, t, p);
+            x->ffn = ffn[p] + straggle_ffn(t, p, k);
+            x->tp_reduce = reduce[p] + straggle_wait(t, p, k);
+            x->notify = counts;
+            x->dispatch = end - counts - x->ffn - x->tp_reduce; /* the data's exposed part */
+            x->combine = 0;
+            rank_counts(t, p, x);
+        }
+    free(blk);
+}
+
+void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
+                      const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
+{
+    if (t->nchunks > 1) {
+        time_pipelined(cl, m, t, ranks);
+        return;
+    }
+    int tp = t->tp, ep = t->ep;
+    double row_bytes = m->hidden * cl->elem_bytes;
+    const struct mp_vexchange *a = &t->a2a;
+    double counts = count_round_us(cl, t);
+    double data = mp_cost_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
+                                       a->uses_inter, a->incast);
+    double ds = t->dispatch_scale; /* the dispatch's rows in --dispatch-dtype */
+    double dispatch = cl->launch_us + (ds == 1 ? data
+                                               : mp_cost_exchange_us(cl, ds * a->intra_max,
+                                                                      ds * a->inter_max,
+                                                                      a->uses_intra, a->uses_inter,
+                                                                      a->incast));
+    double combine = cl->launch_us + data;
+    double hop_d[2] = {0, 0}, hop_c[2] = {0, 0}; /* each hop's share of dispatch and combine */
+    if (t->dedup_hops) { /* node: the inter-node phase, then the intra-node phase (the direct rows
+                          * and the forwards, on the EP group's node groups); combine back */
+        counts = dispatch = combine = 0;
+        for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
+            const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
+            /* the first hop's count round is the notify phase, as measured; node's second one
+             * (the intra-node phase's counts, its forwards' known only once the first phase's
+             * rows arrived) is dispatch, the intra-node phase's share as measured; a padded hop
+             * sends fixed slots: no counts */
+            double round = t->count_exchange
+                               ? mp_cost_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1)
+                               : 0;
+            if (h == 0)
+                counts += round;
+            else
+                hop_d[h] += round;
+            hop_d[h] += cl->launch_us + mp_cost_exchange_us(cl, x->intra_max, x->inter_max,
+                                                             x->uses_intra, x->uses_inter,
+                                                             x->incast);
+            hop_c[h] = cl->launch_us + mp_cost_exchange_us(cl, y->intra_max, y->inter_max,
+                                                            y->uses_intra, y->uses_inter,
+                                                            y->incast);
+            dispatch += hop_d[h];
+            combine += hop_c[h];
+        }
+    }
+    double slowest = 0;
+    for (int p = 0; p < ep; p++) {
+        double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p], t);
+        double r = mp_cost_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
+        for (int k = 0; k < tp; k++) {
+            struct mp_rank_iter *x = &ranks[p * tp + k];
+            x->ffn = f + straggle_ffn(t, p, k) + (t->fetch_us ? t->fetch_us[p] : 0);
+            x->tp_reduce = r + straggle_wait(t, p, k);
+            slowest = fmax(slowest, x->ffn + x->tp_reduce);
+        }
+    }
+    for (int p = 0; p < ep; p++)
+        for (int k = 0; k < tp; k++) {
+            struct mp_rank_iter *x = &ranks[p * tp + k];
+            x->route = route_us(cl, m, t, p);
+            x->notify = counts;
+            x->dispatch = dispatch;
+            x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
+            rank_counts(t, p, x);
+            if (t->dedup_hops == 2) { /* node: dispatch = inter + intra, combine = wait + both */
+                x->dispatch_inter_us = hop_d[0];
+                x->dispatch_intra_us = hop_d[1];
+                x->combine_inter_us = hop_c[0];
+                x->combine_intra_us = hop_c[1];
+            }
+        }
+}
+
+/* The expert cache of every EP rank (docs/METRICS.md, "Expert cache"), as the measured layer
+ * keeps it: each draw accesses the rank's local experts with rows (padded: all) in order, warm-up
+ * iterations first; a miss costs the expert's stored bytes at the profile's pcie_bw. With a copy
+ * engine (copy_engine 1, as the cuda backend's copy stream) a fetch starts once the engine is free
+ * and the slot's last FFN done, and the FFN waits only for what is left of it; without (the cpu
+ * backend) the whole copy precedes the FFN. The TP ranks of an EP rank hold its experts' shards:
+ * each fetches its own, alike. */
+struct vcache {
+    int ep;
+    struct mp_expert_cache *c; /* [ep] */
+    double *hits, *misses, *fetch_us; /* [ep] the iteration's */
+    double expert_bytes, pcie_bw;
+    const struct mp_placement *pl;
+    const struct mp_cluster *cl;
+    int H, Dl, weight_dtype, gemm, copy_engine;
+    double *slot_free; /* [slots + 1] when each slot's last FFN ends (a copy engine's timeline) */
+};
+
+static void vcache_free(struct vcache *v)
+{
+    for (int p = 0; v->c && p < v->ep; p++)
+        mp_expert_cache_free(&v->c[p]);
+    free(v->c);
+    free(v->hits);
+    free(v->slot_free);
+    memset(v, 0, sizeof *v);
+}
+
+/* One iteration's accesses of draw t on every rank: its hits, misses and the fetch time its FFN
+ * phase waits for. The copy engine's timeline runs from the FFN phase's start: the engine copies
+ * one fetch after another, each once its slot's previous expert's FFN ended (each expert's FFN
+ * its own call, as the cache runs them); an FFN starts when the one before it ended and its fetch
+ * is done, and the wait is what it adds. */
+static void vcache_step(struct vcache *v, const struct mp_vtraffic *t)
+{
+    double copy_us = v->expert_bytes / v->pcie_bw * 1e6;
+    for (int p = 0; p < v->ep; p++) {
+        v->hits[p] = v->misses[p] = v->fetch_us[p] = 0;
+        double engine = 0, stream = 0; /* when the copy engine and the FFNs are free */
+        for (int s = 0; s <= v->c[p].spec.slots; s++)
+            v->slot_free[s] = 0;
+        for (int l = 0; l < mp_placement_nlocal(v->pl, p) && l < t->max_local; l++) {
+            size_t i = (size_t)p * t->max_local + l;
+            if (!t->used[i])
+                continue;
+            int miss, s = mp_expert_cache_access(&v->c[p], l, &miss);
+            v->hits[p] += !miss;
+            v->misses[p] += miss;
+            if (miss && !v->copy_engine) {
+                v->fetch_us[p] += copy_us;
+            } else if (miss) {
+                engine = fmax(engine, v->slot_free[s]) + copy_us;
+                v->fetch_us[p] += fmax(0, engine - stream);
+                stream = fmax(stream, engine);
+            }
+            stream += mp_cost_expert_ffn_us(v->cl, v->H, v->Dl, t->used_rows[i], 1,
+                                             v->weight_dtype, v->gemm);
+            v->slot_free[s] = stream;
+        }
+    }
+}
+
+static int vcache_start(struct vcache *v, const struct mp_cluster *cl, const struct mp_model *m,
+                        int tp, int ep, const struct mp_point *pt, const struct mp_vtraffic *t,
+                        int P, int warmup)
+{
+    const struct mp_placement *pl = pt->placement;
+    int H = m->hidden, Dl = m->ffn / tp;
+    v->ep = ep;
+    v->pl = pl;
+    v->pcie_bw = cl->pcie_bw;
+    v->cl = cl;
+    v->H = H;
+    v->Dl = Dl;
+    v->weight_dtype = pt->weight_dtype;
+    v->gemm = pt->gemm;
+    v->copy_engine = cl->copy_engine != 0;
+    v->slot_free = malloc((size_t)(pt->cache.slots + 1) * sizeof *v->slot_free);
+    v->expert_bytes = pt->weight_dtype == MP_DTYPE_FP8
+                          ? (double)(mp_fp8_image_bytes(H, Dl, 2) + mp_fp8_image_bytes(Dl, H, 1))
+                          : 3.0 * H * Dl * cl->elem_bytes;
+    v->c = calloc((size_t)ep, sizeof *v->c);
+    v->hits = calloc((size_t)ep * 3, sizeof *v->hits);
+    double *share = malloc((size_t)(pl->max_local > 0 ? pl->max_local : 1) * sizeof *share);
+    int rc = v->c && v->hits && share && v->slot_free ? MP_OK : MP_ERR_RUNTIME;
+    if (rc == MP_OK) {
+        v->misses = v->hits + ep;
+        v->fetch_us = v->hits + 2 * ep;
+    }
+    for (int p = 0; p < ep && rc == MP_OK; p++) {
+        int n = mp_placement_nlocal(pl, p);
+        for (int l = 0; l < n; l++) /* static's hottest: the routing's expected shares */
+            share[l] = pt->routing->prob ? pt->routing->prob[pl->local_ids[pl->local_off[p] + l]]
+                                         : 0;
+        rc = mp_expert_cache_init(&v->c[p], &pt->cache, n, share);
+    }
+    free(share);
+    for (int s = 0; s < warmup && rc == MP_OK; s++) /* the warm-up fills the caches */
+        vcache_step(v, &t[s % P]);
+    if (rc != MP_OK) {
+        vcache_free(v);
+        mp_error("out of memory modelling the expert cache of %d ranks", ep);
+    }
+    return rc;
+}
+
+int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                  uint64_t seed, const struct mp_point *pt, struct mp_point_result *res)
+{
+    double t_begin = mp_now_us();
+    int N = tp * ep, P = 0;
+    struct mp_vtraffic *t = NULL;
+    struct mp_iter_metrics *plain = NULL; /* the unpipelined reference of a pipelined point */
+    struct mp_rank_iter *scratch = NULL;
+    memset(res, 0, sizeof *res);
+    res->check_error = NAN;
+    res->check_error_unquantized = NAN;
+    res->overlap_efficiency = NAN;
+    res->mem_gb_per_gpu = NAN;
+    res->iters = pt->iters;
+    res->nranks = N;
+    res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
+    /* every record is written, by mp_vtraffic_time (every field, tests/unit/test_vlayer.c); the
+     * iterations from the draws' count on repeat earlier ones (rank_period) */
+    int period = pt->iters > 0 ? pt->iters : 1;
+    res->rank_period = period;
+    res->ranks = malloc((size_t)period * N * sizeof *res->ranks);
+    res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
+    if (pt->overlap > 1) {
+        plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);
+        scratch = calloc((size_t)N, sizeof *scratch);
+    }
+    if (!res->ranks || !res->metrics || (pt->overlap > 1 && (!plain || !scratch))) {
+        mp_point_result_free(res);
+        free(plain);
+        free(scratch);
+        mp_error("out of memory modelling %d ranks", N);
+        return MP_ERR_RUNTIME;
+    }
+    int rc = mp_vtraffic_build(cl, m, tp, ep, seed, pt, &t, &P);
+    if (rc != MP_OK) {
+        mp_point_result_free(res);
+        free(plain);
+        free(scratch);
+        return rc;
+    }
+    int warmup = pt->warmup > 0 ? pt->warmup : 0;
+    struct vcache vc = {0};
+    int caching = pt->cache.slots > 0;
+    if (caching && vcache_start(&vc, cl, m, tp, ep, pt, t, P, warmup) != MP_OK) {
+        mp_point_result_free(res);
+        mp_vtraffic_free(t, P);
+        free(plain);
+        free(scratch);
+        return MP_ERR_RUNTIME;
+    }
+    if (P < period && !caching) /* a cache's state carries over: no iteration repeats */
+        res->rank_period = P;
+    for (int it = 0; it < pt->iters; it++) {
+        /* timed iteration it is the layer's step warmup + it, which routes draw step mod P; the
+         * timing of a draw depends on nothing else, so an iteration P after another repeats it:
+         * its rank records are the same ones (rank_period), its metrics copied */
+        if (caching) {
+            struct mp_vtraffic *draw = &t[(warmup + it) % P];
+            struct mp_rank_iter *rec = res->ranks + (size_t)it * N;
+            vcache_step(&vc, draw);
+            draw->fetch_us = vc.fetch_us;
+            mp_vtraffic_time(cl, m, draw, rec);
+            draw->fetch_us = NULL;
+            for (int i = 0; i < N; i++) {
+                rec[i].cache_hits = vc.hits[i / tp];
+                rec[i].cache_misses = vc.misses[i / tp];
+                rec[i].fetch_bytes = vc.misses[i / tp] * vc.expert_bytes;
+                rec[i].fetch_us = vc.fetch_us[i / tp];
+            }
+            mp_metrics_iter(rec, N, tp, &res->metrics[it]);
+            continue;
+        }
+        if (it >= P) {
+            res->metrics[it] = res->metrics[it - P];
+            if (plain)
+                plain[it] = plain[it - P];
+            continue;
+        }
+        const struct mp_vtraffic *draw = &t[(warmup + it) % P];
+        mp_vtraffic_time(cl, m, draw, res->ranks + (size_t)it * N);
+        mp_metrics_iter(res->ranks + (size_t)it * N, N, tp, &res->metrics[it]);
+        if (pt->overlap > 1)
+            mp_metrics_pipelined(&res->metrics[it]);
+        if (plain) { /* the same draw with its phases one after the other */
+            struct mp_vtraffic whole = *draw;
+            whole.nchunks = 1;
+            mp_vtraffic_time(cl, m, &whole, scratch);
+            mp_metrics_iter(scratch, N, tp, &plain[it]);
+        }
+    }
+    if (plain)
+        res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
+    vcache_free(&vc);
+    mp_vtraffic_free(t, P);
+    free(plain);
+    free(scratch);
+    res->wall_us = mp_now_us() - t_begin;
+    res->timed_us = res->wall_us; /* the model's work is the whole point */
+    return MP_OK;
+}

@@ -1,0 +1,397 @@
+/* capacity_plan.c - the capacity planner's evaluation and findings (see capacity_plan.h, docs/planning.md). */
+#include "capacity_plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedup.h"
+#include "error.h"
+#include "placement.h"
+#include "stats.h"
+#include "vlayer.h"
+
+const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len)
+{
+    if (c->eplb > 0)
+        snprintf(buf, len, "eplb:%d", c->eplb);
+    else if (c->replicate > 0)
+        snprintf(buf, len, "replicate-hot:%d", c->replicate);
+    else
+        snprintf(buf, len, "contiguous");
+    return buf;
+}
+
+const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
+{
+    char pl[32];
+    mp_plan_placement(c, pl, sizeof pl);
+    int placed = c->replicate > 0 || c->eplb > 0;
+    const char *part[6] = {placed ? pl : NULL, NULL, NULL, NULL, NULL, NULL};
+    char ovl[32], dd[32];
+    if (c->overlap > 1) {
+        snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
+        part[1] = ovl;
+    }
+    if (c->dedup != MP_DEDUP_PAIR) {
+        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
+        part[2] = dd;
+    }
+    if (c->weight_dtype == MP_DTYPE_FP8)
+        part[3] = "fp8 weights";
+    if (c->dispatch_dtype == MP_DTYPE_FP8)
+        part[4] = "fp8 dispatch";
+    if (c->micro_batches > 1)
+        part[5] = "two micro-batches";
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 6; i++)
+        if (part[i] && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " + " : "", part[i]);
+    if (!used)
+        snprintf(buf, len, "%s", pl);
+    return buf;
+}
+
+/* Overlap 0 and 1 both mean no pipeline. */
+static int depth(const struct mp_plan_cand *c) { return c->overlap > 1 ? c->overlap : 1; }
+
+int mp_plan_same_setup(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+{
+    return a->tp == b->tp && a->ep == b->ep && a->replicate == b->replicate &&
+           a->eplb == b->eplb && depth(a) == depth(b) && a->dedup == b->dedup &&
+           a->weight_dtype == b->weight_dtype && a->dispatch_dtype == b->dispatch_dtype &&
+           a->micro_batches == b->micro_batches;
+}
+
+int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                     int *base, int *order, int max)
+{
+    int k = 0;
+    *base = -1;
+    for (int i = 0; i < n; i++) {
+        if (c[i].tp != at->tp || c[i].ep != at->ep || c[i].batch != at->batch)
+            continue;
+        if (c[i].micro_batches != at->micro_batches)
+            continue;
+        if (c[i].replicate == 0 && c[i].eplb == 0 && depth(&c[i]) == 1 &&
+            c[i].dedup == MP_DEDUP_PAIR && c[i].weight_dtype == MP_DTYPE_BF16 &&
+            c[i].dispatch_dtype == MP_DTYPE_BF16)
+            *base = i;
+        else if (k < max)
+            order[k++] = i;
+    }
+    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
+        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return k;
+}
+
+int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *at,
+                        int *order, int max)
+{
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++)
+        if (c[i].tp == at->tp && c[i].ep == at->ep && c[i].batch == at->batch &&
+            c[i].replicate == at->replicate && c[i].eplb == at->eplb && depth(&c[i]) == depth(at) &&
+            c[i].weight_dtype == at->weight_dtype && c[i].dispatch_dtype == at->dispatch_dtype &&
+            c[i].micro_batches == at->micro_batches)
+            order[k++] = i;
+    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
+        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return k;
+}
+
+/* The candidate's setup beside its layout, batch and placement. */
+struct setup {
+    int overlap, dedup, weight_dtype, dispatch_dtype, micro_batches;
+};
+
+/* With --expert-cache fit: the most experts per layer every EP rank of a candidate that does
+ * not fit can keep resident (static: one slot more for its staging) with the rest of its memory
+ * as it is, capped below the fewest experts a rank holds; 0 when offloading is off, the model
+ * cannot time the candidate's cache (pipelined, deduplicated, a profile without pcie_bw) or not
+ * even one slot fits. */
+static int offload_slots(const struct mp_plan_req *q, const struct mp_plan_cand *c,
+                         const struct mp_placement *pl, double usable, int overlap, int dedup)
+{
+    if (!q->offload || overlap > 1 || dedup != MP_DEDUP_PAIR || !(q->cluster.pcie_bw > 0) ||
+        !(usable > 0) || pl->max_local < 2)
+        return 0;
+    int fewest = pl->max_local;
+    for (int p = 0; p < pl->ep; p++)
+        if (mp_placement_nlocal(pl, p) < fewest)
+            fewest = mp_placement_nlocal(pl, p);
+    int staging = q->offload_policy == MP_CACHE_STATIC;
+    double per_expert = c->mem.routed / pl->max_local; /* one expert of every layer */
+    double room = usable - (c->mem.total - c->mem.routed);
+    long s = per_expert > 0 && room > 0 ? (long)floor(room / per_expert) - staging : 0;
+    if (s >= fewest)
+        s = fewest - 1;
+    return s >= 1 ? (int)s : 0;
+}
+
+static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
+                        struct setup su, long batch, struct mp_plan_cand *c)
+{
+    const struct mp_model *m = &q->model;
+    char spec[64];
+    int overlap = su.overlap, dedup = su.dedup;
+    c->replicate = R;
+    c->eplb = slots;
+    c->overlap = overlap;
+    c->dedup = dedup;
+    c->weight_dtype = su.weight_dtype;
+    c->dispatch_dtype = su.dispatch_dtype;
+    c->micro_batches = su.micro_batches;
+    mp_plan_placement(c, spec, sizeof spec);
+    struct mp_placement pl;
+    int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
+    if (rc != MP_OK)
+        return rc;
+    if ((rc = mp_placement_pack_nodes(&pl, tp, q->cluster.gpus_per_node)) != MP_OK) {
+        mp_placement_free(&pl);
+        return rc;
+    }
+    int mb = su.micro_batches > 1 ? su.micro_batches : 1; /* the layer runs one micro-batch */
+    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing,
+                          .placement = &pl,
+                          .iters = q->iters, .overlap = overlap, .dedup = dedup,
+                          .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
+    struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
+                                  .sequences = batch, .context = q->context,
+                                  .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
+                                  .nonexpert = q->nonexpert,
+                                  .expert_dtype = (enum mp_dtype)su.weight_dtype};
+    mp_gpumem_compute(m, &ml, &c->mem);
+    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
+    c->over = mp_gpumem_over(&c->mem, usable);
+    c->fits = !strcmp(c->over, "none");
+    c->cache_slots = 0;
+    int resident = c->fits ? 0 : offload_slots(q, c, &pl, usable, overlap, dedup);
+    if (resident > 0) { /* the largest cache that fits, its fetches timed by the model */
+        int staging = q->offload_policy == MP_CACHE_STATIC;
+        ml.max_local = resident + staging;
+        mp_gpumem_compute(m, &ml, &c->mem);
+        c->over = mp_gpumem_over(&c->mem, usable);
+        c->fits = !strcmp(c->over, "none");
+        c->cache_slots = resident;
+        pt.cache = (struct mp_cache_spec){.slots = resident, .policy = q->offload_policy};
+        pt.warmup = MP_ROUTING_POOL_DRAWS; /* the timed iterations in steady state */
+    }
+    struct mp_point_result res;
+    rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
+    mp_placement_free(&pl);
+    if (rc != MP_OK)
+        return rc;
+    int n = res.iters;
+    double tokens = (double)batch * q->seq;
+    struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
+                                .context = (double)q->context, .micro_batches = mb,
+                                .weight_dtype = su.weight_dtype};
+    struct mp_step_result st;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v || mp_step_of_point(&q->cluster, m, &step, res.metrics, n, &st) != MP_OK) {
+        free(v);
+        mp_point_result_free(&res);
+        return MP_ERR_RUNTIME;
+    }
+    struct mp_summary s;
+    double med[MP_ITER_METRICS];
+    for (size_t k = 0; k < MP_ITER_METRICS; k++) {
+        for (int i = 0; i < n; i++)
+            v[i] = ((const double *)&res.metrics[i])[k];
+        if (k == 0) {
+            mp_summarize(v, n, &s);
+            med[k] = s.p50;
+            c->layer_p99_us = s.p99;
+        } else {
+            med[k] = mp_percentile_select(v, n, 50);
+        }
+    }
+    free(v);
+    mp_point_result_free(&res);
+    const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
+    c->tp = tp;
+    c->ep = ep;
+    c->batch = batch;
+    c->layer_us = M->layer_us;
+    c->ffn_us = M->ffn_us;
+    c->comm_us = M->comm_us;
+    c->ratio = M->comm_comp_ratio;
+    c->bubble = M->bubble_ratio;
+    c->imbalance = M->load_imbalance;
+    c->hit = M->local_hit_rate;
+    c->cache_hit_rate = c->cache_slots > 0 ? M->cache_hit_rate : NAN;
+    /* the whole decode step (core/cluster_model/step.h); it yields one token per sequence: batch·seq tokens */
+    c->token_ms = st.p50[MP_STEP_TOTAL] / 1e3;
+    c->token_p99_ms = st.p99[MP_STEP_TOTAL] / 1e3;
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        c->part_ms[k] = st.p50[k] / 1e3;
+    c->moe_ffn_ms = st.moe_compute / 1e3; /* of the median step, as its other parts */
+    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - c->moe_ffn_ms - c->part_ms[MP_STEP_OVERLAP];
+    c->replica_tps = c->token_ms > 0 ? tokens / (c->token_ms / 1e3) : 0;
+    mp_plan_apply_targets(q, c);
+    return MP_OK;
+}
+
+void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
+{
+    c->dp = q->throughput > 0 && c->replica_tps > 0 ? (int)ceil(q->throughput / c->replica_tps) : 1;
+    if (c->dp < 1)
+        c->dp = 1;
+    c->gpus = c->tp * c->ep * c->dp;
+    c->tok_s_gpu = c->replica_tps / (c->tp * c->ep);
+    /* USD per million output tokens at the replicas' capacity: each GPU's price per second over
+     * the tokens per second each GPU yields */
+    c->usd_per_mtok = q->gpu_hour_price > 0 && c->tok_s_gpu > 0
+                          ? q->gpu_hour_price / 3600.0 / c->tok_s_gpu * 1e6
+                          : NAN;
+    int slo_ok = 1;
+    if (q->slo_token_ms > 0)
+        slo_ok = c->token_p99_ms <= q->slo_token_ms;
+    if (q->slo_layer_us > 0)
+        slo_ok = slo_ok && c->layer_p99_us <= q->slo_layer_us;
+    c->slo_ok = slo_ok;
+    c->meets = slo_ok && c->gpus <= q->max_gpus && c->fits;
+}
+
+void mp_plan_scale_times(const struct mp_plan_req *q, struct mp_plan_cand *c, double f)
+{
+    c->layer_us *= f;
+    c->layer_p99_us *= f;
+    c->ffn_us *= f;
+    c->comm_us *= f;
+    c->token_ms *= f;
+    c->token_p99_ms *= f;
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        c->part_ms[k] *= f;
+    c->moe_ffn_ms *= f;
+    c->moe_comm_ms *= f;
+    c->replica_tps /= f;
+    mp_plan_apply_targets(q, c);
+}
+
+int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
+{
+    static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16},
+                     one_batch[] = {1};
+    const int *mbs = q->nmicro > 0 ? q->micro_batches : one_batch;
+    int nmb = q->nmicro > 0 ? q->nmicro : 1;
+    const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
+    int novl = q->noverlap > 0 ? q->noverlap : 1;
+    const int *dds = q->ndedup > 0 ? q->dedups : pair_only;
+    int ndd = q->ndedup > 0 ? q->ndedup : 1;
+    const int *wds = q->nwdtype > 0 ? q->wdtypes : bf16, *sds = q->nddtype > 0 ? q->ddtypes : bf16;
+    int nwd = q->nwdtype > 0 ? q->nwdtype : 1, nsd = q->nddtype > 0 ? q->nddtype : 1;
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * nwd * nsd * nmb * q->nbatch,
+        k = 0,
+        rc = MP_OK;
+    struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
+    if (!c) {
+        mp_error("out of memory for %d candidates", cap);
+        return MP_ERR_RUNTIME;
+    }
+    for (int a = 0; a < q->ntp && rc == MP_OK; a++)
+        for (int b = 0; b < q->nep && rc == MP_OK; b++) {
+            int tp = q->tps[a], ep = q->eps[b];
+            if (q->model.ffn % tp || tp > q->cluster.gpus_per_node || ep > q->model.experts ||
+                (long)tp * ep > q->max_gpus)
+                continue;
+            /* placements: replicate-hot:R (0: contiguous), then eplb:SLOTS */
+            for (int r = 0; r < q->nrep + q->neplb && rc == MP_OK; r++) {
+                int R = r < q->nrep ? q->reps[r] : 0, slots = r < q->nrep ? 0 : q->eplbs[r - q->nrep];
+                if (r < q->nrep && (R > q->model.experts || (R > 0 && ep == 1)))
+                    continue; /* nothing to replicate onto */
+                if (r >= q->nrep &&
+                    (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
+                    continue; /* no room for that many redundant slots */
+                for (int o = 0; o < novl && rc == MP_OK; o++)
+                    for (int x = 0; x < ndd && rc == MP_OK; x++)
+                        for (int w = 0; w < nwd && rc == MP_OK; w++)
+                            for (int s = 0; s < nsd * nmb && rc == MP_OK; s++) {
+                                struct setup su = {ovl[o], dds[x], wds[w], sds[s / nmb],
+                                                   mbs[s % nmb]};
+                                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
+                                    rc = evaluate_one(q, tp, ep, R, slots, su, q->batches[i],
+                                                      &c[k++]);
+                            }
+            }
+        }
+    if (rc != MP_OK) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    *n = k;
+    return MP_OK;
+}
+
+long mp_plan_batch_cap(const struct mp_plan_cand *c, int n, const struct mp_plan_cand *like)
+{
+    long cap = -1;
+    for (int i = 0; i < n; i++)
+        if (mp_plan_same_setup(&c[i], like) && c[i].ratio <= 1 && c[i].batch > cap)
+            cap = c[i].batch;
+    return cap;
+}
+
+int mp_plan_best(const struct mp_plan_cand *c, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!c[i].meets)
+            continue;
+        if (best < 0 || c[i].gpus < c[best].gpus ||
+            (c[i].gpus == c[best].gpus && (c[i].token_p99_ms < c[best].token_p99_ms ||
+                                           (c[i].token_p99_ms == c[best].token_p99_ms &&
+                                            c[i].dp < c[best].dp))))
+            best = i;
+    }
+    return best;
+}
+
+int mp_plan_scaled_batch(const struct mp_plan_cand *c, int n, int best, int num, int den)
+{
+    if (best < 0 || c[best].batch * num % den != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (mp_plan_same_setup(&c[i], &c[best]) && c[i].batch == c[best].batch * num / den)
+            return i;
+    return -1;
+}
+
+/* 1 when a is cheaper than b: fewer GPUs, then a lower p99 token time. */
+static int cheaper(const struct mp_plan_cand *a, const struct mp_plan_cand *b)
+{
+    return a->gpus < b->gpus || (a->gpus == b->gpus && a->token_p99_ms < b->token_p99_ms);
+}
+
+int mp_plan_dropped(const struct mp_plan_cand *c, int n, int best, int max_gpus, int *order,
+                    int max)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].fits || !c[i].slo_ok || c[i].gpus > max_gpus ||
+            (best >= 0 && !cheaper(&c[i], &c[best])))
+            continue;
+        /* insert into the cheapest `max` so far, in order; ties keep sweep order */
+        int j = k < max ? k++ : max;
+        while (j > 0 && cheaper(&c[i], &c[order[j - 1]])) {
+            if (j < max)
+                order[j] = order[j - 1];
+            j--;
+        }
+        if (j < max)
+            order[j] = i;
+    }
+    return k;
+}
