@@ -1,5 +1,6 @@
 /* compare.c - loads two run directories of one tool, matches their points by the key columns,
- * compares the per-iteration samples of each metric and collects what run.json says about both. */
+ * and compares the per-iteration samples of each metric (what run.json says about both:
+ * compare_facts.c). */
 #define _GNU_SOURCE /* asprintf, vasprintf */
 #include "compare.h"
 
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "compare_internal.h"
 #include "error.h"
 #include "files.h"
 #include "results.h"
@@ -78,7 +80,7 @@ enum mp_cmp_verdict mp_cmp_verdict(long n_base, long n_new, double change, doubl
 
 /* ---- small helpers ---- */
 
-static char *xstrdup(const char *s)
+char *cmp_strdup(const char *s)
 {
     char *d = strdup(s ? s : "");
     if (!d)
@@ -97,7 +99,7 @@ static int file_exists(const char *dir, const char *name)
 
 /* Append a formatted warning to c->warn (printed to stderr when the load succeeds). Returns MP_OK
  * or MP_ERR_RUNTIME. */
-__attribute__((format(printf, 2, 3))) static int add_warn(struct mp_cmp *c, const char *fmt, ...)
+int cmp_add_warn(struct mp_cmp *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -239,7 +241,7 @@ static const struct tool_spec *find_tool(const char *dir, const char *which, int
 
 static int add_run(struct side *s, const char *dir)
 {
-    char *d = xstrdup(dir);
+    char *d = cmp_strdup(dir);
     char **r = d ? realloc(s->runs, (size_t)(s->nruns + 1) * sizeof *r) : NULL;
     if (!r) {
         free(d);
@@ -469,323 +471,6 @@ static void median_ci(double *v, long n, double *med, double *lo, double *hi)
     *hi = s.ci_hi;
 }
 
-/* ---- run.json ---- */
-
-static struct cJSON *load_runjson(const char *dir)
-{
-    char *path = mp_path_join(dir, "run.json");
-    if (!path)
-        return NULL;
-    FILE *f = fopen(path, "rb");
-    cJSON *j = NULL;
-    if (f) {
-        char *buf = NULL;
-        size_t len = 0, cap = 0, got;
-        char chunk[8192];
-        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-            if (len + got + 1 > cap) {
-                cap = 2 * (len + got + 1);
-                char *nb = realloc(buf, cap);
-                if (!nb) {
-                    free(buf);
-                    buf = NULL;
-                    break;
-                }
-                buf = nb;
-            }
-            memcpy(buf + len, chunk, got);
-            len += got;
-        }
-        fclose(f);
-        if (buf) {
-            buf[len] = '\0';
-            j = cJSON_Parse(buf);
-            free(buf);
-        }
-    }
-    free(path);
-    return j;
-}
-
-/* A JSON value as text: strings as they are, numbers with %.15g, anything else unformatted JSON;
- * "-" when absent. Heap string. */
-static char *json_text(const cJSON *v)
-{
-    if (!v || cJSON_IsNull(v))
-        return xstrdup("-");
-    if (cJSON_IsString(v))
-        return xstrdup(v->valuestring);
-    if (cJSON_IsNumber(v)) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "%.15g", v->valuedouble);
-        return xstrdup(buf);
-    }
-    if (cJSON_IsBool(v))
-        return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
-    char *s = cJSON_PrintUnformatted(v);
-    if (!s)
-        mp_error("out of memory");
-    return s;
-}
-
-static const cJSON *jget(const cJSON *o, const char *name)
-{
-    return o ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
-}
-
-/* A growable string. */
-struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-};
-
-static void sb_put(struct sbuf *b, const char *t)
-{
-    size_t n = strlen(t);
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = 2 * (b->len + n + 1);
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, t, n + 1);
-    b->len += n;
-}
-
-/* Finish: the string, "-" when empty, NULL (and message) when out of memory. */
-static char *sb_done(struct sbuf *b)
-{
-    if (b->oom) {
-        free(b->s);
-        mp_error("out of memory");
-        return NULL;
-    }
-    if (!b->s)
-        return xstrdup("-");
-    return b->s;
-}
-
-/* "build": "type, compiler, features". */
-static char *build_text(const cJSON *run)
-{
-    const cJSON *b = jget(run, "build");
-    if (!b)
-        return xstrdup("-");
-    struct sbuf sb = {0};
-    const char *parts[] = {"type", "compiler", "features"};
-    for (int i = 0; i < 3; i++) {
-        char *t = json_text(jget(b, parts[i]));
-        if (!t)
-            return NULL;
-        if (i)
-            sb_put(&sb, ", ");
-        sb_put(&sb, t);
-        free(t);
-    }
-    return sb_done(&sb);
-}
-
-/* ranks[].FIELD, consecutive repeats run-length compressed: "vm×2,node7". */
-static char *ranks_text(const cJSON *run, const char *field)
-{
-    const cJSON *ranks = jget(run, "ranks");
-    if (!cJSON_IsArray(ranks))
-        return xstrdup("-");
-    struct sbuf sb = {0};
-    int n = cJSON_GetArraySize(ranks);
-    for (int i = 0; i < n;) {
-        const cJSON *v = jget(cJSON_GetArrayItem(ranks, i), field);
-        const char *s = cJSON_IsString(v) ? v->valuestring : "?";
-        int j = i + 1;
-        while (j < n) {
-            const cJSON *w = jget(cJSON_GetArrayItem(ranks, j), field);
-            if (strcmp(cJSON_IsString(w) ? w->valuestring : "?", s) != 0)
-                break;
-            j++;
-        }
-        if (i)
-            sb_put(&sb, ", ");
-        sb_put(&sb, s);
-        if (j - i > 1) {
-            char cnt[32];
-            snprintf(cnt, sizeof cnt, " ×%d", j - i);
-            sb_put(&sb, cnt);
-        }
-        i = j;
-    }
-    return sb_done(&sb);
-}
-
-/* The NCCL_* and UCX_* variables (sorted "K=V" words): they configure the communication library.
- * OMPI_* is left out, as mpirun puts per-job identifiers there. */
-static char *env_text(const cJSON *run)
-{
-    const cJSON *env = jget(run, "env");
-    if (!cJSON_IsObject(env))
-        return xstrdup("-");
-    int n = cJSON_GetArraySize(env), k = 0;
-    char **words = calloc((size_t)(n > 0 ? n : 1), sizeof *words);
-    if (!words) {
-        mp_error("out of memory");
-        return NULL;
-    }
-    const cJSON *v;
-    int oom = 0;
-    cJSON_ArrayForEach(v, env)
-    {
-        if (!v->string || !cJSON_IsString(v))
-            continue;
-        if (strncmp(v->string, "NCCL_", 5) != 0 && strncmp(v->string, "UCX_", 4) != 0)
-            continue;
-        if (asprintf(&words[k], "%s=%s", v->string, v->valuestring) < 0) {
-            words[k] = NULL;
-            oom = 1;
-            break;
-        }
-        k++;
-    }
-    qsort(words, (size_t)k, sizeof *words, mp_cmp_str);
-    struct sbuf sb = {0};
-    for (int i = 0; i < k; i++) {
-        if (i)
-            sb_put(&sb, " ");
-        sb_put(&sb, words[i]);
-        free(words[i]);
-    }
-    free(words);
-    if (oom)
-        sb.oom = 1;
-    return sb_done(&sb);
-}
-
-/* argv without the program's directory and without the flags that do not change what is measured
- * (--out, --resume, --quiet) or that "debug" already shows (--inject-delay-us). */
-static char *argv_text(const cJSON *run)
-{
-    const cJSON *argv = jget(run, "argv");
-    if (!cJSON_IsArray(argv))
-        return xstrdup("-");
-    static const char *const drop_with_value[] = {"--out", "--inject-delay-us"};
-    static const char *const drop_alone[] = {"--resume", "--quiet"};
-    struct sbuf sb = {0};
-    int n = cJSON_GetArraySize(argv);
-    for (int i = 0; i < n; i++) {
-        const cJSON *a = cJSON_GetArrayItem(argv, i);
-        const char *s = cJSON_IsString(a) ? a->valuestring : "?";
-        if (i == 0) {
-            const char *slash = strrchr(s, '/');
-            sb_put(&sb, slash ? slash + 1 : s);
-            continue;
-        }
-        int skip = 0;
-        for (size_t d = 0; d < sizeof drop_with_value / sizeof *drop_with_value; d++) {
-            size_t l = strlen(drop_with_value[d]);
-            if (strcmp(s, drop_with_value[d]) == 0) {
-                skip = 2;
-            } else if (strncmp(s, drop_with_value[d], l) == 0 && s[l] == '=') {
-                skip = 1;
-            }
-        }
-        for (size_t d = 0; d < sizeof drop_alone / sizeof *drop_alone; d++)
-            if (strcmp(s, drop_alone[d]) == 0)
-                skip = 1;
-        if (skip) {
-            i += skip - 1;
-            continue;
-        }
-        sb_put(&sb, " ");
-        sb_put(&sb, s);
-    }
-    return sb_done(&sb);
-}
-
-static int add_fact(struct mp_cmp *c, const char *label, char *b, char *n,
-                    enum mp_cmp_fact_kind kind)
-{
-    char *l = xstrdup(label);
-    struct mp_cmp_fact *f = realloc(c->facts, (size_t)(c->nfacts + 1) * sizeof *f);
-    if (!b || !n || !l || !f) {
-        free(b);
-        free(n);
-        free(l);
-        if (f)
-            c->facts = f;
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
-    c->facts = f;
-    f[c->nfacts++] = (struct mp_cmp_fact){l, b, n, kind, strcmp(b, n) != 0};
-    return MP_OK;
-}
-
-/* What run.json says about each side, side by side, and a warning for every difference outside
- * the libraries under test. */
-static int collect_facts(struct mp_cmp *c)
-{
-    const cJSON *rb = c->run[0], *rn = c->run[1];
-    int rc = MP_OK;
-    MP_CHECK(add_fact(c, "tool", json_text(jget(rb, "tool")), json_text(jget(rn, "tool")),
-                      MP_FACT_SAME));
-    /* every field of "libraries" on either side */
-    const cJSON *lib[2] = {jget(rb, "libraries"), jget(rn, "libraries")};
-    for (int side = 0; side < 2; side++) {
-        const cJSON *v;
-        cJSON_ArrayForEach(v, lib[side])
-        {
-            if (!v->string || (side == 1 && jget(lib[0], v->string)))
-                continue;
-            char label[96];
-            snprintf(label, sizeof label, "libraries.%s", v->string);
-            MP_CHECK(add_fact(c, label, json_text(jget(lib[0], v->string)),
-                              json_text(jget(lib[1], v->string)), MP_FACT_LIBRARY));
-        }
-    }
-    MP_CHECK(add_fact(c, "git_revision", json_text(jget(rb, "git_revision")),
-                      json_text(jget(rn, "git_revision")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "build", build_text(rb), build_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "world (ranks)", json_text(jget(rb, "world")),
-                      json_text(jget(rn, "world")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "nodes", json_text(jget(rb, "nodes")), json_text(jget(rn, "nodes")),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "hosts (per rank)", ranks_text(rb, "host"), ranks_text(rn, "host"),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "devices (per rank)", ranks_text(rb, "device"), ranks_text(rn, "device"),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "cpu_model", json_text(jget(jget(rb, "topology"), "cpu_model")),
-                      json_text(jget(jget(rn, "topology"), "cpu_model")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "NCCL_/UCX_ environment", env_text(rb), env_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "command line", argv_text(rb), argv_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "debug", json_text(jget(rb, "debug")), json_text(jget(rn, "debug")),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "finished", json_text(jget(rb, "finished")),
-                      json_text(jget(rn, "finished")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "start", json_text(jget(rb, "start")), json_text(jget(rn, "start")),
-                      MP_FACT_INFO));
-    char nb[32], nn[32];
-    snprintf(nb, sizeof nb, "%d", c->nruns[0]);
-    snprintf(nn, sizeof nn, "%d", c->nruns[1]);
-    MP_CHECK(add_fact(c, "runs pooled", xstrdup(nb), xstrdup(nn), MP_FACT_INFO));
-
-    if (c->run[0] && c->run[1])
-        for (int i = 0; i < c->nfacts; i++) {
-            const struct mp_cmp_fact *f = &c->facts[i];
-            if (f->kind == MP_FACT_SAME && f->differs && strcmp(f->label, "debug") != 0 &&
-                strcmp(f->label, "finished") != 0)
-                MP_CHECK(add_warn(c, "the runs differ in more than the library under test: %s is "
-                                     "'%s' in base, '%s' in new",
-                                  f->label, f->base, f->new_));
-        }
-out:
-    return rc;
-}
-
 /* ---- loading ---- */
 
 char *mp_cmp_point_label(const struct mp_cmp *c, long point)
@@ -795,19 +480,19 @@ char *mp_cmp_point_label(const struct mp_cmp *c, long point)
     for (int k = 0; k < c->nkey; k++)
         if (c->key_varies[k]) {
             if (any)
-                sb_put(&sb, " ");
-            sb_put(&sb, c->key_cols[k]);
-            sb_put(&sb, "=");
-            sb_put(&sb, c->key_cells[point][k]);
+                cmp_sb_put(&sb, " ");
+            cmp_sb_put(&sb, c->key_cols[k]);
+            cmp_sb_put(&sb, "=");
+            cmp_sb_put(&sb, c->key_cells[point][k]);
             any = 1;
         }
     if (!any)
         for (int k = 0; k < c->nkey; k++) {
             if (k)
-                sb_put(&sb, ",");
-            sb_put(&sb, c->key_cells[point][k]);
+                cmp_sb_put(&sb, ",");
+            cmp_sb_put(&sb, c->key_cells[point][k]);
         }
-    return sb_done(&sb);
+    return cmp_sb_done(&sb);
 }
 
 /* The first key column in which the first points of two sides differ, or -1. */
@@ -827,29 +512,29 @@ static int side_runjson(struct mp_cmp *c, const struct side *sd, int side)
     int rc = MP_OK, slowed = 0, unfinished = 0, missing = 0;
     char *dbg = NULL;
     for (int r = 0; r < sd->nruns && rc == MP_OK; r++) {
-        cJSON *j = load_runjson(sd->runs[r]);
+        cJSON *j = cmp_load_runjson(sd->runs[r]);
         if (!j) {
             missing++;
             continue;
         }
-        const cJSON *d = jget(j, "debug");
+        const cJSON *d = cmp_jget(j, "debug");
         if (d && !cJSON_IsNull(d) && slowed++ == 0)
-            dbg = json_text(d);
-        unfinished += !cJSON_IsTrue(jget(j, "finished"));
+            dbg = cmp_json_text(d);
+        unfinished += !cJSON_IsTrue(cmp_jget(j, "finished"));
         if (r == 0)
             c->run[side] = j;
         else
             cJSON_Delete(j);
     }
     if (missing)
-        rc = add_warn(c, "%s: %d of %d run(s) without a valid run.json; their libraries and "
+        rc = cmp_add_warn(c, "%s: %d of %d run(s) without a valid run.json; their libraries and "
                          "configuration are unknown",
                       sd->dir, missing, sd->nruns);
     if (rc == MP_OK && slowed)
-        rc = add_warn(c, "%s: %d of %d run(s) deliberately slowed down (run.json debug: %s)",
+        rc = cmp_add_warn(c, "%s: %d of %d run(s) deliberately slowed down (run.json debug: %s)",
                       sd->dir, slowed, sd->nruns, dbg ? dbg : "?");
     if (rc == MP_OK && unfinished)
-        rc = add_warn(c, "%s: %d of %d run(s) did not finish their sweep (run.json)", sd->dir,
+        rc = cmp_add_warn(c, "%s: %d of %d run(s) did not finish their sweep (run.json)", sd->dir,
                       unfinished, sd->nruns);
     free(dbg);
     return rc;
@@ -888,7 +573,7 @@ static int load_sides(struct mp_cmp *c, struct side sd[2], const char *const dir
     memcpy(c->metrics, ts->metrics, sizeof ts->metrics);
     for (int s = 0; s < 2; s++) {
         c->nruns[s] = sd[s].nruns;
-        if (!(c->dir[s] = xstrdup(dirs[s]))) {
+        if (!(c->dir[s] = cmp_strdup(dirs[s]))) {
             rc = MP_ERR_RUNTIME;
             goto out;
         }
@@ -933,13 +618,13 @@ static int check_columns(struct mp_cmp *c, struct side sd[2], const char *const 
         goto out;
     }
     for (int k = 0; k < c->nkey; k++)
-        if (!(c->key_cols[k] = xstrdup(tb->cols[k]))) {
+        if (!(c->key_cols[k] = cmp_strdup(tb->cols[k]))) {
             rc = MP_ERR_RUNTIME;
             goto out;
         }
     for (int s = 0; s < 2; s++)
         if (sd[s].cut)
-            MP_CHECK(add_warn(c, "%s: %ld point(s) with samples but no row in the summary file "
+            MP_CHECK(cmp_add_warn(c, "%s: %ld point(s) with samples but no row in the summary file "
                                  "(cut short) are ignored",
                               dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
@@ -1008,7 +693,7 @@ static int match_points(struct mp_cmp *c, struct side sd[2], const char *const d
             break;
         }
         for (int k = 0; k < c->nkey && rc == MP_OK; k++)
-            if (!(c->key_cells[p][k] = xstrdup(cells[k])))
+            if (!(c->key_cells[p][k] = cmp_strdup(cells[k])))
                 rc = MP_ERR_RUNTIME;
     }
 out:
@@ -1079,15 +764,15 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         for (long p = 1; p < c->npoints && !c->key_varies[k]; p++)
             c->key_varies[k] = strcmp(c->key_cells[p][k], c->key_cells[0][k]) != 0;
     if (c->only_base)
-        MP_CHECK(add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
+        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
                           c->only_base, dirs[0], dirs[1]));
     if (c->only_new)
-        MP_CHECK(add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
+        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
                           c->only_new, dirs[1], dirs[0]));
 
     for (int s = 0; s < 2; s++)
         MP_CHECK(side_runjson(c, &sd[s], s));
-    MP_CHECK(collect_facts(c));
+    MP_CHECK(cmp_collect_facts(c));
     for (int i = 0; i < c->nwarn; i++)
         mp_warn("%s", c->warn[i]);
 out:

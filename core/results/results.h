@@ -46,6 +46,10 @@ void mp_csv_close(struct mp_csv *c);
 /* The key of a row: its first `nkey` cells as written (with separators). Returns a heap string. */
 char *mp_row_key(const struct mp_row *r, int nkey);
 
+/* Length of the first `nkey` cells of CSV text `s` (len bytes): up to the nkey-th comma outside
+ * quotes, or all of it (0 for nkey ≤ 0): the key mp_row_key and mp_csv_filter compare. */
+size_t mp_csv_key_len(const char *s, size_t len, int nkey);
+
 /* ---- reading ---- */
 
 /* A whole CSV file in memory: header and cells as strings (quotes removed). Lines starting with
