@@ -16,6 +16,7 @@
 #include "error.h"
 #include "expert_cache.h"
 #include "expert_store.h"
+#include "ffn_work.h"
 #include "harness.h"
 #include "memguard.h"
 #include "placement.h"
@@ -57,306 +58,9 @@ enum { MARK_START, MARK_FFN };
 /* --flush-cache: the flushes this rank made, one per timed iteration (run.json: cache_flushes) */
 static long cache_flushes;
 
-/* One point's rows: the critical rank's counts (every rank computes them alike) and this rank's
- * row layout. */
-struct work {
-    long total, tokens_per_rank;
-    long crit_rows;   /* rows of the EP rank with the most rows, shared rows included */
-    int crit_active;  /* its experts with at least one row, shared included */
-    long tok0, ntok;  /* this rank's own tokens */
-    int nact;         /* this rank's local experts with at least one row */
-    int *act_ids;     /* [nact] their global ids */
-    int *act_local;   /* [nact] their index among the rank's local experts (the cache's) */
-    long *row_off;    /* [nact+1] expert-major row offsets */
-    int32_t *row_tok; /* [row_off[nact]] the global token of every routed row */
-};
-
-/* This layout's expert weights on the device, generated on first use and kept across points. */
-struct wcache {
-    int n;            /* experts + shared */
-    enum mp_dtype dt; /* --weight-dtype they are stored in */
-    int blocked;      /* generated blocked: the sweep has fp8 weights (mp_weights_expert) */
-    void **wgu, **wd; /* [n], NULL until loaded */
-    float *hgu, *hd;  /* host scratch of one shard */
-};
-
-/* Device buffers of one point, allocated before timing. */
-struct bufs {
-    void *in, *xs, *out, *work;
-    void **wgu, **wd; /* [nact + shared] the pointers handed to expert_ffn */
-    int gemm;         /* enum mp_gemm, from --gemm */
-    int weight_dtype; /* enum mp_dtype of the weights */
-    /* --expert-cache: the rank's local experts' cache (routed experts read from its slots), and
-     * each iteration's counts: hits, accesses, bytes fetched, exposed fetch time */
-    struct mp_weight_cache *wc;
-};
-
-
-
-static void work_free(struct work *w)
-{
-    free(w->act_ids);
-    free(w->act_local);
-    free(w->row_off);
-    free(w->row_tok);
-    memset(w, 0, sizeof *w);
-}
-
-/* Route the whole batch (draw 0), serve every token-expert pair where the placement says (a token
- * lives on the EP rank that holds it), and count the rows of every rank's local experts. Fills
- * the critical rank's rows and active experts and this rank's row layout. */
-static int work_plan(struct work *w, const struct mp_session *s, const struct mp_layout *lay,
-                     const struct mp_routing *r, const struct mp_placement *pl, long batch)
-{
-    const struct mp_model *m = &s->model;
-    int K = m->topk, S = m->shared, ep = lay->ep, ml = pl->max_local > 0 ? pl->max_local : 1;
-    int me = s->comm->ep_rank, rc = MP_ERR_RUNTIME;
-    memset(w, 0, sizeof *w);
-    w->total = batch * s->o.seq;
-    w->tokens_per_rank = (w->total + ep - 1) / ep;
-    size_t pairs = (size_t)w->total * K;
-    int32_t *ids = malloc(pairs * sizeof *ids);
-    float *wt = malloc(pairs * sizeof *wt);
-    long *cnt = calloc((size_t)ep * ml, sizeof *cnt);
-    int *slot = malloc((size_t)ml * sizeof *slot);
-    long *pos = NULL;
-    if (!ids || !wt || !cnt || !slot)
-        goto oom;
-    mp_routing_draw(r, (uint64_t)s->o.seed, 0, w->total, 0, w->total, ids, wt);
-
-    for (int e = 0; e < ep; e++) {
-        long t0, n = mp_token_split(w->total, ep, e, &t0);
-        for (long t = t0; t < t0 + n; t++)
-            for (int k = 0; k < K; k++) {
-                int x = ids[t * K + k], d = mp_placement_dest(pl, e, x, t);
-                int li = mp_placement_local_index(pl, d, x);
-                if (li < 0) {
-                    mp_error("placement %s sent expert %d to rank %d, which holds no copy",
-                             pl->spec, x, d);
-                    goto out;
-                }
-                cnt[(size_t)d * ml + li]++;
-            }
-    }
-    w->crit_rows = -1;
-    for (int e = 0; e < ep; e++) {
-        long t0, n = mp_token_split(w->total, ep, e, &t0), rows = (long)S * n;
-        int active = n > 0 ? S : 0;
-        for (int i = 0; i < mp_placement_nlocal(pl, e); i++) {
-            rows += cnt[(size_t)e * ml + i];
-            active += cnt[(size_t)e * ml + i] > 0;
-        }
-        if (rows > w->crit_rows) {
-            w->crit_rows = rows;
-            w->crit_active = active;
-        }
-    }
-
-    /* this rank: its active experts, expert-major offsets and the token of every row */
-    w->ntok = mp_token_split(w->total, ep, me, &w->tok0);
-    int nl = mp_placement_nlocal(pl, me);
-    const int *lids = pl->local_ids + pl->local_off[me];
-    w->act_ids = malloc(((size_t)nl + 1) * sizeof *w->act_ids);
-    w->act_local = malloc(((size_t)nl + 1) * sizeof *w->act_local);
-    w->row_off = malloc(((size_t)nl + 1) * sizeof *w->row_off);
-    pos = malloc(((size_t)nl + 1) * sizeof *pos);
-    if (!w->act_ids || !w->act_local || !w->row_off || !pos)
-        goto oom;
-    w->row_off[0] = 0;
-    for (int i = 0; i < nl; i++) {
-        long c = cnt[(size_t)me * ml + i];
-        slot[i] = c > 0 ? w->nact : -1;
-        if (c > 0) {
-            w->act_ids[w->nact] = lids[i];
-            w->act_local[w->nact] = i;
-            w->row_off[w->nact + 1] = w->row_off[w->nact] + c;
-            pos[w->nact] = w->row_off[w->nact];
-            w->nact++;
-        }
-    }
-    w->row_tok = malloc(((size_t)w->row_off[w->nact] + 1) * sizeof *w->row_tok);
-    if (!w->row_tok)
-        goto oom;
-    for (int e = 0; e < ep; e++) {
-        long t0, n = mp_token_split(w->total, ep, e, &t0);
-        for (long t = t0; t < t0 + n; t++)
-            for (int k = 0; k < K; k++) {
-                int x = ids[t * K + k];
-                if (mp_placement_dest(pl, e, x, t) == me)
-                    w->row_tok[pos[slot[mp_placement_local_index(pl, me, x)]]++] = (int32_t)t;
-            }
-    }
-    rc = MP_OK;
-    goto out;
-oom:
-    mp_error("out of memory planning %ld tokens", w->total);
-out:
-    free(ids);
-    free(wt);
-    free(cnt);
-    free(slot);
-    free(pos);
-    if (rc != MP_OK)
-        work_free(w);
-    return rc;
-}
-
-static void wcache_free(struct wcache *wc, const struct mp_session *s)
-{
-    for (int i = 0; i < wc->n && wc->wgu; i++) {
-        if (wc->wgu[i])
-            s->cops->free(s->dev, wc->wgu[i]);
-        if (wc->wd[i])
-            s->cops->free(s->dev, wc->wd[i]);
-    }
-    free(wc->wgu);
-    free(wc->wd);
-    free(wc->hgu);
-    free(wc->hd);
-    memset(wc, 0, sizeof *wc);
-}
-
-static int wcache_init(struct wcache *wc, const struct mp_session *s, int tp, enum mp_dtype dt)
-{
-    size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / tp);
-    memset(wc, 0, sizeof *wc);
-    wc->dt = dt;
-    for (int i = 0; i < s->o.weight_dtype.n; i++) /* bf16 and fp8 points on the same weights */
-        wc->blocked |= strcmp(s->o.weight_dtype.v[i], "fp8") == 0;
-    wc->n = s->model.experts + s->model.shared;
-    wc->wgu = calloc((size_t)wc->n, sizeof(void *));
-    wc->wd = calloc((size_t)wc->n, sizeof(void *));
-    wc->hgu = malloc(H * 2 * Dl * sizeof(float));
-    wc->hd = malloc(Dl * H * sizeof(float));
-    if (!wc->wgu || !wc->wd || !wc->hgu || !wc->hd) {
-        mp_error("out of memory for expert weights");
-        wcache_free(wc, s);
-        return MP_ERR_RUNTIME;
-    }
-    return MP_OK;
-}
-
-/* Generate and store this rank's TP shard of `expert` in the cache's weight dtype unless it is
- * already on the device. */
-static int wcache_load(struct wcache *wc, const struct mp_session *s, int expert)
-{
-    const struct mp_comm *c = s->comm;
-    size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / c->tp);
-    if (wc->wgu[expert])
-        return MP_OK;
-    mp_weights_expert((uint64_t)s->o.seed, expert, s->model.hidden, s->model.ffn, c->tp,
-                      c->tp_rank, wc->blocked, wc->hgu, wc->hd);
-    return mp_expert_store(s->cops, s->dev, wc->dt, expert, (int)H, (int)Dl, wc->hgu, wc->hd,
-                           &wc->wgu[expert], &wc->wd[expert]);
-}
-
-static void bufs_free(struct bufs *b, const struct mp_session *s)
-{
-    const struct mp_compute_ops *o = s->cops;
-    if (b->in)
-        o->free(s->dev, b->in);
-    if (b->xs)
-        o->free(s->dev, b->xs);
-    if (b->out)
-        o->free(s->dev, b->out);
-    if (b->work)
-        o->free(s->dev, b->work);
-    free(b->wgu);
-    free(b->wd);
-    memset(b, 0, sizeof *b);
-}
-
-/* Refuse (on every rank alike) a point whose new weights and buffers would not fit in some rank's
- * budget: its GPU's free memory, or its share of the host's (mp_memory_agree). */
-static int memory_guard(const struct mp_session *s, const struct wcache *wc, const struct work *w,
-                        long batch)
-{
-    const struct mp_model *m = &s->model;
-    struct mp_comm *c = s->comm;
-    double H = m->hidden, Dl = (double)m->ffn / c->tp, elem = (double)s->cops->elem_size;
-    int fresh = 0;
-    for (int i = 0; i < w->nact; i++)
-        fresh += !wc->wgu[w->act_ids[i]];
-    for (int i = 0; i < m->shared; i++)
-        fresh += w->ntok > 0 && !wc->wgu[m->experts + i];
-    double routed = (double)w->row_off[w->nact], tok = (double)w->ntok;
-    double need = fresh * mp_expert_weight_bytes(wc->dt, (int)H, (int)Dl, elem) +
-                  (routed * 2 + tok * (1 + m->shared)) * H * elem +
-                  (routed > tok ? routed : tok) * (2 * Dl * elem + H * sizeof(float));
-    struct mp_mem_verdict v;
-    int fits = mp_memory_agree(c, s->cops, s->dev, s->o.max_memory, need, &v);
-    if (fits < 0)
-        return -fits;
-    if (!fits) {
-        mp_usage("--batch %ld with --hidden %d --ffn %d and %d experts on ep%d needs about %.3g GB "
-                 "per rank; rank %d (host %s) has %.3g GB free%s, its budget is %.3g GB (%s); "
-                 "lower --hidden/--ffn/--batch or use more ranks",
-                 batch, m->hidden, m->ffn, m->experts, c->ep, v.need / 1e9, v.rank, v.host,
-                 v.free_bytes / 1e9, s->cops->mem_info ? " on its GPU" : " on its host",
-                 v.budget / 1e9, v.source);
-        return MP_ERR_USAGE;
-    }
-    return MP_OK;
-}
-
-/* Weights, inputs and buffers of this rank for point `w`, all before timing. */
-static int bufs_make(struct bufs *b, const struct mp_session *s, struct wcache *wc,
-                     const struct work *w, struct mp_weight_cache *cache)
-{
-    const struct mp_compute_ops *o = s->cops;
-    const struct mp_model *m = &s->model;
-    size_t H = (size_t)m->hidden, Dl = (size_t)(m->ffn / s->comm->tp), S = (size_t)m->shared;
-    size_t routed = (size_t)w->row_off[w->nact], tok = (size_t)w->ntok;
-    size_t maxrows = S && tok ? tok : 0;
-    int rc = MP_OK;
-    float *host = NULL;
-    memset(b, 0, sizeof *b);
-    for (int i = 0; i < w->nact; i++) {
-        size_t n = (size_t)(w->row_off[i + 1] - w->row_off[i]);
-        maxrows = n > maxrows ? n : maxrows;
-    }
-    b->wgu = calloc((size_t)w->nact + S + 1, sizeof(void *));
-    b->wd = calloc((size_t)w->nact + S + 1, sizeof(void *));
-    b->in = o->alloc(s->dev, (routed ? routed : 1) * H);
-    b->xs = o->alloc(s->dev, (tok ? tok : 1) * H);
-    b->out = o->alloc(s->dev, (routed + S * tok + 1) * H);
-    if (routed > maxrows) /* grouped and skinny GEMMs hold every expert's rows at once */
-        maxrows = routed;
-    b->work = o->alloc(s->dev, (maxrows ? maxrows : 1) * 2 * Dl);
-    host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
-    if (!b->wgu || !b->wd || !b->in || !b->xs || !b->out || !b->work || !host) {
-        mp_error("out of memory for the buffers of %zu rows", routed + S * tok);
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
-    for (int i = 0; i < w->nact && !(cache && mp_weight_cache_on(cache)); i++) {
-        MP_CHECK(wcache_load(wc, s, w->act_ids[i]));
-        b->wgu[i] = wc->wgu[w->act_ids[i]];
-        b->wd[i] = wc->wd[w->act_ids[i]];
-    }
-    b->wc = cache && mp_weight_cache_on(cache) ? cache : NULL;
-    for (size_t i = 0; i < S && tok > 0; i++) {
-        MP_CHECK(wcache_load(wc, s, m->experts + (int)i));
-        b->wgu[w->nact + i] = wc->wgu[m->experts + i];
-        b->wd[w->nact + i] = wc->wd[m->experts + i];
-    }
-    /* routed rows hold their tokens' activations; the shared experts read the rank's own tokens */
-    for (size_t i = 0; i < routed; i++)
-        mp_activations((uint64_t)s->o.seed, w->row_tok[i], 1, (int)H, host + i * H);
-    if (routed)
-        MP_CHECK(o->upload(s->dev, b->in, host, routed * H));
-    if (tok) {
-        mp_activations((uint64_t)s->o.seed, w->tok0, (long)tok, (int)H, host);
-        MP_CHECK(o->upload(s->dev, b->xs, host, tok * H));
-    }
-out:
-    free(host);
-    return rc;
-}
-
 /* Queue this rank's FFN between the marks START and FFN: every active local expert, then every
  * shared expert on the rank's own tokens. */
-static int ffn_queue(const struct mp_session *s, const struct bufs *b, const struct work *w)
+static int ffn_queue(const struct mp_session *s, const struct ffn_bufs *b, const struct ffn_work *w)
 {
     const struct mp_compute_ops *o = s->cops;
     struct mp_compute *dev = s->dev;
@@ -400,7 +104,7 @@ out:
 /* One synchronized FFN iteration of this rank (docs/METRICS.md, Expert FFN alone): the device
  * drained, barrier, then the FFN queued (or, with `replay`, the captured FFN launched); duration
  * from its marks in *us. */
-static int ffn_iteration(const struct mp_session *s, const struct bufs *b, const struct work *w,
+static int ffn_iteration(const struct mp_session *s, const struct ffn_bufs *b, const struct ffn_work *w,
                          int replay, double *us)
 {
     const struct mp_compute_ops *o = s->cops;
@@ -417,7 +121,7 @@ out:
 }
 
 /* --graph: capture the point's FFN, marks included, after the warm-up grew every buffer. */
-static int ffn_capture(const struct mp_session *s, const struct bufs *b, const struct work *w)
+static int ffn_capture(const struct mp_session *s, const struct ffn_bufs *b, const struct ffn_work *w)
 {
     const struct mp_compute_ops *o = s->cops;
     int rc = o->sync(s->dev);
@@ -431,8 +135,8 @@ static int ffn_capture(const struct mp_session *s, const struct bufs *b, const s
 /* One point's buffers and rows, and this rank's timed samples: the harness's argument. */
 struct ffn_pass {
     const struct mp_session *s;
-    const struct bufs *b;
-    const struct work *w;
+    const struct ffn_bufs *b;
+    const struct ffn_work *w;
     double *mine, scratch; /* [iters] timed samples; an untimed one */
     double *fetch_us;      /* [iters] with a cache: each timed iteration's exposed fetch time */
     double counts[3];      /* with a cache: the timed iterations' hits, accesses, bytes fetched */
@@ -479,12 +183,12 @@ struct cache_result {
     double counts[3];
 };
 
-static int run_point(const struct mp_session *s, struct wcache *wc, const struct work *w, int gemm,
+static int run_point(const struct mp_session *s, struct ffn_wcache *wc, const struct ffn_work *w, int gemm,
                      struct mp_weight_cache *cache, double *ffn, struct cache_result *cr)
 {
     struct mp_comm *c = s->comm;
     int n = s->o.iters, rc = MP_OK;
-    struct bufs b = {0};
+    struct ffn_bufs b = {0};
     double *mine = calloc((size_t)n, sizeof *mine), *all = NULL;
     double *fetch = calloc((size_t)n, sizeof *fetch), *every = NULL;
     memset(cr->counts, 0, sizeof cr->counts);
@@ -495,7 +199,7 @@ static int run_point(const struct mp_session *s, struct wcache *wc, const struct
         rc = MP_ERR_RUNTIME;
         goto out;
     }
-    MP_CHECK(bufs_make(&b, s, wc, w, cache));
+    MP_CHECK(ffn_bufs_make(&b, s, wc, w, cache));
     b.gemm = gemm;
     b.weight_dtype = (int)wc->dt;
     struct ffn_pass p = {.s = s, .b = &b, .w = w, .mine = mine, .fetch_us = fetch};
@@ -518,7 +222,7 @@ out:
     free(every);
     if (s->o.graph && s->cops->graph_reset)
         s->cops->graph_reset(s->dev);
-    bufs_free(&b, s);
+    ffn_bufs_free(&b, s);
     free(mine);
     free(fetch);
     free(all);
@@ -541,7 +245,7 @@ static int cache_shown(const struct mp_session *s)
 
 static int write_point(const struct mp_session *s, struct mp_runfiles *f, const struct mp_layout *lay,
                        const char *routing, const char *placement, enum mp_dtype wdt,
-                       const char *cword, long batch, const struct work *w, const double *ffn,
+                       const char *cword, long batch, const struct ffn_work *w, const double *ffn,
                        const double *peak, const struct cache_result *cr)
 {
     const char *wword = mp_dtype_choices[wdt];
@@ -685,10 +389,10 @@ static int measure_peaks(struct mp_session *s, double *peak)
 }
 
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
-
-/* --expert-cache where it cannot run: with --graph (a fetch is decided on the host before each
- * expert's FFN) and on the model (moeperf-layer's model keeps the cache). */
-static int refuse_cache(const struct mp_session *s)
+                           
+                           /* --expert-cache where it cannot run: with --graph (a fetch is decided on the host before each
+                           * expert's FFN) and on the model (moeperf-layer's model keeps the cache). */
+                           static int refuse_cache(const struct mp_session *s)
 {
     int cached = 0;
     for (int i = 0; i < s->o.expert_cache.n; i++)
@@ -738,7 +442,7 @@ static void generate_local(void *arg, int i, float *gu, float *wd)
 
 /* The point's expert cache for this rank, cold (static's resident set by the routing's expected
  * shares of its local experts): nothing to set up with `off`. */
-static int cache_for_point(const struct mp_session *s, const struct wcache *wc,
+static int cache_for_point(const struct mp_session *s, const struct ffn_wcache *wc,
                            const struct mp_routing *r, const struct mp_placement *pl,
                            const struct mp_cache_spec *spec, struct mp_weight_cache *cache)
 {
@@ -763,7 +467,7 @@ static int cache_for_point(const struct mp_session *s, const struct wcache *wc,
  * measured and written. On the model: planned alike, and every iteration takes the critical
  * rank's mp_cost_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
  * against the profile's roofline for the point's weights. */
-static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcache *wc, int ri,
+static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct ffn_wcache *wc, int ri,
                      int pi, const struct mp_placement *pl, int bi, int ci)
 {
     const char *wword = mp_dtype_choices[wc->dt];
@@ -790,9 +494,9 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
                  lay->name, rname, pname, wword, cword, batch);
         mp_progress(sw->npoint, sw->total, label);
     }
-    struct work w;
+    struct ffn_work w;
     double peak[2] = {wc->dt == MP_DTYPE_FP8 ? sw->peak[2] : sw->peak[0], sw->peak[1]};
-    int rc = work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
+    int rc = ffn_work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
     if (rc == MP_OK && s->modelled) {
         double us = mp_cost_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
                                            (double)w.crit_rows, w.crit_active, (int)wc->dt,
@@ -802,7 +506,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
         model_peaks(&s->cluster, wc->dt, s->o.gemm, peak);
     } else if (rc == MP_OK) {
         struct mp_weight_cache cache = {0};
-        rc = memory_guard(s, wc, &w, batch);
+        rc = ffn_memory_guard(s, wc, &w, batch);
         if (rc == MP_OK)
             rc = cache_for_point(s, wc, &sw->routings[ri], pl, &spec, &cache);
         if (rc == MP_OK)
@@ -812,7 +516,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct wcach
     if (rc == MP_OK && s->comm->rank == 0)
         rc = write_point(s, sw->f, lay, rname, pname, wc->dt, cword, batch, &w, sw->ffn, peak,
                          spec.slots > 0 ? &sw->cache : NULL);
-    work_free(&w);
+    ffn_work_free(&w);
     return rc;
 }
 
@@ -824,11 +528,11 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
     int rc = s->comm->ops->split(s->comm, lay->tp, lay->ep);
     for (int wi = 0; wi < s->o.weight_dtype.n && rc == MP_OK; wi++) {
         enum mp_dtype dt;
-        struct wcache wc = {0};
+        struct ffn_wcache wc = {0};
         mp_dtype_parse("--weight-dtype", s->o.weight_dtype.v[wi], &dt); /* checked in main */
         if (s->modelled) /* no weights: their dtype alone */
             wc.dt = dt;
-        else if ((rc = wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
+        else if ((rc = ffn_wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
             break;
         for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
             for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
@@ -844,7 +548,7 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
                         rc = ffn_point(sw, lay, &wc, ri, pi, &pl, bi, ci);
                 mp_placement_free(&pl);
             }
-        wcache_free(&wc, s);
+        ffn_wcache_free(&wc, s);
     }
     return rc;
 }
