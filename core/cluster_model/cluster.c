@@ -192,6 +192,98 @@ static int find_preset(const char *name, struct mp_cluster *out)
 }
 
 
+/* Read `val` for parameter key `key` (line ln of path) into c; seen[idx] marks it. MP_OK, or
+ * MP_ERR_USAGE after a message naming the file, the line, the key and what it accepts. */
+static int cluster_file_param(const char *path, int ln, const char *key, const char *val,
+                              struct mp_cluster *c, int *seen)
+{
+    int idx = -1;
+    for (int i = 0; i < mp_cluster_nparams; i++)
+        if (!strcmp(mp_cluster_params[i].key, key))
+            idx = i;
+    if (idx < 0) {
+        char keys[512] = "name, base";
+        for (int i = 0; i < mp_cluster_nparams; i++)
+            snprintf(keys + strlen(keys), sizeof keys - strlen(keys), ", %s",
+                     mp_cluster_params[i].key);
+        mp_usage("cluster file %s line %d: unknown key '%s' (accepted: %s)", path, ln, key, keys);
+        return MP_ERR_USAGE;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (!*val || *end || errno || !isfinite(v) || set(c, idx, v) != 0) {
+        mp_usage("cluster file %s line %d: '%s' is not a valid number for '%s' (%s)", path, ln,
+                 val, key, mp_cluster_params[idx].unit);
+        return MP_ERR_USAGE;
+    }
+    seen[idx] = 1;
+    return MP_OK;
+}
+
+/* Read f's key=value lines into c: the base preset first (pass 0, so keys may come in any order),
+ * then every parameter (pass 1); the name into name[64]; *has_base set when a base was given. */
+static int cluster_file_lines(FILE *f, const char *path, struct mp_cluster *c, int *seen,
+                              int *has_base, char *name)
+{
+    char line[1024];
+    int rc = MP_OK;
+    for (int pass = 0; pass < 2 && rc == MP_OK; pass++) {
+        rewind(f);
+        for (int ln = 1; fgets(line, sizeof line, f) && rc == MP_OK; ln++) {
+            char *key, *val;
+            int kv = mp_kv_split(line, &key, &val);
+            if (kv == 0)
+                continue;
+            if (kv < 0) {
+                mp_usage("cluster file %s line %d: expected key=value", path, ln);
+                return MP_ERR_USAGE;
+            }
+            if (!strcmp(key, "base")) {
+                if (pass == 0 && !find_preset(val, c)) {
+                    mp_usage("cluster file %s line %d: base '%s' is not a preset", path, ln, val);
+                    rc = MP_ERR_USAGE;
+                }
+                *has_base = 1;
+            } else if (!strcmp(key, "name")) {
+                snprintf(name, 64, "%s", val);
+            } else if (pass == 1) {
+                rc = cluster_file_param(path, ln, key, val, c, seen);
+            }
+        }
+    }
+    return rc;
+}
+
+/* The default of optional parameter i, set in c when a file without a base leaves it out; 0 when
+ * the parameter is required. The memory keys: memory unknown, the default reserve; flops_fp8: a
+ * profile without an fp8 rate runs fp8 at bf16's; the efficiencies that follow another (NAN here)
+ * are filled once it is read. */
+static int cluster_optional(struct mp_cluster *c, int i)
+{
+    size_t off = mp_cluster_params[i].offset;
+    if (!strcmp(mp_cluster_params[i].key, "gpu_mem_gb"))
+        c->gpu_mem_gb = 0;
+    else if (!strcmp(mp_cluster_params[i].key, "mem_reserve"))
+        c->mem_reserve = MP_MEM_RESERVE_DEFAULT;
+    else if (off == P(flops_fp8))
+        c->flops_fp8 = c->flops;
+    else if (off == P(ffn_call_us) || off == P(ffn_blend) || off == P(pcie_bw) ||
+             off == P(kernel_gap_us) || off == P(step_host_us))
+        *(double *)((char *)c + off) = 0;
+    else if (off == P(copy_engine))
+        c->copy_engine = 1;
+    else if (off == P(flops_fp8_eff))
+        c->flops_fp8_eff = NAN; /* flops_eff's, once it is read */
+    else if (off == P(fused_fp8_eff))
+        c->fused_fp8_eff = NAN; /* flops_fp8_eff's, once that is known */
+    else if (off == P(attn_eff))
+        c->attn_eff = NAN; /* flops_eff's, once it is read */
+    else
+        return 0;
+    return 1;
+}
+
 static int read_file(const char *path, struct mp_cluster *out)
 {
     FILE *f = fopen(path, "r");
@@ -211,105 +303,14 @@ static int read_file(const char *path, struct mp_cluster *out)
     for (int i = 0; i < mp_cluster_nparams; i++)
         set(&c, i, NAN);
     c.gpus_per_node = 0;
-    int seen[32] = {0}, has_base = 0, rc = MP_OK;
-    char line[1024], base[64] = "", name[64] = "";
-    /* first pass: base, so keys may come in any order */
-    for (int pass = 0; pass < 2 && rc == MP_OK; pass++) {
-        rewind(f);
-        for (int ln = 1; fgets(line, sizeof line, f) && rc == MP_OK; ln++) {
-            char *key, *val;
-            int kv = mp_kv_split(line, &key, &val);
-            if (kv == 0)
-                continue;
-            if (kv < 0) {
-                mp_usage("cluster file %s line %d: expected key=value", path, ln);
-                rc = MP_ERR_USAGE;
-                break;
-            }
-            if (!strcmp(key, "base")) {
-                if (pass == 0 && !find_preset(val, &c)) {
-                    mp_usage("cluster file %s line %d: base '%s' is not a preset", path, ln, val);
-                    rc = MP_ERR_USAGE;
-                }
-                has_base = 1;
-                snprintf(base, sizeof base, "%s", val);
-                continue;
-            }
-            if (!strcmp(key, "name")) {
-                snprintf(name, sizeof name, "%s", val);
-                continue;
-            }
-            if (pass == 0)
-                continue;
-            int idx = -1;
-            for (int i = 0; i < mp_cluster_nparams; i++)
-                if (!strcmp(mp_cluster_params[i].key, key))
-                    idx = i;
-            if (idx < 0) {
-                char keys[512] = "name, base";
-                for (int i = 0; i < mp_cluster_nparams; i++)
-                    snprintf(keys + strlen(keys), sizeof keys - strlen(keys), ", %s",
-                             mp_cluster_params[i].key);
-                mp_usage("cluster file %s line %d: unknown key '%s' (accepted: %s)", path, ln, key,
-                         keys);
-                rc = MP_ERR_USAGE;
-                break;
-            }
-            char *end;
-            errno = 0;
-            double v = strtod(val, &end);
-            if (!*val || *end || errno || !isfinite(v) || set(&c, idx, v) != 0) {
-                mp_usage("cluster file %s line %d: '%s' is not a valid number for '%s' (%s)", path,
-                         ln, val, key, mp_cluster_params[idx].unit);
-                rc = MP_ERR_USAGE;
-                break;
-            }
-            seen[idx] = 1;
-        }
-    }
+    int seen[32] = {0}, has_base = 0;
+    char name[64] = "";
+    int rc = cluster_file_lines(f, path, &c, seen, &has_base, name);
     fclose(f);
     if (rc != MP_OK)
         return rc;
     for (int i = 0; i < mp_cluster_nparams && !has_base; i++) {
-        /* optional keys: the memory ones (memory unknown, the default reserve) and flops_fp8 (a
-         * profile without an fp8 rate runs fp8 at bf16's) */
-        if (!seen[i] && !strcmp(mp_cluster_params[i].key, "gpu_mem_gb")) {
-            c.gpu_mem_gb = 0;
-            continue;
-        }
-        if (!seen[i] && !strcmp(mp_cluster_params[i].key, "mem_reserve")) {
-            c.mem_reserve = MP_MEM_RESERVE_DEFAULT;
-            continue;
-        }
-        if (!seen[i] && mp_cluster_params[i].offset == P(flops_fp8)) {
-            c.flops_fp8 = c.flops;
-            continue;
-        }
-        if (!seen[i] && (mp_cluster_params[i].offset == P(ffn_call_us) ||
-                         mp_cluster_params[i].offset == P(ffn_blend) ||
-                         mp_cluster_params[i].offset == P(pcie_bw) ||
-                         mp_cluster_params[i].offset == P(kernel_gap_us) ||
-                         mp_cluster_params[i].offset == P(step_host_us))) {
-            *(double *)((char *)&c + mp_cluster_params[i].offset) = 0;
-            continue;
-        }
-        if (!seen[i] && mp_cluster_params[i].offset == P(copy_engine)) {
-            c.copy_engine = 1;
-            continue;
-        }
-        if (!seen[i] && mp_cluster_params[i].offset == P(flops_fp8_eff)) {
-            c.flops_fp8_eff = NAN; /* flops_eff's, once it is read */
-            continue;
-        }
-        if (!seen[i] && mp_cluster_params[i].offset == P(fused_fp8_eff)) {
-            c.fused_fp8_eff = NAN; /* flops_fp8_eff's, once that is known */
-            continue;
-        }
-        if (!seen[i] && mp_cluster_params[i].offset == P(attn_eff)) {
-            c.attn_eff = NAN; /* flops_eff's, once it is read */
-            continue;
-        }
-        if (!seen[i]) {
+        if (!seen[i] && !cluster_optional(&c, i)) {
             mp_usage("cluster file %s: missing '%s' (%s; or start from a preset with base=NAME)",
                      path, mp_cluster_params[i].key, mp_cluster_params[i].meaning);
             return MP_ERR_USAGE;

@@ -235,6 +235,70 @@ out:
     return rc;
 }
 
+/* --dedup node's dispatch after its inter-node count exchange: the rows and metadata to the
+ * relays (inter-node phase), the forwards of what came in, then the intra-node phase with its
+ * counts first; rbuf receives, fbuf holds the forwards. */
+static int node_dispatch(struct mp_layer *L, struct mp_dedup_plan *p, void *rbuf, void *fbuf)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, K = L->m.topk, rc = MP_OK;
+    MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
+    MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->sendbuf, p->x_rows,
+                                       p->send_displ, rbuf, p->recv_rows, p->recv_displ));
+    MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, p->send_meta,
+                                       L->dedup_meta_send, p->nsend, p->x_rows, p->send_displ,
+                                       p->recv_meta, p->recv_rows, p->recv_displ, 0,
+                                       p->nrecv));
+    MP_CHECK(o->mark(dev, MARK_HOP0_END));
+    MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
+    mp_dedup_plan_intra_counts(p, c->ep_rank);
+    MP_CHECK(mp_comm_alltoall_int_on(c, MP_GROUP_EP_INTRA, p->in_cnt, p->in_rcnt, 2));
+    MP_CHECK(mp_dedup_plan_intra(p, c->ep_rank));
+    MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
+    if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay rows' packing overwrote them */
+        MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
+    MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                   p->fwd_displ, p->fwd_rows, p->in_displ, 0));
+    MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, p->in_rows,
+                                       p->in_displ,
+                                       (char *)rbuf + (size_t)p->nrecv * L->row_bytes,
+                                       p->in_rrows, p->in_rdispl));
+    MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, p->in_meta, L->dedup_meta_fwd,
+                                       p->nin_send, p->in_rows, p->in_displ,
+                                       p->recv_meta + (size_t)p->nrecv * K, p->in_rrows,
+                                       p->in_rdispl, 0, p->nrecv1));
+    MP_CHECK(o->mark(dev, MARK_HOP1_END));
+out:
+    return rc;
+}
+
+/* --dedup node's combine all-to-all: the intra-node phase first (direct rows back into their
+ * places, the forwards' sums added to the rows they came from), then the inter-node phase. */
+static int node_combine(struct mp_layer *L, struct mp_dedup_plan *p, void *rbuf, void *fbuf)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, rc = MP_OK;
+    MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
+    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
+                                  (char *)rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
+                                  p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
+                                  L->row_bytes));
+    MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
+                                   p->fwd_displ, p->fwd_rows, p->in_displ, 1));
+    MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
+                        1));
+    MP_CHECK(o->mark(dev, MARK_BACK1_END));
+    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, rbuf, p->recv_rows, p->recv_displ,
+                                  L->sendbuf, p->x_rows, p->send_displ, L->row_bytes));
+    MP_CHECK(o->mark(dev, MARK_BACK0_END));
+out:
+    return rc;
+}
+
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec.
  * Node mode runs two phases, each with its count exchange, on the EP group's node groups
  * (mp_comm_node_groups; the whole EP group when the nodes hold different numbers of EP ranks):
@@ -289,32 +353,7 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
                                         p->send_rows, p->send_displ, p->recv_meta, p->recv_rows,
                                         p->recv_displ, 0, p->nrecv));
     } else {
-        MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->sendbuf, p->x_rows,
-                                           p->send_displ, rbuf, p->recv_rows, p->recv_displ));
-        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, p->send_meta,
-                                           L->dedup_meta_send, p->nsend, p->x_rows, p->send_displ,
-                                           p->recv_meta, p->recv_rows, p->recv_displ, 0,
-                                           p->nrecv));
-        MP_CHECK(o->mark(dev, MARK_HOP0_END));
-        MP_CHECK(mp_dedup_plan_forward(p, c->ep_rank));
-        mp_dedup_plan_intra_counts(p, c->ep_rank);
-        MP_CHECK(mp_comm_alltoall_int_on(c, MP_GROUP_EP_INTRA, p->in_cnt, p->in_rcnt, 2));
-        MP_CHECK(mp_dedup_plan_intra(p, c->ep_rank));
-        MP_CHECK(o->permute(dev, rbuf, p->fwd_src, 0, p->nfwd, H, fbuf));
-        if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay rows' packing overwrote them */
-            MP_CHECK(o->permute(dev, L->x, p->send_tok, 0, p->nsend, H, L->sendbuf));
-        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
-                                       p->fwd_displ, p->fwd_rows, p->in_displ, 0));
-        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, p->in_rows,
-                                           p->in_displ,
-                                           (char *)rbuf + (size_t)p->nrecv * L->row_bytes,
-                                           p->in_rrows, p->in_rdispl));
-        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, p->in_meta, L->dedup_meta_fwd,
-                                           p->nin_send, p->in_rows, p->in_displ,
-                                           p->recv_meta + (size_t)p->nrecv * K, p->in_rrows,
-                                           p->in_rdispl, 0, p->nrecv1));
-        MP_CHECK(o->mark(dev, MARK_HOP1_END));
+        MP_CHECK(node_dispatch(L, p, rbuf, fbuf));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? c->ep_rank : -1, L->nlocal));
     MP_CHECK(mp_layer_check_rows(L, p->nexp));
@@ -331,24 +370,11 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     long nin = p->nrecv + (node ? p->nrecv1 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
                         0));
-    if (node) {
-        MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
-        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
-                                      (char *)rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
-                                      p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
-                                      L->row_bytes));
-        MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
-                                       p->fwd_displ, p->fwd_rows, p->in_displ, 1));
-        MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
-                            1));
-        MP_CHECK(o->mark(dev, MARK_BACK1_END));
-        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, rbuf, p->recv_rows, p->recv_displ,
-                                      L->sendbuf, p->x_rows, p->send_displ, L->row_bytes));
-        MP_CHECK(o->mark(dev, MARK_BACK0_END));
-    } else {
+    if (node)
+        MP_CHECK(node_combine(L, p, rbuf, fbuf));
+    else
         MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
                                    p->send_displ, L->row_bytes));
-    }
     MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));

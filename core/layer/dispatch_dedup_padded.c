@@ -76,35 +76,16 @@ static int grow(struct mp_layer *L, void **buf, long *have, long rows)
     return MP_OK;
 }
 
-/* The point's slots: capacities, the layout of this rank's slots (every EP rank's node: the
- * launcher's host of its first TP rank, as --dedup node's relays use), their buffers (grown after
- * a collective memory check, never inside timed loops), and the host plan sized for them. */
-static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
+/* The layout of this rank's slots for capacities cap1 (and cap2, node's forwards): the sixteen
+ * per-peer arrays in one block, their sums and displacements, and node's two phases (the relay
+ * slots between nodes, then the direct and forward slots inside). MP_OK or MP_ERR_RUNTIME. */
+static int slot_layout(struct mp_layer *L, const int *ep_node, int node, long cap1, long cap2)
 {
-    const struct mp_placement *pl = pt->placement;
-    struct mp_comm *c = L->comm;
-    int ep = L->ep, K = L->m.topk, me = c->ep_rank, node = pt->dedup == MP_DEDUP_NODE;
-    int *ep_node = malloc((size_t)ep * sizeof *ep_node);
-    if (!ep_node)
-        return MP_ERR_RUNTIME;
-    for (int q = 0; q < ep; q++)
-        ep_node[q] = c->node_of[q * L->tp];
-    long cap1 = mp_dedup_padded_capacity(tokens_per_rank, K, L->m.experts, pl->max_local,
-                                         pt->dispatch_arg);
-    long cap2 = node ? cap1 * mp_dedup_padded_relays(ep_node, ep) : 0;
-    if ((double)ep * (cap1 + cap2) * (node ? 2 : 1) > 2147483647.0) {
-        free(ep_node);
-        mp_usage("--dispatch padded --dedup %s: %d ranks × %ld rows per slot exceed the 2^31 rows "
-                 "an MPI count holds; use a capacity factor (padded:1.25)",
-                 mp_dedup_choices[pt->dedup], ep, cap1);
-        return MP_ERR_USAGE;
-    }
+    int ep = L->ep, me = L->comm->ep_rank;
     free(L->dpad.send1);
     L->dpad.send1 = malloc(16 * (size_t)ep * sizeof(int));
-    if (!L->dpad.send1) {
-        free(ep_node);
+    if (!L->dpad.send1)
         return MP_ERR_RUNTIME;
-    }
     int *a = L->dpad.send1; /* one block: the sixteen per-peer arrays */
     L->dpad.sdispl1 = a + ep;
     L->dpad.recv1 = a + 2 * ep;
@@ -148,30 +129,16 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     displ_of(L->dpad.xrecv, ep, 0, L->dpad.xrdispl);
     displ_of(L->dpad.isend, ep, 0, L->dpad.isdispl);
     displ_of(L->dpad.irecv, ep, 0, L->dpad.irdispl);
+    return MP_OK;
+}
 
-    /* the host plan: node mode relays the first hop's slot rows */
-    struct mp_dedup_plan *p = &L->dedup;
-    long exp = L->max_rows > L->dpad.nrecv1 + L->dpad.nrecv2 ? L->max_rows
-                                                              : L->dpad.nrecv1 + L->dpad.nrecv2;
-    long relayed = node ? L->dpad.nrecv1 : 0;
-    int rc = MP_OK;
-    if (!p->send_rows || p->max_local != pl->max_local || p->max_tok < L->max_tok_rank ||
-        p->max_exp < exp || p->max_recv < exp + relayed || p->max_fwd < relayed * (K < ep ? K : ep)) {
-        mp_dedup_plan_free(p);
-        if (mp_dedup_plan_alloc(p, ep, pl->max_local, K, L->max_tok_rank, exp, relayed) != MP_OK) {
-            mp_error("out of memory for the --dedup plan of %ld rows", exp);
-            rc = MP_ERR_RUNTIME;
-            goto out;
-        }
-    }
-    memcpy(p->ep_node, ep_node, (size_t)ep * sizeof *ep_node);
-    /* the intra-node phase's metadata goes out of dedup_meta_fwd */
-    rc = mp_dedup_meta_buffers(L, L->dpad.nsend1,
-                               L->dpad.nisend > L->dpad.nsend2 ? L->dpad.nisend : L->dpad.nsend2,
-                               L->dpad.nrecv1 + L->dpad.nrecv2);
-    if (rc != MP_OK)
-        goto out;
-
+/* The slot buffers of a point (--dedup `pt->dedup`, capacity cap1), grown after a collective
+ * memory check, and the host arrays of the slots' tokens, weights and metadata. MP_OK,
+ * MP_ERR_USAGE (the memory check) or MP_ERR_RUNTIME. */
+static int slot_buffers(struct mp_layer *L, const struct mp_point *pt, long cap1)
+{
+    struct mp_comm *c = L->comm;
+    int ep = L->ep, K = L->m.topk, node = L->dpad.node, rc = MP_OK;
     /* the slot buffers, grown after a collective memory check */
     long need = (L->dpad.nsend1 > L->dpad.send_cap ? L->dpad.nsend1 : 0) +
                 (L->dpad.nrecv1 + L->dpad.nrecv2 > L->dpad.recv_cap
@@ -185,7 +152,7 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
         rc = mp_layer_memory_refusal(c, L->ops, L->dev, L->max_memory,
                                      (double)need * L->row_bytes, what);
         if (rc != MP_OK)
-            goto out;
+            return rc;
     }
     free(L->dpad.tok);
     free(L->dpad.w);
@@ -215,8 +182,143 @@ static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, lon
     }
     if (rc == MP_OK && node) /* the intra-node phase's buffer: every node-mode rank asks */
         rc = mp_dedup_intra_buffers(L, L->dpad.nisend);
+    return rc;
+}
+
+/* The point's slots: capacities, the layout of this rank's slots (every EP rank's node: the
+ * launcher's host of its first TP rank, as --dedup node's relays use), their buffers (grown after
+ * a collective memory check, never inside timed loops), and the host plan sized for them. */
+static int dedup_padded_setup(struct mp_layer *L, const struct mp_point *pt, long tokens_per_rank)
+{
+    const struct mp_placement *pl = pt->placement;
+    struct mp_comm *c = L->comm;
+    int ep = L->ep, K = L->m.topk, node = pt->dedup == MP_DEDUP_NODE;
+    int *ep_node = malloc((size_t)ep * sizeof *ep_node);
+    if (!ep_node)
+        return MP_ERR_RUNTIME;
+    for (int q = 0; q < ep; q++)
+        ep_node[q] = c->node_of[q * L->tp];
+    long cap1 = mp_dedup_padded_capacity(tokens_per_rank, K, L->m.experts, pl->max_local,
+                                         pt->dispatch_arg);
+    long cap2 = node ? cap1 * mp_dedup_padded_relays(ep_node, ep) : 0;
+    if ((double)ep * (cap1 + cap2) * (node ? 2 : 1) > 2147483647.0) {
+        free(ep_node);
+        mp_usage("--dispatch padded --dedup %s: %d ranks × %ld rows per slot exceed the 2^31 rows "
+                 "an MPI count holds; use a capacity factor (padded:1.25)",
+                 mp_dedup_choices[pt->dedup], ep, cap1);
+        return MP_ERR_USAGE;
+    }
+    if (slot_layout(L, ep_node, node, cap1, cap2) != MP_OK) {
+        free(ep_node);
+        return MP_ERR_RUNTIME;
+    }
+
+    /* the host plan: node mode relays the first hop's slot rows */
+    struct mp_dedup_plan *p = &L->dedup;
+    long exp = L->max_rows > L->dpad.nrecv1 + L->dpad.nrecv2 ? L->max_rows
+                                                              : L->dpad.nrecv1 + L->dpad.nrecv2;
+    long relayed = node ? L->dpad.nrecv1 : 0;
+    int rc = MP_OK;
+    if (!p->send_rows || p->max_local != pl->max_local || p->max_tok < L->max_tok_rank ||
+        p->max_exp < exp || p->max_recv < exp + relayed || p->max_fwd < relayed * (K < ep ? K : ep)) {
+        mp_dedup_plan_free(p);
+        if (mp_dedup_plan_alloc(p, ep, pl->max_local, K, L->max_tok_rank, exp, relayed) != MP_OK) {
+            mp_error("out of memory for the --dedup plan of %ld rows", exp);
+            rc = MP_ERR_RUNTIME;
+            goto out;
+        }
+    }
+    memcpy(p->ep_node, ep_node, (size_t)ep * sizeof *ep_node);
+    /* the intra-node phase's metadata goes out of dedup_meta_fwd */
+    rc = mp_dedup_meta_buffers(L, L->dpad.nsend1,
+                               L->dpad.nisend > L->dpad.nsend2 ? L->dpad.nisend : L->dpad.nsend2,
+                               L->dpad.nrecv1 + L->dpad.nrecv2);
+    if (rc != MP_OK)
+        goto out;
+
+    rc = slot_buffers(L, pt, cap1);
 out:
     free(ep_node);
+    return rc;
+}
+
+/* --dedup node's slot dispatch: the inter-node phase's relay slots and metadata, the forwards
+ * of what came in into their slots (rows over capacity added to *dropped), then the intra-node
+ * phase's direct and forward slots with their metadata. */
+static int node_slots_dispatch(struct mp_layer *L, struct mp_dedup_plan *p, long *dropped)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    int H = L->m.hidden, K = L->m.topk, ep = L->ep, me = L->comm->ep_rank, rc = MP_OK;
+    long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
+    long nx = L->dpad.nrecvx;
+    MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
+    MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->dpad.send, L->dpad.xsend,
+                                       L->dpad.sdispl1, L->dpad.recv, L->dpad.xrecv,
+                                       L->dpad.xrdispl));
+    MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, L->dpad.meta, L->dedup_meta_send,
+                                       n1, L->dpad.xsend, L->dpad.sdispl1, p->recv_meta,
+                                       L->dpad.xrecv, L->dpad.xrdispl, 0, nx));
+    memcpy(p->recv_rows, L->dpad.xrecv, (size_t)ep * sizeof(int));
+    MP_CHECK(mp_dedup_plan_recv(p));
+    MP_CHECK(o->mark(dev, MARK_HOP0_END));
+    MP_CHECK(mp_dedup_plan_forward(p, me));
+    *dropped += mp_dedup_plan_fwd_slots(p, L->dpad.send2, L->dpad.fsrc, L->dpad.fw,
+                                       L->dpad.fmeta);
+    for (int q = 0; q < ep; q++) { /* the phase's metadata: q's direct slot, its forwards */
+        struct mp_dedup_meta *at = L->dpad.imeta + (size_t)L->dpad.isdispl[q] * K;
+        memcpy(at, L->dpad.meta + (size_t)L->dpad.sdispl1[q] * K,
+               (size_t)L->dpad.dsend[q] * K * sizeof *at);
+        memcpy(at + (size_t)L->dpad.dsend[q] * K,
+               L->dpad.fmeta + (size_t)L->dpad.sdispl2[q] * K,
+               (size_t)L->dpad.send2[q] * K * sizeof *at);
+    }
+    p->nrecv1 = L->dpad.nrecv1 + L->dpad.nrecv2 - nx; /* expanded after the nx rows */
+    MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
+    if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay slots' packing overwrote them */
+        MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
+    MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
+                                  L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
+                                  L->dpad.isdispl, 0));
+    MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, L->dpad.isend,
+                                       L->dpad.isdispl,
+                                       (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
+                                       L->dpad.irecv, L->dpad.irdispl));
+    MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, L->dpad.imeta,
+                                       L->dedup_meta_fwd, L->dpad.nisend, L->dpad.isend,
+                                       L->dpad.isdispl, p->recv_meta + (size_t)nx * K,
+                                       L->dpad.irecv, L->dpad.irdispl, 0, p->nrecv1));
+    MP_CHECK(o->mark(dev, MARK_HOP1_END));
+out:
+    return rc;
+}
+
+/* --dedup node's slot combine: the intra-node phase's slots back (the direct ones to their
+ * place, the forwards' added to the relay rows they came from), then the inter-node phase's. */
+static int node_slots_combine(struct mp_layer *L)
+{
+    const struct mp_compute_ops *o = L->ops;
+    struct mp_compute *dev = L->dev;
+    struct mp_comm *c = L->comm;
+    int H = L->m.hidden, rc = MP_OK;
+    long n2 = L->dpad.nsend2;
+    long nx = L->dpad.nrecvx;
+    MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
+    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
+                                  (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
+                                  L->dpad.irecv, L->dpad.irdispl, L->dedup_intra,
+                                  L->dpad.isend, L->dpad.isdispl, L->row_bytes));
+    MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
+                                  L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
+                                  L->dpad.isdispl, 1));
+    MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0, nx, H,
+                        L->dpad.recv, 1));
+    MP_CHECK(o->mark(dev, MARK_BACK1_END));
+    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, L->dpad.recv, L->dpad.xrecv,
+                                  L->dpad.xrdispl, L->dpad.send, L->dpad.xsend,
+                                  L->dpad.sdispl1, L->row_bytes));
+    MP_CHECK(o->mark(dev, MARK_BACK0_END));
+out:
     return rc;
 }
 
@@ -231,7 +333,7 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_dedup_plan *p = &L->dedup;
     int H = L->m.hidden, K = L->m.topk, ep = L->ep, me = c->ep_rank;
     int node = L->dpad.node;
-    long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
+    long n1 = L->dpad.nsend1;
     int rc = MP_OK;
     long tok0;
     mp_token_split(pt->batch * pt->seq, ep, me, &tok0);
@@ -260,44 +362,7 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
         memcpy(p->recv_rows, L->dpad.recv1, (size_t)ep * sizeof(int));
         MP_CHECK(mp_dedup_plan_recv(p));
     } else {
-        long nx = L->dpad.nrecvx;
-        MP_CHECK(o->mark(dev, MARK_HOP0_BEGIN));
-        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTER, L->dpad.send, L->dpad.xsend,
-                                           L->dpad.sdispl1, L->dpad.recv, L->dpad.xrecv,
-                                           L->dpad.xrdispl));
-        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTER, L->dpad.meta, L->dedup_meta_send,
-                                           n1, L->dpad.xsend, L->dpad.sdispl1, p->recv_meta,
-                                           L->dpad.xrecv, L->dpad.xrdispl, 0, nx));
-        memcpy(p->recv_rows, L->dpad.xrecv, (size_t)ep * sizeof(int));
-        MP_CHECK(mp_dedup_plan_recv(p));
-        MP_CHECK(o->mark(dev, MARK_HOP0_END));
-        MP_CHECK(mp_dedup_plan_forward(p, me));
-        dropped += mp_dedup_plan_fwd_slots(p, L->dpad.send2, L->dpad.fsrc, L->dpad.fw,
-                                           L->dpad.fmeta);
-        for (int q = 0; q < ep; q++) { /* the phase's metadata: q's direct slot, its forwards */
-            struct mp_dedup_meta *at = L->dpad.imeta + (size_t)L->dpad.isdispl[q] * K;
-            memcpy(at, L->dpad.meta + (size_t)L->dpad.sdispl1[q] * K,
-                   (size_t)L->dpad.dsend[q] * K * sizeof *at);
-            memcpy(at + (size_t)L->dpad.dsend[q] * K,
-                   L->dpad.fmeta + (size_t)L->dpad.sdispl2[q] * K,
-                   (size_t)L->dpad.send2[q] * K * sizeof *at);
-        }
-        p->nrecv1 = L->dpad.nrecv1 + L->dpad.nrecv2 - nx; /* expanded after the nx rows */
-        MP_CHECK(o->permute(dev, L->dpad.recv, L->dpad.fsrc, 0, n2, H, L->dpad.fwd));
-        if (L->dispatch_dtype == MP_DTYPE_FP8) /* the relay slots' packing overwrote them */
-            MP_CHECK(o->permute(dev, L->x, L->dpad.tok, 0, n1, H, L->dpad.send));
-        MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
-                                      L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
-                                      L->dpad.isdispl, 0));
-        MP_CHECK(mp_layer_dispatch_rows_on(L, MP_GROUP_EP_INTRA, L->dedup_intra, L->dpad.isend,
-                                           L->dpad.isdispl,
-                                           (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
-                                           L->dpad.irecv, L->dpad.irdispl));
-        MP_CHECK(mp_dedup_meta_exchange_on(L, MP_GROUP_EP_INTRA, L->dpad.imeta,
-                                           L->dedup_meta_fwd, L->dpad.nisend, L->dpad.isend,
-                                           L->dpad.isdispl, p->recv_meta + (size_t)nx * K,
-                                           L->dpad.irecv, L->dpad.irdispl, 0, p->nrecv1));
-        MP_CHECK(o->mark(dev, MARK_HOP1_END));
+        MP_CHECK(node_slots_dispatch(L, p, &dropped));
     }
     MP_CHECK(mp_dedup_plan_expand(p, node ? me : -1, L->nlocal));
     MP_CHECK(mp_layer_check_rows(L, p->nexp));
@@ -314,27 +379,11 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     long nin = L->dpad.nrecv1 + (node ? L->dpad.nrecv2 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H,
                         L->dpad.recv, 0));
-    if (node) {
-        long nx = L->dpad.nrecvx;
-        MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
-        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
-                                      (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
-                                      L->dpad.irecv, L->dpad.irdispl, L->dedup_intra,
-                                      L->dpad.isend, L->dpad.isdispl, L->row_bytes));
-        MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
-                                      L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
-                                      L->dpad.isdispl, 1));
-        MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0, nx, H,
-                            L->dpad.recv, 1));
-        MP_CHECK(o->mark(dev, MARK_BACK1_END));
-        MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, L->dpad.recv, L->dpad.xrecv,
-                                      L->dpad.xrdispl, L->dpad.send, L->dpad.xsend,
-                                      L->dpad.sdispl1, L->row_bytes));
-        MP_CHECK(o->mark(dev, MARK_BACK0_END));
-    } else {
+    if (node)
+        MP_CHECK(node_slots_combine(L));
+    else
         MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1, L->dpad.send,
                                    L->dpad.send1, L->dpad.sdispl1, L->row_bytes));
-    }
     MP_CHECK(o->combine(dev, L->dpad.send, L->dpad.tok, L->dpad.w, 0, n1,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));

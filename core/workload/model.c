@@ -367,32 +367,86 @@ static int check_shape(const char *path, const struct mp_model *m, int kv_dim_gi
     return MP_OK;
 }
 
-/* Parse a key=value model file. Keys may come in any order: "base" is applied first, then every
- * other key overrides the base's field. Each key may appear once. */
-static int read_model_file(const char *path, struct mp_model *out)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        mp_usage("model file %s: cannot open it", path);
-        return MP_ERR_USAGE;
-    }
-    int have[K_COUNT] = {0};
-    int val[K_NUMERIC] = {0};
-    int attn = MP_ATTN_NONE;
-    double params = 0;
-    char name[sizeof out->name] = "";
-    const struct mp_model *base = NULL;
-    char line[1024];
-    int lineno = 0, rc = MP_OK;
+/* What a model file gave, key by key, before it is applied to its base. */
+struct model_file {
+    const char *path;
+    int have[K_COUNT];
+    int val[K_NUMERIC];
+    int attn;
+    double params;
+    char name[sizeof ((struct mp_model *)0)->name];
+    const struct mp_model *base;
+};
 
+/* Read `value` of key k (line `lineno`) into mf. MP_OK, or MP_ERR_USAGE after a message naming
+ * the file, the line, the key and what it accepts. */
+static int model_file_value(struct model_file *mf, int lineno, int k, const char *key,
+                            const char *value)
+{
+    const char *path = mf->path;
+    if (k == K_BASE) {
+        if (!(mf->base = find_preset(value))) {
+            char names[512];
+            preset_names(names, sizeof names);
+            mp_usage("model file %s line %d: base '%s' is not a preset (%s)", path, lineno, value,
+                     names);
+            return MP_ERR_USAGE;
+        }
+    } else if (k == K_NAME) {
+        if (!*value || strlen(value) >= sizeof mf->name) {
+            mp_usage("model file %s line %d: name '%s' must have 1 to %zu characters", path,
+                     lineno, value, sizeof mf->name - 1);
+            return MP_ERR_USAGE;
+        }
+        snprintf(mf->name, sizeof mf->name, "%s", value);
+    } else if (k == K_PARAMS) {
+        char *end;
+        errno = 0;
+        mf->params = strtod(value, &end);
+        if (!*value || *end || errno || !(mf->params > 0) || mf->params > 1e18) {
+            mp_usage("model file %s line %d: '%s' is not a positive number of parameters for "
+                     "'params' (e.g. 671e9)", path, lineno, value);
+            return MP_ERR_USAGE;
+        }
+    } else if (k == K_ATTN) {
+        mf->attn = MP_ATTN_MHA;
+        while (mf->attn <= MP_ATTN_MLA && strcmp(attn_names[mf->attn], value) != 0)
+            mf->attn++;
+        if (mf->attn > MP_ATTN_MLA) {
+            mp_usage("model file %s line %d: '%s' is not an attention kind for 'attn' (mha, "
+                     "gqa or mla)", path, lineno, value);
+            return MP_ERR_USAGE;
+        }
+    } else if (k == K_TIED) {
+        if (parse_count(value, 0, &mf->val[k]) || mf->val[k] > 1) {
+            mp_usage("model file %s line %d: '%s' is not 0 or 1 for 'tied'", path, lineno, value);
+            return MP_ERR_USAGE;
+        }
+    } else {
+        int min = k < K_REQUIRED && k != K_SHARED ? 1 : 0;
+        if (parse_count(value, min, &mf->val[k])) {
+            mp_usage("model file %s line %d: '%s' is not a %s integer for '%s'", path, lineno,
+                     value, min ? "positive" : "non-negative", key);
+            return MP_ERR_USAGE;
+        }
+    }
+    return MP_OK;
+}
+
+/* Read every key=value line of f into mf: each key known and given once. MP_OK or MP_ERR_USAGE
+ * after a message naming the file and the line. */
+static int model_file_lines(FILE *f, struct model_file *mf)
+{
+    const char *path = mf->path;
+    char line[1024];
+    int lineno = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
         size_t n = strlen(line);
         if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
             mp_usage("model file %s line %d: line longer than %zu characters", path, lineno,
                      sizeof line - 2);
-            rc = MP_ERR_USAGE;
-            goto out;
+            return MP_ERR_USAGE;
         }
         char *key, *value;
         int kv = mp_kv_split(line, &key, &value);
@@ -400,8 +454,7 @@ static int read_model_file(const char *path, struct mp_model *out)
             continue;
         if (kv < 0) {
             mp_usage("model file %s line %d: expected key=value, got '%s'", path, lineno, key);
-            rc = MP_ERR_USAGE;
-            goto out;
+            return MP_ERR_USAGE;
         }
         int k = 0;
         while (k < K_COUNT && strcmp(key_names[k], key) != 0)
@@ -409,129 +462,85 @@ static int read_model_file(const char *path, struct mp_model *out)
         if (k == K_COUNT) {
             mp_usage("model file %s line %d: unknown key '%s' (accepted: %s)", path, lineno, key,
                      accepted_keys);
-            rc = MP_ERR_USAGE;
-            goto out;
+            return MP_ERR_USAGE;
         }
-        if (have[k]) {
+        if (mf->have[k]) {
             mp_usage("model file %s line %d: key '%s' appears twice", path, lineno, key);
-            rc = MP_ERR_USAGE;
-            goto out;
+            return MP_ERR_USAGE;
         }
-        have[k] = 1;
-        if (k == K_BASE) {
-            base = find_preset(value);
-            if (!base) {
-                char names[512];
-                preset_names(names, sizeof names);
-                mp_usage("model file %s line %d: base '%s' is not a preset (%s)", path, lineno,
-                         value, names);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        } else if (k == K_NAME) {
-            if (!*value || strlen(value) >= sizeof name) {
-                mp_usage("model file %s line %d: name '%s' must have 1 to %zu characters", path,
-                         lineno, value, sizeof name - 1);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-            snprintf(name, sizeof name, "%s", value);
-        } else if (k == K_PARAMS) {
-            char *end;
-            errno = 0;
-            params = strtod(value, &end);
-            if (!*value || *end || errno || !(params > 0) || params > 1e18) {
-                mp_usage("model file %s line %d: '%s' is not a positive number of parameters for "
-                         "'params' (e.g. 671e9)", path, lineno, value);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        } else if (k == K_ATTN) {
-            attn = MP_ATTN_MHA;
-            while (attn <= MP_ATTN_MLA && strcmp(attn_names[attn], value) != 0)
-                attn++;
-            if (attn > MP_ATTN_MLA) {
-                mp_usage("model file %s line %d: '%s' is not an attention kind for 'attn' (mha, "
-                         "gqa or mla)", path, lineno, value);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        } else if (k == K_TIED) {
-            if (parse_count(value, 0, &val[k]) || val[k] > 1) {
-                mp_usage("model file %s line %d: '%s' is not 0 or 1 for 'tied'", path, lineno,
-                         value);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        } else {
-            int min = k < K_REQUIRED && k != K_SHARED ? 1 : 0;
-            if (parse_count(value, min, &val[k])) {
-                mp_usage("model file %s line %d: '%s' is not a %s integer for '%s'", path, lineno,
-                         value, min ? "positive" : "non-negative", key);
-                rc = MP_ERR_USAGE;
-                goto out;
-            }
-        }
+        mf->have[k] = 1;
+        if (model_file_value(mf, lineno, k, key, value) != MP_OK)
+            return MP_ERR_USAGE;
     }
     if (ferror(f)) {
         mp_usage("model file %s: cannot read it", path);
-        rc = MP_ERR_USAGE;
-        goto out;
+        return MP_ERR_USAGE;
     }
+    return MP_OK;
+}
 
+/* m's stated total `params` (key params) checked against its experts' own parameters and, with
+ * attention keys, against the total derived from its shape. MP_OK or MP_ERR_USAGE. */
+static int model_file_params(const char *path, const struct mp_model *m, double params)
+{
+    double experts = mp_model_routed_params(m) + mp_model_shared_params(m);
+    if (params < experts) {
+        mp_usage("model file %s: params %.4g is smaller than the experts' own %.4g parameters "
+                 "(experts · layers · 3·hidden·ffn, shared included)", path, params, experts);
+        return MP_ERR_USAGE;
+    }
+    double derived = mp_model_total_params(m);
+    if (m->attn != MP_ATTN_NONE && fabs(params / derived - 1) > PARAMS_TOLERANCE) {
+        mp_usage("model file %s: params %.4g differs from the %.4g derived from the attention "
+                 "and shape keys by more than %.0f%% (params is a check when attn is given)",
+                 path, params, derived, 100 * PARAMS_TOLERANCE);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* The model a file's keys make: its base (or the required keys) with every given key applied,
+ * checked. MP_OK or MP_ERR_USAGE after a message naming the file and the key. */
+static int model_file_apply(const struct model_file *mf, struct mp_model *out)
+{
+    const char *path = mf->path;
     struct mp_model m = {0};
-    if (base) {
-        m = *base;
+    if (mf->base) {
+        m = *mf->base;
     } else {
         for (int k = 0; k < K_REQUIRED; k++) {
-            if (!have[k] && k != K_SHARED) {
+            if (!mf->have[k] && k != K_SHARED) {
                 mp_usage("model file %s: missing '%s' (give it, or start from a preset with "
                          "base=NAME)",
                          path, key_names[k]);
-                rc = MP_ERR_USAGE;
-                goto out;
+                return MP_ERR_USAGE;
             }
         }
     }
     struct mp_model from = m;
-    int changed = have[K_ATTN];
+    int changed = mf->have[K_ATTN];
     for (int k = 0; k < K_NUMERIC; k++) {
-        if (have[k]) {
-            *model_field(&m, k) = val[k];
+        if (mf->have[k]) {
+            *model_field(&m, k) = mf->val[k];
             m.note = NULL; /* the base's caveats may no longer hold */
             changed = 1;
         }
     }
-    if (have[K_ATTN]) {
-        m.attn = attn;
+    if (mf->have[K_ATTN]) {
+        m.attn = mf->attn;
         m.note = NULL;
     }
-    if (m.attn == MP_ATTN_MLA && !have[K_KV_HEADS])
+    if (m.attn == MP_ATTN_MLA && !mf->have[K_KV_HEADS])
         m.kv_heads = 1; /* one latent, shared by every query head */
-    if (m.attn != MP_ATTN_NONE && !have[K_KV_HEAD_DIM])
+    if (m.attn != MP_ATTN_NONE && !mf->have[K_KV_HEAD_DIM])
         m.kv_head_dim = mp_model_kv_head_dim(&m);
-    if (check_shape(path, &m, have[K_KV_HEAD_DIM]) != MP_OK) {
-        rc = MP_ERR_USAGE;
-        goto out;
-    }
-    if (have[K_PARAMS]) {
-        m.params = params;
+    if (check_shape(path, &m, mf->have[K_KV_HEAD_DIM]) != MP_OK)
+        return MP_ERR_USAGE;
+    if (mf->have[K_PARAMS]) {
+        m.params = mf->params;
         m.note = NULL;
-        double experts = mp_model_routed_params(&m) + mp_model_shared_params(&m);
-        if (params < experts) {
-            mp_usage("model file %s: params %.4g is smaller than the experts' own %.4g parameters "
-                     "(experts · layers · 3·hidden·ffn, shared included)", path, params, experts);
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
-        double derived = mp_model_total_params(&m);
-        if (m.attn != MP_ATTN_NONE && fabs(params / derived - 1) > PARAMS_TOLERANCE) {
-            mp_usage("model file %s: params %.4g differs from the %.4g derived from the attention "
-                     "and shape keys by more than %.0f%% (params is a check when attn is given)",
-                     path, params, derived, 100 * PARAMS_TOLERANCE);
-            rc = MP_ERR_USAGE;
-            goto out;
-        }
+        if (model_file_params(path, &m, mf->params) != MP_OK)
+            return MP_ERR_USAGE;
     } else if (m.attn != MP_ATTN_NONE) {
         if (changed) /* the stated total was the base's own shape's */
             m.params = 0;
@@ -541,17 +550,29 @@ static int read_model_file(const char *path, struct mp_model *out)
     if (m.topk > m.experts) {
         mp_usage("model file %s: topk %d is larger than the expert count %d", path, m.topk,
                  m.experts);
-        rc = MP_ERR_USAGE;
-        goto out;
+        return MP_ERR_USAGE;
     }
-    if (name[0])
-        snprintf(m.name, sizeof m.name, "%s", name);
+    if (mf->name[0])
+        snprintf(m.name, sizeof m.name, "%s", mf->name);
     else
         mp_file_stem(path, m.name, sizeof m.name);
     *out = m;
-out:
+    return MP_OK;
+}
+
+/* Parse a key=value model file. Keys may come in any order: "base" is applied first, then every
+ * other key overrides the base's field. Each key may appear once. */
+static int read_model_file(const char *path, struct mp_model *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mp_usage("model file %s: cannot open it", path);
+        return MP_ERR_USAGE;
+    }
+    struct model_file mf = {.path = path, .attn = MP_ATTN_NONE};
+    int rc = model_file_lines(f, &mf);
     fclose(f);
-    return rc;
+    return rc == MP_OK ? model_file_apply(&mf, out) : rc;
 }
 
 int mp_model_resolve(const char *spec, struct mp_model *out)
