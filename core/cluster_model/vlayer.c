@@ -44,23 +44,16 @@ static int traced_wanted(void)
     return v && strcmp(v, "1") == 0;
 }
 
-
-
-int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
-                      uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
-                      int *ndraws)
+/* Refuse, as the measured layer would or the model cannot time, a point of `ep` EP ranks with
+ * `P` draws whose dispatch counts traffic with `traffic` (NULL: traced ranks): a dedup form its
+ * mode lacks, an expert cache beside a mode the model does not time it for or without pcie_bw, a
+ * point larger than this host's memory. MP_OK or MP_ERR_USAGE after a message. */
+static int refuse_point(const struct mp_cluster *cl, const struct mp_model *m, int ep,
+                        const struct mp_point *pt, int P, mp_vtraffic_fn traffic)
 {
-    const struct mp_placement *pl = pt->placement;
     long T = pt->batch * pt->seq;
-    int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
-    /* the measured layer's pool: one draw per warm-up and timed iteration, at most
-     * MP_ROUTING_POOL_DRAWS without a cache (core/layer/routing_pool.c) */
-    int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
+    int K = m->topk, L = pt->placement->max_local > 0 ? pt->placement->max_local : 1;
     int N = pt->overlap > 1 ? pt->overlap : 1;
-    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
-        return MP_ERR_USAGE;
-    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
-    mp_vtraffic_fn traffic = mode->model_traffic;
     if (mp_dispatch_check_dedup(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
     if (pt->cache.slots > 0 && (N > 1 || pt->dedup != MP_DEDUP_PAIR ||
@@ -89,10 +82,60 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                  pt->batch, pt->seq, K, ep, need / 1e9, budget / 1e9);
         return MP_ERR_USAGE;
     }
+    return MP_OK;
+}
+
+/* --expert-cache: the experts each EP rank's FFN reads in draw t (its `used` and `used_rows`,
+ * [ep·L]) from the draw's rows per (rank, local expert) exp_rows; padded: every local expert runs
+ * its slots, ep · cap rows, padding included (as its ffn_rows count them). MP_OK or
+ * MP_ERR_RUNTIME. */
+static int draw_used(struct mp_vtraffic *t, const struct mp_model *m, const struct mp_point *pt,
+                     const double *exp_rows, mp_vtraffic_fn traffic)
+{
+    const struct mp_placement *pl = pt->placement;
+    long T = pt->batch * pt->seq;
+    int ep = t->ep, K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1;
+    t->max_local = L;
+    t->used = malloc((size_t)ep * L);
+    t->used_rows = malloc((size_t)ep * L * sizeof *t->used_rows);
+    if (!t->used || !t->used_rows)
+        return MP_ERR_RUNTIME;
+    int padded = traffic == mp_vtraffic_padded;
+    double slot_rows = padded ? (double)ep * mp_padded_capacity((T + ep - 1) / ep, K, m->experts,
+                                                                pt->dispatch_arg, 1)
+                              : 0;
+    for (int p = 0; p < ep; p++)
+        for (int l = 0; l < L; l++) {
+            size_t i = (size_t)p * L + l;
+            int held = l < mp_placement_nlocal(pl, p);
+            t->used[i] = held && (padded ? slot_rows > 0 : exp_rows[i] > 0);
+            t->used_rows[i] = !t->used[i] ? 0 : padded ? slot_rows : exp_rows[i];
+        }
+    return MP_OK;
+}
+
+int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                      uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
+                      int *ndraws)
+{
+    const struct mp_placement *pl = pt->placement;
+    long T = pt->batch * pt->seq;
+    int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
+    /* the measured layer's pool: one draw per warm-up and timed iteration, at most
+     * MP_ROUTING_POOL_DRAWS without a cache (core/layer/routing_pool.c) */
+    int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
+    int N = pt->overlap > 1 ? pt->overlap : 1;
+    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
+        return MP_ERR_USAGE;
+    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
+    mp_vtraffic_fn traffic = mode->model_traffic;
+    if (refuse_point(cl, m, ep, pt, P, traffic) != MP_OK)
+        return MP_ERR_USAGE;
     /* a mode without a traffic builder, or any when a test asks (MOEPERF_MODEL_TRACED=1): the
      * traffic of the layer's own stages */
     if (!traffic || traced_wanted())
         return mp_vexec_build(cl, m, tp, ep, seed, pt, out, ndraws);
+    size_t pairs = (size_t)T * K;
     struct mp_plan plan = {0};
     struct mp_dedup_counts dedup = {0};
     struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
@@ -127,27 +170,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
                                 .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL,
                                 .holder_li = holder_li, .sole = sole, .counts = counts};
         traffic(&t[d], &draw);
-        if (pt->cache.slots > 0) { /* the experts each rank's FFN reads in this draw */
-            t[d].max_local = L;
-            t[d].used = malloc((size_t)ep * L);
-            t[d].used_rows = malloc((size_t)ep * L * sizeof *t[d].used_rows);
-            if (!t[d].used || !t[d].used_rows)
-                goto out;
-            /* padded: every local expert runs its slots, ep · cap rows, padding included (as
-             * its ffn_rows count them) */
-            int padded = traffic == mp_vtraffic_padded;
-            double slot_rows = padded ? (double)ep * mp_padded_capacity((T + ep - 1) / ep, K,
-                                                                        m->experts,
-                                                                        pt->dispatch_arg, 1)
-                                      : 0;
-            for (int p = 0; p < ep; p++)
-                for (int l = 0; l < L; l++) {
-                    size_t i = (size_t)p * L + l;
-                    int held = l < mp_placement_nlocal(pl, p);
-                    t[d].used[i] = held && (padded ? slot_rows > 0 : exp_rows[i] > 0);
-                    t[d].used_rows[i] = !t[d].used[i] ? 0 : padded ? slot_rows : exp_rows[i];
-                }
-        }
+        if (pt->cache.slots > 0 && draw_used(&t[d], m, pt, exp_rows, traffic) != MP_OK)
+            goto out;
     }
     rc = MP_OK;
 out:

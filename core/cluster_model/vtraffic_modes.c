@@ -142,6 +142,124 @@ static void xcounts_finish(struct xcounts *c, int ep, int tp, int gpn, double rb
     }
 }
 
+/* EP rank e's pairs (its tokens tok0 .. tok0 + n) routed into the exchange's sums kept while
+ * routing (xc), its rows per destination (to_cnt, cleared again) and per (destination, local
+ * expert) (cell_cnt): the unchunked, undeduplicated common case, its state in locals. Returns the
+ * pairs that stay on e. */
+static long sum_rank_pairs(const struct mp_vdraw *d, struct xcounts *xc, long *to_cnt,
+                           long *cell_cnt, int ep, int L, int e, long tok0, long n)
+{
+    const struct mp_placement *pl = d->pt->placement;
+    const int32_t *ids = d->ids;
+    const int *hli = d->holder_li;
+    const struct mp_vsole *sole = d->sole;
+    const int *node = xc->node, node_e = node[e];
+    int K = d->m->topk;
+    long out_intra = 0, out_inter = 0, local = 0;
+    for (long tok = tok0; tok < tok0 + n; tok++)
+        for (long i = tok * K; i < (tok + 1) * K; i++) {
+            int x = ids[i], li, p;
+            if (sole && sole[x].dest >= 0) {
+                p = sole[x].dest;
+                li = sole[x].li;
+            } else if (hli) {
+                p = route_pair(pl, hli, e, x, tok, &li);
+            } else {
+                p = mp_placement_dest(pl, e, x, tok);
+                li = mp_placement_local_index(pl, p, x);
+            }
+            local += p == e;
+            long first = to_cnt[p]++ == 0; /* e's first row to p */
+            if (li < L) /* slots past a rank's experts stay empty */
+                cell_cnt[(size_t)p * L + li]++;
+            if (p == e) /* a rank's rows to itself stay off the links */
+                continue;
+            if (node[p] == node_e) {
+                out_intra++;
+                xc->in_intra[p]++;
+            } else {
+                out_inter++;
+                xc->in_inter[p]++;
+                xc->senders[p] += first;
+            }
+        }
+    xc->out_intra[e] = out_intra;
+    xc->out_inter[e] = out_inter;
+    memset(to_cnt, 0, sizeof *to_cnt * (size_t)ep);
+    return local;
+}
+
+/* EP rank e's pairs (tokens tok0 .. tok0 + n) counted one by one: into to_cnt and cell_cnt when
+ * given (whole numbers, copied into `to` here), else straight into `to` and exp_rows; with N > 1
+ * chunks also per chunk into chunk_to. Returns the pairs that stay on e. */
+static long count_rank_pairs(const struct mp_vdraw *d, long *to_cnt, long *cell_cnt, double *to,
+                             int ep, int L, int N, int e, long tok0, long n)
+{
+    const struct mp_placement *pl = d->pt->placement;
+    const int32_t *ids = d->ids;
+    double *exp_rows = d->exp_rows, *chunk_to = d->chunk_to;
+    size_t cells = (size_t)ep * ep;
+    int K = d->m->topk;
+    long local = 0;
+    for (long tok = tok0; tok < tok0 + n; tok++)
+        for (long i = tok * K; i < (tok + 1) * K; i++) {
+            int li, p;
+            if (d->holder_li) {
+                p = route_pair(pl, d->holder_li, e, ids[i], tok, &li);
+            } else {
+                p = mp_placement_dest(pl, e, ids[i], tok);
+                li = mp_placement_local_index(pl, p, ids[i]);
+            }
+            local += p == e;
+            if (to_cnt) {
+                to_cnt[p]++;
+                if (li < L) /* slots past a rank's experts stay empty */
+                    cell_cnt[(size_t)p * L + li]++;
+            } else {
+                to[p] += 1;
+                if (li < L)
+                    exp_rows[(size_t)p * L + li] += 1;
+            }
+            if (N > 1 && li < L) {
+                int g = mp_plan_expert_group(li, mp_placement_nlocal(pl, p), N);
+                chunk_to[g * cells + (size_t)e * ep + p] += 1;
+            }
+        }
+    for (int p = 0; p < ep && to_cnt; p++) {
+        to[p] = (double)to_cnt[p];
+        to_cnt[p] = 0;
+    }
+    return local;
+}
+
+/* Each EP rank's rows, FFN rows and active experts from exp_rows [ep·L] (the shared experts on
+ * its own tokens), and with N > 1 chunks each chunk's (the shared experts ride with chunk 0). */
+static void rank_rows(struct mp_vtraffic *t, const double *exp_rows,
+                      const struct mp_placement *pl, int L, int N, int shared)
+{
+    int ep = t->ep;
+    for (int p = 0; p < ep; p++) {
+        double rows = 0;
+        int active = 0, sh = shared > 0 && t->tokens[p] > 0 ? shared : 0;
+        for (int l = 0; l < L; l++) {
+            rows += exp_rows[p * L + l];
+            active += exp_rows[p * L + l] > 0;
+        }
+        t->rows[p] = rows;
+        t->ffn_rows[p] = rows + (double)shared * t->tokens[p];
+        t->active[p] = active + sh;
+        for (int g = 0; g < N && N > 1; g++) {
+            t->chunk_rows[g * ep + p] = 0;
+            t->chunk_active[g * ep + p] = g == 0 ? sh : 0;
+        }
+        for (int l = 0; l < L && l < mp_placement_nlocal(pl, p) && N > 1; l++) {
+            int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
+            t->chunk_rows[g * ep + p] += exp_rows[p * L + l];
+            t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
+        }
+    }
+}
+
 /* The dynamic dispatch: route the draw over every EP rank and total what the plan sends where;
  * with t->nchunks > 1, also per chunk. Each pair adds one row to its (source, destination) cell
  * and its (destination, local expert) cell, as mp_plan_send's counts total them; the counts are
@@ -151,11 +269,9 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
     const struct mp_cluster *cl = d->cl;
     const struct mp_model *m = d->m;
     const struct mp_placement *pl = d->pt->placement;
-    struct mp_plan *plan = d->plan;
-    const int32_t *ids = d->ids;
     double *rows_to = d->rows_to, *exp_rows = d->exp_rows, *chunk_to = d->chunk_to;
     long T = d->tokens;
-    int ep = t->ep, tp = t->tp, L = plan->max_local, K = m->topk, N = t->nchunks;
+    int ep = t->ep, tp = t->tp, L = d->plan->max_local, K = m->topk, N = t->nchunks;
     t->count_exchange = 1;
     double row_bytes = m->hidden * cl->elem_bytes;
     size_t cells = (size_t)ep * ep;
@@ -187,72 +303,9 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
         xc.node[p] = mp_dedup_node_of(p, tp, gpn);
     for (int e = 0; e < ep; e++) {
         long tok0, n = mp_token_split(T, ep, e, &tok0);
-        long local = 0;
-        double *to = rows_to + (size_t)e * ep;
-        if (sums) { /* the common case alone, its state in locals: each pair into the sums */
-            const int *hli = d->holder_li;
-            const struct mp_vsole *sole = d->sole;
-            const int *node = xc.node, node_e = node[e];
-            long out_intra = 0, out_inter = 0;
-            for (long tok = tok0; tok < tok0 + n; tok++)
-                for (long i = tok * K; i < (tok + 1) * K; i++) {
-                    int x = ids[i], li, p;
-                    if (sole && sole[x].dest >= 0) {
-                        p = sole[x].dest;
-                        li = sole[x].li;
-                    } else if (hli) {
-                        p = route_pair(pl, hli, e, x, tok, &li);
-                    } else {
-                        p = mp_placement_dest(pl, e, x, tok);
-                        li = mp_placement_local_index(pl, p, x);
-                    }
-                    local += p == e;
-                    long first = to_cnt[p]++ == 0; /* e's first row to p */
-                    if (li < L) /* slots past a rank's experts stay empty */
-                        cell_cnt[(size_t)p * L + li]++;
-                    if (p == e) /* a rank's rows to itself stay off the links */
-                        continue;
-                    if (node[p] == node_e) {
-                        out_intra++;
-                        xc.in_intra[p]++;
-                    } else {
-                        out_inter++;
-                        xc.in_inter[p]++;
-                        xc.senders[p] += first;
-                    }
-                }
-            xc.out_intra[e] = out_intra;
-            xc.out_inter[e] = out_inter;
-            memset(to_cnt, 0, sizeof *to_cnt * (size_t)ep);
-        }
-        for (long tok = tok0; tok < tok0 + n && !sums; tok++)
-            for (long i = tok * K; i < (tok + 1) * K; i++) {
-                int li, p;
-                if (d->holder_li) {
-                    p = route_pair(pl, d->holder_li, e, ids[i], tok, &li);
-                } else {
-                    p = mp_placement_dest(pl, e, ids[i], tok);
-                    li = mp_placement_local_index(pl, p, ids[i]);
-                }
-                local += p == e;
-                if (to_cnt) {
-                    to_cnt[p]++;
-                    if (li < L) /* slots past a rank's experts stay empty */
-                        cell_cnt[(size_t)p * L + li]++;
-                } else {
-                    to[p] += 1;
-                    if (li < L)
-                        exp_rows[(size_t)p * L + li] += 1;
-                }
-                if (N > 1 && li < L) {
-                    int g = mp_plan_expert_group(li, mp_placement_nlocal(pl, p), N);
-                    chunk_to[g * cells + (size_t)e * ep + p] += 1;
-                }
-            }
-        for (int p = 0; p < ep && to_cnt && !sums; p++) {
-            to[p] = (double)to_cnt[p];
-            to_cnt[p] = 0;
-        }
+        long local = sums ? sum_rank_pairs(d, &xc, to_cnt, cell_cnt, ep, L, e, tok0, n)
+                          : count_rank_pairs(d, to_cnt, cell_cnt, rows_to + (size_t)e * ep, ep,
+                                             L, N, e, tok0, n);
         t->tokens[e] = (double)n;
         t->pairs[e] = (double)n * K;
         t->local[e] = (double)local;
@@ -262,27 +315,7 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
         exp_rows[c] = (double)cell_cnt[c];
         cell_cnt[c] = 0;
     }
-    int shared = m->shared;
-    for (int p = 0; p < ep; p++) {
-        double rows = 0;
-        int active = 0, sh = shared > 0 && t->tokens[p] > 0 ? shared : 0;
-        for (int l = 0; l < L; l++) {
-            rows += exp_rows[p * L + l];
-            active += exp_rows[p * L + l] > 0;
-        }
-        t->rows[p] = rows;
-        t->ffn_rows[p] = rows + (double)shared * t->tokens[p];
-        t->active[p] = active + sh;
-        for (int g = 0; g < N && N > 1; g++) { /* the shared experts ride with chunk 0 */
-            t->chunk_rows[g * ep + p] = 0;
-            t->chunk_active[g * ep + p] = g == 0 ? sh : 0;
-        }
-        for (int l = 0; l < L && l < mp_placement_nlocal(pl, p) && N > 1; l++) {
-            int g = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
-            t->chunk_rows[g * ep + p] += exp_rows[p * L + l];
-            t->chunk_active[g * ep + p] += exp_rows[p * L + l] > 0;
-        }
-    }
+    rank_rows(t, exp_rows, pl, L, N, m->shared);
     if (sums)
         xcounts_finish(&xc, ep, tp, gpn, row_bytes, drb, &t->a2a, t);
     else
@@ -291,7 +324,7 @@ void mp_vtraffic_dynamic(struct mp_vtraffic *t, const struct mp_vdraw *d)
         dedup_exchanges(t, d);
     for (int g = 0; g < N && N > 1; g++)
         mp_vexchange_bytes_of(chunk_to + g * cells, ep, tp, cl->gpus_per_node, row_bytes, row_bytes,
-                    &t->chunk_a2a[g], NULL);
+                              &t->chunk_a2a[g], NULL);
 }
 
 /* The padded dispatch (core/layer/layer.c's padded iteration, kernels/padded.h): the same routing as
