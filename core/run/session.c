@@ -249,6 +249,68 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
     return MP_OK;
 }
 
+/* --out: created by rank 0 (refused when another tool's run lives there) and run.json begun;
+ * every rank learns whether it could. MP_OK or MP_ERR_USAGE. */
+static int open_out(struct mp_session *s, const char *tool, int argc, char **argv)
+{
+    int rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+    if (rc == MP_OK && s->comm->rank == 0)
+        rc = check_owner(s->o.out, tool);
+    int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
+    s->comm->ops->bcast(s->comm, &ok, sizeof ok);
+    if (!ok)
+        return MP_ERR_USAGE;
+    if (s->comm->rank == 0)
+        s->run = mp_runjson_new(tool, argc, argv);
+    return MP_OK;
+}
+
+/* A comm backend on the device (NCCL) bound to the compute backend's stream, under the watchdog
+ * (a wrong NCCL_SOCKET_IFNAME hangs the communicators' set-up). */
+static int bind_comm_device(struct mp_session *s)
+{
+    int rc = mp_watchdog_start();
+    if (rc != MP_OK)
+        return rc;
+    void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
+    if (!stream) { /* check_pairing refused a host backend; a device backend gives its stream */
+        mp_error("internal error: the %s compute backend has no device stream", s->cops->name);
+        return MP_ERR_RUNTIME;
+    }
+    return s->comm->ops->bind_device(s->comm, stream, s->cops->elem_size);
+}
+
+/* run.json's start: the model, the cluster profile of a modelled run and a deliberate slow-down,
+ * written at once. */
+static int note_start(struct mp_session *s)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "name", s->model.name);
+    cJSON_AddNumberToObject(m, "hidden", s->model.hidden);
+    cJSON_AddNumberToObject(m, "ffn", s->model.ffn);
+    cJSON_AddNumberToObject(m, "experts", s->model.experts);
+    cJSON_AddNumberToObject(m, "topk", s->model.topk);
+    cJSON_AddNumberToObject(m, "shared", s->model.shared);
+    cJSON_AddNumberToObject(m, "layers", s->model.layers);
+    mp_session_note(s, "model", m);
+    if (s->modelled) {
+        cJSON *cl = cJSON_CreateObject();
+        cJSON_AddStringToObject(cl, "name", s->cluster.name);
+        for (int i = 0; i < mp_cluster_nparams; i++) {
+            double *v = mp_cluster_param_ptr(&s->cluster, i);
+            cJSON_AddNumberToObject(cl, mp_cluster_params[i].key,
+                                    v ? *v : (double)s->cluster.gpus_per_node);
+        }
+        mp_session_note(s, "cluster", cl);
+    }
+    if (s->comm->inject_delay_us > 0) { /* a deliberately slowed run must say so */
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);
+        mp_session_note(s, "debug", d);
+    }
+    return mp_runjson_write(s->run, s->o.out, 0);
+}
+
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv)
 {
@@ -299,15 +361,9 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     s->comm->timeout_s = s->o.timeout > 0 ? s->o.timeout : 0;
     mp_log_init(tool, s->comm->rank);
     if (s->o.out) {
-        rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
-        if (rc == MP_OK && s->comm->rank == 0)
-            rc = check_owner(s->o.out, tool);
-        int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
-        s->comm->ops->bcast(s->comm, &ok, sizeof ok);
-        if (!ok)
-            return MP_ERR_USAGE;
-        if (s->comm->rank == 0)
-            s->run = mp_runjson_new(tool, argc, argv);
+        rc = open_out(s, tool, argc, argv);
+        if (rc != MP_OK)
+            return rc;
     }
     const char *local_rank_from = "model";
     if (!s->modelled) {
@@ -328,48 +384,13 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
             return rc;
     }
     if (s->comm->ops->bind_device) {
-        /* the watchdog covers the communicators' set-up (a wrong NCCL_SOCKET_IFNAME hangs it) */
-        rc = mp_watchdog_start();
-        if (rc != MP_OK)
-            return rc;
-        void *stream = s->cops->native_stream ? s->cops->native_stream(s->dev) : NULL;
-        if (!stream) { /* check_pairing refused a host backend; a device backend gives its stream */
-            mp_error("internal error: the %s compute backend has no device stream",
-                     s->cops->name);
-            return MP_ERR_RUNTIME;
-        }
-        rc = s->comm->ops->bind_device(s->comm, stream, s->cops->elem_size);
+        rc = bind_comm_device(s);
         if (rc != MP_OK)
             return rc;
     }
     rc = note_ranks(s, local_rank_from);
-    if (rc == MP_OK && s->run) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "name", s->model.name);
-        cJSON_AddNumberToObject(m, "hidden", s->model.hidden);
-        cJSON_AddNumberToObject(m, "ffn", s->model.ffn);
-        cJSON_AddNumberToObject(m, "experts", s->model.experts);
-        cJSON_AddNumberToObject(m, "topk", s->model.topk);
-        cJSON_AddNumberToObject(m, "shared", s->model.shared);
-        cJSON_AddNumberToObject(m, "layers", s->model.layers);
-        mp_session_note(s, "model", m);
-        if (s->modelled) {
-            cJSON *cl = cJSON_CreateObject();
-            cJSON_AddStringToObject(cl, "name", s->cluster.name);
-            for (int i = 0; i < mp_cluster_nparams; i++) {
-                double *v = mp_cluster_param_ptr(&s->cluster, i);
-                cJSON_AddNumberToObject(cl, mp_cluster_params[i].key,
-                                        v ? *v : (double)s->cluster.gpus_per_node);
-            }
-            mp_session_note(s, "cluster", cl);
-        }
-        if (s->comm->inject_delay_us > 0) { /* a deliberately slowed run must say so */
-            cJSON *d = cJSON_CreateObject();
-            cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);
-            mp_session_note(s, "debug", d);
-        }
-        rc = mp_runjson_write(s->run, s->o.out, 0);
-    }
+    if (rc == MP_OK && s->run)
+        rc = note_start(s);
     return rc;
 }
 
