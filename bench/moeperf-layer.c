@@ -617,9 +617,62 @@ static int sweep_has_fp8_weights(const struct mp_bench_opts *o)
     return 0;
 }
 
+/* The point's words for its progress line and NVTX range: the defaults left unnamed, as before
+ * their flags (cache_word NULL: no expert cache; context < 0: the default, unnamed). */
+static void point_label(char *label, size_t size, const struct mp_layout *lay, const char *rname,
+                        const char *gname, const char *pname, int overlap, const char *dispatch,
+                        const char *dedup_word, const char *dtype_word, const char *wtype_word,
+                        const char *cache_word, long batch, long context, int micro)
+{
+    char extra[160] = "", group[80] = "", step[80] = "";
+    size_t n = 0;
+    if (strcmp(dedup_word, "pair") != 0)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, " dedup %s", dedup_word);
+    if (strcmp(dtype_word, "bf16") != 0 && n < sizeof extra)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, " dispatch-dtype %s", dtype_word);
+    if (strcmp(wtype_word, "bf16") != 0 && n < sizeof extra)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, " weight-dtype %s", wtype_word);
+    if (cache_word && n < sizeof extra)
+        snprintf(extra + n, sizeof extra - n, " expert-cache %s", cache_word);
+    if (strcmp(gname, "off") != 0)
+        snprintf(group, sizeof group, " group-limit %s", gname);
+    n = 0;
+    if (context >= 0)
+        n += (size_t)snprintf(step, sizeof step, " context %ld", context);
+    if (micro > 1 && n < sizeof step)
+        snprintf(step + n, sizeof step - n, " micro-batches %d", micro);
+    snprintf(label, size, "layout %s routing %s%s placement %s overlap %d dispatch %s%s batch "
+             "%ld%s", lay->name, rname, group, pname, overlap, dispatch, extra, batch, step);
+}
+
+/* --check of a point (`label` in the messages): its relative error against the reference within
+ * the backend's tight bound, and with fp8 dispatch or weights also against the reference of the
+ * unquantized inputs and weights within fp8's looser bound (docs/METRICS.md); both reported when
+ * both fail. MP_OK or MP_ERR_RUNTIME (s->agreed set: every rank fails alike). */
+static int check_point(struct mp_session *s, const char *label, const struct mp_point_result *res,
+                       enum mp_dtype dtype, enum mp_dtype wtype)
+{
+    int rc = MP_OK;
+    double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
+    if (!(res->check_error <= tight)) {
+        mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
+                 res->check_error, tight);
+        rc = MP_ERR_RUNTIME;
+        s->agreed = 1;
+    }
+    double loose = mp_fp8_check_bound(dtype == MP_DTYPE_FP8, wtype == MP_DTYPE_FP8);
+    if ((dtype == MP_DTYPE_FP8 || wtype == MP_DTYPE_FP8) &&
+        !(res->check_error_unquantized <= loose)) {
+        mp_usage("--check failed at %s: relative error %.3g against the unquantized reference "
+                 "exceeds fp8's bound %.3g", label, res->check_error_unquantized, loose);
+        rc = MP_ERR_RUNTIME;
+        s->agreed = 1;
+    }
+    return rc;
+}
+
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
-
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
                      const struct mp_routing *routing, int ri, int gi, int pi,
                      const struct mp_placement *pl, int oi, int di, int xi, int wi, int ci,
@@ -662,29 +715,9 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     if (skip)
         return MP_OK;
     char label[512];
-    char dedup_label[80] = "", group_label[80] = ""; /* defaults unnamed, as before the flags */
-    if (dedup != MP_DEDUP_PAIR)
-        snprintf(dedup_label, sizeof dedup_label, " dedup %s", dedup_word);
-    if (dtype != MP_DTYPE_BF16)
-        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
-                 " dispatch-dtype %s", dtype_word);
-    if (wtype != MP_DTYPE_BF16)
-        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
-                 " weight-dtype %s", wtype_word);
-    if (cache.slots > 0)
-        snprintf(dedup_label + strlen(dedup_label), sizeof dedup_label - strlen(dedup_label),
-                 " expert-cache %s", cache_word);
-    if (strcmp(gname, "off") != 0)
-        snprintf(group_label, sizeof group_label, " group-limit %s", gname);
-    char step_label[80] = ""; /* the defaults unnamed, as before the flags */
-    if (s->o.context.n > 1 || context != MP_CONTEXT_DEFAULT)
-        snprintf(step_label, sizeof step_label, " context %ld", context);
-    if (micro > 1)
-        snprintf(step_label + strlen(step_label), sizeof step_label - strlen(step_label),
-                 " micro-batches %d", micro);
-    snprintf(label, sizeof label, "layout %s routing %s%s placement %s overlap %d dispatch %s%s "
-             "batch %ld%s", lay->name, rname, group_label, pname, overlap, dispatch, dedup_label,
-             batch, step_label);
+    point_label(label, sizeof label, lay, rname, gname, pname, overlap, dispatch, dedup_word,
+                dtype_word, wtype_word, cache.slots > 0 ? cache_word : NULL, batch,
+                s->o.context.n > 1 || context != MP_CONTEXT_DEFAULT ? context : -1, micro);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     char range[600]; /* the point's NVTX range: its phases' ranges nest in it */
@@ -725,24 +758,8 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     if (rc == MP_OK && c->rank == 0)
         rc = write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                          dtype_word, wtype_word, cache_word, batch, context, micro, pl, &res);
-    int checked = rc == MP_OK && s->o.check; /* both bounds are reported when both fail */
-    double tight = mp_check_tight_bound(s->cops->check_tolerance, wtype == MP_DTYPE_FP8);
-    if (checked && !(res.check_error <= tight)) {
-        mp_usage("--check failed at %s: relative error %.3g exceeds %.0e", label,
-                 res.check_error, tight);
-        rc = MP_ERR_RUNTIME;
-        s->agreed = 1;
-    }
-    /* fp8 dispatch or weights: the looser bound against the reference of the unquantized inputs
-     * and weights (docs/METRICS.md) */
-    double loose = mp_fp8_check_bound(dtype == MP_DTYPE_FP8, wtype == MP_DTYPE_FP8);
-    if (checked && (dtype == MP_DTYPE_FP8 || wtype == MP_DTYPE_FP8) &&
-        !(res.check_error_unquantized <= loose)) {
-        mp_usage("--check failed at %s: relative error %.3g against the unquantized reference "
-                 "exceeds fp8's bound %.3g", label, res.check_error_unquantized, loose);
-        rc = MP_ERR_RUNTIME;
-        s->agreed = 1;
-    }
+    if (rc == MP_OK && s->o.check)
+        rc = check_point(s, label, &res, dtype, wtype);
     mp_point_result_free(&res);
     return rc;
 }
