@@ -7,6 +7,7 @@
 
 #include "dplan.h"
 #include "error.h"
+#include "freeall.h"
 
 static int same_shape(const struct mp_dplan_host *p, const struct mp_dplan_shape *s)
 {
@@ -51,14 +52,8 @@ int mp_dplan_host_setup(struct mp_dplan_host *p, const struct mp_dplan_shape *s)
 
 void mp_dplan_host_free(struct mp_dplan_host *p)
 {
-    free(p->route_off);
-    free(p->route_cell);
-    free(p->totals);
-    free(p->cursor);
-    free(p->start);
-    free(p->pair_cell);
-    free(p->src_tok);
-    free(p->row_w);
+    MP_FREE_ALL(p->route_off, p->route_cell, p->totals, p->cursor, p->start, p->pair_cell,
+                p->src_tok, p->row_w);
     memset(p, 0, sizeof *p);
 }
 

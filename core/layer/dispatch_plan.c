@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "freeall.h"
 #include "padded.h"
 
 long mp_token_split(long total, int ep, int e, long *tok0)
@@ -49,20 +50,9 @@ int mp_plan_alloc(struct mp_plan *p, int ep, int max_local, long max_tok, int K)
 
 void mp_plan_free(struct mp_plan *p)
 {
-    free(p->send_cnt);
-    free(p->recv_cnt);
-    free(p->cursor);
-    free(p->send_rows);
-    free(p->send_displ);
-    free(p->recv_rows);
-    free(p->recv_displ);
-    free(p->expert_off);
-    free(p->to_expert);
-    free(p->to_source);
-    free(p->src_tok);
-    free(p->row_w);
-    free(p->pair_dest);
-    free(p->pair_li);
+    MP_FREE_ALL(p->send_cnt, p->recv_cnt, p->cursor, p->send_rows, p->send_displ, p->recv_rows,
+                p->recv_displ, p->expert_off, p->to_expert, p->to_source, p->src_tok, p->row_w,
+                p->pair_dest, p->pair_li);
     memset(p, 0, sizeof *p);
 }
 
@@ -246,14 +236,8 @@ int mp_padded_alloc(struct mp_padded *p, int ep, int max_local, long cap)
 
 void mp_padded_free(struct mp_padded *p)
 {
-    free(p->src_tok);
-    free(p->w);
-    free(p->peer_rows);
-    free(p->peer_displ);
-    free(p->kept);
-    free(p->expert_off);
-    free(p->to_expert);
-    free(p->to_source);
+    MP_FREE_ALL(p->src_tok, p->w, p->peer_rows, p->peer_displ, p->kept, p->expert_off, p->to_expert,
+                p->to_source);
     memset(p, 0, sizeof *p);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "freeall.h"
 
 int mp_dedup_plan_alloc(struct mp_dedup_plan *p, int ep, int max_local, int K, long max_tok,
                         long max_rows, long max_relayed)
@@ -73,41 +74,12 @@ int mp_dedup_plan_alloc(struct mp_dedup_plan *p, int ep, int max_local, int K, l
 
 void mp_dedup_plan_free(struct mp_dedup_plan *p)
 {
-    free(p->send_rows);
-    free(p->send_displ);
-    free(p->recv_rows);
-    free(p->recv_displ);
-    free(p->last_tok);
-    free(p->ep_node);
-    free(p->cursor);
-    free(p->row_tok);
-    free(p->row_at);
-    free(p->exp_cursor);
-    free(p->send_tok);
-    free(p->send_meta);
-    free(p->ones);
-    free(p->ids);
-    free(p->w);
-    free(p->recv_meta);
-    free(p->exp_row);
-    free(p->exp_w);
-    free(p->expert_off);
-    free(p->fwd_rows);
-    free(p->fwd_displ);
-    free(p->recv1_rows);
-    free(p->recv1_displ);
-    free(p->fwd_src);
-    free(p->fwd_meta);
-    free(p->x_rows);
-    free(p->in_cnt);
-    free(p->d_rows);
-    free(p->d_rrows);
-    free(p->in_rcnt);
-    free(p->in_rows);
-    free(p->in_displ);
-    free(p->in_rrows);
-    free(p->in_rdispl);
-    free(p->in_meta);
+    MP_FREE_ALL(p->send_rows, p->send_displ, p->recv_rows, p->recv_displ, p->last_tok, p->ep_node,
+                p->cursor, p->row_tok, p->row_at, p->exp_cursor, p->send_tok, p->send_meta, p->ones,
+                p->ids, p->w, p->recv_meta, p->exp_row, p->exp_w, p->expert_off, p->fwd_rows,
+                p->fwd_displ, p->recv1_rows, p->recv1_displ, p->fwd_src, p->fwd_meta, p->x_rows,
+                p->in_cnt, p->d_rows, p->d_rrows, p->in_rcnt, p->in_rows, p->in_displ, p->in_rrows,
+                p->in_rdispl, p->in_meta);
     memset(p, 0, sizeof *p);
 }
 
