@@ -274,26 +274,24 @@ out:
     return rc;
 }
 
-/* --dedup node's combine all-to-all: the intra-node phase first (direct rows back into their
- * places, the forwards' sums added to the rows they came from), then the inter-node phase. */
-static int node_combine(struct mp_layer *L, struct mp_dedup_plan *p, void *rbuf, void *fbuf)
+int mp_dedup_node_combine(struct mp_layer *L, const struct mp_node_rows *n)
 {
     const struct mp_compute_ops *o = L->ops;
     struct mp_compute *dev = L->dev;
     struct mp_comm *c = L->comm;
-    int H = L->m.hidden, rc = MP_OK;
+    int rc = MP_OK;
     MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
     MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
-                                  (char *)rbuf + (size_t)p->nrecv * L->row_bytes, p->in_rrows,
-                                  p->in_rdispl, L->dedup_intra, p->in_rows, p->in_displ,
-                                  L->row_bytes));
-    MP_CHECK(mp_dedup_intra_moves(L, L->sendbuf, p->send_displ, p->d_rows, fbuf,
-                                   p->fwd_displ, p->fwd_rows, p->in_displ, 1));
-    MP_CHECK(o->combine(dev, fbuf, p->fwd_src, p->ones, 0, p->nfwd, NULL, 0, p->nrecv, H, rbuf,
-                        1));
+                                  (char *)n->recv + (size_t)n->relayed * L->row_bytes,
+                                  n->in_rrows, n->in_rdispl, L->dedup_intra, n->in_rows,
+                                  n->in_displ, L->row_bytes));
+    MP_CHECK(mp_dedup_intra_moves(L, n->send, n->send_displ, n->d_rows, n->fwd, n->fwd_displ,
+                                  n->fwd_rows, n->in_displ, 1));
+    MP_CHECK(o->combine(dev, n->fwd, n->fwd_src, n->fwd_w, 0, n->nfwd, NULL, 0, n->relayed,
+                        L->m.hidden, n->recv, 1));
     MP_CHECK(o->mark(dev, MARK_BACK1_END));
-    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, rbuf, p->recv_rows, p->recv_displ,
-                                  L->sendbuf, p->x_rows, p->send_displ, L->row_bytes));
+    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, n->recv, n->x_rrows, n->x_rdispl, n->send,
+                                  n->x_rows, n->send_displ, L->row_bytes));
     MP_CHECK(o->mark(dev, MARK_BACK0_END));
 out:
     return rc;
@@ -370,11 +368,18 @@ static int dedup_iterate(struct mp_layer *L, const struct mp_point *pt,
     long nin = p->nrecv + (node ? p->nrecv1 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H, rbuf,
                         0));
-    if (node)
-        MP_CHECK(node_combine(L, p, rbuf, fbuf));
-    else
+    if (node) {
+        struct mp_node_rows nr = {
+            .recv = rbuf, .relayed = p->nrecv, .send = L->sendbuf, .send_displ = p->send_displ,
+            .x_rows = p->x_rows, .x_rrows = p->recv_rows, .x_rdispl = p->recv_displ,
+            .d_rows = p->d_rows, .fwd = fbuf, .fwd_rows = p->fwd_rows, .fwd_displ = p->fwd_displ,
+            .fwd_src = p->fwd_src, .fwd_w = p->ones, .nfwd = p->nfwd, .in_rows = p->in_rows,
+            .in_displ = p->in_displ, .in_rrows = p->in_rrows, .in_rdispl = p->in_rdispl};
+        MP_CHECK(mp_dedup_node_combine(L, &nr));
+    } else {
         MP_CHECK(c->ops->alltoallv(c, rbuf, p->recv_rows, p->recv_displ, L->sendbuf, p->send_rows,
                                    p->send_displ, L->row_bytes));
+    }
     MP_CHECK(o->combine(dev, L->sendbuf, p->send_tok, p->ones, 0, p->nsend,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));

@@ -293,35 +293,6 @@ out:
     return rc;
 }
 
-/* --dedup node's slot combine: the intra-node phase's slots back (the direct ones to their
- * place, the forwards' added to the relay rows they came from), then the inter-node phase's. */
-static int node_slots_combine(struct mp_layer *L)
-{
-    const struct mp_compute_ops *o = L->ops;
-    struct mp_compute *dev = L->dev;
-    struct mp_comm *c = L->comm;
-    int H = L->m.hidden, rc = MP_OK;
-    long n2 = L->dpad.nsend2;
-    long nx = L->dpad.nrecvx;
-    MP_CHECK(o->mark(dev, MARK_BACK1_BEGIN));
-    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTRA,
-                                  (char *)L->dpad.recv + (size_t)nx * L->row_bytes,
-                                  L->dpad.irecv, L->dpad.irdispl, L->dedup_intra,
-                                  L->dpad.isend, L->dpad.isdispl, L->row_bytes));
-    MP_CHECK(mp_dedup_intra_moves(L, L->dpad.send, L->dpad.sdispl1, L->dpad.dsend,
-                                  L->dpad.fwd, L->dpad.sdispl2, L->dpad.send2,
-                                  L->dpad.isdispl, 1));
-    MP_CHECK(o->combine(dev, L->dpad.fwd, L->dpad.fsrc, L->dpad.fw, 0, n2, NULL, 0, nx, H,
-                        L->dpad.recv, 1));
-    MP_CHECK(o->mark(dev, MARK_BACK1_END));
-    MP_CHECK(mp_comm_alltoallv_on(c, MP_GROUP_EP_INTER, L->dpad.recv, L->dpad.xrecv,
-                                  L->dpad.xrdispl, L->dpad.send, L->dpad.xsend,
-                                  L->dpad.sdispl1, L->row_bytes));
-    MP_CHECK(o->mark(dev, MARK_BACK0_END));
-out:
-    return rc;
-}
-
 /* One layer forward on this rank with routing draw `d`; phase durations and counts into *rec. */
 static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
                                 struct mp_routing_pool *pool, int d, long ntok,
@@ -333,7 +304,7 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     struct mp_dedup_plan *p = &L->dedup;
     int H = L->m.hidden, K = L->m.topk, ep = L->ep, me = c->ep_rank;
     int node = L->dpad.node;
-    long n1 = L->dpad.nsend1;
+    long n1 = L->dpad.nsend1, n2 = L->dpad.nsend2;
     int rc = MP_OK;
     long tok0;
     mp_token_split(pt->batch * pt->seq, ep, me, &tok0);
@@ -379,11 +350,19 @@ static int dedup_padded_iterate(struct mp_layer *L, const struct mp_point *pt,
     long nin = L->dpad.nrecv1 + (node ? L->dpad.nrecv2 : 0);
     MP_CHECK(o->combine(dev, L->outbuf, p->exp_row, p->exp_w, 0, p->nexp, NULL, 0, nin, H,
                         L->dpad.recv, 0));
-    if (node)
-        MP_CHECK(node_slots_combine(L));
-    else
+    if (node) {
+        struct mp_node_rows nr = {
+            .recv = L->dpad.recv, .relayed = L->dpad.nrecvx, .send = L->dpad.send,
+            .send_displ = L->dpad.sdispl1, .x_rows = L->dpad.xsend, .x_rrows = L->dpad.xrecv,
+            .x_rdispl = L->dpad.xrdispl, .d_rows = L->dpad.dsend, .fwd = L->dpad.fwd,
+            .fwd_rows = L->dpad.send2, .fwd_displ = L->dpad.sdispl2, .fwd_src = L->dpad.fsrc,
+            .fwd_w = L->dpad.fw, .nfwd = n2, .in_rows = L->dpad.isend,
+            .in_displ = L->dpad.isdispl, .in_rrows = L->dpad.irecv, .in_rdispl = L->dpad.irdispl};
+        MP_CHECK(mp_dedup_node_combine(L, &nr));
+    } else {
         MP_CHECK(c->ops->alltoallv(c, L->dpad.recv, L->dpad.recv1, L->dpad.rdispl1, L->dpad.send,
                                    L->dpad.send1, L->dpad.sdispl1, L->row_bytes));
+    }
     MP_CHECK(o->combine(dev, L->dpad.send, L->dpad.tok, L->dpad.w, 0, n1,
                         L->S ? (char *)L->outbuf + (size_t)p->nexp * L->row_bytes : NULL, L->S,
                         ntok, H, L->y, 0));

@@ -297,6 +297,30 @@ int mp_dedup_intra_buffers(struct mp_layer *L, long rows);
 int mp_dedup_intra_moves(struct mp_layer *L, void *dbuf, const int *ddispl, const int *drows,
                          void *fbuf, const int *fdispl, const int *frows, const int *in_displ,
                          int back);
+
+/* Where --dedup node's rows lie on this rank for the combine's return (the dynamic form's plan
+ * and the padded form's slots alike). */
+struct mp_node_rows {
+    void *recv;            /* the received rows: the inter-node phase's, then the intra's */
+    long relayed;          /* rows of the inter-node phase in recv (the intra-node phase's after) */
+    void *send;            /* this rank's own rows (slots), by destination, from send_displ */
+    const int *send_displ;
+    const int *x_rows;     /* [ep] sent to each relay in the inter-node phase */
+    const int *x_rrows, *x_rdispl; /* [ep] received from each in it, and where */
+    const int *d_rows;     /* [ep] direct rows to the ranks of this node */
+    void *fwd;             /* the forwards of relayed rows, fwd_rows[q] at fwd_displ[q] */
+    const int *fwd_rows, *fwd_displ;
+    const int32_t *fwd_src; /* [nfwd] the relayed row each forward came from */
+    const float *fwd_w;     /* [nfwd] its weight in the sum (1; 0 for padding) */
+    long nfwd;
+    const int *in_rows, *in_displ, *in_rrows, *in_rdispl; /* [ep] the intra-node phase's */
+};
+
+/* --dedup node's combine all-to-all on this rank, between the marks BACK1_BEGIN, BACK1_END and
+ * BACK0_END: the intra-node phase's rows back first (the direct ones to their place, the
+ * forwards' sums added to the relayed rows they came from), then the inter-node phase's.
+ * Collective on the EP group's node groups. */
+int mp_dedup_node_combine(struct mp_layer *L, const struct mp_node_rows *n);
 int mp_dedup_meta_exchange_on(struct mp_layer *L, enum mp_comm_group g,
                               const struct mp_dedup_meta *send, void *dsend, long n,
                               const int *scount, const int *sdispl, struct mp_dedup_meta *recv,
