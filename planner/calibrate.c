@@ -170,120 +170,184 @@ static int need(const struct mp_table *t, const char *const *cols)
     return MP_OK;
 }
 
-static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
+/* Which optional columns a layer.csv has (older files lack them). */
+struct layer_cols {
+    int dispatch, dedup, limit, wdtype, cache;
+};
+
+/* A layer.csv row as the model replays it. */
+struct layer_row {
+    const char *dispatch, *dedup, *limit; /* its cells, or their defaults in older files */
+    const struct mp_dispatch_mode *mode;
+    double dispatch_arg;
+    enum mp_dedup dedup_mode;
+    long batch;
+    int seq, overlap;
+    uint64_t seed;
+};
+
+/* The dispatch, dedup and group-limit settings of row r of layer.csv t into *w: 1 when the model
+ * is to fit the row, 0 when it is left out (replayed as a graph, fp8 weights, an expert cache, a
+ * group limit without its group count), -1 after a message when its dispatch or dedup is not one
+ * moeperf writes. */
+static int layer_row_modes(const struct mp_table *t, long r, const struct layer_cols *has,
+                           struct layer_row *w)
 {
-    static const char *const cols[] = {MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk, MPC_shared,
-                                       MPC_tp, MPC_ep, MPC_routing, MPC_placement, MPC_batch, MPC_seq,
-                                       MPC_seed, MPC_ffn_us, MPC_dispatch_us, MPC_combine_us,
-                                       MPC_tp_reduce_us, MPC_layer_us, NULL};
+    /* the dispatch mode and the dedup mode are replayed (older files have neither: dynamic,
+     * pair); a layer replayed as a graph (+graph) left out the host's launches, which the
+     * model counts: not its to fit */
+    w->dispatch = has->dispatch ? cell(t, r, MPC_dispatch) : "dynamic";
+    w->dedup = has->dedup ? cell(t, r, MPC_dedup) : "pair";
+    if (strstr(w->dispatch, "+graph"))
+        return 0;
+    /* fp8 weights on a measured backend run a dequantizing reference path (the cpu's), not
+     * the fp8 GEMMs the model's flops_fp8 stands for: not its to fit either */
+    if (has->wdtype && strcmp(cell(t, r, MPC_weight_dtype), "bf16") != 0)
+        return 0;
+    /* nor an expert cache's fetches, which the model does not time */
+    if (has->cache && strcmp(cell(t, r, MPC_expert_cache), "off") != 0)
+        return 0;
+    if (mp_dispatch_parse(w->dispatch, &w->mode, &w->dispatch_arg) != MP_OK ||
+        mp_dedup_parse(w->dedup, &w->dedup_mode) != MP_OK) {
+        mp_usage("--calibrate: %s row %ld: dispatch '%s' or dedup '%s' is not one moeperf "
+                 "writes", t->path, r + 2, w->dispatch, w->dedup);
+        return -1;
+    }
+    /* the group limit is replayed (older files have none); "M" alone took its groups from
+     * the run's node count, which the row does not hold: not replayed */
+    w->limit = has->limit ? cell(t, r, MPC_group_limit) : "off";
+    if (strcmp(w->limit, "off") != 0 && !strchr(w->limit, ':'))
+        return 0;
+    return 1;
+}
+
+/* Point p's model, layout and label from row r of layer.csv t of run `dir`, and the row's batch,
+ * seq, seed and overlap into *w: MP_OK, or MP_ERR_USAGE after a message when the workload is
+ * outside what moeperf's flags accept. */
+static int read_workload(const char *dir, const struct mp_table *t, long r, struct layer_row *w,
+                         struct mp_calib_point *p)
+{
+    p->tool = 0;
+    struct mp_model *m = &p->model;
+    snprintf(m->name, sizeof m->name, "%s", cell(t, r, MPC_model));
+    m->hidden = int_cell(t, r, MPC_hidden);
+    m->ffn = int_cell(t, r, MPC_ffn);
+    m->experts = int_cell(t, r, MPC_experts);
+    m->topk = int_cell(t, r, MPC_topk);
+    m->shared = int_cell(t, r, MPC_shared);
+    m->layers = 1;
+    p->tp = int_cell(t, r, MPC_tp);
+    p->ep = int_cell(t, r, MPC_ep);
+    p->iters = CAL_DRAWS;
+    w->batch = int_cell(t, r, MPC_batch);
+    w->seq = int_cell(t, r, MPC_seq);
+    double seedv = num(t, r, MPC_seed);
+    w->seed = seedv >= 0 && seedv < 1.8e19 ? (uint64_t)seedv : 0;
+    /* a pipelined point is replayed pipelined (older files have no overlap column) */
+    w->overlap = mp_table_col(t, MPC_overlap) >= 0 ? int_cell(t, r, MPC_overlap) : 1;
+    /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
+     * (what one process can replay); anything else is not a run this tool wrote */
+    long batch = w->batch;
+    int seq = w->seq, overlap = w->overlap;
+    if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
+        m->topk < 1 || m->experts < m->topk || m->experts > 65536 || m->shared < 0 ||
+        m->shared > 64 || p->tp < 1 || p->tp > 1024 || p->ep < 1 || p->ep > 4096 ||
+        batch < 1 || batch > (1 << 24) || seq < 1 || seq > (1 << 20) || m->ffn % p->tp ||
+        overlap < 1 || overlap > 32 ||
+        (double)batch * seq * m->topk > (double)(1 << 26)) {
+        mp_usage("--calibrate: %s row %ld has an invalid workload", t->path, r + 2);
+        return MP_ERR_USAGE;
+    }
+    int plain = w->mode == &mp_dispatch_dynamic;
+    int pair = w->dedup_mode == MP_DEDUP_PAIR;
+    snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s%s%s%s%s batch %ld", dir, p->tp,
+             p->ep, cell(t, r, MPC_routing), cell(t, r, MPC_placement), plain ? "" : " ",
+             plain ? "" : w->dispatch, pair ? "" : " dedup:", pair ? "" : w->dedup, batch);
+    return MP_OK;
+}
+
+/* Point p's routing (with the row's group limit), placement packed onto the run's nodes and the
+ * traffic of its draws, as the run of row r of layer.csv t saw them: MP_OK, or the error of the
+ * first that cannot be built, after its message. */
+static int replay_point(const struct mp_calib_set *set, const struct mp_table *t, long r,
+                        const struct layer_row *w, struct mp_calib_point *p)
+{
+    const struct mp_model *m = &p->model;
+    int inactive;
+    int rc = mp_routing_parse(cell(t, r, MPC_routing), m->experts, m->topk, w->seed,
+                              &p->routing);
+    if (rc == MP_OK)
+        rc = mp_group_limit_parse(w->limit, m->experts, m->topk, 1, &p->routing.groups,
+                                  &p->routing.group_pick, &inactive);
+    if (rc == MP_OK)
+        rc = mp_placement_build(cell(t, r, MPC_placement), m->experts, p->ep, p->routing.prob,
+                                &p->placement);
+    if (rc == MP_OK) /* the run's nodes, as its replica choice saw them */
+        rc = mp_placement_pack_nodes(&p->placement, p->tp, set->base.gpus_per_node);
+    if (rc == MP_OK) {
+        struct mp_point pt = {.batch = w->batch, .seq = w->seq, .routing = &p->routing,
+                              .placement = &p->placement, .iters = CAL_DRAWS,
+                              .overlap = w->overlap, .dispatch = w->mode,
+                              .dispatch_arg = w->dispatch_arg, .dedup = (int)w->dedup_mode,
+                              .gemm = set->gemm};
+        rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, w->seed, &pt, &p->traffic,
+                               &p->ndraws);
+    }
+    return rc;
+}
+
+/* Point p's measured columns from row r of layer.csv t, NaN where a column is not a fit target. */
+static void read_measured(const struct mp_table *t, long r, struct mp_calib_point *p)
+{
     static const char *const meas_cols[] = {MPC_ffn_us, MPC_dispatch_us, MPC_combine_us,
                                             MPC_tp_reduce_us, MPC_layer_us};
+    for (int c = 0; c < 5; c++)
+        p->meas[CAL_LAYER_FFN + c] = num(t, r, meas_cols[c]);
+    /* the dispatch is fitted with its count exchange, which a run since notify_us holds
+     * apart (an older run's dispatch_us includes it), so runs of either age fit alike */
+    if (mp_table_col(t, MPC_notify_us) >= 0)
+        p->meas[CAL_LAYER_DISPATCH] += num(t, r, MPC_notify_us);
+    /* combine_us holds the wait for the slowest rank, which layer_us already weighs: fitting
+     * it too would count that one quantity twice */
+    p->meas[CAL_LAYER_COMBINE] = NAN;
+    if (p->tp == 1)
+        p->meas[CAL_LAYER_TP] = NAN; /* nothing to reduce: not a fit target */
+    if (p->ep == 1)
+        p->meas[CAL_LAYER_DISPATCH] = p->meas[CAL_LAYER_COMBINE] = NAN;
+}
+
+/* The points of a layer.csv: each row the model is to fit, replayed as its run ran it. MP_OK, or
+ * MP_ERR_USAGE or MP_ERR_RUNTIME after a message. */
+static int load_layer(struct mp_calib_set *set, const char *dir, const struct mp_table *t)
+{
+    static const char *const cols[] = {MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
+                                       MPC_shared, MPC_tp, MPC_ep, MPC_routing, MPC_placement,
+                                       MPC_batch, MPC_seq, MPC_seed, MPC_ffn_us, MPC_dispatch_us,
+                                       MPC_combine_us, MPC_tp_reduce_us, MPC_layer_us, NULL};
     int rc = need(t, cols);
-    int has_dispatch = mp_table_col(t, MPC_dispatch) >= 0;
-    int has_dedup = mp_table_col(t, MPC_dedup) >= 0;
-    int has_limit = mp_table_col(t, MPC_group_limit) >= 0, inactive;
-    int has_wdtype = mp_table_col(t, MPC_weight_dtype) >= 0;
-    int has_cache = mp_table_col(t, MPC_expert_cache) >= 0;
+    const struct layer_cols has = {.dispatch = mp_table_col(t, MPC_dispatch) >= 0,
+                                   .dedup = mp_table_col(t, MPC_dedup) >= 0,
+                                   .limit = mp_table_col(t, MPC_group_limit) >= 0,
+                                   .wdtype = mp_table_col(t, MPC_weight_dtype) >= 0,
+                                   .cache = mp_table_col(t, MPC_expert_cache) >= 0};
     for (long r = 0; r < t->nrows && rc == MP_OK; r++) {
-        /* the dispatch mode and the dedup mode are replayed (older files have neither: dynamic,
-         * pair); a layer replayed as a graph (+graph) left out the host's launches, which the
-         * model counts: not its to fit */
-        const char *dispatch = has_dispatch ? cell(t, r, MPC_dispatch) : "dynamic";
-        const char *dedup = has_dedup ? cell(t, r, MPC_dedup) : "pair";
-        if (strstr(dispatch, "+graph"))
-            continue;
-        /* fp8 weights on a measured backend run a dequantizing reference path (the cpu's), not
-         * the fp8 GEMMs the model's flops_fp8 stands for: not its to fit either */
-        if (has_wdtype && strcmp(cell(t, r, MPC_weight_dtype), "bf16") != 0)
-            continue;
-        /* nor an expert cache's fetches, which the model does not time */
-        if (has_cache && strcmp(cell(t, r, MPC_expert_cache), "off") != 0)
-            continue;
-        const struct mp_dispatch_mode *mode;
-        double dispatch_arg;
-        enum mp_dedup dedup_mode;
-        if (mp_dispatch_parse(dispatch, &mode, &dispatch_arg) != MP_OK ||
-            mp_dedup_parse(dedup, &dedup_mode) != MP_OK) {
-            mp_usage("--calibrate: %s row %ld: dispatch '%s' or dedup '%s' is not one moeperf "
-                     "writes", t->path, r + 2, dispatch, dedup);
+        struct layer_row w;
+        int use = layer_row_modes(t, r, &has, &w);
+        if (use < 0)
             return MP_ERR_USAGE;
-        }
-        /* the group limit is replayed (older files have none); "M" alone took its groups from
-         * the run's node count, which the row does not hold: not replayed */
-        const char *limit = has_limit ? cell(t, r, MPC_group_limit) : "off";
-        if (strcmp(limit, "off") != 0 && !strchr(limit, ':'))
+        if (!use)
             continue;
         struct mp_calib_point *p = new_point(set);
         if (!p) {
             mp_error("out of memory");
             return MP_ERR_RUNTIME;
         }
-        p->tool = 0;
-        struct mp_model *m = &p->model;
-        snprintf(m->name, sizeof m->name, "%s", cell(t, r, MPC_model));
-        m->hidden = int_cell(t, r, MPC_hidden);
-        m->ffn = int_cell(t, r, MPC_ffn);
-        m->experts = int_cell(t, r, MPC_experts);
-        m->topk = int_cell(t, r, MPC_topk);
-        m->shared = int_cell(t, r, MPC_shared);
-        m->layers = 1;
-        p->tp = int_cell(t, r, MPC_tp);
-        p->ep = int_cell(t, r, MPC_ep);
-        p->iters = CAL_DRAWS;
-        long batch = int_cell(t, r, MPC_batch);
-        int seq = int_cell(t, r, MPC_seq);
-        double seedv = num(t, r, MPC_seed);
-        uint64_t seed = seedv >= 0 && seedv < 1.8e19 ? (uint64_t)seedv : 0;
-        /* a pipelined point is replayed pipelined (older files have no overlap column) */
-        int overlap = mp_table_col(t, MPC_overlap) >= 0 ? int_cell(t, r, MPC_overlap) : 1;
-        /* the ranges moeperf's own flags accept, and at most 2^26 token-expert pairs per point
-         * (what one process can replay); anything else is not a run this tool wrote */
-        if (m->hidden < 1 || m->hidden > (1 << 20) || m->ffn < 1 || m->ffn > (1 << 22) ||
-            m->topk < 1 || m->experts < m->topk || m->experts > 65536 || m->shared < 0 ||
-            m->shared > 64 || p->tp < 1 || p->tp > 1024 || p->ep < 1 || p->ep > 4096 ||
-            batch < 1 || batch > (1 << 24) || seq < 1 || seq > (1 << 20) || m->ffn % p->tp ||
-            overlap < 1 || overlap > 32 ||
-            (double)batch * seq * m->topk > (double)(1 << 26)) {
-            mp_usage("--calibrate: %s row %ld has an invalid workload", t->path, r + 2);
+        if (read_workload(dir, t, r, &w, p) != MP_OK) {
             set->n--;
             return MP_ERR_USAGE;
         }
-        int plain = mode == &mp_dispatch_dynamic;
-        snprintf(p->label, sizeof p->label, "%s: tp%dep%d %s %s%s%s%s%s batch %ld", dir, p->tp,
-                 p->ep, cell(t, r, MPC_routing), cell(t, r, MPC_placement), plain ? "" : " ",
-                 plain ? "" : dispatch, dedup_mode == MP_DEDUP_PAIR ? "" : " dedup:",
-                 dedup_mode == MP_DEDUP_PAIR ? "" : dedup, batch);
-        rc = mp_routing_parse(cell(t, r, MPC_routing), m->experts, m->topk, seed, &p->routing);
-        if (rc == MP_OK)
-            rc = mp_group_limit_parse(limit, m->experts, m->topk, 1, &p->routing.groups,
-                                      &p->routing.group_pick, &inactive);
-        if (rc == MP_OK)
-            rc = mp_placement_build(cell(t, r, MPC_placement), m->experts, p->ep, p->routing.prob,
-                                    &p->placement);
-        if (rc == MP_OK) /* the run's nodes, as its replica choice saw them */
-            rc = mp_placement_pack_nodes(&p->placement, p->tp, set->base.gpus_per_node);
-        if (rc == MP_OK) {
-            struct mp_point pt = {.batch = batch, .seq = seq, .routing = &p->routing,
-                                  .placement = &p->placement, .iters = CAL_DRAWS,
-                                  .overlap = overlap, .dispatch = mode,
-                                  .dispatch_arg = dispatch_arg, .dedup = (int)dedup_mode,
-                                  .gemm = set->gemm};
-            rc = mp_vtraffic_build(&set->base, m, p->tp, p->ep, seed, &pt, &p->traffic,
-                                   &p->ndraws);
-        }
-        for (int c = 0; c < 5; c++)
-            p->meas[CAL_LAYER_FFN + c] = num(t, r, meas_cols[c]);
-        /* the dispatch is fitted with its count exchange, which a run since notify_us holds
-         * apart (an older run's dispatch_us includes it), so runs of either age fit alike */
-        if (mp_table_col(t, MPC_notify_us) >= 0)
-            p->meas[CAL_LAYER_DISPATCH] += num(t, r, MPC_notify_us);
-        /* combine_us holds the wait for the slowest rank, which layer_us already weighs: fitting
-         * it too would count that one quantity twice */
-        p->meas[CAL_LAYER_COMBINE] = NAN;
-        if (p->tp == 1)
-            p->meas[CAL_LAYER_TP] = NAN; /* nothing to reduce: not a fit target */
-        if (p->ep == 1)
-            p->meas[CAL_LAYER_DISPATCH] = p->meas[CAL_LAYER_COMBINE] = NAN;
+        rc = replay_point(set, t, r, &w, p);
+        read_measured(t, r, p);
     }
     return rc;
 }

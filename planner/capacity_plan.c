@@ -139,6 +139,97 @@ static int offload_slots(const struct mp_plan_req *q, const struct mp_plan_cand 
     return s >= 1 ? (int)s : 0;
 }
 
+/* Memory per GPU of candidate c on layout ml and placement pl against the profile's usable memory:
+ * c->mem, c->over and c->fits; where it does not fit and --expert-cache fit allows, the largest
+ * expert cache that does (c->cache_slots, ml->max_local, and pt's cache and warm-up, so the model
+ * times its fetches). */
+static void fit_memory(const struct mp_plan_req *q, struct mp_gpumem_layout *ml,
+                       const struct mp_placement *pl, struct mp_point *pt, struct mp_plan_cand *c)
+{
+    const struct mp_model *m = &q->model;
+    mp_gpumem_compute(m, ml, &c->mem);
+    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
+    c->over = mp_gpumem_over(&c->mem, usable);
+    c->fits = !strcmp(c->over, "none");
+    c->cache_slots = 0;
+    int resident = c->fits ? 0 : offload_slots(q, c, pl, usable, pt->overlap, pt->dedup);
+    if (resident > 0) { /* the largest cache that fits, its fetches timed by the model */
+        int staging = q->offload_policy == MP_CACHE_STATIC;
+        ml->max_local = resident + staging;
+        mp_gpumem_compute(m, ml, &c->mem);
+        c->over = mp_gpumem_over(&c->mem, usable);
+        c->fits = !strcmp(c->over, "none");
+        c->cache_slots = resident;
+        pt->cache = (struct mp_cache_spec){.slots = resident, .policy = q->offload_policy};
+        pt->warmup = MP_ROUTING_POOL_DRAWS; /* the timed iterations in steady state */
+    }
+}
+
+/* Candidate c's times from the model's iterations `res` (freed here) of its layout tp×ep at
+ * `batch` with setup su: the layer's medians and p99, the whole decode step's median, p99 and
+ * parts, its replica's tokens/s, then its targets (mp_plan_apply_targets). MP_OK, or
+ * MP_ERR_RUNTIME when out of memory or the step cannot be modelled. */
+static int record_times(const struct mp_plan_req *q, int tp, int ep, long batch, struct setup su,
+                        struct mp_point_result *res, struct mp_plan_cand *c)
+{
+    const struct mp_model *m = &q->model;
+    int mb = su.micro_batches > 1 ? su.micro_batches : 1;
+    int n = res->iters;
+    double tokens = (double)batch * q->seq;
+    struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
+                                .context = (double)q->context, .micro_batches = mb,
+                                .weight_dtype = su.weight_dtype};
+    struct mp_step_result st;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v || mp_step_of_point(&q->cluster, m, &step, res->metrics, n, &st) != MP_OK) {
+        free(v);
+        mp_point_result_free(res);
+        return MP_ERR_RUNTIME;
+    }
+    struct mp_summary s;
+    double med[MP_ITER_METRICS];
+    for (size_t k = 0; k < MP_ITER_METRICS; k++) {
+        for (int i = 0; i < n; i++)
+            v[i] = ((const double *)&res->metrics[i])[k];
+        if (k == 0) {
+            mp_summarize(v, n, &s);
+            med[k] = s.p50;
+            c->layer_p99_us = s.p99;
+        } else {
+            med[k] = mp_percentile_select(v, n, 50);
+        }
+    }
+    free(v);
+    mp_point_result_free(res);
+    const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
+    c->tp = tp;
+    c->ep = ep;
+    c->batch = batch;
+    c->layer_us = M->layer_us;
+    c->ffn_us = M->ffn_us;
+    c->comm_us = M->comm_us;
+    c->ratio = M->comm_comp_ratio;
+    c->bubble = M->bubble_ratio;
+    c->imbalance = M->load_imbalance;
+    c->hit = M->local_hit_rate;
+    c->cache_hit_rate = c->cache_slots > 0 ? M->cache_hit_rate : NAN;
+    /* the whole decode step (core/cluster_model/step.h); it yields one token per sequence:
+     * batch·seq tokens */
+    c->token_ms = st.p50[MP_STEP_TOTAL] / 1e3;
+    c->token_p99_ms = st.p99[MP_STEP_TOTAL] / 1e3;
+    for (int k = 0; k < MP_STEP_NPARTS; k++)
+        c->part_ms[k] = st.p50[k] / 1e3;
+    c->moe_ffn_ms = st.moe_compute / 1e3; /* of the median step, as its other parts */
+    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - c->moe_ffn_ms - c->part_ms[MP_STEP_OVERLAP];
+    c->replica_tps = c->token_ms > 0 ? tokens / (c->token_ms / 1e3) : 0;
+    mp_plan_apply_targets(q, c);
+    return MP_OK;
+}
+
+/* One candidate into *c: layout tp×ep, R hot experts replicated or `slots` eplb slots, setup su,
+ * `batch`: its placement packed onto the profile's nodes, its memory per GPU, the model's run of
+ * the layer and the step (record_times). MP_OK, or the error of building the placement or of the
+ * model. */
 static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
                         struct setup su, long batch, struct mp_plan_cand *c)
 {
@@ -171,76 +262,13 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
                                   .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
                                   .nonexpert = q->nonexpert,
                                   .expert_dtype = (enum mp_dtype)su.weight_dtype};
-    mp_gpumem_compute(m, &ml, &c->mem);
-    double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
-    c->over = mp_gpumem_over(&c->mem, usable);
-    c->fits = !strcmp(c->over, "none");
-    c->cache_slots = 0;
-    int resident = c->fits ? 0 : offload_slots(q, c, &pl, usable, overlap, dedup);
-    if (resident > 0) { /* the largest cache that fits, its fetches timed by the model */
-        int staging = q->offload_policy == MP_CACHE_STATIC;
-        ml.max_local = resident + staging;
-        mp_gpumem_compute(m, &ml, &c->mem);
-        c->over = mp_gpumem_over(&c->mem, usable);
-        c->fits = !strcmp(c->over, "none");
-        c->cache_slots = resident;
-        pt.cache = (struct mp_cache_spec){.slots = resident, .policy = q->offload_policy};
-        pt.warmup = MP_ROUTING_POOL_DRAWS; /* the timed iterations in steady state */
-    }
+    fit_memory(q, &ml, &pl, &pt, c);
     struct mp_point_result res;
     rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
     mp_placement_free(&pl);
     if (rc != MP_OK)
         return rc;
-    int n = res.iters;
-    double tokens = (double)batch * q->seq;
-    struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
-                                .context = (double)q->context, .micro_batches = mb,
-                                .weight_dtype = su.weight_dtype};
-    struct mp_step_result st;
-    double *v = malloc((size_t)n * sizeof *v);
-    if (!v || mp_step_of_point(&q->cluster, m, &step, res.metrics, n, &st) != MP_OK) {
-        free(v);
-        mp_point_result_free(&res);
-        return MP_ERR_RUNTIME;
-    }
-    struct mp_summary s;
-    double med[MP_ITER_METRICS];
-    for (size_t k = 0; k < MP_ITER_METRICS; k++) {
-        for (int i = 0; i < n; i++)
-            v[i] = ((const double *)&res.metrics[i])[k];
-        if (k == 0) {
-            mp_summarize(v, n, &s);
-            med[k] = s.p50;
-            c->layer_p99_us = s.p99;
-        } else {
-            med[k] = mp_percentile_select(v, n, 50);
-        }
-    }
-    free(v);
-    mp_point_result_free(&res);
-    const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
-    c->tp = tp;
-    c->ep = ep;
-    c->batch = batch;
-    c->layer_us = M->layer_us;
-    c->ffn_us = M->ffn_us;
-    c->comm_us = M->comm_us;
-    c->ratio = M->comm_comp_ratio;
-    c->bubble = M->bubble_ratio;
-    c->imbalance = M->load_imbalance;
-    c->hit = M->local_hit_rate;
-    c->cache_hit_rate = c->cache_slots > 0 ? M->cache_hit_rate : NAN;
-    /* the whole decode step (core/cluster_model/step.h); it yields one token per sequence: batch·seq tokens */
-    c->token_ms = st.p50[MP_STEP_TOTAL] / 1e3;
-    c->token_p99_ms = st.p99[MP_STEP_TOTAL] / 1e3;
-    for (int k = 0; k < MP_STEP_NPARTS; k++)
-        c->part_ms[k] = st.p50[k] / 1e3;
-    c->moe_ffn_ms = st.moe_compute / 1e3; /* of the median step, as its other parts */
-    c->moe_comm_ms = c->part_ms[MP_STEP_MOE] - c->moe_ffn_ms - c->part_ms[MP_STEP_OVERLAP];
-    c->replica_tps = c->token_ms > 0 ? tokens / (c->token_ms / 1e3) : 0;
-    mp_plan_apply_targets(q, c);
-    return MP_OK;
+    return record_times(q, tp, ep, batch, su, &res, c);
 }
 
 void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)

@@ -347,6 +347,68 @@ static cJSON *trust_list_json(const char *validation, const struct mp_plan_req *
     return arr;
 }
 
+/* The candidates re-planned for other targets (mp_plan_apply_targets): twice and half the
+ * throughput when q sets one, a 20% tighter SLO when it sets one. A new array. */
+static cJSON *sensitivity_json(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n)
+{
+    cJSON *sens = cJSON_CreateArray();
+    struct mp_plan_req q2 = *q;
+    if (q->throughput > 0) {
+        q2.throughput = 2 * q->throughput;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "twice the throughput", NULL));
+        q2.throughput = q->throughput / 2;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "half the throughput", NULL));
+        q2.throughput = q->throughput;
+    }
+    if (q->slo_token_ms > 0 || q->slo_layer_us > 0) {
+        q2.slo_token_ms = 0.8 * q->slo_token_ms;
+        q2.slo_layer_us = 0.8 * q->slo_layer_us;
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "a 20% tighter SLO", NULL));
+    }
+    return sens;
+}
+
+/* The cheapest plan with each remedies label of c[0..n) (mp_plan_remedy), each label once in
+ * enumeration order. A new array. */
+static cJSON *by_remedies_json(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n)
+{
+    cJSON *by = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) { /* each remedies label once, in enumeration order */
+        char lab[64], other[64];
+        mp_plan_remedy(&c[i], lab, sizeof lab);
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++)
+            seen = strcmp(mp_plan_remedy(&c[k], other, sizeof other), lab) == 0;
+        if (!seen)
+            cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
+    }
+    return by;
+}
+
+/* Replicas against batch for plan `best`: its setup at twice and at half the batch where the
+ * sweep holds them (mp_plan_replicas_vs_batch), each with its replicas, GPUs, p99 and words. A
+ * new array. */
+static cJSON *replicas_vs_batch_json(const struct mp_plan_cand *c, int n, int best)
+{
+    cJSON *rvb = cJSON_CreateArray();
+    for (int twice = 1; twice >= 0; twice--) {
+        char text[256];
+        int i = mp_plan_replicas_vs_batch(c, n, best, twice, text, sizeof text);
+        if (i < 0)
+            continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "case", twice ? "twice the batch" : "half the batch");
+        cJSON_AddNumberToObject(o, "batch", (double)c[i].batch);
+        cJSON_AddNumberToObject(o, "replicas", c[i].dp);
+        cJSON_AddNumberToObject(o, "gpus", c[i].gpus);
+        cJSON_AddNumberToObject(o, "token_p99_ms", c[i].token_p99_ms);
+        cJSON_AddBoolToObject(o, "meets", c[i].meets);
+        cJSON_AddStringToObject(o, "text", text);
+        cJSON_AddItemToArray(rvb, o);
+    }
+    return rvb;
+}
+
 /* The answer for one routing: the cheapest plan (`best`, −1: none meets the SLO within the
  * constraints) as the console states it, with its batch cap and headroom to the SLO. */
 cJSON *mp_plan_answer_json(const char *routing, const struct mp_plan_req *q,
@@ -392,7 +454,8 @@ cJSON *mp_plan_answer_json(const char *routing, const struct mp_plan_req *q,
     cJSON_AddNumberToObject(mem, "weights", b->mem.weights / 1e9);
     cJSON_AddNumberToObject(mem, "kv_cache", b->mem.kv / 1e9);
     double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
-    mp_plan_json_bound(mem, "usable", usable / 1e9); /* null: the profile gives no memory, not checked */
+    /* null: the profile gives no memory, not checked */
+    mp_plan_json_bound(mem, "usable", usable / 1e9);
     long cap = mp_plan_batch_cap(c, n, b);
     if (cap > 0)
         cJSON_AddNumberToObject(a, "batch_cap", (double)cap);
@@ -413,46 +476,9 @@ cJSON *mp_plan_answer_json(const char *routing, const struct mp_plan_req *q,
     cJSON_AddItemToObject(a, "alternatives", alternatives_json(q, c, n, b));
     /* sensitivity: the same candidates re-planned for other targets, and the cheapest plan with
      * each remedy setting the sweep holds */
-    cJSON *sens = cJSON_AddArrayToObject(a, "sensitivity");
-    struct mp_plan_req q2 = *q;
-    if (q->throughput > 0) {
-        q2.throughput = 2 * q->throughput;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "twice the throughput", NULL));
-        q2.throughput = q->throughput / 2;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "half the throughput", NULL));
-        q2.throughput = q->throughput;
-    }
-    if (q->slo_token_ms > 0 || q->slo_layer_us > 0) {
-        q2.slo_token_ms = 0.8 * q->slo_token_ms;
-        q2.slo_layer_us = 0.8 * q->slo_layer_us;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "a 20% tighter SLO", NULL));
-    }
-    cJSON *by = cJSON_AddArrayToObject(a, "by_remedies");
-    for (int i = 0; i < n; i++) { /* each remedies label once, in enumeration order */
-        char lab[64], other[64];
-        mp_plan_remedy(&c[i], lab, sizeof lab);
-        int seen = 0;
-        for (int k = 0; k < i && !seen; k++)
-            seen = strcmp(mp_plan_remedy(&c[k], other, sizeof other), lab) == 0;
-        if (!seen)
-            cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
-    }
+    cJSON_AddItemToObject(a, "sensitivity", sensitivity_json(q, c, n));
+    cJSON_AddItemToObject(a, "by_remedies", by_remedies_json(q, c, n));
     cJSON_AddItemToObject(a, "trust", trust_list_json(validation, q, cluster, c, n));
-    cJSON *rvb = cJSON_AddArrayToObject(a, "replicas_vs_batch");
-    for (int twice = 1; twice >= 0; twice--) {
-        char text[256];
-        int i = mp_plan_replicas_vs_batch(c, n, best, twice, text, sizeof text);
-        if (i < 0)
-            continue;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "case", twice ? "twice the batch" : "half the batch");
-        cJSON_AddNumberToObject(o, "batch", (double)c[i].batch);
-        cJSON_AddNumberToObject(o, "replicas", c[i].dp);
-        cJSON_AddNumberToObject(o, "gpus", c[i].gpus);
-        cJSON_AddNumberToObject(o, "token_p99_ms", c[i].token_p99_ms);
-        cJSON_AddBoolToObject(o, "meets", c[i].meets);
-        cJSON_AddStringToObject(o, "text", text);
-        cJSON_AddItemToArray(rvb, o);
-    }
+    cJSON_AddItemToObject(a, "replicas_vs_batch", replicas_vs_batch_json(c, n, best));
     return a;
 }

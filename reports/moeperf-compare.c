@@ -359,14 +359,11 @@ static void md_cell(FILE *f, const char *s)
     }
 }
 
-static int write_markdown(const struct mp_cmp *c, const char *dir, const struct cmp_opts *o,
-                          int gate_all, const struct counts *n, int status)
+/* compare.md's title, result and the table of what was compared: the run directories, the rule,
+ * the test unit and the gated metrics. */
+static void md_head(FILE *f, const struct mp_cmp *c, const struct cmp_opts *o, int gate_all,
+                    const struct counts *n, int status)
 {
-    struct outfile of;
-    int rc = of_open(&of, dir, "compare.md");
-    if (rc != MP_OK)
-        return of_close(&of, rc);
-    FILE *f = of.f;
     fprintf(f, "# Regression check: %s\n\n", c->tool);
     if (n->regress)
         fprintf(f, "**Result: REGRESSION.** %ld of %ld gated comparisons regressed (exit status "
@@ -402,7 +399,11 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
         if (gate_all || c->metrics[m].primary)
             fprintf(f, " %s", c->metrics[m].name);
     fprintf(f, " |\n\n");
+}
 
+/* compare.md's warnings (none: no section) and the runs' facts from run.json side by side. */
+static void md_warnings_and_runs(FILE *f, const struct mp_cmp *c)
+{
     if (c->nwarn) {
         fprintf(f, "## Warnings\n\n");
         for (int i = 0; i < c->nwarn; i++) {
@@ -426,7 +427,48 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
                 : x->kind == MP_FACT_SAME      ? "**differs**"
                                                : "");
     }
+}
 
+/* One row of compare.md's results table: the key cells that vary, the metric (secondary when not
+ * gated), the units on each side, both medians with their intervals, the change, p, the test and
+ * the verdict with its reason. */
+static void md_result_row(FILE *f, const struct mp_cmp *c, const struct cmp_opts *o, int gate_all,
+                          const struct mp_cmp_row *r)
+{
+    char b[32], bl[32], bh[32], w[32], wl[32], wh[32], ch[32], p[32];
+    fmt_us(b, sizeof b, r->base_med);
+    fmt_us(bl, sizeof bl, r->base_lo);
+    fmt_us(bh, sizeof bh, r->base_hi);
+    fmt_us(w, sizeof w, r->new_med);
+    fmt_us(wl, sizeof wl, r->new_lo);
+    fmt_us(wh, sizeof wh, r->new_hi);
+    fmt_change(ch, sizeof ch, r->change);
+    fmt_p(p, sizeof p, r->mw.p);
+    fputc('|', f);
+    for (int k = 0; k < c->nkey; k++)
+        if (c->key_varies[k]) {
+            fputc(' ', f);
+            md_cell(f, c->key_cells[r->point][k]);
+            fprintf(f, " |");
+        }
+    int gated = row_gated(c, r, gate_all);
+    fprintf(f, " %s%s | %ld/%ld | %s [%s, %s] | %s [%s, %s] | %s | %s | %s | ",
+            c->metrics[r->metric].name, gated ? "" : " (secondary)", r->units_base, r->units_new,
+            b, bl, bh, w, wl, wh, ch, p, isnan(r->mw.p) ? "-" : r->mw.exact ? "exact" : "normal");
+    if (r->verdict == MP_CMP_REGRESSION)
+        fprintf(f, "**regression**");
+    else
+        fprintf(f, "%s", mp_cmp_verdict_name(r->verdict));
+    if (r->reason)
+        fprintf(f, " (%s)", r->reason);
+    else if (not_significant(r, o->threshold / 100.0))
+        fprintf(f, " (not significant)");
+    fprintf(f, " |\n");
+}
+
+/* compare.md's results: what the columns hold, the table's header and a row per comparison. */
+static void md_results(FILE *f, const struct mp_cmp *c, const struct cmp_opts *o, int gate_all)
+{
     fprintf(f, "\n## Results\n\nMedians of the per-iteration samples in µs, with their 95 %% "
                "confidence interval (order statistics); p of the two-sided Mann–Whitney U test "
                "(exact or normal approximation).\n\n|");
@@ -440,42 +482,25 @@ static int write_markdown(const struct mp_cmp *c, const char *dir, const struct 
         if (c->key_varies[k])
             fprintf(f, "---:|");
     fprintf(f, "---|---:|---:|---:|---:|---:|---|---|\n");
-    for (long i = 0; i < c->nrows; i++) {
-        const struct mp_cmp_row *r = &c->rows[i];
-        char b[32], bl[32], bh[32], w[32], wl[32], wh[32], ch[32], p[32];
-        fmt_us(b, sizeof b, r->base_med);
-        fmt_us(bl, sizeof bl, r->base_lo);
-        fmt_us(bh, sizeof bh, r->base_hi);
-        fmt_us(w, sizeof w, r->new_med);
-        fmt_us(wl, sizeof wl, r->new_lo);
-        fmt_us(wh, sizeof wh, r->new_hi);
-        fmt_change(ch, sizeof ch, r->change);
-        fmt_p(p, sizeof p, r->mw.p);
-        fputc('|', f);
-        for (int k = 0; k < c->nkey; k++)
-            if (c->key_varies[k]) {
-                fputc(' ', f);
-                md_cell(f, c->key_cells[r->point][k]);
-                fprintf(f, " |");
-            }
-        int gated = row_gated(c, r, gate_all);
-        fprintf(f, " %s%s | %ld/%ld | %s [%s, %s] | %s [%s, %s] | %s | %s | %s | ",
-                c->metrics[r->metric].name, gated ? "" : " (secondary)", r->units_base,
-                r->units_new, b,
-                bl, bh, w, wl, wh, ch, p, isnan(r->mw.p) ? "-" : r->mw.exact ? "exact" : "normal");
-        if (r->verdict == MP_CMP_REGRESSION)
-            fprintf(f, "**regression**");
-        else
-            fprintf(f, "%s", mp_cmp_verdict_name(r->verdict));
-        if (r->reason)
-            fprintf(f, " (%s)", r->reason);
-        else if (not_significant(r, o->threshold / 100.0))
-            fprintf(f, " (not significant)");
-        fprintf(f, " |\n");
-    }
-    fprintf(f, "\nFiles: `compare.csv` (every row above with all key columns), "
-               "`compare.junit.xml`, "
-               "`compare_plot.gp` + `compare_plot.dat` (gnuplot), `compare.svg`.\n");
+    for (long i = 0; i < c->nrows; i++)
+        md_result_row(f, c, o, gate_all, &c->rows[i]);
+}
+
+/* compare.md into dir, written whole (a temporary file renamed): the head, warnings, runs and
+ * results. MP_OK, or MP_ERR_RUNTIME after a message when it cannot be written. */
+static int write_markdown(const struct mp_cmp *c, const char *dir, const struct cmp_opts *o,
+                          int gate_all, const struct counts *n, int status)
+{
+    struct outfile of;
+    int rc = of_open(&of, dir, "compare.md");
+    if (rc != MP_OK)
+        return of_close(&of, rc);
+    md_head(of.f, c, o, gate_all, n, status);
+    md_warnings_and_runs(of.f, c);
+    md_results(of.f, c, o, gate_all);
+    fprintf(of.f, "\nFiles: `compare.csv` (every row above with all key columns), "
+                  "`compare.junit.xml`, "
+                  "`compare_plot.gp` + `compare_plot.dat` (gnuplot), `compare.svg`.\n");
     return of_close(&of, MP_OK);
 }
 

@@ -21,6 +21,7 @@
 #include "report.h"
 #include "report_doc.h"
 #include "report_findings.h"
+#include "report_groups.h"
 #include "report_tables.h"
 #include "report_plan.h"
 #include "srcroot.h"
@@ -62,7 +63,6 @@ static const char summary[] =
 struct figure {
     const char *name, *title, *caption;
 };
-#define MAX_GROUP_COLS 32 /* a figure's group and extra columns together */
 static struct figure *figures;
 static int NFIG;
 static struct mp_table figure_table;
@@ -145,9 +145,6 @@ static void figures_free(void)
     mp_table_free(&figure_table);
 }
 
-/* ---- locating the source tree (plots/render and the default reference) ---- */
-
-
 /* ---- running plots/render ---- */
 
 /* Run `bash render --format svg --out tmp [--reference ref --reference-label label] dirs...`.
@@ -224,154 +221,6 @@ static void remove_tree(const char *dir)
     }
     closedir(d);
     rmdir(dir);
-}
-
-/* ---- groups of a2a.csv and ffn.csv rows ---- */
-
-/* A group's cell of `col` (its first row's), "" where its file lacks the column. */
-static const char *group_cell(const struct group *g, const char *col)
-{
-    int c = mp_table_col(g->t, col);
-    return c < 0 ? "" : g->t->cells[g->rows[0]][c];
-}
-
-static const struct mp_table *sort_table;
-static int sort_col;
-static int cmp_rows(const void *a, const void *b)
-{
-    double x = strtod(sort_table->cells[*(const long *)a][sort_col], NULL);
-    double y = strtod(sort_table->cells[*(const long *)b][sort_col], NULL);
-    return (x > y) - (x < y);
-}
-
-static void groups_free(struct group *g, int n)
-{
-    for (int i = 0; g && i < n; i++) {
-        free(g[i].label);
-        free(g[i].workload);
-        free(g[i].rows);
-    }
-    free(g);
-}
-
-/* The curve labels of groups g[0..n) (docs/plots.md, "Curve labels"), as plots/render titles the
- * curves of their figure: the cells of cols[1..ncols) that differ between the groups, the first
- * nbare of them bare and the rest as name=value (cols[1] alone when none differs), the run
- * directory's name where two groups share every cell, and "(source)", cols[0], at the end. */
-static int label_groups(struct group *g, int n, const char *const *cols, int ncols, int nbare)
-{
-    int show[MAX_GROUP_COLS], nshow = 0;
-    for (int k = 1; k < ncols; k++) {
-        /* backend and comm: only where they differ within one source (label_series) */
-        int by_source = !strcmp(cols[k], MPC_backend) || !strcmp(cols[k], MPC_comm), differs = 0;
-        for (int i = 0; i < n && !differs; i++)
-            for (int j = i + 1; j < n && !differs; j++)
-                differs = strcmp(group_cell(&g[i], cols[k]), group_cell(&g[j], cols[k])) != 0 &&
-                          (!by_source ||
-                           !strcmp(group_cell(&g[i], cols[0]), group_cell(&g[j], cols[0])));
-        if (differs)
-            show[nshow++] = k;
-    }
-    if (nshow == 0 && ncols > 1)
-        show[nshow++] = 1;
-    for (int i = 0; i < n; i++) {
-        char label[1024] = "";
-        size_t used = 0;
-        for (int j = 0; j < nshow && used < sizeof label; j++) {
-            int k = show[j];
-            const char *v = *group_cell(&g[i], cols[k]) ? group_cell(&g[i], cols[k]) : "-";
-            used += (size_t)snprintf(label + used, sizeof label - used, "%s%s%s%s", j ? " " : "",
-                                     k <= nbare ? "" : cols[k], k <= nbare ? "" : "=", v);
-        }
-        for (int o = 0; o < n && used < sizeof label; o++) {
-            int same = o != i;
-            for (int k = 0; k < ncols && same; k++)
-                same = strcmp(group_cell(&g[i], cols[k]), group_cell(&g[o], cols[k])) == 0;
-            if (same) {
-                const char *base = strrchr(g[i].run->dir, '/');
-                base = base && base[1] ? base + 1 : g[i].run->dir;
-                used += (size_t)snprintf(label + used, sizeof label - used, " [%s]", base);
-                break;
-            }
-        }
-        if (used < sizeof label)
-            snprintf(label + used, sizeof label - used, " (%s)", group_cell(&g[i], cols[0]));
-        char all[2048] = "";
-        used = 0;
-        for (int k = 1; k < ncols && used < sizeof all; k++)
-            if (*group_cell(&g[i], cols[k]))
-                used += (size_t)snprintf(all + used, sizeof all - used, "%s%s=%s", used ? " " : "",
-                                         cols[k], group_cell(&g[i], cols[k]));
-        free(g[i].label);
-        free(g[i].workload);
-        g[i].workload = strdup(all);
-        if (!(g[i].label = strdup(label)) || !g[i].workload) {
-            mp_error("out of memory");
-            return MP_ERR_RUNTIME;
-        }
-    }
-    return MP_OK;
-}
-
-/* Rows of the a2a (which = 1) or ffn (which = 2) table of every run, grouped by the `cols` cells
- * (a column a file lacks counts as empty), each group sorted by `xcol` and labelled by
- * label_groups (cols[1..nbare] bare). */
-static int make_groups(const struct rp_run *runs, int nruns, int which, const char *const *cols,
-                       int ncols, int nbare, const char *xcol, struct group **out, int *nout)
-{
-    struct group *g = NULL;
-    int n = 0;
-    for (int r = 0; r < nruns; r++) {
-        const struct mp_table *t = which == 1 ? &runs[r].a2a : &runs[r].ffn;
-        if (!t->cols)
-            continue;
-        int c[MAX_GROUP_COLS];
-        for (int k = 0; k < ncols && k < MAX_GROUP_COLS; k++)
-            c[k] = mp_table_col(t, cols[k]);
-        for (long row = 0; row < t->nrows; row++) {
-            int found = -1;
-            for (int i = 0; i < n && found < 0; i++) {
-                if (g[i].t != t)
-                    continue;
-                int eq = 1;
-                for (int k = 0; k < ncols && eq; k++)
-                    eq = c[k] < 0 || strcmp(t->cells[g[i].rows[0]][c[k]], t->cells[row][c[k]]) == 0;
-                if (eq)
-                    found = i;
-            }
-            if (found < 0) {
-                struct group *ng = realloc(g, (size_t)(n + 1) * sizeof *ng);
-                if (!ng)
-                    goto oom;
-                g = ng;
-                memset(&g[n], 0, sizeof g[n]);
-                g[n].run = &runs[r];
-                g[n].t = t;
-                found = n++;
-            }
-            long *nr = realloc(g[found].rows, (size_t)(g[found].n + 1) * sizeof *nr);
-            if (!nr)
-                goto oom;
-            g[found].rows = nr;
-            g[found].rows[g[found].n++] = row;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        sort_table = g[i].t;
-        sort_col = mp_table_col(g[i].t, xcol);
-        qsort(g[i].rows, (size_t)g[i].n, sizeof *g[i].rows, cmp_rows);
-    }
-    if (label_groups(g, n, cols, ncols, nbare) != MP_OK) {
-        groups_free(g, n);
-        return MP_ERR_RUNTIME;
-    }
-    *out = g;
-    *nout = n;
-    return MP_OK;
-oom:
-    groups_free(g, n);
-    mp_error("out of memory");
-    return MP_ERR_RUNTIME;
 }
 
 /* ---- the reference table ---- */
@@ -451,6 +300,126 @@ static const char css[] =
     "table.text td,table.text th{text-align:left}"
     "tr:nth-child(even) td{background:#fbfbfb}";
 
+/* The outputs asked for opened into d (html_tmp, md_tmp; NULL: not asked for): MP_OK, or
+ * MP_ERR_USAGE after a message naming --out or --md, with nothing left open. */
+static int open_outputs(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
+                        struct doc *d)
+{
+    if (html_tmp && !(d->h = fopen(html_tmp, "w"))) {
+        mp_usage("--out '%s': cannot write: %s", o->out, strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    if (md_tmp && !(d->m = fopen(md_tmp, "w"))) {
+        mp_usage("--md '%s': cannot write: %s", o->md, strerror(errno));
+        if (d->h)
+            fclose(d->h);
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* The page's head (a document that fetches nothing, its styles inline) and its title as the first
+ * heading, in both outputs. */
+static void write_page_head(struct doc *d, const char *title)
+{
+    if (d->h) {
+        fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n", d->h);
+        /* the page needs nothing from anywhere: no scripts, no fetches, styles inline */
+        fputs("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+              "style-src 'unsafe-inline'\">\n",
+              d->h);
+        fputs("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>",
+              d->h);
+        html_esc(d->h, title);
+        fprintf(d->h, "</title>\n<style>%s</style>\n</head>\n<body>\n<main>\n", css);
+    }
+    if (d->m) {
+        fputs("# ", d->m);
+        md_esc(d->m, title);
+        fputs("\n\n", d->m);
+    }
+    if (d->h) {
+        fputs("<h1>", d->h);
+        html_esc(d->h, title);
+        fputs("</h1>\n", d->h);
+    }
+}
+
+/* The line under the title: when and from which run directories the report was made, and the
+ * reference's label (ref NULL: none). */
+static void write_meta(struct doc *d, const char *now, char **dirs, int ndirs,
+                       const struct reference *ref)
+{
+    char runs_list[4096] = "";
+    for (int i = 0; i < ndirs; i++)
+        if (strlen(runs_list) < sizeof runs_list)
+            snprintf(runs_list + strlen(runs_list), sizeof runs_list - strlen(runs_list), "%s%s",
+                     i ? ", " : "", dirs[i]);
+    if (d->h)
+        fputs("<div class=\"meta\">", d->h);
+    doc_p(d, "Generated %s by moeperf-report from %d run director%s: %s.%s%s", now, ndirs,
+          ndirs == 1 ? "y" : "ies", runs_list, ref ? " Reference: " : "", ref ? ref->label : "");
+    if (d->h)
+        fputs("</div>\n", d->h);
+}
+
+/* Figure f under its title: its SVG (figdir/NAME.svg) inline with its caption on the page, and
+ * in the Markdown a link into md_plots_rel with the caption. MP_OK, or MP_ERR_RUNTIME after a
+ * message when the SVG cannot be read or holds no <svg> element. */
+static int write_figure(struct doc *d, int f, const char *figdir, const char *md_plots_rel)
+{
+    int rc = MP_OK;
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.svg", figdir, figures[f].name);
+    doc_h(d, 3, figures[f].title);
+    if (d->h) {
+        char *svg = mp_read_file(path, NULL), prefix[32];
+        if (!svg) {
+            mp_error("%s: %s", path, strerror(errno));
+            return MP_ERR_RUNTIME;
+        }
+        snprintf(prefix, sizeof prefix, "f%d-", f);
+        fputs("<figure>\n", d->h);
+        if (rp_svg_inline(svg, prefix, d->h) != MP_OK) {
+            mp_error("%s: no <svg> element", path);
+            rc = MP_ERR_RUNTIME;
+        }
+        free(svg);
+        fputs("\n<figcaption>", d->h);
+        html_esc(d->h, figures[f].caption);
+        fputs("</figcaption>\n</figure>\n", d->h);
+    }
+    if (d->m) {
+        fputs("![", d->m);
+        md_esc(d->m, figures[f].title);
+        fprintf(d->m, "](%s/%s.svg)\n\n", md_plots_rel, figures[f].name);
+        md_esc(d->m, figures[f].caption);
+        fputs("\n\n", d->m);
+    }
+    return rc;
+}
+
+/* The page's end, and both outputs closed: rc, or MP_ERR_RUNTIME after a message when rc is MP_OK
+ * and an output could not be written. */
+static int close_outputs(struct doc *d, const char *html_tmp, const char *md_tmp, int rc)
+{
+    if (d->h)
+        fputs("</main>\n</body>\n</html>\n", d->h);
+    if (d->h && (ferror(d->h) | fclose(d->h)) && rc == MP_OK) {
+        mp_error("%s: write failed", html_tmp);
+        rc = MP_ERR_RUNTIME;
+    }
+    if (d->m && (ferror(d->m) | fclose(d->m)) && rc == MP_OK) {
+        mp_error("%s: write failed", md_tmp);
+        rc = MP_ERR_RUNTIME;
+    }
+    return rc;
+}
+
+/* The report into html_tmp and md_tmp (either NULL: not asked for): its head, the answer, the
+ * findings and how to read them, the legend and figures (have_fig[f]: figure f was drawn into
+ * figdir) with the timelines, then the tables and the environment. MP_OK, MP_ERR_USAGE when an
+ * output cannot be opened, or MP_ERR_RUNTIME after a message. */
 static int write_report(const struct report_opts *o, const char *html_tmp, const char *md_tmp,
                         const char *md_plots_rel, const char *figdir, const int *have_fig,
                         char **dirs, int ndirs, const struct rp_run *runs, struct rp_series *s,
@@ -458,52 +427,14 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
                         struct group *ffn, int nffn)
 {
     struct doc d = {NULL, NULL, 0};
-    int rc = MP_OK;
-    if (html_tmp && !(d.h = fopen(html_tmp, "w"))) {
-        mp_usage("--out '%s': cannot write: %s", o->out, strerror(errno));
-        return MP_ERR_USAGE;
-    }
-    if (md_tmp && !(d.m = fopen(md_tmp, "w"))) {
-        mp_usage("--md '%s': cannot write: %s", o->md, strerror(errno));
-        if (d.h)
-            fclose(d.h);
-        return MP_ERR_USAGE;
-    }
+    int rc = open_outputs(o, html_tmp, md_tmp, &d);
+    if (rc != MP_OK)
+        return rc;
     char now[32];
     time_t t = time(NULL);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    if (d.h) {
-        fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n", d.h);
-        /* the page needs nothing from anywhere: no scripts, no fetches, styles inline */
-        fputs("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-              "style-src 'unsafe-inline'\">\n",
-              d.h);
-        fputs("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>",
-              d.h);
-        html_esc(d.h, o->title);
-        fprintf(d.h, "</title>\n<style>%s</style>\n</head>\n<body>\n<main>\n", css);
-    }
-    if (d.m) {
-        fputs("# ", d.m);
-        md_esc(d.m, o->title);
-        fputs("\n\n", d.m);
-    }
-    if (d.h) {
-        fputs("<h1>", d.h);
-        html_esc(d.h, o->title);
-        fputs("</h1>\n", d.h);
-    }
-    char runs_list[4096] = "";
-    for (int i = 0; i < ndirs; i++)
-        if (strlen(runs_list) < sizeof runs_list)
-            snprintf(runs_list + strlen(runs_list), sizeof runs_list - strlen(runs_list), "%s%s",
-                     i ? ", " : "", dirs[i]);
-    if (d.h)
-        fputs("<div class=\"meta\">", d.h);
-    doc_p(&d, "Generated %s by moeperf-report from %d run director%s: %s.%s%s", now, ndirs,
-          ndirs == 1 ? "y" : "ies", runs_list, ref ? " Reference: " : "", ref ? ref->label : "");
-    if (d.h)
-        fputs("</div>\n", d.h);
+    write_page_head(&d, o->title);
+    write_meta(&d, now, dirs, ndirs, ref);
     write_answer(&d, runs, ndirs);
     if (d.h)
         fputs("<div class=\"findings\">", d.h);
@@ -522,38 +453,9 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
 
     doc_h(&d, 2, "Figures");
     write_legend(&d, s, ns, a2a, na2a, ffn, nffn);
-    for (int f = 0; f < NFIG && rc == MP_OK; f++) {
-        if (!have_fig[f])
-            continue;
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s.svg", figdir, figures[f].name);
-        doc_h(&d, 3, figures[f].title);
-        if (d.h) {
-            char *svg = mp_read_file(path, NULL), prefix[32];
-            if (!svg) {
-                mp_error("%s: %s", path, strerror(errno));
-                rc = MP_ERR_RUNTIME;
-                break;
-            }
-            snprintf(prefix, sizeof prefix, "f%d-", f);
-            fputs("<figure>\n", d.h);
-            if (rp_svg_inline(svg, prefix, d.h) != MP_OK) {
-                mp_error("%s: no <svg> element", path);
-                rc = MP_ERR_RUNTIME;
-            }
-            free(svg);
-            fputs("\n<figcaption>", d.h);
-            html_esc(d.h, figures[f].caption);
-            fputs("</figcaption>\n</figure>\n", d.h);
-        }
-        if (d.m) {
-            fputs("![", d.m);
-            md_esc(d.m, figures[f].title);
-            fprintf(d.m, "](%s/%s.svg)\n\n", md_plots_rel, figures[f].name);
-            md_esc(d.m, figures[f].caption);
-            fputs("\n\n", d.m);
-        }
-    }
+    for (int f = 0; f < NFIG && rc == MP_OK; f++)
+        if (have_fig[f])
+            rc = write_figure(&d, f, figdir, md_plots_rel);
     if (rc == MP_OK)
         rc = write_timelines(&d, figdir, md_plots_rel);
     if (rc == MP_OK) {
@@ -568,17 +470,7 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
         write_ffn_tables(&d, ffn, nffn);
         write_environment(&d, runs, ndirs);
     }
-    if (d.h)
-        fputs("</main>\n</body>\n</html>\n", d.h);
-    if (d.h && (ferror(d.h) | fclose(d.h)) && rc == MP_OK) {
-        mp_error("%s: write failed", html_tmp);
-        rc = MP_ERR_RUNTIME;
-    }
-    if (d.m && (ferror(d.m) | fclose(d.m)) && rc == MP_OK) {
-        mp_error("%s: write failed", md_tmp);
-        rc = MP_ERR_RUNTIME;
-    }
-    return rc;
+    return close_outputs(&d, html_tmp, md_tmp, rc);
 }
 
 /* Copy a file (the SVG figures next to the Markdown). */
@@ -695,85 +587,111 @@ static int publish(const struct report_opts *o, const char *html_tmp, const char
     return MP_OK;
 }
 
-int main(int argc, char **argv)
-{
-    struct report_opts o;
-    char **dirs = NULL;
-    int ndirs = 0, nruns = 0, ns = 0, na2a = 0, nffn = 0;
-    struct rp_run *runs = NULL;
-    struct rp_series *s = NULL;
-    struct group *a2a = NULL, *ffn = NULL;
-    struct reference ref = {0};
-    int have_ref = 0, *have_fig = NULL;
-    char tmp[PATH_MAX] = "", root[PATH_MAX] = "", render[PATH_MAX + 32];
-    char *html_tmp = NULL, *md_tmp = NULL, *md_dir = NULL;
-    mp_log_init("moeperf-report", -1);
-    int rc = mp_opts_parse(options, &o, argc, argv, summary, &dirs, &ndirs);
-    if (rc == MP_HELP) {
-        mp_opts_free(options, &o);
-        return 0;
-    }
-    if (rc != MP_OK)
-        return MP_ERR_USAGE;
-    MP_CHECK(check_outputs(&o, ndirs));
-    runs = calloc((size_t)ndirs, sizeof *runs);
-    if (!runs) {
-        mp_error("out of memory");
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
-    for (nruns = 0; nruns < ndirs; nruns++)
-        MP_CHECK(rp_run_load(dirs[nruns], &runs[nruns]));
+/* What main holds between its steps, all of it freed by report_state_free. */
+struct report_state {
+    struct rp_run *runs;
+    int nruns; /* the runs loaded, each freed with rp_run_free */
+    struct rp_series *s;
+    int ns;
+    struct group *a2a, *ffn;
+    int na2a, nffn;
+    struct reference ref;
+    int have_ref;
+    int *have_fig;                    /* have_fig[f]: figure f was drawn into tmp */
+    char tmp[PATH_MAX];               /* the figures' temporary directory, "" until made */
+    char *html_tmp, *md_tmp, *md_dir; /* the outputs as written (renamed when done), the figures
+                                         beside the Markdown */
+    const char *md_rel;               /* md_dir as the Markdown links it */
+};
 
-    int have_root = rp_source_root(root, sizeof root) == 0;
-    MP_CHECK(load_reference(&o, have_root ? root : NULL, &ref, &have_ref));
+/* Every RUN_DIR loaded into st->runs (st->nruns: how many were): MP_OK, or the error of the first
+ * that cannot be read, after its message. */
+static int load_runs(struct report_state *st, char **dirs, int ndirs)
+{
+    st->runs = calloc((size_t)ndirs, sizeof *st->runs);
+    if (!st->runs) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    for (st->nruns = 0; st->nruns < ndirs; st->nruns++) {
+        int rc = rp_run_load(dirs[st->nruns], &st->runs[st->nruns]);
+        if (rc != MP_OK)
+            return rc;
+    }
+    return MP_OK;
+}
+
+/* The source tree this tool was built from into root (size bytes), the reference curve into
+ * st->ref, plots/figures.csv read and st->have_fig allocated: MP_OK, or an error after its
+ * message (no source tree: MP_ERR_RUNTIME). */
+static int load_sources(const struct report_opts *o, struct report_state *st, char *root,
+                        size_t size)
+{
+    int have_root = rp_source_root(root, size) == 0;
+    int rc = load_reference(o, have_root ? root : NULL, &st->ref, &st->have_ref);
+    if (rc != MP_OK)
+        return rc;
     if (!have_root) {
         mp_error("cannot find plots/render of the source tree this moeperf-report was built "
                  "from (looked beside the build directory and in its meson-info)");
-        rc = MP_ERR_RUNTIME;
-        goto out;
+        return MP_ERR_RUNTIME;
     }
-    snprintf(render, sizeof render, "%s/plots/render", root);
-    MP_CHECK(figures_load(root));
-    have_fig = calloc((size_t)(NFIG > 0 ? NFIG : 1), sizeof *have_fig);
-    if (!have_fig) {
+    if ((rc = figures_load(root)) != MP_OK)
+        return rc;
+    st->have_fig = calloc((size_t)(NFIG > 0 ? NFIG : 1), sizeof *st->have_fig);
+    if (!st->have_fig) {
         mp_error("out of memory");
-        rc = MP_ERR_RUNTIME;
-        goto out;
+        return MP_ERR_RUNTIME;
     }
+    return MP_OK;
+}
 
-    snprintf(tmp, sizeof tmp, "%s/moeperf-report.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmp)) {
-        mp_error("mkdtemp %s: %s", tmp, strerror(errno));
-        tmp[0] = '\0';
-        rc = MP_ERR_RUNTIME;
-        goto out;
+/* plots/render of the source tree `root` run on the RUN_DIRs that hold measurements, into a new
+ * temporary directory st->tmp, and st->have_fig set for each figure it drew: MP_OK, or an error
+ * after its message (render refused its input: MP_ERR_USAGE). */
+static int render_figures(struct report_state *st, const char *root, char **dirs, int ndirs)
+{
+    char render[PATH_MAX + 32];
+    snprintf(render, sizeof render, "%s/plots/render", root);
+    snprintf(st->tmp, sizeof st->tmp, "%s/moeperf-report.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(st->tmp)) {
+        mp_error("mkdtemp %s: %s", st->tmp, strerror(errno));
+        st->tmp[0] = '\0';
+        return MP_ERR_RUNTIME;
     }
     /* render draws the measurement files: a directory with only plan.csv is not for it */
     char **rdirs = calloc((size_t)ndirs + 1, sizeof *rdirs);
     int nrender = 0;
     if (!rdirs) {
         mp_error("out of memory");
-        rc = MP_ERR_RUNTIME;
-        goto out;
+        return MP_ERR_RUNTIME;
     }
     for (int i = 0; i < ndirs; i++)
-        if (runs[i].layer.cols || runs[i].a2a.cols || runs[i].ffn.cols)
+        if (st->runs[i].layer.cols || st->runs[i].a2a.cols || st->runs[i].ffn.cols)
             rdirs[nrender++] = dirs[i];
-    rc = nrender > 0 ? run_render(render, tmp, have_ref ? ref.path : NULL,
-                                  have_ref ? ref.label : NULL, rdirs, nrender)
-                     : MP_OK;
+    int rc = nrender > 0 ? run_render(render, st->tmp, st->have_ref ? st->ref.path : NULL,
+                                      st->have_ref ? st->ref.label : NULL, rdirs, nrender)
+                         : MP_OK;
     free(rdirs);
     if (rc != MP_OK)
-        goto out;
+        return rc;
     for (int f = 0; f < NFIG; f++) {
         char p[PATH_MAX + 64];
-        snprintf(p, sizeof p, "%s/%s.svg", tmp, figures[f].name);
-        have_fig[f] = mp_is_regular_file(p);
+        snprintf(p, sizeof p, "%s/%s.svg", st->tmp, figures[f].name);
+        st->have_fig[f] = mp_is_regular_file(p);
     }
+    return MP_OK;
+}
 
-    MP_CHECK(rp_layer_series(runs, nruns, &s, &ns));
-    /* the a2a and ffn curves as their figures group and label them (figures.csv: group, extra) */
+/* The layer curves into st->s, and the a2a and ffn curves as their figures group and label them
+ * (figures.csv: group, extra) into st->a2a and st->ffn: MP_OK, or MP_ERR_RUNTIME after a
+ * message. */
+static int group_curves(struct report_state *st)
+{
+    int rc = rp_layer_series(st->runs, st->nruns, &st->s, &st->ns);
+    if (rc != MP_OK)
+        return rc;
     const char *a2a_cols[MAX_GROUP_COLS], *ffn_cols[MAX_GROUP_COLS];
     char *a2a_spec = NULL, *ffn_spec = NULL;
     int a2a_bare = 0, ffn_bare = 0;
@@ -782,62 +700,106 @@ int main(int argc, char **argv)
     if (na2a_cols < 1 || nffn_cols < 1) {
         free(a2a_spec);
         free(ffn_spec);
-        MP_CHECK(MP_ERR_RUNTIME);
+        return MP_ERR_RUNTIME;
     }
-    rc = make_groups(runs, nruns, 1, a2a_cols, na2a_cols, a2a_bare, MPC_bytes_per_rank, &a2a,
-                     &na2a);
+    rc = make_groups(st->runs, st->nruns, 1, a2a_cols, na2a_cols, a2a_bare, MPC_bytes_per_rank,
+                     &st->a2a, &st->na2a);
     if (rc == MP_OK)
-        rc = make_groups(runs, nruns, 2, ffn_cols, nffn_cols, ffn_bare, MPC_batch, &ffn, &nffn);
+        rc = make_groups(st->runs, st->nruns, 2, ffn_cols, nffn_cols, ffn_bare, MPC_batch,
+                         &st->ffn, &st->nffn);
     free(a2a_spec);
     free(ffn_spec);
-    MP_CHECK(rc);
+    return rc;
+}
 
-    /* outputs: written to FILE.tmp and renamed, so no half-written report is left */
-    const char *md_rel = NULL;
-    if (o.out) {
-        MP_CHECK(make_parent(o.out, "--out"));
-        if (!(html_tmp = malloc(strlen(o.out) + 8)))
-            goto oom;
-        sprintf(html_tmp, "%s.tmp", o.out);
+/* The outputs' temporary names (FILE.tmp, renamed when done, so no half-written report is left)
+ * and parent directories; with --md, its figures directory FILE_plots/ holding copies of the
+ * figures drawn: MP_OK, or an error after its message. */
+static int prepare_outputs(const struct report_opts *o, struct report_state *st)
+{
+    int rc;
+    if (o->out) {
+        if ((rc = make_parent(o->out, "--out")) != MP_OK)
+            return rc;
+        if (!(st->html_tmp = malloc(strlen(o->out) + 8))) {
+            mp_error("out of memory");
+            return MP_ERR_RUNTIME;
+        }
+        sprintf(st->html_tmp, "%s.tmp", o->out);
     }
-    if (o.md) {
-        MP_CHECK(make_parent(o.md, "--md"));
-        if (!(md_tmp = malloc(strlen(o.md) + 8)) || !(md_dir = malloc(strlen(o.md) + 16)))
-            goto oom;
-        sprintf(md_tmp, "%s.tmp", o.md);
-        sprintf(md_dir, "%.*s_plots", (int)(strlen(o.md) - 3), o.md);
-        md_rel = strrchr(md_dir, '/') ? strrchr(md_dir, '/') + 1 : md_dir;
-        MP_CHECK(mp_mkdir_p(md_dir, "--md"));
-        MP_CHECK(copy_figures(tmp, md_dir, have_fig));
+    if (!o->md)
+        return MP_OK;
+    if ((rc = make_parent(o->md, "--md")) != MP_OK)
+        return rc;
+    if (!(st->md_tmp = malloc(strlen(o->md) + 8)) || !(st->md_dir = malloc(strlen(o->md) + 16))) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
     }
-    rc = write_report(&o, html_tmp, md_tmp, md_rel, tmp, have_fig, dirs, ndirs, runs, s, ns,
-                      have_ref ? &ref : NULL, a2a, na2a, ffn, nffn);
+    sprintf(st->md_tmp, "%s.tmp", o->md);
+    sprintf(st->md_dir, "%.*s_plots", (int)(strlen(o->md) - 3), o->md);
+    st->md_rel = strrchr(st->md_dir, '/') ? strrchr(st->md_dir, '/') + 1 : st->md_dir;
+    if ((rc = mp_mkdir_p(st->md_dir, "--md")) != MP_OK)
+        return rc;
+    return copy_figures(st->tmp, st->md_dir, st->have_fig);
+}
+
+/* Everything st holds freed; the temporary outputs left behind and the figures' temporary
+ * directory removed. */
+static void report_state_free(struct report_state *st)
+{
+    if (st->html_tmp)
+        unlink(st->html_tmp);
+    if (st->md_tmp)
+        unlink(st->md_tmp);
+    free(st->html_tmp);
+    free(st->md_tmp);
+    free(st->md_dir);
+    if (st->tmp[0])
+        remove_tree(st->tmp);
+    groups_free(st->a2a, st->na2a);
+    groups_free(st->ffn, st->nffn);
+    rp_series_free(st->s, st->ns);
+    if (st->have_ref)
+        reference_free(&st->ref);
+    for (int i = 0; st->runs && i < st->nruns; i++)
+        rp_run_free(&st->runs[i]);
+    free(st->runs);
+    free(st->have_fig);
+}
+
+int main(int argc, char **argv)
+{
+    struct report_opts o;
+    struct report_state st = {0};
+    char **dirs = NULL, root[PATH_MAX] = "";
+    int ndirs = 0;
+    mp_log_init("moeperf-report", -1);
+    int rc = mp_opts_parse(options, &o, argc, argv, summary, &dirs, &ndirs);
+    if (rc == MP_HELP) {
+        mp_opts_free(options, &o);
+        return 0;
+    }
+    if (rc != MP_OK)
+        return MP_ERR_USAGE;
+    rc = check_outputs(&o, ndirs);
     if (rc == MP_OK)
-        rc = publish(&o, html_tmp, md_tmp, md_dir);
-    goto out;
-oom:
-    mp_error("out of memory");
-    rc = MP_ERR_RUNTIME;
-out:
-    if (html_tmp)
-        unlink(html_tmp);
-    if (md_tmp)
-        unlink(md_tmp);
-    free(html_tmp);
-    free(md_tmp);
-    free(md_dir);
-    if (tmp[0])
-        remove_tree(tmp);
-    groups_free(a2a, na2a);
-    groups_free(ffn, nffn);
-    rp_series_free(s, ns);
-    if (have_ref)
-        reference_free(&ref);
-    for (int i = 0; runs && i < nruns; i++)
-        rp_run_free(&runs[i]);
-    free(runs);
+        rc = load_runs(&st, dirs, ndirs);
+    if (rc == MP_OK)
+        rc = load_sources(&o, &st, root, sizeof root);
+    if (rc == MP_OK)
+        rc = render_figures(&st, root, dirs, ndirs);
+    if (rc == MP_OK)
+        rc = group_curves(&st);
+    if (rc == MP_OK)
+        rc = prepare_outputs(&o, &st);
+    if (rc == MP_OK)
+        rc = write_report(&o, st.html_tmp, st.md_tmp, st.md_rel, st.tmp, st.have_fig, dirs, ndirs,
+                          st.runs, st.s, st.ns, st.have_ref ? &st.ref : NULL, st.a2a, st.na2a,
+                          st.ffn, st.nffn);
+    if (rc == MP_OK)
+        rc = publish(&o, st.html_tmp, st.md_tmp, st.md_dir);
+    report_state_free(&st);
     free(dirs);
-    free(have_fig);
     figures_free();
     mp_opts_free(options, &o);
     return rc;

@@ -319,9 +319,147 @@ static void join_array(char *out, size_t size, const cJSON *arr, const char *sep
     }
 }
 
-void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
+/* The distinct devices of run.json's ranks in order of first appearance, each with its rank count
+ * ("8 × NAME; 8 × OTHER"), into v (empty when no rank names one). */
+static void devices_text(char *v, size_t size, const cJSON *ranks)
+{
+    const cJSON *a, *b;
+    int idx = 0;
+    v[0] = '\0';
+    cJSON_ArrayForEach(a, ranks)
+    {
+        const char *dev = jstr(a, "device");
+        int count = 0, earlier = 0, k = 0;
+        cJSON_ArrayForEach(b, ranks)
+        {
+            const char *db = jstr(b, "device");
+            if (dev && db && !strcmp(dev, db)) {
+                count++;
+                earlier |= k < idx;
+            }
+            k++;
+        }
+        if (dev && !earlier && strlen(v) < size)
+            snprintf(v + strlen(v), size - strlen(v), "%s%d × %s", v[0] ? "; " : "", count, dev);
+        idx++;
+    }
+}
+
+/* The communication library's settings among run.json's env (its NCCL_, UCX_ and CUDA_ variables
+ * as NAME=VALUE), then how many other variables it records, into v (empty when neither). */
+static void env_text(char *v, size_t size, const cJSON *env)
+{
+    int other = 0;
+    const cJSON *e;
+    v[0] = '\0';
+    cJSON_ArrayForEach(e, env)
+    {
+        if (!cJSON_IsString(e) || !e->string)
+            continue;
+        if (strncmp(e->string, "NCCL_", 5) && strncmp(e->string, "UCX_", 4) &&
+            strncmp(e->string, "CUDA_", 5)) {
+            other++;
+            continue;
+        }
+        if (strlen(v) < size)
+            snprintf(v + strlen(v), size - strlen(v), "%s%s=%s", v[0] ? " " : "", e->string,
+                     e->valuestring);
+    }
+    if (other && strlen(v) < size)
+        snprintf(v + strlen(v), size - strlen(v),
+                 "%s(%d OMPI_/OPENBLAS_/SLURM_ variables in run.json)", v[0] ? " " : "", other);
+}
+
+/* The rows of rank 0's host from run.json's topology: its CPU, GPUs and NICs (none when the
+ * topology names no CPU model). */
+static void write_topology_rows(struct doc *d, const cJSON *topo)
 {
     char v[4096];
+    if (!jstr(topo, "cpu_model"))
+        return;
+    snprintf(v, sizeof v, "%s: %.0f package(s), %.0f cores, %.0f PUs, %.0f NUMA node(s), %.1f GiB",
+             jstr(topo, "cpu_model"), jnum(topo, "packages"), jnum(topo, "cores"),
+             jnum(topo, "pus"), jnum(topo, "numa_nodes"),
+             jnum(topo, "memory_bytes") / (1024.0 * 1024 * 1024));
+    env_row(d, "CPU (rank 0's host)", v);
+    v[0] = '\0';
+    join_array(v, sizeof v, cJSON_GetObjectItem(topo, "gpus"), ", ");
+    env_row(d, "GPUs", v[0] ? v : "none");
+    v[0] = '\0';
+    join_array(v, sizeof v, cJSON_GetObjectItem(topo, "nics"), ", ");
+    env_row(d, "NICs", v[0] ? v : "none");
+}
+
+/* The rows of run.json j's run: the tool, its command line, when it ran, the host, devices and
+ * backends (write_topology_rows beside them). */
+static void write_run_rows(struct doc *d, const cJSON *j)
+{
+    char v[4096];
+    snprintf(v, sizeof v, "%s %s, revision %s", jstr(j, "tool") ? jstr(j, "tool") : "?",
+             jstr(j, "version") ? jstr(j, "version") : "?",
+             jstr(j, "git_revision") ? jstr(j, "git_revision") : "?");
+    env_row(d, "tool", v);
+    v[0] = '\0';
+    join_array(v, sizeof v, cJSON_GetObjectItem(j, "argv"), " ");
+    env_row(d, "command", v);
+    const cJSON *fin = cJSON_GetObjectItem(j, "finished");
+    snprintf(v, sizeof v, "%s to %s%s", jstr(j, "start") ? jstr(j, "start") : "?",
+             jstr(j, "end") ? jstr(j, "end") : "?",
+             cJSON_IsTrue(fin) ? "" : " (not finished: the sweep stopped early or runs)");
+    env_row(d, "time", v);
+    snprintf(v, sizeof v, "%s; %.0f rank(s) on %.0f node(s)",
+             jstr(j, "host") ? jstr(j, "host") : "?", jnum(j, "world"), jnum(j, "nodes"));
+    env_row(d, "host", v);
+    /* devices, each distinct one with its rank count */
+    devices_text(v, sizeof v, cJSON_GetObjectItem(j, "ranks"));
+    env_row(d, "devices", v[0] ? v : "?");
+    const cJSON *lib = cJSON_GetObjectItem(j, "libraries");
+    snprintf(v, sizeof v, "compute %s, comm %s (%s)",
+             jstr(lib, "compute") ? jstr(lib, "compute") : "?",
+             jstr(lib, "comm") ? jstr(lib, "comm") : "?",
+             jstr(lib, "comm_version") ? jstr(lib, "comm_version") : "version unknown");
+    env_row(d, "backends", v);
+    write_topology_rows(d, cJSON_GetObjectItem(j, "topology"));
+}
+
+/* The rows of what run.json j's run measured with: the model, the build, the roofline peaks, the
+ * sweep and the communication library's environment. */
+static void write_setup_rows(struct doc *d, const cJSON *j)
+{
+    char v[4096];
+    const cJSON *m = cJSON_GetObjectItem(j, "model");
+    if (m) {
+        snprintf(v, sizeof v,
+                 "%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
+                 "MoE layers",
+                 jstr(m, "name") ? jstr(m, "name") : "?", jnum(m, "hidden"), jnum(m, "ffn"),
+                 jnum(m, "experts"), jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
+        env_row(d, "model", v);
+    }
+    const cJSON *bld = cJSON_GetObjectItem(j, "build");
+    snprintf(v, sizeof v, "%s, %s, features: %s", jstr(bld, "type") ? jstr(bld, "type") : "?",
+             jstr(bld, "compiler") ? jstr(bld, "compiler") : "?",
+             jstr(bld, "features") ? jstr(bld, "features") : "?");
+    env_row(d, "build", v);
+    const cJSON *roof = cJSON_GetObjectItem(j, "roofline");
+    if (roof) {
+        snprintf(v, sizeof v, "%.4g GFLOP/s, %.4g GB/s (measured at start-up)",
+                 jnum(roof, "peak_gflops"), jnum(roof, "peak_GBps"));
+        env_row(d, "roofline peaks", v);
+    }
+    const cJSON *sw = cJSON_GetObjectItem(j, "sweep");
+    if (sw) {
+        snprintf(v, sizeof v, "%.0f points in %.1f s (%.1f s timed)", jnum(sw, "points"),
+                 jnum(sw, "wall_s"), jnum(sw, "timed_s"));
+        env_row(d, "sweep", v);
+    }
+    /* the communication library's settings; the launcher's own variables are counted */
+    env_text(v, sizeof v, cJSON_GetObjectItem(j, "env"));
+    env_row(d, "environment", v[0] ? v : "none recorded");
+}
+
+void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
+{
     doc_h(d, 2, "Environment");
     for (int r = 0; r < nruns; r++) {
         const cJSON *j = runs[r].json;
@@ -335,113 +473,8 @@ void write_environment(struct doc *d, const struct rp_run *runs, int nruns)
         doc_table(d, 2);
         char cells[2][CELL] = {"field", "value"};
         doc_row(d, 2, cells, 1);
-        snprintf(v, sizeof v, "%s %s, revision %s", jstr(j, "tool") ? jstr(j, "tool") : "?",
-                 jstr(j, "version") ? jstr(j, "version") : "?",
-                 jstr(j, "git_revision") ? jstr(j, "git_revision") : "?");
-        env_row(d, "tool", v);
-        v[0] = '\0';
-        join_array(v, sizeof v, cJSON_GetObjectItem(j, "argv"), " ");
-        env_row(d, "command", v);
-        const cJSON *fin = cJSON_GetObjectItem(j, "finished");
-        snprintf(v, sizeof v, "%s to %s%s", jstr(j, "start") ? jstr(j, "start") : "?",
-                 jstr(j, "end") ? jstr(j, "end") : "?",
-                 cJSON_IsTrue(fin) ? "" : " (not finished: the sweep stopped early or runs)");
-        env_row(d, "time", v);
-        snprintf(v, sizeof v, "%s; %.0f rank(s) on %.0f node(s)",
-                 jstr(j, "host") ? jstr(j, "host") : "?", jnum(j, "world"), jnum(j, "nodes"));
-        env_row(d, "host", v);
-        /* devices, each distinct one with its rank count */
-        v[0] = '\0';
-        const cJSON *ranks = cJSON_GetObjectItem(j, "ranks"), *a, *b;
-        int idx = 0;
-        cJSON_ArrayForEach(a, ranks)
-        {
-            const char *dev = jstr(a, "device");
-            int count = 0, earlier = 0, k = 0;
-            cJSON_ArrayForEach(b, ranks)
-            {
-                const char *db = jstr(b, "device");
-                if (dev && db && !strcmp(dev, db)) {
-                    count++;
-                    earlier |= k < idx;
-                }
-                k++;
-            }
-            if (dev && !earlier && strlen(v) < sizeof v)
-                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%d × %s", v[0] ? "; " : "",
-                         count, dev);
-            idx++;
-        }
-        env_row(d, "devices", v[0] ? v : "?");
-        const cJSON *lib = cJSON_GetObjectItem(j, "libraries");
-        snprintf(v, sizeof v, "compute %s, comm %s (%s)",
-                 jstr(lib, "compute") ? jstr(lib, "compute") : "?",
-                 jstr(lib, "comm") ? jstr(lib, "comm") : "?",
-                 jstr(lib, "comm_version") ? jstr(lib, "comm_version") : "version unknown");
-        env_row(d, "backends", v);
-        const cJSON *topo = cJSON_GetObjectItem(j, "topology");
-        if (jstr(topo, "cpu_model")) {
-            snprintf(v, sizeof v,
-                     "%s: %.0f package(s), %.0f cores, %.0f PUs, %.0f NUMA node(s), %.1f GiB",
-                     jstr(topo, "cpu_model"), jnum(topo, "packages"), jnum(topo, "cores"),
-                     jnum(topo, "pus"), jnum(topo, "numa_nodes"),
-                     jnum(topo, "memory_bytes") / (1024.0 * 1024 * 1024));
-            env_row(d, "CPU (rank 0's host)", v);
-            v[0] = '\0';
-            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "gpus"), ", ");
-            env_row(d, "GPUs", v[0] ? v : "none");
-            v[0] = '\0';
-            join_array(v, sizeof v, cJSON_GetObjectItem(topo, "nics"), ", ");
-            env_row(d, "NICs", v[0] ? v : "none");
-        }
-        const cJSON *m = cJSON_GetObjectItem(j, "model");
-        if (m) {
-            snprintf(v, sizeof v,
-                     "%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
-                     "MoE layers",
-                     jstr(m, "name") ? jstr(m, "name") : "?", jnum(m, "hidden"), jnum(m, "ffn"),
-                     jnum(m, "experts"), jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
-            env_row(d, "model", v);
-        }
-        const cJSON *bld = cJSON_GetObjectItem(j, "build");
-        snprintf(v, sizeof v, "%s, %s, features: %s", jstr(bld, "type") ? jstr(bld, "type") : "?",
-                 jstr(bld, "compiler") ? jstr(bld, "compiler") : "?",
-                 jstr(bld, "features") ? jstr(bld, "features") : "?");
-        env_row(d, "build", v);
-        const cJSON *roof = cJSON_GetObjectItem(j, "roofline");
-        if (roof) {
-            snprintf(v, sizeof v, "%.4g GFLOP/s, %.4g GB/s (measured at start-up)",
-                     jnum(roof, "peak_gflops"), jnum(roof, "peak_GBps"));
-            env_row(d, "roofline peaks", v);
-        }
-        const cJSON *sw = cJSON_GetObjectItem(j, "sweep");
-        if (sw) {
-            snprintf(v, sizeof v, "%.0f points in %.1f s (%.1f s timed)", jnum(sw, "points"),
-                     jnum(sw, "wall_s"), jnum(sw, "timed_s"));
-            env_row(d, "sweep", v);
-        }
-        /* the communication library's settings; the launcher's own variables are counted */
-        v[0] = '\0';
-        int other = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "env"))
-        {
-            if (!cJSON_IsString(e) || !e->string)
-                continue;
-            if (strncmp(e->string, "NCCL_", 5) && strncmp(e->string, "UCX_", 4) &&
-                strncmp(e->string, "CUDA_", 5)) {
-                other++;
-                continue;
-            }
-            if (strlen(v) < sizeof v)
-                snprintf(v + strlen(v), sizeof v - strlen(v), "%s%s=%s", v[0] ? " " : "",
-                         e->string, e->valuestring);
-        }
-        if (other && strlen(v) < sizeof v)
-            snprintf(v + strlen(v), sizeof v - strlen(v),
-                     "%s(%d OMPI_/OPENBLAS_/SLURM_ variables in run.json)", v[0] ? " " : "",
-                     other);
-        env_row(d, "environment", v[0] ? v : "none recorded");
+        write_run_rows(d, j);
+        write_setup_rows(d, j);
         doc_table(d, 0);
     }
 }
