@@ -11,6 +11,7 @@
 #include "dedup.h"
 #include "error.h"
 #include "expert_cache.h"
+#include "freeall.h"
 #include "gpumem.h"
 #include "plan_answer.h"
 
@@ -154,16 +155,8 @@ int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan
 
 void plan_req_free(struct plan_req_lists *l)
 {
-    free(l->tps);
-    free(l->eps);
-    free(l->reps);
-    free(l->eplbs);
-    free(l->overlaps);
-    free(l->dedups);
-    free(l->wdtypes);
-    free(l->micro);
-    free(l->ddtypes);
-    free(l->batches);
+    MP_FREE_ALL(l->tps, l->eps, l->reps, l->eplbs, l->overlaps, l->dedups, l->wdtypes, l->micro,
+                l->ddtypes, l->batches);
 }
 
 /* ---- plan.json's question (docs/planning.md, "plan.json") ---- */

@@ -213,65 +213,68 @@ void write_projection_tables(struct doc *d, const struct rp_series *s, int ns)
         }
 }
 
+/* One table per group under heading `title`, its columns `head` [nc] (at most 8), each row's cells
+ * filled by fill(t, row, cells). */
+static void write_group_tables(struct doc *d, const char *title, const char *const *head, int nc,
+                               const struct group *g, int n,
+                               void (*fill)(const struct mp_table *t, long row, char (*cells)[CELL]))
+{
+    char cells[8][CELL];
+    if (!n)
+        return;
+    doc_h(d, 2, title);
+    for (int i = 0; i < n; i++) {
+        doc_table_head(d, g[i].label, head, nc);
+        for (int r = 0; r < g[i].n; r++) {
+            fill(g[i].t, g[i].rows[r], cells);
+            doc_row(d, nc, cells, 0);
+        }
+        doc_table(d, 0);
+    }
+}
+
+/* An isolated All-to-All row: bytes per peer and rank, batch, times, bandwidths. */
+static void a2a_cells(const struct mp_table *t, long row, char (*cells)[CELL])
+{
+    f_bytes(cells[0], num(t, row, MPC_bytes_per_peer));
+    f_bytes(cells[1], num(t, row, MPC_bytes_per_rank));
+    double b = num(t, row, MPC_batch);
+    if (b > 0)
+        batch_text(cells[2], b);
+    else
+        snprintf(cells[2], CELL, "–");
+    f_us(cells[3], num(t, row, MPC_time_us));
+    f_us(cells[4], num(t, row, MPC_time_p99_us));
+    f_g(cells[5], num(t, row, MPC_algbw_GBps), "%.3g");
+    f_g(cells[6], num(t, row, MPC_busbw_GBps), "%.3g");
+}
 
 void write_a2a_tables(struct doc *d, const struct group *g, int n)
 {
     static const char *const head[] = {"bytes per peer", "bytes per rank", "batch",
                                        "time p50 (µs)", "time p99 (µs)", "algbw (GB/s)",
                                        "busbw (GB/s)"};
-    enum { NC = sizeof head / sizeof head[0] };
-    char cells[NC][CELL];
-    if (!n)
-        return;
-    doc_h(d, 2, "Isolated All-to-All: medians and p99");
-    for (int i = 0; i < n; i++) {
-        doc_table_head(d, g[i].label, head, NC);
-        for (int r = 0; r < g[i].n; r++) {
-            long row = g[i].rows[r];
-            const struct mp_table *t = g[i].t;
-            f_bytes(cells[0], num(t, row, MPC_bytes_per_peer));
-            f_bytes(cells[1], num(t, row, MPC_bytes_per_rank));
-            double b = num(t, row, MPC_batch);
-            if (b > 0)
-                batch_text(cells[2], b);
-            else
-                snprintf(cells[2], CELL, "–");
-            f_us(cells[3], num(t, row, MPC_time_us));
-            f_us(cells[4], num(t, row, MPC_time_p99_us));
-            f_g(cells[5], num(t, row, MPC_algbw_GBps), "%.3g");
-            f_g(cells[6], num(t, row, MPC_busbw_GBps), "%.3g");
-            doc_row(d, NC, cells, 0);
-        }
-        doc_table(d, 0);
-    }
+    write_group_tables(d, "Isolated All-to-All: medians and p99", head, 7, g, n, a2a_cells);
+}
+
+/* An expert FFN row: batch, rows, times, rates, the bound and the roofline's share. */
+static void ffn_cells(const struct mp_table *t, long row, char (*cells)[CELL])
+{
+    batch_text(cells[0], num(t, row, MPC_batch));
+    f_g(cells[1], num(t, row, MPC_rows), "%.0f");
+    f_us(cells[2], num(t, row, MPC_ffn_us));
+    f_us(cells[3], num(t, row, MPC_ffn_p99_us));
+    f_g(cells[4], num(t, row, MPC_achieved_GFLOPs), "%.3g");
+    f_g(cells[5], num(t, row, MPC_achieved_GBps), "%.3g");
+    snprintf(cells[6], CELL, "%s", *str(t, row, MPC_bound) ? str(t, row, MPC_bound) : "–");
+    f_pct(cells[7], num(t, row, MPC_roofline_fraction));
 }
 
 void write_ffn_tables(struct doc *d, const struct group *g, int n)
 {
     static const char *const head[] = {"batch", "rows", "ffn p50 (µs)", "ffn p99 (µs)",
                                        "GFLOP/s", "weight GB/s", "bound", "of roofline"};
-    enum { NC = sizeof head / sizeof head[0] };
-    char cells[NC][CELL];
-    if (!n)
-        return;
-    doc_h(d, 2, "Expert FFN: medians and p99");
-    for (int i = 0; i < n; i++) {
-        doc_table_head(d, g[i].label, head, NC);
-        for (int r = 0; r < g[i].n; r++) {
-            long row = g[i].rows[r];
-            const struct mp_table *t = g[i].t;
-            batch_text(cells[0], num(t, row, MPC_batch));
-            f_g(cells[1], num(t, row, MPC_rows), "%.0f");
-            f_us(cells[2], num(t, row, MPC_ffn_us));
-            f_us(cells[3], num(t, row, MPC_ffn_p99_us));
-            f_g(cells[4], num(t, row, MPC_achieved_GFLOPs), "%.3g");
-            f_g(cells[5], num(t, row, MPC_achieved_GBps), "%.3g");
-            snprintf(cells[6], CELL, "%s", *str(t, row, MPC_bound) ? str(t, row, MPC_bound) : "–");
-            f_pct(cells[7], num(t, row, MPC_roofline_fraction));
-            doc_row(d, NC, cells, 0);
-        }
-        doc_table(d, 0);
-    }
+    write_group_tables(d, "Expert FFN: medians and p99", head, 8, g, n, ffn_cells);
 }
 
 /* ---- environment ---- */

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_failures;
@@ -55,5 +56,17 @@ static int check_failures;
             fprintf(stderr, "%d check(s) failed\n", check_failures);                               \
         return check_failures ? 1 : 0;                                                             \
     } while (0)
+
+/* A new scratch directory $TMPDIR/NAME.XXXXXX (/tmp without TMPDIR) into dir (size bytes); exits
+ * 1 with a message when it cannot be made, as a test without its scratch directory tests nothing. */
+static inline void check_tmpdir(char *dir, size_t size, const char *name)
+{
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, size, "%s/%s.XXXXXX", tmp, name);
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        exit(1);
+    }
+}
 
 #endif

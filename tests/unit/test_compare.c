@@ -351,12 +351,7 @@ static void test_usage_errors(void)
 int main(void)
 {
     mp_log_init("test_compare", -1);
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(root, sizeof root, "%s/test_compare.XXXXXX", tmp);
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir(root, sizeof root, "test_compare");
     test_verdict_rule();
     test_pair();
     test_repeats();

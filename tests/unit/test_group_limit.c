@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static char tmpdir[64];
+static char tmpdir[200];
 
 /* The distinct groups (of `size` consecutive experts) token t's K ids fall in. */
 static int groups_spanned(const int32_t *ids, int K, int size)
@@ -236,11 +236,7 @@ static void test_parse(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_group_limit_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir(tmpdir, sizeof tmpdir, "mp_group_limit");
     mp_log_init("test_group_limit", -1);
     test_draw_within_groups();
     test_group_share();

@@ -20,7 +20,7 @@ static const struct {
 };
 enum { NTABLE = sizeof table / sizeof table[0] };
 
-static char dir[64];
+static char dir[200];
 static char errbuf[2048];
 static char line_buf[512];
 
@@ -454,11 +454,7 @@ static void test_list(void)
 int main(void)
 {
     mp_log_init("t", -1);
-    snprintf(dir, sizeof dir, "/tmp/test_model.XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir(dir, sizeof dir, "test_model");
     test_presets();
     test_totals();
     test_files();

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/moeperf-test-results-XXXXXX";
+static char tmpdir[256];
 
 static char *join(const char *a, const char *b)
 {
@@ -440,10 +440,7 @@ static void test_runjson(void)
 int main(void)
 {
     mp_log_init("test_results", -1);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir(tmpdir, sizeof tmpdir, "moeperf-test-results");
     test_format();
     test_format_whole();
     test_write_read();

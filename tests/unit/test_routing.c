@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static char tmpdir[64];
+static char tmpdir[200];
 
 /* Write `text` to tmpdir/name and return the path (static buffer, one at a time). */
 static const char *write_file(const char *name, const char *text)
@@ -450,11 +450,7 @@ static void test_trace_errors(void)
 int main(void)
 {
     mp_log_init("test_routing", -1);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_routing.XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir(tmpdir, sizeof tmpdir, "test_routing");
     test_determinism();
     test_uniform();
     test_hot();
