@@ -19,49 +19,20 @@ shape="--hidden $H --ffn 32 --experts 8 --topk 2 --shared 1 --iters 1 --warmup 0
 sweep="--batch 24 --routing uniform,zipf:1.2,gate --placement contiguous,replicate-hot:2"
 
 # bytes DIR...: every point of each run directory's layer_ranks.csv against the byte formula
+# (fp8_bytes.py), after its --check
 bytes() {
-    python3 - "$H" "$@" <<'PY'
-import csv, math, sys
+    python3 - "$H" "$(dirname "$0")" "$@" <<'PY'
+import csv, sys
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, sys.argv[2])
+import fp8_bytes
 H = int(sys.argv[1])
-act = 4 * H                                   # the cpu backend's fp32 row (bf16: as it is)
-fp8 = H + 4 * math.ceil(H / 128)              # e4m3 codes + one fp32 scale per 128 values
-meta = {"pair": 0, "rank": 2 * 8, "node": 2 * 8}  # K·(int32 id + float weight), --dedup rank|node
-assert fp8 == 208
-key = ["layout", "routing", "placement", "dispatch", "overlap", "dedup", "batch"]
-def b(r, phase, cls):  # a rank's bytes of one phase over one link class
-    return float(r[f"{phase}_bytes_{cls}node"])
-checked = same = 0
-for d in sys.argv[2:]:
+assert fp8_bytes.fp8_row(H) == 208
+for d in sys.argv[3:]:
     for p in csv.DictReader(open(d + "/layer.csv")):
         assert float(p["check_error"]) <= 1e-5, (d, p["check_error"])
-    pts = {}
-    for r in csv.DictReader(open(d + "/layer_ranks.csv")):
-        k = tuple(r[c] for c in key)
-        pts.setdefault(k, {}).setdefault(r["dispatch_dtype"], []).append(r)
-    for k, v in pts.items():
-        assert set(v) == {"bf16", "fp8"}, (d, k, set(v))
-        m = meta[k[key.index("dedup")]]
-        for dt, ranks in v.items():
-            row = (fp8 if dt == "fp8" else act) + m
-            for cls in ("intra", "inter"):
-                # every row dispatched over a link class comes back over it in the combine
-                disp = sum(b(r, "dispatch", cls) for r in ranks)
-                comb = sum(b(r, "combine", cls) for r in ranks)
-                assert disp * act == comb * row, (d, k, dt, cls, disp, comb)
-            for r in ranks:
-                tot = sum(b(r, ph, cls) for ph in ("dispatch", "combine") for cls in ("intra", "inter"))
-                assert float(r["bytes_sent"]) == tot, (d, k, dt, r["rank"])
-            checked += 1
-        # the sweep's bf16 and fp8 points run on the same tokens (drawn per block for both, as
-        # the sweep has fp8): the gate routes them alike, so every routing moves the same rows
-        for x, y in zip(sorted(v["bf16"], key=lambda r: int(r["rank"])),
-                        sorted(v["fp8"], key=lambda r: int(r["rank"]))):
-            for cls in ("intra", "inter"):
-                assert b(y, "combine", cls) == b(x, "combine", cls), (d, k, cls)
-                rows = b(x, "dispatch", cls) / (act + m)
-                assert rows == int(rows) and b(y, "dispatch", cls) == rows * (fp8 + m), \
-                    (d, k, cls, b(x, "dispatch", cls), b(y, "dispatch", cls))
-            same += 1
+# the cpu backend's fp32 row (bf16: as it is), top-2
+checked, same, _ = fp8_bytes.check(sys.argv[3:], H, 2, 4 * H)
 assert checked > 0 and same > 0, (checked, same)
 print(f"{checked} points' bytes by the formula, {same} ranks' bytes against bf16")
 PY

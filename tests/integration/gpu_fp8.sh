@@ -35,17 +35,15 @@ if [ -n "${CUDAEMU_DEVICES:-}" ]; then # the stand-in's other stream schedule
         --overlap 2 --dedup pair,rank
 fi
 col "$TMP/graph/layer.csv" dispatch | grep -qx 'padded+graph' || fail "no padded+graph rows"
-python3 - "$H" "$K" "$TMP"/plain "$TMP"/graph "$TMP"/overlap <<'PY' || fail "fp8 dispatch on the GPU path"
-import csv, math, sys
+python3 - "$H" "$K" "$(dirname "$0")" "$TMP"/plain "$TMP"/graph "$TMP"/overlap <<'PY' || fail "fp8 dispatch on the GPU path"
+import csv, sys
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, sys.argv[3])
+import fp8_bytes
 H, K = int(sys.argv[1]), int(sys.argv[2])
 act = 2 * H                              # the cuda backend's bf16 row
-fp8 = H + 4 * math.ceil(H / 128)         # e4m3 codes + one fp32 scale per 128 values
-meta = {"pair": 0, "rank": 8 * K, "node": 8 * K}  # K·(int32 id + float weight), --dedup rank|node
-key = ["layout", "routing", "placement", "dispatch", "overlap", "dedup", "batch"]
-def b(r, phase, cls):
-    return float(r[f"{phase}_bytes_{cls}node"])
-checked = moved = 0
-for d in sys.argv[3:]:
+key = fp8_bytes.KEY
+for d in sys.argv[4:]:
     errs = {}
     for p in csv.DictReader(open(d + "/layer.csv")):
         assert p["check_error"] != "" and float(p["check_error"]) <= 2e-2, (d, p["check_error"])
@@ -57,31 +55,9 @@ for d in sys.argv[3:]:
         # (measured on the stand-in: fp8/bf16 about 1.0; a reference of the unrounded fp32
         # inputs gives about 1.7)
         assert e["fp8"] <= 1.3 * e["bf16"] + 1e-4, (d, k, e)
-    pts = {}
-    for r in csv.DictReader(open(d + "/layer_ranks.csv")):
-        pts.setdefault(tuple(r[c] for c in key), {}).setdefault(r["dispatch_dtype"], []).append(r)
-    for k, v in pts.items():
-        m = meta[k[key.index("dedup")]]
-        for dt, ranks in v.items():
-            row = (fp8 if dt == "fp8" else act) + m
-            for cls in ("intra", "inter"):
-                disp = sum(b(r, "dispatch", cls) for r in ranks)
-                comb = sum(b(r, "combine", cls) for r in ranks)
-                assert disp * act == comb * row, (d, k, dt, cls, disp, comb)
-            for r in ranks:
-                tot = sum(b(r, ph, c) for ph in ("dispatch", "combine") for c in ("intra", "inter"))
-                assert float(r["bytes_sent"]) == tot, (d, k, dt, r["rank"])
-            checked += 1
-        # the same tokens (drawn per block for both) and routes: the same rows, fewer bytes
-        for x, y in zip(sorted(v["bf16"], key=lambda r: int(r["rank"])),
-                        sorted(v["fp8"], key=lambda r: int(r["rank"]))):
-            assert b(y, "combine", "intra") == b(x, "combine", "intra"), (d, k)
-            rows = b(x, "dispatch", "intra") / (act + m)
-            assert rows == int(rows) and b(y, "dispatch", "intra") == rows * (fp8 + m), \
-                (d, k, b(x, "dispatch", "intra"), b(y, "dispatch", "intra"))
-            moved += rows > 0
+checked, _, moved = fp8_bytes.check(sys.argv[4:], H, K, act)
 assert checked > 0 and moved > 0, (checked, moved)
-print(f"fp8 on the GPU path: {checked} points' bytes by the formula (row {fp8} of {act} bytes), "
-      f"{moved} ranks moved the bf16 point's rows")
+print(f"fp8 on the GPU path: {checked} points' bytes by the formula (row {fp8_bytes.fp8_row(H)} "
+      f"of {act} bytes), {moved} ranks moved the bf16 point's rows")
 PY
 echo PASS
