@@ -5,8 +5,13 @@ calls __syncthreads (itself or through a __device__ function that does), `extern
 name[];` becomes the launch's dynamic shared memory, and `#pragma unroll` (nvcc's, unknown to the
 host compiler) an empty line, and a `const __grid_constant__ T name` parameter a const reference
 to the launch's one copy of it (each emulated thread would otherwise copy the whole parameter).
-Line numbers are kept, and a #line directive names the .cu file in compiler messages.
-Usage: rewrite.py IN.cu OUT.cc"""
+A launch through a pointer to a kernel (a name that is no __global__ function) finds the kernel's
+name and coop at run time among the file's kernels. The private headers of the file's folder that
+it includes (#include "NAME_internal.h", each once) are rewritten with it, in place of their
+#include, since their device functions may hold barriers and nvcc's pragmas.
+Line numbers are kept, and #line directives name the .cu file and its headers in compiler messages.
+Usage: rewrite.py IN.cu OUT.cc [DEPFILE] (DEPFILE: OUT's dependencies, the headers rewritten in)"""
+import os
 import re
 import sys
 
@@ -51,17 +56,41 @@ def barrier_functions(src):
         names |= more
 
 
+def inline_private(path, text, seen):
+    """text (the file `path`) with each #include of a private header of its folder replaced by the
+    header's own text (expanded likewise), between #line directives; a header seen before becomes
+    an empty line."""
+    out = []
+    for n, line in enumerate(text.split('\n'), 1):
+        m = re.match(r'\s*#\s*include\s+"(\w+_internal\.h)"', line)
+        header = m and os.path.join(os.path.dirname(path), m.group(1))
+        if not header or not os.path.isfile(header):
+            out.append(line)
+        elif header in seen:
+            out.append('')
+        else:
+            seen.append(header)
+            body = inline_private(header, open(header, encoding='utf-8').read(), seen)
+            out += [f'#line 1 "{header}"', body, f'#line {n + 1} "{path}"']
+    return '\n'.join(out)
+
+
 def main():
     path, out = sys.argv[1], sys.argv[2]
-    src = open(path, encoding='utf-8').read()
+    headers = []
+    src = inline_private(path, open(path, encoding='utf-8').read(), headers)
     helpers = barrier_functions(src)
     coop = {k: '__syncthreads' in body or any(re.search(rf'\b{h}\s*[<(]', body) for h in helpers)
             for k, body in kernel_bodies(src).items()}
+    through_pointer = False
 
     def launch(m):
+        nonlocal through_pointer
         name = m.group(1)
-        if name not in coop:
-            sys.exit(f'{path}: launch of {name}, which is not a __global__ function here')
+        if name not in coop:  # a pointer to one of the file's kernels
+            through_pointer = True
+            info = f'cudaemu_kernel_of((const void *){name})'
+            return f'cudaemu_launch({info}.name, {info}.coop, {name}, {m.group(2)})('
         return f'cudaemu_launch("{name}", {"true" if coop[name] else "false"}, {name}, {m.group(2)})('
 
     text = re.sub(r'(\w+)\s*<<<(.*?)>>>\s*\(', launch, src, flags=re.S)
@@ -69,8 +98,21 @@ def main():
                   r'\1 *\2 = (\1 *)cudaemu::dynamic_shared();', text)
     text = re.sub(r'^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$', '', text, flags=re.M)
     text = re.sub(r'\bconst\s+__grid_constant__\s+((?:struct\s+)?\w+)\s+(\w+)', r'const \1 &\2', text)
+    head, tail = '', ''
+    if through_pointer:  # the kernels' names and coop, for the launches through pointers
+        head = ('struct cudaemu_kernel_info { const char *name; bool coop; };\n'
+                'static cudaemu_kernel_info cudaemu_kernel_of(const void *k);\n')
+        tail = (f'\n#line 1 "rewrite.py: the kernels of {path}"\n'
+                '[[maybe_unused]] static cudaemu_kernel_info cudaemu_kernel_of(const void *k)\n{\n'
+                + ''.join(f'    if (k == (const void *)&{k})\n        return {{"{k}", '
+                          f'{"true" if c else "false"}}};\n' for k, c in coop.items())
+                + '    cudaemu::fault("a launch through a pointer to no kernel of %s", '
+                f'"{path}");\n}}\n')
     with open(out, 'w', encoding='utf-8') as f:
-        f.write(f'#line 1 "{path}"\n' + text)
+        f.write(head + f'#line 1 "{path}"\n' + text + tail)
+    if len(sys.argv) > 3:
+        with open(sys.argv[3], 'w', encoding='utf-8') as f:
+            f.write(f'{out}: {path} {" ".join(headers)}\n')
 
 
 if __name__ == '__main__':

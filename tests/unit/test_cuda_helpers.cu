@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "compute.h" /* struct mp_chunk, as cuda_compute.cu includes it */
+#include "compute.h" /* struct mp_chunk, as the cuda backend's files include it */
 }
 #include "chunks.h"
 #include "cublas_entry.h"
