@@ -17,11 +17,12 @@
 #include "capacity_plan.h"
 #include "plan_answer.h"
 #include "plan_console.h"
+#include "plan_keys.h"
 #include "plan_request.h"
 #include "results.h"
 #include "schema.h"
 #include "routing.h"
-#include "srcroot.h"
+#include "datafiles.h"
 
 #define PO(f) offsetof(struct plan_opts, f)
 
@@ -77,7 +78,7 @@ static const struct mp_opt options[] = {
      "fetches timed by the model at the profile's pcie_bw"},
     {"validation", MP_OPT_STRING, PO(validation), NULL, MP_NOLIMIT, NULL, "FILE",
      "the model's errors on published measurements (ci/validate --summary), for plan.json's "
-     "trust (default: the source tree's tests/published/validation.csv)"},
+     "trust (default: tests/published/validation.csv of the data directory)"},
     {"out", MP_OPT_STRING, PO(b.out), NULL, MP_NOLIMIT, NULL, "PATH",
      "plan: directory for plan.csv; --calibrate: the profile file to write"},
     MP_OPT_QUIET, MP_OPT_END,
@@ -289,7 +290,7 @@ static int open_plan_csv(const char *dir, struct mp_csv *csv)
 }
 
 /* plan.json begun in *j: the run's facts, the question of o and q, an empty answers array, and
- * the validation table (--validation, else the source tree's tests/published/validation.csv when
+ * the validation table (--validation, else the data directory's tests/published/validation.csv when
  * it is readable). MP_OK, or MP_ERR_RUNTIME when out of memory. */
 static int plan_json_start(const struct plan_opts *o, const struct mp_plan_req *q, int argc,
                            char **argv, struct plan_json *j)
@@ -299,14 +300,14 @@ static int plan_json_start(const struct plan_opts *o, const struct mp_plan_req *
     if (!j->plan)
         return MP_ERR_RUNTIME;
     j->question = plan_question_json(o, q);
-    cJSON_AddItemToObject(j->plan, "question", j->question);
+    cJSON_AddItemToObject(j->plan, MP_PJ_QUESTION, j->question);
     if (o->validation) {
         j->validation = o->validation;
-    } else if (rp_source_root(root, sizeof root) == 0) {
+    } else if (mp_data_root(root, sizeof root) == 0) {
         snprintf(j->vpath, sizeof j->vpath, "%s/tests/published/validation.csv", root);
         j->validation = access(j->vpath, R_OK) == 0 ? j->vpath : NULL;
     }
-    j->answers = cJSON_AddArrayToObject(j->plan, "answers");
+    j->answers = cJSON_AddArrayToObject(j->plan, MP_PJ_ANSWERS);
     return MP_OK;
 }
 
@@ -364,7 +365,7 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     for (int ri = 0; rc == MP_OK && ri < o->b.routing.n; ri++)
         rc = plan_routing(o, &q, ri, &csv, &pj);
     if (rc == MP_OK && pj.plan)
-        rc = mp_json_write(pj.plan, o->b.out, "plan.json");
+        rc = mp_json_write(pj.plan, o->b.out, MP_PLAN_JSON_FILE);
     if (rc == MP_OK && o->b.out)
         printf("\n# every candidate: %s/plan.csv; the question and the answer: %s/plan.json; the "
                "profile assumed: %s/cluster.ini\n", o->b.out, o->b.out, o->b.out);

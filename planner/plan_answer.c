@@ -11,6 +11,7 @@
 #include "dedup.h"
 #include "dtype.h"
 #include "error.h"
+#include "plan_keys.h"
 #include "results.h"
 #include "stats.h"
 
@@ -77,24 +78,24 @@ static void cand_fill(cJSON *o, const struct mp_plan_req *q, const struct mp_pla
 {
     char lay[32], rem[64], pl[64], why[160];
     snprintf(lay, sizeof lay, "tp%dep%d", a->tp, a->ep);
-    cJSON_AddStringToObject(o, "layout", lay);
-    cJSON_AddStringToObject(o, "remedies", mp_plan_remedy(a, rem, sizeof rem));
+    cJSON_AddStringToObject(o, MP_PJ_LAYOUT, lay);
+    cJSON_AddStringToObject(o, MP_PJ_REMEDIES, mp_plan_remedy(a, rem, sizeof rem));
     cJSON_AddStringToObject(o, "placement", mp_plan_placement(a, pl, sizeof pl));
     cJSON_AddNumberToObject(o, "overlap", a->overlap);
     cJSON_AddStringToObject(o, "dedup", mp_dedup_choices[a->dedup]);
     cJSON_AddStringToObject(o, "weight_dtype", mp_dtype_choices[a->weight_dtype]);
     cJSON_AddStringToObject(o, "dispatch_dtype", mp_dtype_choices[a->dispatch_dtype]);
-    cJSON_AddNumberToObject(o, "batch", (double)a->batch);
-    cJSON_AddNumberToObject(o, "replicas", a->dp);
-    cJSON_AddNumberToObject(o, "gpus", a->gpus);
-    cJSON_AddNumberToObject(o, "micro_batches", a->micro_batches);
-    cJSON_AddNumberToObject(o, "token_p99_ms", a->token_p99_ms);
-    cJSON_AddNumberToObject(o, "tok_s_gpu", a->tok_s_gpu);
-    mp_plan_json_bound(o, "usd_per_mtok", a->usd_per_mtok); /* null without --gpu-hour-price */
-    cJSON_AddNumberToObject(o, "mem_gb_per_gpu", a->mem.total / 1e9);
+    cJSON_AddNumberToObject(o, MP_PJ_BATCH, (double)a->batch);
+    cJSON_AddNumberToObject(o, MP_PJ_REPLICAS, a->dp);
+    cJSON_AddNumberToObject(o, MP_PJ_GPUS, a->gpus);
+    cJSON_AddNumberToObject(o, MP_PJ_MICRO_BATCHES, a->micro_batches);
+    cJSON_AddNumberToObject(o, MP_PJ_TOKEN_P99_MS, a->token_p99_ms);
+    cJSON_AddNumberToObject(o, MP_PJ_TOK_S_GPU, a->tok_s_gpu);
+    mp_plan_json_bound(o, MP_PJ_USD_PER_MTOK, a->usd_per_mtok); /* null without --gpu-hour-price */
+    cJSON_AddNumberToObject(o, MP_PJ_MEM_GB_PER_GPU, a->mem.total / 1e9);
     if (b) {
         why_lost(q, a, b, why, sizeof why);
-        cJSON_AddStringToObject(o, "lost", why);
+        cJSON_AddStringToObject(o, MP_PJ_LOST, why);
     }
 }
 
@@ -172,8 +173,8 @@ static cJSON *replan_scaled_json(const struct mp_plan_req *q2, const struct mp_p
         m++;
     }
     int best = v ? mp_plan_best(v, m) : -1;
-    cJSON_AddStringToObject(o, "case", label);
-    cJSON_AddBoolToObject(o, "found", best >= 0);
+    cJSON_AddStringToObject(o, MP_PJ_CASE, label);
+    cJSON_AddBoolToObject(o, MP_PJ_FOUND, best >= 0);
     if (best >= 0)
         cand_fill(o, q2, &v[best], NULL);
     free(v);
@@ -297,17 +298,17 @@ static cJSON *trust_json(const struct trust_basis *t, const struct mp_plan_req *
                          const struct mp_plan_cand *c, int n)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "basis", t->basis);
-    cJSON_AddStringToObject(o, "detail", t->detail);
-    cJSON_AddNumberToObject(o, "points", t->points);
-    cJSON_AddNumberToObject(o, "median_error", t->median);
-    cJSON_AddNumberToObject(o, "worst_error", t->worst);
-    cJSON_AddNumberToObject(o, "model_over_reference_min", t->ratio_lo);
-    cJSON_AddNumberToObject(o, "model_over_reference_max", t->ratio_hi);
-    cJSON_AddItemToObject(o, "if_slower",
+    cJSON_AddStringToObject(o, MP_PJ_BASIS, t->basis);
+    cJSON_AddStringToObject(o, MP_PJ_DETAIL, t->detail);
+    cJSON_AddNumberToObject(o, MP_PJ_POINTS, t->points);
+    cJSON_AddNumberToObject(o, MP_PJ_MEDIAN_ERROR, t->median);
+    cJSON_AddNumberToObject(o, MP_PJ_WORST_ERROR, t->worst);
+    cJSON_AddNumberToObject(o, MP_PJ_MODEL_OVER_REFERENCE_MIN, t->ratio_lo);
+    cJSON_AddNumberToObject(o, MP_PJ_MODEL_OVER_REFERENCE_MAX, t->ratio_hi);
+    cJSON_AddItemToObject(o, MP_PJ_IF_SLOWER,
                           replan_scaled_json(q, c, n, "the cluster slower than modelled", NULL,
                                              1 / t->ratio_lo));
-    cJSON_AddItemToObject(o, "if_faster",
+    cJSON_AddItemToObject(o, MP_PJ_IF_FASTER,
                           replan_scaled_json(q, c, n, "the cluster faster than modelled", NULL,
                                              1 / t->ratio_hi));
     return o;
@@ -326,8 +327,8 @@ static cJSON *trust_list_json(const char *validation, const struct mp_plan_req *
         cJSON_AddItemToArray(arr, trust_json(&t, q, c, n));
     } else {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "basis", "published");
-        cJSON_AddStringToObject(o, "missing", why);
+        cJSON_AddStringToObject(o, MP_PJ_BASIS, "published");
+        cJSON_AddStringToObject(o, MP_PJ_MISSING, why);
         cJSON_AddItemToArray(arr, o);
     }
     const cJSON *fe = cJSON_GetObjectItem(cluster, "fit_error_layer");
@@ -397,13 +398,13 @@ static cJSON *replicas_vs_batch_json(const struct mp_plan_cand *c, int n, int be
         if (i < 0)
             continue;
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "case", twice ? "twice the batch" : "half the batch");
-        cJSON_AddNumberToObject(o, "batch", (double)c[i].batch);
-        cJSON_AddNumberToObject(o, "replicas", c[i].dp);
-        cJSON_AddNumberToObject(o, "gpus", c[i].gpus);
-        cJSON_AddNumberToObject(o, "token_p99_ms", c[i].token_p99_ms);
+        cJSON_AddStringToObject(o, MP_PJ_CASE, twice ? "twice the batch" : "half the batch");
+        cJSON_AddNumberToObject(o, MP_PJ_BATCH, (double)c[i].batch);
+        cJSON_AddNumberToObject(o, MP_PJ_REPLICAS, c[i].dp);
+        cJSON_AddNumberToObject(o, MP_PJ_GPUS, c[i].gpus);
+        cJSON_AddNumberToObject(o, MP_PJ_TOKEN_P99_MS, c[i].token_p99_ms);
         cJSON_AddBoolToObject(o, "meets", c[i].meets);
-        cJSON_AddStringToObject(o, "text", text);
+        cJSON_AddStringToObject(o, MP_PJ_TEXT, text);
         cJSON_AddItemToArray(rvb, o);
     }
     return rvb;
@@ -416,41 +417,41 @@ cJSON *mp_plan_answer_json(const char *routing, const struct mp_plan_req *q,
                           const cJSON *cluster)
 {
     cJSON *a = cJSON_CreateObject();
-    cJSON_AddStringToObject(a, "routing", routing);
+    cJSON_AddStringToObject(a, MP_PJ_ROUTING, routing);
     cJSON_AddNumberToObject(a, "candidates", n);
-    cJSON_AddBoolToObject(a, "found", best >= 0);
+    cJSON_AddBoolToObject(a, MP_PJ_FOUND, best >= 0);
     if (best < 0)
         return a;
     const struct mp_plan_cand *b = &c[best];
     char lay[32], pl[64], rem[64];
     snprintf(lay, sizeof lay, "tp%dep%d", b->tp, b->ep);
-    cJSON_AddStringToObject(a, "layout", lay);
+    cJSON_AddStringToObject(a, MP_PJ_LAYOUT, lay);
     cJSON_AddNumberToObject(a, "tp", b->tp);
     cJSON_AddNumberToObject(a, "ep", b->ep);
     cJSON_AddStringToObject(a, "placement", mp_plan_placement(b, pl, sizeof pl));
-    cJSON_AddStringToObject(a, "remedies", mp_plan_remedy(b, rem, sizeof rem));
+    cJSON_AddStringToObject(a, MP_PJ_REMEDIES, mp_plan_remedy(b, rem, sizeof rem));
     cJSON_AddNumberToObject(a, "overlap", b->overlap);
     cJSON_AddStringToObject(a, "dedup", mp_dedup_choices[b->dedup]);
     cJSON_AddStringToObject(a, "weight_dtype", mp_dtype_choices[b->weight_dtype]);
     cJSON_AddStringToObject(a, "dispatch_dtype", mp_dtype_choices[b->dispatch_dtype]);
     cJSON_AddStringToObject(a, "dispatch", "dynamic"); /* the one mode the planner times */
-    cJSON_AddNumberToObject(a, "batch", (double)b->batch);
-    cJSON_AddNumberToObject(a, "replicas", b->dp);
-    cJSON_AddNumberToObject(a, "gpus", b->gpus);
-    cJSON_AddNumberToObject(a, "micro_batches", b->micro_batches);
-    cJSON_AddNumberToObject(a, "context", (double)q->context);
+    cJSON_AddNumberToObject(a, MP_PJ_BATCH, (double)b->batch);
+    cJSON_AddNumberToObject(a, MP_PJ_REPLICAS, b->dp);
+    cJSON_AddNumberToObject(a, MP_PJ_GPUS, b->gpus);
+    cJSON_AddNumberToObject(a, MP_PJ_MICRO_BATCHES, b->micro_batches);
+    cJSON_AddNumberToObject(a, MP_PJ_CONTEXT, (double)q->context);
     cJSON_AddStringToObject(a, "token_scope", "step"); /* the whole decode step, every layer */
-    cJSON_AddNumberToObject(a, "token_p50_ms", b->token_ms);
-    cJSON_AddNumberToObject(a, "token_p99_ms", b->token_p99_ms);
-    cJSON_AddItemToObject(a, "step_parts_ms", step_parts_json(b));
-    cJSON_AddNumberToObject(a, "tok_s_gpu", b->tok_s_gpu);
-    mp_plan_json_bound(a, "usd_per_mtok", b->usd_per_mtok);
+    cJSON_AddNumberToObject(a, MP_PJ_TOKEN_P50_MS, b->token_ms);
+    cJSON_AddNumberToObject(a, MP_PJ_TOKEN_P99_MS, b->token_p99_ms);
+    cJSON_AddItemToObject(a, MP_PJ_STEP_PARTS_MS, step_parts_json(b));
+    cJSON_AddNumberToObject(a, MP_PJ_TOK_S_GPU, b->tok_s_gpu);
+    mp_plan_json_bound(a, MP_PJ_USD_PER_MTOK, b->usd_per_mtok);
     cJSON_AddNumberToObject(a, "layer_p50_us", b->layer_us);
     cJSON_AddNumberToObject(a, "layer_p99_us", b->layer_p99_us);
     cJSON_AddNumberToObject(a, "replica_tokens_per_s", b->replica_tps);
-    cJSON_AddNumberToObject(a, "tokens_per_s", b->replica_tps * b->dp);
-    cJSON *mem = cJSON_AddObjectToObject(a, "mem_gb_per_gpu");
-    cJSON_AddNumberToObject(mem, "total", b->mem.total / 1e9);
+    cJSON_AddNumberToObject(a, MP_PJ_TOKENS_PER_S, b->replica_tps * b->dp);
+    cJSON *mem = cJSON_AddObjectToObject(a, MP_PJ_MEM_GB_PER_GPU);
+    cJSON_AddNumberToObject(mem, MP_PJ_TOTAL, b->mem.total / 1e9);
     cJSON_AddNumberToObject(mem, "weights", b->mem.weights / 1e9);
     cJSON_AddNumberToObject(mem, "kv_cache", b->mem.kv / 1e9);
     double usable = mp_gpumem_usable(&q->cluster, q->mem_reserve);
@@ -470,15 +471,15 @@ cJSON *mp_plan_answer_json(const char *routing, const struct mp_plan_req *q,
         head = head < 0 || h < head ? h : head;
     }
     if (q->slo_token_ms > 0 || q->slo_layer_us > 0)
-        cJSON_AddNumberToObject(a, "slo_headroom", head);
+        cJSON_AddNumberToObject(a, MP_PJ_SLO_HEADROOM, head);
     else
-        cJSON_AddNullToObject(a, "slo_headroom");
-    cJSON_AddItemToObject(a, "alternatives", alternatives_json(q, c, n, b));
+        cJSON_AddNullToObject(a, MP_PJ_SLO_HEADROOM);
+    cJSON_AddItemToObject(a, MP_PJ_ALTERNATIVES, alternatives_json(q, c, n, b));
     /* sensitivity: the same candidates re-planned for other targets, and the cheapest plan with
      * each remedy setting the sweep holds */
-    cJSON_AddItemToObject(a, "sensitivity", sensitivity_json(q, c, n));
-    cJSON_AddItemToObject(a, "by_remedies", by_remedies_json(q, c, n));
-    cJSON_AddItemToObject(a, "trust", trust_list_json(validation, q, cluster, c, n));
-    cJSON_AddItemToObject(a, "replicas_vs_batch", replicas_vs_batch_json(c, n, best));
+    cJSON_AddItemToObject(a, MP_PJ_SENSITIVITY, sensitivity_json(q, c, n));
+    cJSON_AddItemToObject(a, MP_PJ_BY_REMEDIES, by_remedies_json(q, c, n));
+    cJSON_AddItemToObject(a, MP_PJ_TRUST, trust_list_json(validation, q, cluster, c, n));
+    cJSON_AddItemToObject(a, MP_PJ_REPLICAS_VS_BATCH, replicas_vs_batch_json(c, n, best));
     return a;
 }

@@ -14,6 +14,7 @@
 #include "freeall.h"
 #include "gpumem.h"
 #include "plan_answer.h"
+#include "plan_keys.h"
 
 /* The values of an integer list as ints in a heap array (*out; at least one element): MP_OK, or
  * MP_ERR_RUNTIME when out of memory. */
@@ -182,14 +183,14 @@ static void add_strs(cJSON *o, const char *key, const struct mp_strlist *l)
 static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", cl->name);
+    cJSON_AddStringToObject(o, MP_PJ_NAME, cl->name);
     for (int i = 0; i < mp_cluster_npresets; i++)
         if (strcmp(spec, mp_cluster_presets[i].name) == 0) {
-            cJSON_AddStringToObject(o, "source", "preset");
+            cJSON_AddStringToObject(o, MP_PJ_SOURCE, "preset");
             cJSON_AddStringToObject(o, "hardware", cl->name);
             return o;
         }
-    cJSON_AddStringToObject(o, "path", spec);
+    cJSON_AddStringToObject(o, MP_PJ_PATH, spec);
     /* the hardware it describes: the preset it starts from (base = NAME), the one a fitted
      * profile was fitted from (fitted-from-NAME), else its own name */
     char hw[256] = "", text[1024];
@@ -213,7 +214,7 @@ static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
     int points = 0, at = 0;
     if (sscanf(line, "# fitted by moeperf-plan --calibrate to %d points of:%n", &points,
                &at) == 1 && at > 0) {
-        cJSON_AddStringToObject(o, "source", "fitted");
+        cJSON_AddStringToObject(o, MP_PJ_SOURCE, "fitted");
         cJSON_AddNumberToObject(o, "fitted_points", points);
         cJSON *runs = cJSON_AddArrayToObject(o, "fitted_from");
         char *save = NULL;
@@ -231,12 +232,12 @@ static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
             cJSON *e = cJSON_AddObjectToObject(o, "fit_error_layer");
             cJSON_AddNumberToObject(e, "median", med / 100);
             cJSON_AddNumberToObject(e, "worst", worst / 100);
-            cJSON_AddNumberToObject(e, "points", n);
+            cJSON_AddNumberToObject(e, MP_PJ_POINTS, n);
         }
         if (f)
             fclose(f);
     } else {
-        cJSON_AddStringToObject(o, "source", "file");
+        cJSON_AddStringToObject(o, MP_PJ_SOURCE, "file");
     }
     return o;
 }
@@ -245,9 +246,9 @@ static cJSON *profile_json(const char *spec, const struct mp_cluster *cl)
  * target, the context and every constraint the candidates were drawn from. */
 cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q)
 {
-    cJSON *j = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(j, "model");
+    cJSON *j = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(j, MP_PJ_MODEL);
     const struct mp_model *md = &q->model;
-    cJSON_AddStringToObject(m, "name", md->name);
+    cJSON_AddStringToObject(m, MP_PJ_NAME, md->name);
     cJSON_AddNumberToObject(m, "hidden", md->hidden);
     cJSON_AddNumberToObject(m, "ffn", md->ffn);
     cJSON_AddNumberToObject(m, "experts", md->experts);
@@ -263,17 +264,17 @@ cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q
     for (size_t i = 0; i < sizeof given / sizeof *given; i++)
         if (given[i].v >= 0)
             cJSON_AddNumberToObject(ov, given[i].key, given[i].v);
-    cJSON_AddItemToObject(j, "cluster", profile_json(o->b.cluster, &q->cluster));
-    cJSON *slo = cJSON_AddObjectToObject(j, "slo");
-    mp_plan_json_bound(slo, "token_p99_ms", q->slo_token_ms);
+    cJSON_AddItemToObject(j, MP_PJ_CLUSTER, profile_json(o->b.cluster, &q->cluster));
+    cJSON *slo = cJSON_AddObjectToObject(j, MP_PJ_SLO);
+    mp_plan_json_bound(slo, MP_PJ_TOKEN_P99_MS, q->slo_token_ms);
     mp_plan_json_bound(slo, "layer_p99_us", q->slo_layer_us);
-    mp_plan_json_bound(j, "throughput_tokens_per_s", q->throughput);
+    mp_plan_json_bound(j, MP_PJ_THROUGHPUT_TOKENS_PER_S, q->throughput);
     cJSON_AddStringToObject(j, "token_scope", "step"); /* SLO and throughput: the whole step */
     mp_plan_json_bound(j, "gpu_hour_price_usd", q->gpu_hour_price);
     cJSON_AddNumberToObject(j, "context_tokens", (double)q->context);
     cJSON_AddNumberToObject(j, "seq", q->seq);
     add_strs(j, "routings", &o->b.routing);
-    cJSON *c = cJSON_AddObjectToObject(j, "constraints");
+    cJSON *c = cJSON_AddObjectToObject(j, MP_PJ_CONSTRAINTS);
     add_ints(c, "tp", &o->tp);
     add_ints(c, "ep", &o->ep);
     add_ints(c, "replicate", &o->replicate);
@@ -284,7 +285,7 @@ cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q
     add_strs(c, "weight_dtype", &o->b.weight_dtype);
     add_strs(c, "dispatch_dtype", &o->b.dispatch_dtype);
     add_ints(c, "batch", &o->b.batch);
-    cJSON_AddNumberToObject(c, "max_gpus", q->max_gpus);
+    cJSON_AddNumberToObject(c, MP_PJ_MAX_GPUS, q->max_gpus);
     cJSON_AddNumberToObject(c, "mem_reserve", q->mem_reserve);
     cJSON_AddStringToObject(c, "nonexpert_split", o->nonexpert);
     cJSON_AddNumberToObject(c, "weight_bytes", q->weight_bytes);

@@ -24,7 +24,7 @@
 #include "report_groups.h"
 #include "report_tables.h"
 #include "report_plan.h"
-#include "srcroot.h"
+#include "datafiles.h"
 #include "results.h"
 #include "schema.h"
 #include "sort.h"
@@ -42,7 +42,7 @@ static const struct mp_opt options[] = {
      "write the Markdown report to FILE.md, its figures as SVG files in FILE_plots/"},
     {"reference", MP_OPT_STRING, O(reference), NULL, 1.0, 0.0, NULL, "CSV",
      "published table drawn beside the measurements (batch and metric columns) "
-     "[default: plots/seed-h100-64gpu.csv of the source tree]"},
+     "[default: plots/seed-h100-64gpu.csv of the data directory]"},
     {"no-reference", MP_OPT_FLAG, O(no_reference), NULL, 1.0, 0.0, NULL, NULL,
      "draw no reference table"},
     {"title", MP_OPT_STRING, O(title), "MoE layer capacity-planning report", 1.0, 0.0, NULL,
@@ -520,7 +520,7 @@ static int check_outputs(const struct report_opts *o, int ndirs)
     return MP_OK;
 }
 
-/* The reference curve: --reference, else the source tree's seed figures (root NULL: none), unless
+/* The reference curve: --reference, else the data directory's seed figures (root NULL: none), unless
  * --no-reference; *have set when one was loaded into *ref. */
 static int load_reference(const struct report_opts *o, const char *root, struct reference *ref,
                           int *have)
@@ -621,19 +621,20 @@ static int load_runs(struct report_state *st, char **dirs, int ndirs)
     return MP_OK;
 }
 
-/* The source tree this tool was built from into root (size bytes), the reference curve into
+/* The data directory (mp_data_root) into root (size bytes), the reference curve into
  * st->ref, plots/figures.csv read and st->have_fig allocated: MP_OK, or an error after its
- * message (no source tree: MP_ERR_RUNTIME). */
+ * message (no data directory: MP_ERR_RUNTIME). */
 static int load_sources(const struct report_opts *o, struct report_state *st, char *root,
                         size_t size)
 {
-    int have_root = rp_source_root(root, size) == 0;
+    int have_root = mp_data_root(root, size) == 0;
     int rc = load_reference(o, have_root ? root : NULL, &st->ref, &st->have_ref);
     if (rc != MP_OK)
         return rc;
     if (!have_root) {
-        mp_error("cannot find plots/render of the source tree this moeperf-report was built "
-                 "from (looked beside the build directory and in its meson-info)");
+        mp_error("cannot find plots/render: not in $%s, the source tree this moeperf-report was "
+                 "built from, nor the installed data directory %s (meson install puts it there)",
+                 MP_DATA_ENV, root);
         return MP_ERR_RUNTIME;
     }
     if ((rc = figures_load(root)) != MP_OK)
@@ -646,7 +647,7 @@ static int load_sources(const struct report_opts *o, struct report_state *st, ch
     return MP_OK;
 }
 
-/* plots/render of the source tree `root` run on the RUN_DIRs that hold measurements, into a new
+/* plots/render of the data directory `root` run on the RUN_DIRs that hold measurements, into a new
  * temporary directory st->tmp, and st->have_fig set for each figure it drew: MP_OK, or an error
  * after its message (render refused its input: MP_ERR_USAGE). */
 static int render_figures(struct report_state *st, const char *root, char **dirs, int ndirs)

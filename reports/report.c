@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "files.h"
+#include "plan_keys.h"
 #include "schema.h"
 
 const char *const rp_key_names[RP_NKEY] = {
@@ -150,7 +151,7 @@ int rp_run_load(const char *dir, struct rp_run *run)
     }
     int rc = load_json(dir, "run.json", &run->json), found = 0;
     if (rc == MP_OK)
-        rc = load_json(dir, "plan.json", &run->plan_json);
+        rc = load_json(dir, MP_PLAN_JSON_FILE, &run->plan_json);
     if (rc == MP_OK)
         rc = load_table(dir, mp_schema_layer.file, layer_need, &run->layer, &found);
     if (rc == MP_OK)

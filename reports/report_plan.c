@@ -8,6 +8,7 @@
 
 #include "cluster.h"
 #include "error.h"
+#include "plan_keys.h"
 #include "schema.h"
 
 /* One plan.csv row as table cells: its role, setup, batch, GPUs, p99 token time and memory. */
@@ -161,14 +162,14 @@ static void write_alternatives(struct doc *d, const char *routing, const cJSON *
     const cJSON *a;
     cJSON_ArrayForEach(a, alts) {
         char cells[8][CELL];
-        snprintf(cells[0], CELL, "%.40s", jstr(a, "layout") ? jstr(a, "layout") : "?");
-        snprintf(cells[1], CELL, "%.80s", jstr(a, "remedies") ? jstr(a, "remedies") : "?");
-        f_g(cells[2], jnum(a, "batch"), "%.0f");
-        f_g(cells[3], jnum(a, "replicas"), "%.0f");
-        f_g(cells[4], jnum(a, "gpus"), "%.0f");
-        f_g(cells[5], jnum(a, "token_p99_ms"), "%.2f");
-        f_g(cells[6], jnum(a, "mem_gb_per_gpu"), "%.1f");
-        snprintf(cells[7], CELL, "%.200s", jstr(a, "lost") ? jstr(a, "lost") : "");
+        snprintf(cells[0], CELL, "%.40s", jstr(a, MP_PJ_LAYOUT) ? jstr(a, MP_PJ_LAYOUT) : "?");
+        snprintf(cells[1], CELL, "%.80s", jstr(a, MP_PJ_REMEDIES) ? jstr(a, MP_PJ_REMEDIES) : "?");
+        f_g(cells[2], jnum(a, MP_PJ_BATCH), "%.0f");
+        f_g(cells[3], jnum(a, MP_PJ_REPLICAS), "%.0f");
+        f_g(cells[4], jnum(a, MP_PJ_GPUS), "%.0f");
+        f_g(cells[5], jnum(a, MP_PJ_TOKEN_P99_MS), "%.2f");
+        f_g(cells[6], jnum(a, MP_PJ_MEM_GB_PER_GPU), "%.1f");
+        snprintf(cells[7], CELL, "%.200s", jstr(a, MP_PJ_LOST) ? jstr(a, MP_PJ_LOST) : "");
         doc_row(d, 8, cells, 0);
     }
     doc_table(d, 0);
@@ -178,12 +179,12 @@ static void write_alternatives(struct doc *d, const char *routing, const cJSON *
  * p99 token time. */
 static void plan_cells(char cells[][CELL], const cJSON *x)
 {
-    f_g(cells[1], jnum(x, "gpus"), "%.0f");
-    snprintf(cells[2], CELL, "%.40s", jstr(x, "layout") ? jstr(x, "layout") : "?");
-    snprintf(cells[3], CELL, "%.80s", jstr(x, "remedies") ? jstr(x, "remedies") : "?");
-    f_g(cells[4], jnum(x, "batch"), "%.0f");
-    f_g(cells[5], jnum(x, "replicas"), "%.0f");
-    f_g(cells[6], jnum(x, "token_p99_ms"), "%.2f");
+    f_g(cells[1], jnum(x, MP_PJ_GPUS), "%.0f");
+    snprintf(cells[2], CELL, "%.40s", jstr(x, MP_PJ_LAYOUT) ? jstr(x, MP_PJ_LAYOUT) : "?");
+    snprintf(cells[3], CELL, "%.80s", jstr(x, MP_PJ_REMEDIES) ? jstr(x, MP_PJ_REMEDIES) : "?");
+    f_g(cells[4], jnum(x, MP_PJ_BATCH), "%.0f");
+    f_g(cells[5], jnum(x, MP_PJ_REPLICAS), "%.0f");
+    f_g(cells[6], jnum(x, MP_PJ_TOKEN_P99_MS), "%.2f");
 }
 
 /* What a routing's plan becomes under other targets and with each remedy setting alone
@@ -203,8 +204,8 @@ static void write_sensitivity(struct doc *d, const char *routing, const cJSON *s
         cJSON_ArrayForEach(x, list) {
             char cells[7][CELL];
             snprintf(cells[0], CELL, "%s%.100s", part ? "only " : "",
-                     jstr(x, "case") ? jstr(x, "case") : "?");
-            if (!cJSON_IsTrue(cJSON_GetObjectItem(x, "found"))) {
+                     jstr(x, MP_PJ_CASE) ? jstr(x, MP_PJ_CASE) : "?");
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(x, MP_PJ_FOUND))) {
                 for (int k = 1; k < 7; k++)
                     snprintf(cells[k], CELL, "%s", k == 1 ? "none meets the SLO" : "");
                 doc_row(d, 7, cells, 0);
@@ -220,8 +221,8 @@ static void write_sensitivity(struct doc *d, const char *routing, const cJSON *s
 /* The GPUs of a re-planned case of plan.json (if_slower, if_faster) as text: "N" or "none". */
 static void gpus_text(char *out, size_t size, const cJSON *x)
 {
-    if (cJSON_IsTrue(cJSON_GetObjectItem(x, "found")))
-        snprintf(out, size, "%.0f", jnum(x, "gpus"));
+    if (cJSON_IsTrue(cJSON_GetObjectItem(x, MP_PJ_FOUND)))
+        snprintf(out, size, "%.0f", jnum(x, MP_PJ_GPUS));
     else
         snprintf(out, size, "none meets the SLO");
 }
@@ -242,13 +243,13 @@ static void write_trust(struct doc *d, const char *routing, const cJSON *trust, 
     const cJSON *t;
     int rows = 0;
     cJSON_ArrayForEach(t, trust) {
-        const char *basis = jstr(t, "basis") ? jstr(t, "basis") : "?";
-        if (jstr(t, "missing")) {
-            doc_p(d, "No %s basis: %s.", basis, jstr(t, "missing"));
+        const char *basis = jstr(t, MP_PJ_BASIS) ? jstr(t, MP_PJ_BASIS) : "?";
+        if (jstr(t, MP_PJ_MISSING)) {
+            doc_p(d, "No %s basis: %s.", basis, jstr(t, MP_PJ_MISSING));
             continue;
         }
-        const cJSON *slow = cJSON_GetObjectItem(t, "if_slower"),
-                    *fast = cJSON_GetObjectItem(t, "if_faster");
+        const cJSON *slow = cJSON_GetObjectItem(t, MP_PJ_IF_SLOWER),
+                    *fast = cJSON_GetObjectItem(t, MP_PJ_IF_FASTER);
         char gs[64], gf[64];
         gpus_text(gs, sizeof gs, slow);
         gpus_text(gf, sizeof gf, fast);
@@ -257,9 +258,9 @@ static void write_trust(struct doc *d, const char *routing, const cJSON *trust, 
                  "modelled as the model's largest underestimate there, the plan's %.0f GPUs would "
                  "be %s; as much faster as its largest overestimate, %s.",
               strcmp(basis, "published") == 0 ? "Published measurements" : "Calibration runs",
-              jstr(t, "detail") ? jstr(t, "detail") : "", jnum(t, "points"),
-              100 * jnum(t, "median_error"), 100 * jnum(t, "worst_error"),
-              jnum(t, "model_over_reference_min"), jnum(t, "model_over_reference_max"), gpus, gs,
+              jstr(t, MP_PJ_DETAIL) ? jstr(t, MP_PJ_DETAIL) : "", jnum(t, MP_PJ_POINTS),
+              100 * jnum(t, MP_PJ_MEDIAN_ERROR), 100 * jnum(t, MP_PJ_WORST_ERROR),
+              jnum(t, MP_PJ_MODEL_OVER_REFERENCE_MIN), jnum(t, MP_PJ_MODEL_OVER_REFERENCE_MAX), gpus, gs,
               gf);
         if (!rows++) {
             doc_table(d, 2);
@@ -267,17 +268,17 @@ static void write_trust(struct doc *d, const char *routing, const cJSON *trust, 
         }
         char cells[7][CELL];
         snprintf(cells[0], CELL, "%.60s", basis);
-        f_g(cells[1], jnum(t, "points"), "%.0f");
-        f_pct(cells[2], jnum(t, "median_error"));
-        f_pct(cells[3], jnum(t, "worst_error"));
-        snprintf(cells[4], CELL, "%.2f to %.2f", jnum(t, "model_over_reference_min"),
-                 jnum(t, "model_over_reference_max"));
+        f_g(cells[1], jnum(t, MP_PJ_POINTS), "%.0f");
+        f_pct(cells[2], jnum(t, MP_PJ_MEDIAN_ERROR));
+        f_pct(cells[3], jnum(t, MP_PJ_WORST_ERROR));
+        snprintf(cells[4], CELL, "%.2f to %.2f", jnum(t, MP_PJ_MODEL_OVER_REFERENCE_MIN),
+                 jnum(t, MP_PJ_MODEL_OVER_REFERENCE_MAX));
         for (int k = 0; k < 2; k++) {
             const cJSON *x = k ? fast : slow;
-            if (cJSON_IsTrue(cJSON_GetObjectItem(x, "found")))
-                snprintf(cells[5 + k], CELL, "%.0f (%.40s %.80s, batch %.0f)", jnum(x, "gpus"),
-                         jstr(x, "layout") ? jstr(x, "layout") : "?",
-                         jstr(x, "remedies") ? jstr(x, "remedies") : "?", jnum(x, "batch"));
+            if (cJSON_IsTrue(cJSON_GetObjectItem(x, MP_PJ_FOUND)))
+                snprintf(cells[5 + k], CELL, "%.0f (%.40s %.80s, batch %.0f)", jnum(x, MP_PJ_GPUS),
+                         jstr(x, MP_PJ_LAYOUT) ? jstr(x, MP_PJ_LAYOUT) : "?",
+                         jstr(x, MP_PJ_REMEDIES) ? jstr(x, MP_PJ_REMEDIES) : "?", jnum(x, MP_PJ_BATCH));
             else
                 snprintf(cells[5 + k], CELL, "none meets the SLO");
         }
@@ -293,10 +294,10 @@ static void trust_range(char *out, size_t size, const cJSON *a)
 {
     const cJSON *t;
     out[0] = '\0';
-    cJSON_ArrayForEach(t, cJSON_GetObjectItem(a, "trust")) {
-        const cJSON *slow = cJSON_GetObjectItem(t, "if_slower"),
-                    *fast = cJSON_GetObjectItem(t, "if_faster");
-        if (!jstr(t, "basis") || strcmp(jstr(t, "basis"), "published") != 0 || !slow || !fast)
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(a, MP_PJ_TRUST)) {
+        const cJSON *slow = cJSON_GetObjectItem(t, MP_PJ_IF_SLOWER),
+                    *fast = cJSON_GetObjectItem(t, MP_PJ_IF_FASTER);
+        if (!jstr(t, MP_PJ_BASIS) || strcmp(jstr(t, MP_PJ_BASIS), "published") != 0 || !slow || !fast)
             continue;
         char gs[32], gf[32];
         gpus_text(gs, sizeof gs, slow);
@@ -328,7 +329,7 @@ enum { NSTEP_PARTS = sizeof step_parts / sizeof step_parts[0] };
 /* One plan's step in words: its context, tokens/s per GPU, cost per million tokens and parts. */
 static void step_parts_text(struct doc *d, const char *routing, const cJSON *a)
 {
-    const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+    const cJSON *parts = cJSON_GetObjectItem(a, MP_PJ_STEP_PARTS_MS);
     if (!cJSON_IsObject(parts))
         return; /* a plan.json written before the whole step */
     char text[1024] = "", cost[96] = "";
@@ -336,13 +337,13 @@ static void step_parts_text(struct doc *d, const char *routing, const cJSON *a)
     for (int k = 0; k < NSTEP_PARTS && used < sizeof text; k++)
         used += (size_t)snprintf(text + used, sizeof text - used, "%s%s %.2f", k ? ", " : "",
                                  step_parts[k].words, jnum(parts, step_parts[k].key));
-    double usd = jnum(a, "usd_per_mtok");
+    double usd = jnum(a, MP_PJ_USD_PER_MTOK);
     if (!isnan(usd))
         snprintf(cost, sizeof cost, "; USD %.3f per million output tokens", usd);
     doc_p(d, "Routing %s, its decode step (%s, %.0f tokens of context): %.2f ms per token at the "
              "median, %.0f tokens/s per GPU%s; of it %s ms.",
-          routing, jnum(a, "micro_batches") > 1 ? "two micro-batches overlapped" : "one batch",
-          jnum(a, "context"), jnum(a, "token_p50_ms"), jnum(a, "tok_s_gpu"), cost, text);
+          routing, jnum(a, MP_PJ_MICRO_BATCHES) > 1 ? "two micro-batches overlapped" : "one batch",
+          jnum(a, MP_PJ_CONTEXT), jnum(a, MP_PJ_TOKEN_P50_MS), jnum(a, MP_PJ_TOK_S_GPU), cost, text);
 }
 
 /* A stacked bar per plan of the step's parts (scope: the whole step): an SVG in the page, a table
@@ -353,9 +354,9 @@ static void step_bars(struct doc *d, const cJSON *answers)
     int n = 0;
     double most = 0;
     cJSON_ArrayForEach(a, answers) {
-        if (cJSON_IsObject(cJSON_GetObjectItem(a, "step_parts_ms"))) {
+        if (cJSON_IsObject(cJSON_GetObjectItem(a, MP_PJ_STEP_PARTS_MS))) {
             n++;
-            most = fmax(most, jnum(a, "token_p50_ms"));
+            most = fmax(most, jnum(a, MP_PJ_TOKEN_P50_MS));
         }
     }
     if (!n || !(most > 0))
@@ -371,13 +372,13 @@ static void step_bars(struct doc *d, const cJSON *answers)
                 W, H, W, H);
         int row = 0;
         cJSON_ArrayForEach(a, answers) {
-            const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+            const cJSON *parts = cJSON_GetObjectItem(a, MP_PJ_STEP_PARTS_MS);
             if (!cJSON_IsObject(parts))
                 continue;
             int y = top + row++ * (bar + gap);
             fprintf(d->h, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 6,
                     y + bar / 2 + 4);
-            html_esc(d->h, jstr(a, "routing") ? jstr(a, "routing") : "?");
+            html_esc(d->h, jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?");
             fputs("</text>\n", d->h);
             double x = left;
             for (int k = 0; k < NSTEP_PARTS; k++) {
@@ -389,7 +390,7 @@ static void step_bars(struct doc *d, const cJSON *answers)
                 x += w;
             }
             fprintf(d->h, "<text x=\"%.1f\" y=\"%d\">%.2f ms</text>\n", x + 4, y + bar / 2 + 4,
-                    jnum(a, "token_p50_ms"));
+                    jnum(a, MP_PJ_TOKEN_P50_MS));
         }
         int y = top + n * (bar + gap) + 4;
         for (int k = 0; k < NSTEP_PARTS; k++) { /* the key, in two rows that fit the width */
@@ -409,15 +410,15 @@ static void step_bars(struct doc *d, const cJSON *answers)
             fputs("---|", d->m);
         fputs("\n", d->m);
         cJSON_ArrayForEach(a, answers) {
-            const cJSON *parts = cJSON_GetObjectItem(a, "step_parts_ms");
+            const cJSON *parts = cJSON_GetObjectItem(a, MP_PJ_STEP_PARTS_MS);
             if (!cJSON_IsObject(parts))
                 continue;
             fputs("| ", d->m);
-            md_esc(d->m, jstr(a, "routing") ? jstr(a, "routing") : "?");
+            md_esc(d->m, jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?");
             fputs(" |", d->m);
             for (int k = 0; k < NSTEP_PARTS; k++)
                 fprintf(d->m, " %.2f |", jnum(parts, step_parts[k].key));
-            fprintf(d->m, " %.2f |\n", jnum(a, "token_p50_ms"));
+            fprintf(d->m, " %.2f |\n", jnum(a, MP_PJ_TOKEN_P50_MS));
         }
         fputs("\n", d->m);
     }
@@ -431,14 +432,14 @@ void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
     int titled = 0;
     for (int i = 0; i < nruns; i++) {
         const cJSON *j = runs[i].plan_json;
-        const cJSON *q = cJSON_GetObjectItem(j, "question");
-        const cJSON *answers = cJSON_GetObjectItem(j, "answers");
+        const cJSON *q = cJSON_GetObjectItem(j, MP_PJ_QUESTION);
+        const cJSON *answers = cJSON_GetObjectItem(j, MP_PJ_ANSWERS);
         if (!cJSON_IsObject(q) || !cJSON_IsArray(answers))
             continue;
-        const cJSON *m = cJSON_GetObjectItem(q, "model"), *cl = cJSON_GetObjectItem(q, "cluster");
-        const cJSON *slo = cJSON_GetObjectItem(q, "slo"), *cons = cJSON_GetObjectItem(q, "constraints");
-        double slo_ms = jnum(slo, "token_p99_ms"), tput = jnum(q, "throughput_tokens_per_s");
-        const char *src = jstr(cl, "source");
+        const cJSON *m = cJSON_GetObjectItem(q, MP_PJ_MODEL), *cl = cJSON_GetObjectItem(q, MP_PJ_CLUSTER);
+        const cJSON *slo = cJSON_GetObjectItem(q, MP_PJ_SLO), *cons = cJSON_GetObjectItem(q, MP_PJ_CONSTRAINTS);
+        double slo_ms = jnum(slo, MP_PJ_TOKEN_P99_MS), tput = jnum(q, MP_PJ_THROUGHPUT_TOKENS_PER_S);
+        const char *src = jstr(cl, MP_PJ_SOURCE);
         if (!titled++)
             doc_h(d, 2, "The answer");
         char target[96] = "one replica", budget[96] = "no p99 token budget";
@@ -448,67 +449,67 @@ void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
             snprintf(budget, sizeof budget, "a p99 budget of %g ms per output token for the "
                      "whole decode step", slo_ms);
         doc_p(d, "%s on the %s cluster profile (%s%s%s), %s, %s, at most %.0f GPUs (%s):",
-              jstr(m, "name") ? jstr(m, "name") : "?", jstr(cl, "name") ? jstr(cl, "name") : "?",
-              src ? src : "?", jstr(cl, "path") ? " " : "", jstr(cl, "path") ? jstr(cl, "path") : "",
-              target, budget, jnum(cons, "max_gpus"), runs[i].dir);
+              jstr(m, MP_PJ_NAME) ? jstr(m, MP_PJ_NAME) : "?", jstr(cl, MP_PJ_NAME) ? jstr(cl, MP_PJ_NAME) : "?",
+              src ? src : "?", jstr(cl, MP_PJ_PATH) ? " " : "", jstr(cl, MP_PJ_PATH) ? jstr(cl, MP_PJ_PATH) : "",
+              target, budget, jnum(cons, MP_PJ_MAX_GPUS), runs[i].dir);
         doc_h(d, 3, "The cheapest plan per routing");
         doc_table(d, 3);
         doc_row_texts(d, 10, head, 1);
         const cJSON *a;
         cJSON_ArrayForEach(a, answers) {
             char cells[10][CELL];
-            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
+            const char *routing = jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?";
             snprintf(cells[0], CELL, "%.60s", routing);
-            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found"))) {
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, MP_PJ_FOUND))) {
                 for (int k = 1; k < 10; k++)
                     snprintf(cells[k], CELL, "%s", k == 1 ? "none meets the SLO" : "");
                 doc_row(d, 10, cells, 0);
                 continue;
             }
-            const cJSON *mem = cJSON_GetObjectItem(a, "mem_gb_per_gpu");
+            const cJSON *mem = cJSON_GetObjectItem(a, MP_PJ_MEM_GB_PER_GPU);
             plan_cells(cells, a);
             if (slo_ms > 0)
                 f_g(cells[7], slo_ms, "%g");
             else
                 snprintf(cells[7], CELL, "none");
-            f_g(cells[8], jnum(a, "tokens_per_s"), "%.0f");
-            f_g(cells[9], jnum(mem, "total"), "%.1f");
+            f_g(cells[8], jnum(a, MP_PJ_TOKENS_PER_S), "%.0f");
+            f_g(cells[9], jnum(mem, MP_PJ_TOTAL), "%.1f");
             doc_row(d, 10, cells, 0);
         }
         doc_table(d, 0);
         cJSON_ArrayForEach(a, answers) {
-            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
-            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found"))) {
+            const char *routing = jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?";
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, MP_PJ_FOUND))) {
                 doc_p(d, "Routing %s: no plan meets the SLO and fits in memory within %.0f GPUs.",
-                      routing, jnum(cons, "max_gpus"));
+                      routing, jnum(cons, MP_PJ_MAX_GPUS));
                 continue;
             }
             char head_room[64] = "", range[256];
-            double h = jnum(a, "slo_headroom");
+            double h = jnum(a, MP_PJ_SLO_HEADROOM);
             if (!isnan(h))
                 snprintf(head_room, sizeof head_room, ", %.0f %% of the budget left", 100 * h);
             trust_range(range, sizeof range, a);
             doc_p(d, "Routing %s: %.0f GPUs as %.0f replica(s) of %s (%s) at batch %.0f; p99 token "
                      "%.2f ms%s; %.0f tokens/s; %.1f GB per GPU%s.",
-                  routing, jnum(a, "gpus"), jnum(a, "replicas"), jstr(a, "layout"),
-                  jstr(a, "remedies"), jnum(a, "batch"), jnum(a, "token_p99_ms"), head_room,
-                  jnum(a, "tokens_per_s"), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), "total"),
+                  routing, jnum(a, MP_PJ_GPUS), jnum(a, MP_PJ_REPLICAS), jstr(a, MP_PJ_LAYOUT),
+                  jstr(a, MP_PJ_REMEDIES), jnum(a, MP_PJ_BATCH), jnum(a, MP_PJ_TOKEN_P99_MS), head_room,
+                  jnum(a, MP_PJ_TOKENS_PER_S), jnum(cJSON_GetObjectItem(a, "mem_gb_per_gpu"), MP_PJ_TOTAL),
                   range);
             step_parts_text(d, routing, a);
             const cJSON *r;
-            cJSON_ArrayForEach(r, cJSON_GetObjectItem(a, "replicas_vs_batch"))
-                if (jstr(r, "text"))
-                    doc_p(d, "Replicas against batch, routing %s: %s.", routing, jstr(r, "text"));
+            cJSON_ArrayForEach(r, cJSON_GetObjectItem(a, MP_PJ_REPLICAS_VS_BATCH))
+                if (jstr(r, MP_PJ_TEXT))
+                    doc_p(d, "Replicas against batch, routing %s: %s.", routing, jstr(r, MP_PJ_TEXT));
         }
         step_bars(d, answers);
         cJSON_ArrayForEach(a, answers) {
-            const char *routing = jstr(a, "routing") ? jstr(a, "routing") : "?";
-            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, "found")))
+            const char *routing = jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?";
+            if (!cJSON_IsTrue(cJSON_GetObjectItem(a, MP_PJ_FOUND)))
                 continue;
-            write_alternatives(d, routing, cJSON_GetObjectItem(a, "alternatives"));
-            write_sensitivity(d, routing, cJSON_GetObjectItem(a, "sensitivity"),
-                              cJSON_GetObjectItem(a, "by_remedies"));
-            write_trust(d, routing, cJSON_GetObjectItem(a, "trust"), jnum(a, "gpus"));
+            write_alternatives(d, routing, cJSON_GetObjectItem(a, MP_PJ_ALTERNATIVES));
+            write_sensitivity(d, routing, cJSON_GetObjectItem(a, MP_PJ_SENSITIVITY),
+                              cJSON_GetObjectItem(a, MP_PJ_BY_REMEDIES));
+            write_trust(d, routing, cJSON_GetObjectItem(a, MP_PJ_TRUST), jnum(a, MP_PJ_GPUS));
         }
     }
 }

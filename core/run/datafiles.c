@@ -1,5 +1,5 @@
-/* srcroot.c - the source tree a reports tool was built from (srcroot.h). */
-#include "srcroot.h"
+/* datafiles.c - where the tools find their data files (datafiles.h). */
+#include "datafiles.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -8,9 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "files.h"
 
-int rp_source_root(char *root, size_t size)
+/* The source tree this binary was built from, as mp_data_root looks for it: 0 or -1. */
+static int source_root(char *root, size_t size)
 {
     char exe[PATH_MAX], p[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -20,7 +22,7 @@ int rp_source_root(char *root, size_t size)
     char *slash = strrchr(exe, '/');
     if (!slash)
         return -1;
-    *slash = '\0'; /* exe = BUILD/reports */
+    *slash = '\0'; /* exe = BUILD/reports, BUILD/planner or BUILD/bench */
     snprintf(p, sizeof p, "%s/../../plots/render", exe);
     if (mp_is_regular_file(p)) {
         snprintf(p, sizeof p, "%s/../..", exe);
@@ -46,4 +48,25 @@ int rp_source_root(char *root, size_t size)
     }
     cJSON_Delete(j);
     return rc;
+}
+
+/* 1 when dir holds plots/render. */
+static int holds_render(const char *dir)
+{
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/plots/render", dir);
+    return mp_is_regular_file(p);
+}
+
+int mp_data_root(char *root, size_t size)
+{
+    const char *env = getenv(MP_DATA_ENV);
+    if (env && *env && strlen(env) < size && holds_render(env)) {
+        snprintf(root, size, "%s", env);
+        return 0;
+    }
+    if (source_root(root, size) == 0)
+        return 0;
+    snprintf(root, size, "%s", MOEPERF_DATADIR);
+    return holds_render(MOEPERF_DATADIR) ? 0 : -1;
 }
