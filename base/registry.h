@@ -16,6 +16,19 @@ struct mp_backend_absent {
     const char *name, *hint;
 };
 
+/* config.h's backend lists are X-macros LIST(BUILT, ABSENT) of entries BUILT(name) and
+ * ABSENT(name, hint) (meson.build's compute_backends and comm_backends, in order). These expand
+ * an entry into the registries' tables. */
+#define MP_REGISTRY_SKIP(n)
+#define MP_REGISTRY_SKIP_ABSENT(n, hint)
+#define MP_REGISTRY_NAME(n) #n,
+#define MP_REGISTRY_NAME_ABSENT(n, hint) #n,
+#define MP_REGISTRY_ABSENT_ENTRY(n, hint) {#n, hint},
+/* Every backend's name, built or not, NULL-terminated: the words a flag accepts. */
+#define MP_REGISTRY_CHOICES(LIST) {LIST(MP_REGISTRY_NAME, MP_REGISTRY_NAME_ABSENT) NULL}
+/* The backends left out, NULL-terminated: struct mp_backend_absent entries. */
+#define MP_REGISTRY_ABSENT(LIST) {LIST(MP_REGISTRY_SKIP, MP_REGISTRY_ABSENT_ENTRY){NULL, NULL}}
+
 /* Index of `name` among the `n` built backends, whose names name_at(i) gives; -1 after a usage
  * message naming `flag` ("--backend") and the built ones, and for a backend listed in `absent`
  * (terminated by a NULL name) what builds it. */

@@ -10,23 +10,12 @@
 #include "error.h"
 #include "registry.h"
 
-#define MP_BUILT(n) &mp_comm_##n,
-#define MP_ABSENT(n, hint)
-const struct mp_comm_ops *const mp_comm_backends[] = {MP_COMM_BACKENDS NULL};
-#undef MP_BUILT
-#undef MP_ABSENT
-
-#define MP_BUILT(n) #n,
-#define MP_ABSENT(n, hint) #n,
-const char *const mp_comm_choices[] = {MP_COMM_BACKENDS NULL};
-#undef MP_BUILT
-#undef MP_ABSENT
-
-#define MP_BUILT(n)
-#define MP_ABSENT(n, hint) {#n, hint},
-static const struct mp_backend_absent absent[] = {MP_COMM_BACKENDS{NULL, NULL}};
-#undef MP_BUILT
-#undef MP_ABSENT
+#define OPS_OF(n) &mp_comm_##n,
+const struct mp_comm_ops *const mp_comm_backends[] = {
+    MP_COMM_BACKENDS(OPS_OF, MP_REGISTRY_SKIP_ABSENT) NULL};
+#undef OPS_OF
+const char *const mp_comm_choices[] = MP_REGISTRY_CHOICES(MP_COMM_BACKENDS);
+static const struct mp_backend_absent absent[] = MP_REGISTRY_ABSENT(MP_COMM_BACKENDS);
 
 const char *const mp_comm_group_names[MP_GROUP_COUNT] = {"ep", "ep-intra-node", "ep-inter-node"};
 

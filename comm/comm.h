@@ -140,11 +140,9 @@ struct mp_comm_ops {
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMM_BACKENDS, which declares each as mp_comm_NAME). */
 extern const struct mp_comm_ops *const mp_comm_backends[];
-#define MP_BUILT(n) extern const struct mp_comm_ops mp_comm_##n;
-#define MP_ABSENT(n, hint)
-MP_COMM_BACKENDS
-#undef MP_BUILT
-#undef MP_ABSENT
+#define MP_COMM_DECLARE(n) extern const struct mp_comm_ops mp_comm_##n;
+MP_COMM_BACKENDS(MP_COMM_DECLARE, MP_REGISTRY_SKIP_ABSENT)
+#undef MP_COMM_DECLARE
 /* The names --comm accepts, NULL-terminated: every backend of the source tree, the ones this
  * binary was configured without included (looking one up says what builds it). */
 extern const char *const mp_comm_choices[];

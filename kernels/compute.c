@@ -9,23 +9,12 @@
 #include "error.h"
 #include "registry.h"
 
-#define MP_BUILT(n) &mp_compute_##n,
-#define MP_ABSENT(n, hint)
-const struct mp_compute_ops *const mp_compute_backends[] = {MP_COMPUTE_BACKENDS NULL};
-#undef MP_BUILT
-#undef MP_ABSENT
-
-#define MP_BUILT(n) #n,
-#define MP_ABSENT(n, hint) #n,
-const char *const mp_compute_choices[] = {MP_COMPUTE_BACKENDS NULL};
-#undef MP_BUILT
-#undef MP_ABSENT
-
-#define MP_BUILT(n)
-#define MP_ABSENT(n, hint) {#n, hint},
-static const struct mp_backend_absent absent[] = {MP_COMPUTE_BACKENDS{NULL, NULL}};
-#undef MP_BUILT
-#undef MP_ABSENT
+#define OPS_OF(n) &mp_compute_##n,
+const struct mp_compute_ops *const mp_compute_backends[] = {
+    MP_COMPUTE_BACKENDS(OPS_OF, MP_REGISTRY_SKIP_ABSENT) NULL};
+#undef OPS_OF
+const char *const mp_compute_choices[] = MP_REGISTRY_CHOICES(MP_COMPUTE_BACKENDS);
+static const struct mp_backend_absent absent[] = MP_REGISTRY_ABSENT(MP_COMPUTE_BACKENDS);
 
 static const char *name_at(int i) { return mp_compute_backends[i]->name; }
 

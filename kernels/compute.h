@@ -288,11 +288,9 @@ int mp_compute_model_rank_experts(struct mp_compute *c, const void *const **weig
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */
 extern const struct mp_compute_ops *const mp_compute_backends[];
-#define MP_BUILT(n) extern const struct mp_compute_ops mp_compute_##n;
-#define MP_ABSENT(n, hint)
-MP_COMPUTE_BACKENDS
-#undef MP_BUILT
-#undef MP_ABSENT
+#define MP_COMPUTE_DECLARE(n) extern const struct mp_compute_ops mp_compute_##n;
+MP_COMPUTE_BACKENDS(MP_COMPUTE_DECLARE, MP_REGISTRY_SKIP_ABSENT)
+#undef MP_COMPUTE_DECLARE
 /* The names --backend accepts, NULL-terminated: every backend of the source tree, the ones this
  * binary was configured without included (looking one up says what builds it). */
 extern const char *const mp_compute_choices[];
