@@ -122,26 +122,12 @@ static void cuda_fini(struct mp_compute *c)
         cublas.destroy(c->blas);
     if (c->lt)
         cublaslt.destroy(c->lt);
-    cudaFree(c->blas_ws);
-    cudaFree(c->d_q);
-    cudaFree(c->d_qs);
-    cudaFree(c->d_lt_out);
-    cudaFree(c->d_xq);
+    cuda_free_all({c->blas_ws, c->d_q, c->d_qs, c->d_lt_out, c->d_xq});
     if (c->stream)
         cudaStreamDestroy(c->stream);
-    cudaFree(c->d_idx);
-    cudaFree(c->d_f);
-    cudaFree(c->d_logits);
-    cudaFree(c->d_noise);
-    cudaFree(c->d_ids);
-    cudaFree(c->d_w);
-    cudaFree(c->d_acc);
-    cudaFree(c->d_wire);
-    cudaFree(c->skinny_ws);
-    cudaFree(c->skinny_count);
-    cudaFree(c->fused_act);
+    cuda_free_all({c->d_idx, c->d_f, c->d_logits, c->d_noise, c->d_ids, c->d_w, c->d_acc,
+                   c->d_wire, c->skinny_ws, c->skinny_count, c->fused_act, c->flush_buf});
     free(c->fused_ent);
-    cudaFree(c->flush_buf);
     if (c->g) {
         free(c->g->op);
         free(c->g->m);

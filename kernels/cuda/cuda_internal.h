@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <initializer_list>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,14 @@ extern "C" {
 #include "cuda_helpers.cuh"
 #include "dplan.h"
 #include "fp8.h"
+
+/* cudaFree each device pointer of the list (NULL ones too, as cudaFree allows): a struct's device
+ * arrays in its free function. */
+static inline void cuda_free_all(std::initializer_list<void *> ptrs)
+{
+    for (void *p : ptrs)
+        cudaFree(p);
+}
 
 typedef __nv_bfloat16 bf16;
 

@@ -222,19 +222,10 @@ __global__ void __launch_bounds__(ROUTE_THREADS) route_plan_kernel(const __grid_
 
 void plan_free(struct device_plan *p)
 {
-    cudaFree(p->d_route_off);
-    cudaFree(p->d_route_cell);
-    cudaFree(p->d_key);
-    cudaFree(p->d_key_sorted);
-    cudaFree(p->d_pair);
-    cudaFree(p->d_pair_sorted);
-    cudaFree(p->d_totals);
-    cudaFree(p->d_start);
-    cudaFree(p->d_tok);
-    cudaFree(p->d_w);
-    cudaFree(p->d_row_of_pair);
-    cudaFree(p->d_in_ids); /* d_in_w lies in the same block */
-    cudaFree(p->d_temp);
+    /* d_in_w lies in d_in_ids' block */
+    cuda_free_all({p->d_route_off, p->d_route_cell, p->d_key, p->d_key_sorted, p->d_pair,
+                   p->d_pair_sorted, p->d_totals, p->d_start, p->d_tok, p->d_w, p->d_row_of_pair,
+                   p->d_in_ids, p->d_temp});
     cudaFreeHost(p->h_totals);
     memset(p, 0, sizeof *p);
 }
