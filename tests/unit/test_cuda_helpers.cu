@@ -86,6 +86,20 @@ static float scatter_elem(const float *rows, const int32_t *tok, const float *ro
     return y;
 }
 
+/* The library `soname` is not mapped before load(e) and is loaded by it; load's message (`what`)
+ * printed when it fails. */
+template <class Entry>
+static void expect_loads(Entry *e, int (*load)(Entry *, char *, size_t), const char *soname,
+                         const char *what)
+{
+    char why[512] = "";
+    EXPECT(!dlopen(soname, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */
+    int rc = load(e, why, sizeof why);
+    if (rc != 0)
+        fprintf(stderr, "%s: %s\n", what, why);
+    EXPECT(rc == 0 && e->loaded);
+}
+
 int main(void)
 {
     /* top-k: descending, ties to the lower index, exactly k distinct */
@@ -211,22 +225,12 @@ int main(void)
      * entry point the backend calls resolves from the toolkit's libraries; no GPU is needed for that.
      * cuBLASLt first: libcublas maps it as a dependency. */
     struct mp_cublaslt_entry lt = {};
-    char lt_why[512] = "";
-    EXPECT(!dlopen(MP_CUBLASLT_SONAME, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */
-    int lt_loaded = mp_cublaslt_load(&lt, lt_why, sizeof lt_why);
-    if (lt_loaded != 0)
-        fprintf(stderr, "mp_cublaslt_load: %s\n", lt_why);
-    EXPECT(lt_loaded == 0 && lt.loaded);
+    expect_loads(&lt, mp_cublaslt_load, MP_CUBLASLT_SONAME, "mp_cublaslt_load");
 #define EXPECT_LT_ENTRY(field, fn, type) EXPECT(lt.field != NULL);
     MP_CUBLASLT_ENTRIES(EXPECT_LT_ENTRY)
 #undef EXPECT_LT_ENTRY
     struct mp_cublas_entry blas = {};
-    char why[512] = "";
-    EXPECT(!dlopen(MP_CUBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD)); /* not mapped before the load */
-    int loaded = mp_cublas_load(&blas, why, sizeof why);
-    if (loaded != 0)
-        fprintf(stderr, "mp_cublas_load: %s\n", why);
-    EXPECT(loaded == 0 && blas.loaded);
+    expect_loads(&blas, mp_cublas_load, MP_CUBLAS_SONAME, "mp_cublas_load");
 #define EXPECT_ENTRY(field, fn, type) EXPECT(blas.field != NULL);
     MP_CUBLAS_ENTRIES(EXPECT_ENTRY)
 #undef EXPECT_ENTRY
