@@ -8,7 +8,8 @@
 # tests/ includes tests/. A private header (NAME_internal.h) is included only from its own folder.
 # No circle of files: a file's unit is its path without the extension (x.c, x.h and x_internal.h
 # are one unit),
-# and no unit reaches itself through the includes of the units it includes.
+# and no unit reaches itself through the includes of the units it includes. Every header's include
+# guard (its first #ifndef) is its own.
 #
 # A quoted include is resolved as the compiler does (the including file's directory first, then
 # the include path meson.build gives: '.', base, kernels, comm and core's rooms); config.h and git_rev.h, which
@@ -30,6 +31,7 @@ EXTRA_PATH = {'kernels/cuda': ('kernels/cuda',),
 GENERATED = ('config.h', 'git_rev.h')
 CONTRACT = ('kernels/compute.h', 'kernels/padded.h', 'comm/comm.h')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+GUARD = re.compile(r'^\s*#\s*ifndef\s+(\w+)')
 
 
 def layer_of(path):
@@ -152,6 +154,7 @@ def check(root):
                           % (src, dst, 'allowed' if ok else 'refused'))
     seen = 0
     edges = {}
+    guards = {}
     for top in SCANNED:
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames.sort()
@@ -161,6 +164,12 @@ def check(root):
                 src = os.path.relpath(os.path.join(dirpath, fn), root)
                 with open(os.path.join(root, src), encoding='utf-8', errors='replace') as f:
                     lines = f.readlines()
+                if fn.endswith(('.h', '.cuh')):
+                    guard = next((g.group(1) for g in map(GUARD.match, lines) if g), None)
+                    if guard and guard in guards:
+                        breaks.append('%s: include guard %s is also %s\'s' % (src, guard, guards[guard]))
+                    elif guard:
+                        guards[guard] = src
                 for ln, line in enumerate(lines, 1):
                     m = INCLUDE.match(line)
                     if not m:
