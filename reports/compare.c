@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "compare_internal.h"
 #include "error.h"
 #include "files.h"
 #include "results.h"
@@ -80,14 +79,6 @@ enum mp_cmp_verdict mp_cmp_verdict(long n_base, long n_new, double change, doubl
 
 /* ---- small helpers ---- */
 
-char *cmp_strdup(const char *s)
-{
-    char *d = strdup(s ? s : "");
-    if (!d)
-        mp_error("out of memory");
-    return d;
-}
-
 static int file_exists(const char *dir, const char *name)
 {
     char *p = mp_path_join(dir, name);
@@ -99,22 +90,21 @@ static int file_exists(const char *dir, const char *name)
 
 /* Append a formatted warning to c->warn (printed to stderr when the load succeeds). Returns MP_OK
  * or MP_ERR_RUNTIME. */
-int cmp_add_warn(struct mp_cmp *c, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int cmp_add_warn(struct mp_cmp *c, const char *fmt,
+                                                              ...)
 {
     va_list ap;
     va_start(ap, fmt);
     char *s = NULL;
     int n = vasprintf(&s, fmt, ap);
     va_end(ap);
-    char **w = n >= 0 ? realloc(c->warn, (size_t)(c->nwarn + 1) * sizeof *w) : NULL;
-    if (!w) {
-        free(s);
+    if (n < 0) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->warn = w;
-    c->warn[c->nwarn++] = s;
-    return MP_OK;
+    int rc = cmp_warn(&c->warn, &c->nwarn, "%s", s);
+    free(s);
+    return rc;
 }
 
 /* ---- one side: the runs it pools and their samples grouped by point ---- */
@@ -528,14 +518,14 @@ static int side_runjson(struct mp_cmp *c, const struct side *sd, int side)
     }
     if (missing)
         rc = cmp_add_warn(c, "%s: %d of %d run(s) without a valid run.json; their libraries and "
-                         "configuration are unknown",
-                      sd->dir, missing, sd->nruns);
+                          "configuration are unknown",
+                          sd->dir, missing, sd->nruns);
     if (rc == MP_OK && slowed)
         rc = cmp_add_warn(c, "%s: %d of %d run(s) deliberately slowed down (run.json debug: %s)",
-                      sd->dir, slowed, sd->nruns, dbg ? dbg : "?");
+                          sd->dir, slowed, sd->nruns, dbg ? dbg : "?");
     if (rc == MP_OK && unfinished)
         rc = cmp_add_warn(c, "%s: %d of %d run(s) did not finish their sweep (run.json)", sd->dir,
-                      unfinished, sd->nruns);
+                          unfinished, sd->nruns);
     free(dbg);
     return rc;
 }
@@ -625,8 +615,8 @@ static int check_columns(struct mp_cmp *c, struct side sd[2], const char *const 
     for (int s = 0; s < 2; s++)
         if (sd[s].cut)
             MP_CHECK(cmp_add_warn(c, "%s: %ld point(s) with samples but no row in the summary file "
-                                 "(cut short) are ignored",
-                              dirs[s], sd[s].cut));
+                                  "(cut short) are ignored",
+                                  dirs[s], sd[s].cut));
     for (int s = 0; s < 2; s++)
         if (sd[s].npts == 0) {
             mp_usage("%s: %s holds no complete point to compare", dirs[s], ts->samples->file);
@@ -764,15 +754,16 @@ int mp_cmp_load(const char *base_dir, const char *new_dir, const struct mp_cmp_o
         for (long p = 1; p < c->npoints && !c->key_varies[k]; p++)
             c->key_varies[k] = strcmp(c->key_cells[p][k], c->key_cells[0][k]) != 0;
     if (c->only_base)
-        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
-                          c->only_base, dirs[0], dirs[1]));
+        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as "
+                              "inconclusive)", c->only_base, dirs[0], dirs[1]));
     if (c->only_new)
-        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as inconclusive)",
-                          c->only_new, dirs[1], dirs[0]));
+        MP_CHECK(cmp_add_warn(c, "%ld point(s) of %s are missing from %s (reported as "
+                              "inconclusive)", c->only_new, dirs[1], dirs[0]));
 
     for (int s = 0; s < 2; s++)
         MP_CHECK(side_runjson(c, &sd[s], s));
-    MP_CHECK(cmp_collect_facts(c));
+    MP_CHECK(cmp_collect_facts((const struct cJSON *const *)c->run, c->nruns, &c->facts,
+                               &c->nfacts, &c->warn, &c->nwarn));
     for (int i = 0; i < c->nwarn; i++)
         mp_warn("%s", c->warn[i]);
 out:

@@ -3,6 +3,7 @@
 #ifndef MP_COMPARE_H
 #define MP_COMPARE_H
 
+#include "compare_facts.h"
 #include "mannwhitney.h"
 
 struct cJSON;
@@ -57,19 +58,6 @@ struct mp_cmp_row {
     struct mp_mw mw;
     enum mp_cmp_verdict verdict;
     const char *reason; /* why inconclusive, else NULL */
-};
-
-/* A fact about the two runs from run.json, shown side by side. */
-enum mp_cmp_fact_kind {
-    MP_FACT_INFO,    /* shown; a difference means nothing (start time) */
-    MP_FACT_LIBRARY, /* the libraries under test: a difference is expected */
-    MP_FACT_SAME,    /* should be equal: a difference is a warning */
-};
-struct mp_cmp_fact {
-    char *label;
-    char *base, *new_; /* "-" when absent */
-    enum mp_cmp_fact_kind kind;
-    int differs;
 };
 
 /* The independent unit the Mann–Whitney test ranks. Iterations of one run share the machine's

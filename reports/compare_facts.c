@@ -1,15 +1,42 @@
 /* compare_facts.c - what run.json says about the two sides of a comparison: libraries, build,
- * hosts, devices, environment and command line, side by side (compare_internal.h). */
-#define _GNU_SOURCE /* asprintf */
+ * hosts, devices, environment and command line, side by side (compare_facts.h). */
+#define _GNU_SOURCE /* vasprintf */
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "compare_internal.h"
+#include "compare_facts.h"
 #include "error.h"
 #include "files.h"
 #include "sort.h"
+
+char *cmp_strdup(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d)
+        mp_error("out of memory");
+    return d;
+}
+
+int cmp_warn(char ***warn, int *nwarn, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    char **w = n >= 0 ? realloc(*warn, (size_t)(*nwarn + 1) * sizeof *w) : NULL;
+    if (!w) {
+        free(s);
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    *warn = w;
+    w[(*nwarn)++] = s;
+    return MP_OK;
+}
 
 struct cJSON *cmp_load_runjson(const char *dir)
 {
@@ -240,34 +267,48 @@ static char *argv_text(const cJSON *run)
     return cmp_sb_done(&sb);
 }
 
-static int add_fact(struct mp_cmp *c, const char *label, char *b, char *n,
-                    enum mp_cmp_fact_kind kind)
+static int add_fact(struct mp_cmp_fact **facts, int *nfacts, const char *label, char *b,
+                    char *n, enum mp_cmp_fact_kind kind)
 {
     char *l = cmp_strdup(label);
-    struct mp_cmp_fact *f = realloc(c->facts, (size_t)(c->nfacts + 1) * sizeof *f);
+    struct mp_cmp_fact *f = realloc(*facts, (size_t)(*nfacts + 1) * sizeof *f);
     if (!b || !n || !l || !f) {
         free(b);
         free(n);
         free(l);
         if (f)
-            c->facts = f;
+            *facts = f;
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    c->facts = f;
-    f[c->nfacts++] = (struct mp_cmp_fact){l, b, n, kind, strcmp(b, n) != 0};
+    *facts = f;
+    f[(*nfacts)++] = (struct mp_cmp_fact){l, b, n, kind, strcmp(b, n) != 0};
     return MP_OK;
 }
 
 /* What run.json says about each side, side by side, and a warning for every difference outside
  * the libraries under test. */
-int cmp_collect_facts(struct mp_cmp *c)
+/* The facts collected so far, as add_fact and field_fact append to them. */
+struct fact_list {
+    struct mp_cmp_fact **facts;
+    int *nfacts;
+};
+
+/* Fact `label`: the value at `key` (in object `in` when given) of each side's run.json. */
+static int field_fact(struct fact_list *fl, const char *label, const cJSON *rb, const cJSON *rn,
+                      const char *in, const char *key, enum mp_cmp_fact_kind kind)
 {
-    const cJSON *rb = c->run[0], *rn = c->run[1];
-    int rc = MP_OK;
-    MP_CHECK(add_fact(c, "tool", cmp_json_text(cmp_jget(rb, "tool")), cmp_json_text(cmp_jget(rn, "tool")),
-                      MP_FACT_SAME));
-    /* every field of "libraries" on either side */
+    if (in) {
+        rb = cmp_jget(rb, in);
+        rn = cmp_jget(rn, in);
+    }
+    return add_fact(fl->facts, fl->nfacts, label, cmp_json_text(cmp_jget(rb, key)),
+                    cmp_json_text(cmp_jget(rn, key)), kind);
+}
+
+/* Every field of "libraries" on either side, as facts of kind MP_FACT_LIBRARY. */
+static int library_facts(struct fact_list *fl, const cJSON *rb, const cJSON *rn)
+{
     const cJSON *lib[2] = {cmp_jget(rb, "libraries"), cmp_jget(rn, "libraries")};
     for (int side = 0; side < 2; side++) {
         const cJSON *v;
@@ -277,43 +318,50 @@ int cmp_collect_facts(struct mp_cmp *c)
                 continue;
             char label[96];
             snprintf(label, sizeof label, "libraries.%s", v->string);
-            MP_CHECK(add_fact(c, label, cmp_json_text(cmp_jget(lib[0], v->string)),
-                              cmp_json_text(cmp_jget(lib[1], v->string)), MP_FACT_LIBRARY));
+            int rc = field_fact(fl, label, lib[0], lib[1], NULL, v->string, MP_FACT_LIBRARY);
+            if (rc != MP_OK)
+                return rc;
         }
     }
-    MP_CHECK(add_fact(c, "git_revision", cmp_json_text(cmp_jget(rb, "git_revision")),
-                      cmp_json_text(cmp_jget(rn, "git_revision")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "build", build_text(rb), build_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "world (ranks)", cmp_json_text(cmp_jget(rb, "world")),
-                      cmp_json_text(cmp_jget(rn, "world")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "nodes", cmp_json_text(cmp_jget(rb, "nodes")), cmp_json_text(cmp_jget(rn, "nodes")),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "hosts (per rank)", ranks_text(rb, "host"), ranks_text(rn, "host"),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "devices (per rank)", ranks_text(rb, "device"), ranks_text(rn, "device"),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "cpu_model", cmp_json_text(cmp_jget(cmp_jget(rb, "topology"), "cpu_model")),
-                      cmp_json_text(cmp_jget(cmp_jget(rn, "topology"), "cpu_model")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "NCCL_/UCX_ environment", env_text(rb), env_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "command line", argv_text(rb), argv_text(rn), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "debug", cmp_json_text(cmp_jget(rb, "debug")), cmp_json_text(cmp_jget(rn, "debug")),
-                      MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "finished", cmp_json_text(cmp_jget(rb, "finished")),
-                      cmp_json_text(cmp_jget(rn, "finished")), MP_FACT_SAME));
-    MP_CHECK(add_fact(c, "start", cmp_json_text(cmp_jget(rb, "start")), cmp_json_text(cmp_jget(rn, "start")),
-                      MP_FACT_INFO));
-    char nb[32], nn[32];
-    snprintf(nb, sizeof nb, "%d", c->nruns[0]);
-    snprintf(nn, sizeof nn, "%d", c->nruns[1]);
-    MP_CHECK(add_fact(c, "runs pooled", cmp_strdup(nb), cmp_strdup(nn), MP_FACT_INFO));
+    return MP_OK;
+}
 
-    if (c->run[0] && c->run[1])
-        for (int i = 0; i < c->nfacts; i++) {
-            const struct mp_cmp_fact *f = &c->facts[i];
+int cmp_collect_facts(const struct cJSON *const run[2], const int nruns[2],
+                      struct mp_cmp_fact **facts, int *nfacts, char ***warn, int *nwarn)
+{
+    const cJSON *rb = run[0], *rn = run[1];
+    struct fact_list fl = {facts, nfacts};
+    int rc = MP_OK;
+    MP_CHECK(field_fact(&fl, "tool", rb, rn, NULL, "tool", MP_FACT_SAME));
+    MP_CHECK(library_facts(&fl, rb, rn));
+    MP_CHECK(field_fact(&fl, "git_revision", rb, rn, NULL, "git_revision", MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "build", build_text(rb), build_text(rn), MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "world (ranks)", rb, rn, NULL, "world", MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "nodes", rb, rn, NULL, "nodes", MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "hosts (per rank)", ranks_text(rb, "host"),
+                      ranks_text(rn, "host"), MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "devices (per rank)", ranks_text(rb, "device"),
+                      ranks_text(rn, "device"), MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "cpu_model", rb, rn, "topology", "cpu_model", MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "NCCL_/UCX_ environment", env_text(rb), env_text(rn),
+                      MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "command line", argv_text(rb), argv_text(rn), MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "debug", rb, rn, NULL, "debug", MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "finished", rb, rn, NULL, "finished", MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "start", rb, rn, NULL, "start", MP_FACT_INFO));
+    char nb[32], nn[32];
+    snprintf(nb, sizeof nb, "%d", nruns[0]);
+    snprintf(nn, sizeof nn, "%d", nruns[1]);
+    MP_CHECK(add_fact(facts, nfacts, "runs pooled", cmp_strdup(nb), cmp_strdup(nn), MP_FACT_INFO));
+
+    if (run[0] && run[1])
+        for (int i = 0; i < *nfacts; i++) {
+            const struct mp_cmp_fact *f = &(*facts)[i];
             if (f->kind == MP_FACT_SAME && f->differs && strcmp(f->label, "debug") != 0 &&
                 strcmp(f->label, "finished") != 0)
-                MP_CHECK(cmp_add_warn(c, "the runs differ in more than the library under test: %s is "
-                                     "'%s' in base, '%s' in new",
+                MP_CHECK(cmp_warn(warn, nwarn,
+                                  "the runs differ in more than the library under test: %s is "
+                                  "'%s' in base, '%s' in new",
                                   f->label, f->base, f->new_));
         }
 out:
