@@ -2,6 +2,7 @@
 #include "capacity_plan.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,30 +13,69 @@
 #include "stats.h"
 #include "vlayer.h"
 
+/* What snprintf(buf + *used, len − *used, "%s", s) writes when *used < len (s cut to the room,
+ * a terminating NUL), nothing otherwise; *used then grows by strlen(s) either way, as a chain
+ * of such calls adds up their returns. The labels below are built from these, without a format
+ * to parse, since the findings ask for them many times per candidate. */
+static void put(char *buf, size_t len, size_t *used, const char *s)
+{
+    size_t n = strlen(s);
+    if (*used < len) {
+        size_t room = len - *used - 1, k = n < room ? n : room;
+        memcpy(buf + *used, s, k);
+        buf[*used + k] = '\0';
+    }
+    *used += n;
+}
+
+/* put of v in decimal, as "%d" writes it. */
+static void put_int(char *buf, size_t len, size_t *used, int v)
+{
+    char d[16], *p = d + sizeof d - 1;
+    long x = v < 0 ? -(long)v : v;
+    *p = '\0';
+    do
+        *--p = (char)('0' + x % 10);
+    while ((x /= 10) > 0);
+    if (v < 0)
+        *--p = '-';
+    put(buf, len, used, p);
+}
+
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len)
 {
-    if (c->eplb > 0)
-        snprintf(buf, len, "eplb:%d", c->eplb);
-    else if (c->replicate > 0)
-        snprintf(buf, len, "replicate-hot:%d", c->replicate);
-    else
-        snprintf(buf, len, "contiguous");
+    size_t used = 0;
+    if (c->eplb > 0) {
+        put(buf, len, &used, "eplb:");
+        put_int(buf, len, &used, c->eplb);
+    } else if (c->replicate > 0) {
+        put(buf, len, &used, "replicate-hot:");
+        put_int(buf, len, &used, c->replicate);
+    } else {
+        put(buf, len, &used, "contiguous");
+    }
     return buf;
 }
 
-const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
+/* The remedies label of c in full (no length limit) into buf [REMEDY_MAX]. */
+enum { REMEDY_MAX = 160 };
+static void remedy_label(const struct mp_plan_cand *c, char *buf)
 {
     char pl[32];
     mp_plan_placement(c, pl, sizeof pl);
     int placed = c->replicate > 0 || c->eplb > 0;
     const char *part[6] = {placed ? pl : NULL, NULL, NULL, NULL, NULL, NULL};
     char ovl[32], dd[32];
+    size_t n = 0, len = REMEDY_MAX;
     if (c->overlap > 1) {
-        snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
+        put(ovl, sizeof ovl, &n, "overlap ");
+        put_int(ovl, sizeof ovl, &n, c->overlap);
         part[1] = ovl;
     }
     if (c->dedup != MP_DEDUP_PAIR) {
-        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
+        n = 0;
+        put(dd, sizeof dd, &n, "dedup ");
+        put(dd, sizeof dd, &n, mp_dedup_choices[c->dedup]);
         part[2] = dd;
     }
     if (c->weight_dtype == MP_DTYPE_FP8)
@@ -47,10 +87,47 @@ const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned lon
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < 6; i++)
-        if (part[i] && used < len)
-            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " + " : "", part[i]);
+        if (part[i] && used < len) { /* "%s%s": the separator, then the part */
+            put(buf, len, &used, used ? " + " : "");
+            put(buf, len, &used, part[i]);
+        }
     if (!used)
-        snprintf(buf, len, "%s", pl);
+        put(buf, len, &used, pl);
+}
+
+/* The labels worked out lately, each under the fields of a candidate it is made of, in a small
+ * table of this thread's (a slot per hash of the fields, the last label of that hash kept): the
+ * findings ask for every candidate's label many times over. */
+struct remedy_memo {
+    int key[7], valid;
+    size_t len; /* strlen(text) */
+    char text[REMEDY_MAX];
+};
+static _Thread_local struct remedy_memo remedy_memo[64];
+
+const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
+{
+    int key[7] = {c->replicate, c->eplb,           c->overlap,      c->dedup,
+                  c->weight_dtype, c->dispatch_dtype, c->micro_batches};
+    unsigned h = 0;
+    int same = 1;
+    for (int i = 0; i < 7; i++)
+        h = h * 31u + (unsigned)key[i];
+    struct remedy_memo *e = &remedy_memo[(h ^ h >> 6) % 64];
+    for (int i = 0; i < 7; i++)
+        same &= e->key[i] == key[i];
+    if (!e->valid || !same) {
+        remedy_label(c, e->text);
+        memcpy(e->key, key, sizeof key);
+        e->valid = 1;
+        e->len = strlen(e->text);
+    }
+    /* what a chain of snprintf calls leaves in a buffer of len bytes: the label cut to len − 1 */
+    size_t n = e->len;
+    if (n + 1 > len) /* (len 0: the NUL alone, as the chain's first write puts it) */
+        n = len > 0 ? len - 1 : 0;
+    memcpy(buf, e->text, n);
+    buf[n] = '\0';
     return buf;
 }
 
@@ -186,22 +263,28 @@ static int record_times(const struct mp_plan_req *q, int tp, int ep, long batch,
         mp_point_result_free(res);
         return MP_ERR_RUNTIME;
     }
+    /* the medians of the metrics a candidate keeps (the layer time's with its p99) */
     struct mp_summary s;
-    double med[MP_ITER_METRICS];
-    for (size_t k = 0; k < MP_ITER_METRICS; k++) {
+    struct mp_iter_metrics med = {0}, *M = &med;
+    static const size_t kept[] = {
+        offsetof(struct mp_iter_metrics, ffn_us), offsetof(struct mp_iter_metrics, comm_us),
+        offsetof(struct mp_iter_metrics, comm_comp_ratio),
+        offsetof(struct mp_iter_metrics, bubble_ratio),
+        offsetof(struct mp_iter_metrics, load_imbalance),
+        offsetof(struct mp_iter_metrics, local_hit_rate),
+        offsetof(struct mp_iter_metrics, cache_hit_rate)};
+    for (int i = 0; i < n; i++)
+        v[i] = res->metrics[i].layer_us;
+    mp_summarize(v, n, &s);
+    med.layer_us = s.p50;
+    c->layer_p99_us = s.p99;
+    for (size_t k = 0; k < sizeof kept / sizeof *kept; k++) {
         for (int i = 0; i < n; i++)
-            v[i] = ((const double *)&res->metrics[i])[k];
-        if (k == 0) {
-            mp_summarize(v, n, &s);
-            med[k] = s.p50;
-            c->layer_p99_us = s.p99;
-        } else {
-            med[k] = mp_percentile_select(v, n, 50);
-        }
+            v[i] = *(const double *)((const char *)&res->metrics[i] + kept[k]);
+        *(double *)((char *)&med + kept[k]) = mp_percentile_select(v, n, 50);
     }
     free(v);
     mp_point_result_free(res);
-    const struct mp_iter_metrics *M = (const struct mp_iter_metrics *)med;
     c->tp = tp;
     c->ep = ep;
     c->batch = batch;
@@ -226,49 +309,147 @@ static int record_times(const struct mp_plan_req *q, int tp, int ep, long batch,
     return MP_OK;
 }
 
-/* One candidate into *c: layout tp×ep, R hot experts replicated or `slots` eplb slots, setup su,
- * `batch`: its placement packed onto the profile's nodes, its memory per GPU, the model's run of
- * the layer and the step (record_times). MP_OK, or the error of building the placement or of the
- * model. */
-static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
-                        struct setup su, long batch, struct mp_plan_cand *c)
+/* The traffic of the last point a placement's candidates built (mp_vtraffic_build) and the
+ * point it was built for, so the candidates that differ from it in their dtypes alone time the
+ * same draws (the weight dtype is read by the FFN's timing alone, the dispatch dtype re-prices
+ * the rows, run_point); and the rank records every candidate of the placement is timed in. */
+struct traffic_slot {
+    struct mp_point pt;
+    struct mp_vtraffic *t; /* [P], or NULL before the first build */
+    int P;
+    struct mp_rank_iter *recs; /* [2·tp·ep] (mp_vlayer_time) */
+};
+
+static void slot_free(struct traffic_slot *s)
 {
-    const struct mp_model *m = &q->model;
-    char spec[64];
-    int overlap = su.overlap, dedup = su.dedup;
+    mp_vtraffic_free(s->t, s->P);
+    free(s->recs);
+    memset(s, 0, sizeof *s);
+}
+
+/* 1 when mp_vtraffic_build reads the same of points a and b: every field but the weight dtype
+ * (and the label, which names the point), and but the dispatch dtype too with `any_dtype`. */
+static int same_traffic(const struct mp_point *a, const struct mp_point *b, int any_dtype)
+{
+    return a->batch == b->batch && a->seq == b->seq && a->routing == b->routing &&
+           a->placement == b->placement && a->warmup == b->warmup && a->iters == b->iters &&
+           a->check == b->check && a->overlap == b->overlap && a->dispatch == b->dispatch &&
+           a->dispatch_arg == b->dispatch_arg && a->dedup == b->dedup &&
+           (any_dtype || a->dispatch_dtype == b->dispatch_dtype) &&
+           a->blocked_activations == b->blocked_activations &&
+           a->blocked_weights == b->blocked_weights && a->gemm == b->gemm &&
+           a->cache.slots == b->cache.slots && a->cache.policy == b->cache.policy &&
+           a->graph == b->graph && a->flush_cache == b->flush_cache &&
+           a->straggle_rank == b->straggle_rank && a->straggle_us == b->straggle_us;
+}
+
+/* The model's run of point pt on layout tp×ep into res (mp_vlayer_run's metrics, no rank
+ * records): the traffic in `slot` when it was built for the same draws (same_traffic), re-priced
+ * when only its dispatch dtype differs (mp_vtraffic_retype), else built afresh there. MP_OK, or
+ * the error of building the traffic or of timing it. */
+static int run_point(const struct mp_plan_req *q, int tp, int ep, const struct mp_point *pt,
+                     struct traffic_slot *slot, struct mp_point_result *res)
+{
+    if (slot->t && !same_traffic(&slot->pt, pt, 0) && same_traffic(&slot->pt, pt, 1) &&
+        mp_vtraffic_retype(slot->t, slot->P, &q->cluster, &q->model, pt) == MP_OK)
+        slot->pt = *pt;
+    if (!slot->t || !same_traffic(&slot->pt, pt, 0)) {
+        mp_vtraffic_free(slot->t, slot->P);
+        slot->t = NULL;
+        slot->P = 0;
+        int rc = mp_vtraffic_build(&q->cluster, &q->model, tp, ep, (uint64_t)q->seed, pt,
+                                   &slot->t, &slot->P);
+        if (rc != MP_OK) {
+            slot->t = NULL;
+            return rc;
+        }
+        slot->pt = *pt;
+    }
+    if (!slot->recs) {
+        slot->recs = malloc(2 * (size_t)tp * ep * sizeof *slot->recs);
+        if (!slot->recs) {
+            mp_error("out of memory modelling %d ranks", tp * ep);
+            return MP_ERR_RUNTIME;
+        }
+    }
+    return mp_vlayer_time(&q->cluster, &q->model, tp, ep, pt, slot->t, slot->P, slot->recs, res);
+}
+
+/* One candidate into *c: layout tp×ep, R hot experts replicated or `slots` eplb slots (placement
+ * `pl`, packed onto the profile's nodes), setup su, `batch`: its memory per GPU, the model's run
+ * of the layer (run_point, through the placement's traffic slot) and the step (record_times).
+ * MP_OK, or the error of the model. */
+static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int slots,
+                        struct setup su, long batch, struct mp_placement *pl,
+                        struct traffic_slot *slot, struct mp_plan_cand *c)
+{
     c->replicate = R;
     c->eplb = slots;
-    c->overlap = overlap;
-    c->dedup = dedup;
+    c->overlap = su.overlap;
+    c->dedup = su.dedup;
     c->weight_dtype = su.weight_dtype;
     c->dispatch_dtype = su.dispatch_dtype;
     c->micro_batches = su.micro_batches;
-    mp_plan_placement(c, spec, sizeof spec);
+    int mb = su.micro_batches > 1 ? su.micro_batches : 1; /* the layer runs one micro-batch */
+    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing,
+                          .placement = pl,
+                          .iters = q->iters, .overlap = su.overlap, .dedup = su.dedup,
+                          .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
+    struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl->max_local,
+                                  .sequences = batch, .context = q->context,
+                                  .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
+                                  .nonexpert = q->nonexpert,
+                                  .expert_dtype = (enum mp_dtype)su.weight_dtype};
+    fit_memory(q, &ml, pl, &pt, c);
+    struct mp_point_result res;
+    int rc = run_point(q, tp, ep, &pt, slot, &res);
+    if (rc != MP_OK)
+        return rc;
+    return record_times(q, tp, ep, batch, su, &res, c);
+}
+
+/* The setups a request sweeps, each list at least one entry (its default when not given). */
+struct sweep {
+    const int *ovl, *dds, *wds, *sds, *mbs;
+    int novl, ndd, nwd, nsd, nmb;
+};
+
+/* Every candidate of layout tp×ep with R hot experts replicated or `slots` eplb slots, into
+ * c[0 .. novl·ndd·nwd·nsd·nmb·nbatch) in enumeration order (overlap, dedup, weight dtype,
+ * dispatch dtype, micro-batches, batch, the last varying fastest): the placement built and packed
+ * once, and the candidates that differ in their dtypes alone evaluated one after another on one
+ * traffic (run_point). MP_OK, or the first error. */
+static int evaluate_placement(const struct mp_plan_req *q, const struct sweep *w, int tp, int ep,
+                              int R, int slots, struct mp_plan_cand *c)
+{
+    char spec[64];
+    struct mp_plan_cand like = {.replicate = R, .eplb = slots};
+    mp_plan_placement(&like, spec, sizeof spec);
     struct mp_placement pl;
-    int rc = mp_placement_build(spec, m->experts, ep, q->routing->prob, &pl);
+    int rc = mp_placement_build(spec, q->model.experts, ep, q->routing->prob, &pl);
     if (rc != MP_OK)
         return rc;
     if ((rc = mp_placement_pack_nodes(&pl, tp, q->cluster.gpus_per_node)) != MP_OK) {
         mp_placement_free(&pl);
         return rc;
     }
-    int mb = su.micro_batches > 1 ? su.micro_batches : 1; /* the layer runs one micro-batch */
-    struct mp_point pt = {.batch = (batch + mb - 1) / mb, .seq = q->seq, .routing = q->routing,
-                          .placement = &pl,
-                          .iters = q->iters, .overlap = overlap, .dedup = dedup,
-                          .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
-    struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl.max_local,
-                                  .sequences = batch, .context = q->context,
-                                  .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
-                                  .nonexpert = q->nonexpert,
-                                  .expert_dtype = (enum mp_dtype)su.weight_dtype};
-    fit_memory(q, &ml, &pl, &pt, c);
-    struct mp_point_result res;
-    rc = mp_vlayer_run(&q->cluster, m, tp, ep, (uint64_t)q->seed, &pt, &res);
+    struct traffic_slot slot = {0};
+    int ns = w->nsd * w->nmb, nb = q->nbatch, nd = w->nwd * w->nsd; /* nd: dtype pairs */
+    for (int o = 0; o < w->novl && rc == MP_OK; o++)
+        for (int x = 0; x < w->ndd && rc == MP_OK; x++)
+            for (int mb = 0; mb < w->nmb && rc == MP_OK; mb++)
+                for (int i = 0; i < nb && rc == MP_OK; i++)
+                    for (int y = 0; y < nd && rc == MP_OK; y++) {
+                        int v = y % w->nwd, s = y / w->nwd * w->nmb + mb;
+                        struct setup su = {w->ovl[o], w->dds[x], w->wds[v], w->sds[s / w->nmb],
+                                           w->mbs[mb]};
+                        size_t at = (((size_t)(o * w->ndd + x) * w->nwd + v) * ns + s) * nb + i;
+                        rc = evaluate_one(q, tp, ep, R, slots, su, q->batches[i], &pl, &slot,
+                                          &c[at]);
+                    }
+    slot_free(&slot);
     mp_placement_free(&pl);
-    if (rc != MP_OK)
-        return rc;
-    return record_times(q, tp, ep, batch, su, &res, c);
+    return rc;
 }
 
 void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
@@ -312,17 +493,15 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
 {
     static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16},
                      one_batch[] = {1};
-    const int *mbs = q->nmicro > 0 ? q->micro_batches : one_batch;
-    int nmb = q->nmicro > 0 ? q->nmicro : 1;
-    const int *ovl = q->noverlap > 0 ? q->overlaps : no_overlap;
-    int novl = q->noverlap > 0 ? q->noverlap : 1;
-    const int *dds = q->ndedup > 0 ? q->dedups : pair_only;
-    int ndd = q->ndedup > 0 ? q->ndedup : 1;
-    const int *wds = q->nwdtype > 0 ? q->wdtypes : bf16, *sds = q->nddtype > 0 ? q->ddtypes : bf16;
-    int nwd = q->nwdtype > 0 ? q->nwdtype : 1, nsd = q->nddtype > 0 ? q->nddtype : 1;
-    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * novl * ndd * nwd * nsd * nmb * q->nbatch,
-        k = 0,
-        rc = MP_OK;
+    struct sweep w = {
+        .ovl = q->noverlap > 0 ? q->overlaps : no_overlap,
+        .novl = q->noverlap > 0 ? q->noverlap : 1,
+        .dds = q->ndedup > 0 ? q->dedups : pair_only, .ndd = q->ndedup > 0 ? q->ndedup : 1,
+        .wds = q->nwdtype > 0 ? q->wdtypes : bf16, .nwd = q->nwdtype > 0 ? q->nwdtype : 1,
+        .sds = q->nddtype > 0 ? q->ddtypes : bf16, .nsd = q->nddtype > 0 ? q->nddtype : 1,
+        .mbs = q->nmicro > 0 ? q->micro_batches : one_batch, .nmb = q->nmicro > 0 ? q->nmicro : 1};
+    int per = w.novl * w.ndd * w.nwd * w.nsd * w.nmb * q->nbatch; /* a placement's candidates */
+    int cap = q->ntp * q->nep * (q->nrep + q->neplb) * per, k = 0, rc = MP_OK;
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
     if (!c) {
         mp_error("out of memory for %d candidates", cap);
@@ -342,16 +521,8 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                 if (r >= q->nrep &&
                     (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
                     continue; /* no room for that many redundant slots */
-                for (int o = 0; o < novl && rc == MP_OK; o++)
-                    for (int x = 0; x < ndd && rc == MP_OK; x++)
-                        for (int w = 0; w < nwd && rc == MP_OK; w++)
-                            for (int s = 0; s < nsd * nmb && rc == MP_OK; s++) {
-                                struct setup su = {ovl[o], dds[x], wds[w], sds[s / nmb],
-                                                   mbs[s % nmb]};
-                                for (int i = 0; i < q->nbatch && rc == MP_OK; i++)
-                                    rc = evaluate_one(q, tp, ep, R, slots, su, q->batches[i],
-                                                      &c[k++]);
-                            }
+                rc = evaluate_placement(q, &w, tp, ep, R, slots, &c[k]);
+                k += per;
             }
         }
     if (rc != MP_OK) {

@@ -381,19 +381,37 @@ double mp_cost_ffn_us(const struct mp_cluster *c, double flops, double weight_by
     return mp_cost_roofline_us(c, flops, c->flops * c->flops_eff, weight_bytes) + fixed;
 }
 
+void mp_cost_ffn_prepare(const struct mp_cluster *c, int H, int Dl, int weight_dtype, int gemm,
+                         struct mp_ffn_cost *f)
+{
+    /* docs/planning.md, the model's equations: the FFN's roofline, fp8 GEMMs at flops_fp8 */
+    f->c = c;
+    f->flops_per_row = 6.0 * H * (double)Dl;
+    f->expert_bytes = mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, Dl, c->elem_bytes);
+    if (weight_dtype == MP_DTYPE_FP8)
+        f->rate = c->flops_fp8 * (gemm == MP_GEMM_LOOP ? c->flops_fp8_eff : c->fused_fp8_eff);
+    else
+        f->rate = c->flops * c->flops_eff;
+    f->gemm = gemm;
+}
+
+double mp_cost_ffn_prepared_us(const struct mp_ffn_cost *f, double rows, int active)
+{
+    /* mp_cost_ffn_us at rate f->rate: the roofline plus the launches or the fused call */
+    const struct mp_cluster *c = f->c;
+    double flops = f->flops_per_row * rows;
+    if (active <= 0 && flops <= 0)
+        return 0;
+    double fixed = f->gemm == MP_GEMM_LOOP ? c->launch_us * active : c->ffn_call_us;
+    return mp_cost_roofline_us(c, flops, f->rate, active * f->expert_bytes) + fixed;
+}
+
 double mp_cost_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
                               int weight_dtype, int gemm)
 {
-    /* docs/planning.md, the model's equations: the FFN's roofline, fp8 GEMMs at flops_fp8 */
-    struct mp_cluster at = *c;
-    if (weight_dtype == MP_DTYPE_FP8) {
-        at.flops = c->flops_fp8;
-        at.flops_eff = gemm == MP_GEMM_LOOP ? c->flops_fp8_eff : c->fused_fp8_eff;
-    }
-    return mp_cost_ffn_us(&at, 6.0 * H * (double)Dl * rows,
-                           active * mp_expert_weight_bytes((enum mp_dtype)weight_dtype, H, Dl,
-                                                           c->elem_bytes),
-                           active, gemm);
+    struct mp_ffn_cost f;
+    mp_cost_ffn_prepare(c, H, Dl, weight_dtype, gemm, &f);
+    return mp_cost_ffn_prepared_us(&f, rows, active);
 }
 
 double mp_cost_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
@@ -409,14 +427,26 @@ double mp_cost_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
     return intra > inter ? intra : inter;
 }
 
+void mp_cost_allreduce_prepare(const struct mp_cluster *c, int tp, struct mp_allreduce_cost *a)
+{
+    int inside = tp <= c->gpus_per_node;
+    a->tp = tp;
+    a->lat2 = 2.0 * (inside ? c->intra_lat_us : c->inter_lat_us);
+    a->share = 2.0 * (tp - 1) / tp;
+    a->bw = inside ? c->intra_bw * c->intra_eff : c->inter_bw * c->inter_eff;
+}
+
+double mp_cost_allreduce_prepared_us(const struct mp_allreduce_cost *a, double bytes)
+{
+    /* 2·lat + 2·(tp − 1)/tp · bytes / bw, in the order of its terms */
+    return a->tp <= 1 ? 0 : a->lat2 + a->share * bytes / a->bw * 1e6;
+}
+
 double mp_cost_allreduce_us(const struct mp_cluster *c, double bytes, int tp)
 {
-    if (tp <= 1)
-        return 0;
-    int inside = tp <= c->gpus_per_node;
-    double lat = inside ? c->intra_lat_us : c->inter_lat_us;
-    double bw = inside ? c->intra_bw * c->intra_eff : c->inter_bw * c->inter_eff;
-    return 2.0 * lat + 2.0 * (tp - 1) / tp * bytes / bw * 1e6;
+    struct mp_allreduce_cost a;
+    mp_cost_allreduce_prepare(c, tp, &a);
+    return mp_cost_allreduce_prepared_us(&a, bytes);
 }
 
 double mp_cost_pipeline_us(int nchunks, const double *dispatch_us, const double *combine_us,

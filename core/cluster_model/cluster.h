@@ -107,6 +107,21 @@ double mp_cost_ffn_us(const struct mp_cluster *c, double flops, double weight_by
 double mp_cost_expert_ffn_us(const struct mp_cluster *c, int H, int Dl, double rows, int active,
                               int weight_dtype, int gemm);
 
+/* mp_cost_expert_ffn_us's constants for one shard, dtype and GEMM form, worked out once for the
+ * many ranks a timing prices (mp_cost_ffn_prepare), then each rank's FFN from its rows and active
+ * experts (mp_cost_ffn_prepared_us): the same double mp_cost_expert_ffn_us gives, which is
+ * computed this way. */
+struct mp_ffn_cost {
+    const struct mp_cluster *c;
+    double flops_per_row; /* 6·H·Dl */
+    double expert_bytes;  /* mp_expert_weight_bytes of one expert's shard */
+    double rate;          /* F·e_F of the dtype and GEMM form */
+    int gemm;
+};
+void mp_cost_ffn_prepare(const struct mp_cluster *c, int H, int Dl, int weight_dtype, int gemm,
+                         struct mp_ffn_cost *f);
+double mp_cost_ffn_prepared_us(const struct mp_ffn_cost *f, double rows, int active);
+
 /* One exchange round of an all-to-all for one rank: latency of each link class it uses, plus the
  * largest volume any rank sends or receives on that class over the class bandwidth; the
  * inter-node part times 1 + γ·log2(incast) where incast is the most senders on other nodes any
@@ -119,6 +134,16 @@ double mp_cost_exchange_us(const struct mp_cluster *c, double intra_max_bytes,
  * each half are pipelined), on the intra-node link when the group fits in a node, else on the
  * inter-node one. 0 when tp = 1. */
 double mp_cost_allreduce_us(const struct mp_cluster *c, double bytes, int tp);
+
+/* mp_cost_allreduce_us's constants for one TP size, worked out once for the many ranks a timing
+ * prices (mp_cost_allreduce_prepare), then each reduce of `bytes` (mp_cost_allreduce_prepared_us):
+ * the same double mp_cost_allreduce_us gives, which is computed this way. */
+struct mp_allreduce_cost {
+    int tp;
+    double lat2, share, bw; /* 2·lat, 2·(tp − 1)/tp and the bandwidth of the group's links */
+};
+void mp_cost_allreduce_prepare(const struct mp_cluster *c, int tp, struct mp_allreduce_cost *a);
+double mp_cost_allreduce_prepared_us(const struct mp_allreduce_cost *a, double bytes);
 
 /* A layer pipelined in `nchunks` chunks on two resources: the network, one FIFO shared by every
  * dispatch and combine exchange (each a collective over all ranks, `dispatch_us[k]`,

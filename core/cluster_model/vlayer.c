@@ -114,17 +114,99 @@ static int draw_used(struct mp_vtraffic *t, const struct mp_model *m, const stru
     return MP_OK;
 }
 
+/* Test hook: MOEPERF_MODEL_MATRIX=1 counts every point's traffic on the ep × ep matrices instead
+ * of the fast path's sums (mp_vtraffic_fast_ok), which must give the same bytes. */
+static int matrix_wanted(void)
+{
+    const char *v = getenv("MOEPERF_MODEL_MATRIX");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* One point's scratch while its draws' traffic is built: the draw, and what the traffic builders
+ * count into (struct mp_vdraw); the matrices, the plan and the dedup counts only where the
+ * point's builder uses them (not on the fast path). */
+struct vbuild {
+    struct mp_plan plan;
+    struct mp_dedup_counts dedup;
+    struct mp_vfast fast;
+    int32_t *ids;
+    float *w;
+    double *rows_to, *exp_rows, *chunk_to;
+    int *holder_li;
+    struct mp_vsole *sole;
+    long *counts;
+    int use_fast;
+};
+
+static void vbuild_free(struct vbuild *b)
+{
+    mp_plan_free(&b->plan);
+    mp_dedup_free(&b->dedup);
+    mp_vfast_free(&b->fast);
+    free(b->ids);
+    free(b->w);
+    free(b->rows_to);
+    free(b->exp_rows);
+    free(b->chunk_to);
+    free(b->holder_li);
+    free(b->sole);
+    free(b->counts);
+}
+
+/* Allocate b for point pt on a tp × ep layout built by `traffic`, with each holder's local index
+ * and the sole holders of the placement's experts. MP_OK or MP_ERR_RUNTIME (free with
+ * vbuild_free either way). */
+static int vbuild_alloc(struct vbuild *b, const struct mp_cluster *cl, const struct mp_model *m,
+                        int tp, int ep, const struct mp_point *pt, mp_vtraffic_fn traffic)
+{
+    const struct mp_placement *pl = pt->placement;
+    long T = pt->batch * pt->seq;
+    int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1;
+    int N = pt->overlap > 1 ? pt->overlap : 1, nholders = pl->holder_off[pl->experts];
+    size_t pairs = (size_t)T * K;
+    memset(b, 0, sizeof *b);
+    b->use_fast = (traffic == mp_vtraffic_dynamic || traffic == mp_vtraffic_dedup_pipelined) &&
+                  !matrix_wanted() && mp_vtraffic_fast_ok(cl, m, pt);
+    int matrices = !b->use_fast;
+    b->ids = malloc(pairs * sizeof *b->ids);
+    b->w = malloc(pairs * sizeof *b->w);
+    b->rows_to = matrices ? malloc(sizeof(double) * (size_t)ep * ep) : NULL;
+    b->exp_rows = malloc(sizeof(double) * (size_t)ep * L);
+    b->chunk_to = N > 1 && matrices ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
+    b->holder_li = malloc(((size_t)nholders + 1) * sizeof *b->holder_li);
+    b->sole = malloc(((size_t)pl->experts + 1) * sizeof *b->sole);
+    b->counts = calloc((size_t)ep * (1 + L), sizeof *b->counts);
+    if (!b->ids || !b->w || (matrices && !b->rows_to) || !b->exp_rows ||
+        (N > 1 && matrices && !b->chunk_to) || !b->holder_li || !b->sole || !b->counts ||
+        (matrices && mp_plan_alloc(&b->plan, ep, L, (T + ep - 1) / ep, K) != MP_OK) ||
+        (pt->dedup != MP_DEDUP_PAIR && matrices && mp_dedup_alloc(&b->dedup, ep) != MP_OK) ||
+        (b->use_fast && mp_vfast_alloc(&b->fast, pt, tp, ep, cl->gpus_per_node, K) != MP_OK))
+        return MP_ERR_RUNTIME;
+    /* each holder's local index of its expert, for route_pair: the holders of an expert ascend
+     * by rank as the ranks' lists hold it (mp_placement_local_index), so a cursor per expert
+     * walked over the ranks in turn fills them (the sole holders' entries in b->sole first) */
+    for (int x = 0; x < pl->experts; x++)
+        b->sole[x].dest = pl->holder_off[x];
+    for (int r = 0; r < ep; r++)
+        for (int l = 0; l < mp_placement_nlocal(pl, r); l++)
+            b->holder_li[b->sole[pl->local_ids[pl->local_off[r] + l]].dest++] = l;
+    for (int x = 0; x < pl->experts; x++) {
+        int h0 = pl->holder_off[x], h1 = pl->holder_off[x + 1];
+        b->sole[x] = h1 - h0 == 1 ? (struct mp_vsole){pl->holders[h0], b->holder_li[h0]}
+                                  : (struct mp_vsole){-1, -1};
+    }
+    return MP_OK;
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
 {
-    const struct mp_placement *pl = pt->placement;
     long T = pt->batch * pt->seq;
-    int K = m->topk, L = pl->max_local > 0 ? pl->max_local : 1, rc = MP_ERR_RUNTIME;
+    int rc = MP_ERR_RUNTIME;
     /* the measured layer's pool: one draw per warm-up and timed iteration, at most
      * MP_ROUTING_POOL_DRAWS without a cache (core/layer/routing_pool.c) */
     int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
-    int N = pt->overlap > 1 ? pt->overlap : 1;
     if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
         return MP_ERR_USAGE;
     const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
@@ -135,42 +217,23 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
      * traffic of the layer's own stages */
     if (!traffic || traced_wanted())
         return mp_vexec_build(cl, m, tp, ep, seed, pt, out, ndraws);
-    size_t pairs = (size_t)T * K;
-    struct mp_plan plan = {0};
-    struct mp_dedup_counts dedup = {0};
+    struct vbuild b = {0};
     struct mp_vtraffic *t = calloc((size_t)P, sizeof *t);
-    int32_t *ids = malloc(pairs * sizeof *ids);
-    float *w = malloc(pairs * sizeof *w);
-    double *rows_to = malloc(sizeof(double) * (size_t)ep * ep);
-    double *exp_rows = malloc(sizeof(double) * (size_t)ep * L);
-    double *chunk_to = N > 1 ? malloc(sizeof(double) * (size_t)ep * ep * N) : NULL;
-    int nholders = pl->holder_off[pl->experts];
-    int *holder_li = malloc(((size_t)nholders + 1) * sizeof *holder_li);
-    struct mp_vsole *sole = malloc(((size_t)pl->experts + 1) * sizeof *sole);
-    long *counts = calloc((size_t)ep * (1 + L + 6), sizeof *counts);
-    if (!t || !ids || !w || !rows_to || !exp_rows || (N > 1 && !chunk_to) || !holder_li ||
-        !sole || !counts ||
-        mp_plan_alloc(&plan, ep, L, (T + ep - 1) / ep, K) != MP_OK ||
-        (pt->dedup != MP_DEDUP_PAIR && mp_dedup_alloc(&dedup, ep) != MP_OK))
+    if (!t || vbuild_alloc(&b, cl, m, tp, ep, pt, traffic) != MP_OK)
         goto out;
-    for (int x = 0; x < pl->experts; x++) { /* each holder's local index of x, for route_pair */
-        int h0 = pl->holder_off[x], h1 = pl->holder_off[x + 1];
-        for (int h = h0; h < h1; h++)
-            holder_li[h] = mp_placement_local_index(pl, pl->holders[h], x);
-        sole[x] = h1 - h0 == 1 ? (struct mp_vsole){pl->holders[h0], holder_li[h0]}
-                               : (struct mp_vsole){-1, -1};
-    }
     for (int d = 0; d < P; d++) {
         if (mp_vtraffic_start(&t[d], cl, m, tp, ep, pt) != MP_OK)
             goto out;
-        mp_vdraws_get(pt->routing, seed, d, T, ids, w); /* mp_routing_draw's, kept */
-        struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = ids, .w = w,
-                                .plan = &plan, .rows_to = rows_to, .exp_rows = exp_rows,
-                                .chunk_to = chunk_to,
-                                .dedup = pt->dedup != MP_DEDUP_PAIR ? &dedup : NULL,
-                                .holder_li = holder_li, .sole = sole, .counts = counts};
+        mp_vdraws_get(pt->routing, seed, d, T, b.ids, b.w); /* mp_routing_draw's, kept */
+        struct mp_vdraw draw = {.cl = cl, .m = m, .pt = pt, .tokens = T, .ids = b.ids, .w = b.w,
+                                .plan = b.use_fast ? NULL : &b.plan, .rows_to = b.rows_to,
+                                .exp_rows = b.exp_rows, .chunk_to = b.chunk_to,
+                                .dedup = pt->dedup != MP_DEDUP_PAIR && !b.use_fast ? &b.dedup
+                                                                                   : NULL,
+                                .holder_li = b.holder_li, .sole = b.sole, .counts = b.counts,
+                                .fast = b.use_fast ? &b.fast : NULL};
         traffic(&t[d], &draw);
-        if (pt->cache.slots > 0 && draw_used(&t[d], m, pt, exp_rows, traffic) != MP_OK)
+        if (pt->cache.slots > 0 && draw_used(&t[d], m, pt, b.exp_rows, traffic) != MP_OK)
             goto out;
     }
     rc = MP_OK;
@@ -182,16 +245,7 @@ out:
         *out = t;
         *ndraws = P;
     }
-    mp_plan_free(&plan);
-    mp_dedup_free(&dedup);
-    free(ids);
-    free(w);
-    free(rows_to);
-    free(exp_rows);
-    free(chunk_to);
-    free(holder_li);
-    free(sole);
-    free(counts);
+    vbuild_free(&b);
     return rc;
 }
 
@@ -225,15 +279,14 @@ static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
     return cl->launch_us + gate;
 }
 
-/* Expert FFN of `rows` rows (shared ones included) over `active` experts on one rank: the roofline
- * with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem (docs/METRICS.md, Expert FFN
- * alone), or with --weight-dtype fp8 the fp8 rate and the bytes of codes and block scales
- * (mp_cost_expert_ffn_us). */
-static double ffn_us(const struct mp_cluster *cl, const struct mp_model *m, int tp, double rows,
-                     int active, const struct mp_vtraffic *t)
+/* The expert FFN's costs of draw t's ranks (rows, shared ones included, over active experts on
+ * one rank): the roofline with FLOPs 6·H·Dl·rows and weight bytes 3·H·Dl·active·elem
+ * (docs/METRICS.md, Expert FFN alone), or with --weight-dtype fp8 the fp8 rate and the bytes of
+ * codes and block scales, as mp_cost_expert_ffn_us prices them. */
+static void ffn_cost(const struct mp_cluster *cl, const struct mp_model *m, int tp,
+                     const struct mp_vtraffic *t, struct mp_ffn_cost *f)
 {
-    return mp_cost_expert_ffn_us(cl, m->hidden, m->ffn / tp, rows, active, t->weight_dtype,
-                                  t->gemm);
+    mp_cost_ffn_prepare(cl, m->hidden, m->ffn / tp, t->weight_dtype, t->gemm, f);
 }
 
 /* The debug straggler's extra FFN time at world rank ep_rank·tp + tp_rank, and what a TP peer of
@@ -248,6 +301,14 @@ static double straggle_wait(const struct mp_vtraffic *t, int p, int k)
     int s = t->straggle_rank;
     return t->straggle_us > 0 && t->tp > 1 && s / t->tp == p && s % t->tp != k ? t->straggle_us
                                                                                : 0;
+}
+
+/* How many of an EP rank's TP ranks a timing works out one by one: all of them with a
+ * straggler, which sets its own and its peers' apart, else the first alone, whose record every
+ * other one's equals (the same FFN, reduce and counts), so they copy it. */
+static int alike_ranks(const struct mp_vtraffic *t)
+{
+    return t->straggle_us > 0 ? t->tp : 1;
 }
 
 /* The count exchange that precedes a dispatch's data (the notify phase): one latency-bound round
@@ -281,6 +342,10 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
     double *rank_end = combine + N, *ffn = rank_end + ep, *reduce = ffn + ep;
     double *intra = reduce + ep; /* [N] node: the intra-node phase out and back, in compute */
     double counts = count_round_us(cl, t);
+    struct mp_ffn_cost fc;
+    struct mp_allreduce_cost ar;
+    ffn_cost(cl, m, tp, t, &fc);
+    mp_cost_allreduce_prepare(cl, tp, &ar);
     for (int k = 0; k < N; k++)
         intra[k] = 0;
     for (int k = 0; k < N && !t->chunk_hop; k++) {
@@ -324,8 +389,8 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
         ffn[p] = reduce[p] = 0;
         for (int k = 0; k < N; k++) {
             double rows = t->chunk_rows[k * ep + p] + (k == 0 ? m->shared * t->tokens[p] : 0);
-            double f = ffn_us(cl, m, tp, rows, t->chunk_active[k * ep + p], t);
-            double r = mp_cost_allreduce_us(cl, rows * row_bytes, tp);
+            double f = mp_cost_ffn_prepared_us(&fc, rows, t->chunk_active[k * ep + p]);
+            double r = mp_cost_allreduce_prepared_us(&ar, rows * row_bytes);
             compute[(size_t)k * ep + p] = intra[k] + f + r;
             ffn[p] += f;
             reduce[p] += r;
@@ -334,8 +399,9 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             compute[p] += t->straggle_us;
     }
     double end = counts + mp_cost_pipeline_us(N, dispatch, combine, compute, ep, rank_end);
-    for (int p = 0; p < ep; p++)
-        for (int k = 0; k < tp; k++) {
+    int alike = alike_ranks(t); /* TP ranks worked out one by one; the rest copy the first */
+    for (int p = 0; p < ep; p++) {
+        for (int k = 0; k < alike; k++) {
             struct mp_rank_iter *x = &ranks[p * tp + k];
             x->route = route_us(cl, m, t, p);
             x->ffn = ffn[p] + straggle_ffn(t, p, k);
@@ -345,18 +411,88 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             x->combine = 0;
             rank_counts(t, p, x);
         }
+        for (int k = alike; k < tp; k++)
+            ranks[p * tp + k] = ranks[p * tp];
+    }
     free(blk);
 }
 
-void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
-                      const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
+/* The phases an unpipelined draw's ranks share: the notify phase, dispatch and combine, and
+ * --dedup node's hops of each. */
+struct layer_phases {
+    double counts, dispatch, combine, hop_d[2], hop_c[2];
+};
+
+/* EP ranks whose FFN and reduce times layer_records keeps on the stack; more take the heap. */
+#define LAYER_KEPT_RANKS 1024
+
+/* Each FFN and TP reduce of EP rank p's TP rank k, as the records hold them. */
+static double rank_ffn(const struct mp_vtraffic *t, double f, int p, int k)
 {
-    if (t->nchunks > 1) {
-        time_pipelined(cl, m, t, ranks);
-        return;
+    return f + straggle_ffn(t, p, k) + (t->fetch_us ? t->fetch_us[p] : 0);
+}
+
+/* The records of an unpipelined draw `t` with phases `ph`, `per` of them per EP rank (as
+ * time_layer): every rank's FFN and reduce, the slowest of their sums, then each record in
+ * field order, every combine waiting for the slowest. The FFN and reduce of each EP rank are
+ * kept between the two passes (worked out again if there is no room to keep them). */
+static void layer_records(const struct mp_cluster *cl, const struct mp_model *m,
+                          const struct mp_vtraffic *t, struct mp_rank_iter *ranks, int per,
+                          const struct layer_phases *ph)
+{
+    int tp = t->tp, ep = t->ep, alike = alike_ranks(t); /* the rest of a TP group copy */
+    double row_bytes = m->hidden * cl->elem_bytes, slowest = 0, kept[2 * LAYER_KEPT_RANKS];
+    double *fr = ep <= LAYER_KEPT_RANKS ? kept : malloc(2 * (size_t)ep * sizeof *fr);
+    struct mp_ffn_cost fc;
+    struct mp_allreduce_cost ar;
+    ffn_cost(cl, m, tp, t, &fc);
+    mp_cost_allreduce_prepare(cl, tp, &ar);
+    for (int p = 0; p < ep; p++) {
+        double f = mp_cost_ffn_prepared_us(&fc, t->ffn_rows[p], t->active[p]);
+        double r = mp_cost_allreduce_prepared_us(&ar, t->ffn_rows[p] * row_bytes);
+        if (fr) {
+            fr[2 * p] = f;
+            fr[2 * p + 1] = r;
+        }
+        for (int k = 0; k < alike; k++) {
+            double busy = rank_ffn(t, f, p, k) + (r + straggle_wait(t, p, k));
+            slowest = busy > slowest ? busy : slowest; /* fmax for any busy but −0 */
+        }
     }
-    int tp = t->tp, ep = t->ep;
-    double row_bytes = m->hidden * cl->elem_bytes;
+    for (int p = 0; p < ep; p++) {
+        double f = fr ? fr[2 * p] : mp_cost_ffn_prepared_us(&fc, t->ffn_rows[p], t->active[p]);
+        double r = fr ? fr[2 * p + 1]
+                      : mp_cost_allreduce_prepared_us(&ar, t->ffn_rows[p] * row_bytes);
+        double route = route_us(cl, m, t, p);
+        for (int k = 0; k < alike; k++) {
+            struct mp_rank_iter *x = &ranks[p * per + k];
+            x->route = route;
+            x->notify = ph->counts;
+            x->dispatch = ph->dispatch;
+            x->ffn = rank_ffn(t, f, p, k);
+            x->tp_reduce = r + straggle_wait(t, p, k);
+            x->combine = (slowest - x->ffn - x->tp_reduce) + ph->combine; /* waits for it */
+            rank_counts(t, p, x);
+            if (t->dedup_hops == 2) { /* node: dispatch = inter + intra, combine = wait + both */
+                x->dispatch_inter_us = ph->hop_d[0];
+                x->dispatch_intra_us = ph->hop_d[1];
+                x->combine_inter_us = ph->hop_c[0];
+                x->combine_intra_us = ph->hop_c[1];
+            }
+        }
+        for (int k = alike; k < per; k++)
+            ranks[p * per + k] = ranks[p * per];
+    }
+    if (fr != kept)
+        free(fr);
+}
+
+/* mp_vtraffic_time of an unpipelined draw with `per` records per EP rank: its TP ranks' (per
+ * t->tp), or, when they are alike (alike_ranks 1), the first alone (per 1: ranks[p], the others'
+ * copies left out). */
+static void time_layer(const struct mp_cluster *cl, const struct mp_model *m,
+                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks, int per)
+{
     const struct mp_vexchange *a = &t->a2a;
     double counts = count_round_us(cl, t);
     double data = mp_cost_exchange_us(cl, a->intra_max, a->inter_max, a->uses_intra,
@@ -395,32 +531,18 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
             combine += hop_c[h];
         }
     }
-    double slowest = 0;
-    for (int p = 0; p < ep; p++) {
-        double f = ffn_us(cl, m, tp, t->ffn_rows[p], t->active[p], t);
-        double r = mp_cost_allreduce_us(cl, t->ffn_rows[p] * row_bytes, tp);
-        for (int k = 0; k < tp; k++) {
-            struct mp_rank_iter *x = &ranks[p * tp + k];
-            x->ffn = f + straggle_ffn(t, p, k) + (t->fetch_us ? t->fetch_us[p] : 0);
-            x->tp_reduce = r + straggle_wait(t, p, k);
-            slowest = fmax(slowest, x->ffn + x->tp_reduce);
-        }
-    }
-    for (int p = 0; p < ep; p++)
-        for (int k = 0; k < tp; k++) {
-            struct mp_rank_iter *x = &ranks[p * tp + k];
-            x->route = route_us(cl, m, t, p);
-            x->notify = counts;
-            x->dispatch = dispatch;
-            x->combine = (slowest - x->ffn - x->tp_reduce) + combine; /* waits for the slowest */
-            rank_counts(t, p, x);
-            if (t->dedup_hops == 2) { /* node: dispatch = inter + intra, combine = wait + both */
-                x->dispatch_inter_us = hop_d[0];
-                x->dispatch_intra_us = hop_d[1];
-                x->combine_inter_us = hop_c[0];
-                x->combine_intra_us = hop_c[1];
-            }
-        }
+    struct layer_phases ph = {.counts = counts, .dispatch = dispatch, .combine = combine,
+                              .hop_d = {hop_d[0], hop_d[1]}, .hop_c = {hop_c[0], hop_c[1]}};
+    layer_records(cl, m, t, ranks, per, &ph);
+}
+
+void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
+                      const struct mp_vtraffic *t, struct mp_rank_iter *ranks)
+{
+    if (t->nchunks > 1)
+        time_pipelined(cl, m, t, ranks);
+    else
+        time_layer(cl, m, t, ranks, t->tp);
 }
 
 /* The expert cache of every EP rank (docs/METRICS.md, "Expert cache"), as the measured layer
@@ -529,103 +651,152 @@ static int vcache_start(struct vcache *v, const struct mp_cluster *cl, const str
     return rc;
 }
 
-int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
-                  uint64_t seed, const struct mp_point *pt, struct mp_point_result *res)
+/* res as mp_vlayer_run starts it for point pt on tp × ep ranks: no records, every figure the
+ * model does not give NAN. */
+static void result_init(struct mp_point_result *res, const struct mp_point *pt, int tp, int ep)
 {
-    double t_begin = mp_now_us();
-    int N = tp * ep, P = 0;
-    struct mp_vtraffic *t = NULL;
-    struct mp_iter_metrics *plain = NULL; /* the unpipelined reference of a pipelined point */
-    struct mp_rank_iter *scratch = NULL;
     memset(res, 0, sizeof *res);
     res->check_error = NAN;
     res->check_error_unquantized = NAN;
     res->overlap_efficiency = NAN;
     res->mem_gb_per_gpu = NAN;
     res->iters = pt->iters;
-    res->nranks = N;
+    res->nranks = tp * ep;
     res->tokens_per_rank = (pt->batch * pt->seq + ep - 1) / ep;
+}
+
+/* Of the metrics of n rank records, those mp_overlap_efficiency reads of a pipelined point's
+ * unpipelined reference (comm_us and ffn_us, with layer_us and route_us they come from), worked
+ * out as mp_metrics_iter works them out (each the running max2 over the ranks in order from 0,
+ * comm_us their difference); the others 0. */
+static void plain_metrics(const struct mp_rank_iter *r, int n, struct mp_iter_metrics *m)
+{
+    struct mp_iter_metrics z = {0};
+    for (int i = 0; i < n; i++) {
+        double layer = mp_rank_layer_us(&r[i]);
+        z.layer_us = z.layer_us > layer ? z.layer_us : layer;
+        z.ffn_us = z.ffn_us > r[i].ffn ? z.ffn_us : r[i].ffn;
+        z.route_us = z.route_us > r[i].route ? z.route_us : r[i].route;
+    }
+    z.comm_us = z.layer_us - z.ffn_us - z.route_us;
+    *m = z;
+}
+
+/* Iteration it's rank records of `t` [P] into rec (tp·ep of them) and its metrics into res, as
+ * mp_vlayer_run times them: with an expert cache `vc` its step first and its counts in the
+ * records; with `plain` (a pipelined point) also the same draw unpipelined, timed in `scratch`
+ * (tp·ep records), into plain[it]. */
+static void time_iteration(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                           const struct mp_point *pt, struct mp_vtraffic *t, int P, int it,
+                           struct vcache *vc, struct mp_rank_iter *rec,
+                           struct mp_iter_metrics *plain, struct mp_rank_iter *scratch,
+                           struct mp_point_result *res)
+{
+    int N = tp * ep, warmup = pt->warmup > 0 ? pt->warmup : 0;
+    struct mp_vtraffic *draw = &t[(warmup + it) % P];
+    if (vc) {
+        vcache_step(vc, draw);
+        draw->fetch_us = vc->fetch_us;
+        mp_vtraffic_time(cl, m, draw, rec);
+        draw->fetch_us = NULL;
+        for (int i = 0; i < N; i++) {
+            rec[i].cache_hits = vc->hits[i / tp];
+            rec[i].cache_misses = vc->misses[i / tp];
+            rec[i].fetch_bytes = vc->misses[i / tp] * vc->expert_bytes;
+            rec[i].fetch_us = vc->fetch_us[i / tp];
+        }
+        mp_metrics_iter(rec, N, tp, &res->metrics[it]);
+        return;
+    }
+    mp_vtraffic_time(cl, m, draw, rec);
+    mp_metrics_iter(rec, N, tp, &res->metrics[it]);
+    if (pt->overlap > 1)
+        mp_metrics_pipelined(&res->metrics[it]);
+    if (plain) { /* the same draw with its phases one after the other: TP ranks alike add
+                  * copies of their first, which change no maximum, so their records are left
+                  * out then */
+        struct mp_vtraffic whole = *draw;
+        whole.nchunks = 1;
+        int per = alike_ranks(&whole) == 1 ? 1 : tp;
+        time_layer(cl, m, &whole, scratch, per);
+        plain_metrics(scratch, per * ep, &plain[it]);
+    }
+}
+
+int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                   const struct mp_point *pt, struct mp_vtraffic *t, int P,
+                   struct mp_rank_iter *recs, struct mp_point_result *res)
+{
+    int N = tp * ep;
+    struct mp_iter_metrics *plain = NULL; /* the unpipelined reference of a pipelined point */
+    struct mp_rank_iter *scratch = NULL;
+    result_init(res, pt, tp, ep);
     /* every record is written, by mp_vtraffic_time (every field, tests/unit/test_vlayer.c); the
      * iterations from the draws' count on repeat earlier ones (rank_period) */
     int period = pt->iters > 0 ? pt->iters : 1;
-    res->rank_period = period;
-    res->ranks = malloc((size_t)period * N * sizeof *res->ranks);
+    res->rank_period = recs ? 0 : period;
+    res->ranks = recs ? NULL : malloc((size_t)period * N * sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
     if (pt->overlap > 1) {
         plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);
-        scratch = calloc((size_t)N, sizeof *scratch);
+        scratch = recs ? recs + N : calloc((size_t)N, sizeof *scratch);
     }
-    if (!res->ranks || !res->metrics || (pt->overlap > 1 && (!plain || !scratch))) {
+    if ((!recs && !res->ranks) || !res->metrics || (pt->overlap > 1 && (!plain || !scratch))) {
         mp_point_result_free(res);
         free(plain);
-        free(scratch);
+        if (!recs)
+            free(scratch);
         mp_error("out of memory modelling %d ranks", N);
         return MP_ERR_RUNTIME;
     }
-    int rc = mp_vtraffic_build(cl, m, tp, ep, seed, pt, &t, &P);
-    if (rc != MP_OK) {
-        mp_point_result_free(res);
-        free(plain);
-        free(scratch);
-        return rc;
+    for (int d = 0; d < P; d++) { /* the point's own timing choices, whatever t was built for */
+        t[d].weight_dtype = pt->weight_dtype;
+        t[d].gemm = pt->gemm;
     }
-    int warmup = pt->warmup > 0 ? pt->warmup : 0;
+    int warmup = pt->warmup > 0 ? pt->warmup : 0, rc = MP_OK;
     struct vcache vc = {0};
     int caching = pt->cache.slots > 0;
     if (caching && vcache_start(&vc, cl, m, tp, ep, pt, t, P, warmup) != MP_OK) {
         mp_point_result_free(res);
-        mp_vtraffic_free(t, P);
-        free(plain);
-        free(scratch);
-        return MP_ERR_RUNTIME;
+        rc = MP_ERR_RUNTIME;
     }
-    if (P < period && !caching) /* a cache's state carries over: no iteration repeats */
+    if (P < period && !caching && !recs) /* a cache's state carries over: no iteration repeats */
         res->rank_period = P;
-    for (int it = 0; it < pt->iters; it++) {
+    for (int it = 0; it < pt->iters && rc == MP_OK; it++) {
         /* timed iteration it is the layer's step warmup + it, which routes draw step mod P; the
          * timing of a draw depends on nothing else, so an iteration P after another repeats it:
          * its rank records are the same ones (rank_period), its metrics copied */
-        if (caching) {
-            struct mp_vtraffic *draw = &t[(warmup + it) % P];
-            struct mp_rank_iter *rec = res->ranks + (size_t)it * N;
-            vcache_step(&vc, draw);
-            draw->fetch_us = vc.fetch_us;
-            mp_vtraffic_time(cl, m, draw, rec);
-            draw->fetch_us = NULL;
-            for (int i = 0; i < N; i++) {
-                rec[i].cache_hits = vc.hits[i / tp];
-                rec[i].cache_misses = vc.misses[i / tp];
-                rec[i].fetch_bytes = vc.misses[i / tp] * vc.expert_bytes;
-                rec[i].fetch_us = vc.fetch_us[i / tp];
-            }
-            mp_metrics_iter(rec, N, tp, &res->metrics[it]);
-            continue;
-        }
-        if (it >= P) {
+        if (it >= P && !caching) {
             res->metrics[it] = res->metrics[it - P];
             if (plain)
                 plain[it] = plain[it - P];
             continue;
         }
-        const struct mp_vtraffic *draw = &t[(warmup + it) % P];
-        mp_vtraffic_time(cl, m, draw, res->ranks + (size_t)it * N);
-        mp_metrics_iter(res->ranks + (size_t)it * N, N, tp, &res->metrics[it]);
-        if (pt->overlap > 1)
-            mp_metrics_pipelined(&res->metrics[it]);
-        if (plain) { /* the same draw with its phases one after the other */
-            struct mp_vtraffic whole = *draw;
-            whole.nchunks = 1;
-            mp_vtraffic_time(cl, m, &whole, scratch);
-            mp_metrics_iter(scratch, N, tp, &plain[it]);
-        }
+        time_iteration(cl, m, tp, ep, pt, t, P, it, caching ? &vc : NULL,
+                       recs ? recs : res->ranks + (size_t)it * N, plain, scratch, res);
     }
-    if (plain)
+    if (plain && rc == MP_OK)
         res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
     vcache_free(&vc);
-    mp_vtraffic_free(t, P);
     free(plain);
-    free(scratch);
+    if (!recs)
+        free(scratch);
+    return rc;
+}
+
+int mp_vlayer_run(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                  uint64_t seed, const struct mp_point *pt, struct mp_point_result *res)
+{
+    double t_begin = mp_now_us();
+    struct mp_vtraffic *t = NULL;
+    int P = 0, rc = mp_vtraffic_build(cl, m, tp, ep, seed, pt, &t, &P);
+    if (rc != MP_OK) {
+        result_init(res, pt, tp, ep);
+        return rc;
+    }
+    rc = mp_vlayer_time(cl, m, tp, ep, pt, t, P, NULL, res);
+    mp_vtraffic_free(t, P);
     res->wall_us = mp_now_us() - t_begin;
     res->timed_us = res->wall_us; /* the model's work is the whole point */
-    return MP_OK;
+    return rc;
 }

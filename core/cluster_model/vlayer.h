@@ -42,10 +42,12 @@ struct mp_vdraw {
     const struct mp_vsole {
         int dest, li;
     } *sole;
-    /* [ep + ep·max_local + 6·ep] zeroed scratch for whole-number counts (a source rank's rows to
-     * each rank, then every (rank, local expert) cell's, then an exchange's per-rank sums), left
-     * zeroed, or NULL */
+    /* [ep + ep·max_local] zeroed scratch for whole-number counts (a source rank's rows to each
+     * rank, then every (rank, local expert) cell's), left zeroed, or NULL */
     long *counts;
+    /* the counted fast path's scratch (struct mp_vfast, vtraffic.h), or NULL: the ep × ep
+     * matrices */
+    struct mp_vfast *fast;
 };
 
 /* A dispatch mode's traffic: fill every per-rank array and exchange of `t` (allocated for the
@@ -94,7 +96,9 @@ void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d
  * entries in *out, built by the point's dispatch mode's traffic builder (its model_traffic,
  * core/layer/dispatch.h) or, for a mode without one (and for every point with MOEPERF_MODEL_TRACED=1),
  * by traced ranks running its stages (core/cluster_model/vexec.h), with the profile's node size and
- * element bytes, cut into pt->overlap chunks when that is above 1.
+ * element bytes, cut into pt->overlap chunks when that is above 1. The dynamic forms count on the
+ * fast path (struct mp_vfast) where mp_vtraffic_fast_ok holds and MOEPERF_MODEL_MATRIX=1 (a
+ * test hook) is not set, else on the ep × ep matrices: the same traffic either way.
  * Free with mp_vtraffic_free. Returns MP_OK, MP_ERR_USAGE (more memory than the host has, a point
  * with overlap above 1 whose mode has no pipelined form, which the measured layer refuses too,
  * --dedup rank|node with a dispatch that does not carry it out, or --expert-cache beyond what the
@@ -115,6 +119,16 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
  * peers wait for it in the TP reduce. */
 void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
                       const struct mp_vtraffic *t, struct mp_rank_iter *ranks);
+
+/* mp_vlayer_run's timing of traffic t [P] that mp_vtraffic_build built for a point that differs
+ * from pt at most in its weight dtype and GEMM form (which the timing takes from pt; t keeps
+ * them): res as mp_vlayer_run fills it, its wall and timed µs 0. With `recs` (room for tp·ep
+ * records, 2·tp·ep for a point with overlap above 1) every iteration is timed in it and res keeps
+ * its metrics alone (ranks NULL, rank_period 0), so a caller that needs no records allocates none.
+ * Returns MP_OK or MP_ERR_RUNTIME (out of memory). t stays the caller's. */
+int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                   const struct mp_point *pt, struct mp_vtraffic *t, int P,
+                   struct mp_rank_iter *recs, struct mp_point_result *res);
 
 /* Run one point: traffic, then durations for each of pt->iters iterations (timed iteration i is
  * step warmup + i and routes draw (warmup + i) mod ndraws, as the measured layer's).

@@ -1,11 +1,15 @@
-/* vtraffic.c - a routing draw's traffic on virtual ranks: its per-rank arrays and the exchange
- * rounds rows between ranks make (see vtraffic.h). */
+/* vtraffic.c - a routing draw's traffic on virtual ranks: its per-rank arrays, the exchange
+ * rounds rows between ranks make, from their ep × ep matrices or from the per-rank sums the fast
+ * path keeps (with its scratch, when it applies, and the re-pricing of its draws in another
+ * dispatch dtype); see vtraffic.h. */
 #include "vtraffic.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dedup.h"
+#include "dispatch_plan.h"
 #include "dtype.h"
 #include "error.h"
 #include "routing.h"
@@ -29,7 +33,7 @@ void mp_vtraffic_free(struct mp_vtraffic *t, int ndraws)
 static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
 {
     t->ep = ep;
-    double *blk = calloc((size_t)ep * 11, sizeof *blk);
+    double *blk = calloc((size_t)ep * 13, sizeof *blk);
     t->active = calloc((size_t)ep, sizeof *t->active);
     t->nchunks = nchunks;
     if (nchunks > 1) {
@@ -53,6 +57,8 @@ static int vtraffic_alloc(struct mp_vtraffic *t, int ep, int nchunks)
     t->dispatch_inter = blk + 8 * ep;
     t->combine_intra = blk + 9 * ep;
     t->combine_inter = blk + 10 * ep;
+    t->dispatch_rows_intra = blk + 11 * ep;
+    t->dispatch_rows_inter = blk + 12 * ep;
     return MP_OK;
 }
 
@@ -201,6 +207,40 @@ void mp_vexchange_of(const double *rows_to, int ep, int tp, int gpn, double row_
     exchange_of(rows_to, ep, tp, gpn, row_bytes, row_bytes, x, NULL);
 }
 
+void mp_vsum_exchange_of(const struct mp_vsum_max *mx, const int *node, int ep, double row_bytes,
+                         struct mp_vexchange *x)
+{
+    /* exchange_of's maxima of sums of whole numbers of bytes: a rank's largest count times
+     * row_bytes, the same double */
+    x->intra_rows = mx->intra;
+    x->inter_rows = mx->inter;
+    x->intra_max = (double)mx->intra * row_bytes;
+    x->inter_max = (double)mx->inter * row_bytes;
+    x->incast = mx->incast;
+    /* the link classes depend on the layout alone: a node of two ranks or more, and two nodes */
+    x->uses_intra = 0;
+    for (int p = 1; p < ep && !x->uses_intra; p++)
+        x->uses_intra = node[p] == node[p - 1];
+    x->uses_inter = node[ep - 1] != node[0];
+}
+
+void mp_vsum_exchange(const struct mp_vsum *s, const int *node, int ep, double row_bytes,
+                      int back, struct mp_vexchange *x)
+{
+    /* returning the rows swaps what each rank sends and receives, which leaves the largest of
+     * the two alike and makes the receivers the incast */
+    struct mp_vsum_max mx = {0, 0, 0};
+    for (int p = 0; p < ep; p++)
+        mp_vsum_max_add(&mx, &s[p], back);
+    mp_vsum_exchange_of(&mx, node, ep, row_bytes, x);
+}
+
+void mp_vsum_clear(struct mp_vsum *s, int ep)
+{
+    for (int p = 0; p < ep; p++)
+        s[p] = (struct mp_vsum){.mark = -1};
+}
+
 double mp_vexchange_us(const struct mp_cluster *cl, const struct mp_vexchange *x)
 {
     return mp_cost_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra, x->uses_inter,
@@ -228,4 +268,113 @@ void mp_vexchange_bytes_of(const double *rows_to, int ep, int tp, int gpn, doubl
                            struct mp_vtraffic *t)
 {
     exchange_of(rows_to, ep, tp, gpn, row_bytes, dispatch_row_bytes, x, t);
+}
+
+/* Whether whole numbers of rows of `a` and of `b` bytes sum exactly in doubles, up to `rows` rows:
+ * both row sizes whole numbers of bytes and rows·max(a, b) below 2^53. Then a sum of rows·bytes
+ * products is the same double in any order, and equal to bytes · (the rows' whole-number sum). */
+static int exact_row_sums(double a, double b, double rows)
+{
+    double most = a > b ? a : b;
+    return a == floor(a) && b == floor(b) && a > 0 && b > 0 && rows * most < 9007199254740992.0;
+}
+
+int mp_vtraffic_fast_ok(const struct mp_cluster *cl, const struct mp_model *m,
+                        const struct mp_point *pt)
+{
+    double rb = m->hidden * cl->elem_bytes, pairs = 2.0 * (double)pt->batch * pt->seq * m->topk;
+    double drb = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden, rb);
+    double meta = mp_dedup_meta_bytes((enum mp_dedup)pt->dedup, m->topk);
+    return meta == floor(meta) && exact_row_sums(rb, drb, pairs) &&
+           exact_row_sums(rb, drb + meta, pairs);
+}
+
+void mp_vfast_free(struct mp_vfast *f)
+{
+    free(f->sum);
+    free(f->node);
+    free(f->group);
+    free(f->seen);
+    free(f->chunk_cells);
+    free(f->dst);
+    memset(f, 0, sizeof *f);
+}
+
+int mp_vfast_alloc(struct mp_vfast *f, const struct mp_point *pt, int tp, int ep, int gpn, int K)
+{
+    const struct mp_placement *pl = pt->placement;
+    int N = pt->overlap > 1 ? pt->overlap : 1, L = pl->max_local > 0 ? pl->max_local : 1;
+    size_t rounds = 2 + 2 * (size_t)N, cells = (size_t)ep * L;
+    memset(f, 0, sizeof *f);
+    f->sum = malloc(rounds * ep * sizeof *f->sum);
+    f->node = malloc(3 * (size_t)ep * sizeof *f->node);
+    f->group = N > 1 ? malloc(cells * sizeof *f->group) : NULL;
+    f->seen = malloc(2 * (size_t)ep * sizeof *f->seen);
+    size_t pairs = ((size_t)(pt->batch * pt->seq) / ep + 1) * K; /* the most of one rank */
+    f->dst = malloc(2 * pairs * sizeof *f->dst);
+    f->lix = f->dst ? f->dst + pairs : NULL;
+    if (N > 1 && pt->dedup != MP_DEDUP_PAIR)
+        f->chunk_cells = calloc((size_t)N * cells, sizeof *f->chunk_cells);
+    if (!f->sum || !f->node || (N > 1 && !f->group) || !f->seen || !f->dst ||
+        (N > 1 && pt->dedup != MP_DEDUP_PAIR && !f->chunk_cells))
+        return MP_ERR_RUNTIME;
+    f->node_lo = f->node + ep;
+    f->node_n = f->node_lo + ep;
+    mp_vsum_clear(f->sum, (int)(rounds * ep));
+    int lo = 0, hi = 0;
+    for (int p = 0; p < ep; p++) {
+        mp_vnode_range(p, ep, tp, gpn, &lo, &hi);
+        f->node[p] = mp_dedup_node_of(p, tp, gpn);
+        f->node_lo[p] = lo;
+        f->node_n[p] = hi - lo;
+        for (int l = 0; l < L && N > 1; l++)
+            f->group[(size_t)p * L + l] = mp_plan_expert_group(l, mp_placement_nlocal(pl, p), N);
+    }
+    return MP_OK;
+}
+
+/* Exchange x's largest rows priced in rows of row_bytes, as mp_vsum_exchange prices them. */
+static void reprice(struct mp_vexchange *x, double row_bytes)
+{
+    x->intra_max = (double)x->intra_rows * row_bytes;
+    x->inter_max = (double)x->inter_rows * row_bytes;
+}
+
+int mp_vtraffic_retype(struct mp_vtraffic *t, int P, const struct mp_cluster *cl,
+                       const struct mp_model *m, const struct mp_point *pt)
+{
+    for (int d = 0; d < P; d++)
+        if (!t[d].counted)
+            return MP_ERR_USAGE;
+    if (!mp_vtraffic_fast_ok(cl, m, pt))
+        return MP_ERR_USAGE;
+    double rb = m->hidden * cl->elem_bytes, meta = mp_dedup_meta_bytes(pt->dedup, m->topk);
+    double drb = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden, rb);
+    for (int d = 0; d < P; d++) {
+        struct mp_vtraffic *x = &t[d];
+        /* as mp_vtraffic_start, pair_finish, dedup_finish and mp_vtraffic_dedup_pipelined */
+        x->dispatch_scale = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
+                                                  m->hidden * cl->elem_bytes) /
+                            (m->hidden * cl->elem_bytes);
+        double out = x->dedup_hops ? drb + meta : drb;
+        for (int h = 0; h < x->dedup_hops; h++)
+            reprice(&x->hop[h], out);
+        if (x->dedup_hops)
+            x->a2a = x->hop[0];
+        for (int p = 0; p < x->ep; p++) {
+            x->dispatch_intra[p] = x->dispatch_rows_intra[p] * out;
+            x->dispatch_inter[p] = x->dispatch_rows_inter[p] * out;
+            x->bytes_sent[p] = x->dispatch_intra[p] + x->dispatch_inter[p] + x->combine_intra[p] +
+                               x->combine_inter[p];
+        }
+        for (int h = 0; h < x->dedup_hops && x->nchunks > 1; h++) {
+            double f = meta / (drb + meta);
+            x->meta[h] = x->hop[h];
+            x->meta[h].intra_max *= f;
+            x->meta[h].inter_max *= f;
+        }
+        for (int k = 0; k < 2 * x->nchunks && x->chunk_hop; k++)
+            reprice(&x->chunk_hop[k], drb);
+    }
+    return MP_OK;
 }
