@@ -15,22 +15,24 @@
 #include "dedup.h"
 #include "dispatch.h"
 #include "error.h"
+#include "freeall.h"
 #include "layer_internal.h"
 #include "nvtx.h"
 #include "vlayer.h"
+
+/* The slots' host arrays: their tokens, weights and metadata, and the forwards'. */
+static void free_slot_arrays(struct mp_layer *L)
+{
+    MP_FREE_ALL(L->dpad.tok, L->dpad.fsrc, L->dpad.w, L->dpad.fw, L->dpad.meta, L->dpad.fmeta,
+                L->dpad.imeta);
+}
 
 static void free_slots(struct mp_layer *L)
 {
     L->ops->free(L->dev, L->dpad.send);
     L->ops->free(L->dev, L->dpad.recv);
     L->ops->free(L->dev, L->dpad.fwd);
-    free(L->dpad.tok);
-    free(L->dpad.fsrc);
-    free(L->dpad.w);
-    free(L->dpad.fw);
-    free(L->dpad.meta);
-    free(L->dpad.fmeta);
-    free(L->dpad.imeta);
+    free_slot_arrays(L);
     free(L->dpad.send1);
     memset(&L->dpad, 0, sizeof L->dpad);
 }
@@ -154,13 +156,7 @@ static int slot_buffers(struct mp_layer *L, const struct mp_point *pt, long cap1
         if (rc != MP_OK)
             return rc;
     }
-    free(L->dpad.tok);
-    free(L->dpad.w);
-    free(L->dpad.meta);
-    free(L->dpad.fsrc);
-    free(L->dpad.fw);
-    free(L->dpad.fmeta);
-    free(L->dpad.imeta);
+    free_slot_arrays(L);
     long n1 = L->dpad.nsend1 > 0 ? L->dpad.nsend1 : 1, n2 = L->dpad.nsend2 > 0 ? L->dpad.nsend2 : 1;
     long ni = L->dpad.nisend > 0 ? L->dpad.nisend : 1;
     L->dpad.imeta = malloc((size_t)ni * K * sizeof *L->dpad.imeta);
