@@ -13,69 +13,30 @@
 #include "stats.h"
 #include "vlayer.h"
 
-/* What snprintf(buf + *used, len − *used, "%s", s) writes when *used < len (s cut to the room,
- * a terminating NUL), nothing otherwise; *used then grows by strlen(s) either way, as a chain
- * of such calls adds up their returns. The labels below are built from these, without a format
- * to parse, since the findings ask for them many times per candidate. */
-static void put(char *buf, size_t len, size_t *used, const char *s)
-{
-    size_t n = strlen(s);
-    if (*used < len) {
-        size_t room = len - *used - 1, k = n < room ? n : room;
-        memcpy(buf + *used, s, k);
-        buf[*used + k] = '\0';
-    }
-    *used += n;
-}
-
-/* put of v in decimal, as "%d" writes it. */
-static void put_int(char *buf, size_t len, size_t *used, int v)
-{
-    char d[16], *p = d + sizeof d - 1;
-    long x = v < 0 ? -(long)v : v;
-    *p = '\0';
-    do
-        *--p = (char)('0' + x % 10);
-    while ((x /= 10) > 0);
-    if (v < 0)
-        *--p = '-';
-    put(buf, len, used, p);
-}
-
 const char *mp_plan_placement(const struct mp_plan_cand *c, char *buf, unsigned long len)
 {
-    size_t used = 0;
-    if (c->eplb > 0) {
-        put(buf, len, &used, "eplb:");
-        put_int(buf, len, &used, c->eplb);
-    } else if (c->replicate > 0) {
-        put(buf, len, &used, "replicate-hot:");
-        put_int(buf, len, &used, c->replicate);
-    } else {
-        put(buf, len, &used, "contiguous");
-    }
+    if (c->eplb > 0)
+        snprintf(buf, len, "eplb:%d", c->eplb);
+    else if (c->replicate > 0)
+        snprintf(buf, len, "replicate-hot:%d", c->replicate);
+    else
+        snprintf(buf, len, "contiguous");
     return buf;
 }
 
-/* The remedies label of c in full (no length limit) into buf [REMEDY_MAX]. */
-enum { REMEDY_MAX = 160 };
-static void remedy_label(const struct mp_plan_cand *c, char *buf)
+const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
 {
     char pl[32];
     mp_plan_placement(c, pl, sizeof pl);
     int placed = c->replicate > 0 || c->eplb > 0;
     const char *part[6] = {placed ? pl : NULL, NULL, NULL, NULL, NULL, NULL};
     char ovl[32], dd[32];
-    size_t n = 0, len = REMEDY_MAX;
     if (c->overlap > 1) {
-        put(ovl, sizeof ovl, &n, "overlap ");
-        put_int(ovl, sizeof ovl, &n, c->overlap);
+        snprintf(ovl, sizeof ovl, "overlap %d", c->overlap);
         part[1] = ovl;
     }
     if (c->dedup != MP_DEDUP_PAIR) {
-        n = 0;
-        put(dd, sizeof dd, &n, "dedup ");
-        put(dd, sizeof dd, &n, mp_dedup_choices[c->dedup]);
+        snprintf(dd, sizeof dd, "dedup %s", mp_dedup_choices[c->dedup]);
         part[2] = dd;
     }
     if (c->weight_dtype == MP_DTYPE_FP8)
@@ -87,48 +48,23 @@ static void remedy_label(const struct mp_plan_cand *c, char *buf)
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < 6; i++)
-        if (part[i] && used < len) { /* "%s%s": the separator, then the part */
-            put(buf, len, &used, used ? " + " : "");
-            put(buf, len, &used, part[i]);
-        }
+        if (part[i] && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " + " : "", part[i]);
     if (!used)
-        put(buf, len, &used, pl);
+        snprintf(buf, len, "%s", pl);
+    return buf;
 }
 
-/* The labels worked out lately, each under the fields of a candidate it is made of, in a small
- * table of this thread's (a slot per hash of the fields, the last label of that hash kept): the
- * findings ask for every candidate's label many times over. */
-struct remedy_memo {
-    int key[7], valid;
-    size_t len; /* strlen(text) */
-    char text[REMEDY_MAX];
-};
-static _Thread_local struct remedy_memo remedy_memo[64];
-
-const char *mp_plan_remedy(const struct mp_plan_cand *c, char *buf, unsigned long len)
+/* order[0..k) sorted by layer_us, fastest first; ties keep their order (insertion sort: k is a
+ * handful). */
+static void sort_fastest(const struct mp_plan_cand *c, int *order, int k)
 {
-    int key[7] = {c->replicate, c->eplb,           c->overlap,      c->dedup,
-                  c->weight_dtype, c->dispatch_dtype, c->micro_batches};
-    unsigned h = 0;
-    int same = 1;
-    for (int i = 0; i < 7; i++)
-        h = h * 31u + (unsigned)key[i];
-    struct remedy_memo *e = &remedy_memo[(h ^ h >> 6) % 64];
-    for (int i = 0; i < 7; i++)
-        same &= e->key[i] == key[i];
-    if (!e->valid || !same) {
-        remedy_label(c, e->text);
-        memcpy(e->key, key, sizeof key);
-        e->valid = 1;
-        e->len = strlen(e->text);
-    }
-    /* what a chain of snprintf calls leaves in a buffer of len bytes: the label cut to len − 1 */
-    size_t n = e->len;
-    if (n + 1 > len) /* (len 0: the NUL alone, as the chain's first write puts it) */
-        n = len > 0 ? len - 1 : 0;
-    memcpy(buf, e->text, n);
-    buf[n] = '\0';
-    return buf;
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
 }
 
 /* Overlap 0 and 1 both mean no pipeline. */
@@ -159,12 +95,7 @@ int mp_plan_remedies(const struct mp_plan_cand *c, int n, const struct mp_plan_c
         else if (k < max)
             order[k++] = i;
     }
-    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
-        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    sort_fastest(c, order, k);
     return k;
 }
 
@@ -178,12 +109,7 @@ int mp_plan_dedup_modes(const struct mp_plan_cand *c, int n, const struct mp_pla
             c[i].weight_dtype == at->weight_dtype && c[i].dispatch_dtype == at->dispatch_dtype &&
             c[i].micro_batches == at->micro_batches)
             order[k++] = i;
-    for (int i = 1; i < k; i++) /* insertion sort, fastest first; ties keep sweep order */
-        for (int j = i; j > 0 && c[order[j]].layer_us < c[order[j - 1]].layer_us; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    sort_fastest(c, order, k);
     return k;
 }
 

@@ -155,18 +155,23 @@ static cJSON *alternatives_json(const struct mp_plan_req *q, const struct mp_pla
     return arr;
 }
 
+/* The remedies labels (mp_plan_remedy) of candidates, as the findings compare them. */
+enum { REMEDY_LABEL = 64 };
+typedef char remedy_label[REMEDY_LABEL];
+
 /* The cheapest plan of candidates `c` re-planned for request `q2` with every time × `scale`
  * (mp_plan_scale_times on a copy; 1: as modelled), as plan.json writes a plan, under `label`;
- * restricted to the candidates whose remedies label is `remedies` when that is not NULL. */
+ * restricted to the candidates whose remedies label (labels[i]) is `remedies` when that is not
+ * NULL. */
 static cJSON *replan_scaled_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c,
-                                 int n, const char *label, const char *remedies, double scale)
+                                 int n, const char *label, const char *remedies,
+                                 const remedy_label *labels, double scale)
 {
     cJSON *o = cJSON_CreateObject();
     struct mp_plan_cand *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     int m = 0;
-    char rem[64];
     for (int i = 0; v && i < n; i++) {
-        if (remedies && strcmp(mp_plan_remedy(&c[i], rem, sizeof rem), remedies) != 0)
+        if (remedies && strcmp(labels[i], remedies) != 0)
             continue;
         v[m] = c[i];
         mp_plan_scale_times(q2, &v[m], scale);
@@ -182,9 +187,9 @@ static cJSON *replan_scaled_json(const struct mp_plan_req *q2, const struct mp_p
 }
 
 static cJSON *replan_json(const struct mp_plan_req *q2, const struct mp_plan_cand *c, int n,
-                          const char *label, const char *remedies)
+                          const char *label)
 {
-    return replan_scaled_json(q2, c, n, label, remedies, 1);
+    return replan_scaled_json(q2, c, n, label, NULL, NULL, 1);
 }
 
 /* Replicas against batch for plan `best`: its setup at twice (`twice`) or half the batch, in words
@@ -307,10 +312,10 @@ static cJSON *trust_json(const struct trust_basis *t, const struct mp_plan_req *
     cJSON_AddNumberToObject(o, MP_PJ_MODEL_OVER_REFERENCE_MAX, t->ratio_hi);
     cJSON_AddItemToObject(o, MP_PJ_IF_SLOWER,
                           replan_scaled_json(q, c, n, "the cluster slower than modelled", NULL,
-                                             1 / t->ratio_lo));
+                                             NULL, 1 / t->ratio_lo));
     cJSON_AddItemToObject(o, MP_PJ_IF_FASTER,
                           replan_scaled_json(q, c, n, "the cluster faster than modelled", NULL,
-                                             1 / t->ratio_hi));
+                                             NULL, 1 / t->ratio_hi));
     return o;
 }
 
@@ -356,15 +361,15 @@ static cJSON *sensitivity_json(const struct mp_plan_req *q, const struct mp_plan
     struct mp_plan_req q2 = *q;
     if (q->throughput > 0) {
         q2.throughput = 2 * q->throughput;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "twice the throughput", NULL));
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "twice the throughput"));
         q2.throughput = q->throughput / 2;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "half the throughput", NULL));
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "half the throughput"));
         q2.throughput = q->throughput;
     }
     if (q->slo_token_ms > 0 || q->slo_layer_us > 0) {
         q2.slo_token_ms = 0.8 * q->slo_token_ms;
         q2.slo_layer_us = 0.8 * q->slo_layer_us;
-        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "a 20% tighter SLO", NULL));
+        cJSON_AddItemToArray(sens, replan_json(&q2, c, n, "a 20% tighter SLO"));
     }
     return sens;
 }
@@ -374,15 +379,29 @@ static cJSON *sensitivity_json(const struct mp_plan_req *q, const struct mp_plan
 static cJSON *by_remedies_json(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n)
 {
     cJSON *by = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) { /* each remedies label once, in enumeration order */
-        char lab[64], other[64];
-        mp_plan_remedy(&c[i], lab, sizeof lab);
-        int seen = 0;
-        for (int k = 0; k < i && !seen; k++)
-            seen = strcmp(mp_plan_remedy(&c[k], other, sizeof other), lab) == 0;
-        if (!seen)
-            cJSON_AddItemToArray(by, replan_json(q, c, n, lab, lab));
+    remedy_label *labels = malloc((size_t)(n > 0 ? n : 1) * sizeof *labels);
+    int *first = malloc((size_t)(n > 0 ? n : 1) * sizeof *first); /* each label's first candidate */
+    if (!labels || !first) {
+        free(labels);
+        free(first);
+        mp_error("out of memory for the remedies of %d candidates", n);
+        return by;
     }
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        mp_plan_remedy(&c[i], labels[i], sizeof labels[i]);
+        int seen = 0;
+        for (int k = 0; k < nd && !seen; k++)
+            seen = strcmp(labels[first[k]], labels[i]) == 0;
+        if (!seen)
+            first[nd++] = i;
+    }
+    for (int k = 0; k < nd; k++) { /* in enumeration order */
+        const char *lab = labels[first[k]];
+        cJSON_AddItemToArray(by, replan_scaled_json(q, c, n, lab, lab, labels, 1));
+    }
+    free(labels);
+    free(first);
     return by;
 }
 
