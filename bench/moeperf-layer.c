@@ -25,7 +25,7 @@
 #include "runfiles.h"
 #include "session.h"
 #include "stats.h"
-#include "vlayer.h"
+#include "vrun.h"
 #include "watchdog.h"
 
 static const struct mp_opt options[] = {
@@ -390,7 +390,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us,
                           .cache = cache};
     struct mp_point_result res;
-    rc = s->modelled ? mp_vlayer_run(&s->cluster, &s->model, lay->tp, lay->ep,
+    rc = s->modelled ? mp_vrun_point(&s->cluster, &s->model, lay->tp, lay->ep,
                                      (uint64_t)s->o.seed, &pt, &res)
                      : mp_layer_run(L, &pt, &res);
     if (rc == MP_OK)

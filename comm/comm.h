@@ -151,15 +151,20 @@ extern const char *const mp_comm_choices[];
  * ranks packed gpus_per_node to a node, each a struct mp_comm of table mp_comm_model_rank, run one
  * thread each by mp_vworld_run. Their collectives meet in shared memory and move the host bytes
  * they are given between the ranks' buffers (the TP allreduce sums nothing: the rows belong to the
- * model compute's ranks, which hold no values); a started exchange is done when it starts. */
+ * model compute's ranks, which hold no values); a started exchange moves its rows when it
+ * starts. Each rank also keeps a virtual clock (mp_vworld_time_of), which its collectives move when
+ * the world is timed (mp_vworld_time): a collective starts when its last member arrives, an
+ * exchange started in a slot also once the group's earlier ones are through, and lasts what the
+ * cost gives; a blocking one sets its members' clocks to its end, wait() on a slot to at least
+ * that exchange's end. */
 struct mp_vworld;
 extern const struct mp_comm_ops mp_comm_model_rank;
 
 /* One completed exchange as a watcher sees it: on group `group` of the EP group of TP rank
  * tp_rank, whose members are the world ranks members[nmembers]; counts 1 for a count exchange
  * (alltoall_int), 0 for rows; rows_to [ep·ep] the rows EP rank e sent EP rank p at e·ep + p (0
- * outside the group; all 0 for a count exchange), each of row_bytes bytes; slot the request slot
- * it was started in (−1: blocking). Valid during the call only. */
+ * outside the group; for a count exchange the counts summed per peer), each of row_bytes bytes;
+ * slot the request slot it was started in (−1: blocking). Valid during the call only. */
 struct mp_vworld_exchange {
     enum mp_comm_group group;
     int tp_rank, ep, counts, slot;
@@ -167,8 +172,11 @@ struct mp_vworld_exchange {
     size_t row_bytes;
     const int *members;
     int nmembers;
+    int reduce;   /* a TP group's allreduce of `elems` elements (rows_to and row_bytes unset) */
+    size_t elems;
 };
 
+struct mp_vtime;
 /* Make the world (MP_OK, or MP_ERR_RUNTIME out of memory); free it with mp_vworld_free. */
 int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node);
 void mp_vworld_free(struct mp_vworld *w);
@@ -178,6 +186,14 @@ struct mp_comm *mp_vworld_rank(struct mp_vworld *w, int r);
  * it, one call at a time. */
 void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_vworld_exchange *x),
                      void *arg);
+/* Rank r's virtual time (base/vtime.h), which its compute moves too (mp_compute_model_rank_clock);
+ * a barrier of the whole world starts a new epoch of every rank's. */
+struct mp_vtime *mp_vworld_time_of(struct mp_vworld *w, int r);
+/* Time the world's collectives from now on: `cost` gives an exchange's (counts, rows or a TP
+ * allreduce) duration [µs], from the thread of the rank that arrives last; barriers and the
+ * other collectives take none. */
+void mp_vworld_time(struct mp_vworld *w,
+                    double (*cost)(void *arg, const struct mp_vworld_exchange *x), void *arg);
 /* Run fn(rank r's communicator, args[r]) for every rank at once, each on its own thread; a rank
  * that fails makes the others' collectives fail rather than wait. The first failure's status. */
 int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args);

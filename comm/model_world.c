@@ -10,6 +10,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "vtime.h"
 
 /* What a rank brings to a collective: its arguments, read by the rank that arrives last. */
 struct vcall {
@@ -28,6 +29,7 @@ struct meet {
     struct vcall **calls; /* [group size] by group rank */
     pthread_cond_t done;  /* signalled when gen moves on (its members alone wait on it) */
     int ready;            /* done initialised */
+    double net_free;      /* virtual time: when the group's started exchanges are through */
 };
 
 enum { KIND_TP = MP_GROUP_COUNT, KIND_WORLD, KINDS };
@@ -41,10 +43,14 @@ struct mp_vworld {
     int *rows_to;       /* [n·n] the exchange shown to the watcher, by EP rank */
     void (*watch)(void *arg, const struct mp_vworld_exchange *x);
     void *watch_arg;
+    struct mp_vtime *time; /* [n] each rank's virtual time */
+    double (*cost)(void *arg, const struct mp_vworld_exchange *x);
+    void *cost_arg;
 };
 
 struct rank_state {
     struct mp_vworld *w;
+    double slot_end[MP_COMM_SLOTS]; /* virtual time: when each started exchange is through */
 };
 
 static struct mp_vworld *world_of(struct mp_comm *c) { return ((struct rank_state *)c->priv)->w; }
@@ -119,21 +125,71 @@ static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
             }
         break;
     }
-    if (!w->watch)
-        return MP_OK;
-    /* the watcher sees the exchange by EP rank: group rank i is EP rank who[i] / tp */
+    return MP_OK;
+}
+
+/* The exchange as the watcher and the cost see it, by EP rank (group rank i is EP rank
+ * who[i] / tp): rows from each to each, or for a count exchange the counts summed per peer. */
+static void describe(struct mp_vworld *w, const struct mp_comm *c, int kind, enum op op,
+                     struct vcall **calls, const int *who, int n, struct mp_vworld_exchange *x)
+{
     int ep = c->ep, tp = c->tp;
-    struct mp_vworld_exchange x = {.group = (enum mp_comm_group)kind, .tp_rank = c->tp_rank,
-                                   .ep = ep, .rows_to = w->rows_to,
-                                   .row_bytes = op == OP_ROWS ? calls[0]->bytes : 0,
-                                   .counts = op == OP_INTS, .slot = calls[0]->slot,
-                                   .members = who, .nmembers = n};
+    *x = (struct mp_vworld_exchange){.group = (enum mp_comm_group)kind, .tp_rank = c->tp_rank,
+                                     .ep = ep, .rows_to = w->rows_to,
+                                     .row_bytes = op == OP_ROWS ? calls[0]->bytes : 0,
+                                     .counts = op == OP_INTS, .slot = calls[0]->slot,
+                                     .members = who, .nmembers = n,
+                                     .reduce = op == OP_REDUCE,
+                                     .elems = op == OP_REDUCE ? calls[0]->bytes : 0};
+    if (op == OP_REDUCE)
+        return;
     memset(w->rows_to, 0, (size_t)ep * ep * sizeof *w->rows_to);
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < n && op == OP_ROWS; j++)
-            w->rows_to[(size_t)(who[i] / tp) * ep + who[j] / tp] = calls[i]->scount[j];
-    w->watch(w->watch_arg, &x);
-    return MP_OK;
+        for (int j = 0; j < n; j++) {
+            long sum = 0;
+            if (op == OP_ROWS)
+                sum = calls[i]->scount[j];
+            for (size_t q = 0; op == OP_INTS && q < calls[i]->bytes; q++)
+                sum += ((const int *)calls[i]->send)[(size_t)j * calls[i]->bytes + q];
+            w->rows_to[(size_t)(who[i] / tp) * ep + who[j] / tp] = (int)sum;
+        }
+}
+
+/* The virtual time of a meeting: it starts when its last member arrives and, for an exchange
+ * started in a slot, when the group's earlier started exchanges are through (one network, first
+ * come first served); it takes what the cost says. A blocking collective sets every member's
+ * clock to its end; a started one records its end for the members' wait. */
+static void time_meeting(struct mp_vworld *w, struct meet *m, const struct mp_vworld_exchange *x,
+                         enum op op, int slot, const int *who, int n)
+{
+    double start = 0, dur = 0;
+    for (int i = 0; i < n; i++)
+        start = w->time[who[i]].clock > start ? w->time[who[i]].clock : start;
+    if (w->cost && (op == OP_INTS || op == OP_ROWS || op == OP_REDUCE))
+        dur = w->cost(w->cost_arg, x);
+    if (op == OP_ROWS && slot >= 0) {
+        start = m->net_free > start ? m->net_free : start;
+        m->net_free = start + dur;
+        for (int i = 0; i < n; i++)
+            ((struct rank_state *)w->ranks[who[i]]->priv)->slot_end[slot] = start + dur;
+        return;
+    }
+    if (op == OP_BARRIER && n == w->n) { /* everything is through: count from here again */
+        for (int i = 0; i < n; i++) {
+            struct rank_state *s = w->ranks[who[i]]->priv;
+            struct mp_vtime *t = &w->time[who[i]];
+            t->origin += start;
+            t->shift = start;
+            t->clock = 0;
+            t->epoch++;
+            memset(s->slot_end, 0, sizeof s->slot_end);
+        }
+        for (int i = 0; i < KINDS * w->n; i++)
+            w->meets[i].net_free = 0;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        w->time[who[i]].clock = start + dur;
 }
 
 /* With the lock held: every meeting fails from now on, and its waiters leave. */
@@ -171,6 +227,13 @@ static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
         m->calls[me] = call;
         if (++m->arrived == n) {
             rc = perform(w, c, kind, op, m->calls, who, n);
+            if (rc == MP_OK && (w->watch || w->cost || op == OP_BARRIER)) {
+                struct mp_vworld_exchange x;
+                describe(w, c, kind, op, m->calls, who, n, &x);
+                if (w->watch && (op == OP_INTS || op == OP_ROWS))
+                    w->watch(w->watch_arg, &x);
+                time_meeting(w, m, &x, op, m->calls[0]->slot, who, n);
+            }
             for (int i = 0; i < n; i++)
                 m->calls[i] = NULL;
             m->arrived = 0;
@@ -289,27 +352,34 @@ static int rank_ialltoallv(struct mp_comm *c, const void *send, const int *scoun
 
 static int rank_wait(struct mp_comm *c, int slot)
 {
-    (void)c;
-    return slot >= 0 && slot < MP_COMM_SLOTS ? MP_OK : MP_ERR_RUNTIME;
+    if (slot < 0 || slot >= MP_COMM_SLOTS)
+        return MP_ERR_RUNTIME;
+    struct mp_vworld *w = world_of(c);
+    double end = ((struct rank_state *)c->priv)->slot_end[slot];
+    pthread_mutex_lock(&w->mu); /* the slot's end was written under the lock by its meeting */
+    if (end > w->time[c->rank].clock)
+        w->time[c->rank].clock = end;
+    pthread_mutex_unlock(&w->mu);
+    return MP_OK;
 }
 
 static void rank_progress(struct mp_comm *c) { (void)c; }
 
 static int rank_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
 {
-    struct vcall call = {.recv = buf, .bytes = n};
+    struct vcall call = {.recv = buf, .bytes = n, .slot = -1};
     return meet(c, KIND_TP, OP_REDUCE, &call);
 }
 
 static int rank_barrier(struct mp_comm *c)
 {
-    struct vcall call = {0};
+    struct vcall call = {.slot = -1};
     return meet(c, KIND_WORLD, OP_BARRIER, &call);
 }
 
 static int rank_gather(struct mp_comm *c, const void *send, size_t bytes, void *recv_root)
 {
-    struct vcall call = {.send = send, .recv = recv_root, .bytes = bytes};
+    struct vcall call = {.send = send, .recv = recv_root, .bytes = bytes, .slot = -1};
     return meet(c, KIND_WORLD, OP_GATHER, &call);
 }
 
@@ -326,13 +396,13 @@ static int rank_gatherv(struct mp_comm *c, const void *send, size_t bytes, void 
 
 static int rank_bcast(struct mp_comm *c, void *buf, size_t bytes)
 {
-    struct vcall call = {.send = buf, .recv = buf, .bytes = bytes};
+    struct vcall call = {.send = buf, .recv = buf, .bytes = bytes, .slot = -1};
     return meet(c, KIND_WORLD, OP_BCAST, &call);
 }
 
 static int rank_max_double(struct mp_comm *c, double *v)
 {
-    struct vcall call = {.value = v};
+    struct vcall call = {.value = v, .slot = -1};
     return meet(c, KIND_WORLD, OP_MAX, &call);
 }
 
@@ -381,6 +451,7 @@ void mp_vworld_free(struct mp_vworld *w)
     free(w->meets);
     free(w->ranks);
     free(w->rows_to);
+    free(w->time);
     pthread_mutex_destroy(&w->mu);
     free(w);
 }
@@ -400,7 +471,8 @@ int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node)
     w->ranks = calloc((size_t)world, sizeof *w->ranks);
     w->meets = calloc((size_t)KINDS * world, sizeof *w->meets);
     w->rows_to = malloc((size_t)world * world * sizeof *w->rows_to);
-    if (!w->ranks || !w->meets || !w->rows_to)
+    w->time = calloc((size_t)world, sizeof *w->time);
+    if (!w->ranks || !w->meets || !w->rows_to || !w->time)
         goto oom;
     for (int i = 0; i < KINDS * world; i++) {
         if (!(w->meets[i].calls = calloc((size_t)world, sizeof *w->meets[i].calls)))
@@ -411,7 +483,7 @@ int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node)
     }
     for (int r = 0; r < world; r++) {
         struct mp_comm *c = calloc(1, sizeof *c);
-        struct rank_state *s = malloc(sizeof *s);
+        struct rank_state *s = calloc(1, sizeof *s);
         w->ranks[r] = c;
         if (c)
             c->priv = s;
@@ -442,6 +514,15 @@ void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_
 {
     w->watch = fn;
     w->watch_arg = arg;
+}
+
+struct mp_vtime *mp_vworld_time_of(struct mp_vworld *w, int r) { return &w->time[r]; }
+
+void mp_vworld_time(struct mp_vworld *w,
+                    double (*cost)(void *arg, const struct mp_vworld_exchange *x), void *arg)
+{
+    w->cost = cost;
+    w->cost_arg = arg;
 }
 
 struct runner {

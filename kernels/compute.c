@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "config.h"
 #include "error.h"
 #include "registry.h"
@@ -123,6 +124,18 @@ int mp_compute_expert_ffn(const struct mp_compute_ops *ops, struct mp_compute *d
         rc = ops->expert_ffn(dev, &one);
     }
     return rc;
+}
+
+int mp_compute_delay(const struct mp_compute_ops *ops, struct mp_compute *dev, double us)
+{
+    if (us <= 0)
+        return MP_OK;
+    if (ops->delay)
+        return ops->delay(dev, us);
+    double until = mp_now_us() + us;
+    while (mp_now_us() < until)
+        ;
+    return MP_OK;
 }
 
 const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,

@@ -254,6 +254,9 @@ struct mp_compute_ops {
                        const size_t *bytes, int n);
     int (*cache_release)(struct mp_compute *c, int slot);
     int (*cache_exposed_us)(struct mp_compute *c, double *us);
+    /* optional: hold this rank for us µs on the backend's own clock (virtual ones); absent, the
+     * host spins (mp_compute_delay) */
+    int (*delay)(struct mp_compute *c, double us);
 };
 
 /* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,
@@ -284,6 +287,39 @@ void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out);
  * (weights[i], its wgu of mp_ffn_args), and the rows each ran (rows[i]); their number. */
 int mp_compute_model_rank_experts(struct mp_compute *c, const void *const **weights,
                                   const double **rows);
+
+/* A traced rank's clock (mp_compute_model_rank_clock): the compute work its ops queued since the
+ * last mark, which the mark prices and adds to the rank's virtual time. */
+struct mp_vwork {
+    int plan_builds; /* dispatch plans built (a routing kernel each) */
+    long plan_tokens; /* the tokens they routed */
+    int ffn_calls;   /* expert FFN calls, and the rows and experts with rows they ran */
+    double ffn_rows, ffn_active;
+    double delay_us; /* host delays (mp_compute_delay: the debug straggler) */
+};
+struct mp_vwork_cost {
+    void *arg;
+    double (*work_us)(void *arg, const struct mp_vwork *w); /* the work's duration [µs] */
+    /* an expert cache's timeline: one expert's FFN on `rows` [µs], one fetch [µs], and whether
+     * a copy engine runs fetches beside the FFNs (else each fetch holds the FFNs for all of it) */
+    double (*expert_us)(void *arg, double rows);
+    double fetch_us;
+    int copy_engine;
+};
+/* Run rank c on the virtual time *t (base/vtime.h, shared with its comm rank, which moves it at
+ * collectives): each mark adds the price of the work queued since the previous one to t->clock,
+ * then records the time; elapsed_us is the time between two marks. Unbound (the default), marks
+ * read 0. With an expert cache (cache_setup) it keeps the iteration's copy timeline from the FFN
+ * phase's start (docs/METRICS.md, "Expert cache"): a fetch starts once the copy engine is free and
+ * its slot's last FFN done (release), an expert's FFN once the one before it ended and its fetch
+ * is done; what the fetches add to the FFN phase is queued as delay and is cache_exposed_us. */
+struct mp_vtime;
+void mp_compute_model_rank_clock(struct mp_compute *c, struct mp_vtime *t,
+                                 const struct mp_vwork_cost *k);
+
+/* Hold the host for `us` µs on the backend's clock (ops->delay where it has one, else a spin on
+ * the host's clock): the debug straggler's and late start's delays. */
+int mp_compute_delay(const struct mp_compute_ops *ops, struct mp_compute *dev, double us);
 
 /* The backends built into this binary, NULL-terminated, in the order of meson.build's list
  * (config.h's MP_COMPUTE_BACKENDS, which declares each as mp_compute_NAME). */

@@ -371,6 +371,21 @@ static int fill_used(struct vexec *v, int d)
     return MP_OK;
 }
 
+size_t mp_vexec_small_model(const struct mp_model *m, int tp, struct mp_model *small)
+{
+    *small = *m;
+    small->ffn = TRACED_DL * tp;
+    /* rows of H that no metadata row matches in bytes, bf16 or fp8 (a packed fp8 row of H is
+     * about H bytes; the layer's rows H · 4) */
+    size_t meta_row = (size_t)m->topk * sizeof(struct mp_dedup_meta);
+    small->hidden = TRACED_HIDDEN;
+    while ((size_t)small->hidden * 4 == meta_row ||
+           mp_dispatch_row_bytes(MP_DTYPE_FP8, small->hidden, small->hidden * 4.0) ==
+               (double)meta_row)
+        small->hidden++;
+    return meta_row;
+}
+
 int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                    uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                    int *ndraws)
@@ -395,15 +410,7 @@ int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp
         v.replay.kind = MP_ROUTE_UNIFORM;
         v.run.routing = &v.replay;
     }
-    v.small.ffn = TRACED_DL * tp;
-    /* rows of H that no metadata row matches in bytes, bf16 or fp8 (a packed fp8 row of H is
-     * about H bytes; the layer's rows H · 4) */
-    v.meta_row = (size_t)m->topk * sizeof(struct mp_dedup_meta);
-    v.small.hidden = TRACED_HIDDEN;
-    while ((size_t)v.small.hidden * 4 == v.meta_row ||
-           mp_dispatch_row_bytes(MP_DTYPE_FP8, v.small.hidden, v.small.hidden * 4.0) ==
-               (double)v.meta_row)
-        v.small.hidden++;
+    v.meta_row = mp_vexec_small_model(m, tp, &v.small);
     v.row_bytes = m->hidden * cl->elem_bytes;
     v.dispatch_row_bytes = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype, m->hidden,
                                                  v.row_bytes);

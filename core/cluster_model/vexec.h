@@ -5,6 +5,7 @@
 #ifndef MP_VEXEC_H
 #define MP_VEXEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vtraffic.h"
@@ -18,6 +19,12 @@
  * group-limited alike); with --expert-cache the ranks run without one and each local expert's
  * rows are read off their FFNs (t->used, used_rows), for the model's cache timeline. MP_OK, or
  * MP_ERR_RUNTIME on a failure. */
+/* The model `m` as traced ranks of TP size tp run it (into *small): rows of a small hidden size
+ * (TRACED_HIDDEN or just above, so that no row of activations, bf16 or packed fp8, has the bytes
+ * of a metadata row) and a small FFN shard; the rest as m. Returns a metadata row's bytes (K
+ * entries of struct mp_dedup_meta), which no count depends on either. */
+size_t mp_vexec_small_model(const struct mp_model *m, int tp, struct mp_model *small);
+
 int mp_vexec_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                    uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                    int *ndraws);

@@ -198,6 +198,16 @@ static int vbuild_alloc(struct vbuild *b, const struct mp_cluster *cl, const str
     return MP_OK;
 }
 
+int mp_vlayer_refuse(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                     const struct mp_point *pt)
+{
+    (void)tp;
+    int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
+    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
+        return MP_ERR_USAGE;
+    return refuse_point(cl, m, ep, pt, P, mp_dispatch_for(pt)->model_traffic);
+}
+
 int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                       uint64_t seed, const struct mp_point *pt, struct mp_vtraffic **out,
                       int *ndraws)
@@ -207,11 +217,8 @@ int mp_vtraffic_build(const struct mp_cluster *cl, const struct mp_model *m, int
     /* the measured layer's pool: one draw per warm-up and timed iteration, at most
      * MP_ROUTING_POOL_DRAWS without a cache (core/layer/routing_pool.c) */
     int P = mp_routing_pool_size(pt->warmup, pt->iters, pt->cache.slots > 0);
-    if (mp_dispatch_check_overlap(pt) != MP_OK) /* as the measured layer refuses it */
-        return MP_ERR_USAGE;
-    const struct mp_dispatch_mode *mode = mp_dispatch_for(pt);
-    mp_vtraffic_fn traffic = mode->model_traffic;
-    if (refuse_point(cl, m, ep, pt, P, traffic) != MP_OK)
+    mp_vtraffic_fn traffic = mp_dispatch_for(pt)->model_traffic;
+    if (mp_vlayer_refuse(cl, m, tp, ep, pt) != MP_OK)
         return MP_ERR_USAGE;
     /* a mode without a traffic builder, or any when a test asks (MOEPERF_MODEL_TRACED=1): the
      * traffic of the layer's own stages */
@@ -269,10 +276,13 @@ static void rank_counts(const struct mp_vtraffic *t, int p, struct mp_rank_iter 
     x->cache_hits = x->cache_misses = x->fetch_bytes = x->fetch_us = 0; /* no cache modelled */
 }
 
-/* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing. */
+/* Route: launch, plus the gate GEMM 2·H·E·n_p for gate routing; the deduplicated dispatches
+ * (t->dedup_hops) route on the host, as the layer does, and launch nothing. */
 static double route_us(const struct mp_cluster *cl, const struct mp_model *m,
                        const struct mp_vtraffic *t, int p)
 {
+    if (t->dedup_hops > 0)
+        return 0;
     double gate = t->gate ? 2.0 * m->hidden * m->experts * t->tokens[p] /
                                 (cl->flops * cl->flops_eff) * 1e6
                           : 0;
@@ -360,13 +370,20 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
                                                                      x->incast));
         combine[k] = cl->launch_us + data;
     }
-    if (t->chunk_hop) { /* deduplicated: each hop's counts and metadata first, then rows only */
+    if (t->chunk_hop) { /* deduplicated: each hop's counts, then each chunk's metadata (an
+                         * exchange each, as the layer sends them), first; then rows only */
         counts = 0;
+        double meta = mp_dedup_meta_bytes(MP_DEDUP_RANK, m->topk);
+        double f = meta / (m->hidden * cl->elem_bytes * t->dispatch_scale); /* of a row's */
         for (int h = 0; h < t->dedup_hops; h++) {
             const struct mp_vexchange *x = &t->meta[h];
-            counts += mp_cost_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1) +
-                      mp_cost_exchange_us(cl, x->intra_max, x->inter_max, x->uses_intra,
-                                           x->uses_inter, x->incast);
+            counts += mp_cost_exchange_us(cl, 0, 0, x->uses_intra, x->uses_inter, 1);
+            for (int k = 0; k < N; k++) {
+                const struct mp_vexchange *c = &t->chunk_hop[2 * k + h];
+                counts += cl->launch_us +
+                          mp_cost_exchange_us(cl, f * c->intra_max, f * c->inter_max,
+                                              c->uses_intra, c->uses_inter, c->incast);
+            }
         }
         for (int k = 0; k < N; k++) {
             double out[2] = {0, 0}, back[2] = {0, 0};
@@ -415,6 +432,19 @@ static void time_pipelined(const struct mp_cluster *cl, const struct mp_model *m
             ranks[p * tp + k] = ranks[p * tp];
     }
     free(blk);
+}
+
+/* A deduplicated hop's dispatch as the layer makes it: its rows (of the hop's bytes, the share
+ * 1 − meta_share), then their metadata apart (the rest), each an exchange with its launch. */
+static double dedup_hop_us(const struct mp_cluster *cl, const struct mp_vexchange *x,
+                           double meta_share)
+{
+    double rows = 1 - meta_share;
+    return 2 * cl->launch_us +
+           mp_cost_exchange_us(cl, rows * x->intra_max, rows * x->inter_max, x->uses_intra,
+                               x->uses_inter, x->incast) +
+           mp_cost_exchange_us(cl, meta_share * x->intra_max, meta_share * x->inter_max,
+                               x->uses_intra, x->uses_inter, x->incast);
 }
 
 /* The phases an unpipelined draw's ranks share: the notify phase, dispatch and combine, and
@@ -508,6 +538,10 @@ static void time_layer(const struct mp_cluster *cl, const struct mp_model *m,
     if (t->dedup_hops) { /* node: the inter-node phase, then the intra-node phase (the direct rows
                           * and the forwards, on the EP group's node groups); combine back */
         counts = dispatch = combine = 0;
+        /* a dispatched row's metadata share of the hops' bytes (the same K·8 for rank and
+         * node, core/layer/dedup.h) */
+        double meta = mp_dedup_meta_bytes(MP_DEDUP_RANK, m->topk);
+        double meta_share = meta / (m->hidden * cl->elem_bytes * t->dispatch_scale + meta);
         for (int h = 0; h < t->dedup_hops; h++) { /* each hop exchanges its counts first */
             const struct mp_vexchange *x = &t->hop[h], *y = &t->back[h];
             /* the first hop's count round is the notify phase, as measured; node's second one
@@ -521,9 +555,7 @@ static void time_layer(const struct mp_cluster *cl, const struct mp_model *m,
                 counts += round;
             else
                 hop_d[h] += round;
-            hop_d[h] += cl->launch_us + mp_cost_exchange_us(cl, x->intra_max, x->inter_max,
-                                                             x->uses_intra, x->uses_inter,
-                                                             x->incast);
+            hop_d[h] += dedup_hop_us(cl, x, meta_share);
             hop_c[h] = cl->launch_us + mp_cost_exchange_us(cl, y->intra_max, y->inter_max,
                                                             y->uses_intra, y->uses_inter,
                                                             y->incast);

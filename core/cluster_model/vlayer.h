@@ -90,6 +90,13 @@ void mp_vtraffic_dedup_pipelined(struct mp_vtraffic *t, const struct mp_vdraw *d
 
 
 
+/* Refuse, after a message (MP_ERR_USAGE), a point the measured layer refuses (a dispatch without
+ * the pipelined or deduplicated form asked for) or the model cannot time (an expert cache beside
+ * a dispatch it does not time it for, or without the profile's pcie_bw; more memory than this
+ * host has); else MP_OK. */
+int mp_vlayer_refuse(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
+                     const struct mp_point *pt);
+
 /* The traffic of the point's routing pool (one draw per warm-up and timed iteration, at most
  * MP_ROUTING_POOL_DRAWS without an expert cache, as measured runs cycle through them,
  * mp_routing_pool_size): *ndraws

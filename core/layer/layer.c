@@ -114,6 +114,8 @@ int mp_layer_create(struct mp_layer **out, const struct mp_compute_ops *ops, str
         L->max_overlap = max_overlap;
         L->row_bytes = (size_t)model->hidden * ops->elem_size;
         L->dispatch_row_bytes = L->row_bytes;
+        L->count_hidden = model->hidden;
+        L->count_elem_bytes = (double)ops->elem_size;
     }
     if (!L || create_state(L) != MP_OK) {
         mp_error("out of memory allocating layer buffers for up to %ld tokens", max_tokens);
@@ -201,7 +203,8 @@ static int pass_iterate(void *arg, int step, int sample, int replay)
         rc = mp_weight_cache_exposed(wc, &fetch_us);
     rec->cache_hits = wc->hits; /* --expert-cache: this iteration's accesses and fetches */
     rec->cache_misses = wc->misses;
-    rec->fetch_bytes = wc->fetch_bytes;
+    rec->fetch_bytes = L->count_expert_bytes > 0 ? wc->misses * L->count_expert_bytes
+                                                 : wc->fetch_bytes;
     rec->fetch_us = fetch_us;
     return rc;
 }
@@ -360,7 +363,18 @@ static int begin_point(struct mp_layer *L, const struct mp_point *pt,
     L->dispatch_dtype = pt->dispatch_dtype;
     L->dispatch_row_bytes = (size_t)mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype,
                                                           L->m.hidden, (double)L->row_bytes);
+    L->count_row_bytes = L->count_hidden * L->count_elem_bytes;
+    L->count_dispatch_row_bytes = mp_dispatch_row_bytes((enum mp_dtype)pt->dispatch_dtype,
+                                                        L->count_hidden, L->count_row_bytes);
     return prepare_point(L, pt, mode, pool, total, tok0, ntok, tokens_per_rank);
+}
+
+void mp_layer_count_rows_as(struct mp_layer *L, int hidden, double elem_bytes,
+                            double expert_bytes)
+{
+    L->count_hidden = hidden;
+    L->count_elem_bytes = elem_bytes;
+    L->count_expert_bytes = expert_bytes;
 }
 
 int mp_layer_local_expert_of(const struct mp_layer *L, const void *weights)

@@ -122,6 +122,14 @@ int mp_layer_local_expert_of(const struct mp_layer *L, const void *weights);
  * metrics only.
  * Collective: every rank of the world calls it with the same point. */
 int mp_layer_run(struct mp_layer *L, const struct mp_point *pt, struct mp_point_result *res);
+
+/* Count the bytes of the records (bytes_sent and the dispatch and combine bytes per link class)
+ * in rows of `hidden` elements of elem_bytes (activations; a dispatched row in the point's
+ * --dispatch-dtype of that hidden size), and an expert cache's fetches in experts of
+ * expert_bytes, instead of the layer's own: the model's traced ranks, whose small rows and
+ * weights stand for the real model's. From the next point on. */
+void mp_layer_count_rows_as(struct mp_layer *L, int hidden, double elem_bytes,
+                            double expert_bytes);
 void mp_point_result_free(struct mp_point_result *res);
 
 /* Bytes the layer will allocate per rank for a layout (weights + buffers), for the memory guard. */

@@ -54,6 +54,12 @@ struct mp_layer {
      * wire in it (row_bytes for bf16, mp_fp8_row_bytes(H) for fp8), set by mp_layer_run */
     int dispatch_dtype;
     size_t dispatch_row_bytes;
+    /* the rows the records count on the wire: hidden size and element bytes of the rows this layer
+     * stands for (its own, or the real model's on the model's traced ranks,
+     * mp_layer_count_rows_as), and a combined and a dispatched row's bytes in them for the point */
+    int count_hidden;
+    double count_elem_bytes, count_row_bytes, count_dispatch_row_bytes;
+    double count_expert_bytes; /* an expert's weights a cache fetch moves; 0: the cache's own */
     int *wire_sdispl, *wire_rdispl; /* [ep] an fp8 exchange's displacements from its first row */
 
     /* device buffers */

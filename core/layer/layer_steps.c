@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "clock.h"
 #include "error.h"
 #include "layer_internal.h"
 #include "nvtx.h"
@@ -41,12 +40,7 @@ int mp_layer_start_aligned(struct mp_layer *L)
     int rc = MP_OK;
     struct mp_comm *c = L->comm;
     MP_CHECK(mp_layer_drain(L));
-    double delay = start_delay_us(c);
-    if (delay > 0) {
-        double until = mp_now_us() + delay;
-        while (mp_now_us() < until)
-            ;
-    }
+    MP_CHECK(mp_compute_delay(L->ops, L->dev, start_delay_us(c)));
     MP_CHECK(L->ops->mark(L->dev, MARK_ALIGN));
     MP_CHECK(c->ops->barrier(c));
     if (c->ops->align)
@@ -151,9 +145,7 @@ int mp_layer_ffn(struct mp_layer *L, const struct mp_point *pt, const void *in, 
     }
     if (pt->straggle_us > 0 && L->comm->rank == pt->straggle_rank) { /* debug: a slow rank */
         MP_CHECK(L->ops->sync(L->dev)); /* the device's FFN first, then the host's delay */
-        double until = mp_now_us() + pt->straggle_us;
-        while (mp_now_us() < until)
-            ;
+        MP_CHECK(mp_compute_delay(L->ops, L->dev, pt->straggle_us));
     }
 out:
     return rc;
@@ -263,8 +255,8 @@ void mp_layer_add_peer_bytes(const struct mp_layer *L, const int *send, const in
         if (p == c->ep_rank)
             continue;
         /* dispatch: rows to p with their metadata; combine: p's rows returned */
-        double out = (double)send[p] * ((double)L->dispatch_row_bytes + meta_bytes);
-        double back = (double)recv[p] * (double)L->row_bytes;
+        double out = (double)send[p] * (L->count_dispatch_row_bytes + meta_bytes);
+        double back = (double)recv[p] * L->count_row_bytes;
         rec->bytes_sent += out + back;
         if (c->node_of[p * L->tp + c->tp_rank] != c->node_of[c->rank]) {
             rec->dispatch_inter += out;

@@ -1,7 +1,8 @@
 /* model_rank.c - the model compute of one traced virtual rank (docs/ARCHITECTURE.md, "The
  * model"): it builds the dispatch plan from the routing as a data backend does, so the layer's own
  * stages decide every count, and computes nothing else; each expert FFN is recorded (experts with
- * rows, rows) for the model to time. Buffers are host memory the exchanges may move. */
+ * rows, rows) and, on a virtual clock, queued for the next mark to price. Buffers are host memory
+ * the exchanges may move. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,20 @@
 #include "compute.h"
 #include "dplan_host.h"
 #include "error.h"
+#include "vtime.h"
 
 struct mp_compute {
     struct mp_dplan_host plan;
     int last_mark;
+    struct mp_vtime *now;       /* the rank's virtual time, or NULL (marks read 0) */
+    struct mp_vwork_cost cost;  /* what prices the work below */
+    struct mp_vwork work;       /* queued since the last mark */
+    struct mp_vtime marks[MP_TIMER_SLOTS];
+    /* an expert cache's timeline in the iteration's FFN phase (from its start) */
+    int nslots;
+    double *slot_free;      /* [nslots] when each slot's last FFN ended */
+    double engine, stream;  /* when the copy engine and the FFNs are free */
+    double exposed;         /* what the fetches added to the FFN phase */
     struct mp_vffn_seen seen; /* since the last mp_compute_model_rank_take */
     const void **weights;     /* [seen.distinct] the experts counted in it, by their weights */
     double *expert_rows;      /* [seen.distinct] and the rows each ran */
@@ -35,6 +46,7 @@ static void rank_fini(struct mp_compute *c)
 {
     if (c) {
         mp_dplan_host_free(&c->plan);
+        free(c->slot_free);
         free(c->weights);
         free(c->expert_rows);
     }
@@ -109,10 +121,16 @@ static int rank_combine(struct mp_compute *c, const void *rows, const int32_t *t
 static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 {
     int k = c->last_mark >= MP_PHASE_MARKS ? (c->last_mark - MP_PHASE_MARKS) / MP_CHUNK_MARKS : 0;
+    c->work.ffn_calls++;
+    if (c->now && c->nslots > 0 && a->nexp == 1 && a->row_off[1] > a->row_off[0] &&
+        c->cost.expert_us) /* one cached expert's FFN, on the cache's timeline */
+        c->stream += c->cost.expert_us(c->cost.arg, (double)(a->row_off[1] - a->row_off[0]));
     for (int e = 0; e < a->nexp; e++) {
         long rows = a->row_off[e + 1] - a->row_off[e];
         c->seen.rows[k] += (double)rows;
         c->seen.active[k] += rows > 0;
+        c->work.ffn_rows += (double)rows;
+        c->work.ffn_active += rows > 0;
         if (rows <= 0)
             continue;
         int i = 0;
@@ -157,16 +175,52 @@ static int rank_plan_build(struct mp_compute *c, const int32_t *ids, const float
     if (!ids)
         return rank_gate(c, NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL);
     mp_dplan_host_build(&c->plan, ids, w);
+    c->work.plan_builds++;
+    c->work.plan_tokens += c->plan.s.ntok;
     return MP_OK;
+}
+
+/* The work queued since the last mark, priced onto the clock. */
+static void settle(struct mp_compute *c)
+{
+    if (c->now && c->cost.work_us)
+        c->now->clock += c->cost.work_us(c->cost.arg, &c->work);
+    memset(&c->work, 0, sizeof c->work);
 }
 
 static int rank_mark(struct mp_compute *c, int slot)
 {
+    if (slot < 0 || slot >= MP_TIMER_SLOTS) {
+        mp_error("internal error: timer slot %d outside 0..%d", slot, MP_TIMER_SLOTS - 1);
+        return MP_ERR_RUNTIME;
+    }
+    settle(c);
     c->last_mark = slot;
+    c->marks[slot] = c->now ? *c->now : (struct mp_vtime){0};
     return MP_OK;
 }
 
-static double rank_elapsed_us(struct mp_compute *c, int a, int b) { return 0; }
+static double rank_elapsed_us(struct mp_compute *c, int a, int b)
+{
+    if (a < 0 || b < 0 || a >= MP_TIMER_SLOTS || b >= MP_TIMER_SLOTS)
+        return 0;
+    return mp_vtime_between(&c->marks[a], &c->marks[b]);
+}
+
+static int rank_delay(struct mp_compute *c, double us)
+{
+    if (c->now)
+        c->work.delay_us += us;
+    return MP_OK;
+}
+
+void mp_compute_model_rank_clock(struct mp_compute *c, struct mp_vtime *t,
+                                 const struct mp_vwork_cost *k)
+{
+    c->now = t;
+    c->cost = k ? *k : (struct mp_vwork_cost){0};
+    memset(&c->work, 0, sizeof c->work);
+}
 static int rank_sync(struct mp_compute *c) { return MP_OK; }
 
 static int rank_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
@@ -176,25 +230,68 @@ static int rank_measure_peak(struct mp_compute *c, double *flops_per_s, double *
     return MP_ERR_RUNTIME;
 }
 
-static int rank_no_cache(void)
+/* The cache's timeline starts again with the next FFN phase. */
+static void cache_restart(struct mp_compute *c)
 {
-    mp_error("internal error: traced virtual ranks keep no expert cache");
-    return MP_ERR_RUNTIME;
+    c->engine = c->stream = c->exposed = 0;
+    for (int s = 0; s < c->nslots; s++)
+        c->slot_free[s] = 0;
 }
 
 static int rank_cache_setup(struct mp_compute *c, int nslots, int fetches)
 {
-    return rank_no_cache();
+    (void)fetches;
+    double *f = realloc(c->slot_free, (size_t)(nslots > 0 ? nslots : 1) * sizeof *f);
+    if (!f) {
+        mp_error("out of memory for an expert cache of %d slots", nslots);
+        return MP_ERR_RUNTIME;
+    }
+    c->slot_free = f;
+    c->nslots = nslots;
+    cache_restart(c);
+    return MP_OK;
 }
 
+/* The copy moves the traced ranks' small weights; its time is the real expert's. */
 static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
                             const void *const *src, const size_t *bytes, int n)
 {
-    return rank_no_cache();
+    if (slot < 0 || slot >= c->nslots) {
+        mp_error("internal error: cache slot %d outside 0..%d", slot, c->nslots - 1);
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(dst[i], src[i], bytes[i]);
+    if (!c->now)
+        return MP_OK;
+    double add = c->cost.fetch_us;
+    if (c->cost.copy_engine) {
+        double from = c->engine > c->slot_free[slot] ? c->engine : c->slot_free[slot];
+        c->engine = from + c->cost.fetch_us;
+        add = c->engine > c->stream ? c->engine - c->stream : 0;
+        c->stream = c->stream > c->engine ? c->stream : c->engine;
+    }
+    c->exposed += add;
+    c->work.delay_us += add;
+    return MP_OK;
 }
 
-static int rank_cache_release(struct mp_compute *c, int slot) { return rank_no_cache(); }
-static int rank_cache_exposed_us(struct mp_compute *c, double *us) { return rank_no_cache(); }
+static int rank_cache_release(struct mp_compute *c, int slot)
+{
+    if (slot < 0 || slot >= c->nslots) {
+        mp_error("internal error: cache slot %d outside 0..%d", slot, c->nslots - 1);
+        return MP_ERR_RUNTIME;
+    }
+    c->slot_free[slot] = c->stream;
+    return MP_OK;
+}
+
+static int rank_cache_exposed_us(struct mp_compute *c, double *us)
+{
+    *us = c->exposed;
+    cache_restart(c);
+    return MP_OK;
+}
 
 int mp_compute_model_rank_experts(struct mp_compute *c, const void *const **weights,
                                   const double **rows)
@@ -247,4 +344,5 @@ const struct mp_compute_ops mp_compute_model_rank = {
     .cache_fetch = rank_cache_fetch,
     .cache_release = rank_cache_release,
     .cache_exposed_us = rank_cache_exposed_us,
+    .delay = rank_delay,
 };

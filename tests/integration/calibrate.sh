@@ -69,8 +69,12 @@ PY
 # ---- 1b. every mode replayed as it ran ----
 # the model's own runs of each dispatch and dedup mode (and a group limit), predicted with the
 # profile that made them: every point's error is 0.0%, so each point was replayed in its own mode,
-# its replicas chosen on the run's nodes (eplb:32 on two 8-GPU nodes)
+# its replicas chosen on the run's nodes (eplb:32 on two 8-GPU nodes). The runs take the counted
+# path that --validate replays (MOEPERF_MODEL_COUNTED=1): the layer's pipeline also times each
+# node's intra-node phase of --dedup node at its own meeting, which the counted path does not
+# (tests/integration/golden.sh compares the two).
 replay() {
+export MOEPERF_MODEL_COUNTED=1
 M="--backend model --comm model --cluster $TMP/truth.ini --world 16 --model seed-k3 --hidden 1024
    --ffn 512 --experts 64 --layout tp1ep16 --batch 16,4096 --routing zipf:1.2 --group-limit off,2:1
    --placement contiguous,eplb:32
@@ -91,6 +95,7 @@ for l in points:
     assert l.split()[-1] in ("+0.0%", "-0.0%", "0.0%"), l
 print(len(points), "points of", len(modes), "modes replayed exactly")
 PY
+unset MOEPERF_MODEL_COUNTED
 }
 if checks_tier; then round_trip; replay; fi
 

@@ -75,8 +75,9 @@ for d in sys.argv[1:3]:
                     continue
                 t = [float(r[c]) for c in parts]
                 assert min(t) >= 0, (d, name, phase, t)
-                if name != "layer.csv": # a median of sums is not the sum of medians
-                    assert sum(t) <= float(r[phase]) * (1 + 1e-9) + 1e-9, (d, name, phase, t, r[phase])
+                if name != "layer.csv": # a median of sums is not the sum of medians; the
+                    # files print 6 significant digits
+                    assert sum(t) <= float(r[phase]) * (1 + 2e-5) + 1e-9, (d, name, phase, t, r[phase])
 PY
 # node's two phases run on the EP group's node groups (the test hook MOEPERF_TEST_GROUPS: each rank
 # counts the exchanges of each group): on tp1ep4, dynamic, padded and pipelined, every rank runs

@@ -2,22 +2,21 @@
 # golden.sh - a fixed sweep on the CPU path (moeperf-layer, -a2a, -ffn under MPI) and on the model
 # writes the same CSV as the stored expected files in tests/integration/golden/, timing columns
 # left out of measured files (every column of a modelled file is kept: the model is deterministic);
-# the model's sweeps write the same bytes again when traced ranks make their traffic.
+# the model's pipeline and its counted path agree (below).
 # A change that alters these rows on purpose regenerates them: golden.sh BUILD_DIR --update.
 . "$(dirname "$0")/lib.sh"
 GOLDEN=$(cd "$(dirname "$0")/golden" && pwd)
 UPDATE=${2:-}
 
 # the runs, each into $TMP/NAME
-"$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
-    --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
-    --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
-    --quiet --out "$TMP/model" || fail "model run exit $?"
-# each model sweep twice: with the dispatch modes' traffic builders, and with each draw's traffic
-# made by traced ranks running the layer's own stages (core/cluster_model/vexec.h, MOEPERF_MODEL_TRACED=1),
-# which must write the same bytes in every file
-for traced in "" _traced; do
-    export MOEPERF_MODEL_TRACED=${traced:+1}
+# each model sweep three times: through the layer's own pipeline on virtual clocks
+# (core/cluster_model/vrun.h, the default), and on the planner's counted path
+# (MOEPERF_MODEL_COUNTED=1) with the dispatch modes' traffic builders (_counted) and with each
+# draw's traffic read off traced ranks running the layer's stages (_traced,
+# core/cluster_model/vexec.h, MOEPERF_MODEL_TRACED=1)
+for traced in "" _counted _traced; do
+    export MOEPERF_MODEL_COUNTED=${traced:+1}
+    export MOEPERF_MODEL_TRACED=$([ "$traced" = _traced ] && echo 1)
     "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
         --layout tp1ep16,tp2ep8 --batch 1,64,512 --routing uniform,zipf:1.2 \
         --placement contiguous,replicate-hot:2 --dispatch dynamic,padded:1.5 --iters 4 \
@@ -31,6 +30,11 @@ for traced in "" _traced; do
         --layout tp1ep16 --batch 64,512 --routing zipf:1.2 --placement eplb:8,replicate-hot:2 \
         --dedup pair,node --iters 2 --quiet --out "$TMP/model_eplb$traced" ||
         fail "model$traced eplb run exit $?"
+    # a straggler, whose TP peer waits in the TP reduce and whose EP group waits in the combine,
+    # unpipelined and pipelined: compared only between the sources
+    "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
+        --layout tp2ep8 --batch 64 --routing zipf:1.2 --straggle 3:50 --overlap 1,2 --iters 2 \
+        --quiet --out "$TMP/model_straggle$traced" || fail "model$traced straggler run exit $?"
     # gate routing (the model's draws of it), group-limited, and an expert cache (a fresh draw
     # each step): compared only between the two sources, not with stored files
     "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --model seed-k3 \
@@ -38,7 +42,7 @@ for traced in "" _traced; do
         --dispatch dynamic,padded --expert-cache off,4,4:static --warmup 2 --iters 6 --quiet \
         --out "$TMP/model_cache$traced" || fail "model$traced cache run exit $?"
 done
-unset MOEPERF_MODEL_TRACED
+unset MOEPERF_MODEL_TRACED MOEPERF_MODEL_COUNTED
 mpi 4 "$BIN/moeperf-layer" --hidden 64 --ffn 32 --experts 8 --topk 2 --shared 1 \
     --layout tp1ep4,tp2ep2 --batch 1,24 --routing uniform,hot:2:30,gate --placement contiguous,round-robin \
     --warmup 1 --iters 2 --check --no-flush-cache --quiet --out "$TMP/layer" || fail "layer run exit $?"
@@ -93,11 +97,34 @@ for f in $files; do
         bad=1
     fi
 done
-for run in model model_overlap model_eplb model_cache; do
+# the counted path: the same bytes from the builders and from traced ranks, in every file; and
+# the same bytes as the pipeline, timing included, where its closed forms are the pipeline's
+# rules (no --dedup rank|node, no gate routing); the counts everywhere. The pipeline alone times
+# the deduplicated dispatch's metadata exchanges apart, each node's intra-node phase at its own
+# meeting and the route's wait for the slowest gate, so those timings differ.
+for run in model model_overlap model_eplb model_cache model_straggle; do
     for f in layer.csv layer_ranks.csv layer_samples.csv layer_rank_samples.csv; do
-        if ! cmp -s "$TMP/$run/$f" "$TMP/${run}_traced/$f"; then
+        if ! cmp -s "$TMP/${run}_counted/$f" "$TMP/${run}_traced/$f"; then
             echo "FAIL: $run/$f differs when traced ranks make the traffic:" >&2
-            diff "$TMP/$run/$f" "$TMP/${run}_traced/$f" | head -n 10 >&2
+            diff "$TMP/${run}_counted/$f" "$TMP/${run}_traced/$f" | head -n 10 >&2
+            bad=1
+        fi
+        case $run in
+        model_eplb | model_cache) counts_only=1 ;;
+        *) counts_only= ;;
+        esac
+        if ! python3 - "$TMP/$run/$f" "$TMP/${run}_counted/$f" "$counts_only" <<'PY'; then
+import csv, re, sys
+a, b = (list(csv.reader(open(p, newline=""))) for p in sys.argv[1:3])
+timing = re.compile(r"(_us$|GBps$|GFLOPs$|^bound$|_fraction$|_ratio$|^overlap_efficiency$|"
+                    r"^tok_s_gpu$|^wall_|^timed_)")
+keep = [i for i, c in enumerate(a[0]) if not (sys.argv[3] and timing.search(c))]
+bad = len(a) != len(b) or a[0] != b[0] or any(
+    [r[i] for i in keep] != [s[i] for i in keep] for r, s in zip(a, b))
+sys.exit(1 if bad else 0)
+PY
+            echo "FAIL: $run/$f: the pipeline and the counted path disagree${counts_only:+ on counts}:" >&2
+            diff "$TMP/$run/$f" "$TMP/${run}_counted/$f" | head -n 6 >&2
             bad=1
         fi
     done
