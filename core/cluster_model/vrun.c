@@ -36,6 +36,10 @@ struct vrun {
     double *rows; /* [ep·ep] an exchange's rows, for mp_vexchange_of (meetings price one at a time) */
     struct mp_point_result *res; /* rank 0's */
     struct mp_vworld *w;
+    int world;
+    /* what each virtual rank runs, with its comm and its compute on the world's clock */
+    int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg);
+    void *const *args;
 };
 
 /* The compute a rank queued since its last mark: a dispatch plan is the routing kernel's launch
@@ -79,11 +83,12 @@ static double exchange_us(void *arg, const struct mp_vworld_exchange *x)
     if (x->reduce)
         return mp_cost_allreduce_prepared_us(&v->ar, (double)x->elems / v->small.hidden *
                                                          v->row_bytes);
-    size_t cells = (size_t)v->ep * v->ep;
+    int ep = x->ep, tp = v->world / ep; /* the layout the ranks split into */
+    size_t cells = (size_t)ep * ep;
     for (size_t i = 0; i < cells; i++)
         v->rows[i] = x->rows_to[i];
     struct mp_vexchange e;
-    mp_vexchange_of(v->rows, v->ep, v->tp, cl->gpus_per_node,
+    mp_vexchange_of(v->rows, ep, tp, cl->gpus_per_node,
                     x->counts ? 1 : real_row_bytes(v, x->row_bytes), &e);
     if (x->counts)
         return mp_cost_exchange_us(cl, 0, 0, e.uses_intra, e.uses_inter, 1);
@@ -102,36 +107,76 @@ struct rank_run {
     int rank;
 };
 
+/* One virtual rank: its compute on the world's clock, then v->fn. */
 static int run_rank(struct mp_comm *c, void *arg)
 {
     struct rank_run *r = arg;
     struct vrun *v = r->v;
     const struct mp_compute_ops *ops = &mp_compute_model_rank;
     struct mp_compute *dev = NULL;
-    struct mp_layer *L = NULL;
-    struct mp_point_result mine;
-    memset(&mine, 0, sizeof mine);
     int rc = ops->init(&dev, 0);
     if (rc != MP_OK)
         return rc;
     struct mp_vwork_cost k = {.arg = v, .work_us = work_us, .expert_us = expert_us,
                               .fetch_us = v->fetch_us, .copy_engine = v->cl->copy_engine != 0};
     mp_compute_model_rank_clock(dev, mp_vworld_time_of(v->w, r->rank), &k);
+    rc = v->fn(c, dev, v->args[r->rank]);
+    ops->fini(dev);
+    return rc;
+}
+
+/* Run v->fn on a world of v->world virtual ranks, each on a thread, timed by v's costs. */
+static int run_world(struct vrun *v)
+{
+    int N = v->world, rc = MP_ERR_RUNTIME;
+    struct rank_run *runs = calloc((size_t)N, sizeof *runs);
+    void **args = calloc((size_t)N, sizeof *args);
+    v->rows = malloc((size_t)N * N * sizeof *v->rows); /* the widest EP group's exchange */
+    if (!runs || !args || !v->rows) {
+        mp_error("out of memory running %d virtual ranks", N);
+        goto out;
+    }
+    if ((rc = mp_vworld_create(&v->w, N, v->cl->gpus_per_node)) != MP_OK)
+        goto out;
+    mp_vworld_time(v->w, exchange_us, v);
+    for (int r = 0; r < N; r++) {
+        runs[r] = (struct rank_run){.v = v, .rank = r};
+        args[r] = &runs[r];
+    }
+    rc = mp_vworld_run(v->w, run_rank, args);
+out:
+    mp_vworld_free(v->w);
+    v->w = NULL;
+    free(runs);
+    free(args);
+    free(v->rows);
+    v->rows = NULL;
+    return rc;
+}
+
+/* A virtual rank of a layer point: mp_layer_run on the small model, rank 0's result kept. */
+static int layer_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+{
+    struct vrun *v = arg;
+    const struct mp_compute_ops *ops = &mp_compute_model_rank;
+    struct mp_layer *L = NULL;
+    struct mp_point_result mine;
+    memset(&mine, 0, sizeof mine);
     long total = v->run.batch * v->run.seq;
-    if ((rc = c->ops->split(c, v->tp, v->ep)) == MP_OK)
+    int rc = c->ops->split(c, v->tp, v->ep);
+    if (rc == MP_OK)
         rc = mp_layer_create(&L, ops, dev, c, &v->small, v->seed, total, 0,
                              v->run.overlap > 1 ? v->run.overlap : 1);
     if (rc == MP_OK) {
         mp_layer_count_rows_as(L, v->m->hidden, v->cl->elem_bytes, v->expert_bytes);
         rc = mp_layer_run(L, &v->run, &mine);
     }
-    if (r->rank == 0)
+    if (c->rank == 0)
         *v->res = mine;
     else
         mp_point_result_free(&mine);
     if (L)
         mp_layer_destroy(L);
-    ops->fini(dev);
     return rc;
 }
 
@@ -175,29 +220,21 @@ int mp_vrun_point(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     v.fetch_us = cl->pcie_bw > 0 ? v.expert_bytes / cl->pcie_bw * 1e6 : 0;
     mp_cost_ffn_prepare(cl, m->hidden, m->ffn / tp, pt->weight_dtype, pt->gemm, &v.fc);
     mp_cost_allreduce_prepare(cl, tp, &v.ar);
-    struct rank_run *runs = calloc((size_t)N, sizeof *runs);
-    void **args = calloc((size_t)N, sizeof *args);
-    v.rows = malloc((size_t)ep * ep * sizeof *v.rows);
-    rc = MP_ERR_RUNTIME;
-    if (!runs || !args || !v.rows) {
+    v.world = N;
+    v.fn = layer_rank;
+    void **args = malloc((size_t)N * sizeof *args);
+    if (!args) {
         mp_error("out of memory running %d virtual ranks", N);
-        goto out;
+        rc = MP_ERR_RUNTIME;
+    } else {
+        for (int r = 0; r < N; r++)
+            args[r] = &v;
+        v.args = args;
+        rc = run_world(&v);
     }
-    if ((rc = mp_vworld_create(&v.w, N, cl->gpus_per_node)) != MP_OK)
-        goto out;
-    mp_vworld_time(v.w, exchange_us, &v);
-    for (int r = 0; r < N; r++) {
-        runs[r] = (struct rank_run){.v = &v, .rank = r};
-        args[r] = &runs[r];
-    }
-    rc = mp_vworld_run(v.w, run_rank, args);
-out:
+    free(args);
     if (rc != MP_OK)
         mp_point_result_free(res);
-    mp_vworld_free(v.w);
-    free(runs);
-    free(args);
-    free(v.rows);
     res->wall_us = mp_now_us() - t_begin;
     res->timed_us = res->wall_us; /* the model's work is the whole point */
     return rc;
