@@ -1,9 +1,10 @@
 /* a2a_pattern.c - moeperf-a2a's MoE pattern: each routing draw's dispatch counts, per pair or
- * deduplicated, as a measured rank exchanges them, and as the cluster model times them for every
- * virtual EP rank in one process (a2a_pattern.h). */
+ * deduplicated, as each rank (measured, or one of the model's virtual ranks) exchanges them
+ * (a2a_pattern.h). */
 #include "a2a_pattern.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,6 @@
 #include "dispatch_plan.h"
 #include "error.h"
 #include "routing.h"
-#include "vlayer.h"
 
 /* One hop's counts of draw d from the dedup counts' rows[ep·ep] (e sends p rows[e·ep + p]) for
  * EP rank e; returns the rows e sends. */
@@ -62,6 +62,78 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
     mp_plan_send(plan, pl, e, tok0, ntok, ids, w);
 }
 
+/* The model's virtual ranks, threads of one process, count the same draws: the whole ep × ep
+ * counts of one draw (every chunk's, both hops) are worked out once, by the first rank to need
+ * them, and read by the others. Every rank leaves a draw through a collective (max_double)
+ * before any starts the next, so one draw is kept at a time. */
+struct shared_key {
+    long point; /* the sweep's point: its routing and placement, which each rank builds alike */
+    uint64_t seed;
+    long total;
+    int d, mode, tp, ep, gpn, nchunks;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct shared_key key;
+    int valid;
+    double *rows; /* [nchunks · 2 · ep · ep] */
+    size_t cap;
+} shared = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int same_key(const struct shared_key *a, const struct shared_key *b)
+{
+    return a->point == b->point && a->seed == b->seed && a->total == b->total &&
+           a->d == b->d && a->mode == b->mode && a->tp == b->tp && a->ep == b->ep &&
+           a->gpn == b->gpn && a->nchunks == b->nchunks;
+}
+
+/* Work out the counts of draw key->d of routing rt and placement pl into shared (ids, w: scratch
+ * of total·K). With the lock. */
+static int count_shared(const struct shared_key *key, const struct mp_routing *rt,
+                        const struct mp_placement *pl, int32_t *ids, float *w, int K)
+{
+    size_t cells = (size_t)key->ep * key->ep, need = (size_t)key->nchunks * 2 * cells;
+    struct mp_dedup_counts dc = {0};
+    if (need > shared.cap) {
+        double *grown = realloc(shared.rows, need * sizeof *grown);
+        if (!grown)
+            return MP_ERR_RUNTIME;
+        shared.rows = grown;
+        shared.cap = need;
+    }
+    if (mp_dedup_alloc(&dc, key->ep) != MP_OK)
+        return MP_ERR_RUNTIME;
+    mp_routing_draw(rt, key->seed, key->d, key->total, 0, key->total, ids, w);
+    for (int k = 0; k < key->nchunks; k++) {
+        mp_dedup_count_chunk((enum mp_dedup)key->mode, pl, ids, key->total, K, key->tp,
+                             key->gpn, key->nchunks, k, &dc);
+        memcpy(shared.rows + (size_t)k * 2 * cells, dc.rows, 2 * cells * sizeof *dc.rows);
+    }
+    mp_dedup_free(&dc);
+    shared.key = *key;
+    shared.valid = 1;
+    return MP_OK;
+}
+
+/* The counts of draw key->d, every chunk's both hops (rows + k·2·ep·ep), or NULL out of
+ * memory. */
+static const double *shared_draw(const struct shared_key *key, const struct mp_routing *rt,
+                                 const struct mp_placement *pl, int32_t *ids, float *w, int K)
+{
+    pthread_mutex_lock(&shared.mu);
+    int ok = shared.valid && same_key(&shared.key, key);
+    if (!ok) {
+        shared.valid = 0;
+        ok = count_shared(key, rt, pl, ids, w, K) == MP_OK;
+    }
+    const double *out = ok ? shared.rows : NULL;
+    pthread_mutex_unlock(&shared.mu);
+    if (!out)
+        mp_error("out of memory counting a draw of %ld tokens", key->total);
+    return out;
+}
+
 /* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` routing draws, each cut
  * into `nchunks` chunks of tokens (mp_dedup_count_chunk; 1: the whole batch), as
  * core/layer/dedup.c counts them, rows of a2a_row_bytes(dt) bytes plus the top-K ids and weights
@@ -72,7 +144,8 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
  * largest per-rank send over both hops, in c. */
 int a2a_counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_dedup mode,
                         enum mp_dtype dt, struct mp_session *s, const struct mp_routing *rt,
-                        const struct mp_placement *pl, long total, int ndraws, int nchunks)
+                        const struct mp_placement *pl, long total, int ndraws, int nchunks,
+                        long point)
 {
     struct mp_comm *cm = s->comm;
     int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK, node = mode == MP_DEDUP_NODE;
@@ -92,15 +165,27 @@ int a2a_counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_
     c2->row_bytes = c->row_bytes;
     int gpn = ranks_per_node(s);
     double sum_max = 0;
+    size_t cells = (size_t)ep * ep;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
-        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
+        struct shared_key key = {.point = point, .seed = (uint64_t)s->o.seed, .total = total,
+                                 .d = d, .mode = mode, .tp = cm->tp, .ep = ep, .gpn = gpn,
+                                 .nchunks = nchunks};
+        const double *rows = s->modelled ? shared_draw(&key, rt, pl, ids, w, K) : NULL;
+        if (s->modelled && !rows) {
+            rc = MP_ERR_RUNTIME;
+            break;
+        }
+        if (!rows)
+            mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
         long sent = 0;
         for (int k = 0; k < nchunks; k++) { /* chunks partition the tokens: their rows add up */
             int set = d * nchunks + k;
-            mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, gpn, nchunks, k, &dc);
-            sent += hop_counts(c, set, dc.rows, ep, e);
+            const double *chunk = rows ? rows + (size_t)k * 2 * cells : dc.rows;
+            if (!rows)
+                mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, gpn, nchunks, k, &dc);
+            sent += hop_counts(c, set, chunk, ep, e);
             if (node)
-                sent += hop_counts(c2, set, dc.rows + (size_t)ep * ep, ep, e);
+                sent += hop_counts(c2, set, chunk + cells, ep, e);
         }
         double mine = (double)sent * (double)c->row_bytes;
         rc = cm->ops->max_double(cm, &mine);
@@ -152,137 +237,4 @@ int a2a_counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_session 
     free(ids);
     free(w);
     return rc;
-}
-
-/* ---- the model (--backend model): every virtual EP rank's counts in this one process ---- */
-
-/* The model's time of one exchange round as a measured run times it: rows[e·ep + p] rows from EP
- * rank e to EP rank p, each of row_bytes bytes, timed by mp_cost_exchange_us of its traffic
- * (mp_vexchange_of, as the modelled layer's exchanges). */
-static double model_round_us(const struct mp_session *s, const double *rows, double row_bytes)
-{
-    const struct mp_comm *cm = s->comm;
-    struct mp_vexchange x;
-    mp_vexchange_of(rows, cm->ep, cm->tp, s->cluster.gpus_per_node, row_bytes, &x);
-    return mp_vexchange_us(&s->cluster, &x);
-}
-
-/* The model's uniform pattern: every EP rank sends what `c` (mp_a2a_counts_uniform) says, one
- * row of --bytes to each peer; its time into draw_us[0]. */
-int a2a_model_uniform(const struct mp_session *s, const struct mp_a2a_counts *c,
-                         double *draw_us)
-{
-    int ep = s->comm->ep;
-    double *rows = malloc(sizeof(double) * (size_t)ep * ep);
-    if (!rows) {
-        mp_error("out of memory modelling %d ranks", ep);
-        return MP_ERR_RUNTIME;
-    }
-    for (int e = 0; e < ep; e++)
-        for (int p = 0; p < ep; p++)
-            rows[(size_t)e * ep + p] = c->scount[p];
-    draw_us[0] = model_round_us(s, rows, (double)c->row_bytes);
-    free(rows);
-    return MP_OK;
-}
-
-/* The model's moe pattern per pair (--dedup pair): for each of `ndraws` draws every virtual EP
- * rank's plan as counts_moe makes each measured rank's (route_rank), the largest rank's send into
- * c->bytes_per_rank's mean over draws, and the exchange's time into draw_us[d]. */
-int a2a_model_moe(struct mp_a2a_counts *c, enum mp_dtype dt, const struct mp_session *s,
-                     const struct mp_routing *rt, const struct mp_placement *pl, long total,
-                     int ndraws, double *draw_us)
-{
-    int ep = s->comm->ep, K = s->model.topk, rc;
-    long most = (total + ep - 1) / ep; /* the most tokens a rank holds (mp_token_split) */
-    struct mp_plan plan;
-    int32_t *ids = malloc((size_t)(most > 0 ? most : 1) * K * sizeof *ids);
-    float *w = malloc((size_t)(most > 0 ? most : 1) * K * sizeof *w);
-    double *rows = malloc(sizeof(double) * (size_t)ep * ep);
-    rc = ids && w && rows ? mp_plan_alloc(&plan, ep, pl->max_local, most, K) : MP_ERR_RUNTIME;
-    if (rc != MP_OK) {
-        free(ids);
-        free(w);
-        free(rows);
-        mp_error("out of memory modelling %d ranks at %ld tokens", ep, total);
-        return MP_ERR_RUNTIME;
-    }
-    c->row_bytes = (size_t)a2a_row_bytes(s, dt);
-    double sum_max = 0;
-    for (int d = 0; d < ndraws; d++) {
-        double most_sent = 0;
-        for (int e = 0; e < ep; e++) {
-            route_rank(&plan, s, rt, pl, total, e, d, ids, w);
-            for (int p = 0; p < ep; p++)
-                rows[(size_t)e * ep + p] = plan.send_rows[p];
-            double mine = (double)plan.nsend * (double)c->row_bytes;
-            most_sent = mine > most_sent ? mine : most_sent;
-        }
-        sum_max += most_sent;
-        draw_us[d] = model_round_us(s, rows, (double)c->row_bytes);
-    }
-    c->bytes_per_rank = sum_max / ndraws;
-    mp_plan_free(&plan);
-    free(ids);
-    free(w);
-    free(rows);
-    return MP_OK;
-}
-
-/* The model's moe pattern deduplicated (`mode` rank or node): each draw's rows as counts_dedup
- * counts them, chunk by chunk (rows of a2a_row_bytes(dt) plus the metadata), the largest rank's
- * send over its hops and chunks into c->bytes_per_rank's mean, and the draw's time into
- * draw_us[d]: the chunks as a two-stage flow shop (docs/planning.md, "Overlapped node
- * forwarding"): chunk k's inter-node phase I_k follows chunk k−1's on the network, its intra-node
- * phase F_k starts once I_k has arrived and F_{k−1} is done; one chunk: I + F. */
-int a2a_model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtype dt,
-                       const struct mp_session *s, const struct mp_routing *rt,
-                       const struct mp_placement *pl, long total, int ndraws, int nchunks,
-                       double *draw_us)
-{
-    const struct mp_comm *cm = s->comm;
-    int ep = cm->ep, K = s->model.topk, hops = mode == MP_DEDUP_NODE ? 2 : 1;
-    size_t cells = (size_t)ep * ep;
-    struct mp_dedup_counts dc = {0};
-    int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
-    float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
-    double *sent = malloc(sizeof(double) * (size_t)ep);
-    if (!ids || !w || !sent || mp_dedup_alloc(&dc, ep) != MP_OK) {
-        free(ids);
-        free(w);
-        free(sent);
-        mp_dedup_free(&dc);
-        mp_error("out of memory modelling %d ranks at %ld tokens", ep, total);
-        return MP_ERR_RUNTIME;
-    }
-    c->row_bytes = (size_t)a2a_row_bytes(s, dt) + (size_t)mp_dedup_meta_bytes(mode, K);
-    double sum_max = 0;
-    for (int d = 0; d < ndraws; d++) {
-        mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
-        double inter_end = 0, intra_end = 0; /* the flow shop's two stages */
-        for (int e = 0; e < ep; e++)
-            sent[e] = 0;
-        for (int k = 0; k < nchunks; k++) {
-            mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, ranks_per_node(s), nchunks, k,
-                                 &dc);
-            for (int e = 0; e < ep; e++)
-                for (int h = 0; h < hops; h++)
-                    for (int p = 0; p < ep; p++)
-                        sent[e] += (int)dc.rows[h * cells + (size_t)e * ep + p];
-            inter_end += model_round_us(s, dc.rows, (double)c->row_bytes);
-            double fwd = hops > 1 ? model_round_us(s, dc.rows + cells, (double)c->row_bytes) : 0;
-            intra_end = fmax(inter_end, intra_end) + fwd;
-        }
-        double most_sent = 0;
-        for (int e = 0; e < ep; e++)
-            most_sent = fmax(most_sent, sent[e] * (double)c->row_bytes);
-        sum_max += most_sent;
-        draw_us[d] = intra_end;
-    }
-    c->bytes_per_rank = sum_max / ndraws;
-    mp_dedup_free(&dc);
-    free(ids);
-    free(w);
-    free(sent);
-    return MP_OK;
 }

@@ -1,5 +1,5 @@
-/* a2a_pattern.h - moeperf-a2a's MoE pattern: the dispatch counts of its routing draws, measured
- * (this rank's, exchanged) or modelled (every virtual EP rank's, timed by the cluster model). */
+/* a2a_pattern.h - moeperf-a2a's MoE pattern: the dispatch counts of its routing draws, each
+ * rank's own (measured ranks and the model's virtual ranks alike). */
 #ifndef MP_A2A_PATTERN_H
 #define MP_A2A_PATTERN_H
 
@@ -16,30 +16,18 @@ double a2a_row_bytes(const struct mp_session *s, enum mp_dtype dt);
 
 /* MoE deduplicated (`mode` rank or node): the dispatch counts of `ndraws` draws, each cut into
  * `nchunks` chunks, into c (and the node form's forwards into c2); c->bytes_per_rank the largest
- * per-rank send's mean. Collective. MP_OK or MP_ERR_RUNTIME. */
+ * per-rank send's mean. Collective. On the model (s->modelled), whose virtual ranks are threads
+ * of one process, each draw's counts of every rank are worked out once and shared among the
+ * ranks at the same `point` of the sweep (its index, which names its routing and placement).
+ * MP_OK or MP_ERR_RUNTIME. */
 int a2a_counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_dedup mode,
                      enum mp_dtype dt, struct mp_session *s, const struct mp_routing *rt,
-                     const struct mp_placement *pl, long total, int ndraws, int nchunks);
+                     const struct mp_placement *pl, long total, int ndraws, int nchunks,
+                     long point);
 
 /* MoE per pair: the dispatch counts of `ndraws` draws, exchanged now (untimed). Collective. */
 int a2a_counts_moe(struct mp_a2a_counts *c, enum mp_dtype dt, struct mp_session *s,
                    const struct mp_routing *rt, const struct mp_placement *pl, long total,
                    int ndraws);
-
-/* The model's uniform pattern (counts c from mp_a2a_counts_uniform): its time into draw_us[0]. */
-int a2a_model_uniform(const struct mp_session *s, const struct mp_a2a_counts *c, double *draw_us);
-
-/* The model's moe pattern per pair: every virtual EP rank's plan per draw, the largest send's
- * mean into c->bytes_per_rank and each draw's exchange time into draw_us[d]. */
-int a2a_model_moe(struct mp_a2a_counts *c, enum mp_dtype dt, const struct mp_session *s,
-                  const struct mp_routing *rt, const struct mp_placement *pl, long total,
-                  int ndraws, double *draw_us);
-
-/* The model's moe pattern deduplicated (`mode` rank or node), chunk by chunk as a two-stage flow
- * shop (docs/planning.md, "Overlapped node forwarding"): each draw's time into draw_us[d]. */
-int a2a_model_dedup(struct mp_a2a_counts *c, enum mp_dedup mode, enum mp_dtype dt,
-                    const struct mp_session *s, const struct mp_routing *rt,
-                    const struct mp_placement *pl, long total, int ndraws, int nchunks,
-                    double *draw_us);
 
 #endif

@@ -12,6 +12,7 @@
 #include "a2a_pattern.h"
 #include "a2acounts.h"
 #include "bench_opts.h"
+#include "compute.h"
 #include "clock.h"
 #include "console.h"
 #include "dedup.h"
@@ -24,7 +25,7 @@
 #include "routing.h"
 #include "session.h"
 #include "stats.h"
-#include "vlayer.h"
+#include "vrun.h"
 #include "watchdog.h"
 
 static const char *const pattern_choices[] = {"uniform", "moe", NULL};
@@ -360,9 +361,6 @@ struct a2a_run {
     int moe, np, npoints;
     void *bufs[4]; /* send, receive; an --overlap point's forwards out and in (else NULL) */
     double *mine, *all, *times; /* [iters]; all [iters·size] on rank 0 */
-    /* the model: the point's draws and each one's exchange time ([MP_ROUTING_POOL_DRAWS]) */
-    int ndraws;
-    double *draw_us;
     /* --min-busbw (rank 0): points below the floor, and the lowest one */
     int below;
     double lowest;
@@ -386,9 +384,7 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     p->overlap = 1;
     if (!r->moe) {
         p->bytes_per_peer = s->o.bytes.v[bi];
-        r->ndraws = 1;
-        int rc = mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
-        return rc == MP_OK && s->modelled ? a2a_model_uniform(s, cn, r->draw_us) : rc;
+            return mp_a2a_counts_uniform(cn, p->lay->ep, p->bytes_per_peer);
     }
     p->routing = s->o.routing.v[ri];
     p->group_limit = s->o.group_limit.v[gi];
@@ -405,22 +401,15 @@ static int point_counts(struct a2a_run *r, struct a2a_point *p, struct mp_a2a_co
     mp_dedup_parse(p->dedup, &mode); /* checked at start-up */
     long total = p->batch * s->o.seq;
     int rc;
-    r->ndraws = ndraws;
-    if (s->modelled)
-        rc = mode != MP_DEDUP_PAIR
-                 ? a2a_model_dedup(cn, mode, dt, s, rt, pl, total, ndraws, p->overlap, r->draw_us)
-                 : a2a_model_moe(cn, dt, s, rt, pl, total, ndraws, r->draw_us);
-    else
-        rc = mode != MP_DEDUP_PAIR
-                 ? a2a_counts_dedup(cn, cn2, mode, dt, s, rt, pl, total, ndraws, p->overlap)
-                 : a2a_counts_moe(cn, dt, s, rt, pl, total, ndraws);
+    rc = mode != MP_DEDUP_PAIR
+             ? a2a_counts_dedup(cn, cn2, mode, dt, s, rt, pl, total, ndraws, p->overlap, r->np)
+             : a2a_counts_moe(cn, dt, s, rt, pl, total, ndraws);
     p->bytes_per_peer = (long long)llround(cn->bytes_per_rank / p->lay->ep);
     return rc;
 }
 
-/* One point: its counts, then (unless --resume found it) measured under the watchdog, or on the
- * model each timed iteration the time of its draw (iteration i routes draw (warmup + i) mod
- * ndraws, as the measured exchange does), and written. */
+/* One point: its counts, then (unless --resume found it) measured (under the watchdog, but on
+ * the model's virtual ranks) and written. */
 static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struct mp_routing *rt,
                      const struct a2a_index *ix, const struct mp_placement *pl)
 {
@@ -448,16 +437,11 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
                  p.routing ? p.routing : "-", p.group_limit ? p.group_limit : "-",
                  p.placement ? p.placement : "-", p.dedup ? p.dedup : "-", p.overlap,
                  p.dispatch_dtype ? p.dispatch_dtype : "-", p.batch, p.bytes_per_peer);
-        if (s->modelled) {
-            for (int i = 0; i < s->o.iters; i++)
-                r->times[i] = r->draw_us[(s->o.warmup + i) % r->ndraws];
-        } else {
+        if (!s->modelled) /* virtual ranks cannot hang */
             mp_watchdog_arm(s->o.timeout, point);
-            rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->bufs, r->mine, r->all,
-                           r->times);
-            if (rc == MP_OK)
-                mp_watchdog_disarm();
-        }
+        rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->bufs, r->mine, r->all, r->times);
+        if (rc == MP_OK && !s->modelled)
+            mp_watchdog_disarm();
         double busbw = 0;
         if (rc == MP_OK && s->comm->rank == 0)
             rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times, &busbw);
@@ -601,25 +585,19 @@ static int check_overlap(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
-/* Buffers for `max_bytes` (written through before timing; with --overlap above 1 two more for the
- * forwards) and the sample arrays; the model moves no data: the sample arrays and each draw's
- * time alone. */
+/* What the model's virtual ranks hand the exchanges for buffers: they move no bytes. */
+static char no_buffer[64];
+
+/* The sample arrays, and buffers for `max_bytes` (written through before timing; with --overlap
+ * above 1 two more for the forwards); the model's ranks hold none (no_buffer). */
 static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
 {
     struct mp_session *s = r->s;
     r->times = calloc((size_t)s->o.iters, sizeof *r->times);
-    if (s->modelled) {
-        r->draw_us = calloc(MP_ROUTING_POOL_DRAWS, sizeof *r->draw_us);
-        if (!r->times || !r->draw_us) {
-            mp_error("out of memory");
-            return MP_ERR_RUNTIME;
-        }
-        return MP_OK;
-    }
     size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
     int nbufs = r->moe && max_overlap(s) > 1 ? 4 : 2;
     for (int i = 0; i < nbufs; i++)
-        if (!(r->bufs[i] = s->cops->alloc(s->dev, elems))) {
+        if (!(r->bufs[i] = s->modelled ? no_buffer : s->cops->alloc(s->dev, elems))) {
             mp_error("out of memory for %zu-byte buffers", max_bytes);
             return MP_ERR_RUNTIME;
         }
@@ -629,9 +607,64 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    for (int i = 0; i < nbufs; i += 2)
+    for (int i = 0; i < nbufs && !s->modelled; i += 2)
         touch_buffers(s, r->bufs[i], r->bufs[i + 1], elems);
     return MP_OK;
+}
+
+/* The model: every virtual rank runs the sweep as a measured rank does (a2a_layout), on a
+ * session of its own whose comm and compute are that rank's (core/cluster_model/vrun.h); rank 0
+ * writes the files and prints. */
+struct model_sweep {
+    struct a2a_run *r;
+    const struct mp_layout *layouts;
+    int nlayouts;
+    size_t max_bytes;
+};
+
+static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+{
+    const struct model_sweep *m = arg;
+    struct mp_session rs = *m->r->s;
+    rs.comm = c;
+    rs.cops = &mp_compute_model_rank;
+    rs.dev = dev;
+    if (c->rank != 0)
+        rs.run = NULL;
+    struct a2a_run rr = *m->r;
+    rr.s = &rs;
+    rr.times = rr.mine = rr.all = NULL;
+    int rc = a2a_alloc(&rr, m->max_bytes);
+    for (int li = 0; li < m->nlayouts && rc == MP_OK; li++)
+        rc = a2a_layout(&rr, &m->layouts[li]);
+    if (c->rank == 0) { /* the floor's count, for check_floor */
+        m->r->below = rr.below;
+        m->r->lowest = rr.lowest;
+        memcpy(m->r->lowest_point, rr.lowest_point, sizeof rr.lowest_point);
+    }
+    free(rr.mine);
+    free(rr.all);
+    free(rr.times);
+    return rc;
+}
+
+static int model_sweep(struct a2a_run *r, const struct mp_layout *layouts, int nlayouts,
+                       size_t max_bytes)
+{
+    struct mp_session *s = r->s;
+    int n = s->comm->size;
+    struct model_sweep m = {.r = r, .layouts = layouts, .nlayouts = nlayouts,
+                            .max_bytes = max_bytes};
+    void **args = malloc((size_t)n * sizeof *args);
+    if (!args) {
+        mp_error("out of memory for %d virtual ranks", n);
+        return MP_ERR_RUNTIME;
+    }
+    for (int i = 0; i < n; i++)
+        args[i] = &m;
+    int rc = mp_vrun_world(&s->cluster, &s->model, n, model_rank, args);
+    free(args);
+    return rc;
 }
 
 /* --min-busbw, once every point is measured and written: how many fell below the floor, shared
@@ -691,7 +724,8 @@ int main(int argc, char **argv)
     /* buffers sized once for the largest point, after refusing points no count can express */
     size_t max_bytes = 0;
     MP_CHECK(buffer_bytes(&s, r.moe, layouts, nlayouts, &max_bytes));
-    MP_CHECK(a2a_alloc(&r, max_bytes));
+    if (!s.modelled)
+        MP_CHECK(a2a_alloc(&r, max_bytes));
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
@@ -699,7 +733,9 @@ int main(int argc, char **argv)
                                         s.o.dedup.n * s.o.overlap.n * s.o.dispatch_dtype.n *
                                         mp_sweep_nbatch(&s.o)
                                   : s.o.bytes.n);
-    for (int li = 0; li < nlayouts && rc == MP_OK; li++)
+    if (s.modelled)
+        MP_CHECK(model_sweep(&r, layouts, nlayouts, max_bytes));
+    for (int li = 0; li < nlayouts && rc == MP_OK && !s.modelled; li++)
         MP_CHECK(a2a_layout(&r, &layouts[li]));
     MP_CHECK(check_floor(&s, &r));
 out:
@@ -711,7 +747,6 @@ out:
         for (int i = 0; i < 4; i++)
             if (r.bufs[i])
                 s.cops->free(s.dev, r.bufs[i]);
-    free(r.draw_us);
     free(r.mine);
     free(r.all);
     free(r.times);

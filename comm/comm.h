@@ -194,6 +194,9 @@ struct mp_vtime *mp_vworld_time_of(struct mp_vworld *w, int r);
  * other collectives take none. */
 void mp_vworld_time(struct mp_vworld *w,
                     double (*cost)(void *arg, const struct mp_vworld_exchange *x), void *arg);
+/* From now on the world's exchanges of rows check their counts and move no bytes: ranks that
+ * hold no buffers (timing alone). */
+void mp_vworld_nodata(struct mp_vworld *w);
 /* Run fn(rank r's communicator, args[r]) for every rank at once, each on its own thread; a rank
  * that fails makes the others' collectives fail rather than wait. The first failure's status. */
 int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args);

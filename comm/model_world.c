@@ -46,6 +46,7 @@ struct mp_vworld {
     struct mp_vtime *time; /* [n] each rank's virtual time */
     double (*cost)(void *arg, const struct mp_vworld_exchange *x);
     void *cost_arg;
+    int nodata; /* exchanges check their counts and move no bytes (mp_vworld_nodata) */
 };
 
 struct rank_state {
@@ -117,7 +118,7 @@ static int perform(struct mp_vworld *w, struct mp_comm *c, int kind, enum op op,
                              "expects %d", who[i], rows, who[j], calls[j]->rcount[i]);
                     return MP_ERR_RUNTIME;
                 }
-                if (rows > 0)
+                if (rows > 0 && !w->nodata)
                     memcpy((char *)calls[j]->recv + (size_t)calls[j]->rdispl[i] * calls[j]->bytes,
                            (const char *)calls[i]->send +
                                (size_t)calls[i]->sdispl[j] * calls[i]->bytes,
@@ -517,6 +518,8 @@ void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_
 }
 
 struct mp_vtime *mp_vworld_time_of(struct mp_vworld *w, int r) { return &w->time[r]; }
+
+void mp_vworld_nodata(struct mp_vworld *w) { w->nodata = 1; }
 
 void mp_vworld_time(struct mp_vworld *w,
                     double (*cost)(void *arg, const struct mp_vworld_exchange *x), void *arg)

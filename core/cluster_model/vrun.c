@@ -37,6 +37,9 @@ struct vrun {
     struct mp_point_result *res; /* rank 0's */
     struct mp_vworld *w;
     int world;
+    /* the exchange benchmark's world (mp_vrun_world): rows of the bytes they are given, moved
+     * nowhere, each exchange the round alone */
+    int real_rows;
     /* what each virtual rank runs, with its comm and its compute on the world's clock */
     int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg);
     void *const *args;
@@ -66,6 +69,8 @@ static double work_us(void *arg, const struct mp_vwork *w)
  * activation row's. */
 static double real_row_bytes(const struct vrun *v, size_t bytes)
 {
+    if (v->real_rows)
+        return (double)bytes;
     if (bytes == v->meta_row)
         return v->meta_bytes;
     if (bytes == v->small_drow && bytes != v->small_row)
@@ -81,8 +86,11 @@ static double exchange_us(void *arg, const struct mp_vworld_exchange *x)
     struct vrun *v = arg;
     const struct mp_cluster *cl = v->cl;
     if (x->reduce)
-        return mp_cost_allreduce_prepared_us(&v->ar, (double)x->elems / v->small.hidden *
-                                                         v->row_bytes);
+        return v->real_rows ? mp_cost_allreduce_us(cl, (double)x->elems * cl->elem_bytes,
+                                                   x->nmembers)
+                            : mp_cost_allreduce_prepared_us(&v->ar, (double)x->elems /
+                                                                        v->small.hidden *
+                                                                        v->row_bytes);
     int ep = x->ep, tp = v->world / ep; /* the layout the ranks split into */
     size_t cells = (size_t)ep * ep;
     for (size_t i = 0; i < cells; i++)
@@ -92,7 +100,7 @@ static double exchange_us(void *arg, const struct mp_vworld_exchange *x)
                     x->counts ? 1 : real_row_bytes(v, x->row_bytes), &e);
     if (x->counts)
         return mp_cost_exchange_us(cl, 0, 0, e.uses_intra, e.uses_inter, 1);
-    return cl->launch_us + mp_vexchange_us(cl, &e);
+    return (v->real_rows ? 0 : cl->launch_us) + mp_vexchange_us(cl, &e);
 }
 
 /* One cached expert's FFN on `rows` (the cache's timeline runs each on its own). */
@@ -139,6 +147,8 @@ static int run_world(struct vrun *v)
     if ((rc = mp_vworld_create(&v->w, N, v->cl->gpus_per_node)) != MP_OK)
         goto out;
     mp_vworld_time(v->w, exchange_us, v);
+    if (v->real_rows)
+        mp_vworld_nodata(v->w);
     for (int r = 0; r < N; r++) {
         runs[r] = (struct rank_run){.v = v, .rank = r};
         args[r] = &runs[r];
@@ -152,6 +162,14 @@ out:
     free(v->rows);
     v->rows = NULL;
     return rc;
+}
+
+int mp_vrun_world(const struct mp_cluster *cl, const struct mp_model *m, int world,
+                  int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg),
+                  void *const *args)
+{
+    struct vrun v = {.cl = cl, .m = m, .world = world, .real_rows = 1, .fn = fn, .args = args};
+    return run_world(&v);
 }
 
 /* A virtual rank of a layer point: mp_layer_run on the small model, rank 0's result kept. */
