@@ -70,7 +70,8 @@ int ffn_work_plan(struct ffn_work *w, const struct mp_session *s, const struct m
             rows += cnt[(size_t)e * ml + i];
             active += cnt[(size_t)e * ml + i] > 0;
         }
-        if (rows > w->crit_rows) {
+        /* the most rows, and of ranks alike in rows the most experts (the most weights read) */
+        if (rows > w->crit_rows || (rows == w->crit_rows && active > w->crit_active)) {
             w->crit_rows = rows;
             w->crit_active = active;
         }
@@ -150,6 +151,8 @@ int ffn_wcache_init(struct ffn_wcache *wc, const struct mp_session *s, int tp, e
     wc->n = s->model.experts + s->model.shared;
     wc->wgu = calloc((size_t)wc->n, sizeof(void *));
     wc->wd = calloc((size_t)wc->n, sizeof(void *));
+    if (s->cops->memory == MP_MEMORY_VIRTUAL) /* no weights to generate: they hold nothing */
+        return wc->wgu && wc->wd ? MP_OK : (ffn_wcache_free(wc, s), MP_ERR_RUNTIME);
     wc->hgu = malloc(H * 2 * Dl * sizeof(float));
     wc->hd = malloc(Dl * H * sizeof(float));
     if (!wc->wgu || !wc->wd || !wc->hgu || !wc->hd) {
@@ -168,6 +171,11 @@ int ffn_wcache_load(struct ffn_wcache *wc, const struct mp_session *s, int exper
     size_t H = (size_t)s->model.hidden, Dl = (size_t)(s->model.ffn / c->tp);
     if (wc->wgu[expert])
         return MP_OK;
+    if (s->cops->memory == MP_MEMORY_VIRTUAL) { /* a name per expert, holding nothing */
+        wc->wgu[expert] = &wc->wgu[expert];
+        wc->wd[expert] = &wc->wd[expert];
+        return MP_OK;
+    }
     mp_weights_expert((uint64_t)s->o.seed, expert, s->model.hidden, s->model.ffn, c->tp,
                       c->tp_rank, wc->blocked, wc->hgu, wc->hd);
     return mp_expert_store(s->cops, s->dev, wc->dt, expert, (int)H, (int)Dl, wc->hgu, wc->hd,
@@ -199,6 +207,8 @@ int ffn_memory_guard(const struct mp_session *s, const struct ffn_wcache *wc, co
     struct mp_comm *c = s->comm;
     double H = m->hidden, Dl = (double)m->ffn / c->tp, elem = (double)s->cops->elem_size;
     int fresh = 0;
+    if (s->cops->memory == MP_MEMORY_VIRTUAL) /* holds nothing */
+        return MP_OK;
     for (int i = 0; i < w->nact; i++)
         fresh += !wc->wgu[w->act_ids[i]];
     for (int i = 0; i < m->shared; i++)
@@ -247,8 +257,10 @@ int ffn_bufs_make(struct ffn_bufs *b, const struct mp_session *s, struct ffn_wca
     if (routed > maxrows) /* grouped and skinny GEMMs hold every expert's rows at once */
         maxrows = routed;
     b->work = o->alloc(s->dev, (maxrows ? maxrows : 1) * 2 * Dl);
-    host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
-    if (!b->wgu || !b->wd || !b->in || !b->xs || !b->out || !b->work || !host) {
+    int virtual = o->memory == MP_MEMORY_VIRTUAL; /* buffers that hold nothing: no inputs */
+    if (!virtual)
+        host = malloc(((routed > tok ? routed : tok) + 1) * H * sizeof(float));
+    if (!b->wgu || !b->wd || !b->in || !b->xs || !b->out || !b->work || (!virtual && !host)) {
         mp_error("out of memory for the buffers of %zu rows", routed + S * tok);
         rc = MP_ERR_RUNTIME;
         goto out;
@@ -265,11 +277,11 @@ int ffn_bufs_make(struct ffn_bufs *b, const struct mp_session *s, struct ffn_wca
         b->wd[w->nact + i] = wc->wd[m->experts + i];
     }
     /* routed rows hold their tokens' activations; the shared experts read the rank's own tokens */
-    for (size_t i = 0; i < routed; i++)
+    for (size_t i = 0; i < routed && !virtual; i++)
         mp_activations((uint64_t)s->o.seed, w->row_tok[i], 1, (int)H, host + i * H);
-    if (routed)
+    if (routed && !virtual)
         MP_CHECK(o->upload(s->dev, b->in, host, routed * H));
-    if (tok) {
+    if (tok && !virtual) {
         mp_activations((uint64_t)s->o.seed, w->tok0, (long)tok, (int)H, host);
         MP_CHECK(o->upload(s->dev, b->xs, host, tok * H));
     }

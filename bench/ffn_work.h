@@ -13,7 +13,8 @@
  * row layout. */
 struct ffn_work {
     long total, tokens_per_rank;
-    long crit_rows;   /* rows of the EP rank with the most rows, shared rows included */
+    long crit_rows;   /* rows of the EP rank with the most rows, shared rows included (of such
+                       * ranks, the one with the most active experts) */
     int crit_active;  /* its experts with at least one row, shared included */
     long tok0, ntok;  /* this rank's own tokens */
     int nact;         /* this rank's local experts with at least one row */

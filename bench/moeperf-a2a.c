@@ -596,8 +596,9 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
     r->times = calloc((size_t)s->o.iters, sizeof *r->times);
     size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
     int nbufs = r->moe && max_overlap(s) > 1 ? 4 : 2;
+    int virtual = s->cops->memory == MP_MEMORY_VIRTUAL;
     for (int i = 0; i < nbufs; i++)
-        if (!(r->bufs[i] = s->modelled ? no_buffer : s->cops->alloc(s->dev, elems))) {
+        if (!(r->bufs[i] = virtual ? no_buffer : s->cops->alloc(s->dev, elems))) {
             mp_error("out of memory for %zu-byte buffers", max_bytes);
             return MP_ERR_RUNTIME;
         }
@@ -607,7 +608,7 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
-    for (int i = 0; i < nbufs && !s->modelled; i += 2)
+    for (int i = 0; i < nbufs && !virtual; i += 2)
         touch_buffers(s, r->bufs[i], r->bufs[i + 1], elems);
     return MP_OK;
 }
@@ -625,12 +626,8 @@ struct model_sweep {
 static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
 {
     const struct model_sweep *m = arg;
-    struct mp_session rs = *m->r->s;
-    rs.comm = c;
-    rs.cops = &mp_compute_model_rank;
-    rs.dev = dev;
-    if (c->rank != 0)
-        rs.run = NULL;
+    struct mp_session rs;
+    mp_session_virtual_rank(m->r->s, c, dev, &rs);
     struct a2a_run rr = *m->r;
     rr.s = &rs;
     rr.times = rr.mine = rr.all = NULL;
@@ -652,19 +649,9 @@ static int model_sweep(struct a2a_run *r, const struct mp_layout *layouts, int n
                        size_t max_bytes)
 {
     struct mp_session *s = r->s;
-    int n = s->comm->size;
     struct model_sweep m = {.r = r, .layouts = layouts, .nlayouts = nlayouts,
                             .max_bytes = max_bytes};
-    void **args = malloc((size_t)n * sizeof *args);
-    if (!args) {
-        mp_error("out of memory for %d virtual ranks", n);
-        return MP_ERR_RUNTIME;
-    }
-    for (int i = 0; i < n; i++)
-        args[i] = &m;
-    int rc = mp_vrun_world(&s->cluster, &s->model, n, model_rank, args);
-    free(args);
-    return rc;
+    return mp_vrun_world(&s->cluster, &s->model, s->comm->size, model_rank, &m);
 }
 
 /* --min-busbw, once every point is measured and written: how many fell below the floor, shared
@@ -724,8 +711,7 @@ int main(int argc, char **argv)
     /* buffers sized once for the largest point, after refusing points no count can express */
     size_t max_bytes = 0;
     MP_CHECK(buffer_bytes(&s, r.moe, layouts, nlayouts, &max_bytes));
-    if (!s.modelled)
-        MP_CHECK(a2a_alloc(&r, max_bytes));
+    MP_CHECK(a2a_alloc(&r, max_bytes));
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s);
@@ -743,7 +729,7 @@ out:
      * not behind exchanges the other ranks will never join */
     rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
-    if (s.dev && !s.modelled)
+    if (s.dev && s.cops->memory != MP_MEMORY_VIRTUAL)
         for (int i = 0; i < 4; i++)
             if (r.bufs[i])
                 s.cops->free(s.dev, r.bufs[i]);

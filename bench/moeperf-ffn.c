@@ -28,6 +28,7 @@
 #include "session.h"
 #include "stats.h"
 #include "topo.h"
+#include "vrun.h"
 #include "weight_cache.h"
 #include "weights.h"
 
@@ -464,9 +465,8 @@ static int cache_for_point(const struct mp_session *s, const struct ffn_wcache *
 }
 
 /* One point: skipped when --resume found it, else planned, checked against the memory budget,
- * measured and written. On the model: planned alike, and every iteration takes the critical
- * rank's mp_cost_expert_ffn_us (its rows and active experts, the flops and weight_bytes written),
- * against the profile's roofline for the point's weights. */
+ * measured (on the model: by the virtual ranks' clocks, against the profile's roofline for the
+ * point's weights) and written. */
 static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct ffn_wcache *wc, int ri,
                      int pi, const struct mp_placement *pl, int bi, int ci)
 {
@@ -497,22 +497,16 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct ffn_w
     struct ffn_work w;
     double peak[2] = {wc->dt == MP_DTYPE_FP8 ? sw->peak[2] : sw->peak[0], sw->peak[1]};
     int rc = ffn_work_plan(&w, s, lay, &sw->routings[ri], pl, batch);
-    if (rc == MP_OK && s->modelled) {
-        double us = mp_cost_expert_ffn_us(&s->cluster, s->model.hidden, s->model.ffn / lay->tp,
-                                           (double)w.crit_rows, w.crit_active, (int)wc->dt,
-                                           sw->gemm);
-        for (int i = 0; i < s->o.iters; i++)
-            sw->ffn[i] = us;
-        model_peaks(&s->cluster, wc->dt, s->o.gemm, peak);
-    } else if (rc == MP_OK) {
-        struct mp_weight_cache cache = {0};
+    struct mp_weight_cache cache = {0};
+    if (rc == MP_OK)
         rc = ffn_memory_guard(s, wc, &w, batch);
-        if (rc == MP_OK)
-            rc = cache_for_point(s, wc, &sw->routings[ri], pl, &spec, &cache);
-        if (rc == MP_OK)
-            rc = run_point(s, wc, &w, sw->gemm, &cache, sw->ffn, &sw->cache);
-        mp_weight_cache_free(&cache);
-    }
+    if (rc == MP_OK)
+        rc = cache_for_point(s, wc, &sw->routings[ri], pl, &spec, &cache);
+    if (rc == MP_OK)
+        rc = run_point(s, wc, &w, sw->gemm, &cache, sw->ffn, &sw->cache);
+    mp_weight_cache_free(&cache);
+    if (s->modelled) /* the roofline the profile gives the point's weights */
+        model_peaks(&s->cluster, wc->dt, s->o.gemm, peak);
     if (rc == MP_OK && s->comm->rank == 0)
         rc = write_point(s, sw->f, lay, rname, pname, wc->dt, cword, batch, &w, sw->ffn, peak,
                          spec.slots > 0 ? &sw->cache : NULL);
@@ -530,9 +524,7 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
         enum mp_dtype dt;
         struct ffn_wcache wc = {0};
         mp_dtype_parse("--weight-dtype", s->o.weight_dtype.v[wi], &dt); /* checked in main */
-        if (s->modelled) /* no weights: their dtype alone */
-            wc.dt = dt;
-        else if ((rc = ffn_wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
+        if ((rc = ffn_wcache_init(&wc, s, lay->tp, dt)) != MP_OK)
             break;
         for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
             for (int pi = 0; pi < s->o.placement.n && rc == MP_OK; pi++) {
@@ -551,6 +543,41 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
         ffn_wcache_free(&wc, s);
     }
     return rc;
+}
+
+/* The model: every virtual rank runs the sweep as a measured rank does (ffn_layout), on a
+ * session of its own whose comm and compute are that rank's (core/cluster_model/vrun.h: an FFN
+ * phase costs the profile's roofline of its rows and experts); rank 0 writes the files. */
+struct model_sweep {
+    struct sweep *sw;
+    const struct mp_layout *layouts;
+    int nlayouts;
+};
+
+static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+{
+    const struct model_sweep *m = arg;
+    struct mp_session rs;
+    mp_session_virtual_rank(m->sw->s, c, dev, &rs);
+    struct sweep rsw = *m->sw;
+    rsw.s = &rs;
+    rsw.ffn = malloc((size_t)rs.o.iters * sizeof *rsw.ffn);
+    rsw.cache.fetch_us = malloc((size_t)rs.o.iters * sizeof *rsw.cache.fetch_us);
+    int rc = rsw.ffn && rsw.cache.fetch_us ? MP_OK : MP_ERR_RUNTIME;
+    if (rc != MP_OK)
+        mp_error("out of memory");
+    for (int li = 0; li < m->nlayouts && rc == MP_OK; li++)
+        rc = ffn_layout(&rsw, &m->layouts[li]);
+    free(rsw.ffn);
+    free(rsw.cache.fetch_us);
+    return rc;
+}
+
+static int model_sweep(struct sweep *sw, const struct mp_layout *layouts, int nlayouts)
+{
+    struct mp_session *s = sw->s;
+    struct model_sweep m = {.sw = sw, .layouts = layouts, .nlayouts = nlayouts};
+    return mp_vrun_world(&s->cluster, &s->model, s->comm->size, model_rank, &m);
 }
 
 /* Refuse a --weight-dtype word that is not a type, or one the backend cannot store (exit 2). */
@@ -634,7 +661,9 @@ int main(int argc, char **argv)
         print_header(&s, sw.peak);
     sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n *
                mp_sweep_nbatch(&s.o) * s.o.expert_cache.n;
-    for (int li = 0; li < nlayouts; li++)
+    if (s.modelled)
+        MP_CHECK(model_sweep(&sw, layouts, nlayouts));
+    for (int li = 0; li < nlayouts && !s.modelled; li++)
         MP_CHECK(ffn_layout(&sw, &layouts[li]));
 out:
     if (s.run)

@@ -38,10 +38,8 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
     REQUIRE((o->weight_dtypes & MP_DTYPE_BIT(MP_DTYPE_BF16)) &&
                 !(o->weight_dtypes & ~(MP_DTYPE_BIT(MP_DTYPE_COUNT) - 1)),
             "has weight dtypes 0x%x (bf16 needed, nothing beyond fp8)", o->weight_dtypes);
-    REQUIRE(o->memory == MP_MEMORY_VIRTUAL
-                ? !o->fp8_pack && !o->fp8_unpack
-                : !!(o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) ==
-                      (o->fp8_pack && o->fp8_unpack) && !o->fp8_pack == !o->fp8_unpack,
+    REQUIRE(!!(o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8)) ==
+                    (o->fp8_pack && o->fp8_unpack) && !o->fp8_pack == !o->fp8_unpack,
             "%s fp8 dispatch but fills %s of fp8_pack and fp8_unpack",
             o->dispatch_dtypes & MP_DTYPE_BIT(MP_DTYPE_FP8) ? "claims" : "does not claim",
             o->fp8_pack || o->fp8_unpack ? "some" : "neither");
@@ -56,22 +54,19 @@ int mp_compute_check(const struct mp_compute_ops *o, char *why, size_t len)
             "has fp8 gemm modes 0x%x with weight dtypes 0x%x and gemm modes 0x%x (some exactly "
             "with fp8 weights, none beyond loop and its gemm modes)", o->fp8_gemm_modes,
             o->weight_dtypes, o->gemm_modes);
-    /* the data hooks: all of them on a backend that holds data, none on a virtual one */
+    /* the data hooks: all of them on every backend (a virtual one's hold and move nothing) */
     int data = !!o->alloc + !!o->free + !!o->upload + !!o->download + !!o->upload_bytes +
                !!o->download_bytes + !!o->gate + !!o->permute + !!o->copy_rows +
                !!o->expert_ffn + !!o->combine + !!o->plan_setup + !!o->plan_build + !!o->mark +
                !!o->elapsed_us + !!o->measure_peak + !!o->cache_setup + !!o->cache_fetch +
                !!o->cache_release + !!o->cache_exposed_us;
-    if (o->memory == MP_MEMORY_VIRTUAL) {
-        REQUIRE(data == 0 && !o->flush_cache && !o->preselect,
-                "is virtual but fills a hook that moves data");
-    } else {
-        REQUIRE(data == 20, "holds data but lacks one of alloc, free, upload, download, "
-                            "upload_bytes, download_bytes, gate, permute, copy_rows, expert_ffn, "
-                            "combine, plan_setup, plan_build, mark, elapsed_us, measure_peak, "
-                            "cache_setup, cache_fetch, cache_release, cache_exposed_us");
-        REQUIRE(o->check_tolerance > 0, "holds data but has no --check tolerance");
-    }
+    REQUIRE(data == 20, "lacks one of alloc, free, upload, download, upload_bytes, "
+                        "download_bytes, gate, permute, copy_rows, expert_ffn, combine, "
+                        "plan_setup, plan_build, mark, elapsed_us, measure_peak, cache_setup, "
+                        "cache_fetch, cache_release, cache_exposed_us");
+    REQUIRE(o->check_tolerance > 0, "has no --check tolerance");
+    REQUIRE(o->memory != MP_MEMORY_VIRTUAL || (!o->flush_cache && !o->preselect),
+            "is virtual but flushes a cache or preselects a device");
     /* device memory: the stream a device comm backend orders its collectives with */
     REQUIRE((o->memory == MP_MEMORY_DEVICE) == !!o->native_stream,
             "has %s memory but %s native_stream",

@@ -98,8 +98,8 @@ enum mp_dtype { MP_DTYPE_BF16, MP_DTYPE_FP8, MP_DTYPE_COUNT };
 #define MP_DTYPE_BIT(d) (1u << (d))
 
 /* The ops table of a compute backend. Its capability data come first and must agree with the
- * hooks it fills (mp_compute_check, run on every lookup): a host or device backend fills every
- * kernel hook, a virtual one none of them; graph iff the capture hooks; device memory iff
+ * hooks it fills (mp_compute_check, run on every lookup): every backend fills every kernel hook
+ * (a virtual one's hold and move no data); graph iff the capture hooks; device memory iff
  * native_stream. The fields are in declaration order because the CUDA backend (C++) initialises
  * them by designator, which C++ requires in that order. */
 struct mp_compute_ops {
@@ -295,6 +295,7 @@ struct mp_vwork {
     long plan_tokens; /* the tokens they routed */
     int ffn_calls;   /* expert FFN calls, and the rows and experts with rows they ran */
     double ffn_rows, ffn_active;
+    int ffn_H, ffn_Dl, ffn_weight_dtype, ffn_gemm; /* the last call's shape and kinds */
     double delay_us; /* host delays (mp_compute_delay: the debug straggler) */
 };
 struct mp_vwork_cost {

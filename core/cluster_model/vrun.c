@@ -40,9 +40,11 @@ struct vrun {
     /* the exchange benchmark's world (mp_vrun_world): rows of the bytes they are given, moved
      * nowhere, each exchange the round alone */
     int real_rows;
-    /* what each virtual rank runs, with its comm and its compute on the world's clock */
+    /* what each virtual rank runs, with its comm and its compute (of table `ops`) on the
+     * world's clock */
+    const struct mp_compute_ops *ops;
     int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg);
-    void *const *args;
+    void *arg;
 };
 
 /* The compute a rank queued since its last mark: a dispatch plan is the routing kernel's launch
@@ -60,7 +62,10 @@ static double work_us(void *arg, const struct mp_vwork *w)
             us += 2.0 * v->m->hidden * v->m->experts * (double)w->plan_tokens /
                   (cl->flops * cl->flops_eff) * 1e6;
     }
-    if (w->ffn_calls > 0)
+    if (w->ffn_calls > 0 && v->real_rows) /* the shape the calls name */
+        us += mp_cost_expert_ffn_us(cl, w->ffn_H, w->ffn_Dl, w->ffn_rows, (int)w->ffn_active,
+                                    w->ffn_weight_dtype, w->ffn_gemm);
+    else if (w->ffn_calls > 0) /* the point's real shape, for the traced ranks' small rows */
         us += mp_cost_ffn_prepared_us(&v->fc, w->ffn_rows, (int)w->ffn_active);
     return us;
 }
@@ -120,7 +125,7 @@ static int run_rank(struct mp_comm *c, void *arg)
 {
     struct rank_run *r = arg;
     struct vrun *v = r->v;
-    const struct mp_compute_ops *ops = &mp_compute_model_rank;
+    const struct mp_compute_ops *ops = v->ops;
     struct mp_compute *dev = NULL;
     int rc = ops->init(&dev, 0);
     if (rc != MP_OK)
@@ -128,7 +133,7 @@ static int run_rank(struct mp_comm *c, void *arg)
     struct mp_vwork_cost k = {.arg = v, .work_us = work_us, .expert_us = expert_us,
                               .fetch_us = v->fetch_us, .copy_engine = v->cl->copy_engine != 0};
     mp_compute_model_rank_clock(dev, mp_vworld_time_of(v->w, r->rank), &k);
-    rc = v->fn(c, dev, v->args[r->rank]);
+    rc = v->fn(c, dev, v->arg);
     ops->fini(dev);
     return rc;
 }
@@ -165,10 +170,10 @@ out:
 }
 
 int mp_vrun_world(const struct mp_cluster *cl, const struct mp_model *m, int world,
-                  int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg),
-                  void *const *args)
+                  int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg), void *arg)
 {
-    struct vrun v = {.cl = cl, .m = m, .world = world, .real_rows = 1, .fn = fn, .args = args};
+    struct vrun v = {.cl = cl, .m = m, .world = world, .real_rows = 1, .ops = &mp_compute_model,
+                     .fn = fn, .arg = arg};
     return run_world(&v);
 }
 
@@ -239,18 +244,10 @@ int mp_vrun_point(const struct mp_cluster *cl, const struct mp_model *m, int tp,
     mp_cost_ffn_prepare(cl, m->hidden, m->ffn / tp, pt->weight_dtype, pt->gemm, &v.fc);
     mp_cost_allreduce_prepare(cl, tp, &v.ar);
     v.world = N;
+    v.ops = &mp_compute_model_rank;
     v.fn = layer_rank;
-    void **args = malloc((size_t)N * sizeof *args);
-    if (!args) {
-        mp_error("out of memory running %d virtual ranks", N);
-        rc = MP_ERR_RUNTIME;
-    } else {
-        for (int r = 0; r < N; r++)
-            args[r] = &v;
-        v.args = args;
-        rc = run_world(&v);
-    }
-    free(args);
+    v.arg = &v;
+    rc = run_world(&v);
     if (rc != MP_OK)
         mp_point_result_free(res);
     res->wall_us = mp_now_us() - t_begin;

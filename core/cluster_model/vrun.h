@@ -22,16 +22,17 @@ int mp_vrun_point(const struct mp_cluster *cl, const struct mp_model *m, int tp,
 
 struct mp_comm;
 struct mp_compute;
-/* The exchange benchmark on the model (moeperf-a2a's --backend model): run fn(its comm, its
- * compute, args[r]) for every virtual rank r of a world of `world` ranks (the profile's
- * gpus_per_node to a node), each on a thread, its compute (mp_compute_model_rank) on the rank's
- * virtual clock. The exchanges check their counts and move no bytes (the ranks hold no buffers):
- * one of rows costs the round its rows make at the bytes per row it names (mp_vexchange_of,
- * mp_vexchange_us), with no launch (what an exchange benchmark times); a count exchange one
- * latency round; collectives start at their last member's arrival and started exchanges queue
- * on their group's network, as mp_vrun_point's. The first failing rank's status. */
+/* A benchmark's own per-rank code on the model (moeperf-a2a's and moeperf-ffn's --backend
+ * model): run fn(its comm, its compute, arg) for every virtual rank of a world of `world`
+ * ranks (the profile's gpus_per_node to a node), each on a thread, its compute a
+ * mp_compute_model (no data) on the rank's virtual clock. The exchanges check their counts and
+ * move no bytes: one of rows costs the round its rows make at the bytes per row it names
+ * (mp_vexchange_of, mp_vexchange_us), with no launch (what an exchange benchmark times); a count
+ * exchange one latency round; collectives start at their last member's arrival and started
+ * exchanges queue on their group's network, as mp_vrun_point's. An FFN phase costs
+ * mp_cost_expert_ffn_us of its calls' rows and experts with rows, at the shape, weight dtype and
+ * GEMM they name. The first failing rank's status. */
 int mp_vrun_world(const struct mp_cluster *cl, const struct mp_model *m, int world,
-                  int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg),
-                  void *const *args);
+                  int (*fn)(struct mp_comm *c, struct mp_compute *dev, void *arg), void *arg);
 
 #endif

@@ -394,9 +394,20 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     return rc;
 }
 
+void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
+                             struct mp_compute *dev, struct mp_session *out)
+{
+    *out = *s;
+    out->comm = c;
+    out->cops = &mp_compute_model;
+    out->dev = dev;
+    if (c->rank != 0)
+        out->run = NULL;
+}
+
 int mp_session_refuse_unsupported(const struct mp_session *s)
 {
-    if (s->o.check && !s->cops->expert_ffn) { /* a backend that computes nothing */
+    if (s->o.check && s->cops->memory == MP_MEMORY_VIRTUAL) { /* holds and computes nothing */
         mp_usage("--check compares data, and the %s backends move none; drop --check",
                  s->cops->name);
         return MP_ERR_USAGE;

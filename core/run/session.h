@@ -32,6 +32,12 @@ struct mp_session {
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv);
 
+/* The session of one of the model's virtual ranks (core/cluster_model/vrun.h) into *out: s's
+ * options, model and profile with that rank's comm `c` and compute `dev` (of mp_compute_model);
+ * run.json is rank 0's alone. Nothing is allocated: out lives as long as s, c and dev. */
+void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
+                             struct mp_compute *dev, struct mp_session *out);
+
 /* The flags the chosen backends cannot honour, each refused naming the flag (MP_ERR_USAGE, the
  * message printed); MP_OK otherwise. With the model backends these are the flags a measured run
  * takes and a modelled one refuses (docs/planning.md lists them;

@@ -1,8 +1,9 @@
-/* model_rank.c - the model compute of one traced virtual rank (docs/ARCHITECTURE.md, "The
- * model"): it builds the dispatch plan from the routing as a data backend does, so the layer's own
- * stages decide every count, and computes nothing else; each expert FFN is recorded (experts with
- * rows, rows) and, on a virtual clock, queued for the next mark to price. Buffers are host memory
- * the exchanges may move. */
+/* model_rank.c - the model's compute of one virtual rank (docs/ARCHITECTURE.md, "The model"),
+ * two tables over the same code: a traced rank (mp_compute_model_rank) builds the dispatch plan
+ * from the routing as a data backend does, so the layer's own stages decide every count, in host
+ * buffers the exchanges may move; --backend model (mp_compute_model) holds no data at all. Both
+ * compute nothing: each expert FFN is recorded (experts with rows, rows) and, on a virtual clock,
+ * queued for the next mark to price. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,11 @@
 #include "error.h"
 #include "vtime.h"
 
+/* --backend model's buffers: one name that holds nothing. */
+static char no_data[64];
+
 struct mp_compute {
+    int data; /* its buffers hold host memory (a traced rank), else none (no_data) */
     struct mp_dplan_host plan;
     int last_mark;
     struct mp_vtime *now;       /* the rank's virtual time, or NULL (marks read 0) */
@@ -30,16 +35,29 @@ struct mp_compute {
     int weights_cap;
 };
 
-static int rank_init(struct mp_compute **out, int local_rank)
+/* A rank of either table; `data`: its buffers hold host memory (the traced ranks). */
+static int model_init(struct mp_compute **out, int data)
 {
-    (void)local_rank;
     struct mp_compute *c = calloc(1, sizeof *c);
     if (!c) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
+    c->data = data;
     *out = c;
     return MP_OK;
+}
+
+static int rank_init(struct mp_compute **out, int local_rank)
+{
+    (void)local_rank;
+    return model_init(out, 1);
+}
+
+static int virtual_init(struct mp_compute **out, int local_rank)
+{
+    (void)local_rank;
+    return model_init(out, 0);
 }
 
 static void rank_fini(struct mp_compute *c)
@@ -53,39 +71,39 @@ static void rank_fini(struct mp_compute *c)
     free(c);
 }
 
-static const char *rank_device_name(struct mp_compute *c) { return "model (traced rank)"; }
+static const char *rank_device_name(struct mp_compute *c)
+{
+    return c->data ? "model (traced rank)" : "model (durations from the cluster profile)";
+}
 
-/* n elements of elem_size bytes (4: the byte sizes the layer computes from it fit) */
+/* n elements of elem_size bytes (4: the byte sizes the layer computes from it fit); no_data on a
+ * rank that holds none, and every copy to or from it moves nothing. */
 static void *rank_alloc(struct mp_compute *c, size_t n)
 {
-    (void)c;
-    return malloc(n ? n * sizeof(float) : sizeof(float));
+    return c->data ? malloc(n ? n * sizeof(float) : sizeof(float)) : no_data;
 }
 
-static void rank_free(struct mp_compute *c, void *p) { free(p); }
-
-static int rank_upload(struct mp_compute *c, void *dst, const float *src, size_t n)
+static void rank_free(struct mp_compute *c, void *p)
 {
-    (void)c;
-    if (n)
-        memcpy(dst, src, n * sizeof(float));
-    return MP_OK;
-}
-
-static int rank_download(struct mp_compute *c, float *dst, const void *src, size_t n)
-{
-    (void)c;
-    if (n)
-        memcpy(dst, src, n * sizeof(float));
-    return MP_OK;
+    if (c->data)
+        free(p);
 }
 
 static int rank_copy_bytes(struct mp_compute *c, void *dst, const void *src, size_t bytes)
 {
-    (void)c;
-    if (bytes)
+    if (c->data && bytes)
         memcpy(dst, src, bytes);
     return MP_OK;
+}
+
+static int rank_upload(struct mp_compute *c, void *dst, const float *src, size_t n)
+{
+    return rank_copy_bytes(c, dst, src, n * sizeof(float));
+}
+
+static int rank_download(struct mp_compute *c, float *dst, const void *src, size_t n)
+{
+    return rank_copy_bytes(c, dst, src, n * sizeof(float));
 }
 
 static int rank_gate(struct mp_compute *c, const void *x, const void *wg, const float *noise,
@@ -122,6 +140,10 @@ static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
 {
     int k = c->last_mark >= MP_PHASE_MARKS ? (c->last_mark - MP_PHASE_MARKS) / MP_CHUNK_MARKS : 0;
     c->work.ffn_calls++;
+    c->work.ffn_H = a->H;
+    c->work.ffn_Dl = a->Dl;
+    c->work.ffn_weight_dtype = a->weight_dtype;
+    c->work.ffn_gemm = a->gemm;
     if (c->now && c->nslots > 0 && a->nexp == 1 && a->row_off[1] > a->row_off[0] &&
         c->cost.expert_us) /* one cached expert's FFN, on the cache's timeline */
         c->stream += c->cost.expert_us(c->cost.arg, (double)(a->row_off[1] - a->row_off[0]));
@@ -261,7 +283,7 @@ static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
         return MP_ERR_RUNTIME;
     }
     for (int i = 0; i < n; i++)
-        memcpy(dst[i], src[i], bytes[i]);
+        rank_copy_bytes(c, dst[i], src[i], bytes[i]);
     if (!c->now)
         return MP_OK;
     double add = c->cost.fetch_us;
@@ -307,42 +329,39 @@ void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out)
     memset(&c->seen, 0, sizeof c->seen);
 }
 
+/* What both tables share: every hook (the rank's `data` tells them apart) and the kinds the model
+ * prices. */
+#define MODEL_HOOKS                                                                                \
+    .dispatch_modes = MP_DISPATCH_ALL,                                                             \
+    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),                   \
+    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),                     \
+    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,              \
+    .fp8_gemm_modes =                                                                              \
+        1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,   \
+    .check_tolerance = 1, /* never checked: --check is refused on the model */                    \
+    .fini = rank_fini, .device_name = rank_device_name, .alloc = rank_alloc, .free = rank_free,    \
+    .upload = rank_upload, .download = rank_download, .upload_bytes = rank_copy_bytes,             \
+    .download_bytes = rank_copy_bytes, .gate = rank_gate, .permute = rank_permute,                 \
+    .copy_rows = rank_copy_rows, .fp8_pack = rank_fp8, .fp8_unpack = rank_fp8,                     \
+    .expert_ffn = rank_expert_ffn, .combine = rank_combine, .plan_setup = rank_plan_setup,         \
+    .plan_build = rank_plan_build, .mark = rank_mark, .elapsed_us = rank_elapsed_us,               \
+    .sync = rank_sync, .measure_peak = rank_measure_peak, .cache_setup = rank_cache_setup,         \
+    .cache_fetch = rank_cache_fetch, .cache_release = rank_cache_release,                          \
+    .cache_exposed_us = rank_cache_exposed_us, .delay = rank_delay
+
 const struct mp_compute_ops mp_compute_model_rank = {
     .name = "model-rank",
     .memory = MP_MEMORY_HOST,
-    .dispatch_modes = MP_DISPATCH_ALL,
-    .dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
-    .weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16) | MP_DTYPE_BIT(MP_DTYPE_FP8),
-    .gemm_modes = 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,
-    .fp8_gemm_modes = 1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY |
-                      1u << MP_GEMM_FUSED,
     .elem_size = 4,
-    .check_tolerance = 1, /* never checked: --check is refused on the model */
     .init = rank_init,
-    .fini = rank_fini,
-    .device_name = rank_device_name,
-    .alloc = rank_alloc,
-    .free = rank_free,
-    .upload = rank_upload,
-    .download = rank_download,
-    .upload_bytes = rank_copy_bytes,
-    .download_bytes = rank_copy_bytes,
-    .gate = rank_gate,
-    .permute = rank_permute,
-    .copy_rows = rank_copy_rows,
-    .fp8_pack = rank_fp8,
-    .fp8_unpack = rank_fp8,
-    .expert_ffn = rank_expert_ffn,
-    .combine = rank_combine,
-    .plan_setup = rank_plan_setup,
-    .plan_build = rank_plan_build,
-    .mark = rank_mark,
-    .elapsed_us = rank_elapsed_us,
-    .sync = rank_sync,
-    .measure_peak = rank_measure_peak,
-    .cache_setup = rank_cache_setup,
-    .cache_fetch = rank_cache_fetch,
-    .cache_release = rank_cache_release,
-    .cache_exposed_us = rank_cache_exposed_us,
-    .delay = rank_delay,
+    MODEL_HOOKS,
+};
+
+/* --backend model: no data; the layer's model runs on traced ranks (core/cluster_model/vrun.c). */
+const struct mp_compute_ops mp_compute_model = {
+    .name = "model",
+    .memory = MP_MEMORY_VIRTUAL,
+    .elem_size = 2, /* the profile's element size governs; bf16 by default */
+    .init = virtual_init,
+    MODEL_HOOKS,
 };
