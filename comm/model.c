@@ -1,6 +1,8 @@
-/* model.c - the model communication backend: a virtual world of --world ranks in one process. It
- * moves no data; the layer's exchange durations come from the cluster model (core/cluster_model/vlayer.c). Host
- * collectives act as if every virtual rank held what this process holds. */
+/* model.c - the model communication backend as the session holds it: the facts of a virtual world
+ * of --world ranks in one process (its size, its nodes). Every exchange of a modelled run happens
+ * on that world's virtual ranks, each a thread with a comm of its own (comm/model_world.c, run by
+ * core/cluster_model/vrun.c), so this one refuses exchanges; host collectives act as if every
+ * virtual rank held what this process holds. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* vlayer.c - the layer pipeline for virtual ranks (see vlayer.h and docs/planning.md). */
+/* vlayer.c - the counted path of the layer's model: traffic counted, durations from closed forms
+ * of the pipeline's rules (see vlayer.h and docs/planning.md). */
 #include "vlayer.h"
 
 #include <math.h>

@@ -1,8 +1,9 @@
-/* vlayer.h - the layer pipeline for virtual ranks: the same routing, placement, dispatch plan and
- * metrics as a measurement, with every phase's duration taken from the cluster model instead of
- * hardware, so one process plays a whole cluster. Split in two: the traffic a routing draw makes
- * (independent of the cluster's speeds) and the durations the model gives it, so calibration can
- * re-time the same traffic under many candidate profiles. */
+/* vlayer.h - the counted path of the layer's model, the planner's and calibration's: the same
+ * routing, placement, dispatch plan and metrics as a measurement, each routing draw's traffic
+ * counted (independent of the cluster's speeds) and its durations given by closed forms of the
+ * rules the pipeline on virtual clocks follows (vrun.h), so calibration can re-time the same
+ * traffic under many candidate profiles and the planner weigh 10^4 candidates a second.
+ * tests/integration/golden.sh holds the two to the same files. */
 #ifndef MP_VLAYER_H
 #define MP_VLAYER_H
 
@@ -137,8 +138,10 @@ int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp
                    const struct mp_point *pt, struct mp_vtraffic *t, int P,
                    struct mp_rank_iter *recs, struct mp_point_result *res);
 
-/* Run one point: traffic, then durations for each of pt->iters iterations (timed iteration i is
- * step warmup + i and routes draw (warmup + i) mod ndraws, as the measured layer's).
+/* Run one point on the counted path (moeperf-layer with MOEPERF_MODEL_COUNTED=1, the tests'
+ * reference for the pipeline): traffic, then durations for each of pt->iters iterations (timed
+ * iteration i is step warmup + i and routes draw (warmup + i) mod ndraws, as the measured
+ * layer's).
  * Fills `res` as mp_layer_run does on rank 0; check_error NAN; with pt->overlap > 1 the point is
  * pipelined and overlap_efficiency is computed against the same draws unpipelined. Gate routing
  * is modelled with uniform draws (there are no activations). Returns MP_OK or MP_ERR_RUNTIME. */
