@@ -2,7 +2,7 @@
  * routing, placement, dispatch plan and metrics as a measurement, each routing draw's traffic
  * counted (independent of the cluster's speeds) and its durations given by closed forms of the
  * rules the pipeline on virtual clocks follows (vrun.h), so calibration can re-time the same
- * traffic under many candidate profiles and the planner weigh 10^4 candidates a second.
+ * traffic under many candidate profiles and the planner weigh thousands of candidates a second.
  * tests/integration/golden.sh holds the two to the same files. */
 #ifndef MP_VLAYER_H
 #define MP_VLAYER_H
