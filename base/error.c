@@ -2,10 +2,49 @@
 #include "error.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char *log_prog = "moeperf";
 static int log_rank = -1;
+static _Thread_local struct mp_log_held *held; /* this thread's messages held, or NULL */
+
+void mp_log_hold(struct mp_log_held *h) { held = h; }
+
+/* Out: to this thread's hold, or stderr. */
+static void emit(const char *msg, size_t n)
+{
+    if (!held) {
+        fflush(stderr);
+        if (write(STDERR_FILENO, msg, n) < 0)
+            n = 0;
+        return;
+    }
+    if (held->len + n + 1 > held->cap) {
+        size_t cap = (held->len + n + 1) * 2;
+        char *t = realloc(held->text, cap);
+        if (!t)
+            return; /* out of memory: the message is lost, the status still says it failed */
+        held->text = t;
+        held->cap = cap;
+    }
+    memcpy(held->text + held->len, msg, n);
+    held->len += n;
+    held->text[held->len] = '\0';
+}
+
+void mp_log_held_print(struct mp_log_held *h)
+{
+    if (h->len)
+        emit(h->text, h->len);
+}
+
+void mp_log_held_free(struct mp_log_held *h)
+{
+    free(h->text);
+    memset(h, 0, sizeof *h);
+}
 
 void mp_log_init(const char *prog, int rank)
 {
@@ -22,9 +61,18 @@ static void say_once(const char *kind, const char *fmt, va_list ap)
 {
     if (log_rank > 0)
         return;
-    fprintf(stderr, "%s: %s", log_prog, kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[2048];
+    int n = snprintf(msg, sizeof msg, "%s: %s", log_prog, kind);
+    if (n < 0)
+        n = 0;
+    if (n < (int)sizeof msg - 1) {
+        int m = vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+        n = m < 0 ? n : n + m;
+    }
+    if (n > (int)sizeof msg - 2)
+        n = (int)sizeof msg - 2;
+    msg[n++] = '\n';
+    emit(msg, (size_t)n);
 }
 
 void mp_usage(const char *fmt, ...)
@@ -65,7 +113,5 @@ void mp_error_at(const char *file, int line, const char *fmt, ...)
     if (n > (int)sizeof msg - 2)
         n = (int)sizeof msg - 2;
     msg[n++] = '\n';
-    fflush(stderr);
-    if (write(STDERR_FILENO, msg, (size_t)n) < 0)
-        n = 0;
+    emit(msg, (size_t)n);
 }

@@ -17,6 +17,18 @@ enum mp_status {
 
 /* Set the program name and this process's rank for every later message. rank < 0: not known. */
 void mp_log_init(const char *prog, int rank);
+
+/* Messages held instead of printed: work run on several threads whose messages must come out
+ * in the order a serial run prints them. */
+struct mp_log_held {
+    char *text;
+    size_t len, cap;
+};
+/* From now on this thread's messages (usage, warnings, errors) go to *h (NULL: to stderr again). */
+void mp_log_hold(struct mp_log_held *h);
+/* Print what *h holds, as it would have been printed; free it. */
+void mp_log_held_print(struct mp_log_held *h);
+void mp_log_held_free(struct mp_log_held *h);
 const char *mp_prog(void);
 int mp_log_rank(void);
 

@@ -2,10 +2,12 @@
 #include "capacity_plan.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dedup.h"
 #include "error.h"
@@ -415,6 +417,77 @@ void mp_plan_scale_times(const struct mp_plan_req *q, struct mp_plan_cand *c, do
     mp_plan_apply_targets(q, c);
 }
 
+/* One placement's candidates to evaluate (evaluate_placement), into c[k .. k + per), its
+ * messages held until they can be printed in the order a serial run prints them. */
+struct plan_job {
+    int tp, ep, R, slots, k, rc;
+    struct mp_log_held said;
+};
+
+/* The jobs of one evaluation, shared by its threads: each takes the next job not taken. */
+struct plan_pool {
+    const struct mp_plan_req *q;
+    const struct sweep *w;
+    struct plan_job *jobs;
+    int njobs, next;
+    struct mp_plan_cand *c;
+    pthread_mutex_t mu;
+};
+
+static void *plan_worker(void *arg)
+{
+    struct plan_pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int i = p->next < p->njobs ? p->next++ : -1;
+        pthread_mutex_unlock(&p->mu);
+        if (i < 0)
+            return NULL;
+        struct plan_job *j = &p->jobs[i];
+        mp_log_hold(&j->said);
+        j->rc = evaluate_placement(p->q, p->w, j->tp, j->ep, j->R, j->slots, &p->c[j->k]);
+        mp_log_hold(NULL);
+    }
+}
+
+/* Threads for n jobs: one per online CPU, at most MP_PLAN_THREADS or MOEPERF_PLAN_THREADS (a
+ * test hook: 1 runs them one after another on the caller's thread). */
+#define MP_PLAN_THREADS 16
+static int plan_threads(int n)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *e = getenv("MOEPERF_PLAN_THREADS");
+    int t = e && atoi(e) > 0 ? atoi(e) : cpus > 0 ? (int)cpus : 1;
+    t = t < MP_PLAN_THREADS ? t : MP_PLAN_THREADS;
+    return t < n ? t : n > 0 ? n : 1;
+}
+
+/* Run the pool's jobs on `nt` threads (the caller's among them); then print every job's messages
+ * in job order up to the first that failed, whose status is returned (MP_OK when none did), as a
+ * serial run would have stopped there. */
+static int run_jobs(struct plan_pool *p, int nt)
+{
+    pthread_t th[MP_PLAN_THREADS];
+    int started = 0;
+    pthread_mutex_init(&p->mu, NULL);
+    for (; started < nt - 1; started++)
+        if (pthread_create(&th[started], NULL, plan_worker, p) != 0)
+            break; /* fewer threads: the rest run here */
+    plan_worker(p);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    int rc = MP_OK;
+    for (int i = 0; i < p->njobs; i++) {
+        if (rc == MP_OK) {
+            mp_log_held_print(&p->jobs[i].said);
+            rc = p->jobs[i].rc;
+        }
+        mp_log_held_free(&p->jobs[i].said);
+    }
+    return rc;
+}
+
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
     static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16},
@@ -428,11 +501,16 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
         .mbs = q->nmicro > 0 ? q->micro_batches : one_batch, .nmb = q->nmicro > 0 ? q->nmicro : 1};
     int per = w.novl * w.ndd * w.nwd * w.nsd * w.nmb * q->nbatch; /* a placement's candidates */
     int cap = q->ntp * q->nep * (q->nrep + q->neplb) * per, k = 0, rc = MP_OK;
+    int maxjobs = q->ntp * q->nep * (q->nrep + q->neplb);
     struct mp_plan_cand *c = calloc((size_t)(cap > 0 ? cap : 1), sizeof *c);
-    if (!c) {
+    struct plan_job *jobs = calloc((size_t)(maxjobs > 0 ? maxjobs : 1), sizeof *jobs);
+    if (!c || !jobs) {
+        free(c);
+        free(jobs);
         mp_error("out of memory for %d candidates", cap);
         return MP_ERR_RUNTIME;
     }
+    int njobs = 0;
     for (int a = 0; a < q->ntp && rc == MP_OK; a++)
         for (int b = 0; b < q->nep && rc == MP_OK; b++) {
             int tp = q->tps[a], ep = q->eps[b];
@@ -447,10 +525,15 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
                 if (r >= q->nrep &&
                     (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
                     continue; /* no room for that many redundant slots */
-                rc = evaluate_placement(q, &w, tp, ep, R, slots, &c[k]);
+                jobs[njobs++] = (struct plan_job){.tp = tp, .ep = ep, .R = R, .slots = slots,
+                                                  .k = k};
                 k += per;
             }
         }
+    /* the placements on threads of their own: each writes its own candidates */
+    struct plan_pool pool = {.q = q, .w = &w, .jobs = jobs, .njobs = njobs, .c = c};
+    rc = run_jobs(&pool, plan_threads(njobs));
+    free(jobs);
     if (rc != MP_OK) {
         free(c);
         return rc;

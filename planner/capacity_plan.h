@@ -81,7 +81,9 @@ struct mp_plan_cand {
 /* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤
  * max_gpus; dedup rank and node only without overlap, as the model times them), each with its
  * memory per GPU; one that does not fit never meets. *out is a heap array of *n candidates in
- * enumeration order. */
+ * enumeration order. The placements are evaluated on threads (one per CPU; MOEPERF_PLAN_THREADS
+ * caps them), each into its own candidates, and their messages printed in enumeration order, so
+ * the result and the output are a serial run's. */
 int mp_plan_evaluate(const struct mp_plan_req *req, struct mp_plan_cand **out, int *n);
 
 /* A candidate's replicas (enough for req->throughput at its replica_tps; 1 without a target), its

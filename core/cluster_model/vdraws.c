@@ -1,6 +1,7 @@
 /* vdraws.c - a small cache of routing draws keyed by everything mp_routing_draw reads (vdraws.h). */
 #include "vdraws.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ struct entry {
 
 static struct entry cache[ENTRIES];
 static unsigned long clock_now;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER; /* the planner's threads share it */
 
 static void entry_free(struct entry *e)
 {
@@ -36,8 +38,10 @@ static void entry_free(struct entry *e)
 
 void mp_vdraws_forget(void)
 {
+    pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < ENTRIES; i++)
         entry_free(&cache[i]);
+    pthread_mutex_unlock(&cache_lock);
 }
 
 /* 1 when both arrays of n doubles are NULL or hold the same bytes. */
@@ -109,9 +113,14 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
 {
     long pairs = tokens * r->topk;
     struct entry *e = NULL;
-    if (r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS &&
-        pairs <= MP_VDRAWS_MAX_PAIRS)
+    int kept = r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS &&
+               pairs <= MP_VDRAWS_MAX_PAIRS;
+    if (kept) {
+        pthread_mutex_lock(&cache_lock);
         e = entry_for(r, seed, tokens);
+        if (!e)
+            pthread_mutex_unlock(&cache_lock);
+    }
     if (!e) { /* not kept: drawn as always */
         mp_routing_draw(r, seed, draw, tokens, 0, tokens, ids, w);
         return;
@@ -125,4 +134,5 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
     }
     memcpy(ids, eids, (size_t)pairs * sizeof *ids);
     memcpy(w, ew, (size_t)pairs * sizeof *w);
+    pthread_mutex_unlock(&cache_lock);
 }

@@ -3,6 +3,7 @@
 #include "vlayer.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,12 +30,16 @@
 static double model_memory_budget(double need)
 {
     static double budget, read_at_us = -1;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the planner's threads share it */
+    pthread_mutex_lock(&lock);
     double now = mp_now_us();
     if (read_at_us < 0 || now - read_at_us > 1e6 || budget <= 0 || need > 0.5 * budget) {
         budget = mp_memory_budget(0, 1);
         read_at_us = now;
     }
-    return budget;
+    double b = budget;
+    pthread_mutex_unlock(&lock);
+    return b;
 }
 
 /* Test hook: MOEPERF_MODEL_TRACED=1 takes every point's traffic from traced ranks (core/cluster_model/vexec.h)

@@ -420,4 +420,18 @@ refused "$PLAN" --cluster h100-ndr "$TMP"
 printf 'base = h100-ndr\nhbm_eff = 0\n' >"$TMP/zero.ini"
 refused "$PLAN" --cluster "$TMP/zero.ini"
 refused "$PLAN" --calibrate --out "$TMP/x.ini" "$TMP/nothing-here"
+
+# the placements are evaluated on threads: one thread and three give the same console, plan.csv
+# and answers (plan.json but its start time), the candidates in enumeration order
+for t in 1 3; do
+    MOEPERF_PLAN_THREADS=$t "$PLAN" --model deepseek-v3 --cluster h100-ndr --max-gpus 256 \
+        --routing uniform,zipf:1.2 --replicate 0,4 --eplb 32 --dedup pair,node --batch 1,64,512 \
+        --out "$TMP/threads" >"$TMP/threads.$t" 2>&1 || fail "moeperf-plan with $t threads exit $?"
+    cp "$TMP/threads/plan.csv" "$TMP/threads.$t.csv"
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j.pop("run", None)
+print(json.dumps(j.get("answers"), sort_keys=True))' "$TMP/threads/plan.json" >"$TMP/threads.$t.json"
+done
+for f in "" .csv .json; do
+    cmp -s "$TMP/threads.1$f" "$TMP/threads.3$f" || fail "threads.1$f and threads.3$f differ"
+done
 echo PASS
