@@ -585,11 +585,8 @@ static int check_overlap(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
-/* What the model's virtual ranks hand the exchanges for buffers: they move no bytes. */
-static char no_buffer[64];
-
 /* The sample arrays, and buffers for `max_bytes` (written through before timing; with --overlap
- * above 1 two more for the forwards); the model's ranks hold none (no_buffer). */
+ * above 1 two more for the forwards; a virtual backend's hold nothing and are not written). */
 static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
 {
     struct mp_session *s = r->s;
@@ -598,7 +595,7 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
     int nbufs = r->moe && max_overlap(s) > 1 ? 4 : 2;
     int virtual = s->cops->memory == MP_MEMORY_VIRTUAL;
     for (int i = 0; i < nbufs; i++)
-        if (!(r->bufs[i] = virtual ? no_buffer : s->cops->alloc(s->dev, elems))) {
+        if (!(r->bufs[i] = s->cops->alloc(s->dev, elems))) {
             mp_error("out of memory for %zu-byte buffers", max_bytes);
             return MP_ERR_RUNTIME;
         }
@@ -729,7 +726,7 @@ out:
      * not behind exchanges the other ranks will never join */
     rc = mp_session_fail(&s, rc);
     mp_runfiles_close(&f);
-    if (s.dev && s.cops->memory != MP_MEMORY_VIRTUAL)
+    if (s.dev)
         for (int i = 0; i < 4; i++)
             if (r.bufs[i])
                 s.cops->free(s.dev, r.bufs[i]);

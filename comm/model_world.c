@@ -158,15 +158,16 @@ static void describe(struct mp_vworld *w, const struct mp_comm *c, int kind, enu
 
 /* The virtual time of a meeting: it starts when its last member arrives and, for an exchange
  * started in a slot, when the group's earlier started exchanges are through (one network, first
- * come first served); it takes what the cost says. A blocking collective sets every member's
- * clock to its end; a started one records its end for the members' wait. */
+ * come first served); an exchange `x` takes what the cost says (other collectives, x NULL,
+ * nothing). A blocking collective sets every member's clock to its end; a started one records
+ * its end for the members' wait. */
 static void time_meeting(struct mp_vworld *w, struct meet *m, const struct mp_vworld_exchange *x,
                          enum op op, int slot, const int *who, int n)
 {
     double start = 0, dur = 0;
     for (int i = 0; i < n; i++)
         start = w->time[who[i]].clock > start ? w->time[who[i]].clock : start;
-    if (w->cost && (op == OP_INTS || op == OP_ROWS || op == OP_REDUCE))
+    if (x) /* an exchange of a timed world */
         dur = w->cost(w->cost_arg, x);
     if (op == OP_ROWS && slot >= 0) {
         start = m->net_free > start ? m->net_free : start;
@@ -228,13 +229,16 @@ static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
         m->calls[me] = call;
         if (++m->arrived == n) {
             rc = perform(w, c, kind, op, m->calls, who, n);
-            if (rc == MP_OK && (w->watch || w->cost || op == OP_BARRIER)) {
-                struct mp_vworld_exchange x;
+            /* an exchange is shown to the watcher and priced; every meeting is timed */
+            int exchange = op == OP_INTS || op == OP_ROWS || op == OP_REDUCE;
+            struct mp_vworld_exchange x;
+            if (rc == MP_OK && exchange && (w->watch || w->cost))
                 describe(w, c, kind, op, m->calls, who, n, &x);
-                if (w->watch && (op == OP_INTS || op == OP_ROWS))
-                    w->watch(w->watch_arg, &x);
-                time_meeting(w, m, &x, op, m->calls[0]->slot, who, n);
-            }
+            if (rc == MP_OK && w->watch && (op == OP_INTS || op == OP_ROWS))
+                w->watch(w->watch_arg, &x);
+            if (rc == MP_OK)
+                time_meeting(w, m, exchange && w->cost ? &x : NULL, op, m->calls[0]->slot, who,
+                             n);
             for (int i = 0; i < n; i++)
                 m->calls[i] = NULL;
             m->arrived = 0;

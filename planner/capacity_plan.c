@@ -457,7 +457,8 @@ static int plan_threads(int n)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *e = getenv("MOEPERF_PLAN_THREADS");
-    int t = e && atoi(e) > 0 ? atoi(e) : cpus > 0 ? (int)cpus : 1;
+    int asked = e ? atoi(e) : 0;
+    int t = asked > 0 ? asked : cpus > 0 ? (int)cpus : 1;
     t = t < MP_PLAN_THREADS ? t : MP_PLAN_THREADS;
     return t < n ? t : n > 0 ? n : 1;
 }
