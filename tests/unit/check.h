@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failures;
 
@@ -66,6 +67,21 @@ static inline void check_tmpdir(char *dir, size_t size, const char *name)
     if (!mkdtemp(dir)) {
         perror(dir);
         exit(1);
+    }
+}
+
+/* Remove the files named in `files` (NULL-ended; missing ones are fine) and then the directory
+ * made by check_tmpdir; a directory that cannot be removed (a file left behind) is a failure. */
+static inline void check_tmpdir_remove(const char *dir, const char *const *files)
+{
+    for (int i = 0; files[i]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    if (rmdir(dir) != 0) {
+        perror(dir);
+        check_failures++;
     }
 }
 

@@ -19,6 +19,24 @@ static int in_list(const char *const *list, const char *name)
     return 0;
 }
 
+/* Every table of the KIND registry (compute or comm) passes its check, is found by its name and
+ * is among the choices; the value is the number of tables. */
+#define CHECK_REGISTRY(KIND)                                                                       \
+    __extension__({                                                                                \
+        int n_ = 0;                                                                                \
+        for (; mp_##KIND##_backends[n_]; n_++) {                                                   \
+            const struct mp_##KIND##_ops *o_ = mp_##KIND##_backends[n_], *found_ = NULL;           \
+            char why_[256] = "";                                                                   \
+            CHECK(mp_##KIND##_check(o_, why_, sizeof why_));                                       \
+            if (why_[0])                                                                           \
+                fprintf(stderr, "the %s table: %s\n", o_->name, why_);                             \
+            CHECK_INT(mp_##KIND##_find(o_->name, &found_), MP_OK);                                 \
+            CHECK(found_ == o_);                                                                   \
+            CHECK(in_list(mp_##KIND##_choices, o_->name));                                         \
+        }                                                                                          \
+        n_;                                                                                        \
+    })
+
 /* Whether the check refuses `o`, printing the fault it names. */
 static int compute_refused(const struct mp_compute_ops *o, const char *what)
 {
@@ -38,18 +56,7 @@ static int comm_refused(const struct mp_comm_ops *o, const char *what)
 
 static void test_built_compute(void)
 {
-    int n = 0;
-    for (int i = 0; mp_compute_backends[i]; i++, n++) {
-        const struct mp_compute_ops *o = mp_compute_backends[i], *found = NULL;
-        char why[256] = "";
-        CHECK(mp_compute_check(o, why, sizeof why));
-        if (why[0])
-            fprintf(stderr, "the %s table: %s\n", o->name, why);
-        CHECK_INT(mp_compute_find(o->name, &found), MP_OK);
-        CHECK(found == o);
-        CHECK(in_list(mp_compute_choices, o->name));
-    }
-    CHECK(n >= 2); /* cpu and model are always built */
+    CHECK(CHECK_REGISTRY(compute) >= 2); /* cpu and model are always built */
     CHECK(mp_compute_cpu.memory == MP_MEMORY_HOST);
     CHECK(mp_compute_model.memory == MP_MEMORY_VIRTUAL);
     const struct mp_compute_ops *found = &mp_compute_cpu;
@@ -59,18 +66,7 @@ static void test_built_compute(void)
 
 static void test_built_comm(void)
 {
-    int n = 0;
-    for (int i = 0; mp_comm_backends[i]; i++, n++) {
-        const struct mp_comm_ops *o = mp_comm_backends[i], *found = NULL;
-        char why[256] = "";
-        CHECK(mp_comm_check(o, why, sizeof why));
-        if (why[0])
-            fprintf(stderr, "the %s table: %s\n", o->name, why);
-        CHECK_INT(mp_comm_find(o->name, &found), MP_OK);
-        CHECK(found == o);
-        CHECK(in_list(mp_comm_choices, o->name));
-    }
-    CHECK(n >= 2); /* mpi and model are always built */
+    CHECK(CHECK_REGISTRY(comm) >= 2); /* mpi and model are always built */
     /* the model's traced ranks: complete tables, host memory both, not a --comm/--backend choice */
     char why[256] = "";
     CHECK(mp_comm_check(&mp_comm_model_rank, why, sizeof why));
@@ -86,116 +82,72 @@ static void test_built_comm(void)
     CHECK(found == NULL);
 }
 
+/* t becomes a copy of the table BASE with CHANGE made to it, and its check must refuse it (WHAT
+ * names the fault) */
+#define REFUSED(BASE, CHANGE, WHAT)                                                                \
+    do {                                                                                           \
+        t = (BASE);                                                                                \
+        CHANGE;                                                                                    \
+        CHECK(_Generic(&t, struct mp_compute_ops *: compute_refused, struct mp_comm_ops *:         \
+                           comm_refused)(&t, WHAT));                                               \
+    } while (0)
+
 /* Copies of the real compute tables, each broken in one way, are refused. */
 static void test_broken_compute(void)
 {
-    struct mp_compute_ops t = mp_compute_cpu;
-    t.combine = NULL;
-    CHECK(compute_refused(&t, "combine removed"));
-    t = mp_compute_cpu;
-    t.sync = NULL;
-    CHECK(compute_refused(&t, "sync removed"));
-    t = mp_compute_cpu;
-    t.graph = 1;
-    CHECK(compute_refused(&t, "claims graph capture without its hooks"));
-    t = mp_compute_cpu;
-    t.memory = MP_MEMORY_DEVICE;
-    CHECK(compute_refused(&t, "claims device memory without native_stream"));
-    t = mp_compute_cpu;
-    t.dispatch_modes = 0;
-    CHECK(compute_refused(&t, "no dispatch mode"));
-    t = mp_compute_cpu;
-    t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_FP8);
-    CHECK(compute_refused(&t, "no bf16 dispatch"));
-    t = mp_compute_cpu;
-    t.fp8_unpack = NULL;
-    CHECK(compute_refused(&t, "fp8 dispatch claimed, fp8_unpack removed"));
-    t = mp_compute_cpu;
-    t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16);
-    CHECK(compute_refused(&t, "fp8 hooks without the fp8 dispatch claimed"));
-    t = mp_compute_model;
-    t.fp8_pack = NULL;
-    CHECK(compute_refused(&t, "virtual, fp8 dispatch claimed, fp8_pack removed"));
-    t = mp_compute_cpu;
-    t.check_tolerance = 0;
-    CHECK(compute_refused(&t, "no --check tolerance"));
-    t = mp_compute_cpu;
-    t.download_bytes = NULL;
-    CHECK(compute_refused(&t, "download_bytes removed"));
-    t = mp_compute_model;
-    t.alloc = NULL;
-    CHECK(compute_refused(&t, "virtual without alloc"));
-    t = mp_compute_model;
-    t.upload_bytes = NULL;
-    CHECK(compute_refused(&t, "virtual without upload_bytes"));
-    t = mp_compute_model;
-    t.flush_cache = mp_compute_cpu.flush_cache;
-    CHECK(compute_refused(&t, "virtual with a cache flush"));
-    t = mp_compute_cpu;
-    t.fp8_gemm_modes = 0;
-    CHECK(compute_refused(&t, "fp8 weights claimed without an fp8 gemm mode"));
-    t = mp_compute_cpu;
-    t.fp8_gemm_modes |= 1u << MP_GEMM_SKINNY;
-    CHECK(compute_refused(&t, "an fp8 gemm mode the backend does not honour"));
-    t = mp_compute_cpu;
-    t.weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16);
-    CHECK(compute_refused(&t, "fp8 gemm modes without fp8 weights"));
-    t = mp_compute_cpu;
-    t.shared_gemm_modes = 1u << MP_GEMM_FUSED;
-    CHECK(compute_refused(&t, "shared experts in the call of a gemm mode the backend lacks"));
-    t = mp_compute_cpu;
-    t.gemm_modes = 1u << MP_GEMM_COUNT;
-    CHECK(compute_refused(&t, "a gemm mode past the last"));
+    struct mp_compute_ops t;
+    REFUSED(mp_compute_cpu, t.combine = NULL, "combine removed");
+    REFUSED(mp_compute_cpu, t.sync = NULL, "sync removed");
+    REFUSED(mp_compute_cpu, t.graph = 1, "claims graph capture without its hooks");
+    REFUSED(mp_compute_cpu, t.memory = MP_MEMORY_DEVICE,
+            "claims device memory without native_stream");
+    REFUSED(mp_compute_cpu, t.dispatch_modes = 0, "no dispatch mode");
+    REFUSED(mp_compute_cpu, t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_FP8), "no bf16 dispatch");
+    REFUSED(mp_compute_cpu, t.fp8_unpack = NULL, "fp8 dispatch claimed, fp8_unpack removed");
+    REFUSED(mp_compute_cpu, t.dispatch_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16),
+            "fp8 hooks without the fp8 dispatch claimed");
+    REFUSED(mp_compute_model, t.fp8_pack = NULL, "virtual, fp8 dispatch claimed, fp8_pack removed");
+    REFUSED(mp_compute_cpu, t.check_tolerance = 0, "no --check tolerance");
+    REFUSED(mp_compute_cpu, t.download_bytes = NULL, "download_bytes removed");
+    REFUSED(mp_compute_model, t.alloc = NULL, "virtual without alloc");
+    REFUSED(mp_compute_model, t.upload_bytes = NULL, "virtual without upload_bytes");
+    REFUSED(mp_compute_model, t.flush_cache = mp_compute_cpu.flush_cache,
+            "virtual with a cache flush");
+    REFUSED(mp_compute_cpu, t.fp8_gemm_modes = 0, "fp8 weights claimed without an fp8 gemm mode");
+    REFUSED(mp_compute_cpu, t.fp8_gemm_modes |= 1u << MP_GEMM_SKINNY,
+            "an fp8 gemm mode the backend does not honour");
+    REFUSED(mp_compute_cpu, t.weight_dtypes = MP_DTYPE_BIT(MP_DTYPE_BF16),
+            "fp8 gemm modes without fp8 weights");
+    REFUSED(mp_compute_cpu, t.shared_gemm_modes = 1u << MP_GEMM_FUSED,
+            "shared experts in the call of a gemm mode the backend lacks");
+    REFUSED(mp_compute_cpu, t.gemm_modes = 1u << MP_GEMM_COUNT, "a gemm mode past the last");
     for (int i = 0; mp_compute_backends[i]; i++) { /* the device backends (cuda) */
         const struct mp_compute_ops *o = mp_compute_backends[i];
         if (o->memory != MP_MEMORY_DEVICE)
             continue;
-        t = *o;
-        t.replay = NULL;
-        CHECK(compute_refused(&t, "replay removed"));
-        t = *o;
-        t.native_stream = NULL;
-        CHECK(compute_refused(&t, "native_stream removed"));
-        t = *o;
-        t.memory = MP_MEMORY_HOST;
-        CHECK(compute_refused(&t, "host memory with a stream"));
+        REFUSED(*o, t.replay = NULL, "replay removed");
+        REFUSED(*o, t.native_stream = NULL, "native_stream removed");
+        REFUSED(*o, t.memory = MP_MEMORY_HOST, "host memory with a stream");
     }
 }
 
 /* Copies of the real comm tables, each broken in one way, are refused. */
 static void test_broken_comm(void)
 {
-    struct mp_comm_ops t = mp_comm_mpi;
-    t.wait = NULL;
-    CHECK(comm_refused(&t, "wait removed, ialltoallv kept"));
-    t = mp_comm_mpi;
-    t.alltoallv = NULL;
-    CHECK(comm_refused(&t, "alltoallv removed"));
-    t = mp_comm_mpi;
-    t.alltoallv_group = NULL;
-    CHECK(comm_refused(&t, "alltoallv_group removed"));
-    t = mp_comm_mpi;
-    t.ialltoallv_group = NULL;
-    CHECK(comm_refused(&t, "ialltoallv_group removed, ialltoallv kept"));
-    t = mp_comm_mpi;
-    t.memory = MP_MEMORY_DEVICE;
-    CHECK(comm_refused(&t, "device memory without bind_device"));
-    t = mp_comm_mpi;
-    t.max_row_bytes = 0;
-    CHECK(comm_refused(&t, "no largest row"));
-    t = mp_comm_model;
-    t.max_double = NULL;
-    CHECK(comm_refused(&t, "max_double removed"));
+    struct mp_comm_ops t;
+    REFUSED(mp_comm_mpi, t.wait = NULL, "wait removed, ialltoallv kept");
+    REFUSED(mp_comm_mpi, t.alltoallv = NULL, "alltoallv removed");
+    REFUSED(mp_comm_mpi, t.alltoallv_group = NULL, "alltoallv_group removed");
+    REFUSED(mp_comm_mpi, t.ialltoallv_group = NULL, "ialltoallv_group removed, ialltoallv kept");
+    REFUSED(mp_comm_mpi, t.memory = MP_MEMORY_DEVICE, "device memory without bind_device");
+    REFUSED(mp_comm_mpi, t.max_row_bytes = 0, "no largest row");
+    REFUSED(mp_comm_model, t.max_double = NULL, "max_double removed");
     for (int i = 0; mp_comm_backends[i]; i++) { /* the device backends (nccl) */
         const struct mp_comm_ops *o = mp_comm_backends[i];
         if (o->memory != MP_MEMORY_DEVICE)
             continue;
-        t = *o;
-        t.bind_device = NULL;
-        CHECK(comm_refused(&t, "bind_device removed"));
-        t = *o;
-        t.memory = MP_MEMORY_HOST;
-        CHECK(comm_refused(&t, "host memory with bind_device"));
+        REFUSED(*o, t.bind_device = NULL, "bind_device removed");
+        REFUSED(*o, t.memory = MP_MEMORY_HOST, "host memory with bind_device");
     }
 }
 

@@ -243,12 +243,7 @@ int main(void)
     test_all_groups_unchanged();
     test_gate_topk();
     test_parse();
-    static const char *files[] = {"counts.csv", "tokens.csv", "sparse.csv"};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%s", tmpdir, files[i]);
-        unlink(path);
-    }
-    rmdir(tmpdir);
+    static const char *const files[] = {"counts.csv", "tokens.csv", "sparse.csv", NULL};
+    check_tmpdir_remove(tmpdir, files);
     CHECK_DONE();
 }

@@ -449,12 +449,7 @@ int main(void)
     test_keyset_filter();
     test_mkdir();
     test_runjson();
-    unlink(join(tmpdir, "layer.csv"));
-    unlink(join(tmpdir, "resume.csv"));
-    unlink(join(tmpdir, "fresh.csv"));
-    if (rmdir(tmpdir) != 0) {
-        perror(tmpdir);
-        check_failures++;
-    }
+    static const char *const files[] = {"layer.csv", "resume.csv", "fresh.csv", NULL};
+    check_tmpdir_remove(tmpdir, files);
     CHECK_DONE();
 }

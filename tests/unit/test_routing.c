@@ -461,12 +461,8 @@ int main(void)
     test_trace_counts();
     test_trace_tokens();
     test_trace_errors();
-    static const char *files[] = {"counts.csv", "two.csv", "tokens.csv", "bad.csv"};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%s", tmpdir, files[i]);
-        unlink(path);
-    }
-    rmdir(tmpdir);
+    static const char *const files[] = {"counts.csv", "two.csv", "tokens.csv", "bad.csv",
+                                        "range.csv", NULL};
+    check_tmpdir_remove(tmpdir, files);
     CHECK_DONE();
 }
