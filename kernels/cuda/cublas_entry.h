@@ -112,46 +112,42 @@ static inline int mp_cublas_symbol(void *lib, const char *soname, const char *na
         return -1;
 #endif
 
-/* Fill *e once: 0, or −1 with why[len] naming the library or entry point that could not be found
- * (the loader's own message included). Not thread-safe: called when a backend starts. */
-static inline int mp_cublas_load(struct mp_cublas_entry *e, char *why, size_t len)
-{
-    if (e->loaded)
-        return 0;
+/* Define `static inline int NAME(struct TYPE *e, char *why, size_t len)`: fill *e once with the
+ * entry points ENTRIES names, linked or from SONAME (LABEL in messages); 0, or −1 with why[len]
+ * naming the library or entry point that could not be found (the loader's own message included).
+ * Not thread-safe: called when a backend starts. */
 #if MP_CUBLAS_LINKED
-    (void)why;
-    (void)len;
-    MP_CUBLAS_ENTRIES(MP_CUBLAS_TAKE)
+#define MP_CUBLAS_LOADER(NAME, TYPE, ENTRIES, SONAME, LABEL)                                       \
+    static inline int NAME(struct TYPE *e, char *why, size_t len)                                  \
+    {                                                                                              \
+        (void)why;                                                                                 \
+        (void)len;                                                                                 \
+        if (!e->loaded) {                                                                          \
+            ENTRIES(MP_CUBLAS_TAKE)                                                                \
+            e->loaded = 1;                                                                         \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }
 #else
-    const char *soname = MP_CUBLAS_SONAME;
-    void *lib = mp_cublas_open(soname, "cuBLAS", why, len);
-    if (!lib)
-        return -1;
-    MP_CUBLAS_ENTRIES(MP_CUBLAS_RESOLVE)
+#define MP_CUBLAS_LOADER(NAME, TYPE, ENTRIES, SONAME, LABEL)                                       \
+    static inline int NAME(struct TYPE *e, char *why, size_t len)                                  \
+    {                                                                                              \
+        if (e->loaded)                                                                             \
+            return 0;                                                                              \
+        const char *soname = SONAME;                                                               \
+        void *lib = mp_cublas_open(soname, LABEL, why, len);                                       \
+        if (!lib)                                                                                  \
+            return -1;                                                                             \
+        ENTRIES(MP_CUBLAS_RESOLVE)                                                                 \
+        e->loaded = 1;                                                                             \
+        return 0;                                                                                  \
+    }
 #endif
-    e->loaded = 1;
-    return 0;
-}
 
-/* mp_cublas_load for cuBLASLt (libcublasLt.so.MAJOR, the same search): fill *e once, 0 or −1 with
- * why[len] saying what could not be found. Not thread-safe: called when a backend starts. */
-static inline int mp_cublaslt_load(struct mp_cublaslt_entry *e, char *why, size_t len)
-{
-    if (e->loaded)
-        return 0;
-#if MP_CUBLAS_LINKED
-    (void)why;
-    (void)len;
-    MP_CUBLASLT_ENTRIES(MP_CUBLAS_TAKE)
-#else
-    const char *soname = MP_CUBLASLT_SONAME;
-    void *lib = mp_cublas_open(soname, "cuBLASLt", why, len);
-    if (!lib)
-        return -1;
-    MP_CUBLASLT_ENTRIES(MP_CUBLAS_RESOLVE)
-#endif
-    e->loaded = 1;
-    return 0;
-}
+/* mp_cublas_load: cuBLAS (libcublas.so.MAJOR); mp_cublaslt_load: cuBLASLt (libcublasLt.so.MAJOR,
+ * the same search) */
+MP_CUBLAS_LOADER(mp_cublas_load, mp_cublas_entry, MP_CUBLAS_ENTRIES, MP_CUBLAS_SONAME, "cuBLAS")
+MP_CUBLAS_LOADER(mp_cublaslt_load, mp_cublaslt_entry, MP_CUBLASLT_ENTRIES, MP_CUBLASLT_SONAME,
+                 "cuBLASLt")
 
 #endif
