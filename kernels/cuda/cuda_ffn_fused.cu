@@ -41,17 +41,9 @@ __device__ __forceinline__ void mma_tile(const struct fused_table &t, int m, con
         sm.a[ar][ak / 8] = av;
         sm.w[wr][wl / 8] = wv;
         __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < FUSED_KSTEP; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, (const bf16 *)&sm.a[fr * 16][kk / 8], MMA_LDA);
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, (const bf16 *)&sm.w[kk][(fc + j) * 2], MMA_LDW);
-                wmma::mma_sync(acc[j], fa, fb, acc[j]);
-            }
-        }
+        mma_kstep<wmma::row_major>(
+            acc, (const bf16 *)&sm.a[fr * 16][0],
+            [&](int kk, int j) { return (const bf16 *)&sm.w[kk][(fc + j) * 2]; }, MMA_LDW);
     }
     wmma::store_matrix_sync(&sm.c[fr * 16][fc * 16], acc[0], 64 + 8, wmma::mem_row_major);
     wmma::store_matrix_sync(&sm.c[fr * 16][(fc + 1) * 16], acc[1], 64 + 8, wmma::mem_row_major);

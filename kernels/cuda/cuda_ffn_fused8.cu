@@ -90,17 +90,9 @@ __device__ __forceinline__ void fused8_mma_tile(const struct fused_table &t, int
             sm.a[lr][lk / 8] = ab;
             sm.w[lr][lk / 8] = wb;
             __syncthreads();
-#pragma unroll
-            for (int kk = 0; kk < FUSED_KSTEP; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-                wmma::load_matrix_sync(fa, (const bf16 *)&sm.a[fr * 16][kk / 8], MMA_LDA);
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
-                    wmma::load_matrix_sync(fb, (const bf16 *)&sm.w[(fc + j) * 16][kk / 8], MMA_LDA);
-                    wmma::mma_sync(acc[j], fa, fb, acc[j]);
-                }
-            }
+            mma_kstep<wmma::col_major>(
+                acc, (const bf16 *)&sm.a[fr * 16][0],
+                [&](int kk, int j) { return (const bf16 *)&sm.w[(fc + j) * 16][kk / 8]; }, MMA_LDA);
         }
         if (threadIdx.x < FUSED_ROWS)
             sm.sx[threadIdx.x] = (int)threadIdx.x < m

@@ -7,6 +7,8 @@
 
 #include "cuda_internal.h"
 
+#include <mma.h> /* after cuda_runtime.h (cuda_internal.h), as the stand-in's needs it */
+
 /* The skinny kernel's block: 256 threads = 8 lanes × 32 slices. A lane streams 8 consecutive weight
  * columns (one 16-byte load per weight row) of groups of SKINNY_GROUP consecutive rows, so the 8
  * lanes of a slice cover a 64-column tile; with SwiGLU the tile is 32 gate and the matching 32 up
@@ -200,6 +202,29 @@ struct mma_smem {
     float c[FUSED_ROWS][64 + 8];
     int last;
 };
+
+/* One staged k step of a tensor-core piece, shared by the bf16 and fp8 fused kernels: the warp's
+ * A fragments (16 rows from `a_rows`, a row-major tile of MMA_LDA bf16 per row) times its two B
+ * fragments, `b(kk, j)` the j-th (0, 1) at k offset kk with leading dimension `ldb` in layout
+ * LayoutB (row-major: weights staged k-major; col-major: a column's k values contiguous), added
+ * into acc[0] and acc[1]. */
+template <typename LayoutB, typename BFragment>
+static __device__ __forceinline__ void
+mma_kstep(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> (&acc)[2],
+          const bf16 *a_rows, BFragment b, unsigned ldb)
+{
+#pragma unroll
+    for (int kk = 0; kk < FUSED_KSTEP; kk += 16) {
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> fa;
+        nvcuda::wmma::load_matrix_sync(fa, a_rows + kk, MMA_LDA);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb;
+            nvcuda::wmma::load_matrix_sync(fb, b(kk, j), ldb);
+            nvcuda::wmma::mma_sync(acc[j], fa, fb, acc[j]);
+        }
+    }
+}
 
 /* The entry whose pieces hold piece p: the i with first[i] ≤ p < first[i + 1], by bisection. */
 static __device__ __forceinline__ int fused_entry_of(const struct fused_table &t, int p)
