@@ -148,11 +148,11 @@ MP_COMM_BACKENDS(MP_COMM_DECLARE, MP_REGISTRY_SKIP_ABSENT)
 extern const char *const mp_comm_choices[];
 
 /* The model's traced ranks (docs/ARCHITECTURE.md, "The model"): a world of `world` virtual
- * ranks packed gpus_per_node to a node, each a struct mp_comm of table mp_comm_model_rank, run one
- * thread each by mp_vworld_run. Their collectives meet in shared memory and move the host bytes
- * they are given between the ranks' buffers (the TP allreduce sums nothing: the rows belong to the
- * model compute's ranks, which hold no values); a started exchange moves its rows when it
- * starts. Each rank also keeps a virtual clock (mp_vworld_time_of), which its collectives move when
+ * ranks packed gpus_per_node to a node, each a struct mp_comm of table mp_comm_model_rank, run
+ * one fiber each on the calling thread by mp_vworld_run. Their collectives meet in shared memory
+ * and move the host bytes they are given between the ranks' buffers (the TP allreduce sums
+ * nothing: the rows belong to the model compute's ranks, which hold no values); a started exchange
+ * moves its rows when it starts. Each rank also keeps a virtual clock (mp_vworld_time_of), which its collectives move when
  * the world is timed (mp_vworld_time): a collective starts when its last member arrives, an
  * exchange started in a slot also once the group's earlier ones are through, and lasts what the
  * cost gives; a blocking one sets its members' clocks to its end, wait() on a slot to at least
@@ -182,23 +182,25 @@ int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node);
 void mp_vworld_free(struct mp_vworld *w);
 /* Rank r's communicator (split it to a layout before its layer uses it). */
 struct mp_comm *mp_vworld_rank(struct mp_vworld *w, int r);
-/* Call fn for every exchange completed from now on, from the thread of the rank that completed
- * it, one call at a time. */
+/* Call fn for every exchange completed from now on, on the fiber of the rank that completed it,
+ * one call at a time. */
 void mp_vworld_watch(struct mp_vworld *w, void (*fn)(void *arg, const struct mp_vworld_exchange *x),
                      void *arg);
 /* Rank r's virtual time (base/vtime.h), which its compute moves too (mp_compute_model_rank_clock);
  * a barrier of the whole world starts a new epoch of every rank's. */
 struct mp_vtime *mp_vworld_time_of(struct mp_vworld *w, int r);
 /* Time the world's collectives from now on: `cost` gives an exchange's (counts, rows or a TP
- * allreduce) duration [µs], from the thread of the rank that arrives last; barriers and the
+ * allreduce) duration [µs], on the fiber of the rank that arrives last; barriers and the
  * other collectives take none. */
 void mp_vworld_time(struct mp_vworld *w,
                     double (*cost)(void *arg, const struct mp_vworld_exchange *x), void *arg);
 /* From now on the world's exchanges of rows check their counts and move no bytes: ranks that
  * hold no buffers (timing alone). */
 void mp_vworld_nodata(struct mp_vworld *w);
-/* Run fn(rank r's communicator, args[r]) for every rank at once, each on its own thread; a rank
- * that fails makes the others' collectives fail rather than wait. The first failure's status. */
+/* Run fn(rank r's communicator, args[r]) for every rank, each on a fiber of its own (an 8 MiB
+ * stack) on the calling thread, switched when it waits in a collective; a rank that fails makes
+ * the others' collectives fail rather than wait, and ranks that all wait for each other
+ * (collectives called in different orders) fail likewise. The first failure's status (by rank). */
 int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args);
 
 /* Collective over the world: whether every rank passed ok != 0 (one max_double). A refusal that

@@ -1,16 +1,38 @@
-/* model_world.c - the model's world of virtual ranks that run the layer's own stages: one thread
- * per rank in one process, whose collectives meet in shared memory and move the host bytes they
- * are given between the ranks' buffers, as an MPI library would (docs/ARCHITECTURE.md, "The
+/* model_world.c - the model's world of virtual ranks that run the layer's own stages: one fiber
+ * per rank on the calling thread, whose collectives meet in shared memory and move the host bytes
+ * they are given between the ranks' buffers, as an MPI library would (docs/ARCHITECTURE.md, "The
  * model", traced ranks). */
-#include <pthread.h>
 #include <stdint.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "comm.h"
 #include "error.h"
+#include "fiber.h"
 #include "vtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MP_ASAN 1
+#endif
+#endif
+#ifndef MP_ASAN
+#define MP_ASAN 0
+#endif
+#if MP_ASAN /* AddressSanitizer is told of every switch between stacks */
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#define FIBER_STACK ((size_t)8 << 20) /* a rank's stack, a thread's default; mapped, not reserved */
+#define FIBER_GUARD ((size_t)4096)   /* an inaccessible page below it: an overflow faults */
 
 /* What a rank brings to a collective: its arguments, read by the rank that arrives last. */
 struct vcall {
@@ -27,16 +49,23 @@ struct meet {
     int arrived;
     unsigned long gen; /* collectives completed on this group */
     struct vcall **calls; /* [group size] by group rank */
-    pthread_cond_t done;  /* signalled when gen moves on (its members alone wait on it) */
-    int ready;            /* done initialised */
     double net_free;      /* virtual time: when the group's started exchanges are through */
+};
+
+/* A virtual rank's fiber: its context and stack (a guard page below it), and what it waits for
+ * while parked in a meeting (its group's meeting to move past generation wait_gen). */
+struct fiber {
+    struct mp_fiber_context ctx;
+    char *map; /* the mapping: guard page, then the stack */
+    int done;
+    const struct meet *wait;
+    unsigned long wait_gen;
 };
 
 enum { KIND_TP = MP_GROUP_COUNT, KIND_WORLD, KINDS };
 
 struct mp_vworld {
     int n, gpn;
-    pthread_mutex_t mu;
     int failed; /* a rank left with an error: every meeting fails from now on */
     struct mp_comm **ranks;
     struct meet *meets; /* [KINDS · n]: a group's at its kind and its first member's world rank */
@@ -47,6 +76,17 @@ struct mp_vworld {
     double (*cost)(void *arg, const struct mp_vworld_exchange *x);
     void *cost_arg;
     int nodata; /* exchanges check their counts and move no bytes (mp_vworld_nodata) */
+    /* mp_vworld_run's fibers and scheduler: the rank running now, each rank's entry */
+    struct fiber *fib; /* [n], stacks mapped on the first run */
+    struct mp_fiber_context sched;
+    int cur;
+    int (*fn)(struct mp_comm *c, void *arg);
+    void *const *args;
+    int *rc; /* [n] each rank's status */
+#if MP_ASAN
+    const void *sched_bottom;
+    size_t sched_size;
+#endif
 };
 
 struct rank_state {
@@ -194,14 +234,10 @@ static void time_meeting(struct mp_vworld *w, struct meet *m, const struct mp_vw
         w->time[who[i]].clock = start + dur;
 }
 
-/* With the lock held: every meeting fails from now on, and its waiters leave. */
-static void fail_all(struct mp_vworld *w)
-{
-    w->failed = 1;
-    for (int i = 0; i < KINDS * w->n; i++)
-        if (w->meets[i].ready)
-            pthread_cond_broadcast(&w->meets[i].done);
-}
+/* Every meeting fails from now on, and its waiters leave. */
+static void fail_all(struct mp_vworld *w) { w->failed = 1; }
+
+static void park(struct mp_vworld *w, const struct meet *m, unsigned long gen);
 
 /* Rank c's part in collective `op` on group `kind`: wait until every member has brought its call;
  * the last to arrive carries it out for all. */
@@ -218,7 +254,6 @@ static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
     }
     struct meet *m = &w->meets[(size_t)kind * w->n + who[0]];
     int rc = MP_OK;
-    pthread_mutex_lock(&w->mu);
     if (w->failed) {
         rc = MP_ERR_RUNTIME;
     } else if (m->calls[me]) {
@@ -245,15 +280,12 @@ static int meet(struct mp_comm *c, int kind, enum op op, struct vcall *call)
             m->gen++;
             if (rc != MP_OK)
                 fail_all(w);
-            else
-                pthread_cond_broadcast(&m->done);
         } else {
             while (m->gen == gen && !w->failed)
-                pthread_cond_wait(&m->done, &w->mu);
+                park(w, m, gen);
             rc = m->gen == gen ? MP_ERR_RUNTIME : MP_OK; /* left because another rank failed */
         }
     }
-    pthread_mutex_unlock(&w->mu);
     return rc;
 }
 
@@ -361,10 +393,8 @@ static int rank_wait(struct mp_comm *c, int slot)
         return MP_ERR_RUNTIME;
     struct mp_vworld *w = world_of(c);
     double end = ((struct rank_state *)c->priv)->slot_end[slot];
-    pthread_mutex_lock(&w->mu); /* the slot's end was written under the lock by its meeting */
     if (end > w->time[c->rank].clock)
         w->time[c->rank].clock = end;
-    pthread_mutex_unlock(&w->mu);
     return MP_OK;
 }
 
@@ -448,16 +478,17 @@ void mp_vworld_free(struct mp_vworld *w)
         free(c->priv);
         free(c);
     }
-    for (int i = 0; i < KINDS * w->n && w->meets; i++) {
+    for (int i = 0; i < KINDS * w->n && w->meets; i++)
         free(w->meets[i].calls);
-        if (w->meets[i].ready)
-            pthread_cond_destroy(&w->meets[i].done);
-    }
+    for (int r = 0; r < w->n && w->fib; r++)
+        if (w->fib[r].map)
+            munmap(w->fib[r].map, FIBER_GUARD + FIBER_STACK);
+    free(w->fib);
+    free(w->rc);
     free(w->meets);
     free(w->ranks);
     free(w->rows_to);
     free(w->time);
-    pthread_mutex_destroy(&w->mu);
     free(w);
 }
 
@@ -472,20 +503,24 @@ int mp_vworld_create(struct mp_vworld **out, int world, int gpus_per_node)
         goto oom;
     w->n = world;
     w->gpn = gpus_per_node;
-    pthread_mutex_init(&w->mu, NULL);
+#ifdef __GLIBC__
+    /* The ranks' row buffers, sized for the worst routing and mostly untouched, are mapped apart
+     * (glibc's first threshold, kept there: it would otherwise rise to the largest block freed)
+     * and unmapped when freed. On one thread's heap they left it in pieces that the next point's
+     * sizes did not fit: a 31-point sweep of 144 ranks held 4.5 GB, not 0.5 GB. Process-wide. */
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+#endif
     w->ranks = calloc((size_t)world, sizeof *w->ranks);
     w->meets = calloc((size_t)KINDS * world, sizeof *w->meets);
     w->rows_to = malloc((size_t)world * world * sizeof *w->rows_to);
     w->time = calloc((size_t)world, sizeof *w->time);
-    if (!w->ranks || !w->meets || !w->rows_to || !w->time)
+    w->fib = calloc((size_t)world, sizeof *w->fib);
+    w->rc = calloc((size_t)world, sizeof *w->rc);
+    if (!w->ranks || !w->meets || !w->rows_to || !w->time || !w->fib || !w->rc)
         goto oom;
-    for (int i = 0; i < KINDS * world; i++) {
+    for (int i = 0; i < KINDS * world; i++)
         if (!(w->meets[i].calls = calloc((size_t)world, sizeof *w->meets[i].calls)))
             goto oom;
-        w->meets[i].ready = pthread_cond_init(&w->meets[i].done, NULL) == 0;
-        if (!w->meets[i].ready)
-            goto oom;
-    }
     for (int r = 0; r < world; r++) {
         struct mp_comm *c = calloc(1, sizeof *c);
         struct rank_state *s = calloc(1, sizeof *s);
@@ -532,59 +567,129 @@ void mp_vworld_time(struct mp_vworld *w,
     w->cost_arg = arg;
 }
 
-struct runner {
-    struct mp_vworld *w;
-    int r, rc;
-    int (*fn)(struct mp_comm *c, void *arg);
-    void *arg;
-};
+/* The fibers: each rank runs fn on a stack of its own and gives the thread back (park) when it
+ * waits in a meeting; the scheduler resumes, in rank order, every rank whose meeting has moved on,
+ * until all have returned. A switch saves and restores the registers alone (base/fiber.h): no
+ * thread, no lock, no system call. */
+static _Thread_local struct mp_vworld *running; /* the world whose fibers this thread runs */
 
-static void *run_rank(void *p)
+/* Switch from the running fiber (or the scheduler) `from` to `to`, whose stack is [bottom, +size)
+ * (NULL for the scheduler's: the one AddressSanitizer recorded when it left it). */
+static void switch_to(struct mp_vworld *w, struct mp_fiber_context *from,
+                      struct mp_fiber_context *to, const void *bottom, size_t size, int ending)
 {
-    struct runner *u = p;
-    u->rc = u->fn(u->w->ranks[u->r], u->arg);
-    if (u->rc != MP_OK) { /* the others leave their meetings instead of waiting for this rank */
-        pthread_mutex_lock(&u->w->mu);
-        fail_all(u->w);
-        pthread_mutex_unlock(&u->w->mu);
+#if MP_ASAN
+    void *fake = NULL;
+    if (!bottom) {
+        bottom = w->sched_bottom;
+        size = w->sched_size;
     }
-    return NULL;
+    __sanitizer_start_switch_fiber(ending ? NULL : &fake, bottom, size);
+#else
+    (void)w;
+    (void)bottom;
+    (void)size;
+    (void)ending;
+#endif
+    mp_fiber_switch(from, to);
+#if MP_ASAN
+    __sanitizer_finish_switch_fiber(fake, &w->sched_bottom, &w->sched_size);
+#endif
+}
+
+/* A fiber's entry: the rank's run, then back to the scheduler for good. */
+static void fiber_main(void)
+{
+    struct mp_vworld *w = running;
+    int r = w->cur;
+#if MP_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &w->sched_bottom, &w->sched_size);
+#endif
+    w->rc[r] = w->fn(w->ranks[r], w->args[r]);
+    if (w->rc[r] != MP_OK) /* the others leave their meetings instead of waiting for this rank */
+        fail_all(w);
+    w->fib[r].done = 1;
+    switch_to(w, &w->fib[r].ctx, &w->sched, NULL, 0, 1);
+}
+
+/* The running rank waits for meeting m to move past generation gen: back to the scheduler. */
+static void park(struct mp_vworld *w, const struct meet *m, unsigned long gen)
+{
+    struct fiber *f = &w->fib[w->cur];
+    f->wait = m;
+    f->wait_gen = gen;
+    switch_to(w, &f->ctx, &w->sched, NULL, 0, 0);
+}
+
+/* Map rank r's stack (once per world) and make its context start at fiber_main. */
+static int make_fiber(struct mp_vworld *w, int r)
+{
+    struct fiber *f = &w->fib[r];
+    if (!f->map) {
+        void *map = mmap(NULL, FIBER_GUARD + FIBER_STACK, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (map == MAP_FAILED)
+            return -1;
+        if (mprotect(map, FIBER_GUARD, PROT_NONE) != 0) {
+            munmap(map, FIBER_GUARD + FIBER_STACK);
+            return -1;
+        }
+        f->map = map;
+    }
+#if MP_ASAN /* the last run's frames, left at the top of the stack when it switched away */
+    __asan_unpoison_memory_region(f->map + FIBER_GUARD + FIBER_STACK - ((size_t)64 << 10),
+                                  (size_t)64 << 10);
+#endif
+    mp_fiber_make(&f->ctx, f->map + FIBER_GUARD, FIBER_STACK, fiber_main);
+    f->done = 0;
+    f->wait = NULL;
+    return 0;
 }
 
 int mp_vworld_run(struct mp_vworld *w, int (*fn)(struct mp_comm *c, void *arg), void *const *args)
 {
-    struct runner *u = calloc((size_t)w->n, sizeof *u);
-    pthread_t *th = calloc((size_t)w->n, sizeof *th);
-    if (!u || !th) {
-        free(u);
-        free(th);
-        mp_error("out of memory for a world of %d virtual ranks", w->n);
-        return MP_ERR_RUNTIME;
-    }
+    for (int r = 0; r < w->n; r++)
+        if (make_fiber(w, r) != 0) {
+            mp_error("cannot make the stack of virtual rank %d (%d ranks of %zu KiB)", r, w->n,
+                     (size_t)FIBER_STACK >> 10);
+            return MP_ERR_RUNTIME;
+        }
+    struct mp_vworld *outer = running;
+    running = w;
     w->failed = 0;
-    int started = 0, rc = MP_OK;
-    for (; started < w->n; started++) {
-        u[started] = (struct runner){.w = w, .r = started, .fn = fn, .arg = args[started]};
-        if (pthread_create(&th[started], NULL, run_rank, &u[started]) != 0) {
-            mp_error("cannot start the thread of virtual rank %d", started);
-            pthread_mutex_lock(&w->mu);
+    w->fn = fn;
+    w->args = args;
+    int rc = MP_OK;
+    for (int live = w->n; live > 0;) {
+        int resumed = 0;
+        live = 0;
+        for (int r = 0; r < w->n; r++) {
+            struct fiber *f = &w->fib[r];
+            if (f->done)
+                continue;
+            if (f->wait && f->wait->gen == f->wait_gen && !w->failed) {
+                live++;
+                continue;
+            }
+            w->cur = r;
+            f->wait = NULL;
+            switch_to(w, &w->sched, &f->ctx, f->map + FIBER_GUARD, FIBER_STACK, 0);
+            resumed++;
+            live += !f->done;
+        }
+        if (live > 0 && resumed == 0) { /* every rank waits for another: collectives misnested */
+            mp_error("internal error: the %d virtual ranks left wait for each other", live);
             fail_all(w);
-            pthread_mutex_unlock(&w->mu);
-            rc = MP_ERR_RUNTIME;
-            break;
         }
     }
-    for (int r = 0; r < started; r++) {
-        pthread_join(th[r], NULL);
-        if (rc == MP_OK && u[r].rc != MP_OK)
-            rc = u[r].rc;
-    }
+    running = outer;
+    for (int r = 0; r < w->n; r++)
+        if (rc == MP_OK && w->rc[r] != MP_OK)
+            rc = w->rc[r];
     /* a failed run leaves meetings half attended: clear them for the next run */
     for (int i = 0; i < KINDS * w->n; i++) {
         w->meets[i].arrived = 0;
         memset(w->meets[i].calls, 0, (size_t)w->n * sizeof *w->meets[i].calls);
     }
-    free(u);
-    free(th);
     return rc;
 }

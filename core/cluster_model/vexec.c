@@ -1,4 +1,4 @@
-/* vexec.c - the model's traced ranks (vexec.h): one thread per virtual rank runs the point's
+/* vexec.c - the model's traced ranks (vexec.h): one fiber per virtual rank runs the point's
  * draws through the layer's stages; the draws' traffic is read off their records, exchanges and
  * expert FFNs. */
 #include <stdlib.h>

@@ -13,7 +13,7 @@
 /* As mp_vtraffic_build: the traffic of each of the point's routing draws on a tp × ep layout
  * (ranks packed the profile's gpus_per_node to a node; row bytes the profile's), *ndraws entries
  * in *out, free with mp_vtraffic_free; but made by running the stages on tp·ep traced ranks, one
- * thread each, instead of by the dispatch mode's model_traffic. The rows are computed by nobody,
+ * fiber each, instead of by the dispatch mode's model_traffic. The rows are computed by nobody,
  * so the ranks hold small ones (--hidden and --ffn do not change a count). Gate routing, which
  * has no activations to route on the model, is replayed with the model's draws of it (uniform,
  * group-limited alike); with --expert-cache the ranks run without one and each local expert's

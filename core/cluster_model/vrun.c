@@ -1,5 +1,5 @@
 /* vrun.c - a modelled point run by the layer's own pipeline (vrun.h): every virtual rank of the
- * layout runs mp_layer_run on a thread, on the traced ranks' compute and comm, whose clocks the
+ * layout runs mp_layer_run on a fiber, on the traced ranks' compute and comm, whose clocks the
  * cluster model's costs move (docs/ARCHITECTURE.md, "The model"). */
 #include <math.h>
 #include <stdlib.h>
@@ -138,7 +138,7 @@ static int run_rank(struct mp_comm *c, void *arg)
     return rc;
 }
 
-/* Run v->fn on a world of v->world virtual ranks, each on a thread, timed by v's costs. */
+/* Run v->fn on a world of v->world virtual ranks, each on a fiber, timed by v's costs. */
 static int run_world(struct vrun *v)
 {
     int N = v->world, rc = MP_ERR_RUNTIME;

@@ -9,7 +9,7 @@
 #include "layer.h"
 
 /* Point pt on a tp × ep layout of the cluster profile `cl`, modelled: tp·ep traced ranks (one
- * thread each, small rows: vexec.h) run mp_layer_run, its warm-up, timed iterations and
+ * fiber each, small rows: vexec.h) run mp_layer_run, its warm-up, timed iterations and
  * unpipelined reference as a measurement runs them, while each rank's virtual clock moves by what
  * the profile says its work takes: a routing kernel's launch (and the gate GEMM), each FFN phase
  * on the roofline of its rows and experts, each exchange from where its members meet, counted
@@ -24,7 +24,7 @@ struct mp_comm;
 struct mp_compute;
 /* A benchmark's own per-rank code on the model (moeperf-a2a's and moeperf-ffn's --backend
  * model): run fn(its comm, its compute, arg) for every virtual rank of a world of `world`
- * ranks (the profile's gpus_per_node to a node), each on a thread, its compute a
+ * ranks (the profile's gpus_per_node to a node), each on a fiber, its compute a
  * mp_compute_model (no data) on the rank's virtual clock. The exchanges check their counts and
  * move no bytes: one of rows costs the round its rows make at the bytes per row it names
  * (mp_vexchange_of, mp_vexchange_us), with no launch (what an exchange benchmark times); a count

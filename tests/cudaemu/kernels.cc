@@ -30,7 +30,7 @@ static void *shared_dynamic;
 void *dynamic_shared(void) { return shared_dynamic; }
 
 struct fiber {
-    fiber_context ctx;
+    mp_fiber_context ctx;
     char *stack;
     bool done;
 };
@@ -40,7 +40,7 @@ struct fiber {
 static const size_t fiber_stack = (size_t)64 << 10;
 static const size_t fiber_guard = 4096;
 static std::vector<fiber> fibers;
-static fiber_context scheduler;
+static mp_fiber_context scheduler;
 static int current_fiber;
 static const std::function<void()> *fiber_body;
 #if CUDAEMU_ASAN
@@ -58,8 +58,8 @@ static void fiber_main()
 #if CUDAEMU_ASAN
     __sanitizer_start_switch_fiber(nullptr, scheduler_bottom, scheduler_size);
 #endif
-    fiber_context ended;
-    fiber_switch(&ended, &scheduler); /* never resumed: the block makes its fibers afresh */
+    mp_fiber_context ended;
+    mp_fiber_switch(&ended, &scheduler); /* never resumed: the block makes its fibers afresh */
 }
 
 static void block_index(unsigned t, const dim3 &b, uint3 *idx)
@@ -88,7 +88,7 @@ static void run_block_fibers(unsigned nthreads, const std::function<void()> &bod
     fiber_body = &body;
     for (unsigned t = 0; t < nthreads; t++) {
         fiber &f = fibers[t];
-        fiber_make(&f.ctx, f.stack, fiber_stack, fiber_main);
+        mp_fiber_make(&f.ctx, f.stack, fiber_stack, fiber_main);
         f.done = false;
     }
     in_coop = true;
@@ -103,7 +103,7 @@ static void run_block_fibers(unsigned nthreads, const std::function<void()> &bod
             void *fake = nullptr;
             __sanitizer_start_switch_fiber(&fake, fibers[t].stack, fiber_stack);
 #endif
-            fiber_switch(&scheduler, &fibers[t].ctx);
+            mp_fiber_switch(&scheduler, &fibers[t].ctx);
 #if CUDAEMU_ASAN
             __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -179,7 +179,7 @@ void __syncthreads(void)
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, scheduler_bottom, scheduler_size);
 #endif
-    fiber_switch(&f.ctx, &scheduler);
+    mp_fiber_switch(&f.ctx, &scheduler);
 #if CUDAEMU_ASAN
     __sanitizer_finish_switch_fiber(fake, &scheduler_bottom, &scheduler_size);
 #endif

@@ -1,7 +1,9 @@
 /* test_vworld.c - the traced ranks' virtual clocks (comm/comm.h, kernels/compute.h): a
  * collective starts at its last member's arrival, started exchanges queue on their group's
  * network and wait() reaches their end, a world barrier starts an epoch without losing a time,
- * and a mark prices the compute queued since the one before. */
+ * and a mark prices the compute queued since the one before; ranks (fibers) that wait for a
+ * collective another rank never calls, or that fail, make the run fail instead of hanging; a
+ * deep stack holds. */
 #include "check.h"
 #include "comm.h"
 #include "compute.h"
@@ -84,8 +86,43 @@ out:
     return rc;
 }
 
+/* Rank 0 leaves at once while the others wait at a world barrier it never joins; or (arg set)
+ * rank 1 fails while the others wait for it. */
+static int strand(struct mp_comm *c, void *arg)
+{
+    if (c->rank == 0 && !arg)
+        return MP_OK;
+    if (c->rank == 1 && arg)
+        return MP_ERR_RUNTIME;
+    return c->ops->barrier(c);
+}
+
+/* A rank that uses a megabyte of stack and then meets the others. */
+static int deep(struct mp_comm *c, void *arg)
+{
+    (void)arg;
+    volatile char big[1 << 20];
+    for (size_t i = 0; i < sizeof big; i += 4096)
+        big[i] = (char)c->rank;
+    int rc = c->ops->barrier(c);
+    return rc == MP_OK && big[4096] == (char)c->rank ? MP_OK : MP_ERR_RUNTIME;
+}
+
+static void test_stranded(void)
+{
+    struct mp_vworld *w = NULL;
+    CHECK_INT(mp_vworld_create(&w, RANKS, 2), MP_OK);
+    void *none[RANKS] = {0}, *fail[RANKS] = {w, w, w, w};
+    printf("  a barrier rank 0 never joins (an error expected):\n");
+    CHECK_INT(mp_vworld_run(w, strand, none), MP_ERR_RUNTIME);
+    CHECK_INT(mp_vworld_run(w, strand, fail), MP_ERR_RUNTIME); /* rank 1 fails: no message */
+    CHECK_INT(mp_vworld_run(w, deep, none), MP_OK); /* and the world runs again afterwards */
+    mp_vworld_free(w);
+}
+
 int main(void)
 {
+    test_stranded();
     CHECK_INT(mp_vworld_create(&world, RANKS, 2), MP_OK);
     mp_vworld_time(world, cost, NULL);
     void *args[RANKS] = {0};

@@ -1,4 +1,4 @@
-/* fiber.cc - the stand-in's context switch (fiber.h): callee-saved registers pushed on the running
+/* fiber.c - the context switch of fibers (fiber.h): callee-saved registers pushed on the running
  * stack and the stack pointers exchanged on x86_64, ucontext elsewhere. */
 #include "fiber.h"
 
@@ -6,22 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-namespace cudaemu {
+#if defined(__x86_64__) && !defined(MP_FIBER_UCONTEXT)
 
-#if defined(__x86_64__) && !defined(CUDAEMU_FIBER_UCONTEXT)
-
-/* cudaemu_fiber_switch(void **from_sp, void *to_sp): the System V AMD64 ABI's callee-saved state
+/* mp_fiber_switch_stack(void **from_sp, void *to_sp): the System V AMD64 ABI's callee-saved state
  * (rbp, rbx, r12-r15, then one 8-byte slot with the MXCSR in its low half and the x87 control word
  * above it; System V AMD64 ABI, sections 3.2.1 and 3.2.3) pushed on the running stack, the stack
  * pointer stored in *from_sp, to_sp loaded and the same state popped from it; the ret then
- * returns into the switched-to context (or, the first time, into the entry fiber_make left there). */
-extern "C" void cudaemu_fiber_switch(void **from_sp, void *to_sp);
+ * returns into the switched-to context (or, the first time, into the entry mp_fiber_make left there). */
+void mp_fiber_switch_stack(void **from_sp, void *to_sp);
 __asm__(".text\n"
         ".p2align 4\n"
-        ".globl cudaemu_fiber_switch\n"
-        ".hidden cudaemu_fiber_switch\n"
-        ".type cudaemu_fiber_switch, @function\n"
-        "cudaemu_fiber_switch:\n"
+        ".globl mp_fiber_switch_stack\n"
+        ".hidden mp_fiber_switch_stack\n"
+        ".type mp_fiber_switch_stack, @function\n"
+        "mp_fiber_switch_stack:\n"
         "    pushq %rbp\n"
         "    pushq %rbx\n"
         "    pushq %r12\n"
@@ -43,21 +41,21 @@ __asm__(".text\n"
         "    popq %rbx\n"
         "    popq %rbp\n"
         "    ret\n"
-        ".size cudaemu_fiber_switch, .-cudaemu_fiber_switch\n");
+        ".size mp_fiber_switch_stack, .-mp_fiber_switch_stack\n");
 
 /* not instrumented: the stack may still carry the shadow an abandoned fiber's frames poisoned,
  * which each instrumented frame rewrites for itself but which these plain stores would trip over */
-__attribute__((no_sanitize_address)) void fiber_make(fiber_context *c, char *stack, size_t size,
-                                                     void (*entry)(void))
+__attribute__((no_sanitize_address)) void mp_fiber_make(struct mp_fiber_context *c, char *stack,
+                                                        size_t size, void (*entry)(void))
 {
     uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
     void **slot = (void **)top;
     /* entry is entered by the switch's ret, as if called: its return address (a null one, where
      * unwinders stop) at top - 8, so the stack pointer is 8 off a 16-byte boundary as at any call */
-    *--slot = nullptr;
+    *--slot = NULL;
     *--slot = (void *)entry; /* what the first switch's ret returns into */
     for (int r = 0; r < 6; r++)
-        *--slot = nullptr; /* rbp (the end of the frame-pointer chain), rbx, r12-r15 */
+        *--slot = NULL; /* rbp (the end of the frame-pointer chain), rbx, r12-r15 */
     uint32_t mxcsr;
     uint16_t fpu_control;
     __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
@@ -68,30 +66,31 @@ __attribute__((no_sanitize_address)) void fiber_make(fiber_context *c, char *sta
     c->sp = slot;
 }
 
-void fiber_switch(fiber_context *from, fiber_context *to) { cudaemu_fiber_switch(&from->sp, to->sp); }
+void mp_fiber_switch(struct mp_fiber_context *from, struct mp_fiber_context *to)
+{
+    mp_fiber_switch_stack(&from->sp, to->sp);
+}
 
 #else
 
-void fiber_make(fiber_context *c, char *stack, size_t size, void (*entry)(void))
+void mp_fiber_make(struct mp_fiber_context *c, char *stack, size_t size, void (*entry)(void))
 {
     if (getcontext(&c->uc) != 0) {
-        perror("cudaemu: getcontext");
+        perror("fiber: getcontext");
         abort();
     }
     c->uc.uc_stack.ss_sp = stack;
     c->uc.uc_stack.ss_size = size;
-    c->uc.uc_link = nullptr;
+    c->uc.uc_link = NULL;
     makecontext(&c->uc, entry, 0);
 }
 
-void fiber_switch(fiber_context *from, fiber_context *to)
+void mp_fiber_switch(struct mp_fiber_context *from, struct mp_fiber_context *to)
 {
     if (swapcontext(&from->uc, &to->uc) != 0) {
-        perror("cudaemu: swapcontext");
+        perror("fiber: swapcontext");
         abort();
     }
 }
 
 #endif
-
-} // namespace cudaemu
