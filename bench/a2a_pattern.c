@@ -4,7 +4,6 @@
 #include "a2a_pattern.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,16 +40,6 @@ double a2a_row_bytes(const struct mp_session *s, enum mp_dtype dt)
                                  (double)s->model.hidden * mp_session_elem_bytes(s));
 }
 
-/* Ranks per node as --dedup node groups them: the profile's on the model, else ranks / nodes (as
- * the launcher packs them). */
-static int ranks_per_node(const struct mp_session *s)
-{
-    const struct mp_comm *cm = s->comm;
-    if (s->modelled)
-        return s->cluster.gpus_per_node;
-    return cm->nnodes > 0 && cm->size >= cm->nnodes ? cm->size / cm->nnodes : 1;
-}
-
 /* EP rank e's own tokens of draw d routed and planned (mp_plan_send into `plan`), as every rank of
  * a measured run routes its share of the batch; ids and w hold the rank's token count. */
 static void route_rank(struct mp_plan *plan, const struct mp_session *s,
@@ -62,10 +51,11 @@ static void route_rank(struct mp_plan *plan, const struct mp_session *s,
     mp_plan_send(plan, pl, e, tok0, ntok, ids, w);
 }
 
-/* The model's virtual ranks, threads of one process, count the same draws: the whole ep × ep
- * counts of one draw (every chunk's, both hops) are worked out once, by the first rank to need
- * them, and read by the others. Every rank leaves a draw through a collective (max_double)
- * before any starts the next, so one draw is kept at a time. */
+/* Every rank counts the whole batch of a draw, the same counts: the whole ep × ep counts of one
+ * draw (every chunk's, both hops) are worked out once per process, by the first rank to need
+ * them, and read by the others (the model's virtual ranks share one process; a measured rank has
+ * it to itself). Every rank leaves a draw through a collective (max_double) before any starts the
+ * next, so one draw is kept at a time. */
 struct shared_key {
     long point; /* the sweep's point: its routing and placement, which each rank builds alike */
     uint64_t seed;
@@ -74,12 +64,11 @@ struct shared_key {
 };
 
 static struct {
-    pthread_mutex_t mu;
     struct shared_key key;
     int valid;
     double *rows; /* [nchunks · 2 · ep · ep] */
     size_t cap;
-} shared = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} shared;
 
 static int same_key(const struct shared_key *a, const struct shared_key *b)
 {
@@ -89,7 +78,7 @@ static int same_key(const struct shared_key *a, const struct shared_key *b)
 }
 
 /* Work out the counts of draw key->d of routing rt and placement pl into shared (ids, w: scratch
- * of total·K). With the lock. */
+ * of total·K). */
 static int count_shared(const struct shared_key *key, const struct mp_routing *rt,
                         const struct mp_placement *pl, int32_t *ids, float *w, int K)
 {
@@ -121,14 +110,12 @@ static int count_shared(const struct shared_key *key, const struct mp_routing *r
 static const double *shared_draw(const struct shared_key *key, const struct mp_routing *rt,
                                  const struct mp_placement *pl, int32_t *ids, float *w, int K)
 {
-    pthread_mutex_lock(&shared.mu);
     int ok = shared.valid && same_key(&shared.key, key);
     if (!ok) {
         shared.valid = 0;
         ok = count_shared(key, rt, pl, ids, w, K) == MP_OK;
     }
     const double *out = ok ? shared.rows : NULL;
-    pthread_mutex_unlock(&shared.mu);
     if (!out)
         mp_error("out of memory counting a draw of %ld tokens", key->total);
     return out;
@@ -149,40 +136,33 @@ int a2a_counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_
 {
     struct mp_comm *cm = s->comm;
     int ep = cm->ep, K = s->model.topk, e = cm->ep_rank, rc = MP_OK, node = mode == MP_DEDUP_NODE;
-    struct mp_dedup_counts dc = {0};
     int32_t *ids = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *ids);
     float *w = malloc((size_t)(total > 0 ? total : 1) * K * sizeof *w);
     if (!ids || !w || mp_a2a_counts_alloc(c, ndraws, nchunks, ep) != MP_OK ||
-        (node && mp_a2a_counts_alloc(c2, ndraws, nchunks, ep) != MP_OK) ||
-        mp_dedup_alloc(&dc, ep) != MP_OK) {
+        (node && mp_a2a_counts_alloc(c2, ndraws, nchunks, ep) != MP_OK)) {
         free(ids);
         free(w);
-        mp_dedup_free(&dc);
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
     c->row_bytes = (size_t)a2a_row_bytes(s, dt) + (size_t)mp_dedup_meta_bytes(mode, K);
     c2->row_bytes = c->row_bytes;
-    int gpn = ranks_per_node(s);
+    int gpn = mp_session_ranks_per_node(s);
     double sum_max = 0;
     size_t cells = (size_t)ep * ep;
     for (int d = 0; d < ndraws && rc == MP_OK; d++) {
         struct shared_key key = {.point = point, .seed = (uint64_t)s->o.seed, .total = total,
                                  .d = d, .mode = mode, .tp = cm->tp, .ep = ep, .gpn = gpn,
                                  .nchunks = nchunks};
-        const double *rows = s->modelled ? shared_draw(&key, rt, pl, ids, w, K) : NULL;
-        if (s->modelled && !rows) {
+        const double *rows = shared_draw(&key, rt, pl, ids, w, K);
+        if (!rows) {
             rc = MP_ERR_RUNTIME;
             break;
         }
-        if (!rows)
-            mp_routing_draw(rt, (uint64_t)s->o.seed, d, total, 0, total, ids, w);
         long sent = 0;
         for (int k = 0; k < nchunks; k++) { /* chunks partition the tokens: their rows add up */
             int set = d * nchunks + k;
-            const double *chunk = rows ? rows + (size_t)k * 2 * cells : dc.rows;
-            if (!rows)
-                mp_dedup_count_chunk(mode, pl, ids, total, K, cm->tp, gpn, nchunks, k, &dc);
+            const double *chunk = rows + (size_t)k * 2 * cells;
             sent += hop_counts(c, set, chunk, ep, e);
             if (node)
                 sent += hop_counts(c2, set, chunk + cells, ep, e);
@@ -192,7 +172,6 @@ int a2a_counts_dedup(struct mp_a2a_counts *c, struct mp_a2a_counts *c2, enum mp_
         sum_max += mine;
     }
     c->bytes_per_rank = sum_max / ndraws;
-    mp_dedup_free(&dc);
     free(ids);
     free(w);
     return rc;

@@ -2,7 +2,6 @@
  * files, and the console's header and line (layer_rows.h). */
 #include "layer_rows.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -53,16 +52,6 @@ static double median_of(const struct mp_point_result *res, int r, size_t field, 
     return mp_percentile_select(scratch, res->iters, 50);
 }
 
-/* Rank r's host from run.json's "ranks" (rank 0 with --out); "" for virtual ranks or when absent. */
-static const char *rank_host(const struct mp_session *s, int r)
-{
-    if (s->modelled || !s->run)
-        return "";
-    const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(s->run, "ranks"), r);
-    const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(o, "host"));
-    return h ? h : "";
-}
-
 /* A point's key cells (with the session's): what every row of its files starts with. */
 struct point_key {
     const struct mp_layout *lay;
@@ -98,7 +87,7 @@ static void put_key(struct mp_row *row, const struct mp_session *s, const struct
                         k->expert_cache, k->batch, k->context, k->micro_batches);
 }
 
-/* layer_rank_samples.csv: every rank's record of every timed iteration, as measured (or modelled). */
+/* layer_rank_samples.csv: every rank's record of every timed iteration. */
 static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
                               const struct point_key *k, const struct mp_point_result *res,
                               struct mp_row *row)
@@ -118,7 +107,7 @@ static int write_rank_samples(const struct mp_session *s, struct mp_runfiles *f,
             mp_row_int(row, i);
             mp_row_int(row, r);
             mp_row_int(row, s->comm->node_of[r]);
-            mp_row_str(row, rank_host(s, r));
+            mp_row_str(row, mp_session_rank_host(s, r));
             mp_row_int(row, r / k->lay->tp);
             mp_row_int(row, r % k->lay->tp);
             const double *wr = &w[r * MP_WAIT_PHASES];
@@ -287,7 +276,7 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     printf("%9s %-16s %-16s%s %7ld %8ld", k->lay->name, routing, k->placement, variant, k->batch,
            res->tokens_per_rank);
     mp_console_values(console_cols, NCONSOLE, sm);
-    if (s->modelled) /* the whole decode step the layer is part of (core/cluster_model/step.h) */
+    if (mp_session_profiled(s)) /* the whole decode step of the layer (core/cluster_model/step.h) */
         printf(" %9.2f %9.0f", res->step.valid ? res->step.p50[MP_STEP_TOTAL] / 1e3 : NAN,
                res->step.valid ? res->step.tok_s_gpu : NAN);
     printf(" %9s\n", chk);
@@ -350,13 +339,13 @@ void layer_print_header(const struct mp_session *s)
            s->comm->nnodes, s->o.backend, s->o.comm);
     printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn%s\n",
            s->o.iters,
-           s->modelled ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "
+           mp_session_profiled(s) ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "
                          "output tokens per second per GPU"
                        : "");
     printf("%9s %-16s %-16s%s %7s %8s", "layout", "routing", "placement",
            variant_shown(s) ? " dispatch/dedup/overlap        " : "", "batch", "tok/rank");
     mp_console_titles(console_cols, NCONSOLE);
-    if (s->modelled)
+    if (mp_session_profiled(s))
         printf(" %9s %9s", "step_ms", "tok/s/gpu");
     printf(" %9s\n", "check");
 }

@@ -25,8 +25,6 @@
 #include "routing.h"
 #include "session.h"
 #include "stats.h"
-#include "vrun.h"
-#include "watchdog.h"
 
 static const char *const pattern_choices[] = {"uniform", "moe", NULL};
 
@@ -94,7 +92,7 @@ static void put_key(struct mp_row *r, const struct mp_session *s, const struct a
 {
     int moe = p->routing != NULL;
     mp_row_reset(r);
-    mp_row_str(r, s->modelled ? "model" : "measured");
+    mp_row_str(r, mp_session_source(s));
     mp_row_str(r, s->o.backend);
     mp_row_str(r, s->o.comm);
     mp_row_str(r, s->o.pattern);
@@ -437,11 +435,10 @@ static int a2a_point(struct a2a_run *r, const struct mp_layout *lay, const struc
                  p.routing ? p.routing : "-", p.group_limit ? p.group_limit : "-",
                  p.placement ? p.placement : "-", p.dedup ? p.dedup : "-", p.overlap,
                  p.dispatch_dtype ? p.dispatch_dtype : "-", p.batch, p.bytes_per_peer);
-        if (!s->modelled) /* virtual ranks cannot hang */
-            mp_watchdog_arm(s->o.timeout, point);
+        mp_session_watch(s, point);
         rc = run_point(s, &cn, cn2.scount ? &cn2 : NULL, r->bufs, r->mine, r->all, r->times);
-        if (rc == MP_OK && !s->modelled)
-            mp_watchdog_disarm();
+        if (rc == MP_OK)
+            mp_session_unwatch(s);
         double busbw = 0;
         if (rc == MP_OK && s->comm->rank == 0)
             rc = write_point(s, r->f, &p, cn.bytes_per_rank, r->times, &busbw);
@@ -577,7 +574,7 @@ static int check_overlap(const struct mp_session *s, int moe)
             return MP_ERR_USAGE;
         }
     }
-    if (!s->modelled && !s->comm->ops->ialltoallv) {
+    if (!s->comm->ops->ialltoallv) {
         mp_usage("--overlap %d: the comm backend %s has no non-blocking all-to-all", n,
                  s->comm->ops->name);
         return MP_ERR_USAGE;
@@ -585,12 +582,9 @@ static int check_overlap(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
-/* The sample arrays, and buffers for `max_bytes` (written through before timing; with --overlap
- * above 1 two more for the forwards; a virtual backend's hold nothing and are not written). */
 static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
 {
     struct mp_session *s = r->s;
-    r->times = calloc((size_t)s->o.iters, sizeof *r->times);
     size_t elems = (max_bytes + s->cops->elem_size - 1) / s->cops->elem_size + 1;
     int nbufs = r->moe && max_overlap(s) > 1 ? 4 : 2;
     int virtual = s->cops->memory == MP_MEMORY_VIRTUAL;
@@ -599,56 +593,45 @@ static int a2a_alloc(struct a2a_run *r, size_t max_bytes)
             mp_error("out of memory for %zu-byte buffers", max_bytes);
             return MP_ERR_RUNTIME;
         }
-    r->mine = calloc((size_t)s->o.iters, sizeof *r->mine);
-    r->all = s->comm->rank == 0 ? calloc((size_t)s->o.iters * s->comm->size, sizeof *r->all) : NULL;
-    if (!r->mine || !r->times || (s->comm->rank == 0 && !r->all)) {
-        mp_error("out of memory");
-        return MP_ERR_RUNTIME;
-    }
     for (int i = 0; i < nbufs && !virtual; i += 2)
         touch_buffers(s, r->bufs[i], r->bufs[i + 1], elems);
     return MP_OK;
 }
 
-/* The model: every virtual rank runs the sweep as a measured rank does (a2a_layout), on a
- * session of its own whose comm and compute are that rank's (core/cluster_model/vrun.h); rank 0
- * writes the files and prints. */
-struct model_sweep {
+/* The sweep as each rank runs it (mp_session_each_rank): every layout's points, on the run's
+ * buffers (a virtual rank's hold nothing) with its own timing arrays; rank 0 writes the files and
+ * prints, and its --min-busbw count goes back into the run for check_floor. */
+struct a2a_sweep {
     struct a2a_run *r;
     const struct mp_layout *layouts;
     int nlayouts;
-    size_t max_bytes;
 };
 
-static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+static int a2a_rank(struct mp_session *rank, void *arg)
 {
-    const struct model_sweep *m = arg;
-    struct mp_session rs;
-    mp_session_virtual_rank(m->r->s, c, dev, &rs);
-    struct a2a_run rr = *m->r;
-    rr.s = &rs;
-    rr.times = rr.mine = rr.all = NULL;
-    int rc = a2a_alloc(&rr, m->max_bytes);
-    for (int li = 0; li < m->nlayouts && rc == MP_OK; li++)
-        rc = a2a_layout(&rr, &m->layouts[li]);
-    if (c->rank == 0) { /* the floor's count, for check_floor */
-        m->r->below = rr.below;
-        m->r->lowest = rr.lowest;
-        memcpy(m->r->lowest_point, rr.lowest_point, sizeof rr.lowest_point);
+    const struct a2a_sweep *w = arg;
+    struct a2a_run rr = *w->r;
+    rr.s = rank;
+    struct mp_comm *c = rank->comm;
+    int rc = MP_OK;
+    rr.times = calloc((size_t)rank->o.iters, sizeof *rr.times);
+    rr.mine = calloc((size_t)rank->o.iters, sizeof *rr.mine);
+    rr.all = c->rank == 0 ? calloc((size_t)rank->o.iters * c->size, sizeof *rr.all) : NULL;
+    if (!rr.mine || !rr.times || (c->rank == 0 && !rr.all)) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+    }
+    for (int li = 0; li < w->nlayouts && rc == MP_OK; li++)
+        rc = a2a_layout(&rr, &w->layouts[li]);
+    if (c->rank == 0) {
+        w->r->below = rr.below;
+        w->r->lowest = rr.lowest;
+        memcpy(w->r->lowest_point, rr.lowest_point, sizeof rr.lowest_point);
     }
     free(rr.mine);
     free(rr.all);
     free(rr.times);
     return rc;
-}
-
-static int model_sweep(struct a2a_run *r, const struct mp_layout *layouts, int nlayouts,
-                       size_t max_bytes)
-{
-    struct mp_session *s = r->s;
-    struct model_sweep m = {.r = r, .layouts = layouts, .nlayouts = nlayouts,
-                            .max_bytes = max_bytes};
-    return mp_vrun_world(&s->cluster, &s->model, s->comm->size, model_rank, &m);
 }
 
 /* --min-busbw, once every point is measured and written: how many fell below the floor, shared
@@ -690,13 +673,12 @@ int main(int argc, char **argv)
         goto out;
     struct mp_comm *c = s.comm;
     r.moe = strcmp(s.o.pattern, "moe") == 0;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(mp_session_layouts(&s, &layouts, &nlayouts));
     MP_CHECK(check_dedup(&s, r.moe));
     MP_CHECK(check_dispatch_dtype(&s, r.moe));
     MP_CHECK(check_overlap(&s, r.moe));
     MP_CHECK(mp_session_refuse_unsupported(&s));
-    if (!s.modelled)
-        MP_CHECK(mp_watchdog_start());
+    MP_CHECK(mp_session_watch_start(&s));
     if (r.moe)
         MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed,
                                    "gate routing needs the layer's activations; use moeperf-layer, "
@@ -716,10 +698,8 @@ int main(int argc, char **argv)
                                         s.o.dedup.n * s.o.overlap.n * s.o.dispatch_dtype.n *
                                         mp_sweep_nbatch(&s.o)
                                   : s.o.bytes.n);
-    if (s.modelled)
-        MP_CHECK(model_sweep(&r, layouts, nlayouts, max_bytes));
-    for (int li = 0; li < nlayouts && rc == MP_OK && !s.modelled; li++)
-        MP_CHECK(a2a_layout(&r, &layouts[li]));
+    struct a2a_sweep sweep = {.r = &r, .layouts = layouts, .nlayouts = nlayouts};
+    MP_CHECK(mp_session_each_rank(&s, a2a_rank, &sweep));
     MP_CHECK(check_floor(&s, &r));
 out:
     /* freeing device buffers waits for the device: on a failure, no longer than --timeout, and
@@ -730,9 +710,6 @@ out:
         for (int i = 0; i < 4; i++)
             if (r.bufs[i])
                 s.cops->free(s.dev, r.bufs[i]);
-    free(r.mine);
-    free(r.all);
-    free(r.times);
     mp_routings_free(r.routings, nrout);
     free(layouts);
     if (rc == MP_ERR_USAGE)

@@ -28,7 +28,6 @@
 #include "session.h"
 #include "stats.h"
 #include "topo.h"
-#include "vrun.h"
 #include "weight_cache.h"
 #include "weights.h"
 
@@ -348,20 +347,19 @@ static void model_peaks(const struct mp_cluster *cl, enum mp_dtype wdt, const ch
 static int measure_peaks(struct mp_session *s, double *peak)
 {
     struct mp_comm *c = s->comm;
+    int profiled = mp_session_profiled(s), rc = MP_OK;
     peak[0] = peak[1] = peak[2] = NAN;
-    if (s->modelled) {
+    if (profiled) {
         double fp8[2];
         model_peaks(&s->cluster, MP_DTYPE_BF16, s->o.gemm, peak);
         model_peaks(&s->cluster, MP_DTYPE_FP8, s->o.gemm, fp8);
         peak[2] = fp8[0];
-    }
-    if (!s->cops->measure_peak && !s->modelled)
-        return MP_OK;
-    int rc = s->modelled ? MP_OK : c->ops->barrier(c);
-    if (rc != MP_OK)
-        return rc;
-    if (!s->modelled)
+    } else {
+        rc = c->ops->barrier(c);
+        if (rc != MP_OK)
+            return rc;
         rc = s->cops->measure_peak(s->dev, &peak[0], &peak[2], &peak[1]);
+    }
     double failed = rc != MP_OK;
     int rc2 = c->ops->max_double(c, &failed);
     if (rc2 != MP_OK)
@@ -376,7 +374,7 @@ static int measure_peaks(struct mp_session *s, double *peak)
             cJSON_AddNumberToObject(j, "peak_gflops", peak[0] / 1e9);
             cJSON_AddNumberToObject(j, "peak_GBps", peak[1] / 1e9);
             cJSON_AddNumberToObject(j, "peak_gflops_fp8", peak[2] / 1e9); /* fp8 weights' GEMM */
-            if (s->modelled) /* from the profile (run.json's cluster) */
+            if (profiled) /* from the profile (run.json's cluster) */
                 cJSON_AddStringToObject(j, "from", "cluster profile");
         } else { /* a backend without a roofline measurement */
             cJSON_AddNullToObject(j, "peak_gflops");
@@ -390,10 +388,10 @@ static int measure_peaks(struct mp_session *s, double *peak)
 }
 
 static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
-                           
-                           /* --expert-cache where it cannot run: with --graph (a fetch is decided on the host before each
-                           * expert's FFN) and on the model (moeperf-layer's model keeps the cache). */
-                           static int refuse_cache(const struct mp_session *s)
+
+/* --expert-cache where it cannot run: with --graph (a fetch is decided on the host before each
+ * expert's FFN), and on a profile that has no host link bandwidth to fetch at. */
+static int refuse_cache(const struct mp_session *s)
 {
     int cached = 0;
     for (int i = 0; i < s->o.expert_cache.n; i++)
@@ -403,9 +401,9 @@ static int captures_graphs(const struct mp_compute_ops *o) { return o->graph; }
                  "a captured FFN cannot replay; drop --graph or --expert-cache");
         return MP_ERR_USAGE;
     }
-    if (cached && s->modelled) {
-        mp_usage("--expert-cache: the model keeps the cache in moeperf-layer (--backend model "
-                 "--expert-cache); moeperf-ffn measures it on a host or device --backend");
+    if (cached && mp_session_profiled(s) && !(s->cluster.pcie_bw > 0)) {
+        mp_usage("--expert-cache: the cluster profile %s has no pcie_bw (the host-to-device "
+                 "bandwidth a fetch runs at); give one in its file", s->cluster.name);
         return MP_ERR_USAGE;
     }
     return MP_OK;
@@ -460,6 +458,7 @@ static int cache_for_point(const struct mp_session *s, const struct ffn_wcache *
     struct local_gen g = {.s = s, .pl = pl, .rank = me, .blocked = wc->blocked};
     int rc = mp_weight_cache_setup(cache, s->cops, s->dev, spec, nl, share, (int)wc->dt,
                                    s->model.hidden, s->model.ffn / s->comm->tp, generate_local, &g);
+    mp_weight_cache_count_as(cache, mp_session_elem_bytes(s));
     free(share);
     return rc;
 }
@@ -505,8 +504,6 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct ffn_w
     if (rc == MP_OK)
         rc = run_point(s, wc, &w, sw->gemm, &cache, sw->ffn, &sw->cache);
     mp_weight_cache_free(&cache);
-    if (s->modelled) /* the roofline the profile gives the point's weights */
-        model_peaks(&s->cluster, wc->dt, s->o.gemm, peak);
     if (rc == MP_OK && s->comm->rank == 0)
         rc = write_point(s, sw->f, lay, rname, pname, wc->dt, cword, batch, &w, sw->ffn, peak,
                          spec.slots > 0 ? &sw->cache : NULL);
@@ -545,24 +542,23 @@ static int ffn_layout(struct sweep *sw, const struct mp_layout *lay)
     return rc;
 }
 
-/* The model: every virtual rank runs the sweep as a measured rank does (ffn_layout), on a
- * session of its own whose comm and compute are that rank's (core/cluster_model/vrun.h: an FFN
- * phase costs the profile's roofline of its rows and experts); rank 0 writes the files. */
-struct model_sweep {
+/* The sweep as each rank runs it (mp_session_each_rank): every layout's points, with timing arrays
+ * of its own; on the model every virtual rank runs it on a session whose comm and compute are
+ * that rank's (core/cluster_model/vrun.h: an FFN phase costs the profile's roofline of its rows
+ * and experts). Rank 0 writes the files. */
+struct ffn_sweep {
     struct sweep *sw;
     const struct mp_layout *layouts;
     int nlayouts;
 };
 
-static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+static int ffn_rank(struct mp_session *rank, void *arg)
 {
-    const struct model_sweep *m = arg;
-    struct mp_session rs;
-    mp_session_virtual_rank(m->sw->s, c, dev, &rs);
+    const struct ffn_sweep *m = arg;
     struct sweep rsw = *m->sw;
-    rsw.s = &rs;
-    rsw.ffn = malloc((size_t)rs.o.iters * sizeof *rsw.ffn);
-    rsw.cache.fetch_us = malloc((size_t)rs.o.iters * sizeof *rsw.cache.fetch_us);
+    rsw.s = rank;
+    rsw.ffn = malloc((size_t)rank->o.iters * sizeof *rsw.ffn);
+    rsw.cache.fetch_us = malloc((size_t)rank->o.iters * sizeof *rsw.cache.fetch_us);
     int rc = rsw.ffn && rsw.cache.fetch_us ? MP_OK : MP_ERR_RUNTIME;
     if (rc != MP_OK)
         mp_error("out of memory");
@@ -571,13 +567,6 @@ static int model_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
     free(rsw.ffn);
     free(rsw.cache.fetch_us);
     return rc;
-}
-
-static int model_sweep(struct sweep *sw, const struct mp_layout *layouts, int nlayouts)
-{
-    struct mp_session *s = sw->s;
-    struct model_sweep m = {.sw = sw, .layouts = layouts, .nlayouts = nlayouts};
-    return mp_vrun_world(&s->cluster, &s->model, s->comm->size, model_rank, &m);
 }
 
 /* Refuse a --weight-dtype word that is not a type, or one the backend cannot store (exit 2). */
@@ -595,11 +584,9 @@ static void print_header(const struct mp_session *s, const double *peak)
            m->name, m->hidden, m->ffn, m->experts, m->topk, m->shared, s->comm->size,
            s->comm->nnodes, s->o.backend, s->o.gemm,
            s->o.graph ? ", replayed as a CUDA Graph" : "");
-    if (s->modelled) {
-        double fp8[2];
-        model_peaks(&s->cluster, MP_DTYPE_FP8, s->o.gemm, fp8);
+    if (mp_session_profiled(s)) {
         printf("# peak (cluster %s, flops·flops_eff and hbm_bw·hbm_eff): %.2f GFLOP/s (fp8 "
-               "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, fp8[0] / 1e9,
+               "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, peak[2] / 1e9,
                peak[1] / 1e9);
     } else {
         printf("# peak (rank 0, measured at start-up): %.2f GFLOP/s (fp8 weights' GEMM %.2f), "
@@ -629,7 +616,7 @@ int main(int argc, char **argv)
     if (rc != MP_OK)
         goto out;
     struct mp_comm *c = s.comm;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(mp_session_layouts(&s, &layouts, &nlayouts));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
     MP_CHECK(refuse_weight_dtypes(&s));
     MP_CHECK(mp_session_refuse_unsupported(&s));
@@ -648,31 +635,20 @@ int main(int argc, char **argv)
     MP_CHECK(mp_expert_caches_validate(&s.o.expert_cache, &s.model, layouts, nlayouts,
                                        &s.o.placement));
     MP_CHECK(refuse_cache(&s));
-    sw.ffn = malloc((size_t)s.o.iters * sizeof *sw.ffn);
-    sw.cache.fetch_us = malloc((size_t)s.o.iters * sizeof *sw.cache.fetch_us);
-    if (!sw.ffn || !sw.cache.fetch_us) {
-        mp_error("out of memory");
-        rc = MP_ERR_RUNTIME;
-        goto out;
-    }
     MP_CHECK(mp_runfiles_open(&f, &s, files, 2));
     MP_CHECK(measure_peaks(&s, sw.peak));
     if (!s.o.quiet && c->rank == 0)
         print_header(&s, sw.peak);
     sw.total = nlayouts * s.o.weight_dtype.n * s.o.routing.n * s.o.placement.n *
                mp_sweep_nbatch(&s.o) * s.o.expert_cache.n;
-    if (s.modelled)
-        MP_CHECK(model_sweep(&sw, layouts, nlayouts));
-    for (int li = 0; li < nlayouts && !s.modelled; li++)
-        MP_CHECK(ffn_layout(&sw, &layouts[li]));
+    struct ffn_sweep sweep = {.sw = &sw, .layouts = layouts, .nlayouts = nlayouts};
+    MP_CHECK(mp_session_each_rank(&s, ffn_rank, &sweep));
 out:
     if (s.run)
         mp_session_note(&s, "cache_flushes", cJSON_CreateNumber((double)cache_flushes));
     mp_runfiles_close(&f);
     mp_routings_free(sw.routings, nrout);
     free(layouts);
-    free(sw.ffn);
-    free(sw.cache.fetch_us);
     if (rc == MP_ERR_USAGE)
         s.agreed = 1;
     return mp_session_end(&s, rc);

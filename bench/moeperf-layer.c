@@ -25,8 +25,6 @@
 #include "runfiles.h"
 #include "session.h"
 #include "stats.h"
-#include "vrun.h"
-#include "watchdog.h"
 
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
@@ -84,7 +82,7 @@ static int measure_fetch_rate(struct sweep *sw)
     int cached = 0;
     for (int i = 0; i < s->o.expert_cache.n; i++)
         cached |= strcmp(s->o.expert_cache.v[i], "off") != 0;
-    if (!cached || s->modelled)
+    if (!cached || s->cops->memory == MP_MEMORY_VIRTUAL) /* no copy to time: the profile's */
         return MP_OK;
     int rc = mp_cache_fetch_rate(s->cops, s->dev, FETCH_RATE_BYTES, FETCH_RATE_REPS,
                                  &sw->fetch_rate);
@@ -136,7 +134,7 @@ static int refuse_unrun_mode(const struct mp_session *s, const struct mp_dispatc
 static int refuse_flags(const struct sweep *sw)
 {
     const struct mp_session *s = sw->s;
-    for (int i = 0; i < s->o.micro_batches.n && !s->modelled; i++)
+    for (int i = 0; i < s->o.micro_batches.n && !mp_session_profiled(s); i++)
         if (s->o.micro_batches.v[i] > 1) {
             mp_usage("--micro-batches %ld: the %s backend runs a step's batch as one; two "
                      "micro-batches overlapped are modelled only (--backend model), or use "
@@ -374,8 +372,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
         mp_progress(sw->npoint, sw->total, label);
     char range[600]; /* the point's NVTX range: its phases' ranges nest in it */
     snprintf(range, sizeof range, "moeperf/point %s", label);
-    if (!s->modelled)
-        mp_watchdog_arm(s->o.timeout, label);
+    mp_session_watch(s, label);
     /* with two micro-batches the layer runs one half's tokens (the model only: refuse_flags) */
     long layer_batch = micro > 1 ? (batch + micro - 1) / micro : batch;
     struct mp_point pt = {.label = range, .batch = layer_batch, .seq = s->o.seq, .routing = routing,
@@ -390,16 +387,14 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                           .straggle_rank = sw->straggle_rank, .straggle_us = sw->straggle_us,
                           .cache = cache};
     struct mp_point_result res;
-    rc = s->modelled ? mp_vrun_point(&s->cluster, &s->model, lay->tp, lay->ep,
-                                     (uint64_t)s->o.seed, &pt, &res)
-                     : mp_layer_run(L, &pt, &res);
+    rc = mp_session_layer_point(s, L, lay->tp, lay->ep, &pt, &res);
     if (rc == MP_OK)
-        mp_watchdog_disarm();
+        mp_session_unwatch(s);
     else /* freeing the layer waits for the device: no longer than --timeout */
         rc = mp_session_fail(s, rc);
     sw->timed_us += res.timed_us;
     sw->measured++;
-    if (rc == MP_OK && s->modelled) {
+    if (rc == MP_OK && mp_session_profiled(s)) { /* the deployment and the step it is part of */
         model_memory(sw, lay, pl, &cache, batch, context, wtype, label, &res);
         res.tokens_per_rank = ((long)batch * s->o.seq + lay->ep - 1) / lay->ep;
         struct mp_step_spec spec = {.tp = lay->tp, .ep = lay->ep, .context = (double)context,
@@ -427,10 +422,9 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
     const struct mp_model *m = &s->model;
     struct mp_layer *L = NULL;
     int rc = c->ops->split(c, lay->tp, lay->ep);
-    if (rc == MP_OK && !s->modelled)
-        rc = mp_layer_create(&L, s->cops, s->dev, c, m, (uint64_t)s->o.seed,
-                             mp_sweep_max_batch(&s->o, &lay->ep, 1) * s->o.seq,
-                             s->o.max_memory, sw->max_overlap);
+    if (rc == MP_OK)
+        rc = mp_session_layer_create(s, &L, mp_sweep_max_batch(&s->o, &lay->ep, 1) * s->o.seq,
+                                     sw->max_overlap);
     int nodes = mp_ep_nodes(c, lay->tp, lay->ep), inactive;
     int nstep = s->o.context.n * s->o.micro_batches.n; /* context × micro-batches, one index */
     for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
@@ -525,7 +519,7 @@ int main(int argc, char **argv)
     if (rc != MP_OK)
         goto out;
     struct mp_comm *c = s.comm;
-    MP_CHECK(mp_layouts_resolve(&s.o.layout, c->size, s.modelled, &layouts, &nlayouts));
+    MP_CHECK(mp_session_layouts(&s, &layouts, &nlayouts));
     MP_CHECK(mp_routings_parse(&s.o.routing, &s.model, s.o.seed, NULL, &sw.routings, &nrout));
     MP_CHECK(mp_sweep_validate(&s.model, layouts, nlayouts, &s.o.placement));
     MP_CHECK(mp_expert_caches_validate(&s.o.expert_cache, &s.model, layouts, nlayouts,
@@ -533,8 +527,7 @@ int main(int argc, char **argv)
     MP_CHECK(mp_group_limits_validate(&s.o.group_limit, sw.routings, nrout, layouts, nlayouts, c));
     MP_CHECK(mp_straggle_parse(s.o.straggle, c->size, &sw.straggle_rank, &sw.straggle_us));
     MP_CHECK(mp_gemm_mode(&s.o, s.cops, &sw.gemm));
-    if (!s.modelled)
-        MP_CHECK(mp_watchdog_start());
+    MP_CHECK(mp_session_watch_start(&s));
     MP_CHECK(mp_session_refuse_unsupported(&s));
     sweep_bounds(&sw);
     MP_CHECK(mp_runfiles_open(&f, &s, files, s.o.rank_samples ? 4 : 3));

@@ -1,8 +1,9 @@
 /* model.c - the model communication backend as the session holds it: the facts of a virtual world
  * of --world ranks in one process (its size, its nodes). Every exchange of a modelled run happens
- * on that world's virtual ranks, each a thread with a comm of its own (comm/model_world.c, run by
- * core/cluster_model/vrun.c), so this one refuses exchanges; host collectives act as if every
- * virtual rank held what this process holds. */
+ * on that world's virtual ranks, each a fiber with a comm of its own (comm/model_world.c, run by
+ * core/cluster_model/vrun.c), so this one refuses exchanges, started ones too (it has them as the
+ * virtual ranks do: what a binary asks of the backend holds for them); host collectives act as if
+ * every virtual rank held what this process holds. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,24 @@ static int model_alltoallv_group(struct mp_comm *c, enum mp_comm_group g, const 
     return model_nodata("alltoallv");
 }
 
+static int model_ialltoallv(struct mp_comm *c, const void *send, const int *scount,
+                            const int *sdispl, void *recv, const int *rcount, const int *rdispl,
+                            size_t row_bytes, int slot)
+{
+    return model_nodata("ialltoallv");
+}
+
+static int model_ialltoallv_group(struct mp_comm *c, enum mp_comm_group g, const void *send,
+                                  const int *scount, const int *sdispl, void *recv,
+                                  const int *rcount, const int *rdispl, size_t row_bytes, int slot)
+{
+    return model_nodata("ialltoallv");
+}
+
+static int model_wait(struct mp_comm *c, int slot) { return model_nodata("wait"); }
+
+static void model_progress(struct mp_comm *c) {}
+
 static int model_allreduce_sum(struct mp_comm *c, void *buf, size_t n)
 {
     return model_nodata("allreduce");
@@ -125,6 +144,10 @@ const struct mp_comm_ops mp_comm_model = {
     .alltoallv = model_alltoallv,
     .alltoall_int_group = model_alltoall_int_group,
     .alltoallv_group = model_alltoallv_group,
+    .ialltoallv = model_ialltoallv,
+    .ialltoallv_group = model_ialltoallv_group,
+    .wait = model_wait,
+    .progress = model_progress,
     .allreduce_sum = model_allreduce_sum,
     .barrier = model_barrier,
     .gather = model_gather,

@@ -301,10 +301,12 @@ struct mp_vwork {
 struct mp_vwork_cost {
     void *arg;
     double (*work_us)(void *arg, const struct mp_vwork *w); /* the work's duration [µs] */
-    /* an expert cache's timeline: one expert's FFN on `rows` [µs], one fetch [µs], and whether
-     * a copy engine runs fetches beside the FFNs (else each fetch holds the FFNs for all of it) */
-    double (*expert_us)(void *arg, double rows);
-    double fetch_us;
+    /* an expert cache's timeline: one expert's FFN on `rows` at the shape `w` names (its ffn_H,
+     * ffn_Dl, ffn_weight_dtype, ffn_gemm) [µs], one fetch of `bytes` bytes of weights as the
+     * rank holds them [µs], and whether a copy engine runs fetches beside the FFNs (else each
+     * fetch holds the FFNs for all of it) */
+    double (*expert_us)(void *arg, const struct mp_vwork *w, double rows);
+    double (*fetch_us)(void *arg, double bytes);
     int copy_engine;
 };
 /* Run rank c on the virtual time *t (base/vtime.h, shared with its comm rank, which moves it at

@@ -109,10 +109,23 @@ static double exchange_us(void *arg, const struct mp_vworld_exchange *x)
 }
 
 /* One cached expert's FFN on `rows` (the cache's timeline runs each on its own). */
-static double expert_us(void *arg, double rows)
+static double expert_us(void *arg, const struct mp_vwork *w, double rows)
 {
     const struct vrun *v = arg;
+    if (v->real_rows) /* the shape the call names */
+        return mp_cost_expert_ffn_us(v->cl, w->ffn_H, w->ffn_Dl, rows, 1, w->ffn_weight_dtype,
+                                     w->ffn_gemm);
     return mp_cost_ffn_prepared_us(&v->fc, rows, 1);
+}
+
+/* One cache fetch of `bytes` of weights: over the host link (pcie_bw) as they are, or for the
+ * traced ranks' small weights the real expert's (v->fetch_us). */
+static double fetch_us(void *arg, double bytes)
+{
+    const struct vrun *v = arg;
+    if (!v->real_rows)
+        return v->fetch_us;
+    return v->cl->pcie_bw > 0 ? bytes / v->cl->pcie_bw * 1e6 : 0;
 }
 
 struct rank_run {
@@ -131,7 +144,7 @@ static int run_rank(struct mp_comm *c, void *arg)
     if (rc != MP_OK)
         return rc;
     struct mp_vwork_cost k = {.arg = v, .work_us = work_us, .expert_us = expert_us,
-                              .fetch_us = v->fetch_us, .copy_engine = v->cl->copy_engine != 0};
+                              .fetch_us = fetch_us, .copy_engine = v->cl->copy_engine != 0};
     mp_compute_model_rank_clock(dev, mp_vworld_time_of(v->w, r->rank), &k);
     rc = v->fn(c, dev, v->arg);
     ops->fini(dev);

@@ -57,7 +57,9 @@ static int fetch(struct mp_weight_cache *wc, int e, int s)
 {
     void *dst[2] = {wc->slot_gu[s], wc->slot_wd[s]};
     const void *src[2] = {wc->pool_gu[e], wc->pool_wd[e]};
-    size_t bytes[2] = {(size_t)wc->gu_bytes, (size_t)wc->wd_bytes};
+    int counted = wc->ops->memory == MP_MEMORY_VIRTUAL; /* nothing copied: what it stands for */
+    size_t bytes[2] = {(size_t)(counted ? wc->gu_count : wc->gu_bytes),
+                       (size_t)(counted ? wc->wd_count : wc->wd_bytes)};
     return wc->ops->cache_fetch(wc->dev, s, dst, src, bytes, 2);
 }
 
@@ -108,6 +110,9 @@ int mp_weight_cache_setup(struct mp_weight_cache *wc, const struct mp_compute_op
         wc->gu_bytes = (double)(wc->gu_elems * es);
         wc->wd_bytes = (double)(wc->wd_elems * es);
     }
+    wc->gu_count = wc->gu_bytes;
+    wc->wd_count = wc->wd_bytes;
+    wc->fp8 = weight_dtype == MP_DTYPE_FP8;
     int rc = mp_expert_cache_init(&wc->cache, spec, nlocal, share);
     if (rc != MP_OK)
         return rc;
@@ -162,8 +167,16 @@ int mp_weight_cache_get(struct mp_weight_cache *wc, int e, void **gu, void **wd,
         return MP_OK;
     }
     wc->misses++;
-    wc->fetch_bytes += wc->gu_bytes + wc->wd_bytes;
+    wc->fetch_bytes += wc->gu_count + wc->wd_count;
     return fetch(wc, e, s);
+}
+
+void mp_weight_cache_count_as(struct mp_weight_cache *wc, double elem_bytes)
+{
+    if (wc->fp8)
+        return;
+    wc->gu_count = (double)wc->gu_elems * elem_bytes;
+    wc->wd_count = (double)wc->wd_elems * elem_bytes;
 }
 
 int mp_weight_cache_release(struct mp_weight_cache *wc, int slot)

@@ -16,9 +16,11 @@ struct mp_weight_cache {
     struct mp_expert_cache cache; /* which expert is in which slot (the policy's bookkeeping) */
     void **pool_gu, **pool_wd;    /* [nlocal] host memory (host_alloc's where the backend has it) */
     void **slot_gu, **slot_wd;    /* [nslots] device memory; the last is static's staging slot */
-    int nslots;
+    int nslots, fp8;              /* fp8: the weights are fp8 images */
     size_t gu_elems, wd_elems;    /* backend elements of one expert's two buffers */
     double gu_bytes, wd_bytes;    /* their bytes as the backend stores them: what a fetch moves */
+    double gu_count, wd_count;    /* their bytes as counted (fetch_bytes): gu_bytes and wd_bytes
+                                   * unless mp_weight_cache_count_as says otherwise */
     double hits, misses, fetch_bytes; /* accesses counted since the caller last cleared them */
 };
 
@@ -34,6 +36,11 @@ int mp_weight_cache_setup(struct mp_weight_cache *wc, const struct mp_compute_op
                           struct mp_compute *dev, const struct mp_cache_spec *spec, int nlocal,
                           const double *share, int weight_dtype, int H, int Dl,
                           mp_expert_gen_fn gen, void *gen_arg);
+/* Count an expert's bf16 weights at `elem_bytes` per element from now on (fp8 images stay their
+ * bytes): a virtual backend's weights stand for the profile's elements, which its own element
+ * size does not give (the model's --backend: mp_session_elem_bytes). On virtual memory a fetch
+ * names these bytes too, as nothing is copied. */
+void mp_weight_cache_count_as(struct mp_weight_cache *wc, double elem_bytes);
 /* Free it (the device drained first); safe on a zeroed or freed cache. */
 void mp_weight_cache_free(struct mp_weight_cache *wc);
 

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "console.h"
+#include "layer.h"
 #include "error.h"
 #include "locality.h"
 #include "rankmap.h"
 #include "results.h"
+#include "vrun.h"
 #include "watchdog.h"
 
 #define NAME_BYTES 128
@@ -403,6 +405,93 @@ void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
     out->dev = dev;
     if (c->rank != 0)
         out->run = NULL;
+}
+
+const char *mp_session_source(const struct mp_session *s)
+{
+    return s->modelled ? "model" : "measured";
+}
+
+int mp_session_profiled(const struct mp_session *s) { return s->modelled; }
+
+int mp_session_ranks_per_node(const struct mp_session *s)
+{
+    const struct mp_comm *c = s->comm;
+    if (s->modelled)
+        return s->cluster.gpus_per_node;
+    return c->nnodes > 0 && c->size >= c->nnodes ? c->size / c->nnodes : 1;
+}
+
+int mp_session_layouts(const struct mp_session *s, struct mp_layout **out, int *n)
+{
+    return mp_layouts_resolve(&s->o.layout, s->comm->size, s->modelled, out, n);
+}
+
+int mp_session_watch_start(const struct mp_session *s)
+{
+    return s->modelled ? MP_OK : mp_watchdog_start();
+}
+
+void mp_session_watch(const struct mp_session *s, const char *label)
+{
+    if (!s->modelled)
+        mp_watchdog_arm(s->o.timeout, label);
+}
+
+void mp_session_unwatch(const struct mp_session *s)
+{
+    if (!s->modelled)
+        mp_watchdog_disarm();
+}
+
+struct each_rank {
+    const struct mp_session *s;
+    int (*fn)(struct mp_session *rank, void *arg);
+    void *arg;
+};
+
+static int virtual_rank(struct mp_comm *c, struct mp_compute *dev, void *arg)
+{
+    const struct each_rank *e = arg;
+    struct mp_session rank;
+    mp_session_virtual_rank(e->s, c, dev, &rank);
+    return e->fn(&rank, e->arg);
+}
+
+int mp_session_each_rank(struct mp_session *s, int (*fn)(struct mp_session *rank, void *arg),
+                         void *arg)
+{
+    if (!s->modelled)
+        return fn(s, arg);
+    struct each_rank e = {.s = s, .fn = fn, .arg = arg};
+    return mp_vrun_world(&s->cluster, &s->model, s->comm->size, virtual_rank, &e);
+}
+
+const char *mp_session_rank_host(const struct mp_session *s, int r)
+{
+    if (s->modelled || !s->run)
+        return "";
+    const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(s->run, "ranks"), r);
+    const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(o, "host"));
+    return h ? h : "";
+}
+
+int mp_session_layer_create(const struct mp_session *s, struct mp_layer **out, long max_tokens,
+                            int max_overlap)
+{
+    *out = NULL;
+    if (s->modelled)
+        return MP_OK;
+    return mp_layer_create(out, s->cops, s->dev, s->comm, &s->model, (uint64_t)s->o.seed,
+                           max_tokens, s->o.max_memory, max_overlap);
+}
+
+int mp_session_layer_point(const struct mp_session *s, struct mp_layer *L, int tp, int ep,
+                           const struct mp_point *pt, struct mp_point_result *res)
+{
+    if (s->modelled)
+        return mp_vrun_point(&s->cluster, &s->model, tp, ep, (uint64_t)s->o.seed, pt, res);
+    return mp_layer_run(L, pt, res);
 }
 
 int mp_session_refuse_unsupported(const struct mp_session *s)

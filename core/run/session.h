@@ -38,6 +38,55 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
 void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
                              struct mp_compute *dev, struct mp_session *out);
 
+/* What a benchmark main asks of its ranks, the same on measured and on virtual ones. */
+
+/* "model" when the session's ranks are the cluster model's virtual ones, "measured" otherwise:
+ * the source column of every row. */
+const char *mp_session_source(const struct mp_session *s);
+
+/* Whether the run is priced by a cluster profile (the model backends): the columns that need one
+ * (the whole decode step, memory per GPU, the roofline's peaks from the profile) are filled from
+ * it. */
+int mp_session_profiled(const struct mp_session *s);
+
+/* Ranks per node as --dedup node groups them: the profile's gpus_per_node for virtual ranks, else
+ * the ranks over the nodes the launcher placed them on. */
+int mp_session_ranks_per_node(const struct mp_session *s);
+
+/* Every --layout of the sweep for the session's world (mp_layouts_resolve), in a heap array. */
+int mp_session_layouts(const struct mp_session *s, struct mp_layout **out, int *n);
+
+/* The --timeout deadline: started (MP_OK, or MP_ERR_RUNTIME without its thread), armed for the
+ * point `label` about to run, disarmed after it. Virtual ranks cannot hang: nothing to do. */
+int mp_session_watch_start(const struct mp_session *s);
+void mp_session_watch(const struct mp_session *s, const char *label);
+void mp_session_unwatch(const struct mp_session *s);
+
+/* Run fn(rank, arg) for each rank this process runs, `rank` the session fn works on: s itself on
+ * the measured backends; on the model backends every virtual rank of the world, one after another
+ * where they meet (core/cluster_model/vrun.h, mp_vrun_world), each on a session of its own
+ * (mp_session_virtual_rank). The first failure's status (by rank). */
+int mp_session_each_rank(struct mp_session *s, int (*fn)(struct mp_session *rank, void *arg),
+                         void *arg);
+
+/* Rank r's host as run.json's "ranks" names it (rank 0 with --out); "" for virtual ranks or when
+ * absent. */
+const char *mp_session_rank_host(const struct mp_session *s, int r);
+
+struct mp_layer;
+struct mp_point;
+struct mp_point_result;
+/* moeperf-layer's layer for a layout already split (c->ops->split): this rank's, made for up to
+ * max_tokens tokens and max_overlap chunks (mp_layer_create); none (*out NULL) on the model
+ * backends, whose virtual ranks make their own for each point. */
+int mp_session_layer_create(const struct mp_session *s, struct mp_layer **out, long max_tokens,
+                            int max_overlap);
+/* One point of moeperf-layer on a tp × ep layout: mp_layer_run on this rank's layer L, or on the
+ * model backends on every virtual rank of the layout (mp_vrun_point). res as mp_layer_run fills
+ * it on rank 0. */
+int mp_session_layer_point(const struct mp_session *s, struct mp_layer *L, int tp, int ep,
+                           const struct mp_point *pt, struct mp_point_result *res);
+
 /* The flags the chosen backends cannot honour, each refused naming the flag (MP_ERR_USAGE, the
  * message printed); MP_OK otherwise. With the model backends these are the flags a measured run
  * takes and a modelled one refuses (docs/planning.md lists them;

@@ -146,7 +146,8 @@ static int rank_expert_ffn(struct mp_compute *c, const struct mp_ffn_args *a)
     c->work.ffn_gemm = a->gemm;
     if (c->now && c->nslots > 0 && a->nexp == 1 && a->row_off[1] > a->row_off[0] &&
         c->cost.expert_us) /* one cached expert's FFN, on the cache's timeline */
-        c->stream += c->cost.expert_us(c->cost.arg, (double)(a->row_off[1] - a->row_off[0]));
+        c->stream += c->cost.expert_us(c->cost.arg, &c->work,
+                                       (double)(a->row_off[1] - a->row_off[0]));
     for (int e = 0; e < a->nexp; e++) {
         long rows = a->row_off[e + 1] - a->row_off[e];
         c->seen.rows[k] += (double)rows;
@@ -274,7 +275,8 @@ static int rank_cache_setup(struct mp_compute *c, int nslots, int fetches)
     return MP_OK;
 }
 
-/* The copy moves the traced ranks' small weights; its time is the real expert's. */
+/* The copy moves the rank's weights (a traced rank's small ones, whose time is the real expert's
+ * fetch_us gives). */
 static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
                             const void *const *src, const size_t *bytes, int n)
 {
@@ -282,14 +284,17 @@ static int rank_cache_fetch(struct mp_compute *c, int slot, void *const *dst,
         mp_error("internal error: cache slot %d outside 0..%d", slot, c->nslots - 1);
         return MP_ERR_RUNTIME;
     }
-    for (int i = 0; i < n; i++)
+    double total = 0;
+    for (int i = 0; i < n; i++) {
         rank_copy_bytes(c, dst[i], src[i], bytes[i]);
-    if (!c->now)
+        total += (double)bytes[i];
+    }
+    if (!c->now || !c->cost.fetch_us)
         return MP_OK;
-    double add = c->cost.fetch_us;
+    double fetch = c->cost.fetch_us(c->cost.arg, total), add = fetch;
     if (c->cost.copy_engine) {
         double from = c->engine > c->slot_free[slot] ? c->engine : c->slot_free[slot];
-        c->engine = from + c->cost.fetch_us;
+        c->engine = from + fetch;
         add = c->engine > c->stream ? c->engine - c->stream : 0;
         c->stream = c->stream > c->engine ? c->stream : c->engine;
     }

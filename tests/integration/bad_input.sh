@@ -8,6 +8,7 @@ printf 'token,expert0\n0,1\n' >"$TMP/narrow-trace.csv"
 printf 'hidden=1024\nffn=512\nexperts=8\ntopk=2\nlayers=4\nflavour=vanilla\n' >"$TMP/bad-model.ini"
 printf 'base=mixtral-8x7b\nhidden=abc\n' >"$TMP/nan-model.ini"
 touch "$TMP/file"
+printf 'base = cpu-host\npcie_bw = 0\n' >"$TMP/no-pcie.profile"
 SMALL="--hidden 32 --ffn 32 --batch 1 --iters 1 --warmup 0"
 
 # expect WORD ARGS...: exit 2, exactly one stderr line, mentioning WORD ($TOOL, moeperf-layer unless set)
@@ -37,7 +38,7 @@ expect --expert-cache $SMALL --experts 8 --expert-cache 4:mru
 expect --expert-cache $SMALL --experts 8 --expert-cache 4 --overlap 2 --backend model --comm model --cluster cpu-host --world 2
 TOOL=moeperf-ffn expect --tokens-per-rank $SMALL --tokens-per-rank 4
 TOOL=moeperf-ffn expect --expert-cache $SMALL --experts 8 --expert-cache 9
-TOOL=moeperf-ffn expect --expert-cache $SMALL --experts 8 --expert-cache 2 --backend model --comm model --cluster cpu-host --world 2
+TOOL=moeperf-ffn expect --expert-cache $SMALL --experts 8 --expert-cache 2 --backend model --comm model --cluster "$TMP/no-pcie.profile" --world 2
 TOOL=moeperf-a2a expect --tokens-per-rank --pattern moe $SMALL --tokens-per-rank=2
 expect --backend $SMALL --backend gpu
 expect --layout $SMALL --layout tp2ep2

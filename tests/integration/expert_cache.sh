@@ -8,7 +8,8 @@
 # expert's bytes, and --check passes with every policy and slot count, in bf16 and fp8 weights.
 # On traces of uniform, hot:4:15 and zipf:1.2 at batch 16 (experts left without rows) every
 # rank-iteration's hits and misses are an independent simulation's, and static beats lru under
-# the hot trace at 2, 4 and 8 slots. moeperf-ffn's cache counts as the layer's.
+# the hot trace at 2, 4 and 8 slots. moeperf-ffn's cache counts as the layer's, and on the model
+# as measured.
 . "$(dirname "$0")/lib.sh"
 W="--hidden 64 --ffn 64 --experts 32 --topk 4 --shared 1 --batch 512 --iters 3 --warmup 2 --quiet"
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform,hot:4:15 --weight-dtype bf16,fp8 \
@@ -172,6 +173,29 @@ for r in csv.DictReader(open(sys.argv[1])):
     n += 1
 assert n == 8, n
 print(f"moeperf-ffn: {n} cached points, hit rates and bytes as the policies predict")
+PY
+# the model runs the same per-rank code (moeperf-ffn's --backend model): every point's hits and
+# bytes are the measured run's, and on cpu-host (no copy engine) each fetch of an expert's bytes
+# at pcie_bw is exposed whole, so ffn_us is the uncached point's plus fetch_us
+"$BIN/moeperf-ffn" --backend model --comm model --cluster cpu-host --world 2 --hidden 64 --ffn 64 \
+    --experts 32 --topk 4 --shared 1 --batch 512 --iters 3 --warmup 2 --quiet \
+    --routing uniform,hot:4:15 --expert-cache off,16,8,4:lfu,4:static --out "$TMP/ffn_model" ||
+    fail "moeperf-ffn --backend model --expert-cache exit $?"
+python3 - "$TMP/ffn/ffn.csv" "$TMP/ffn_model/ffn.csv" <<'PY' || fail "moeperf-ffn's model counts its cache otherwise"
+import csv, sys
+measured, model = (list(csv.DictReader(open(f))) for f in sys.argv[1:3])
+assert len(model) == len(measured) == 10, (len(model), len(measured))
+off = {r["routing"]: float(r["ffn_us"]) for r in model if r["expert_cache"] == "off"}
+per = (64 * 2 * 64 + 64 * 64) * 4
+for a, b in zip(measured, model):
+    assert (a["routing"], a["expert_cache"]) == (b["routing"], b["expert_cache"]), (a, b)
+    for k in ("cache_hit_rate", "fetch_bytes"):
+        assert a[k] == b[k], (b["routing"], b["expert_cache"], k, a[k], b[k])
+    fetches = float(b["fetch_bytes"]) / per  # both ranks', one iteration's
+    near = lambda x, y: abs(x - y) <= 1e-5 * abs(y)  # the CSV's 6 significant digits
+    assert near(float(b["fetch_us"]), fetches / 2 * per / 10e9 * 1e6), b
+    assert near(float(b["ffn_us"]), off[b["routing"]] + float(b["fetch_us"])), b
+print("moeperf-ffn on the model: the measured hits and bytes, every fetch exposed at pcie_bw")
 PY
 # --resume keeps the cached points: nothing is measured again
 mpi 2 "$BIN/moeperf-layer" $W --routing uniform --expert-cache 4:lru --resume --out "$TMP/run" \

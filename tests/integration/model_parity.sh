@@ -15,7 +15,7 @@ FFN=$BIN/moeperf-ffn
 # binaries' --graph checks and docs/planning.md.
 LAYER_MODEL_REFUSES="--check --graph --inject-delay-us --max-memory"
 A2A_MODEL_REFUSES="--inject-delay-us"
-FFN_MODEL_REFUSES="--graph --max-memory --expert-cache"
+FFN_MODEL_REFUSES="--graph --max-memory"
 # --graph needs --backend cuda --comm nccl: the measured cpu run refuses it too.
 CPU_REFUSES="--graph"
 
