@@ -488,53 +488,68 @@ static double a2a_us(const struct mp_cluster *cl, int tp, int ep, double bpp)
                                 n_inter);
 }
 
-double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_cluster *cl, int col)
+void mp_calib_predict_all(const struct mp_calib_set *set, int i, const struct mp_cluster *cl,
+                          double *pred)
 {
     const struct mp_calib_point *p = &set->pts[i];
-    if (p->tool == 1)
-        return col == CAL_A2A_TIME ? a2a_us(cl, p->tp, p->ep, p->bytes_per_peer) : NAN;
-    if (p->tool == 2)
-        return col == CAL_FFN_FFN
-                   ? mp_cost_ffn_us(cl, p->flops, p->weight_bytes, p->active, p->gemm)
-                   : NAN;
-    if (col > CAL_LAYER_LAYER)
-        return NAN;
+    for (int c = 0; c < CAL_NCOLS; c++)
+        pred[c] = NAN;
+    if (p->tool == 1) {
+        pred[CAL_A2A_TIME] = a2a_us(cl, p->tp, p->ep, p->bytes_per_peer);
+        return;
+    }
+    if (p->tool == 2) {
+        pred[CAL_FFN_FFN] = mp_cost_ffn_us(cl, p->flops, p->weight_bytes, p->active, p->gemm);
+        return;
+    }
     int N = p->tp * p->ep;
     struct mp_rank_iter ranks_buf[256], *ranks = ranks_buf;
     if (N > 256 && !(ranks = malloc((size_t)N * sizeof *ranks)))
-        return NAN;
-    double v[CAL_DRAWS];
+        return;
+    double v[CAL_LAYER_LAYER + 1][CAL_DRAWS]; /* each layer column's value per draw */
     for (int d = 0; d < p->ndraws; d++) {
         struct mp_iter_metrics m;
         mp_vtraffic_time(cl, &p->model, &p->traffic[d], ranks);
         mp_metrics_iter(ranks, N, p->tp, &m);
-        v[d] = col == CAL_LAYER_FFN        ? m.ffn_us
-               : col == CAL_LAYER_DISPATCH ? m.notify_us + m.dispatch_us
-               : col == CAL_LAYER_COMBINE  ? m.combine_us
-               : col == CAL_LAYER_TP       ? m.tp_reduce_us
-                                           : m.layer_us;
+        v[CAL_LAYER_FFN][d] = m.ffn_us;
+        v[CAL_LAYER_DISPATCH][d] = m.notify_us + m.dispatch_us;
+        v[CAL_LAYER_COMBINE][d] = m.combine_us;
+        v[CAL_LAYER_TP][d] = m.tp_reduce_us;
+        v[CAL_LAYER_LAYER][d] = m.layer_us;
     }
     if (ranks != ranks_buf)
         free(ranks);
-    return mp_percentile_select(v, p->ndraws, 50); /* nearest rank, as the summaries */
+    for (int c = CAL_LAYER_FFN; c <= CAL_LAYER_LAYER; c++) /* nearest rank, as the summaries */
+        pred[c] = mp_percentile_select(v[c], p->ndraws, 50);
+}
+
+double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_cluster *cl, int col)
+{
+    double pred[CAL_NCOLS];
+    mp_calib_predict_all(set, i, cl, pred);
+    return pred[col];
 }
 
 void mp_calib_errors(const struct mp_calib_set *set, const struct mp_cluster *cl,
                      struct mp_calib_errors *err)
 {
     double *e = malloc((size_t)(set->n > 0 ? set->n : 1) * sizeof *e);
+    double *pred = malloc((size_t)(set->n > 0 ? set->n : 1) * CAL_NCOLS * sizeof *pred);
+    for (int i = 0; pred && i < set->n; i++)
+        mp_calib_predict_all(set, i, cl, pred + (size_t)i * CAL_NCOLS);
     for (int c = 0; c < CAL_NCOLS; c++) {
         int n = 0;
-        for (int i = 0; e && i < set->n; i++) {
+        for (int i = 0; e && pred && i < set->n; i++) {
             double m = set->pts[i].meas[c];
             if (!(m > 0))
                 continue;
-            e[n++] = fabs(mp_calib_predict(set, i, cl, c) - m) / m;
+            e[n++] = fabs(pred[(size_t)i * CAL_NCOLS + c] - m) / m;
         }
         err->n[c] = n;
         err->median[c] = n ? mp_percentile_select(e, n, 50) : NAN;
         err->worst[c] = n ? e[n - 1] : NAN;
     }
+    free(pred);
     free(e);
 }
 
@@ -575,15 +590,17 @@ static double objective(struct fit_ctx *f, const double *theta)
 {
     apply(f, theta);
     double s = 0;
-    for (int i = 0; i < f->set->n; i++)
+    for (int i = 0; i < f->set->n; i++) {
+        double pred[CAL_NCOLS];
+        mp_calib_predict_all(f->set, i, &f->cl, pred);
         for (int c = 0; c < CAL_NCOLS; c++) {
             double m = f->set->pts[i].meas[c];
             if (!(m > 0))
                 continue;
-            double p = mp_calib_predict(f->set, i, &f->cl, c);
-            double r = p > 0 ? log(p / m) : 50;
+            double r = pred[c] > 0 ? log(pred[c] / m) : 50;
             s += r * r;
         }
+    }
     for (int j = 0; j < f->k; j++)
         s += PRIOR * (theta[j] - f->theta0[j]) * (theta[j] - f->theta0[j]);
     return s;

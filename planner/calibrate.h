@@ -51,6 +51,11 @@ int mp_calib_load(const char *const *dirs, int ndirs, const struct mp_cluster *b
                   struct mp_calib_set *set);
 void mp_calib_free(struct mp_calib_set *set);
 
+/* Predict every column of point `i` under profile `cl` into pred[CAL_NCOLS] (a layer column: the
+ * median over the point's draws; NAN where the column does not apply), from one timing of each
+ * draw. */
+void mp_calib_predict_all(const struct mp_calib_set *set, int i, const struct mp_cluster *cl,
+                          double *pred);
 /* Predict column `col` of point `i` under profile `cl` (median over the point's draws). */
 double mp_calib_predict(const struct mp_calib_set *set, int i, const struct mp_cluster *cl, int col);
 
