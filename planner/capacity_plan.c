@@ -245,7 +245,7 @@ struct traffic_slot {
     struct mp_point pt;
     struct mp_vtraffic *t; /* [P], or NULL before the first build */
     int P;
-    struct mp_rank_iter *recs; /* [2·tp·ep] (mp_vlayer_time) */
+    struct mp_rank_iter *recs; /* [tp·ep] (mp_vlayer_time) */
 };
 
 static void slot_free(struct traffic_slot *s)
@@ -294,7 +294,7 @@ static int run_point(const struct mp_plan_req *q, int tp, int ep, const struct m
         slot->pt = *pt;
     }
     if (!slot->recs) {
-        slot->recs = malloc(2 * (size_t)tp * ep * sizeof *slot->recs);
+        slot->recs = malloc((size_t)tp * ep * sizeof *slot->recs);
         if (!slot->recs) {
             mp_error("out of memory modelling %d ranks", tp * ep);
             return MP_ERR_RUNTIME;

@@ -775,15 +775,15 @@ int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp
     res->rank_period = recs ? 0 : period;
     res->ranks = recs ? NULL : malloc((size_t)period * N * sizeof *res->ranks);
     res->metrics = calloc((size_t)pt->iters, sizeof *res->metrics);
-    if (pt->overlap > 1) {
+    int reference = pt->overlap > 1 && !recs; /* the planner reports no overlap efficiency */
+    if (reference) {
         plain = calloc((size_t)(pt->iters > 0 ? pt->iters : 1), sizeof *plain);
-        scratch = recs ? recs + N : calloc((size_t)N, sizeof *scratch);
+        scratch = calloc((size_t)N, sizeof *scratch);
     }
-    if ((!recs && !res->ranks) || !res->metrics || (pt->overlap > 1 && (!plain || !scratch))) {
+    if ((!recs && !res->ranks) || !res->metrics || (reference && (!plain || !scratch))) {
         mp_point_result_free(res);
         free(plain);
-        if (!recs)
-            free(scratch);
+        free(scratch);
         mp_error("out of memory modelling %d ranks", N);
         return MP_ERR_RUNTIME;
     }
@@ -817,8 +817,7 @@ int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp
         res->overlap_efficiency = mp_overlap_efficiency(plain, res->metrics, pt->iters);
     vcache_free(&vc);
     free(plain);
-    if (!recs)
-        free(scratch);
+    free(scratch);
     return rc;
 }
 

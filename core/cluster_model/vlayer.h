@@ -131,8 +131,9 @@ void mp_vtraffic_time(const struct mp_cluster *cl, const struct mp_model *m,
 /* mp_vlayer_run's timing of traffic t [P] that mp_vtraffic_build built for a point that differs
  * from pt at most in its weight dtype and GEMM form (which the timing takes from pt; t keeps
  * them): res as mp_vlayer_run fills it, its wall and timed µs 0. With `recs` (room for tp·ep
- * records, 2·tp·ep for a point with overlap above 1) every iteration is timed in it and res keeps
- * its metrics alone (ranks NULL, rank_period 0), so a caller that needs no records allocates none.
+ * records) every iteration is timed in it and res keeps its metrics alone (ranks NULL,
+ * rank_period 0, and for a pipelined point no unpipelined reference: overlap_efficiency NAN), so
+ * a caller that needs no records (the planner) allocates none and times each draw once.
  * Returns MP_OK or MP_ERR_RUNTIME (out of memory). t stays the caller's. */
 int mp_vlayer_time(const struct mp_cluster *cl, const struct mp_model *m, int tp, int ep,
                    const struct mp_point *pt, struct mp_vtraffic *t, int P,
