@@ -9,6 +9,10 @@ trap 'rm -rf "$TMP"' EXIT
 # TCP transport's start-up probes every interface, seconds per run in a sanitizer build); the
 # emulated clusters of ci/emucluster choose theirs on mpirun's command line, which takes precedence.
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
+# OpenBLAS starts a thread per core when it loads, which polls for work for a tenth of a second or
+# so before it sleeps: CPU time in every binary started, though none of them asks it for threads
+# (the cpu backend runs each rank's GEMMs on one: kernels/cpu/cpu_compute.c)
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 
 fail() {
     echo "FAIL: $*" >&2
