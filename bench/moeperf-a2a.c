@@ -495,9 +495,10 @@ static int a2a_layout(struct a2a_run *r, const struct mp_layout *lay)
 
 static void print_header(const struct mp_session *s)
 {
-    printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), comm %s; times in µs over %d "
-           "iterations, slowest rank\n", s->o.pattern, s->comm->size, s->comm->nnodes, s->o.comm,
-           s->o.iters);
+    char backends[256];
+    printf("# moeperf-a2a: pattern %s, %d ranks on %d node(s), %s; times in µs over %d "
+           "iterations, slowest rank\n", s->o.pattern, s->comm->size, s->comm->nnodes,
+           mp_session_backends(s, backends, sizeof backends), s->o.iters);
     printf("%9s %-14s %-14s %6s %12s %12s %10s %10s %10s %9s %9s\n", "layout", "routing",
            "placement", "batch", "bytes/peer", "bytes/rank", "time_p50", "time_p99", "time_min",
            "algbw", "busbw");

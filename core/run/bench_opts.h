@@ -67,19 +67,21 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_ITERS(def) {"iters", MP_OPT_INT, MP_O(iters), def, 1, 10000000, NULL, NULL, "timed iterations per point"}
 #define MP_OPT_BACKEND                                                                             \
     {"backend", MP_OPT_STRING, MP_O(backend), "cpu", MP_NOLIMIT, mp_compute_choices, NULL,         \
-     "compute backend"}
+     "compute backend (model: --comm model too unless given)"}
 #define MP_OPT_COMM                                                                                \
     {"comm", MP_OPT_STRING, MP_O(comm), "mpi", MP_NOLIMIT, mp_comm_choices, NULL,                  \
-     "communication backend"}
+     "communication backend (model: --backend model too unless given)"}
 #define MP_OPT_CPU_BIND                                                                            \
     {"cpu-bind", MP_OPT_STRING, MP_O(cpu_bind), "auto", MP_NOLIMIT, mp_cpu_bind_choices, NULL,     \
      "bind a GPU rank to its GPU's NUMA node: gpu, auto (when the launcher did not bind), none"}
 #define MP_OPT_CLUSTER                                                                             \
     {"cluster", MP_OPT_STRING, MP_O(cluster), NULL, MP_NOLIMIT, NULL, "NAME|FILE",                 \
-     "cluster profile for --backend model: h100-ndr, h200-ndr, h800-ib, a100-hdr, b200-xdr, cpu-host or a file"}
+     "cluster profile for --backend model: h100-ndr (the default), h200-ndr, h800-ib, a100-hdr, "  \
+     "b200-xdr, cpu-host or a file"}
 #define MP_OPT_WORLD                                                                               \
     {"world", MP_OPT_INT, MP_O(world), NULL, 1, 1 << 20, NULL, NULL,                               \
-     "virtual ranks for --backend model (default: the first --layout's tp·ep)"}
+     "virtual ranks for --backend model (default: the first --layout's tp·ep, else one node of "   \
+     "the profile)"}
 #define MP_OPT_OUT {"out", MP_OPT_STRING, MP_O(out), NULL, MP_NOLIMIT, NULL, "DIR", "write CSV, samples and run.json into DIR"}
 #define MP_OPT_RESUME {"resume", MP_OPT_FLAG, MP_O(resume), NULL, MP_NOLIMIT, NULL, NULL, "skip points already in --out"}
 #define MP_OPT_CHECK {"check", MP_OPT_FLAG, MP_O(check), NULL, MP_NOLIMIT, NULL, NULL, "compare every point's output with the single-process reference"}

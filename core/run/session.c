@@ -216,8 +216,53 @@ static int check_pairing(const struct mp_session *s, const struct mp_comm_ops *m
     return MP_OK;
 }
 
+/* Whether argv gives --NAME ("--NAME VALUE" or "--NAME=VALUE", before any "--"). */
+static int flag_given(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
+            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
+            return 1;
+    return 0;
+}
+
+/* Set the string option *field to a copy of `value` (MP_OK, or MP_ERR_RUNTIME out of memory). */
+static int set_string(char **field, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy) {
+        mp_error("out of memory");
+        return MP_ERR_RUNTIME;
+    }
+    free(*field);
+    *field = copy;
+    return MP_OK;
+}
+
+/* The model replaces compute and communication together: --backend model alone takes the virtual
+ * comm too, and --comm model alone the virtual backend (an explicit pair is left as given, for
+ * check_pairing to judge). */
+static int pair_model_backends(struct mp_session *s, int argc, char **argv)
+{
+    const struct mp_compute_ops *cops = NULL;
+    const struct mp_comm_ops *mops = NULL;
+    if (mp_compute_find(s->o.backend, &cops) != MP_OK || mp_comm_find(s->o.comm, &mops) != MP_OK)
+        return MP_OK; /* refused where the backends are looked up, naming the flag */
+    if (compute_virtual(cops) && !flag_given(argc, argv, "comm"))
+        for (int i = 0; mp_comm_backends[i]; i++)
+            if (comm_virtual(mp_comm_backends[i]))
+                return set_string(&s->o.comm, mp_comm_backends[i]->name);
+    if (comm_virtual(mops) && !flag_given(argc, argv, "backend"))
+        for (int i = 0; mp_compute_backends[i]; i++)
+            if (compute_virtual(mp_compute_backends[i]))
+                return set_string(&s->o.backend, mp_compute_backends[i]->name);
+    return MP_OK;
+}
+
 /* The virtual (model) backends replace compute and communication together (check_pairing); they
- * need a cluster profile and a virtual world (--world, or the first --layout's tp·ep). */
+ * take a cluster profile (--cluster, else MP_DEFAULT_CLUSTER, said in the console) and a virtual
+ * world (--world, else the first --layout's tp·ep, else one node of the profile). */
 static int model_setup(struct mp_session *s, struct mp_comm_params *params)
 {
     if (!compute_virtual(s->cops))
@@ -231,6 +276,9 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
                  s->tool);
         return MP_ERR_USAGE;
     }
+    s->cluster_default = !s->o.cluster;
+    if (s->cluster_default && set_string(&s->o.cluster, MP_DEFAULT_CLUSTER) != MP_OK)
+        return MP_ERR_RUNTIME;
     if (mp_cluster_resolve(s->o.cluster, &s->cluster) != MP_OK)
         return MP_ERR_USAGE;
     int world = s->o.world;
@@ -240,11 +288,8 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
             return MP_ERR_USAGE;
         world = first.tp * first.ep;
     }
-    if (world < 1) {
-        mp_usage("--world: the model backends need the number of virtual ranks (--world N or "
-                 "--layout tpXepY)");
-        return MP_ERR_USAGE;
-    }
+    if (world < 1) /* one node of the profile */
+        world = s->cluster.gpus_per_node > 0 ? s->cluster.gpus_per_node : 1;
     s->modelled = 1;
     params->world = world;
     params->gpus_per_node = s->cluster.gpus_per_node;
@@ -331,6 +376,9 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
         return rc;
     if (mp_bench_model(&s->o, &s->model) != MP_OK)
         return MP_ERR_USAGE;
+    rc = pair_model_backends(s, argc, argv);
+    if (rc != MP_OK)
+        return rc;
     rc = mp_compute_find(s->o.backend, &s->cops);
     if (rc != MP_OK)
         return rc;
@@ -405,6 +453,16 @@ void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
     out->dev = dev;
     if (c->rank != 0)
         out->run = NULL;
+}
+
+const char *mp_session_backends(const struct mp_session *s, char *buf, size_t len)
+{
+    if (s->modelled)
+        snprintf(buf, len, "backend %s, comm %s, cluster %s%s", s->o.backend, s->o.comm,
+                 s->cluster.name, s->cluster_default ? " (the default; --cluster to choose)" : "");
+    else
+        snprintf(buf, len, "backend %s, comm %s", s->o.backend, s->o.comm);
+    return buf;
 }
 
 const char *mp_session_source(const struct mp_session *s)

@@ -11,6 +11,9 @@
 
 struct cJSON;
 
+/* The cluster profile of a model run without --cluster. */
+#define MP_DEFAULT_CLUSTER "h100-ndr"
+
 struct mp_session {
     const char *tool;
     struct mp_bench_opts o;
@@ -22,6 +25,7 @@ struct mp_session {
     struct cJSON *run; /* rank 0 only, when --out is set */
     int modelled;      /* --backend model --comm model: virtual ranks, durations from `cluster` */
     struct mp_cluster cluster;
+    int cluster_default; /* the model's profile is MP_DEFAULT_CLUSTER: no --cluster given */
     int started_comm;
     int agreed; /* set when every rank reached the same error (MPI can finalize cleanly) */
 };
@@ -39,6 +43,10 @@ void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
                              struct mp_compute *dev, struct mp_session *out);
 
 /* What a benchmark main asks of its ranks, the same on measured and on virtual ones. */
+
+/* "backend B, comm C" for the console's first line, with ", cluster P" on the model (saying when
+ * P is the default); written into buf[len], which is returned. */
+const char *mp_session_backends(const struct mp_session *s, char *buf, size_t len);
 
 /* "model" when the session's ranks are the cluster model's virtual ones, "measured" otherwise:
  * the source column of every row. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # model.sh - moeperf-layer on the model backends: 64 virtual ranks in one process write the same
 # layer.csv columns as a measurement with source=model, --overlap pipelines the modelled layer
-# (overlap 1 unchanged), and bad combinations and profiles are refused with exit 2; moeperf-a2a's
+# (overlap 1 unchanged), bad combinations and profiles are refused with exit 2, and --backend model
+# alone or --comm model alone takes the rest of the model's flags by default; moeperf-a2a's
 # modelled uniform points and moeperf-ffn's modelled points take exactly the profile's exchange
 # and FFN formulas (recomputed here from run.json's profile).
 . "$(dirname "$0")/lib.sh"
@@ -63,11 +64,8 @@ awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     END { exit bad }' "$TMP/model/layer.csv" "$TMP/overlap/layer.csv" || exit 1
 
 refused "$BIN/moeperf-layer" --backend model --comm mpi --cluster h100-ndr --world 8
-refused "$BIN/moeperf-layer" --backend model --comm model --world 8
-refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 8 --layout tp2ep8
 refused "$BIN/moeperf-layer" --backend model --comm model --cluster h100-ndr --world 8 --check
-refused "$BIN/moeperf-a2a" --backend model --comm model --world 8
 refused "$BIN/moeperf-a2a" --backend model --comm model --cluster h100-ndr --world 8 --inject-delay-us 5
 refused "$BIN/moeperf-ffn" --backend model --comm model --cluster h100-ndr --world 8 --max-memory 1G
 printf 'base = h100-ndr\ninter_bw = -1\n' >"$TMP/neg.ini"
@@ -170,4 +168,23 @@ cmp <(grep -v '^#' "$TMP/tpr/layer.csv") <(cat "$TMP/tpr-b1/layer.csv"; tail -n 
 "$BIN/moeperf-layer" --tokens-per-rank 2 --batch 16 --out "$TMP/both" 2>"$TMP/err" && fail "both flags taken"
 grep -q -- "--tokens-per-rank and --batch" "$TMP/err" || fail "both flags: $(cat "$TMP/err")"
 echo "--tokens-per-rank 2,16 on tp1ep8 and tp2ep4: the rows of --batch 16,128 and 8,64"
+
+# --backend model alone takes the virtual comm, the default profile (said in the console) and a
+# world of the layout's ranks, or one node of the profile without a layout; --comm model alone
+# the virtual backend; an explicit pair that does not match is still refused
+"$BIN/moeperf-layer" --backend model --layout tp1ep16 --batch 16 --iters 2 --out "$TMP/alone" \
+    >"$TMP/alone.out" || fail "moeperf-layer --backend model alone exit $?"
+grep -q "16 ranks on 2 node(s), backend model, comm model, cluster h100-ndr (the default" \
+    "$TMP/alone.out" || fail "the console does not name the default profile: $(head -1 "$TMP/alone.out")"
+[ "$(col "$TMP/alone/layer.csv" comm)" = model ] && [ "$(col "$TMP/alone/layer.csv" world)" = 16 ] ||
+    fail "--backend model alone: comm $(col "$TMP/alone/layer.csv" comm), world $(col "$TMP/alone/layer.csv" world)"
+"$BIN/moeperf-ffn" --comm model --model deepseek-v3 --batch 1:64:x4 --iters 2 --quiet \
+    --out "$TMP/ffn_alone" || fail "moeperf-ffn --comm model alone exit $?"
+[ "$(rows "$TMP/ffn_alone/ffn.csv")" -eq 4 ] && [ "$(col "$TMP/ffn_alone/ffn.csv" world | sort -u)" = 8 ] &&
+    [ "$(col "$TMP/ffn_alone/ffn.csv" backend | sort -u)" = model ] ||
+    fail "moeperf-ffn --comm model alone: not 4 rows of the model on one node of 8"
+"$BIN/moeperf-layer" --backend model --comm mpi --batch 16 --out "$TMP/mixed" 2>"$TMP/err" &&
+    fail "--backend model --comm mpi taken"
+grep -q -- "--backend model needs a virtual --comm" "$TMP/err" || fail "mixed pair: $(cat "$TMP/err")"
+echo "--backend model alone: comm model, cluster h100-ndr (said), world from the layout or a node"
 echo PASS
