@@ -424,8 +424,13 @@ static int set_value(const struct mp_opt *o, void *opts, const char *val, const 
             return MP_ERR_USAGE;
         for (int i = 0; i < l.n; i++) {
             if (has_range(o) && (l.v[i] < o->min || l.v[i] > o->max)) {
-                mp_usage("%s: element %lld of '%s' is out of range [%.15g, %.15g]", what, l.v[i],
-                         val, o->min, o->max);
+                int n = i + 1, teen = n % 100 >= 11 && n % 100 <= 13;
+                const char *th = teen ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd"
+                                                          : n % 10 == 3 ? "rd" : "th";
+                int low = l.v[i] < o->min;
+                mp_usage("%s: the %d%s value of '%s', %lld, is %s the %s %.15g (accepted: %.15g "
+                         "to %.15g)", what, n, th, val, l.v[i], low ? "below" : "above",
+                         low ? "minimum" : "maximum", low ? o->min : o->max, o->min, o->max);
                 mp_list_free(&l);
                 return MP_ERR_USAGE;
             }

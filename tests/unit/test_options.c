@@ -218,9 +218,11 @@ static void test_errors(void)
     expect_error((const char *[]){"--batch", "--check", NULL}, "--batch: missing value");
     expect_error((const char *[]){"--batch", "1,,2", NULL}, "--batch: empty element in '1,,2'*");
     expect_error((const char *[]){"--batch", "0,4", NULL},
-                 "--batch: element 0 of '0,4' is out of range [1, 65536]");
+                 "--batch: the 1st value of '0,4', 0, is below the minimum 1 (accepted: 1 to "
+                 "65536)");
     expect_error((const char *[]){"--batch", "1:200000:x2", NULL},
-                 "--batch: element 131072 of '1:200000:x2' is out of range [1, 65536]");
+                 "--batch: the 18th value of '1:200000:x2', 131072, is above the maximum 65536 "
+                 "(accepted: 1 to 65536)");
     expect_error((const char *[]){"--batch", "8:1", NULL}, "--batch: range '8:1' in '8:1' is empty*");
     expect_error((const char *[]){"--bytes", "1X", NULL}, "--bytes: '1X' in '1X' is not a size*");
     expect_error((const char *[]){"--routing", "uniform,foo", NULL},
