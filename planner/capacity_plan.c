@@ -489,6 +489,79 @@ static int run_jobs(struct plan_pool *p, int nt)
     return rc;
 }
 
+/* Why TP size tp cannot be planned, into why[len] (1), or 0 when it can. */
+static int tp_refused(const struct mp_plan_req *q, int tp, char *why, size_t len)
+{
+    if (q->model.ffn % tp) {
+        snprintf(why, len, "--tp %d does not divide %s's FFN width %d", tp, q->model.name,
+                 q->model.ffn);
+        return 1;
+    }
+    if (tp > q->cluster.gpus_per_node) {
+        snprintf(why, len, "--tp %d is more than the %d GPUs of a %s node", tp,
+                 q->cluster.gpus_per_node, q->cluster.name);
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether placement r of the request (replicate-hot:R, then eplb:SLOTS) has room on ep ranks. */
+static int placement_fits(const struct mp_plan_req *q, int r, int ep)
+{
+    if (r < q->nrep) {
+        int R = q->reps[r];
+        return R <= q->model.experts && !(R > 0 && ep == 1);
+    }
+    int slots = q->eplbs[r - q->nrep];
+    return ep > 1 && slots >= 1 && (long)slots <= (long)q->model.experts * (ep - 1);
+}
+
+int mp_plan_check_layouts(const struct mp_plan_req *q)
+{
+    char why[4][200];
+    int nwhy = 0, any_layout = 0, any_tp = 0;
+    for (int a = 0; a < q->ntp; a++) {
+        char w[200];
+        if (tp_refused(q, q->tps[a], w, sizeof w)) {
+            if (nwhy < 4)
+                snprintf(why[nwhy++], sizeof why[0], "%s", w);
+            continue;
+        }
+        any_tp = 1;
+        for (int b = 0; b < q->nep; b++) {
+            int tp = q->tps[a], ep = q->eps[b];
+            if (ep > q->model.experts || (long)tp * ep > q->max_gpus)
+                continue;
+            any_layout = 1;
+            for (int r = 0; r < q->nrep + q->neplb; r++)
+                if (placement_fits(q, r, ep))
+                    return MP_OK;
+        }
+    }
+    if (!any_tp) {
+        /* the TP sizes' reasons say it all */
+    } else if (!any_layout) {
+        int over_experts = 0;
+        for (int b = 0; b < q->nep; b++)
+            over_experts += q->eps[b] > q->model.experts;
+        if (over_experts == q->nep && nwhy < 4)
+            snprintf(why[nwhy++], sizeof why[0], "--ep: every size is above %s's %d experts",
+                     q->model.name, q->model.experts);
+        else if (nwhy < 4)
+            snprintf(why[nwhy++], sizeof why[0], "every --tp × --ep left is above --max-gpus %d",
+                     q->max_gpus);
+    } else if (nwhy < 4) {
+        snprintf(why[nwhy++], sizeof why[0], "--replicate/--eplb: no placement has room on the "
+                 "layouts left (replicate-hot:R needs R <= %d experts and 2 or more EP ranks, "
+                 "eplb:SLOTS at most %d slots per EP rank beyond one)", q->model.experts,
+                 q->model.experts);
+    }
+    mp_usage("no layout can be planned: %s%s%s%s%s%s%s", why[0], nwhy > 1 ? "; " : "",
+             nwhy > 1 ? why[1] : "", nwhy > 2 ? "; " : "", nwhy > 2 ? why[2] : "",
+             nwhy > 3 ? "; " : "", nwhy > 3 ? why[3] : "");
+    return MP_ERR_USAGE;
+}
+
 int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int *n)
 {
     static const int no_overlap[] = {1}, pair_only[] = {MP_DEDUP_PAIR}, bf16[] = {MP_DTYPE_BF16},
@@ -515,17 +588,15 @@ int mp_plan_evaluate(const struct mp_plan_req *q, struct mp_plan_cand **out, int
     for (int a = 0; a < q->ntp && rc == MP_OK; a++)
         for (int b = 0; b < q->nep && rc == MP_OK; b++) {
             int tp = q->tps[a], ep = q->eps[b];
-            if (q->model.ffn % tp || tp > q->cluster.gpus_per_node || ep > q->model.experts ||
+            char why[200];
+            if (tp_refused(q, tp, why, sizeof why) || ep > q->model.experts ||
                 (long)tp * ep > q->max_gpus)
                 continue;
             /* placements: replicate-hot:R (0: contiguous), then eplb:SLOTS */
             for (int r = 0; r < q->nrep + q->neplb && rc == MP_OK; r++) {
                 int R = r < q->nrep ? q->reps[r] : 0, slots = r < q->nrep ? 0 : q->eplbs[r - q->nrep];
-                if (r < q->nrep && (R > q->model.experts || (R > 0 && ep == 1)))
-                    continue; /* nothing to replicate onto */
-                if (r >= q->nrep &&
-                    (ep == 1 || slots < 1 || (long)slots > (long)q->model.experts * (ep - 1)))
-                    continue; /* no room for that many redundant slots */
+                if (!placement_fits(q, r, ep))
+                    continue; /* nothing to replicate onto, or no room for the redundant slots */
                 jobs[njobs++] = (struct plan_job){.tp = tp, .ep = ep, .R = R, .slots = slots,
                                                   .k = k};
                 k += per;

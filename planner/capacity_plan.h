@@ -78,6 +78,13 @@ struct mp_plan_cand {
     double cache_hit_rate;         /* its median hit rate (NaN without a cache) */
 };
 
+/* Whether any candidate can be formed: some listed layout passes the rules mp_plan_evaluate
+ * applies, with some listed placement room to place. MP_OK, or MP_ERR_USAGE after one line that
+ * names, for the first refused TP and EP sizes, the flag and why (a TP size that does not divide
+ * the FFN width or exceeds a node's GPUs, an EP size above the experts, every tp·ep above
+ * --max-gpus, no placement with room). */
+int mp_plan_check_layouts(const struct mp_plan_req *req);
+
 /* Evaluate every candidate (layouts with tp | D, tp ≤ GPUs per node, ep ≤ experts, tp·ep ≤
  * max_gpus; dedup rank and node only without overlap, as the model times them), each with its
  * memory per GPU; one that does not fit never meets. *out is a heap array of *n candidates in

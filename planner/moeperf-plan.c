@@ -353,6 +353,8 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     struct plan_json pj = {0};
     struct mp_csv csv = {0};
     int rc = plan_req_build(o, &q, &lists);
+    if (rc == MP_OK) /* before anything is written */
+        rc = mp_plan_check_layouts(&q);
     if (rc == MP_OK && o->b.out)
         rc = open_plan_csv(o->b.out, &csv);
     if (rc == MP_OK) {

@@ -434,4 +434,21 @@ done
 for f in "" .csv .json; do
     cmp -s "$TMP/threads.1$f" "$TMP/threads.3$f" || fail "threads.1$f and threads.3$f differ"
 done
+# a request no layout can satisfy is refused (exit 2, one line naming the flag and why) before
+# --out is made, rather than answered with 0 candidates
+while IFS='|' read -r args word; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$PLAN" --model deepseek-v3 --cluster h100-ndr $args --out "$TMP/none" >/dev/null \
+        2>"$TMP/none.err" || rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/none.err")" -eq 1 ] && grep -q -- "$word" "$TMP/none.err" &&
+        [ ! -e "$TMP/none" ] || fail "'$args': exit $rc, $(cat "$TMP/none.err")"
+    echo "$args -> $(cat "$TMP/none.err")" | cut -c1-150
+done <<'CASES'
+--tp 3 --ep 5|--tp 3 does not divide
+--tp 16|--tp 16 is more than the 8 GPUs
+--ep 65536|--ep: every size is above deepseek-v3's 256 experts
+--max-gpus 4 --ep 8|above --max-gpus 4
+--replicate 300|--replicate/--eplb: no placement has room
+CASES
 echo PASS
