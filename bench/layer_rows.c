@@ -343,8 +343,11 @@ void layer_print_header(const struct mp_session *s)
            mp_session_profiled(s) ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "
                          "output tokens per second per GPU"
                        : "");
+    if (variant_shown(s))
+        printf("# variant: dispatch[/dedup][/dispatch dtype][/w weight dtype][/c expert cache]"
+               "[/mb micro-batches][/kv context][/ovl chunks], each left out at its default\n");
     printf("%9s %-16s %-16s%s %7s %8s", "layout", "routing", "placement",
-           variant_shown(s) ? " dispatch/dedup/overlap        " : "", "batch", "tok/rank");
+           variant_shown(s) ? " variant                       " : "", "batch", "tok/rank");
     mp_console_titles(console_cols, NCONSOLE);
     if (mp_session_profiled(s))
         printf(" %9s %9s", "step_ms", "tok/s/gpu");

@@ -187,4 +187,21 @@ grep -q "16 ranks on 2 node(s), backend model, comm model, cluster h100-ndr (the
     fail "--backend model --comm mpi taken"
 grep -q -- "--backend model needs a virtual --comm" "$TMP/err" || fail "mixed pair: $(cat "$TMP/err")"
 echo "--backend model alone: comm model, cluster h100-ndr (said), world from the layout or a node"
+
+# the console's variant column: its title says what it holds, a legend spells its parts, and each
+# title starts where its values do
+"$BIN/moeperf-layer" --backend model --layout tp1ep8 --batch 16 --iters 2 --dispatch-dtype fp8 \
+    --weight-dtype fp8 >"$TMP/variant.out" || fail "variant run exit $?"
+grep -q '^# variant: dispatch\[/dedup\]\[/dispatch dtype\]\[/w weight dtype\]' "$TMP/variant.out" ||
+    fail "no legend of the variant column"
+python3 - "$TMP/variant.out" <<'PY' || fail "the console's titles are not over their columns"
+import sys
+lines = [l.rstrip("\n") for l in open(sys.argv[1]) if not l.startswith("#")]
+title, row = lines[0], lines[1]
+for name, value in (("variant", "dynamic/fp8/wfp8"), ("batch", "16"), ("placement", "contiguous")):
+    t, v = title.index(name), row.index(value)
+    # left-aligned columns start together, right-aligned ones end together
+    assert t == v or t + len(name) == v + len(value), (name, t, v, title, row)
+print("console titles over their columns:", title.split()[:5])
+PY
 echo PASS
