@@ -530,8 +530,8 @@ int main(int argc, char **argv)
     MP_CHECK(mp_session_watch_start(&s));
     MP_CHECK(mp_session_refuse_unsupported(&s));
     sweep_bounds(&sw);
+    MP_CHECK(refuse_flags(&sw)); /* before --out is made and the table's header: one line */
     MP_CHECK(mp_runfiles_open(&f, &s, files, s.o.rank_samples ? 4 : 3));
-    MP_CHECK(refuse_flags(&sw)); /* before the table's header: a refused run prints one line */
     MP_CHECK(measure_fetch_rate(&sw));
     if (!s.o.quiet && c->rank == 0)
         layer_print_header(&s);

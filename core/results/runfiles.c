@@ -45,7 +45,10 @@ int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s,
     rf->nfiles = nfiles < MP_RUNFILES_MAX ? nfiles : MP_RUNFILES_MAX;
     if (!s->o.out)
         return MP_OK;
-    int rc = s->comm->rank == 0 ? open_all(rf, s, files) : MP_OK;
+    int rc = mp_session_make_out(s); /* the arguments passed: --out is made now */
+    if (rc != MP_OK)
+        return rc;
+    rc = s->comm->rank == 0 ? open_all(rf, s, files) : MP_OK;
     int status = rc; /* every rank takes rank 0's verdict */
     s->comm->ops->bcast(s->comm, &status, sizeof status);
     if (status != MP_OK)

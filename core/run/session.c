@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "console.h"
@@ -296,11 +297,17 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
     return MP_OK;
 }
 
-/* --out: created by rank 0 (refused when another tool's run lives there) and run.json begun;
- * every rank learns whether it could. MP_OK or MP_ERR_USAGE. */
+/* --out checked by rank 0 (not a directory, or one where another tool's run lives, is refused)
+ * and run.json begun in memory; every rank learns whether it passed. MP_OK or MP_ERR_USAGE. The
+ * directory is made by mp_session_make_out. */
 static int open_out(struct mp_session *s, const char *tool, int argc, char **argv)
 {
-    int rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+    int rc = MP_OK;
+    struct stat st;
+    if (s->comm->rank == 0 && stat(s->o.out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        mp_usage("--out: '%s' exists and is not a directory", s->o.out);
+        rc = MP_ERR_USAGE;
+    }
     if (rc == MP_OK && s->comm->rank == 0)
         rc = check_owner(s->o.out, tool);
     int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
@@ -355,7 +362,24 @@ static int note_start(struct mp_session *s)
         cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);
         mp_session_note(s, "debug", d);
     }
-    return mp_runjson_write(s->run, s->o.out, 0);
+    return s->out_made ? mp_runjson_write(s->run, s->o.out, 0) : MP_OK;
+}
+
+int mp_session_make_out(struct mp_session *s)
+{
+    if (!s->o.out || s->out_made)
+        return MP_OK;
+    int rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+    if (rc == MP_OK && s->run)
+        rc = mp_runjson_write(s->run, s->o.out, 0);
+    int ok = rc == MP_OK; /* every rank learns whether rank 0 could */
+    s->comm->ops->bcast(s->comm, &ok, sizeof ok);
+    if (!ok) {
+        s->agreed = 1;
+        return rc == MP_OK ? MP_ERR_USAGE : rc;
+    }
+    s->out_made = 1;
+    return MP_OK;
 }
 
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
@@ -627,8 +651,9 @@ int mp_session_end(struct mp_session *s, int rc)
      * keep the deadline armed through it */
     arm_teardown(s);
     mp_progress_clear();
-    if (s->run) {
-        mp_runjson_write(s->run, s->o.out, rc == MP_OK);
+    if (s->run) { /* a run that made no --out (refused before it) leaves none */
+        if (s->out_made)
+            mp_runjson_write(s->run, s->o.out, rc == MP_OK);
         cJSON_Delete(s->run);
         s->run = NULL;
     }

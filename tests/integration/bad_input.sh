@@ -95,6 +95,20 @@ mpi 2 "$BIN/moeperf-layer" $SMALL --ffn 31 --layout tp1ep2,tp2ep1 --out "$TMP/mp
 rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q -- '--ffn (31)' "$TMP/err" || fail "D % tp != 0: exit $rc: $(cat "$TMP/err")"
-# nothing measured, so no CSV rows
-[ ! -e "$TMP/mpi/layer.csv" ] || [ "$(rows "$TMP/mpi/layer.csv")" -eq 0 ] || fail "rows written"
+# nothing measured, and nothing made: a refused command leaves no --out behind
+[ ! -e "$TMP/mpi" ] || fail "a refused command made --out: $(ls "$TMP/mpi")"
+while IFS='|' read -r tool args; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$BIN/$tool" $SMALL $args --out "$TMP/refused" >/dev/null 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && [ ! -e "$TMP/refused" ] ||
+        fail "$tool $args: exit $rc, --out $([ -e "$TMP/refused" ] && echo made || echo absent): $(cat "$TMP/err")"
+done <<'CASES'
+moeperf-layer|--micro-batches 2
+moeperf-layer|--backend model --layout tp3ep5 --world 16
+moeperf-layer|--backend model --world 2 --check
+moeperf-a2a|--pattern moe --dedup node --overlap 2 --batch 8 --backend model --world 2 --dispatch-dtype fp4
+moeperf-ffn|--expert-cache 2 --graph
+CASES
+echo "refused commands leave no --out"
 echo PASS
