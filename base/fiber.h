@@ -12,6 +12,22 @@
 #include <ucontext.h>
 #endif
 
+/* MP_FIBER_ASAN: built with AddressSanitizer, which a fiber's user tells of every switch of stacks
+ * (__sanitizer_start_switch_fiber before it, __sanitizer_finish_switch_fiber after). */
+#if defined(__SANITIZE_ADDRESS__)
+#define MP_FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MP_FIBER_ASAN 1
+#endif
+#endif
+#ifndef MP_FIBER_ASAN
+#define MP_FIBER_ASAN 0
+#endif
+#if MP_FIBER_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -16,21 +16,6 @@
 #include "fiber.h"
 #include "vtime.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MP_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MP_ASAN 1
-#endif
-#endif
-#ifndef MP_ASAN
-#define MP_ASAN 0
-#endif
-#if MP_ASAN /* AddressSanitizer is told of every switch between stacks */
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/common_interface_defs.h>
-#endif
-
 #define FIBER_STACK ((size_t)8 << 20) /* a rank's stack, a thread's default; mapped, not reserved */
 #define FIBER_GUARD ((size_t)4096)   /* an inaccessible page below it: an overflow faults */
 
@@ -83,7 +68,7 @@ struct mp_vworld {
     int (*fn)(struct mp_comm *c, void *arg);
     void *const *args;
     int *rc; /* [n] each rank's status */
-#if MP_ASAN
+#if MP_FIBER_ASAN
     const void *sched_bottom;
     size_t sched_size;
 #endif
@@ -578,7 +563,7 @@ static _Thread_local struct mp_vworld *running; /* the world whose fibers this t
 static void switch_to(struct mp_vworld *w, struct mp_fiber_context *from,
                       struct mp_fiber_context *to, const void *bottom, size_t size, int ending)
 {
-#if MP_ASAN
+#if MP_FIBER_ASAN
     void *fake = NULL;
     if (!bottom) {
         bottom = w->sched_bottom;
@@ -592,7 +577,7 @@ static void switch_to(struct mp_vworld *w, struct mp_fiber_context *from,
     (void)ending;
 #endif
     mp_fiber_switch(from, to);
-#if MP_ASAN
+#if MP_FIBER_ASAN
     __sanitizer_finish_switch_fiber(fake, &w->sched_bottom, &w->sched_size);
 #endif
 }
@@ -602,7 +587,7 @@ static void fiber_main(void)
 {
     struct mp_vworld *w = running;
     int r = w->cur;
-#if MP_ASAN
+#if MP_FIBER_ASAN
     __sanitizer_finish_switch_fiber(NULL, &w->sched_bottom, &w->sched_size);
 #endif
     w->rc[r] = w->fn(w->ranks[r], w->args[r]);
@@ -636,10 +621,6 @@ static int make_fiber(struct mp_vworld *w, int r)
         }
         f->map = map;
     }
-#if MP_ASAN /* the last run's frames, left at the top of the stack when it switched away */
-    __asan_unpoison_memory_region(f->map + FIBER_GUARD + FIBER_STACK - ((size_t)64 << 10),
-                                  (size_t)64 << 10);
-#endif
     mp_fiber_make(&f->ctx, f->map + FIBER_GUARD, FIBER_STACK, fiber_main);
     f->done = 0;
     f->wait = NULL;

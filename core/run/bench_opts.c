@@ -277,17 +277,24 @@ int mp_straggle_parse(const char *text, int world, int *rank, double *us)
     return MP_OK;
 }
 
+int mp_flag_given(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
+            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
+            return 1;
+    return 0;
+}
+
 int mp_batch_flags_check(const struct mp_bench_opts *o, int argc, char **argv)
 {
-    if (o->tokens_per_rank.n == 0)
-        return MP_OK;
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
-            mp_usage("--tokens-per-rank and --batch: give one (--batch counts the tokens of the "
-                     "whole EP instance, --tokens-per-rank those of one EP rank: batch = tokens "
-                     "per rank × ep)");
-            return MP_ERR_USAGE;
-        }
+    if (o->tokens_per_rank.n > 0 && mp_flag_given(argc, argv, "batch")) {
+        mp_usage("--tokens-per-rank and --batch: give one (--batch counts the tokens of the "
+                 "whole EP instance, --tokens-per-rank those of one EP rank: batch = tokens "
+                 "per rank × ep)");
+        return MP_ERR_USAGE;
+    }
     return MP_OK;
 }
 

@@ -207,6 +207,10 @@ int mp_expert_caches_validate(const struct mp_strlist *caches, const struct mp_m
                               const struct mp_layout *layouts, int nlayouts,
                               const struct mp_strlist *placements);
 
+/* Whether argv gives --NAME ("--NAME VALUE" or "--NAME=VALUE", before any "--"): for a default
+ * that depends on whether a flag was given at all. */
+int mp_flag_given(int argc, char **argv, const char *name);
+
 /* --tokens-per-rank against --batch (docs/CONVENTIONS.md): given both on the command line
  * (argv[1..argc)), prints one line naming both and returns MP_ERR_USAGE; else MP_OK. */
 int mp_batch_flags_check(const struct mp_bench_opts *o, int argc, char **argv);

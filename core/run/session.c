@@ -217,17 +217,6 @@ static int check_pairing(const struct mp_session *s, const struct mp_comm_ops *m
     return MP_OK;
 }
 
-/* Whether argv gives --NAME ("--NAME VALUE" or "--NAME=VALUE", before any "--"). */
-static int flag_given(int argc, char **argv, const char *name)
-{
-    size_t n = strlen(name);
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
-            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
-            return 1;
-    return 0;
-}
-
 /* Set the string option *field to a copy of `value` (MP_OK, or MP_ERR_RUNTIME out of memory). */
 static int set_string(char **field, const char *value)
 {
@@ -250,11 +239,11 @@ static int pair_model_backends(struct mp_session *s, int argc, char **argv)
     const struct mp_comm_ops *mops = NULL;
     if (mp_compute_find(s->o.backend, &cops) != MP_OK || mp_comm_find(s->o.comm, &mops) != MP_OK)
         return MP_OK; /* refused where the backends are looked up, naming the flag */
-    if (compute_virtual(cops) && !flag_given(argc, argv, "comm"))
+    if (compute_virtual(cops) && !mp_flag_given(argc, argv, "comm"))
         for (int i = 0; mp_comm_backends[i]; i++)
             if (comm_virtual(mp_comm_backends[i]))
                 return set_string(&s->o.comm, mp_comm_backends[i]->name);
-    if (comm_virtual(mops) && !flag_given(argc, argv, "backend"))
+    if (comm_virtual(mops) && !mp_flag_given(argc, argv, "backend"))
         for (int i = 0; mp_compute_backends[i]; i++)
             if (compute_virtual(mp_compute_backends[i]))
                 return set_string(&s->o.backend, mp_compute_backends[i]->name);

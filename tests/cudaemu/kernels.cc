@@ -11,13 +11,6 @@
 #include "fiber.h"
 #include "internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#define CUDAEMU_ASAN 1
-#else
-#define CUDAEMU_ASAN 0
-#endif
-
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
@@ -43,19 +36,19 @@ static std::vector<fiber> fibers;
 static mp_fiber_context scheduler;
 static int current_fiber;
 static const std::function<void()> *fiber_body;
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
 static const void *scheduler_bottom;
 static size_t scheduler_size;
 #endif
 
 static void fiber_main()
 {
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &scheduler_bottom, &scheduler_size);
 #endif
     (*fiber_body)();
     fibers[(size_t)current_fiber].done = true;
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
     __sanitizer_start_switch_fiber(nullptr, scheduler_bottom, scheduler_size);
 #endif
     mp_fiber_context ended;
@@ -99,12 +92,12 @@ static void run_block_fibers(unsigned nthreads, const std::function<void()> &bod
                 continue;
             current_fiber = (int)t;
             block_index(t, blockDim, &threadIdx);
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
             void *fake = nullptr;
             __sanitizer_start_switch_fiber(&fake, fibers[t].stack, fiber_stack);
 #endif
             mp_fiber_switch(&scheduler, &fibers[t].ctx);
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
             __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
             waiting += !fibers[t].done;
@@ -175,12 +168,12 @@ void __syncthreads(void)
         fault("%s calls __syncthreads but was launched as a kernel that does not (rewrite.py)",
               running_kernel);
     fiber &f = fibers[(size_t)current_fiber];
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, scheduler_bottom, scheduler_size);
 #endif
     mp_fiber_switch(&f.ctx, &scheduler);
-#if CUDAEMU_ASAN
+#if MP_FIBER_ASAN
     __sanitizer_finish_switch_fiber(fake, &scheduler_bottom, &scheduler_size);
 #endif
 }
