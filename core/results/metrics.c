@@ -34,64 +34,64 @@ static double link_GBps(double bytes, double us, double total)
     return total > 0 && us > 0 ? bytes / us / 1e3 : NAN;
 }
 
-/* Rank i's phase `ph` (0 notify, 1 dispatch, 2 TP reduce, 3 combine): where it starts (its own
- * earlier phases summed, from the iteration's aligned start) and how long it lasted. */
-static void phase_of(const struct mp_rank_iter *r, int ph, double *start, double *len)
+/* Rank r's four phases (0 notify, 1 dispatch, 2 TP reduce, 3 combine) into p[2·ph] (where the
+ * phase starts: its own earlier phases summed, from the iteration's aligned start) and p[2·ph + 1]
+ * (how long it lasted). */
+static void phases_of(const struct mp_rank_iter *r, double p[2 * MP_WAIT_PHASES])
 {
     double s = r->route;
-    if (ph == 0) {
-        *start = s;
-        *len = r->notify;
-        return;
-    }
+    p[0] = s;
+    p[1] = r->notify;
     s += r->notify;
-    if (ph == 1) {
-        *start = s;
-        *len = r->dispatch;
-        return;
-    }
+    p[2] = s;
+    p[3] = r->dispatch;
     s += r->dispatch + r->ffn;
-    if (ph == 2) {
-        *start = s;
-        *len = r->tp_reduce;
-        return;
-    }
-    *start = s + r->tp_reduce;
-    *len = r->combine;
+    p[4] = s;
+    p[5] = r->tp_reduce;
+    p[6] = s + r->tp_reduce;
+    p[7] = r->combine;
 }
 
 /* The waits in the collectives (docs/METRICS.md, "wait_ratio"): in each of the EP group's exchanges
  * (notify, dispatch, combine: the ranks of one tp_rank) and the TP group's reduce (the tp ranks of
  * one ep_rank), a rank that starts before the last of its group waits until that one starts, at
  * most as long as its phase lasted. Adds rank i's wait in phase ph to w[i * 4 + ph] when `w` is
- * given; returns the sum over ranks and phases (NAN when tp does not divide n). */
+ * given; returns the sum over ranks and phases (NAN when tp does not divide n, or out of memory). */
 static double collective_wait(const struct mp_rank_iter *r, int n, int tp, double *w)
 {
     double wait = 0;
     if (tp < 1 || n % tp)
         return NAN;
+    /* every rank's phases first, in one pass over the records: the groups below read them by
+     * stride, which over the records themselves would touch a cache line per value */
+    double *ph_at = malloc((size_t)(n > 0 ? n : 1) * 2 * MP_WAIT_PHASES * sizeof *ph_at);
+    if (!ph_at)
+        return NAN;
+    for (int i = 0; i < n; i++)
+        phases_of(&r[i], ph_at + (size_t)i * 2 * MP_WAIT_PHASES);
     for (int ph = 0; ph < MP_WAIT_PHASES; ph++) {
         int ep_phase = ph != 2;
         /* a group: stride tp from its first rank (EP) or tp consecutive ranks (TP) */
         int groups = ep_phase ? tp : n / tp, size = ep_phase ? n / tp : tp;
         for (int g = 0; g < groups; g++) {
             int first = ep_phase ? g : g * tp, step = ep_phase ? tp : 1;
-            double last = 0, s, len;
+            const double *p = ph_at + (size_t)first * 2 * MP_WAIT_PHASES + 2 * ph;
+            size_t stride = (size_t)step * 2 * MP_WAIT_PHASES;
+            double last = 0;
             for (int k = 0; k < size; k++) {
-                phase_of(&r[first + k * step], ph, &s, &len);
+                double s = p[k * stride];
                 last = k == 0 || s > last ? s : last;
             }
             for (int k = 0; k < size; k++) {
-                int i = first + k * step;
-                phase_of(&r[i], ph, &s, &len);
-                double x = last - s;
+                double x = last - p[k * stride], len = p[k * stride + 1];
                 x = x < 0 ? 0 : x > len ? len : x;
                 wait += x;
                 if (w)
-                    w[i * MP_WAIT_PHASES + ph] = x;
+                    w[(first + k * step) * MP_WAIT_PHASES + ph] = x;
             }
         }
     }
+    free(ph_at);
     return wait;
 }
 
@@ -106,6 +106,7 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter
 {
     struct mp_iter_metrics z = {0};
     double ffn_sum = 0, rows_sum = 0, rows_max = 0, pairs = 0, local = 0, dropped = 0;
+    double hits = 0, accesses = 0;
     int slow_d = 0, slow_c = 0; /* the slowest rank of the dispatch and of the combine */
     for (int i = 0; i < n; i++) {
         z.layer_us = max2(z.layer_us, mp_rank_layer_us(&r[i]));
@@ -128,9 +129,6 @@ void mp_metrics_iter(const struct mp_rank_iter *r, int n, int tp, struct mp_iter
         pairs += r[i].pairs;
         local += r[i].local_pairs;
         dropped += r[i].dropped;
-    }
-    double hits = 0, accesses = 0;
-    for (int i = 0; i < n; i++) {
         hits += r[i].cache_hits;
         accesses += r[i].cache_hits + r[i].cache_misses;
         z.fetch_bytes += r[i].fetch_bytes;
