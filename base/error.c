@@ -53,24 +53,42 @@ void mp_log_init(const char *prog, int rank)
     log_rank = rank;
 }
 
+static char last_text[512]; /* the last error or usage message, for run.json */
+
+/* Keep the message text `t` (n bytes, no newline) as the last one. */
+static void remember(const char *t, int n)
+{
+    if (n < 0)
+        n = 0;
+    if (n > (int)sizeof last_text - 1)
+        n = (int)sizeof last_text - 1;
+    memcpy(last_text, t, (size_t)n);
+    last_text[n] = '\0';
+}
+
+const char *mp_log_last(void) { return last_text; }
+
 const char *mp_prog(void) { return log_prog; }
 int mp_log_rank(void) { return log_rank; }
 
 /* "prog: <kind>message" on stderr, from rank 0 (or a process without a rank) only. */
 static void say_once(const char *kind, const char *fmt, va_list ap)
 {
-    if (log_rank > 0)
-        return;
     char msg[2048];
     int n = snprintf(msg, sizeof msg, "%s: %s", log_prog, kind);
     if (n < 0)
         n = 0;
+    int text = n;
     if (n < (int)sizeof msg - 1) {
         int m = vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
         n = m < 0 ? n : n + m;
     }
     if (n > (int)sizeof msg - 2)
         n = (int)sizeof msg - 2;
+    if (*kind == '\0') /* a usage error: the last message */
+        remember(msg + text, n - text);
+    if (log_rank > 0)
+        return;
     msg[n++] = '\n';
     emit(msg, (size_t)n);
 }
@@ -103,6 +121,7 @@ void mp_error_at(const char *file, int line, const char *fmt, ...)
                           : snprintf(msg, sizeof msg, "%s: host %s %s:%d: ", log_prog, host, file, line);
     if (n < 0)
         n = 0;
+    int text = n;
     if (n < (int)sizeof msg - 1) {
         va_list ap;
         va_start(ap, fmt);
@@ -112,6 +131,7 @@ void mp_error_at(const char *file, int line, const char *fmt, ...)
     }
     if (n > (int)sizeof msg - 2)
         n = (int)sizeof msg - 2;
+    remember(msg + text, n - text);
     msg[n++] = '\n';
     emit(msg, (size_t)n);
 }

@@ -30,6 +30,9 @@ void mp_log_hold(struct mp_log_held *h);
 void mp_log_held_print(struct mp_log_held *h);
 void mp_log_held_free(struct mp_log_held *h);
 const char *mp_prog(void);
+/* The text of the last error or usage message this process raised (any rank, without the
+ * "prog: rank … host …" prefix); "" when none. */
+const char *mp_log_last(void);
 int mp_log_rank(void);
 
 /* A usage error: one line "prog: message" on stderr, printed by rank 0 (or a single process) only,

@@ -1,7 +1,10 @@
-/* files.c - path joining and whole-file reading (files.h). */
+/* files.c - path joining, whole-file reading and clearing a directory (files.h). */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "files.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,4 +72,46 @@ int mp_is_regular_file(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int mp_dir_has_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    errno = 0;
+    while (n == 0 && (e = readdir(d)) != NULL)
+        n = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    int err = n == 0 ? errno : 0;
+    closedir(d);
+    errno = err;
+    return err ? -1 : n;
+}
+
+static char *clear_failed; /* nftw's callback takes no argument: where it names what failed */
+static size_t clear_failed_len;
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    if (ftw->level == 0) /* the directory itself stays */
+        return 0;
+    if (remove(path) == 0)
+        return 0;
+    if (clear_failed && clear_failed_len)
+        snprintf(clear_failed, clear_failed_len, "%s", path);
+    return -1;
+}
+
+int mp_remove_contents(const char *dir, char *failed, size_t len)
+{
+    clear_failed = failed;
+    clear_failed_len = len;
+    if (failed && len)
+        snprintf(failed, len, "%s", dir);
+    int rc = nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    return rc == 0 ? 0 : -1;
 }

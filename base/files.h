@@ -17,4 +17,13 @@ char *mp_read_file(const char *path, size_t *len);
 /* 1 when `path` names a regular file (following symbolic links), else 0. */
 int mp_is_regular_file(const char *path);
 
+/* How many entries directory `dir` holds besides "." and "..", counting at most to 1: 0 (empty)
+ * or 1; -1 with errno when it cannot be read. */
+int mp_dir_has_entries(const char *dir);
+
+/* Remove everything inside directory `dir` (files, links and folders, depth first, following no
+ * symbolic link), leaving `dir` itself. 0, or -1 with errno and the path that failed in `failed`
+ * (len bytes). */
+int mp_remove_contents(const char *dir, char *failed, size_t len);
+
 #endif

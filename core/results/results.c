@@ -195,11 +195,12 @@ static off_t last_newline_end(int fd, off_t size)
     return 0;
 }
 
-/* Check an existing results file for --resume: the header must be `header` and a partial last line
- * is cut away. *fresh is set when the file holds no complete line and should be rewritten. */
-static int csv_resume_check(const char *path, const char *header, int *fresh)
+/* Check an existing results file for --resume: the header must be `header` and, with `cut`, a
+ * partial last line is cut away (without, the file is only read). *fresh is set when the file
+ * holds no complete line and should be rewritten. */
+static int csv_resume_check(const char *path, const char *header, int *fresh, int cut)
 {
-    int fd = open(path, O_RDWR);
+    int fd = open(path, cut ? O_RDWR : O_RDONLY);
     if (fd < 0) {
         mp_usage("%s: %s", path, strerror(errno));
         return MP_ERR_USAGE;
@@ -237,7 +238,7 @@ static int csv_resume_check(const char *path, const char *header, int *fresh)
         rc = MP_ERR_USAGE;
         goto out;
     }
-    if (keep < st.st_size && ftruncate(fd, keep) != 0) {
+    if (cut && keep < st.st_size && ftruncate(fd, keep) != 0) {
         mp_error("%s: cannot cut the partial last line: %s", path, strerror(errno));
         rc = MP_ERR_RUNTIME;
     }
@@ -277,7 +278,7 @@ int mp_csv_open(struct mp_csv *c, const char *dir, const char *name, const char 
         }
         if (resume && st.st_size > 0) {
             fresh = 0;
-            MP_CHECK(csv_resume_check(c->path, header, &fresh));
+            MP_CHECK(csv_resume_check(c->path, header, &fresh, 1));
         }
     }
     c->f = fopen(c->path, fresh ? "w" : "a");
@@ -300,6 +301,28 @@ out:
     mp_row_free(&hdr);
     if (rc != MP_OK)
         mp_csv_close(c);
+    return rc;
+}
+
+int mp_csv_resume_ok(const char *dir, const char *name, const char *const *cols, int ncols)
+{
+    struct mp_row hdr = {NULL, 0, 0, 0};
+    char *path = mp_path_join(dir, name);
+    for (int i = 0; i < ncols; i++)
+        mp_row_str(&hdr, cols[i]);
+    int rc = MP_OK, fresh = 0;
+    struct stat st;
+    if (!path || hdr.ncells != ncols || ncols <= 0) {
+        mp_error("out of memory");
+        rc = MP_ERR_RUNTIME;
+    } else if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        rc = csv_resume_check(path, hdr.buf ? hdr.buf : "", &fresh, 0);
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        mp_usage("%s: %s", path, strerror(EISDIR));
+        rc = MP_ERR_USAGE;
+    }
+    mp_row_free(&hdr);
+    free(path);
     return rc;
 }
 

@@ -38,6 +38,10 @@ struct mp_csv {
  * truncated away. Errors name the file and return MP_ERR_USAGE (unwritable) or MP_ERR_RUNTIME. */
 int mp_csv_open(struct mp_csv *c, const char *dir, const char *name, const char *const *cols,
                 int ncols, int resume);
+/* What mp_csv_open with resume=1 checks of `dir/name`, read only: a file that is there and not
+ * empty must begin with the header `cols` (else MP_ERR_USAGE naming it); a missing or empty file
+ * passes. Nothing is written. */
+int mp_csv_resume_ok(const char *dir, const char *name, const char *const *cols, int ncols);
 /* Write one complete row (must have exactly ncols cells) with one write, then flush, so a kill
  * leaves every earlier row whole. Returns MP_OK or MP_ERR_RUNTIME. */
 int mp_csv_write(struct mp_csv *c, const struct mp_row *r);

@@ -6,60 +6,71 @@
 
 #include "error.h"
 
-static int open_all(struct mp_runfiles *rf, const struct mp_session *s,
-                    const struct mp_csv_schema *const *files)
+/* Rank 0, before anything is written: the files' headers, and with --resume the points done and
+ * every existing file's header checked (read only), so that a refusal touches no file. */
+static int prepare(struct mp_runfiles *rf, const struct mp_session *s,
+                   const struct mp_csv_schema *const *files)
 {
-    int rc;
-    if (s->o.resume) {
-        rc = mp_keyset_load(s->o.out, files[0]->file, rf->nkey, &rf->done);
-        for (int i = 1; i < rf->nfiles && rc == MP_OK; i++)
-            rc = mp_csv_filter(s->o.out, files[i]->file, rf->nkey, &rf->done);
-        if (rc != MP_OK)
-            return rc;
-    }
     for (int i = 0; i < rf->nfiles; i++) {
         if (files[i]->key != files[0]->key) {
             mp_error("%s: its key columns differ from %s's", files[i]->file, files[0]->file);
             return MP_ERR_RUNTIME;
         }
-        int n = mp_schema_ncols(files[i]);
-        rf->cols[i] = malloc((size_t)n * sizeof *rf->cols[i]);
+        rf->ncols[i] = mp_schema_ncols(files[i]);
+        rf->cols[i] = malloc((size_t)rf->ncols[i] * sizeof *rf->cols[i]);
         if (!rf->cols[i]) {
             mp_error("out of memory");
             return MP_ERR_RUNTIME;
         }
         mp_schema_header(files[i], rf->cols[i]);
-        rc = mp_csv_open(&rf->csv[i], s->o.out, files[i]->file, rf->cols[i], n, s->o.resume);
-        if (rc != MP_OK)
-            return rc;
+        rf->names[i] = files[i]->file;
     }
-    rf->open = 1;
-    return MP_OK;
+    if (!s->o.resume)
+        return MP_OK;
+    int rc = MP_OK;
+    for (int i = 0; i < rf->nfiles && rc == MP_OK; i++)
+        rc = mp_csv_resume_ok(s->o.out, rf->names[i], rf->cols[i], rf->ncols[i]);
+    return rc == MP_OK ? mp_keyset_load(s->o.out, rf->names[0], rf->nkey, &rf->done) : rc;
+}
+
+/* Rank 0, before the first row: --out made (an old run removed with --force), with --resume the
+ * companions' rows of points without a summary row dropped, and every file opened. */
+static int create(struct mp_runfiles *rf)
+{
+    struct mp_session *s = rf->s;
+    rf->pending = 0;
+    int rc = mp_session_make_out(s);
+    for (int i = 1; i < rf->nfiles && rc == MP_OK && s->o.resume; i++)
+        rc = mp_csv_filter(s->o.out, rf->names[i], rf->nkey, &rf->done);
+    for (int i = 0; i < rf->nfiles && rc == MP_OK; i++)
+        rc = mp_csv_open(&rf->csv[i], s->o.out, rf->names[i], rf->cols[i], rf->ncols[i],
+                         s->o.resume);
+    rf->open = rc == MP_OK;
+    return rc;
 }
 
 int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s,
                      const struct mp_csv_schema *const *files, int nfiles)
 {
     memset(rf, 0, sizeof *rf);
+    rf->s = s;
     rf->nkey = files[0]->key->n;
     rf->nfiles = nfiles < MP_RUNFILES_MAX ? nfiles : MP_RUNFILES_MAX;
     if (!s->o.out)
         return MP_OK;
-    int rc = mp_session_make_out(s); /* the arguments passed: --out is made now */
-    if (rc != MP_OK)
-        return rc;
-    rc = s->comm->rank == 0 ? open_all(rf, s, files) : MP_OK;
+    int rc = s->comm->rank == 0 ? prepare(rf, s, files) : MP_OK;
     int status = rc; /* every rank takes rank 0's verdict */
     s->comm->ops->bcast(s->comm, &status, sizeof status);
     if (status != MP_OK)
         s->agreed = 1;
+    rf->pending = status == MP_OK && s->comm->rank == 0;
     return status;
 }
 
 int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct mp_row *key)
 {
     int done = 0;
-    if (s->comm->rank == 0 && rf->open && s->o.resume) {
+    if (s->comm->rank == 0 && (rf->open || rf->pending) && s->o.resume) {
         char *k = mp_row_key(key, rf->nkey);
         done = k && mp_keyset_has(&rf->done, k);
         free(k);
@@ -70,6 +81,11 @@ int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct 
 
 int mp_runfiles_write(struct mp_runfiles *rf, int i, const struct mp_row *row)
 {
+    if (rf->pending) {
+        int rc = create(rf);
+        if (rc != MP_OK)
+            return rc;
+    }
     return rf->open ? mp_csv_write(&rf->csv[i], row) : MP_OK;
 }
 

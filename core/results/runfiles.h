@@ -13,16 +13,21 @@
 
 struct mp_runfiles {
     int nkey, nfiles, open;
+    int pending; /* rank 0: checked, made and opened at the first row */
+    struct mp_session *s;
     struct mp_csv csv[MP_RUNFILES_MAX];
     const char **cols[MP_RUNFILES_MAX];
+    int ncols[MP_RUNFILES_MAX];
+    const char *names[MP_RUNFILES_MAX];
     struct mp_keyset done;
 };
 
-/* Collective. Without --out: nothing to open, MP_OK. With --out, rank 0 opens files[0] (the summary,
- * whose rows mark points done) and the companions, each with the header of its schema (all of them
- * sharing files[0]'s key columns); with
- * --resume it first loads the done keys and drops companion rows of points without a summary row.
- * Every rank returns the same status (s->agreed is set on failure). */
+/* Collective. Without --out: nothing to open, MP_OK. With --out, rank 0 checks files[0] (the
+ * summary, whose rows mark points done) and the companions, each with the header of its schema
+ * (all of them sharing files[0]'s key columns): with --resume every existing file's header, and
+ * the done keys loaded; nothing is written. The directory is made and the files opened at the
+ * first row (mp_runfiles_write), where --resume also drops companion rows of points without a
+ * summary row. Every rank returns the same status (s->agreed is set on failure). */
 int mp_runfiles_open(struct mp_runfiles *rf, struct mp_session *s,
                      const struct mp_csv_schema *const *files, int nfiles);
 
@@ -47,7 +52,10 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
  * model backend). */
 int mp_flush_cache_active(const struct mp_session *s);
 
-/* Write a row to file i (rank 0). */
+/* 1 on rank 0 of a run with --out (its files to be written, or open), else 0. */
+static inline int mp_runfiles_on(const struct mp_runfiles *rf) { return rf->open || rf->pending; }
+
+/* Write a row to file i (rank 0); the first makes --out and opens the files (mp_runfiles_open). */
 int mp_runfiles_write(struct mp_runfiles *rf, int i, const struct mp_row *row);
 
 void mp_runfiles_close(struct mp_runfiles *rf);

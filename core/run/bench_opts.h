@@ -84,6 +84,7 @@ extern const char *const mp_cpu_bind_choices[];
      "the profile)"}
 #define MP_OPT_OUT {"out", MP_OPT_STRING, MP_O(out), NULL, MP_NOLIMIT, NULL, "DIR", "write CSV, samples and run.json into DIR"}
 #define MP_OPT_RESUME {"resume", MP_OPT_FLAG, MP_O(resume), NULL, MP_NOLIMIT, NULL, NULL, "skip points already in --out"}
+#define MP_OPT_FORCE {"force", MP_OPT_FLAG, MP_O(force), NULL, MP_NOLIMIT, NULL, NULL, "replace the run already in --out (every file of it goes)"}
 #define MP_OPT_CHECK {"check", MP_OPT_FLAG, MP_O(check), NULL, MP_NOLIMIT, NULL, NULL, "compare every point's output with the single-process reference"}
 #define MP_OPT_QUIET {"quiet", MP_OPT_FLAG, MP_O(quiet), NULL, MP_NOLIMIT, NULL, NULL, "no table on stdout"}
 #define MP_OPT_INJECT_DELAY                                                                        \

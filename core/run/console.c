@@ -7,15 +7,55 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
-static int progress_shown;
+#include "clock.h"
+
+static int progress_shown, progress_on, progress_calls;
+static double progress_t0, progress_first; /* µs: enabled, and the first point started */
+
+void mp_progress_enable(int on)
+{
+    progress_on = on && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO);
+    progress_t0 = mp_now_us();
+    progress_calls = 0;
+}
+
+/* Seconds as "12 s", "3 min 05 s" or "2 h 07 min". */
+static void say_seconds(char *b, size_t n, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t < 60)
+        snprintf(b, n, "%ld s", t);
+    else if (t < 3600)
+        snprintf(b, n, "%ld min %02ld s", t / 60, t % 60);
+    else
+        snprintf(b, n, "%ld h %02ld min", t / 3600, t % 3600 / 60);
+}
 
 void mp_progress(int done, int total, const char *label)
 {
-    if (!isatty(STDERR_FILENO))
+    if (!progress_on)
         return;
-    fprintf(stderr, "\r\033[K[%d/%d] %s", done, total, label);
+    double now = mp_now_us();
+    if (progress_calls++ == 0)
+        progress_first = now;
+    char el[32], left[64] = "";
+    say_seconds(el, sizeof el, (now - progress_t0) / 1e6);
+    if (progress_calls > 1 && total >= done) {
+        char l[32];
+        double per = (now - progress_first) / 1e6 / (progress_calls - 1);
+        say_seconds(l, sizeof l, per * (total - done + 1));
+        snprintf(left, sizeof left, ", about %s left", l);
+    }
+    char line[1024];
+    int n = snprintf(line, sizeof line, "[%d/%d] %s elapsed%s: %s", done, total, el, left, label);
+    struct winsize ws;
+    int width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    if (n > 0 && n >= width) /* one line: a wrapped one would not be erased by the next */
+        line[width - 1 < (int)sizeof line ? width - 1 : (int)sizeof line - 1] = '\0';
+    fprintf(stderr, "\r\033[K%s", line);
     fflush(stderr);
     progress_shown = 1;
 }

@@ -1,9 +1,15 @@
 /* console.h - what a person watching a run sees: a table on stdout as points complete, and a
- * progress line on stderr when stderr is a terminal. */
+ * progress line on stderr when both stdout and stderr are a terminal. */
 #ifndef MP_CONSOLE_H
 #define MP_CONSOLE_H
 
-/* Rewrite the progress line "[done/total] label" on stderr; nothing unless stderr is a TTY. */
+/* Show the progress line from now on when `on` and both stdout and stderr are terminals (the
+ * binaries pass !--quiet); off until called. The clock of "elapsed" starts here. */
+void mp_progress_enable(int on);
+/* Rewrite the progress line on stderr before point `done` of `total` starts (never inside a timed
+ * region): "[done/total] 12 s elapsed, about 40 s left: label", cut to the terminal's width;
+ * the time left is the mean of the points this process measured so far times those still to
+ * come (none shown before the second). Nothing unless enabled. */
 void mp_progress(int done, int total, const char *label);
 /* Erase the progress line (before printing a table row, and at the end). */
 void mp_progress_clear(void);

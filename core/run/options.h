@@ -93,7 +93,7 @@ struct mp_bench_opts {
     char *cpu_bind; /* --cpu-bind: auto, none, gpu */
     int world;
     char *out;
-    int resume, check;
+    int resume, force, check;
     double timeout;
     struct mp_list overlap; /* chunks to pipeline; a list sweeps them */
     struct mp_strlist dispatch; /* dynamic, padded, padded:F; a list sweeps them */

@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,9 @@
 
 #include "console.h"
 #include "layer.h"
+#include "binding.h"
 #include "error.h"
+#include "files.h"
 #include "locality.h"
 #include "rankmap.h"
 #include "results.h"
@@ -33,6 +36,23 @@ static const char *gpu_pci(const struct mp_session *s)
     return s->cops->pci_bus_id && s->dev ? s->cops->pci_bus_id(s->dev) : NULL;
 }
 
+/* Rank 0 of a measured run: one warning line, and run.json's binding_warning, when its ranks share
+ * CPUs (mp_binding_problem; NCCL's proxy thread counts as a second thread per rank). */
+static void check_binding(struct mp_session *s, const struct rank_facts *all, int n)
+{
+    struct mp_binding_rank *r = calloc((size_t)(n > 0 ? n : 1), sizeof *r);
+    char why[768];
+    if (!r)
+        return; /* a check that cannot run warns of nothing */
+    for (int i = 0; i < n; i++)
+        r[i] = (struct mp_binding_rank){all[i].host, all[i].where.cpu_bind, all[i].where.bound};
+    if (mp_binding_problem(r, n, strcmp(s->comm->ops->name, "nccl") == 0, why, sizeof why)) {
+        mp_warn("%s", why);
+        mp_session_note(s, "binding_warning", cJSON_CreateString(why));
+    }
+    free(r);
+}
+
 /* Per-rank host, device, local rank and placement facts into run.json (gathered to rank 0). The
  * model backends' virtual ranks run nowhere: they get no placement facts. */
 static int note_ranks(struct mp_session *s, const char *local_rank_from)
@@ -51,6 +71,8 @@ static int note_ranks(struct mp_session *s, const char *local_rank_from)
         return MP_ERR_RUNTIME;
     }
     int rc = c->ops->gather(c, &mine, sizeof mine, all);
+    if (rc == MP_OK && c->rank == 0 && !s->modelled)
+        check_binding(s, all, c->size);
     if (rc == MP_OK && s->run) {
         cJSON *ranks = cJSON_AddArrayToObject(s->run, "ranks");
         for (int r = 0; r < c->size; r++) {
@@ -142,28 +164,81 @@ static int check_gpus_distinct(struct mp_session *s)
     return verdict;
 }
 
-/* A run directory belongs to one tool: refuse to mix another tool's files and run.json into it. */
-static int check_owner(const char *dir, const char *tool)
+/* The tool named by the run.json in `dir`, into tool (len bytes): 1 when there is one, 0 when
+ * there is no run.json, -1 when it is there but names no tool (not JSON, or another file). */
+static int run_owner(const char *dir, char *tool, size_t len)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/run.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return MP_OK;
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
+    char *path = mp_path_join(dir, "run.json");
+    char *text = path ? mp_read_file(path, NULL) : NULL;
+    free(path);
+    if (!text)
+        return 0;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
     const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "tool") : NULL;
-    int rc = MP_OK;
-    if (cJSON_IsString(t) && strcmp(t->valuestring, tool) != 0) {
-        mp_usage("--out: '%s' holds a run of %s; give %s a directory of its own", dir,
-                 t->valuestring, tool);
-        rc = MP_ERR_USAGE;
-    }
+    int found = cJSON_IsString(t) ? 1 : -1;
+    snprintf(tool, len, "%s", found == 1 ? t->valuestring : "");
     cJSON_Delete(j);
-    return rc;
+    return found;
+}
+
+/* --resume and --force: each needs --out, and they exclude each other. */
+static int check_out_flags(const struct mp_session *s)
+{
+    const char *flag = s->o.resume ? "--resume" : s->o.force ? "--force" : NULL;
+    if (flag && !s->o.out) {
+        mp_usage("%s: needs --out (the run directory to %s)", flag,
+                 s->o.resume ? "add the missing points to" : "replace");
+        return MP_ERR_USAGE;
+    }
+    if (s->o.resume && s->o.force) {
+        mp_usage("--resume and --force exclude each other: --resume keeps the run in --out and "
+                 "adds the points it lacks, --force replaces it");
+        return MP_ERR_USAGE;
+    }
+    return MP_OK;
+}
+
+/* --out, before anything is measured (rank 0): a new or empty directory is taken; one that holds
+ * this tool's run only with --resume (its missing points are added) or --force (it is replaced
+ * whole when the first row is written); another tool's run, or files that are no run, never.
+ * Sets s->out_replace for --force. MP_OK or MP_ERR_USAGE after one line. */
+static int check_out_dir(struct mp_session *s, const char *tool)
+{
+    const char *dir = s->o.out;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return MP_OK; /* made when the first row is written */
+    if (!S_ISDIR(st.st_mode)) {
+        mp_usage("--out: '%s' exists and is not a directory", dir);
+        return MP_ERR_USAGE;
+    }
+    int entries = mp_dir_has_entries(dir);
+    if (entries < 0) {
+        mp_usage("--out: '%s': %s", dir, strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    if (entries == 0)
+        return MP_OK;
+    char owner[128];
+    int found = run_owner(dir, owner, sizeof owner);
+    if (found != 1) {
+        mp_usage("--out: '%s' is not empty and holds no moeperf run (%s); give a new or empty "
+                 "directory", dir, found == 0 ? "no run.json" : "its run.json names no tool");
+        return MP_ERR_USAGE;
+    }
+    if (strcmp(owner, tool) != 0) {
+        mp_usage("--out: '%s' holds a run of %s; give %s a directory of its own", dir, owner,
+                 tool);
+        return MP_ERR_USAGE;
+    }
+    if (!s->o.resume && !s->o.force) {
+        mp_usage("--out: '%s' already holds a run of %s; give --resume to add the points it "
+                 "lacks, --force to replace it, or another directory", dir, tool);
+        return MP_ERR_USAGE;
+    }
+    s->out_replace = s->o.force;
+    return MP_OK;
 }
 
 /* The memory kinds of backends, as predicates for the messages that name the built ones. */
@@ -286,19 +361,11 @@ static int model_setup(struct mp_session *s, struct mp_comm_params *params)
     return MP_OK;
 }
 
-/* --out checked by rank 0 (not a directory, or one where another tool's run lives, is refused)
- * and run.json begun in memory; every rank learns whether it passed. MP_OK or MP_ERR_USAGE. The
- * directory is made by mp_session_make_out. */
+/* --out checked by rank 0 (check_out_dir) and run.json begun in memory; every rank learns whether
+ * it passed. MP_OK or MP_ERR_USAGE. The directory is made by mp_session_make_out. */
 static int open_out(struct mp_session *s, const char *tool, int argc, char **argv)
 {
-    int rc = MP_OK;
-    struct stat st;
-    if (s->comm->rank == 0 && stat(s->o.out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        mp_usage("--out: '%s' exists and is not a directory", s->o.out);
-        rc = MP_ERR_USAGE;
-    }
-    if (rc == MP_OK && s->comm->rank == 0)
-        rc = check_owner(s->o.out, tool);
+    int rc = s->comm->rank == 0 ? check_out_dir(s, tool) : MP_OK;
     int ok = rc == MP_OK; /* every rank learns whether rank 0 could create it */
     s->comm->ops->bcast(s->comm, &ok, sizeof ok);
     if (!ok)
@@ -351,24 +418,31 @@ static int note_start(struct mp_session *s)
         cJSON_AddNumberToObject(d, "inject_delay_us", s->comm->inject_delay_us);
         mp_session_note(s, "debug", d);
     }
-    return s->out_made ? mp_runjson_write(s->run, s->o.out, 0) : MP_OK;
+    return mp_session_save_run(s);
 }
 
 int mp_session_make_out(struct mp_session *s)
 {
-    if (!s->o.out || s->out_made)
+    if (!s->o.out || s->out_made || s->comm->rank != 0)
         return MP_OK;
-    int rc = s->comm->rank == 0 ? mp_mkdir_p(s->o.out, "--out") : MP_OK;
+    if (s->out_replace) { /* --force: the old run goes whole, now that a new one has a row */
+        char failed[4096];
+        if (mp_remove_contents(s->o.out, failed, sizeof failed) != 0) {
+            mp_error("--force: cannot remove '%s' from the old run: %s", failed, strerror(errno));
+            return MP_ERR_RUNTIME;
+        }
+        s->out_replace = 0;
+    }
+    int rc = mp_mkdir_p(s->o.out, "--out");
     if (rc == MP_OK && s->run)
         rc = mp_runjson_write(s->run, s->o.out, 0);
-    int ok = rc == MP_OK; /* every rank learns whether rank 0 could */
-    s->comm->ops->bcast(s->comm, &ok, sizeof ok);
-    if (!ok) {
-        s->agreed = 1;
-        return rc == MP_OK ? MP_ERR_USAGE : rc;
-    }
-    s->out_made = 1;
-    return MP_OK;
+    s->out_made = rc == MP_OK;
+    return rc;
+}
+
+int mp_session_save_run(struct mp_session *s)
+{
+    return s->run && s->out_made ? mp_runjson_write(s->run, s->o.out, 0) : MP_OK;
 }
 
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
@@ -387,6 +461,10 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     rc = mp_batch_flags_check(&s->o, argc, argv);
     if (rc != MP_OK)
         return rc;
+    rc = check_out_flags(s);
+    if (rc != MP_OK)
+        return rc;
+    mp_progress_enable(!s->o.quiet);
     if (mp_bench_model(&s->o, &s->model) != MP_OK)
         return MP_ERR_USAGE;
     rc = pair_model_backends(s, argc, argv);
@@ -640,7 +718,12 @@ int mp_session_end(struct mp_session *s, int rc)
      * keep the deadline armed through it */
     arm_teardown(s);
     mp_progress_clear();
-    if (s->run) { /* a run that made no --out (refused before it) leaves none */
+    if (s->run) { /* a run refused or failed before its first row leaves no --out */
+        if (rc == MP_OK && !s->out_made) /* a whole run with no row: its run.json alone */
+            mp_session_make_out(s);
+        if (rc != MP_OK && rc != MP_HELP) /* why it stopped (the rows so far stay) */
+            mp_session_note(s, "error", cJSON_CreateString(*mp_log_last() ? mp_log_last()
+                                                                          : "stopped by an error"));
         if (s->out_made)
             mp_runjson_write(s->run, s->o.out, rc == MP_OK);
         cJSON_Delete(s->run);

@@ -28,19 +28,27 @@ struct mp_session {
     int cluster_default; /* the model's profile is MP_DEFAULT_CLUSTER: no --cluster given */
     int started_comm;
     int out_made; /* --out created and run.json begun (mp_session_make_out) */
+    int out_replace; /* --force on a directory holding this tool's run: cleared when made */
     int agreed; /* set when every rank reached the same error (MPI can finalize cleanly) */
 };
 
 /* Parse argv with `table`, start the comm and compute backends, resolve the model and check --out
- * (an existing directory must not hold another tool's run; it is made later: mp_session_make_out). Returns MP_OK, MP_HELP (exit 0), or an error status; on error the
- * message is printed and mp_session_end still must be called. */
+ * (docs/CSV.md, "The run directory": new or empty, or this tool's run with --resume or --force);
+ * it is made later (mp_session_make_out). Returns MP_OK, MP_HELP (exit 0), or an error status; on
+ * error the message is printed and mp_session_end still must be called. */
 int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt *table,
                      const char *summary, int argc, char **argv);
 
-/* Create --out and write its run.json begun, once (rank 0; every rank learns the outcome): the
- * binaries call it through mp_runfiles_open once their arguments are checked, so a refused
- * command makes no directory. MP_OK (also without --out), or MP_ERR_USAGE after a message. */
+/* Rank 0 (other ranks: MP_OK, nothing done): create --out, with --force on an old run first
+ * removing everything in it, and write its run.json begun, once. The result files call it before
+ * their first row (mp_runfiles_write), so a command refused, or failing before it measured a
+ * point, leaves no directory and an old run as it was; mp_session_end calls it for a run that
+ * ended well without a row. MP_OK (also without --out), or an error after a message. */
 int mp_session_make_out(struct mp_session *s);
+
+/* Rank 0: write run.json as it stands (mp_session_note's additions) when --out is made; MP_OK
+ * otherwise. */
+int mp_session_save_run(struct mp_session *s);
 
 /* The session of one of the model's virtual ranks (core/cluster_model/vrun.h) into *out: s's
  * options, model and profile with that rank's comm `c` and compute `dev` (of mp_compute_model);

@@ -22,7 +22,8 @@ count() { echo "$1" | tr ',' '\n' | wc -l; }
 run() { # run NP LAYOUTS ROUTINGS [extra flags...]
     np=$1 layouts=$2 routings=$3
     shift 3
-    out="$TMP/np$np-$layouts-$#"
+    nrun=$((${nrun:-0} + 1)) # a directory of its own for each run
+    out="$TMP/run$nrun-np$np-$layouts"
     mpi "$np" "$BIN/moeperf-layer" $COMMON --layout "$layouts" --routing "$routings" \
         --placement "$PLACEMENTS" --out "$out" "$@" || fail "np $np $layouts $*: exit $?"
     want=$(($(count "$layouts") * $(count "$routings") * $(count "$PLACEMENTS") * 3))

@@ -64,6 +64,7 @@ sample() {
     --world) echo "--world 2" ;;
     --out) echo "" ;; # every run below writes into --out
     --resume) echo "--resume" ;;
+    --force) echo "--force" ;;
     --check) echo "--check" ;;
     --quiet) echo "--quiet" ;;
     --timeout) echo "--timeout 60" ;;

@@ -2,7 +2,7 @@
 # rank_facts.sh - run.json's per-rank placement facts: local ranks from mpirun's variable, the CPU
 # binding a launcher gave (or none), NUMA node and nearest NIC from hwloc; --cpu-bind auto leaves a
 # cpu-backend rank where it was; a stale launcher variable is overruled by the shared-memory split
-# with one warning.
+# with one warning; ranks that share CPUs are warned about once and run.json says so.
 . "$(dirname "$0")/lib.sh"
 
 RUN="--bytes 1K --iters 2 --warmup 0 --quiet"
@@ -55,6 +55,20 @@ facts "$TMP/stale" '
 assert d["local_rank_from"] == "shared-memory split", d["local_rank_from"]
 assert d["ranks"][0]["local_rank"] == 0
 ' || fail "stale SLURM_LOCALID: run.json facts wrong"
+
+# ranks that share CPUs: two on CPU 0 say so in one warning line and in run.json; two unbound
+# ranks on a host of 2 or more CPUs say nothing
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    mpi 2 taskset -c 0 "$BIN/moeperf-a2a" $RUN --out "$TMP/shared" 2>"$TMP/shared.err" ||
+        fail "two ranks on CPU 0: exit $?"
+    [ "$(grep -c 'warning: 2 ranks on .* share 1 CPU(s)' "$TMP/shared.err")" -eq 1 ] ||
+        fail "two ranks on one CPU: no single warning line: $(cat "$TMP/shared.err")"
+    grep -q '"binding_warning":[[:space:]]*"2 ranks on .* share 1 CPU(s)' "$TMP/shared/run.json" ||
+        fail "run.json does not record the binding warning"
+    mpi 2 "$BIN/moeperf-a2a" $RUN --out "$TMP/apart" 2>"$TMP/apart.err" || fail "two ranks: exit $?"
+    ! grep -q "share" "$TMP/apart.err" && ! grep -q binding_warning "$TMP/apart/run.json" ||
+        fail "two unbound ranks on $(nproc) CPUs were warned about: $(cat "$TMP/apart.err")"
+fi
 
 refused "$BIN/moeperf-a2a" $RUN --cpu-bind gpu
 refused "$BIN/moeperf-a2a" $RUN --cpu-bind numa
