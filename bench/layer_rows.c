@@ -205,11 +205,14 @@ static int write_summary(const struct mp_session *s, struct mp_runfiles *f,
     put_key(row, s, k);
     mp_row_int(row, res->tokens_per_rank);
     mp_row_int(row, res->iters);
-    double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi,
-                   F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50,
-                   C->p99};
+    double lv[] = {L->p50, L->p99, L->mean, L->stdev, L->min, L->max, L->ci_lo, L->ci_hi};
     for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
         mp_row_dbl(row, lv[i]);
+    mp_row_dbl(row, L->spread);
+    mp_row_int(row, L->spread > MP_NOISY_SPREAD);
+    double fv[] = {F->p50, F->p99, mp_metric_summary(sm, MPC_ffn_mean_us)->p50, C->p50, C->p99};
+    for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++)
+        mp_row_dbl(row, fv[i]);
     /* then, from route_us on, each column by name: the median of a per-iteration metric, or one
      * of the point's own values */
     for (int i = mp_schema_index(&mp_schema_layer, MPC_route_us);
@@ -308,7 +311,7 @@ int layer_write_point(struct mp_session *s, struct mp_runfiles *f, const struct 
     }
     for (size_t m = 0; m < MN; m++)
         mp_harness_summarize((const double *)res->metrics + m, MN, n, scratch, &sm[m]);
-    if (f->open) {
+    if (mp_runfiles_on(f)) {
         for (int i = 0; i < n && rc == MP_OK; i++) { /* layer_samples.csv */
             put_key(&row, s, &k);
             mp_row_int(&row, i);

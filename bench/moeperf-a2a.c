@@ -52,8 +52,8 @@ static const struct mp_opt options[] = {
      "kernels overlap RDMA and NVLink); 1: the two phases one after the other; other --dedup "
      "modes and the uniform pattern take 1 alone; a list sweeps them"},
     MP_OPT_SEED, MP_OPT_WARMUP("5"), MP_OPT_ITERS("50"), MP_OPT_BACKEND, MP_OPT_COMM,
-    MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_QUIET,
-    MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT,
+    MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT, MP_OPT_RESUME, MP_OPT_FORCE,
+    MP_OPT_QUIET, MP_OPT_INJECT_DELAY, MP_OPT_TIMEOUT,
     {"min-busbw", MP_OPT_DOUBLE, MP_O(min_busbw), "0", 0, 1e6, NULL, "GBPS",
      "a floor for a cluster without a baseline run (as nccl-tests' NCCL_TESTS_MIN_BW, but per "
      "point, docs/CONVENTIONS.md): when any point measured "
@@ -232,7 +232,7 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
 {
     int n = s->o.iters, rc = MP_OK;
     struct mp_row row = {0};
-    for (int i = 0; i < n && rc == MP_OK && f->open; i++) {
+    for (int i = 0; i < n && rc == MP_OK && mp_runfiles_on(f); i++) {
         put_key(&row, s, p);
         mp_row_int(&row, i);
         mp_row_dbl(&row, times[i]);
@@ -244,14 +244,17 @@ static int write_point(struct mp_session *s, struct mp_runfiles *f,
     double algbw = sm.p50 > 0 ? bytes_per_rank / (sm.p50 * 1e3) : 0; /* bytes/µs/1e3 = GB/s */
     double busbw = algbw * (ep - 1) / ep;
     *busbw_out = busbw;
-    if (f->open && rc == MP_OK) {
+    if (mp_runfiles_on(f) && rc == MP_OK) {
         put_key(&row, s, p);
         mp_row_dbl(&row, bytes_per_rank);
         mp_row_int(&row, n);
-        double v[] = {sm.p50, sm.p99, sm.mean, sm.stdev, sm.min, sm.max, sm.ci_lo, sm.ci_hi,
-                      algbw, busbw};
+        double v[] = {sm.p50, sm.p99, sm.mean, sm.stdev, sm.min, sm.max, sm.ci_lo, sm.ci_hi};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
             mp_row_dbl(&row, v[k]);
+        mp_row_dbl(&row, sm.spread);
+        mp_row_int(&row, sm.spread > MP_NOISY_SPREAD);
+        mp_row_dbl(&row, algbw);
+        mp_row_dbl(&row, busbw);
         rc = mp_runfiles_write(f, FILE_A2A, &row);
     }
     if (!s->o.quiet) {

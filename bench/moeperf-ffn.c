@@ -36,7 +36,7 @@ static const struct mp_opt options[] = {
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:512:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_PLACEMENT, MP_OPT_SEED, MP_OPT_WARMUP("3"), MP_OPT_ITERS("20"),
     MP_OPT_BACKEND, MP_OPT_COMM, MP_OPT_CPU_BIND, MP_OPT_CLUSTER, MP_OPT_WORLD, MP_OPT_OUT,
-    MP_OPT_RESUME, MP_OPT_QUIET,
+    MP_OPT_RESUME, MP_OPT_FORCE, MP_OPT_QUIET,
     MP_OPT_MAX_MEMORY, MP_OPT_GEMM, MP_OPT_WEIGHT_DTYPE, MP_OPT_EXPERT_CACHE, MP_OPT_FFN_GRAPH,
     MP_OPT_FLUSH_CACHE, MP_OPT_END,
 };
@@ -269,7 +269,7 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     struct mp_roofline rf;
     mp_roofline(peak[0], peak[1], flops, bytes, gflops * 1e9, &rf);
 
-    if (f->open) {
+    if (mp_runfiles_on(f)) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
                                 "bf16", wword, cword, batch, 0, 1);
@@ -287,10 +287,14 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
             mp_row_int(&row, (long long)flops);
             mp_row_int(&row, (long long)bytes);
             mp_row_int(&row, n);
-            double v[] = {sm.p50,   sm.p99,   sm.mean, sm.stdev, sm.min,        sm.max,
-                          sm.ci_lo, sm.ci_hi, gflops,  gbps,     peak[0] / 1e9, peak[1] / 1e9};
+            double v[] = {sm.p50, sm.p99, sm.mean, sm.stdev, sm.min, sm.max, sm.ci_lo, sm.ci_hi};
             for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
                 mp_row_dbl(&row, v[k]);
+            mp_row_dbl(&row, sm.spread);
+            mp_row_int(&row, sm.spread > MP_NOISY_SPREAD);
+            double r[] = {gflops, gbps, peak[0] / 1e9, peak[1] / 1e9};
+            for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
+                mp_row_dbl(&row, r[k]);
             mp_row_str(&row, rf.bound);
             mp_row_dbl(&row, rf.fraction);
             /* --expert-cache: the hit rate over every rank's timed accesses, the bytes all ranks
@@ -382,7 +386,7 @@ static int measure_peaks(struct mp_session *s, double *peak)
         }
         mp_session_note(s, "roofline", j);
         mp_session_note(s, "flush_cache", cJSON_CreateBool(mp_flush_cache_active(s)));
-        rc = mp_runjson_write(s->run, s->o.out, 0);
+        rc = mp_session_save_run(s);
     }
     return rc;
 }

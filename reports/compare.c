@@ -77,6 +77,32 @@ enum mp_cmp_verdict mp_cmp_verdict(long n_base, long n_new, double change, doubl
     return MP_CMP_UNCHANGED;
 }
 
+enum mp_cmp_verdict mp_cmp_noise_rule(enum mp_cmp_verdict v, double change, double noise_base,
+                                      double noise_new, const char **reason)
+{
+    if (v != MP_CMP_REGRESSION && v != MP_CMP_IMPROVEMENT)
+        return v;
+    double nb = isnan(noise_base) ? 0 : noise_base, nn = isnan(noise_new) ? 0 : noise_new;
+    if (fabs(change) > (nb > nn ? nb : nn))
+        return v;
+    if (reason)
+        *reason = "within noise";
+    return MP_CMP_UNCHANGED;
+}
+
+/* mp_spread of n values, on a sorted copy; NAN when out of memory or n < 2. */
+static double noise_of(const double *v, long n)
+{
+    double *s = n >= 2 ? malloc((size_t)n * sizeof *s) : NULL;
+    if (!s)
+        return NAN;
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, mp_cmp_double);
+    double spread = mp_spread(s, n);
+    free(s);
+    return spread;
+}
+
 /* ---- small helpers ---- */
 
 static int file_exists(const char *dir, const char *name)
@@ -572,6 +598,7 @@ static int load_sides(struct mp_cmp *c, struct side sd[2], const char *const dir
         MP_CHECK(side_load(&sd[s], ts));
     c->unit_run = opts->unit == MP_CMP_UNIT_RUN ||
                   (opts->unit == MP_CMP_UNIT_AUTO && sd[0].nruns >= 2 && sd[1].nruns >= 2);
+    c->low_confidence = !c->unit_run && (sd[0].nruns == 1 || sd[1].nruns == 1);
 out:
     return rc;
 }
@@ -723,6 +750,10 @@ static int compare_row(struct mp_cmp *c, struct side sd[2], long *const pt_side[
                                                     : NAN;
         r->verdict = mp_cmp_verdict(nx, ny, r->change, r->mw.p, opts->threshold, opts->alpha,
                                     &r->reason);
+        r->noise_base = noise_of(ux, nx);
+        r->noise_new = noise_of(uy, ny);
+        r->verdict = mp_cmp_noise_rule(r->verdict, r->change, r->noise_base, r->noise_new,
+                                       &r->reason);
     }
     free(rm[0]);
     free(rm[1]);

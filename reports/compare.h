@@ -55,10 +55,18 @@ struct mp_cmp_row {
     double base_med, base_lo, base_hi; /* nearest-rank median and its 95 % CI (METRICS.md) */
     double new_med, new_lo, new_hi;
     double change; /* (new_med − base_med) / base_med; NAN when base_med ≤ 0 or a side is empty */
+    double noise_base, noise_new; /* mp_spread of each side's ranked values (NAN: under 2) */
     struct mp_mw mw;
     enum mp_cmp_verdict verdict;
-    const char *reason; /* why inconclusive, else NULL */
+    const char *reason; /* why inconclusive, or "within noise" for an unchanged verdict whose
+                         * test alone would have called a change; else NULL */
 };
+
+/* The verdict after the noise rule: a regression or improvement whose |change| does not exceed
+ * the larger of the two sides' spreads (noise_base, noise_new; NAN counts as 0) is unchanged,
+ * with *reason "within noise" (docs/regression.md, "Noise"). Other verdicts pass as they are. */
+enum mp_cmp_verdict mp_cmp_noise_rule(enum mp_cmp_verdict v, double change, double noise_base,
+                                      double noise_new, const char **reason);
 
 /* The independent unit the Mann–Whitney test ranks. Iterations of one run share the machine's
  * state during that run (frequency, neighbours, placement), so on a noisy host two runs of the same
@@ -83,6 +91,7 @@ struct mp_cmp {
     char *dir[2];             /* base, new */
     int nruns[2];             /* runs pooled on each side (repeats in subdirectories) */
     int unit_run;             /* 1: the test ranked per-run medians, 0: per-iteration samples */
+    int low_confidence; /* one run on a side, iterations ranked: run-to-run variation unseen */
     int nkey;
     char **key_cols;   /* [nkey] */
     int *key_varies;   /* [nkey]: 1 when the column takes more than one value over the points */

@@ -184,8 +184,25 @@ static char *ranks_text(const cJSON *run, const char *field)
     return cmp_sb_done(&sb);
 }
 
-/* The NCCL_* and UCX_* variables (sorted "K=V" words): they configure the communication library.
- * OMPI_* is left out, as mpirun puts per-job identifiers there. */
+/* Whether environment variable `k` configures the communication: NCCL_*, UCX_*, and Open MPI's
+ * MCA parameters (OMPI_MCA_*: transports, binding, yielding) less those mpirun sets to identify
+ * the job (its daemons, session directories, ids), which differ between any two runs. */
+static int comm_setting(const char *k)
+{
+    static const char *const job[] = {"OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix",
+                                      "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+                                      "OMPI_MCA_prte_", NULL};
+    if (strncmp(k, "NCCL_", 5) == 0 || strncmp(k, "UCX_", 4) == 0)
+        return 1;
+    if (strncmp(k, "OMPI_MCA_", 9) != 0)
+        return 0;
+    for (int i = 0; job[i]; i++)
+        if (strncmp(k, job[i], strlen(job[i])) == 0)
+            return 0;
+    return 1;
+}
+
+/* The variables that configure the communication (comm_setting), as sorted "K=V" words. */
 static char *env_text(const cJSON *run)
 {
     const cJSON *env = cmp_jget(run, "env");
@@ -203,7 +220,7 @@ static char *env_text(const cJSON *run)
     {
         if (!v->string || !cJSON_IsString(v))
             continue;
-        if (strncmp(v->string, "NCCL_", 5) != 0 && strncmp(v->string, "UCX_", 4) != 0)
+        if (!comm_setting(v->string))
             continue;
         if (asprintf(&words[k], "%s=%s", v->string, v->valuestring) < 0) {
             words[k] = NULL;
@@ -343,8 +360,12 @@ int cmp_collect_facts(const struct cJSON *const run[2], const int nruns[2],
     MP_CHECK(add_fact(facts, nfacts, "devices (per rank)", ranks_text(rb, "device"),
                       ranks_text(rn, "device"), MP_FACT_SAME));
     MP_CHECK(field_fact(&fl, "cpu_model", rb, rn, "topology", "cpu_model", MP_FACT_SAME));
-    MP_CHECK(add_fact(facts, nfacts, "NCCL_/UCX_ environment", env_text(rb), env_text(rn),
-                      MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "NCCL_/UCX_/OMPI_MCA_ environment", env_text(rb),
+                      env_text(rn), MP_FACT_SAME));
+    MP_CHECK(field_fact(&fl, "cpu binding policy", rb, rn, NULL, "cpu_bind_policy",
+                        MP_FACT_SAME));
+    MP_CHECK(add_fact(facts, nfacts, "cpus bound (per rank)", ranks_text(rb, "cpu_bind"),
+                      ranks_text(rn, "cpu_bind"), MP_FACT_SAME));
     MP_CHECK(add_fact(facts, nfacts, "command line", argv_text(rb), argv_text(rn), MP_FACT_SAME));
     MP_CHECK(field_fact(&fl, "debug", rb, rn, NULL, "debug", MP_FACT_SAME));
     MP_CHECK(field_fact(&fl, "finished", rb, rn, NULL, "finished", MP_FACT_SAME));

@@ -69,14 +69,16 @@ static const char summary[] =
     "and a two-sided Mann-Whitney U test of the samples (one run per side) or of the per-run\n"
     "medians (repeated runs; see --unit): exact p when both sides have fewer than 50 values and\n"
     "no ties, else the normal approximation with tie and continuity corrections.\n"
-    "  regression    change >= +threshold and p < alpha\n"
-    "  improvement   change <= -threshold and p < alpha\n"
+    "  regression    change >= +threshold, p < alpha, and |change| above both sides' spread\n"
+    "  improvement   change <= -threshold, p < alpha, and |change| above both sides' spread\n"
     "  inconclusive  fewer than 5 values (samples or runs) on a side, too few to reach\n"
     "                p < alpha, a point measured on one side only, or a base median <= 0\n"
     "  unchanged     otherwise\n"
     "Metrics: moeperf-layer layer_us (primary), ffn_us and comm_us (secondary); moeperf-a2a\n"
     "time_us; moeperf-ffn ffn_us. Differences between the runs other than the libraries\n"
-    "(hosts, ranks, build, command line, NCCL_/UCX_ environment) are warned about.\n"
+    "(hosts, ranks, build, command line, NCCL_/UCX_/OMPI_MCA_ environment, CPU binding) are warned\n"
+    "about. A side's spread is (p90 - p10) / p50 of its values at the point; with one run on a\n"
+    "side the verdicts are of low confidence (repeat runs alternately: ci/nccl-regress).\n"
     "Exit status: 0 nothing regressed, 3 a gated metric regressed, 2 usage error (different\n"
     "workloads, missing samples), 1 runtime error.";
 
@@ -150,6 +152,20 @@ static void fmt_p(char *buf, size_t n, double p)
         snprintf(buf, n, "%.1e", p);
 }
 
+/* Both sides' spreads as "12%/40%" ("-" for one that is not defined). */
+static void fmt_noise(char *buf, size_t n, double b, double w)
+{
+    char x[2][16];
+    double v[2] = {b, w};
+    for (int i = 0; i < 2; i++) {
+        if (isnan(v[i]))
+            snprintf(x[i], sizeof x[i], "-");
+        else
+            snprintf(x[i], sizeof x[i], "%.0f%%", 100.0 * v[i]);
+    }
+    snprintf(buf, n, "%s/%s", x[0], x[1]);
+}
+
 static const char *verdict_text(const struct mp_cmp_row *r)
 {
     switch (r->verdict) {
@@ -187,10 +203,13 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
                c->nruns[0], c->nruns[1]);
     else
         printf("# test unit: per-iteration samples%s\n",
-               c->nruns[0] == 1 || c->nruns[1] == 1
-                   ? " (one run on a side: p does not see run-to-run variation; repeat runs, e.g. "
-                     "with ci/nccl-regress)"
+               c->low_confidence
+                   ? "; LOW CONFIDENCE: one run on a side, so p does not see how far runs of the "
+                     "same build differ; a verdict to act on needs repeated, alternated runs "
+                     "(ci/nccl-regress, docs/regression.md)"
                    : "");
+    printf("# noise: a change within either side's spread, (p90 - p10) / p50 of the values "
+           "ranked, is unchanged (within noise)\n");
 
     /* column widths: the varying key columns, then fixed columns */
     int kw[64] = {0}, nk = c->nkey < 64 ? c->nkey : 64;
@@ -211,12 +230,13 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
     for (int k = 0; k < nk; k++)
         if (c->key_varies[k])
             printf("%*s ", kw[k], c->key_cols[k]);
-    printf("%-*s %9s %12s %12s %8s %8s  %s\n", mw, "metric", c->unit_run ? "runs" : "samples",
-           "base_p50_us", "new_p50_us", "change", "p", "verdict");
+    printf("%-*s %9s %12s %12s %8s %11s %8s  %s\n", mw, "metric",
+           c->unit_run ? "runs" : "samples", "base_p50_us", "new_p50_us", "change", "spread b/n",
+           "p", "verdict");
     int any_ungated = 0;
     for (long i = 0; i < c->nrows; i++) {
         const struct mp_cmp_row *r = &c->rows[i];
-        char name[96], n[32], b[32], w[32], ch[32], p[32];
+        char name[96], n[32], b[32], w[32], ch[32], p[32], nz[40];
         int gated = row_gated(c, r, gate_all);
         any_ungated |= !gated;
         snprintf(name, sizeof name, "%s%s", c->metrics[r->metric].name, gated ? "" : "*");
@@ -225,14 +245,19 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
         fmt_us(w, sizeof w, r->new_med);
         fmt_change(ch, sizeof ch, r->change);
         fmt_p(p, sizeof p, r->mw.p);
+        fmt_noise(nz, sizeof nz, r->noise_base, r->noise_new);
         for (int k = 0; k < nk; k++)
             if (c->key_varies[k])
                 printf("%*s ", kw[k], r->metric == 0 ? c->key_cells[r->point][k] : "");
-        printf("%-*s %9s %12s %12s %8s %8s  %s", mw, name, n, b, w, ch, p, verdict_text(r));
+        printf("%-*s %9s %12s %12s %8s %11s %8s  %s", mw, name, n, b, w, ch, nz, p,
+               verdict_text(r));
         if (r->reason)
             printf(" (%s)", r->reason);
         else if (not_significant(r, o->threshold / 100.0))
             printf(" (not significant)");
+        else if (c->low_confidence &&
+                 (r->verdict == MP_CMP_REGRESSION || r->verdict == MP_CMP_IMPROVEMENT))
+            printf(" (low confidence: one run per side)");
         putchar('\n');
     }
     if (any_ungated)
@@ -290,6 +315,8 @@ static int write_csv(const struct mp_cmp *c, const char *dir, int gate_all)
             mp_row_str(&row, p);
             mp_row_str(&row, r->mw.exact ? "exact" : "normal");
         }
+        mp_row_dbl(&row, r->noise_base);
+        mp_row_dbl(&row, r->noise_new);
         mp_row_str(&row, mp_cmp_verdict_name(r->verdict));
         mp_row_str(&row, r->reason ? r->reason : "");
         rc = mp_csv_write(&csv, &row);

@@ -41,8 +41,9 @@ static const struct mp_opt options[] = {
     {"md", MP_OPT_STRING, O(md), NULL, 1.0, 0.0, NULL, "FILE.md",
      "write the Markdown report to FILE.md, its figures as SVG files in FILE_plots/"},
     {"reference", MP_OPT_STRING, O(reference), NULL, 1.0, 0.0, NULL, "CSV",
-     "published table drawn beside the measurements (batch and metric columns) "
-     "[default: plots/seed-h100-64gpu.csv of the data directory]"},
+     "published table drawn beside the measurements (batch and metric columns) [default: "
+     "plots/seed-h100-64gpu.csv of the data directory, when a run has its workload: its "
+     "'# match:' line, 128 experts, top-8, tp4ep16]"},
     {"no-reference", MP_OPT_FLAG, O(no_reference), NULL, 1.0, 0.0, NULL, NULL,
      "draw no reference table"},
     {"title", MP_OPT_STRING, O(title), "MoE layer capacity-planning report", 1.0, 0.0, NULL,
@@ -229,6 +230,7 @@ static void reference_free(struct reference *r)
 {
     free(r->path);
     free(r->label);
+    free(r->match);
     mp_table_free(&r->t);
     free(r->batch);
     free(r->ratio);
@@ -255,6 +257,7 @@ static int reference_load(const char *path, struct reference *r)
     }
     r->path = strdup(path);
     r->label = rp_csv_label(path);
+    r->match = rp_csv_comment(path, "match");
     if (!r->label) {
         const char *base = strrchr(path, '/');
         char buf[512];
@@ -520,6 +523,37 @@ static int check_outputs(const struct report_opts *o, int ndirs)
     return MP_OK;
 }
 
+/* Whether a layer.csv row of the runs has every KEY=VALUE word of `match` (NULL: every run
+ * matches), KEY a column of the file. */
+static int runs_match(const char *match, const struct rp_run *runs, int nruns)
+{
+    if (!match)
+        return 1;
+    for (int i = 0; i < nruns; i++) {
+        const struct mp_table *t = &runs[i].layer;
+        for (long r = 0; t->cols && r < t->nrows; r++) {
+            int all = 1;
+            const char *w = match;
+            while (all && *w) {
+                size_t len = strcspn(w, " \t"), kl = strcspn(w, "=");
+                if (kl < len) {
+                    char key[64];
+                    snprintf(key, sizeof key, "%.*s", (int)(kl < 63 ? kl : 63), w);
+                    int c = mp_table_col(t, key);
+                    size_t vl = len - kl - 1;
+                    all = c >= 0 && strlen(t->cells[r][c]) == vl &&
+                          strncmp(t->cells[r][c], w + kl + 1, vl) == 0;
+                }
+                w += len;
+                w += strspn(w, " \t");
+            }
+            if (all)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* The reference curve: --reference, else the data directory's seed figures (root NULL: none), unless
  * --no-reference; *have set when one was loaded into *ref. */
 static int load_reference(const struct report_opts *o, const char *root, struct reference *ref,
@@ -631,6 +665,11 @@ static int load_sources(const struct report_opts *o, struct report_state *st, ch
     int rc = load_reference(o, have_root ? root : NULL, &st->ref, &st->have_ref);
     if (rc != MP_OK)
         return rc;
+    /* the default reference only beside runs of its workload; one named is drawn as asked */
+    if (st->have_ref && !o->reference && !runs_match(st->ref.match, st->runs, st->nruns)) {
+        reference_free(&st->ref);
+        st->have_ref = 0;
+    }
     if (!have_root) {
         mp_error("cannot find plots/render: not in $%s, the source tree this moeperf-report was "
                  "built from, nor the installed data directory %s (meson install puts it there)",

@@ -840,21 +840,24 @@ const char *rp_rank_experts(const struct rp_run *run, int pt, int rank)
 
 /* ---- the reference table ---- */
 
-char *rp_csv_label(const char *path)
+char *rp_csv_label(const char *path) { return rp_csv_comment(path, "label"); }
+
+char *rp_csv_comment(const char *path, const char *key)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return NULL;
     char line[1024], *label = NULL;
+    size_t kl = strlen(key);
     while (!label && fgets(line, sizeof line, f)) {
         if (line[0] != '#')
             continue;
         char *p = line + 1;
         while (*p == ' ' || *p == '\t')
             p++;
-        if (strncmp(p, "label:", 6) != 0)
+        if (strncmp(p, key, kl) != 0 || p[kl] != ':')
             continue;
-        p += 6;
+        p += kl + 1;
         while (*p == ' ' || *p == '\t')
             p++;
         size_t len = strcspn(p, "\r\n");

@@ -239,6 +239,8 @@ const char *rp_rank_experts(const struct rp_run *run, int pt, int rank);
 /* The "# label: TEXT" comment of a CSV file (a heap string), or NULL when it has none or cannot
  * be read. */
 char *rp_csv_label(const char *path);
+/* The text of the first "# KEY: TEXT" comment of a CSV file (a heap string), or NULL. */
+char *rp_csv_comment(const char *path, const char *key);
 
 /* ---- inline SVG ---- */
 

@@ -24,6 +24,7 @@ struct group {
 /* The published reference table overlaid on the figures and set beside the findings. */
 struct reference {
     char *path, *label;
+    char *match; /* its "# match:" words, KEY=VALUE of layer.csv key columns; NULL: any run */
     struct mp_table t;
     int n;
     double *batch, *ratio, *lat, *bubble; /* lat: layer_us, else ffn_us + comm_us */

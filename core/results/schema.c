@@ -124,6 +124,12 @@ static const struct mp_column layer_cols[] = {
     {MPC_layer_max_us, "µs", R, "maximum of `layer_us` over iterations"},
     {MPC_layer_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median of `layer_us`"},
     {MPC_layer_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median of `layer_us`"},
+    {MPC_spread, "–", R,
+     "stability: (p90 − p10) / p50 of `layer_us` over iterations (METRICS.md, \"Stability\"); "
+     "empty below 2 iterations"},
+    {MPC_noisy, "–", I,
+     "1 when `spread` exceeds 0.10 (too noisy to compare: moeperf-compare calls no change within "
+     "a side's spread), else 0"},
     {MPC_ffn_us, "µs", R, "median of `ffn_us` (max over ranks)"},
     {MPC_ffn_p99_us, "µs", R, "p99 of `ffn_us` (max over ranks)"},
     {MPC_ffn_mean_us, "µs", R,
@@ -417,6 +423,10 @@ static const struct mp_column a2a_cols[] = {
     {MPC_time_max_us, "µs", R, "maximum of the slowest rank's time"},
     {MPC_time_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median"},
     {MPC_time_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median"},
+    {MPC_spread, "–", R,
+     "stability: (p90 − p10) / p50 of the slowest rank's time over iterations (METRICS.md, "
+     "\"Stability\"); empty below 2 iterations"},
+    {MPC_noisy, "–", I, "1 when `spread` exceeds 0.10 (too noisy to compare), else 0"},
     {MPC_algbw_GBps, "GB/s", R, "`bytes_per_rank / time_us / 10³`"},
     {MPC_busbw_GBps, "GB/s", R, "`algbw · (ep − 1) / ep`"},
 };
@@ -452,6 +462,10 @@ static const struct mp_column ffn_cols[] = {
     {MPC_ffn_max_us, "µs", R, "maximum over iterations"},
     {MPC_ffn_ci_lo_us, "µs", R, "lower bound of the 95 % confidence interval of the median"},
     {MPC_ffn_ci_hi_us, "µs", R, "upper bound of the 95 % confidence interval of the median"},
+    {MPC_spread, "–", R,
+     "stability: (p90 − p10) / p50 of the FFN time over iterations (METRICS.md, \"Stability\"); "
+     "empty below 2 iterations"},
+    {MPC_noisy, "–", I, "1 when `spread` exceeds 0.10 (too noisy to compare), else 0"},
     {MPC_achieved_GFLOPs, "GFLOP/s", R, "`flops` / median time"},
     {MPC_achieved_GBps, "GB/s", R, "`weight_bytes` / median time"},
     {MPC_peak_GFLOPs, "GFLOP/s", R,
@@ -569,8 +583,15 @@ static const struct mp_column compare_cols[] = {
     {MPC_u_base, "–", R, "Mann-Whitney U of the base side"},
     {MPC_p_value, "–", T, "two-sided p value, `%.6g`; empty when no test was made"},
     {MPC_test, "–", T, "`exact` or `normal`; empty when no test was made"},
-    {MPC_verdict, "–", T, "the verdict (docs/regression.md)"},
-    {MPC_reason, "–", T, "why a verdict is inconclusive; empty otherwise"},
+    {MPC_noise_base, "–", R,
+     "the base side's spread at the point: (p90 − p10) / p50 of the values ranked (METRICS.md, "
+     "\"Stability\"); empty below 2"},
+    {MPC_noise_new, "–", R, "the same of the new side"},
+    {MPC_verdict, "–", T,
+     "the verdict (docs/regression.md); a change within either side's spread is `unchanged`"},
+    {MPC_reason, "–", T,
+     "why a verdict is inconclusive, `within noise` for an unchanged one whose test alone would "
+     "have called a change; empty otherwise"},
 };
 const struct mp_csv_schema mp_schema_compare = {
     "compare.csv", "moeperf-compare",

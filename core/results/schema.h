@@ -35,7 +35,7 @@
     X(cache_policy) X(context) X(micro_batches) X(step_us) X(step_p99_us) X(attn_us)               \
     X(attn_p99_us) X(dense_us) X(dense_p99_us) X(head_us) X(head_p99_us) X(misc_us) X(misc_p99_us) \
     X(host_us) X(host_p99_us) X(moe_us) X(moe_p99_us) X(overlap_us) X(overlap_p99_us)             \
-    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok)
+    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok) X(spread) X(noisy) X(noise_base) X(noise_new)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)

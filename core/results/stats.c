@@ -170,11 +170,20 @@ void mp_median_ci95(const double *sorted, long n, double *lo, double *hi)
     *hi = sorted[n - j]; /* x_(n-j+1) */
 }
 
+double mp_spread(const double *sorted, long n)
+{
+    double mid = n >= 2 ? mp_percentile(sorted, n, 50) : NAN;
+    if (!(mid > 0))
+        return NAN;
+    return (mp_percentile(sorted, n, 90) - mp_percentile(sorted, n, 10)) / mid;
+}
+
 void mp_summarize(double *x, long n, struct mp_summary *s)
 {
     s->n = n > 0 ? n : 0;
     if (n <= 0) {
         s->p50 = s->p99 = s->mean = s->stdev = s->min = s->max = s->ci_lo = s->ci_hi = NAN;
+        s->spread = NAN;
         return;
     }
     qsort(x, (size_t)n, sizeof *x, mp_cmp_double);
@@ -188,4 +197,5 @@ void mp_summarize(double *x, long n, struct mp_summary *s)
     s->min = x[0];
     s->max = x[n - 1];
     mp_median_ci95(x, n, &s->ci_lo, &s->ci_hi);
+    s->spread = mp_spread(x, n);
 }

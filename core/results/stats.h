@@ -19,7 +19,17 @@ struct mp_summary {
     long n;
     double p50, p99, mean, stdev, min, max;
     double ci_lo, ci_hi; /* 95% confidence interval of the median */
+    double spread;       /* mp_spread of the values */
 };
+
+/* A point is too noisy to compare when its spread exceeds this: a change smaller than its own
+ * scatter cannot be told from it (docs/METRICS.md, "Stability"). */
+#define MP_NOISY_SPREAD 0.10
+
+/* The stability of sorted x[0..n): (p90 − p10) / p50, nearest-rank percentiles, the width of the
+ * middle 80 % of the values relative to their median; NAN when n < 2 or the median is not
+ * positive. */
+double mp_spread(const double *sorted, long n);
 
 /* Nearest-rank percentile of sorted x[0..n): x[ceil(p/100·n) − 1], p in (0, 100]; NAN if n == 0. */
 double mp_percentile(const double *sorted, long n, double p);

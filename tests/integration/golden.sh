@@ -67,7 +67,7 @@ import csv, re, sys
 path = sys.argv[1]
 modelled = "/model" in path
 timing = re.compile(r"(_us$|GBps$|GFLOPs$|^bound$|^roofline_fraction$|^comm_comp_ratio$|"
-                    r"^bubble_ratio$|^wait_ratio$|^check_error$|^overlap_efficiency$|^host$)")
+                    r"^bubble_ratio$|^wait_ratio$|^check_error$|^overlap_efficiency$|^host$|^spread$|^noisy$)")
 rows = list(csv.reader(open(path, newline="")))
 keep = [i for i, c in enumerate(rows[0]) if modelled or not timing.search(c)]
 out = csv.writer(sys.stdout, lineterminator="\n")

@@ -25,8 +25,9 @@ awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
       $c["layer_us"] *= 1.25; print }' "$TMP/layer/layer.csv" >"$TMP/model/layer.csv"
 
 out=$TMP/r/report.html md=$TMP/r/report.md
-"$REPORT" "$TMP/layer" "$TMP/a2a" "$TMP/ffn" "$TMP/model" --out "$out" --md "$md" >"$TMP/stdout" ||
-    fail "moeperf-report exit $?"
+# the seed's table, named: drawn as asked although these runs are not its workload
+"$REPORT" "$TMP/layer" "$TMP/a2a" "$TMP/ffn" "$TMP/model" --out "$out" --md "$md" \
+    --reference "$SRC/plots/seed-h100-64gpu.csv" >"$TMP/stdout" || fail "moeperf-report exit $?"
 grep -qF "wrote $out" "$TMP/stdout" || fail "moeperf-report did not say where the report is"
 [ -s "$out" ] && [ -s "$md" ] || fail "report files missing or empty"
 ls -a "$TMP/r" | grep -q '\.tmp' && fail "temporary files left beside the report"
@@ -220,6 +221,16 @@ check_usage "unknown flag" "$TMP/layer" --out "$TMP/x.html" --bogus
 "$REPORT" "$TMP/ffn" --no-reference --out "$TMP/f.html" >/dev/null || fail "ffn-only report exit $?"
 [ "$(grep -c '<svg' "$TMP/f.html")" -eq 1 ] || fail "ffn-only report: expected one figure"
 grep -q "published" "$TMP/f.html" && fail "--no-reference still shows the reference"
+# by default the seed's table goes only beside a run of its workload (128 experts, top-8,
+# tp4ep16): not beside the deepseek-v3 run, nor the small measured one; beside seed-k3 on tp4ep16
+for d in ddp layer; do
+    "$REPORT" "$TMP/$d" --out "$TMP/def-$d.html" >/dev/null || fail "default report of $d exit $?"
+    ! grep -q "published: 64" "$TMP/def-$d.html" || fail "the seed's table is drawn beside $d"
+done
+"$BIN/moeperf-layer" --backend model --cluster h100-ndr --model seed-k3 --layout tp4ep16 \
+    --batch 1,16 --iters 2 --quiet --out "$TMP/seed" || fail "seed-k3 model run exit $?"
+"$REPORT" "$TMP/seed" --out "$TMP/def-seed.html" >/dev/null || fail "default report of seed exit $?"
+grep -q "published: 64" "$TMP/def-seed.html" || fail "the seed's table is missing beside its workload"
 
 # a plan directory beside a run: the report opens with the answer (before the findings), one row
 # per routing whose numbers are plan.json's as the console prints them, in HTML and Markdown; a

@@ -116,6 +116,16 @@ static void test_verdict_rule(void)
     CHECK_STR(why, "no samples on one side");
     CHECK_INT(mp_cmp_verdict(20, 20, NAN, 0.5, 0.05, 0.01, &why), MP_CMP_INCONCLUSIVE);
     CHECK_STR(why, "base median <= 0");
+    /* the noise rule: a change within either side's spread is no change; beyond both, it stands */
+    why = NULL;
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_IMPROVEMENT, -0.25, 0.10, 0.40, &why), MP_CMP_UNCHANGED);
+    CHECK_STR(why, "within noise");
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 0.40, 0.40, 0.10, NULL), MP_CMP_UNCHANGED);
+    why = NULL;
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 0.41, 0.40, 0.10, &why), MP_CMP_REGRESSION);
+    CHECK(why == NULL);
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 0.06, NAN, NAN, NULL), MP_CMP_REGRESSION);
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_INCONCLUSIVE, 0.9, 0.1, 0.1, NULL), MP_CMP_INCONCLUSIVE);
     /* 5 vs 5 can reach 2/252 = 0.0079 but not 0.005; 6 vs 6 reaches 2/924 = 0.0022 */
     CHECK_INT(mp_cmp_verdict(5, 5, 0.10, 0.0079, 0.05, 0.005, &why), MP_CMP_INCONCLUSIVE);
     CHECK_STR(why, "too few samples for this alpha");
@@ -156,14 +166,16 @@ static void write_pair(void)
         " \"ranks\": [{\"rank\": 0, \"host\": \"h0\", \"device\": \"cpu\"},"
         "             {\"rank\": 1, \"host\": \"h0\", \"device\": \"cpu\"}],"
         " \"libraries\": {\"comm\": \"nccl\", \"comm_version\": \"NCCL 2.21.5\"},"
-        " \"env\": {\"NCCL_ALGO\": \"Ring\", \"OMPI_X\": \"1\"}, \"argv\": [\"/a/moeperf-layer\","
+        " \"env\": {\"NCCL_ALGO\": \"Ring\", \"OMPI_X\": \"1\", \"OMPI_MCA_orte_hnp_uri\": \"a\","
+        "          \"OMPI_MCA_btl\": \"self,vader\"}, \"argv\": [\"/a/moeperf-layer\","
         " \"--batch\", \"1,16\", \"--out\", \"x\"], \"finished\": true}");
     put("a/new/run.json",
         "{\"tool\": \"moeperf-layer\", \"git_revision\": \"abc\", \"world\": 2, \"nodes\": 1,"
         " \"ranks\": [{\"rank\": 0, \"host\": \"h0\", \"device\": \"cpu\"},"
         "             {\"rank\": 1, \"host\": \"h1\", \"device\": \"cpu\"}],"
         " \"libraries\": {\"comm\": \"nccl\", \"comm_version\": \"NCCL 2.23.4\"},"
-        " \"env\": {\"NCCL_ALGO\": \"Ring\", \"OMPI_X\": \"2\"}, \"argv\": [\"/b/moeperf-layer\","
+        " \"env\": {\"NCCL_ALGO\": \"Ring\", \"OMPI_X\": \"2\", \"OMPI_MCA_orte_hnp_uri\": \"b\","
+        "          \"OMPI_MCA_btl\": \"self,tcp\"}, \"argv\": [\"/b/moeperf-layer\","
         " \"--batch\", \"1,16\", \"--out\", \"y\", \"--inject-delay-us\", \"5\"],"
         " \"debug\": {\"inject_delay_us\": 5}, \"finished\": true}");
 }
@@ -229,8 +241,12 @@ static void test_pair(void)
     CHECK(f && f->differs);
     CHECK_STR(f ? f->base : NULL, "h0 ×2");
     CHECK_STR(f ? f->new_ : NULL, "h0, h1");
-    f = fact(&c, "NCCL_/UCX_ environment"); /* OMPI_* is left out: per-job identifiers */
-    CHECK(f && !f->differs);
+    /* Open MPI's settings differ (btl), its per-job identifiers are left out (OMPI_MCA_orte_*) */
+    f = fact(&c, "NCCL_/UCX_/OMPI_MCA_ environment");
+    CHECK(f && f->differs);
+    CHECK_STR(f ? f->base : NULL, "NCCL_ALGO=Ring OMPI_MCA_btl=self,vader");
+    CHECK_STR(f ? f->new_ : NULL, "NCCL_ALGO=Ring OMPI_MCA_btl=self,tcp");
+    CHECK(has_warning(&c, "OMPI_MCA_btl=self,tcp"));
     f = fact(&c, "command line"); /* program directory, --out and --inject-delay-us dropped */
     CHECK(f && !f->differs);
     CHECK_STR(f ? f->base : NULL, "moeperf-layer --batch 1,16");
