@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "files.h"
+#include "model.h"
 #include "report.h"
 #include "schema.h"
 #include "sort.h"
@@ -432,11 +433,19 @@ static void write_setup_rows(struct doc *d, const cJSON *j)
     char v[4096];
     const cJSON *m = cJSON_GetObjectItem(j, "model");
     if (m) {
+        /* a preset whose shape the run changed says so: what ran is not the preset */
+        struct mp_model ran = {.hidden = (int)jnum(m, "hidden"), .ffn = (int)jnum(m, "ffn"),
+                               .experts = (int)jnum(m, "experts"), .topk = (int)jnum(m, "topk"),
+                               .shared = (int)jnum(m, "shared"), .layers = (int)jnum(m, "layers")};
+        snprintf(ran.name, sizeof ran.name, "%s", jstr(m, "name") ? jstr(m, "name") : "?");
+        char over[160], with[200] = "";
+        if (mp_model_overrides(&ran, over, sizeof over) > 0)
+            snprintf(with, sizeof with, " with %s", over);
         snprintf(v, sizeof v,
-                 "%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
+                 "%s%s: hidden %.0f, expert FFN %.0f, %.0f experts, top-%.0f, %.0f shared, %.0f "
                  "MoE layers",
-                 jstr(m, "name") ? jstr(m, "name") : "?", jnum(m, "hidden"), jnum(m, "ffn"),
-                 jnum(m, "experts"), jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
+                 ran.name, with, jnum(m, "hidden"), jnum(m, "ffn"), jnum(m, "experts"),
+                 jnum(m, "topk"), jnum(m, "shared"), jnum(m, "layers"));
         env_row(d, "model", v);
     }
     const cJSON *bld = cJSON_GetObjectItem(j, "build");

@@ -594,6 +594,29 @@ int mp_model_resolve(const char *spec, struct mp_model *out)
     return read_model_file(spec, out);
 }
 
+int mp_model_overrides(const struct mp_model *m, char *buf, size_t len)
+{
+    const struct mp_model *p = find_preset(m->name);
+    size_t at = 0;
+    int n = 0;
+    buf[0] = '\0';
+    if (!p)
+        return 0;
+    const struct {
+        const char *flag;
+        int mine, preset;
+    } f[] = {{"--hidden", m->hidden, p->hidden}, {"--ffn", m->ffn, p->ffn},
+             {"--experts", m->experts, p->experts}, {"--topk", m->topk, p->topk},
+             {"--shared", m->shared, p->shared}, {"--layers", m->layers, p->layers}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].mine != f[i].preset && at < len) {
+            int w = snprintf(buf + at, len - at, "%s%s %d", n ? " " : "", f[i].flag, f[i].mine);
+            at = w > 0 ? at + (size_t)w : at;
+            n++;
+        }
+    return n;
+}
+
 int mp_model_override(struct mp_model *m, int experts, int topk, int shared, int hidden, int ffn,
                       int layers)
 {

@@ -3,6 +3,8 @@
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
 
+#include <stddef.h>
+
 struct mp_model {
     char name[64];
     int hidden;  /* H */
@@ -75,6 +77,11 @@ int mp_model_resolve(const char *spec, struct mp_model *out);
  * its non-expert parameters (attention, embeddings, dense layers) and its total follows the new
  * expert sizes; a model with attention fields derives them (mp_model_nonexpert_params) and its
  * stated `params` becomes 0 once a size changes. Returns MP_OK or MP_ERR_USAGE. */
+/* The shape fields in which `m` differs from the preset of its name, as the flags that set them
+ * ("--hidden 1024 --ffn 512") into buf[len]; "" when it is the preset's, or its name is none
+ * (a model file, say). Returns how many differ. */
+int mp_model_overrides(const struct mp_model *m, char *buf, size_t len);
+
 int mp_model_override(struct mp_model *m, int experts, int topk, int shared, int hidden, int ffn,
                       int layers);
 

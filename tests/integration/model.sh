@@ -204,4 +204,13 @@ for name, value in (("variant", "dynamic/fp8/wfp8"), ("batch", "16"), ("placemen
     assert t == v or t + len(name) == v + len(value), (name, t, v, title, row)
 print("console titles over their columns:", title.split()[:5])
 PY
+# the workload label says what ran: a preset whose shape flags changed is named with them
+"$BIN/moeperf-layer" --experts 16 --topk 4 --shared 0 --hidden 64 --ffn 64 --batch 4 --iters 2 \
+    --warmup 0 >"$TMP/label.out" || fail "the relabelled run exit $?"
+head -n 1 "$TMP/label.out" | grep -qF "model qwen3-30b-a3b with --hidden 64 --ffn 64 --experts 16 --topk 4 (H 64" ||
+    fail "the console does not name the changed fields: $(head -n 1 "$TMP/label.out")"
+"$BIN/moeperf-ffn" --backend model --model deepseek-v3 --batch 4 --iters 2 >"$TMP/label.out" ||
+    fail "deepseek-v3 ffn exit $?"
+head -n 1 "$TMP/label.out" | grep -qF "model deepseek-v3 (H 7168" ||
+    fail "the preset as it is is not named alone: $(head -n 1 "$TMP/label.out")"
 echo PASS

@@ -55,7 +55,8 @@ for want in "At a glance" "hot:2:10 contiguous (measured)" "batch cap" "knee" \
     "replicate-hot:2 instead of contiguous" "model vs measured" "×1.25 the measured one" \
     "published: 64×H100 NDR, 128 experts top-8, EP16×TP4" "32 (ratio 0.92; 1.30 at batch 64" \
     "projection beside the measurement" "Bubble at each batch" \
-    "All-to-All busbw peaks" "of its roofline" "Environment" "Open MPI"; do
+    "All-to-All busbw peaks" "of its roofline" "Environment" "Open MPI" \
+    "qwen3-30b-a3b with --hidden 64 --ffn 64 --experts 8 --topk 2: hidden 64"; do
     grep -qi -- "$want" "$out" || fail "the HTML lacks \"$want\""
 done
 # curve labels in one form (docs/plots.md, "Curve labels"): each names the keys that differ between
