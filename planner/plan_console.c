@@ -259,13 +259,66 @@ static void print_ranked(const struct mp_plan_cand *c, int n, int best)
     free(sorted);
 }
 
+/* How far a candidate's p99 is from the SLO: the larger of its token and layer p99 over their
+ * bounds (1 or less: within; 0 without an SLO). */
+static double slo_excess(const struct mp_plan_req *q, const struct mp_plan_cand *a)
+{
+    double x = 0;
+    if (q->slo_token_ms > 0)
+        x = a->token_p99_ms / q->slo_token_ms;
+    if (q->slo_layer_us > 0 && a->layer_p99_us / q->slo_layer_us > x)
+        x = a->layer_p99_us / q->slo_layer_us;
+    return x;
+}
+
+/* No plan: the candidate that comes closest, and what it misses by. Among those that fit in
+ * memory, one that meets the SLO with the fewest GPUs (then only --max-gpus stands in the way),
+ * else the one nearest the SLO; when none fits, print_dropped names the least memory needed. */
+static void print_closest(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n)
+{
+    int near = -1, cheap = -1;
+    for (int i = 0; i < n; i++) {
+        if (!c[i].fits)
+            continue;
+        if (c[i].slo_ok && (cheap < 0 || c[i].gpus < c[cheap].gpus))
+            cheap = i;
+        if (near < 0 || slo_excess(q, &c[i]) < slo_excess(q, &c[near]))
+            near = i;
+    }
+    char pl[64];
+    if (cheap >= 0) {
+        const struct mp_plan_cand *a = &c[cheap];
+        printf("closest: tp%dep%d %s batch %ld meets the SLO (p99 token %.2f ms) but needs %d GPUs "
+               "(%d replica(s)) for the target throughput, above --max-gpus %d\n",
+               a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->token_p99_ms, a->gpus,
+               a->dp, q->max_gpus);
+    } else if (near >= 0) {
+        const struct mp_plan_cand *a = &c[near];
+        int by_layer = q->slo_layer_us > 0 && (q->slo_token_ms <= 0 ||
+                                               a->layer_p99_us / q->slo_layer_us >
+                                                   a->token_p99_ms / q->slo_token_ms);
+        if (by_layer)
+            printf("closest: tp%dep%d %s batch %ld, %d GPUs: p99 layer %.1f µs against "
+                   "--slo-layer-us %g (%.2f× over); no candidate within %d GPUs is faster\n",
+                   a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus,
+                   a->layer_p99_us, q->slo_layer_us, slo_excess(q, a), q->max_gpus);
+        else
+            printf("closest: tp%dep%d %s batch %ld, %d GPUs: p99 token %.2f ms against "
+                   "--slo-token-ms %g (%.2f× over); no candidate within %d GPUs is faster\n",
+                   a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus,
+                   a->token_p99_ms, q->slo_token_ms, slo_excess(q, a), q->max_gpus);
+    }
+}
+
 void plan_print_findings(const struct mp_plan_req *q, const struct mp_plan_cand *c, int n,
                          int best, int quiet)
 {
     if (best >= 0)
         print_cheapest(c, n, best);
-    else
+    else {
         printf("no candidate meets the SLO and fits in memory within %d GPUs\n", q->max_gpus);
+        print_closest(q, c, n);
+    }
     print_dropped(q, c, n, best);
     /* the ranked table, then the shape of the best layout over batch */
     if (!quiet)

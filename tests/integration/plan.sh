@@ -7,7 +7,8 @@
 # memory per GPU: deepseek-v3 on tp1ep16 in bf16 does not fit and is not chosen, seed-k3 (200B
 # parameters as its shape gives them) fits the seed's own tp4ep16, the seed's 2.8T put in the
 # experts fits 64 GPUs only in fp8; plan.json holds the
-# question and, per routing, the answer the console and plan.csv give; bad input exits 2.
+# question and, per routing, the answer the console and plan.csv give; bad input exits 2; no plan
+# names the closest candidate and what it misses by.
 . "$(dirname "$0")/lib.sh"
 PLAN=$BUILD/planner/moeperf-plan
 # the timing findings below are the model's alone: they run on an h100-ndr whose memory is not
@@ -451,4 +452,13 @@ done <<'CASES'
 --max-gpus 4 --ep 8|above --max-gpus 4
 --replicate 300|--replicate/--eplb: no placement has room
 CASES
+# no plan: the closest candidate and what it misses by, the SLO's factor or the GPUs it needs
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --max-gpus 64 --slo-token-ms 5 --quiet \
+    >"$TMP/noplan" || fail "an SLO no candidate meets: exit $?"
+grep -qE '^closest: tp[0-9]+ep[0-9]+ .* p99 token [0-9.]+ ms against --slo-token-ms 5 \([0-9.]+× over\)' \
+    "$TMP/noplan" || fail "no plan names no closest candidate: $(grep -A1 '^no candidate' "$TMP/noplan")"
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --max-gpus 64 --slo-token-ms 50 --throughput 100000 \
+    --quiet >"$TMP/noplan" || fail "a throughput 64 GPUs cannot serve: exit $?"
+grep -qE '^closest: .* meets the SLO .* needs [0-9]+ GPUs .* above --max-gpus 64' "$TMP/noplan" ||
+    fail "no plan for the throughput names no candidate: $(grep -A1 '^no candidate' "$TMP/noplan")"
 echo PASS
