@@ -33,7 +33,11 @@ static const struct mp_opt options[] = {
     {"validate", MP_OPT_FLAG, PO(validate), NULL, MP_NOLIMIT, NULL, NULL,
      "predict every point of the RUN_DIRs with --cluster and print the errors"},
     MP_OPT_MODEL("seed-k3"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN, MP_OPT_FFN,
-    MP_OPT_LAYERS, MP_OPT_BATCH("1:256:x2"), MP_OPT_SEQ, MP_OPT_ROUTING, MP_OPT_SEED,
+    MP_OPT_LAYERS, MP_OPT_BATCH("1:256:x2"), MP_OPT_SEQ, MP_OPT_ROUTING,
+    {"group-limit", MP_OPT_STRING_LIST, PO(b.group_limit), "off", MP_NOLIMIT, NULL, "LIST",
+     "off, or G:M: G groups of consecutive experts, each token routed within M of them (as "
+     "DeepSeek-V3's node-limited routing); a list weighs each with every routing"},
+    MP_OPT_SEED,
     MP_OPT_ITERS("8"), MP_OPT_CLUSTER,
     {"tp", MP_OPT_INT_LIST, PO(tp), "1,2,4,8", 1, 64, NULL, "LIST", "TP sizes to consider"},
     {"ep", MP_OPT_INT_LIST, PO(ep), "1:256:x2", 1, 65536, NULL, "LIST", "EP sizes to consider"},
@@ -44,10 +48,11 @@ static const struct mp_opt options[] = {
     {"overlap", MP_OPT_INT_LIST, PO(b.overlap), "1", 1, 32, NULL, "LIST",
      "pipeline depths to try: chunks moeperf-layer --overlap would pipeline (1: none)"},
     MP_OPT_DEDUP,
-    {"weight-dtype", MP_OPT_STRING_LIST, PO(b.weight_dtype), "bf16", MP_NOLIMIT, mp_dtype_choices,
-     "LIST", "the routed and shared experts' weights: bf16, or fp8 (e4m3, an fp32 scale per "
-     "128x128 block: half the bytes to hold and to stream, fp8 GEMMs); a list weighs them"},
-    {"dispatch-dtype", MP_OPT_STRING_LIST, PO(b.dispatch_dtype), "bf16", MP_NOLIMIT,
+    {"weight-dtype", MP_OPT_STRING_LIST, PO(b.weight_dtype), "bf16,fp8", MP_NOLIMIT,
+     mp_dtype_choices, "LIST", "the routed and shared experts' weights: bf16, or fp8 (e4m3, an "
+     "fp32 scale per 128x128 block: half the bytes to hold and to stream, fp8 GEMMs); a list "
+     "weighs them"},
+    {"dispatch-dtype", MP_OPT_STRING_LIST, PO(b.dispatch_dtype), "bf16,fp8", MP_NOLIMIT,
      mp_dtype_choices, "LIST", "the dispatched rows: bf16, or fp8 (e4m3, an fp32 scale per 128 "
      "values: about half the dispatch's bytes; the combine stays bf16); a list weighs them"},
     {"micro-batches", MP_OPT_INT_LIST, PO(b.micro_batches), "1", 1, 2, NULL, "LIST",
@@ -205,15 +210,17 @@ static int run_validate(struct plan_opts *o, char **dirs, int ndirs)
     return MP_OK;
 }
 
-/* Every candidate c[0..n) of `routing` as a row of plan.csv (docs/CSV.md). */
+/* Every candidate c[0..n) of `routing` under `group_limit` as a row of plan.csv (docs/CSV.md). */
 static void write_plan_csv(const struct plan_opts *o, const char *routing,
-                           const struct mp_plan_cand *c, int n, struct mp_csv *csv)
+                           const char *group_limit, const struct mp_plan_cand *c, int n,
+                           struct mp_csv *csv)
 {
     struct mp_row row = {0};
     for (int i = 0; i < n; i++) {
         mp_row_reset(&row);
         mp_row_str(&row, "model");
         mp_row_str(&row, routing);
+        mp_row_str(&row, group_limit);
         mp_row_int(&row, c[i].tp);
         mp_row_int(&row, c[i].ep);
         char pl[32];
@@ -311,30 +318,56 @@ static int plan_json_start(const struct plan_opts *o, const struct mp_plan_req *
     return MP_OK;
 }
 
-/* The plan for routing o->b.routing.v[ri]: every candidate evaluated for q, written to plan.csv
- * when csv is open, its answer added to plan.json when j is begun, and its findings printed.
- * MP_OK, or the error of parsing the routing or of the evaluation after its message. */
-static int plan_routing(const struct plan_opts *o, struct mp_plan_req *q, int ri,
+/* The group limit `spec` on routing rt: "off", or G:M (the planner's layouts span different
+ * nodes, so the M-alone form, which counts them, is refused). MP_OK or MP_ERR_USAGE. */
+static int plan_group_limit(const char *spec, const struct mp_model *m, struct mp_routing *rt)
+{
+    int inactive;
+    if (strcmp(spec, "off") != 0 && !strchr(spec, ':')) {
+        mp_usage("--group-limit: '%s': the planner takes off or G:M (M alone counts the nodes a "
+                 "layout spans, which differ between its candidates)", spec);
+        return MP_ERR_USAGE;
+    }
+    int rc = mp_group_limit_parse(spec, m->experts, m->topk, 1, &rt->groups, &rt->group_pick,
+                                  &inactive);
+    return rc == MP_OK ? mp_group_limit_check(rt, spec, rt->groups, rt->group_pick) : rc;
+}
+
+/* The plan for routing o->b.routing.v[ri] under group limit o->b.group_limit.v[gi]: every
+ * candidate evaluated for q, written to plan.csv when csv is open, its answer added to plan.json
+ * when j is begun, and its findings printed. MP_OK, or the error of parsing the routing or the
+ * limit, or of the evaluation, after its message. */
+static int plan_routing(const struct plan_opts *o, struct mp_plan_req *q, int ri, int gi,
                         struct mp_csv *csv, struct plan_json *j)
 {
-    const char *name = o->b.routing.v[ri];
+    const char *name = o->b.routing.v[ri], *limit = o->b.group_limit.v[gi];
     struct mp_routing rt;
     int rc = mp_routing_parse(name, q->model.experts, q->model.topk, (uint64_t)o->b.seed, &rt);
     if (rc != MP_OK)
         return rc;
+    rc = plan_group_limit(limit, &q->model, &rt);
+    if (rc != MP_OK) {
+        mp_routing_free(&rt);
+        return rc;
+    }
     q->routing = &rt;
     struct mp_plan_cand *c = NULL;
     int n = 0;
     rc = mp_plan_evaluate(q, &c, &n);
     if (rc == MP_OK) {
         if (csv->f)
-            write_plan_csv(o, name, c, n, csv);
-        printf("\n## routing %s: %d candidates\n", name, n);
+            write_plan_csv(o, name, limit, c, n, csv);
+        if (strcmp(limit, "off") != 0)
+            printf("\n## routing %s, group limit %s: %d candidates\n", name, limit, n);
+        else
+            printf("\n## routing %s: %d candidates\n", name, n);
         int best = mp_plan_best(c, n);
-        if (j->answers)
-            cJSON_AddItemToArray(j->answers,
-                                 mp_plan_answer_json(name, q, c, n, best, j->validation,
-                                                     cJSON_GetObjectItem(j->question, "cluster")));
+        if (j->answers) {
+            cJSON *a = mp_plan_answer_json(name, q, c, n, best, j->validation,
+                                           cJSON_GetObjectItem(j->question, "cluster"));
+            cJSON_AddStringToObject(a, MP_PJ_GROUP_LIMIT, limit);
+            cJSON_AddItemToArray(j->answers, a);
+        }
         plan_print_findings(q, c, n, best, o->b.quiet);
         free(c);
     }
@@ -365,7 +398,8 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     if (rc == MP_OK && o->b.out)
         rc = plan_json_start(o, &q, argc, argv, &pj);
     for (int ri = 0; rc == MP_OK && ri < o->b.routing.n; ri++)
-        rc = plan_routing(o, &q, ri, &csv, &pj);
+        for (int gi = 0; rc == MP_OK && gi < o->b.group_limit.n; gi++)
+            rc = plan_routing(o, &q, ri, gi, &csv, &pj);
     if (rc == MP_OK && pj.plan)
         rc = mp_json_write(pj.plan, o->b.out, MP_PLAN_JSON_FILE);
     if (rc == MP_OK && o->b.out)

@@ -38,6 +38,7 @@
 #define MP_PJ_REPLICAS                           "replicas"
 #define MP_PJ_REPLICAS_VS_BATCH                  "replicas_vs_batch"
 #define MP_PJ_ROUTING                            "routing"
+#define MP_PJ_GROUP_LIMIT                        "group_limit"
 #define MP_PJ_SENSITIVITY                        "sensitivity"
 #define MP_PJ_SLO                                "slo"
 #define MP_PJ_SLO_HEADROOM                       "slo_headroom"

@@ -503,6 +503,7 @@ const struct mp_csv_schema mp_schema_ffn_samples = {
 static const struct mp_column plan_cols[] = {
     {MPC_source, "–", T, "`model`"},
     {MPC_routing, "–", T, "`--routing` entry as given"},
+    {MPC_group_limit, "–", T, "`--group-limit` entry: `off`, or G:M"},
     {MPC_tp, "ranks", I, "TP group size"},
     {MPC_ep, "ranks", I, "EP group size"},
     {MPC_replicate, "–", I, "hot experts replicated (`replicate-hot:R`), 0 for none"},

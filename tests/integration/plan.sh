@@ -10,7 +10,13 @@
 # question and, per routing, the answer the console and plan.csv give; bad input exits 2; no plan
 # names the closest candidate and what it misses by.
 . "$(dirname "$0")/lib.sh"
-PLAN=$BUILD/planner/moeperf-plan
+PLAN_BIN=$BUILD/planner/moeperf-plan
+# the findings below are the seed's in bf16, as the first seed measured them: every run weighs
+# bf16 weights and dispatch alone unless it names its own (the later flag wins); the defaults,
+# both types of each, are checked on their own at the end
+PLAN=$TMP/plan-bf16
+printf '#!/bin/sh\nexec "%s" --weight-dtype bf16 --dispatch-dtype bf16 "$@"\n' "$PLAN_BIN" >"$PLAN"
+chmod +x "$PLAN"
 # the timing findings below are the model's alone: they run on an h100-ndr whose memory is not
 # checked
 printf 'base = h100-ndr\ngpu_mem_gb = 0\n' >"$TMP/nomem.ini"
@@ -452,6 +458,29 @@ done <<'CASES'
 --max-gpus 4 --ep 8|above --max-gpus 4
 --replicate 300|--replicate/--eplb: no placement has room
 CASES
+# --group-limit: each limit with each routing is a plan of its own (console, plan.csv, plan.json);
+# the form that counts a layout's nodes is refused
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --max-gpus 64 --routing uniform --group-limit off,8:2 \
+    --quiet --out "$TMP/gl" >"$TMP/gl.out" || fail "--group-limit off,8:2: exit $?"
+grep -q "^## routing uniform, group limit 8:2: " "$TMP/gl.out" || fail "no plan under group limit 8:2"
+[ "$(col "$TMP/gl/plan.csv" group_limit | sort -u | tr '\n' ' ')" = "8:2 off " ] ||
+    fail "plan.csv's group_limit: $(col "$TMP/gl/plan.csv" group_limit | sort -u | tr '\n' ' ')"
+python3 -c "
+import json, sys
+a = json.load(open('$TMP/gl/plan.json'))['answers']
+assert [(x['routing'], x['group_limit']) for x in a] == [('uniform', 'off'), ('uniform', '8:2')], a
+" || fail "plan.json's answers are not one per routing and group limit"
+rc=0
+"$PLAN" --model deepseek-v3 --cluster h100-ndr --group-limit 2 >/dev/null 2>"$TMP/gl.err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--group-limit: '2'" "$TMP/gl.err" || fail "--group-limit 2: exit $rc"
+
+# by default the planner weighs bf16 and fp8 weights and dispatch: four candidates a point
+"$PLAN_BIN" --model seed-k3 --cluster h100-ndr --tp 4 --ep 16 --replicate 0 --batch 64 --quiet \
+    --out "$TMP/dtypes" >/dev/null || fail "the default dtypes: exit $?"
+[ "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { print $c["weight_dtype"] "/" $c["dispatch_dtype"] }' "$TMP/dtypes/plan.csv" | sort | tr '\n' ' ')" = \
+    "bf16/bf16 bf16/fp8 fp8/bf16 fp8/fp8 " ] || fail "the defaults do not weigh bf16 and fp8 of both"
+
 # no plan: the closest candidate and what it misses by, the SLO's factor or the GPUs it needs
 "$PLAN" --model deepseek-v3 --cluster h100-ndr --max-gpus 64 --slo-token-ms 5 --quiet \
     >"$TMP/noplan" || fail "an SLO no candidate meets: exit $?"
