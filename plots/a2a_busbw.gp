@@ -3,7 +3,7 @@
 # (via plots/render).
 load PLOTS."/common.gp"
 
-set title "Isolated All-to-All: bus bandwidth vs size (busbw = algbw·(n−1)/n)" font TITLEFONT
+set title "How fast is the All-to-All alone? Bus bandwidth vs size (busbw = algbw·(n−1)/n)" font TITLEFONT
 set logscale x 2
 set mxtics 1
 set xlabel "bytes one rank sends per all-to-all, self included (bytes_per_rank, log2 scale)"

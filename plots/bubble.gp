@@ -5,7 +5,7 @@
 # alone), and the reference table's bubble_ratio.
 load PLOTS."/common.gp"
 
-set title "Bubble and wait: rank time idle at the barrier" font TITLEFONT
+set title "How long do ranks wait for the hottest expert? Bubble and wait vs batch" font TITLEFONT
 @batch_axis
 set ylabel "% of all ranks' layer time (bubble: the curve; wait: thin, dotted)"
 set format y "%g %%"

@@ -3,11 +3,11 @@
 # columns batch and comm_comp_ratio (via plots/render), and the reference table's comm_comp_ratio.
 load PLOTS."/common.gp"
 
-set title "All-to-All vs expert FFN: comm_comp_ratio = comm_us / ffn_us (medians)" font TITLEFONT
+set title "Is the layer network-bound? comm_comp_ratio = comm_us / ffn_us (medians) vs batch" font TITLEFONT
 @batch_axis
 set logscale y 10
 set ylabel "comm_comp_ratio (communication time / expert FFN time, log scale)"
-set format y "%g"
+@ratio_log_tics
 set lmargin at screen 0.085; set rmargin at screen 0.6
 set key at screen 0.615, screen 0.905 left top vertical Left reverse font KEYFONT
 

@@ -2,13 +2,15 @@
 # svg), OUT (the image to write) and DATA (the folder of curve files and the figure's curves.gp).
 
 # Font sizes: the svg terminal draws text smaller than pngcairo at the same nominal size.
+# TERMINAL: the terminal at a height in pixels (sprintf), for a figure that needs more than 800.
 if (FMT eq "svg") {
-    set terminal svg size 1200,800 font "sans,15" noenhanced background "#ffffff" linewidth 1
+    TERMINAL = "set terminal svg size 1200,%d font 'sans,15' noenhanced background '#ffffff' linewidth 1"
     KEYFONT = ",12"; TITLEFONT = ",17"; SMALLFONT = ",11"; PS = 0.75
 } else {
-    set terminal pngcairo size 1200,800 font "sans,12" noenhanced background "#ffffff" linewidth 1
+    TERMINAL = "set terminal pngcairo size 1200,%d font 'sans,12' noenhanced background '#ffffff' linewidth 1"
     KEYFONT = ",11"; TITLEFONT = ",15"; SMALLFONT = ",10"; PS = 1.1
 }
+eval sprintf(TERMINAL, 800)
 set output OUT
 set encoding utf8
 set datafile separator ","
@@ -44,6 +46,11 @@ batch_axis = "set logscale x 2; set xtics 2 format '%.0f'; set mxtics 1; set xla
 bytes_label(v) = (v < 1024) ? sprintf("%d B", v) : (v < 1048576) ? sprintf("%d KiB", v / 1024) : \
     (v < 1073741824) ? sprintf("%d MiB", v / 1048576) : sprintf("%d GiB", v / 1073741824)
 
+# Ratio axes on a log scale: 1, 2 and 5 of every decade labelled, so that a range narrower than a
+# decade still shows several labels ("%g": 0.05, 0.1, 0.2, ...).
+ratio_log_tics = "set format y '%g'; set ytics (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)"
+
+SPLIT = 0 # plots/render sets it to 1 when measured and modelled curves differ in scale by over 10x
 load DATA."/curves.gp"
 # one x value (a single batch): a range around it, which log axes need
 if (exists("XMIN") && XMIN == XMAX) { XMIN = XMIN / 2.0; XMAX = XMAX * 2.0 }

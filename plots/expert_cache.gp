@@ -5,7 +5,7 @@
 # without a cache, --expert-cache off, have no x and are left out).
 load PLOTS."/common.gp"
 
-set multiplot title "MoE layer latency vs expert cache size: what a miss costs under each routing" font TITLEFONT
+set multiplot title "What does an expert-cache miss cost? Layer latency vs cache size" font TITLEFONT
 LM = 0.085; RM = 0.6
 set xrange [(XMIN > 1 ? XMIN - 1 : 0) : XMAX + 1]
 set xtics format "%.0f"

@@ -4,7 +4,7 @@
 # flops, weight_bytes, achieved_GFLOPs, peak_GFLOPs, peak_GBps (via plots/render).
 load PLOTS."/common.gp"
 
-set title "Expert FFN: achieved vs roofline measured at start-up (points labelled with their batch)" font TITLEFONT
+set title "How close is the expert FFN to its roofline? (points labelled with their batch)" font TITLEFONT
 set logscale x 2
 set logscale y 10
 set mxtics 1

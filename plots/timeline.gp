@@ -16,18 +16,18 @@ eval "set ytics ".YTICS." font SMALLFONT"
 set ytics scale 0
 set xlabel "time from the iteration's aligned start (µs)"
 set lmargin at screen 0.12; set rmargin at screen 0.78
-set key at screen 0.795, screen 0.9 left top vertical Left reverse font KEYFONT
+set key at screen 0.795, screen 0.86 left top vertical Left reverse font KEYFONT
 BH = NR > 24 ? 0.45 : 0.35
 
-set multiplot title TITLE font TITLEFONT
+set multiplot title "Who waits for whom, and for how long?"."\n".TITLE font TITLEFONT
 do for [panel=1:2] {
     wk = panel == 1 ? "med" : "p99"
     set title (panel == 1 ? MED_TITLE : P99_TITLE) font KEYFONT
     if (panel == 1) {
-        set tmargin at screen 0.90; set bmargin at screen 0.52
+        set tmargin at screen 0.86; set bmargin at screen 0.50
         set format x ""; set xlabel ""
     } else {
-        set tmargin at screen 0.45; set bmargin at screen 0.08
+        set tmargin at screen 0.45; set bmargin at screen 0.10
         set format x "%g"; set xlabel "time from the iteration's aligned start (µs)"
         set key off
     }

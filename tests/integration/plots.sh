@@ -95,7 +95,7 @@ grep -qF "tp1ep2 uniform" "$TMP/svg/comm_ratio.svg" && fail "comm_ratio.svg name
 grep -qF "backend=" "$TMP/svg/comm_ratio.svg" && fail "comm_ratio.svg names the backend beside the source"
 grep -qF ">uniform (measured)<" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg legend"
 grep -qF "roofline:" "$TMP/svg/ffn_roofline.svg" || fail "ffn_roofline.svg has no roofline"
-grep -qF "(µs, log scale)" "$TMP/svg/layer_latency.svg" || fail "layer_latency.svg axis unit"
+grep -qF "(µs, log)" "$TMP/svg/layer_latency.svg" || fail "layer_latency.svg axis unit"
 grep -qF "GB/s" "$TMP/svg/a2a_busbw.svg" || fail "a2a_busbw.svg axis unit"
 # the 8 curves of the 2-rank run and the model run are all there, 4 each
 n=$(grep -c '(measured)</text>\|(model)</text>' "$TMP/svg/comm_ratio.svg")

@@ -4,7 +4,9 @@
 # page; a page with an external image, checked the same way, is caught); beside a plan directory
 # the answer's table is on the first screen (its cells painted a marker colour in a copy of the
 # page, the marker counted in the screenshot; a page with the answer below the fold is caught);
-# the first per-rank timeline, drawn alone, is not blank and outlines the longest bar.
+# the first per-rank timeline, drawn alone, is not blank and outlines the longest bar; every text
+# of every figure of a deepseek-v3 model run beside a measured one lies inside its figure, no two
+# timeline labels overlap, and no seed reference is drawn beside deepseek-v3.
 # Skips (77) without a chromium binary.
 . "$(dirname "$0")/lib.sh"
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
@@ -131,3 +133,67 @@ printf '<!DOCTYPE html><html><body></body></html>\n' >"$TMP/blank.html"
 shot "$TMP/blank.html" "$TMP/blank.png" "$TMP/blank.json" || fail "chromium (blank page) exit $?"
 not_blank "$TMP/blank.png" >/dev/null 2>&1 && fail "the blank-screenshot check passed a blank page"
 echo PASS
+
+# text inside its figure: the report of a deepseek-v3 model run beside the measured one (scales
+# 10^3 apart, so its latency figure splits them; labels that would run past the edge), every
+# figure of its Markdown copy laid out by Chromium: each <text>'s box inside its <svg>, no two
+# labels of a per-rank timeline on top of each other; and no seed reference beside deepseek-v3
+"$BIN/moeperf-layer" --backend model --model deepseek-v3 --world 64 --layout tp1ep64 \
+    --batch 1,16,64 --routing uniform,hot:8:10 --placement contiguous,replicate-hot:4 --iters 4 \
+    --quiet --out "$TMP/ds" || fail "deepseek-v3 model run exit $?"
+"$BUILD/reports/moeperf-report" "$TMP/ds" "$TMP/layer" --out "$TMP/ds.html" --md "$TMP/ds.md" \
+    >/dev/null || fail "moeperf-report of the deepseek-v3 run exit $?"
+! grep -q "published: 64" "$TMP/ds.html" || fail "the seed's reference is drawn beside deepseek-v3"
+grep -q "modelled runs: whole layer" "$TMP/ds_plots/layer_latency.svg" ||
+    fail "measured and modelled curves 10^3 apart share the latency panels"
+python3 - "$TMP/ds_plots" "$TMP/extents.html" <<'PYEOF' || fail "cannot build the extents page"
+import glob, os, re, sys
+figs = sorted(glob.glob(os.path.join(sys.argv[1], "*.svg")))
+assert len(figs) >= 4, figs
+body = []
+for f in figs:
+    svg = open(f, encoding="utf-8").read()
+    svg = svg[svg.index("<svg"):]
+    body.append(f'<div data-fig="{os.path.basename(f)}">{svg}</div>')
+script = r"""
+<script>
+const bad = [];
+document.querySelectorAll('div[data-fig]').forEach(div => {
+  const name = div.dataset.fig, svg = div.querySelector('svg'), r = svg.getBoundingClientRect();
+  const boxes = [];
+  svg.querySelectorAll('text').forEach(t => {
+    const b = t.getBoundingClientRect(), s = t.textContent.trim();
+    if (!s || b.width === 0) return;
+    if (b.left < r.left - 1 || b.right > r.right + 1 || b.top < r.top - 1 || b.bottom > r.bottom + 1)
+      bad.push(name + ': "' + s + '" at x ' + Math.round(b.left) + '..' + Math.round(b.right) +
+               ', y ' + Math.round(b.top) + '..' + Math.round(b.bottom) + ' outside ' +
+               Math.round(r.width) + 'x' + Math.round(r.height));
+    boxes.push([s, b]);
+  });
+  if (!name.startsWith('timeline')) return;
+  for (let i = 0; i < boxes.length; i++)
+    for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i][1], b = boxes[j][1];
+      const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+      const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+      if (w > 2 && h > 3)
+        bad.push(name + ': "' + boxes[i][0] + '" overlaps "' + boxes[j][0] + '"');
+    }
+});
+document.getElementById('verdict').textContent = 'CHECKED ' + document.querySelectorAll('div[data-fig]').length + ' ' + (bad.length ? bad.join(' | ') : 'NONE');
+</script>"""
+open(sys.argv[2], "w", encoding="utf-8").write(
+    '<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="margin:0">' +
+    "".join(body) + '<pre id="verdict">NOT RUN</pre>' + script + "</body></html>")
+PYEOF
+rm -rf "$TMP/profile"
+timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --user-data-dir="$TMP/profile" --no-first-run --window-size=1200,800 \
+    --virtual-time-budget=5000 --dump-dom "file://$TMP/extents.html" >"$TMP/extents.dom" \
+    2>"$TMP/chromium.log" || fail "chromium (text extents) exit $?: $(tail -3 "$TMP/chromium.log")"
+verdict=$(sed -n 's/.*<pre id="verdict">\([^<]*\)<\/pre>.*/\1/p' "$TMP/extents.dom")
+echo "text extents: ${verdict:-no verdict}"
+case $verdict in
+"CHECKED "*" NONE") ;;
+*) fail "figure text outside its figure, or timeline labels on top of each other: ${verdict:-the page did not run}" ;;
+esac
