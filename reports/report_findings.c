@@ -583,10 +583,12 @@ static void rank_host_text(const struct rp_run *run, int row, char *buf, size_t 
 
 /* Who the others wait for (docs/METRICS.md, "Who waits for whom"): for each curve, its points with
  * a bubble above WAIT_FINDING_BUBBLE traced to their critical rank in layer_rank_samples.csv,
- * consecutive batches with the same rank and cause in one item: routing (the rank's experts get
- * RP_ROUTING_ROWS× the mean rows or more) or a slow rank or host (rows near the mean). */
-static void waiting_findings(struct doc *d, struct rp_series *s, int ns)
+ * consecutive batches with the same rank and cause in one row of the table (with `emit`; without,
+ * only counted): routing (the rank's experts get RP_ROUTING_ROWS× the mean rows or more), a slow
+ * rank or host (rows near the mean), or no one rank. Returns the rows. */
+static int waiting_rows(struct doc *d, struct rp_series *s, int ns, int emit)
 {
+    int nrows = 0;
     for (int i = 0; i < ns; i++) {
         const struct rp_run *run = s[i].run;
         if (!run->n_rank_pts)
@@ -630,7 +632,7 @@ static void waiting_findings(struct doc *d, struct rp_series *s, int ns)
                 rows_min = e.rows_ratio < rows_min ? e.rows_ratio : rows_min;
                 rows_max = e.rows_ratio > rows_max ? e.rows_ratio : rows_max;
             }
-            char where[160], host[160], head[400], range[64];
+            char where[160], host[160], range[64];
             if (npts == 1)
                 snprintf(where, sizeof where, "batch %g (bubble %.0f %%)", s[i].pt[p].batch,
                          100 * bmin);
@@ -638,39 +640,55 @@ static void waiting_findings(struct doc *d, struct rp_series *s, int ns)
                 snprintf(where, sizeof where, "batches %g–%g, %d points (bubble %.0f–%.0f %%)",
                          s[i].pt[p].batch, s[i].pt[q - 1].batch, npts, 100 * bmin, 100 * bmax);
             rank_host_text(run, c.row, host, sizeof host);
-            snprintf(head, sizeof head, "%s, %s", s[i].label, where);
             if (npts == 1 || round(100 * ex_min) == round(100 * ex_max))
                 snprintf(range, sizeof range, "%.0f %%", 100 * ex_min);
             else
                 snprintf(range, sizeof range, "%.0f–%.0f %%", 100 * ex_min, 100 * ex_max);
+            char cells[7][CELL];
+            snprintf(cells[0], CELL, "%s", s[i].label);
+            snprintf(cells[1], CELL, "%s", where);
+            snprintf(cells[2], CELL, "rank %d (%s)%s", c.rank, host,
+                     c.share < RP_CRITICAL_SHARE ? ", most often" : "");
             if (c.share < RP_CRITICAL_SHARE)
-                doc_li(d, head,
-                       "no one rank: the critical rank (the longest busy time) changes from "
-                       "iteration to iteration (at the first, rank %d, %s, most often: %.0f %% of "
-                       "iterations), a shifting load or noise rather than one straggler.",
-                       c.rank, host, 100 * c.share);
+                snprintf(cells[3], CELL, "no one rank: a shifting load or noise");
             else if (c.routing) {
                 const char *ex = rp_rank_experts(run, pt, c.rank);
-                char held[200] = "";
-                if (ex[0])
-                    snprintf(held, sizeof held, " holds experts %.120s and", ex);
-                doc_li(d, head,
-                       "routing: rank %d (%s)%s gets %.1f× the mean rows%s; it is the critical "
-                       "rank (the longest busy time) in %.0f %% of iterations%s, and waiting for "
-                       "it takes %s of all ranks' layer time.",
-                       c.rank, host, held, rows_min,
-                       npts > 1 && rows_max - rows_min >= 0.05 ? " or more" : "",
-                       100 * share_min, share_min < 1 ? " or more" : "", range);
+                snprintf(cells[3], CELL, "routing%s%.120s", ex[0] ? ": holds experts " : "", ex);
             } else
-                doc_li(d, head,
-                       "a slow rank or host, not routing: rank %d (%s) is the critical rank (the "
-                       "longest busy time) in %.0f %% of iterations%s with rows near the mean "
-                       "(%.2f×); waiting for it takes %s of all ranks' layer time.",
-                       c.rank, host, 100 * share_min, share_min < 1 ? " or more" : "", rows_max,
-                       range);
+                snprintf(cells[3], CELL, "a slow rank or host, not routing");
+            snprintf(cells[4], CELL, "%.2f×%s", c.routing ? rows_min : rows_max,
+                     c.routing && npts > 1 && rows_max - rows_min >= 0.05 ? " or more" : "");
+            snprintf(cells[5], CELL, "%.0f %%%s", 100 * (npts > 1 ? share_min : c.share),
+                     npts > 1 && share_min < 1 ? " or more" : "");
+            snprintf(cells[6], CELL, "%s", range);
+            if (emit)
+                doc_row(d, 7, cells, 0);
+            nrows++;
             p = q;
         }
     }
+    return nrows;
+}
+
+/* "Who the others wait for" as a table, one row per stretch of waiting_rows; nothing when no
+ * point's bubble is traced to a rank. */
+static void waiting_section(struct doc *d, struct rp_series *s, int ns)
+{
+    static const char *const head[] = {
+        "curve", "points", "critical rank (host)", "why", "its rows / mean rows",
+        "critical in (iterations)", "waiting for it (all ranks' layer time)",
+    };
+    if (waiting_rows(d, s, ns, 0) == 0)
+        return;
+    doc_table_head(d, "Who the others wait for", head, 7);
+    waiting_rows(d, s, ns, 1);
+    doc_table(d, 0);
+    doc_p(d, "Points whose bubble exceeds %.0f %%, traced to their critical rank (the longest busy "
+             "time) in layer_rank_samples.csv; consecutive batches with the same rank and cause "
+             "share a row. Routing: the rank's experts get %.1f× the mean rows or more; a slow "
+             "rank or host: its rows are near the mean; no one rank: the critical rank is the "
+             "same in fewer than %.0f %% of iterations.",
+          100 * WAIT_FINDING_BUBBLE, RP_ROUTING_ROWS, 100 * RP_CRITICAL_SHARE);
 }
 
 typedef void (*finding_fn)(struct doc *d, struct rp_series *s, int ns);
@@ -729,13 +747,12 @@ int write_findings(struct doc *d, struct rp_series *s, int ns, const struct refe
         doc_ul(d, 0);
     }
     static const finding_fn hot[] = {hot_expert_findings};
-    static const finding_fn waits[] = {waiting_findings};
     static const finding_fn remedies[] = {replication_findings, dispatch_findings, dedup_findings,
                                           overlap_findings, remedy_findings};
     static const finding_fn model[] = {model_findings};
     static const finding_fn step[] = {step_findings};
     findings_section(d, "What hot experts cost", hot, 1, s, ns);
-    findings_section(d, "Who the others wait for", waits, 1, s, ns);
+    waiting_section(d, s, ns);
     findings_section(d, "Which remedy pays", remedies, 5, s, ns);
     findings_section(d, "How close the model is to the measurements", model, 1, s, ns);
     findings_section(d, "The whole decode step (model runs): what grows with the batch", step, 1,

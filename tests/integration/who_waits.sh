@@ -65,11 +65,13 @@ PY
     "$REPORT" "$TMP/st$np" "$TMP/hot$np" --md "$TMP/r$np.md" >/dev/null || fail "moeperf-report exit $?"
     sed -n '/^### Who the others wait for/,/^#/p' "$TMP/r$np.md" >"$TMP/w.md"
     cat "$TMP/w.md"
-    grep -q "a slow rank or host, not routing: rank 1 (host $host) is the critical rank" "$TMP/w.md" ||
+    # a table, one row per finding: | curve | points | rank (host) | why | rows/mean | ... |
+    grep -q "| rank 1 (host $host) | a slow rank or host, not routing | [0-9.]*× |" "$TMP/w.md" ||
         fail "$np ranks: the straggler is not named as a slow rank"
-    grep -q "routing: rank 0 (host $host) holds experts $held and gets [0-9.]*× the mean rows" "$TMP/w.md" ||
+    grep -q "| rank 0 (host $host) | routing: holds experts $held | [0-9.]*× |" "$TMP/w.md" ||
         fail "$np ranks: the hot experts' rank is not named as routing"
-    [ "$(grep -c '^- ' "$TMP/w.md")" -eq 2 ] || fail "$np ranks: expected two findings"
+    [ "$(grep -c '^| [^c-]' "$TMP/w.md")" -eq 2 ] && ! grep -q '^- ' "$TMP/w.md" ||
+        fail "$np ranks: expected a table of two findings, no bullets"
     for k in 1 2; do
         [ -s "$TMP/r${np}_plots/timeline-$k.svg" ] || fail "the report has no timeline-$k.svg"
         grep -qF "(r${np}_plots/timeline-$k.svg)" "$TMP/r$np.md" || fail "the report does not show timeline-$k"
