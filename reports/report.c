@@ -337,7 +337,8 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
             c_hit = mp_table_col(t, MPC_local_hit_rate), c_lo = mp_table_col(t, MPC_layer_ci_lo_us),
             c_hi = mp_table_col(t, MPC_layer_ci_hi_us), c_drop = mp_table_col(t, MPC_drop_rate),
             c_inter = mp_table_col(t, MPC_bytes_internode), c_step = mp_table_col(t, MPC_step_us),
-            c_sp99 = mp_table_col(t, MPC_step_p99_us), c_tok = mp_table_col(t, MPC_tok_s_gpu);
+            c_sp99 = mp_table_col(t, MPC_step_p99_us), c_tok = mp_table_col(t, MPC_tok_s_gpu),
+            c_spread = mp_table_col(t, MPC_spread);
         int c_part[RP_NPART];
         for (int k = 0; k < RP_NPART; k++)
             c_part[k] = mp_table_col(t, rp_part_names[k]);
@@ -352,6 +353,7 @@ int rp_layer_series(const struct rp_run *runs, int nruns, struct rp_series **out
                 .layer_ci_hi_us = cell_num(t, row, c_hi), .drop_rate = cell_num(t, row, c_drop),
                 .bytes_internode = cell_num(t, row, c_inter), .step_us = cell_num(t, row, c_step),
                 .step_p99_us = cell_num(t, row, c_sp99), .tok_s_gpu = cell_num(t, row, c_tok),
+                .spread = cell_num(t, row, c_spread),
             };
             for (int k = 0; k < RP_NPART; k++)
                 p.part_us[k] = cell_num(t, row, c_part[k]);
@@ -520,7 +522,7 @@ struct rp_bubble rp_bubble_summary(const double *batch, const double *bubble, in
 
 struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series *alt)
 {
-    struct rp_effect e = {0, 0, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    struct rp_effect e = {0, 0, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     double sumlog = 0;
     for (int i = 0; i < base->n; i++) {
         const struct rp_point *b = &base->pt[i];
@@ -534,6 +536,11 @@ struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series 
                 e.faster++;
             else if (a->layer_ci_lo_us > b->layer_ci_hi_us)
                 e.slower++;
+            for (int k = 0; k < 2; k++) { /* the larger spread of either point */
+                double sp = k ? a->spread : b->spread;
+                if (!isnan(sp) && (isnan(e.spread) || sp > e.spread))
+                    e.spread = sp;
+            }
             e.min_ratio = e.n == 0 || r < e.min_ratio ? r : e.min_ratio;
             e.max_ratio = e.n == 0 || r > e.max_ratio ? r : e.max_ratio;
             if (e.n == 0 || b->batch > e.at) {

@@ -57,6 +57,8 @@ struct rp_point {
     double layer_ci_lo_us, layer_ci_hi_us; /* 95 % CI of the layer median; NAN when absent */
     double ratio, bubble, imbalance, hit;
     double drop_rate; /* share of token-expert pairs a padded dispatch dropped; NAN when absent */
+    double spread;    /* (p90 − p10) / p50 of layer_us over iterations (layer.csv's spread:
+                         docs/METRICS.md, "Stability"); NAN when absent */
     double bytes_internode; /* bytes_internode (one layer, all ranks); NAN when absent */
     /* a model point's whole decode step (docs/planning.md, "What a step includes"): step_us and
      * its p99, its parts attn … overlap (medians) and tok_s_gpu; NAN for measured points */
@@ -138,6 +140,8 @@ struct rp_effect {
     double at, ratio_at;                 /* the largest common batch and alt/base there */
     double bubble_base, bubble_alt;      /* at `at` */
     double imbalance_base, imbalance_alt; /* at `at` */
+    double spread;                        /* the largest spread of the points compared (NAN: none
+                                             known) */
 };
 struct rp_effect rp_effect(const struct rp_series *base, const struct rp_series *alt);
 

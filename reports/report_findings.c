@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "schema.h"
+#include "stats.h"
 
 
 /* ---- findings ---- */
@@ -93,11 +94,19 @@ static void effect_text(char *out, size_t size, const struct rp_effect *e, const
     if (!isnan(e->imbalance_base) && !isnan(e->imbalance_alt))
         snprintf(imb, sizeof imb, ", load imbalance %.2f → %.2f", e->imbalance_base,
                  e->imbalance_alt);
+    /* one run of each: its points' own scatter bounds what it can tell (METRICS.md, Stability) */
+    char noise[256] = "";
+    if (!isnan(e->spread) && fabs(e->geomean - 1) <= e->spread)
+        snprintf(noise, sizeof noise, "; within the points' spread (up to %.0f %%): one run of "
+                 "each cannot tell this from noise", 100 * e->spread);
+    else if (!isnan(e->spread) && e->spread > MP_NOISY_SPREAD)
+        snprintf(noise, sizeof noise, "; the points scatter by up to %.0f %% (spread): repeat "
+                 "the runs before acting on it", 100 * e->spread);
     snprintf(out, size,
              "%s: layer latency ×%.2f (geometric mean over %d batches, ×%.2f to ×%.2f), %s; at "
-             "batch %s ×%.2f, bubble %s → %s%s",
+             "batch %s ×%.2f, bubble %s → %s%s%s",
              what, e->geomean, e->n, e->min_ratio, e->max_ratio, verdict, at, e->ratio_at, bb,
-             ba, imb);
+             ba, imb, noise);
 }
 
 /* A curve's columns as arrays, for the findings functions. */
@@ -685,7 +694,7 @@ static void waiting_section(struct doc *d, struct rp_series *s, int ns)
     doc_table(d, 0);
     doc_p(d, "Points whose bubble exceeds %.0f %%, traced to their critical rank (the longest busy "
              "time) in layer_rank_samples.csv; consecutive batches with the same rank and cause "
-             "share a row. Routing: the rank's experts get %.1f× the mean rows or more; a slow "
+             "share a row. Routing: the rank's experts get %.2f× the mean rows or more; a slow "
              "rank or host: its rows are near the mean; no one rank: the critical rank is the "
              "same in fewer than %.0f %% of iterations.",
           100 * WAIT_FINDING_BUBBLE, RP_ROUTING_ROWS, 100 * RP_CRITICAL_SHARE);
@@ -710,6 +719,28 @@ static void findings_section(struct doc *d, const char *title, const finding_fn 
     doc_ul(d, 0);
 }
 
+/* The caution the findings carry when measured points are noisy (docs/METRICS.md, "Stability"):
+ * how many scatter by more than MP_NOISY_SPREAD, and what that means for the comparisons. */
+static void noise_caution(struct doc *d, const struct rp_series *s, int ns)
+{
+    int known = 0, noisy = 0;
+    double worst = 0;
+    for (int i = 0; i < ns; i++)
+        for (int p = 0; p < s[i].n; p++)
+            if (strcmp(s[i].key[RP_K_SOURCE], "measured") == 0 && !isnan(s[i].pt[p].spread)) {
+                known++;
+                noisy += s[i].pt[p].spread > MP_NOISY_SPREAD;
+                worst = s[i].pt[p].spread > worst ? s[i].pt[p].spread : worst;
+            }
+    if (noisy)
+        doc_p(d, "Noise: %d of the %d measured points scatter by more than %.0f %% of their "
+                 "median (spread, (p90 − p10) / p50 of their iterations; up to %.0f %%). The "
+                 "comparisons below come from one run of each configuration: a difference within "
+                 "the points' spread is not one these runs can show (each such finding says so); "
+                 "repeat the runs alternately (ci/nccl-regress) before acting on it.",
+              noisy, known, 100 * MP_NOISY_SPREAD, 100 * worst);
+}
+
 /* The findings, grouped by the question each answers (docs/plots.md): where each configuration
  * stops scaling (the headline, the table of curves, the All-to-All and the FFN alone), what hot
  * experts cost, which remedy pays, and how close the model is to the measurements. MP_OK or
@@ -732,6 +763,7 @@ int write_findings(struct doc *d, struct rp_series *s, int ns, const struct refe
         cols_free(&c);
     }
     doc_h(d, 2, "Findings");
+    noise_caution(d, s, ns);
     doc_h(d, 3, "Where each configuration stops scaling");
     doc_ul(d, 1);
     headline(d, s, ns, caps);
