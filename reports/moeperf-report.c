@@ -439,23 +439,30 @@ static int write_report(const struct report_opts *o, const char *html_tmp, const
     write_page_head(&d, o->title);
     write_meta(&d, now, dirs, ndirs, ref);
     write_answer(&d, runs, ndirs);
-    if (d.h)
-        fputs("<div class=\"findings\">", d.h);
-    rc = write_findings(&d, s, ns, ref, a2a, na2a, ffn, nffn);
-    if (d.h)
-        fputs("</div>\n", d.h);
-    doc_p(&d, "How to read them: the batch cap is the last batch before comm_comp_ratio "
-              "(comm_us / ffn_us, medians) exceeds 1 — past it the All-to-All costs more than the "
-              "experts' compute. The knee is the first batch from which the layer latency grows "
-              "faster than the batch (log-log slope above %.1f over at least a doubling of the "
-              "batch). Replication compares a replicating placement with the same workload "
-              "without it; ×0.90 means 10 %% less latency, and a batch counts as faster or "
-              "slower only where the 95 %% confidence intervals of the two medians do not "
-              "overlap.",
-          KNEE_SLOPE);
-
-    doc_h(&d, 2, "Figures");
-    write_legend(&d, s, ns, a2a, na2a, ffn, nffn);
+    /* findings and figures of what the runs measured or modelled: none for a plan alone */
+    int measured = ns + na2a + nffn > 0, drawn = 0;
+    for (int f = 0; f < NFIG; f++)
+        drawn += have_fig[f] != 0;
+    if (measured) {
+        if (d.h)
+            fputs("<div class=\"findings\">", d.h);
+        rc = write_findings(&d, s, ns, ref, a2a, na2a, ffn, nffn);
+        if (d.h)
+            fputs("</div>\n", d.h);
+        doc_p(&d, "How to read them: the batch cap is the last batch before comm_comp_ratio "
+                  "(comm_us / ffn_us, medians) exceeds 1 — past it the All-to-All costs more "
+                  "than the experts' compute. The knee is the first batch from which the layer "
+                  "latency grows faster than the batch (log-log slope above %.1f over at least a "
+                  "doubling of the batch). Replication compares a replicating placement with the "
+                  "same workload without it; ×0.90 means 10 %% less latency, and a batch counts "
+                  "as faster or slower only where the 95 %% confidence intervals of the two "
+                  "medians do not overlap.",
+              KNEE_SLOPE);
+    }
+    if (drawn) {
+        doc_h(&d, 2, "Figures");
+        write_legend(&d, s, ns, a2a, na2a, ffn, nffn);
+    }
     for (int f = 0; f < NFIG && rc == MP_OK; f++)
         if (have_fig[f])
             rc = write_figure(&d, f, figdir, md_plots_rel);

@@ -257,6 +257,10 @@ grep -q "published: 64" "$TMP/def-seed.html" || fail "the seed's table is missin
     --slo-token-ms 0.001 --quiet --out "$TMP/plan-none" >/dev/null || fail "moeperf-plan exit $?"
 "$REPORT" "$TMP/plan" "$TMP/plan-none" "$TMP/layer" --out "$TMP/p.html" --md "$TMP/p.md" \
     >/dev/null || fail "report with plans exit $?"
+# a plan alone: its answer and tables, and no findings or figures of what nothing measured
+"$REPORT" "$TMP/plan" --md "$TMP/plan-only.md" >/dev/null || fail "plan-only report exit $?"
+grep -q "^## The answer" "$TMP/plan-only.md" && ! grep -q "^## Findings\|^## Figures" "$TMP/plan-only.md" ||
+    fail "the plan-only report: $(grep '^## ' "$TMP/plan-only.md" | tr '\n' ' ')"
 python3 - "$TMP/plan/plan.json" "$TMP/p.md" "$TMP/p.html" <<'PY' || fail "the report's answer is not plan.json's"
 import json, re, sys
 j = json.load(open(sys.argv[1]))
