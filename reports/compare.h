@@ -62,9 +62,11 @@ struct mp_cmp_row {
                          * test alone would have called a change; else NULL */
 };
 
-/* The verdict after the noise rule: a regression or improvement whose |change| does not exceed
- * the larger of the two sides' spreads (noise_base, noise_new; NAN counts as 0) is unchanged,
- * with *reason "within noise" (docs/regression.md, "Noise"). Other verdicts pass as they are. */
+/* The verdict after the noise rule: a regression or improvement whose medians stand apart (the
+ * larger over the smaller, less 1: 1 + change or 1 / (1 + change), so that swapping the sides
+ * swaps the verdict and nothing else) by no more than the larger of the two sides' spreads
+ * (noise_base, noise_new; NAN counts as 0) is unchanged, with *reason "within noise"
+ * (docs/regression.md, "Noise"). Other verdicts pass as they are. */
 enum mp_cmp_verdict mp_cmp_noise_rule(enum mp_cmp_verdict v, double change, double noise_base,
                                       double noise_new, const char **reason);
 

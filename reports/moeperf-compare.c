@@ -69,8 +69,9 @@ static const char summary[] =
     "and a two-sided Mann-Whitney U test of the samples (one run per side) or of the per-run\n"
     "medians (repeated runs; see --unit): exact p when both sides have fewer than 50 values and\n"
     "no ties, else the normal approximation with tie and continuity corrections.\n"
-    "  regression    change >= +threshold, p < alpha, and |change| above both sides' spread\n"
-    "  improvement   change <= -threshold, p < alpha, and |change| above both sides' spread\n"
+    "  regression    change >= +threshold, p < alpha, and the medians apart by more than\n"
+    "                either side's spread (larger median / smaller - 1)\n"
+    "  improvement   change <= -threshold, p < alpha, and the same\n"
     "  inconclusive  fewer than 5 values (samples or runs) on a side, too few to reach\n"
     "                p < alpha, a point measured on one side only, or a base median <= 0\n"
     "  unchanged     otherwise\n"
@@ -208,8 +209,8 @@ static void print_table(const struct mp_cmp *c, const struct cmp_opts *o, int ga
                      "same build differ; a verdict to act on needs repeated, alternated runs "
                      "(ci/nccl-regress, docs/regression.md)"
                    : "");
-    printf("# noise: a change within either side's spread, (p90 - p10) / p50 of the values "
-           "ranked, is unchanged (within noise)\n");
+    printf("# noise: medians apart (larger / smaller - 1) by no more than either side's spread, "
+           "(p90 - p10) / p50 of the values ranked, are unchanged (within noise)\n");
 
     /* column widths: the varying key columns, then fixed columns */
     int kw[64] = {0}, nk = c->nkey < 64 ? c->nkey : 64;

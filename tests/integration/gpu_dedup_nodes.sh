@@ -65,7 +65,7 @@ for form in "--dispatch dynamic" "--dispatch padded:0.5" "--overlap 2"; do
     "$EMU" run --name "$NAME" -- "${pass[@]}" -x MOEPERF_TEST_GROUPS=1 "$BIN/moeperf-layer" \
         --backend cuda --comm nccl --hidden 64 --ffn 32 --experts 16 --topk 4 --layout tp1ep4 \
         --batch 24 --routing uniform --dedup node $form --warmup 0 --iters 1 --check --timeout 300 \
-        --quiet --out "$TMP/groups" >/dev/null 2>"$TMP/g.err" ||
+        --quiet --out "$TMP/groups" --force >/dev/null 2>"$TMP/g.err" ||
         fail "node's phases on NCCL ($form): exit $?: $(grep "^moeperf-layer:" "$TMP/g.err" | head -3)"
     node_groups_ran "$TMP/g.err" "$form"
 done

@@ -125,6 +125,11 @@ static void test_verdict_rule(void)
     CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 0.41, 0.40, 0.10, &why), MP_CMP_REGRESSION);
     CHECK(why == NULL);
     CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 0.06, NAN, NAN, NULL), MP_CMP_REGRESSION);
+    /* symmetric: a fall to a fifth is the rise to five times seen from the other side */
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_IMPROVEMENT, -0.80, 2.0, 0.4, NULL), MP_CMP_IMPROVEMENT);
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 4.0, 0.4, 2.0, NULL), MP_CMP_REGRESSION);
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_IMPROVEMENT, -0.60, 1.6, 0.4, NULL), MP_CMP_UNCHANGED);
+    CHECK_INT(mp_cmp_noise_rule(MP_CMP_REGRESSION, 1.50, 0.4, 1.6, NULL), MP_CMP_UNCHANGED);
     CHECK_INT(mp_cmp_noise_rule(MP_CMP_INCONCLUSIVE, 0.9, 0.1, 0.1, NULL), MP_CMP_INCONCLUSIVE);
     /* 5 vs 5 can reach 2/252 = 0.0079 but not 0.005; 6 vs 6 reaches 2/924 = 0.0022 */
     CHECK_INT(mp_cmp_verdict(5, 5, 0.10, 0.0079, 0.05, 0.005, &why), MP_CMP_INCONCLUSIVE);
