@@ -32,7 +32,7 @@ dt_src(s) = (s eq "model") ? 2 : 1
 set grid xtics ytics mxtics mytics lc rgb "#dddddd" lw 1
 set border lw 1.2
 set tics nomirror
-set key box lc rgb "#bbbbbb" opaque samplen 2.5 spacing 1.15
+set key box lc rgb "#bbbbbb" opaque samplen 2.5 spacing 1.15 width -2
 set style data linespoints
 set pointsize PS
 
