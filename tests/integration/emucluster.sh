@@ -139,9 +139,10 @@ PY
         2>"$TMP/slowhost.err" || fail "the 2 x 2 straggler run exited $?: $(cat "$TMP/slowhost.err")"
     "$BUILD/reports/moeperf-report" "$TMP/slowhost" --md "$TMP/slowhost.md" >/dev/null ||
         fail "moeperf-report on the 2 x 2 straggler run exited $?"
-    grep -o "a slow rank or host, not routing: rank [0-9]* (host [a-z0-9]*)" "$TMP/slowhost.md" ||
-        fail "no slow rank found: $(sed -n '/Who the others wait/,/^How/p' "$TMP/slowhost.md")"
-    grep -q "a slow rank or host, not routing: rank 3 (host node1)" "$TMP/slowhost.md" ||
+    # the report's table: | curve | points | rank R (host H) | why | ...
+    grep -o "| rank [0-9]* (host [a-z0-9]*) | a slow rank or host, not routing |" "$TMP/slowhost.md" ||
+        fail "no slow rank found: $(sed -n '/Who the others wait/,/^Points whose/p' "$TMP/slowhost.md")"
+    grep -q "| rank 3 (host node1) | a slow rank or host, not routing |" "$TMP/slowhost.md" ||
         fail "the slow rank is not named as rank 3 on node1"
 
     # 5. SIGTERM to run: the ranks name the point, the job stops, the cluster it made is removed
