@@ -876,32 +876,3 @@ char *rp_csv_comment(const char *path, const char *key)
     fclose(f);
     return label;
 }
-
-/* ---- inline SVG ---- */
-
-int rp_svg_inline(const char *svg, const char *prefix, FILE *out)
-{
-    const char *p = strstr(svg, "<svg");
-    if (!p)
-        return MP_ERR_RUNTIME;
-    /* attribute openings after which an id or a reference to one follows */
-    static const char *const marks[] = {"id='", "id=\"", "href='#", "href=\"#", "url(#"};
-    while (*p) {
-        int hit = 0;
-        for (size_t m = 0; m < sizeof marks / sizeof marks[0] && !hit; m++) {
-            size_t len = strlen(marks[m]);
-            if (strncmp(p, marks[m], len) != 0)
-                continue;
-            /* "id=" only as a whole attribute name, not the tail of another one */
-            if (marks[m][0] == 'i' && p > svg && p[-1] != ' ' && p[-1] != '\t' && p[-1] != '\n')
-                continue;
-            fwrite(p, 1, len, out);
-            fputs(prefix, out);
-            p += len;
-            hit = 1;
-        }
-        if (!hit)
-            fputc(*p++, out);
-    }
-    return MP_OK;
-}

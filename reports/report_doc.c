@@ -1,8 +1,12 @@
-/* report_doc.c - moeperf-report's document writer: HTML and Markdown at once (report_doc.h). */
+/* report_doc.c - moeperf-report's document writer: HTML and Markdown at once (report_doc.h), and
+ * figures inlined into the HTML (report.h). */
 #include "report_doc.h"
 
 #include <stdarg.h>
 #include <string.h>
+
+#include "error.h"
+#include "report.h"
 
 void html_esc(FILE *f, const char *s)
 {
@@ -158,4 +162,33 @@ void doc_table_head(struct doc *d, const char *title, const char *const *head, i
     for (int c = 0; c < n && c < 16; c++)
         snprintf(cells[c], CELL, "%s", head[c]);
     doc_row(d, n < 16 ? n : 16, cells, 1);
+}
+
+/* ---- inline SVG ---- */
+
+int rp_svg_inline(const char *svg, const char *prefix, FILE *out)
+{
+    const char *p = strstr(svg, "<svg");
+    if (!p)
+        return MP_ERR_RUNTIME;
+    /* attribute openings after which an id or a reference to one follows */
+    static const char *const marks[] = {"id='", "id=\"", "href='#", "href=\"#", "url(#"};
+    while (*p) {
+        int hit = 0;
+        for (size_t m = 0; m < sizeof marks / sizeof marks[0] && !hit; m++) {
+            size_t len = strlen(marks[m]);
+            if (strncmp(p, marks[m], len) != 0)
+                continue;
+            /* "id=" only as a whole attribute name, not the tail of another one */
+            if (marks[m][0] == 'i' && p > svg && p[-1] != ' ' && p[-1] != '\t' && p[-1] != '\n')
+                continue;
+            fwrite(p, 1, len, out);
+            fputs(prefix, out);
+            p += len;
+            hit = 1;
+        }
+        if (!hit)
+            fputc(*p++, out);
+    }
+    return MP_OK;
 }
