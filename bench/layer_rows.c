@@ -335,14 +335,8 @@ int layer_write_point(struct mp_session *s, struct mp_runfiles *f, const struct 
 
 void layer_print_header(const struct mp_session *s)
 {
-    const struct mp_model *m = &s->model;
-    char backends[256], over[160];
-    int changed = mp_model_overrides(m, over, sizeof over);
-    printf("# moeperf-layer: model %s%s%s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
-           "node(s), %s\n",
-           m->name, changed ? " with " : "", over, m->hidden, m->ffn, m->experts, m->topk,
-           m->shared, s->comm->size, s->comm->nnodes,
-           mp_session_backends(s, backends, sizeof backends));
+    char workload[768];
+    printf("# moeperf-layer: %s\n", mp_session_workload(s, workload, sizeof workload));
     printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn%s\n",
            s->o.iters,
            mp_session_profiled(s) ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "

@@ -582,15 +582,9 @@ static int refuse_weight_dtypes(const struct mp_session *s)
 
 static void print_header(const struct mp_session *s, const double *peak)
 {
-    const struct mp_model *m = &s->model;
-    char backends[256], over[160];
-    int changed = mp_model_overrides(m, over, sizeof over);
-    printf("# moeperf-ffn: model %s%s%s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
-           "node(s), %s, GEMMs %s%s\n",
-           m->name, changed ? " with " : "", over, m->hidden, m->ffn, m->experts, m->topk,
-           m->shared, s->comm->size, s->comm->nnodes,
-           mp_session_backends(s, backends, sizeof backends), s->o.gemm,
-           s->o.graph ? ", replayed as a CUDA Graph" : "");
+    char workload[768];
+    printf("# moeperf-ffn: %s, GEMMs %s%s\n", mp_session_workload(s, workload, sizeof workload),
+           s->o.gemm, s->o.graph ? ", replayed as a CUDA Graph" : "");
     if (mp_session_profiled(s)) {
         printf("# peak (cluster %s, flops·flops_eff and hbm_bw·hbm_eff): %.2f GFLOP/s (fp8 "
                "weights %.2f), %.2f GB/s\n", s->cluster.name, peak[0] / 1e9, peak[2] / 1e9,

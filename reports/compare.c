@@ -83,9 +83,7 @@ enum mp_cmp_verdict mp_cmp_noise_rule(enum mp_cmp_verdict v, double change, doub
     if (v != MP_CMP_REGRESSION && v != MP_CMP_IMPROVEMENT)
         return v;
     double nb = isnan(noise_base) ? 0 : noise_base, nn = isnan(noise_new) ? 0 : noise_new;
-    /* the larger median over the smaller, less 1: the same whichever side is the base */
-    double ratio = 1 + change, apart = ratio >= 1 ? ratio - 1 : 1 / ratio - 1;
-    if (apart > (nb > nn ? nb : nn))
+    if (mp_apart(1 + change) > (nb > nn ? nb : nn)) /* the same whichever side is the base */
         return v;
     if (reason)
         *reason = "within noise";

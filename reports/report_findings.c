@@ -96,7 +96,7 @@ static void effect_text(char *out, size_t size, const struct rp_effect *e, const
                  e->imbalance_alt);
     /* one run of each: its points' own scatter bounds what it can tell (METRICS.md, Stability) */
     char noise[256] = "";
-    if (!isnan(e->spread) && fabs(e->geomean - 1) <= e->spread)
+    if (!isnan(e->spread) && mp_apart(e->geomean) <= e->spread)
         snprintf(noise, sizeof noise, "; within the points' spread (up to %.0f %%): one run of "
                  "each cannot tell this from noise", 100 * e->spread);
     else if (!isnan(e->spread) && e->spread > MP_NOISY_SPREAD)

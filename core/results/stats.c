@@ -178,6 +178,13 @@ double mp_spread(const double *sorted, long n)
     return (mp_percentile(sorted, n, 90) - mp_percentile(sorted, n, 10)) / mid;
 }
 
+double mp_apart(double ratio)
+{
+    if (!(ratio > 0))
+        return NAN;
+    return ratio >= 1 ? ratio - 1 : 1 / ratio - 1;
+}
+
 void mp_summarize(double *x, long n, struct mp_summary *s)
 {
     s->n = n > 0 ? n : 0;

@@ -31,6 +31,11 @@ struct mp_summary {
  * positive. */
 double mp_spread(const double *sorted, long n);
 
+/* How far apart two medians stand, given their ratio: the larger over the smaller, less 1, the same
+ * whichever is divided by which (1.25 and 0.8 are both 0.25 apart); NAN for a ratio that is not
+ * positive. A change counts against noise only when this exceeds a spread. */
+double mp_apart(double ratio);
+
 /* Nearest-rank percentile of sorted x[0..n): x[ceil(p/100·n) − 1], p in (0, 100]; NAN if n == 0. */
 double mp_percentile(const double *sorted, long n, double p);
 /* The same percentile of unsorted x[0..n) by selection, O(n) expected: x is reordered, and the

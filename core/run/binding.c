@@ -53,48 +53,44 @@ static int intersect(long a[][2], int na, long b[][2], int nb)
     return 0;
 }
 
+/* A rank's CPUs parsed: its ranges (n < 0: unknown or unreadable). */
+struct cpus {
+    int n;
+    long r[MAX_RANGES][2];
+};
+
 /* Rank i's neighbours: the ranks of its host whose CPUs intersect its own (i included), their
- * number into *k and the CPUs of their union returned (-1 when a list cannot be read or is too
- * large to count). */
-static long neighbours(const struct mp_binding_rank *r, int n, int i, int *k)
+ * number into *k and the CPUs of their union returned (-1 when rank i's CPUs are unknown), counted
+ * in seen[0..top] (zeroed here). */
+static long neighbours(const struct mp_binding_rank *r, struct cpus *c, int n, int i, char *seen,
+                       long top, int *k)
 {
-    long a[MAX_RANGES][2], b[MAX_RANGES][2];
-    int na = parse_list(r[i].cpus, a);
     *k = 0;
-    if (na <= 0)
+    if (c[i].n <= 0)
         return -1;
-    long top = -1;
-    for (int j = 0; j < n; j++) {
-        int nb = strcmp(r[j].host, r[i].host) == 0 ? parse_list(r[j].cpus, b) : -1;
-        for (int x = 0; nb > 0 && intersect(a, na, b, nb) && x < nb; x++)
-            top = b[x][1] > top ? b[x][1] : top;
-    }
-    char *seen = top >= 0 && top < 1 << 20 ? calloc((size_t)top + 1, 1) : NULL;
-    if (!seen)
-        return -1;
+    memset(seen, 0, (size_t)top + 1);
     long cpus = 0;
     for (int j = 0; j < n; j++) {
-        int nb = strcmp(r[j].host, r[i].host) == 0 ? parse_list(r[j].cpus, b) : -1;
-        if (nb <= 0 || !intersect(a, na, b, nb))
+        if (c[j].n <= 0 || strcmp(r[j].host, r[i].host) != 0 ||
+            !intersect(c[i].r, c[i].n, c[j].r, c[j].n))
             continue;
         (*k)++;
-        for (int x = 0; x < nb; x++)
-            for (long c = b[x][0]; c <= b[x][1]; c++) {
-                cpus += !seen[c];
-                seen[c] = 1;
+        for (int x = 0; x < c[j].n; x++)
+            for (long v = c[j].r[x][0]; v <= c[j].r[x][1]; v++) {
+                cpus += !seen[v];
+                seen[v] = 1;
             }
     }
-    free(seen);
     return cpus;
 }
 
-int mp_binding_problem(const struct mp_binding_rank *r, int n, int helper_threads, char *why,
-                       size_t len)
+/* The first problem of ranks r[0..n) with their CPUs parsed in c (mp_binding_problem). */
+static int first_problem(const struct mp_binding_rank *r, struct cpus *c, int n, char *seen,
+                         long top, int helper_threads, char *why, size_t len)
 {
-    why[0] = '\0';
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && seen; i++) {
         int k;
-        long cpus = neighbours(r, n, i, &k);
+        long cpus = neighbours(r, c, n, i, seen, top, &k);
         if (cpus > 0 && k > cpus) {
             snprintf(why, len, "%d ranks on %s share %ld CPU(s) (rank %d %s on %s): they take "
                      "turns on them, and every exchange waits for the scheduler; run at most "
@@ -104,16 +100,33 @@ int mp_binding_problem(const struct mp_binding_rank *r, int n, int helper_thread
             return 1;
         }
     }
-    long a[MAX_RANGES][2];
-    for (int i = 0; i < n && helper_threads; i++) {
-        int na = r[i].bound == 1 ? parse_list(r[i].cpus, a) : -1;
-        if (na > 0 && count_cpus(a, na) == 1) {
+    for (int i = 0; i < n && helper_threads; i++)
+        if (r[i].bound == 1 && c[i].n > 0 && count_cpus(c[i].r, c[i].n) == 1) {
             snprintf(why, len, "rank %d on %s is bound to one CPU (%s), which NCCL's proxy thread "
                      "shares with the rank: give each rank two or more (mpirun --map-by "
                      "slot:PE=2 --bind-to core, or srun --cpus-per-task)",
                      i, r[i].host, r[i].cpus);
             return 1;
         }
-    }
     return 0;
+}
+
+int mp_binding_problem(const struct mp_binding_rank *r, int n, int helper_threads, char *why,
+                       size_t len)
+{
+    why[0] = '\0';
+    struct cpus *c = calloc((size_t)(n > 0 ? n : 1), sizeof *c);
+    if (!c)
+        return 0; /* a check that cannot run finds nothing */
+    long top = -1; /* each list parsed once; the largest CPU index bounds the union's count */
+    for (int i = 0; i < n; i++) {
+        c[i].n = parse_list(r[i].cpus, c[i].r);
+        for (int x = 0; x < c[i].n; x++)
+            top = c[i].r[x][1] > top ? c[i].r[x][1] : top;
+    }
+    char *seen = top >= 0 && top < 1 << 20 ? malloc((size_t)top + 1) : NULL;
+    int found = first_problem(r, c, n, seen, top, helper_threads, why, len);
+    free(seen);
+    free(c);
+    return found;
 }

@@ -556,6 +556,18 @@ const char *mp_session_backends(const struct mp_session *s, char *buf, size_t le
     return buf;
 }
 
+const char *mp_session_workload(const struct mp_session *s, char *buf, size_t len)
+{
+    const struct mp_model *m = &s->model;
+    char over[160], backends[256];
+    int changed = mp_model_overrides(m, over, sizeof over);
+    snprintf(buf, len, "model %s%s%s (H %d, D %d, E %d, top-%d, %d shared), %d ranks on %d "
+             "node(s), %s", m->name, changed ? " with " : "", over, m->hidden, m->ffn,
+             m->experts, m->topk, m->shared, s->comm->size, s->comm->nnodes,
+             mp_session_backends(s, backends, sizeof backends));
+    return buf;
+}
+
 const char *mp_session_source(const struct mp_session *s)
 {
     return s->modelled ? "model" : "measured";

@@ -62,6 +62,11 @@ void mp_session_virtual_rank(const struct mp_session *s, struct mp_comm *c,
  * P is the default); written into buf[len], which is returned. */
 const char *mp_session_backends(const struct mp_session *s, char *buf, size_t len);
 
+/* The workload of the console's first line: "model NAME[ with --FLAG V ...] (H, D, E, top-K,
+ * shared), N ranks on M node(s), " and mp_session_backends; a preset whose shape flags changed is
+ * named with them (mp_model_overrides). Written into buf[len], which is returned. */
+const char *mp_session_workload(const struct mp_session *s, char *buf, size_t len);
+
 /* "model" when the session's ranks are the cluster model's virtual ones, "measured" otherwise:
  * the source column of every row. */
 const char *mp_session_source(const struct mp_session *s);

@@ -251,8 +251,28 @@ static void test_percentile_select(void)
     CHECK(isnan(mp_percentile_select(NULL, 0, 50)));
 }
 
+/* The stability figure and how far two medians stand apart (docs/METRICS.md, "Stability"). */
+static void test_spread_apart(void)
+{
+    const double ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    CHECK_NEAR(mp_spread(ten, 10), (9.0 - 1.0) / 5.0, 1e-12); /* nearest ranks 9, 1 and 5 */
+    CHECK(isnan(mp_spread(ten, 1)));
+    const double zero[3] = {-1, 0, 0};
+    CHECK(isnan(mp_spread(zero, 3))); /* a median that is not positive */
+    struct mp_summary sm;
+    double x[10];
+    memcpy(x, ten, sizeof x);
+    mp_summarize(x, 10, &sm);
+    CHECK_NEAR(sm.spread, 1.6, 1e-12);
+    CHECK_NEAR(mp_apart(1.25), 0.25, 1e-12);
+    CHECK_NEAR(mp_apart(0.8), 0.25, 1e-12); /* the same seen from the other side */
+    CHECK_NEAR(mp_apart(1.0), 0.0, 1e-12);
+    CHECK(isnan(mp_apart(0)) && isnan(mp_apart(NAN)));
+}
+
 int main(void)
 {
+    test_spread_apart();
     test_welford();
     test_percentile();
     test_percentile_select();
