@@ -222,19 +222,20 @@ check_usage "unknown flag" "$TMP/layer" --out "$TMP/x.html" --bogus
 "$REPORT" "$TMP/ffn" --no-reference --out "$TMP/f.html" >/dev/null || fail "ffn-only report exit $?"
 [ "$(grep -c '<svg' "$TMP/f.html")" -eq 1 ] || fail "ffn-only report: expected one figure"
 grep -q "published" "$TMP/f.html" && fail "--no-reference still shows the reference"
-# noise: with every measured point's spread set to 50 % the findings open with the caution and a
-# comparison within it says so; at 1 % neither appears (docs/METRICS.md, "Stability")
-for sp in 0.5 0.01; do
+# noise: with every measured point's spread set to 5000 % the findings open with the caution and
+# every comparison (whatever this machine measured: each ratio is well within 51x) says it is
+# within the spread; at 0.1 % neither appears (docs/METRICS.md, "Stability")
+for sp in 50 0.001; do
     mkdir -p "$TMP/sp$sp" && cp "$TMP/layer/run.json" "$TMP/sp$sp/"
     awk -F, -v OFS=, -v sp="$sp" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
         { $c["spread"] = sp; $c["noisy"] = sp > 0.1; print }' "$TMP/layer/layer.csv" >"$TMP/sp$sp/layer.csv"
     "$REPORT" "$TMP/sp$sp" --no-reference --md "$TMP/sp$sp.md" >/dev/null || fail "spread $sp report exit $?"
 done
-grep -q "^Noise: 16 of the 16 measured points scatter by more than 10 %" "$TMP/sp0.5.md" ||
-    fail "no noise caution over points that scatter by 50 %: $(grep -A2 '^## Findings' "$TMP/sp0.5.md")"
-grep -q "within the points' spread (up to 50 %)" "$TMP/sp0.5.md" ||
+grep -q "^Noise: 16 of the 16 measured points scatter by more than 10 %" "$TMP/sp50.md" ||
+    fail "no noise caution over points that scatter by 5000 %: $(grep -A2 '^## Findings' "$TMP/sp50.md")"
+grep -q "within the points' spread (up to 5000 %)" "$TMP/sp50.md" ||
     fail "no finding says its difference is within the points' spread"
-! grep -q "^Noise:\|within the points' spread" "$TMP/sp0.01.md" || fail "a noise caution over quiet points"
+! grep -q "^Noise:\|within the points' spread" "$TMP/sp0.001.md" || fail "a noise caution over quiet points"
 
 # by default the seed's table goes only beside a run of its workload (128 experts, top-8,
 # tp4ep16): not beside the deepseek-v3 run, nor the small measured one; beside seed-k3 on tp4ep16
