@@ -1,7 +1,6 @@
 /* compare.c - loads two run directories of one tool, matches their points by the key columns,
  * and compares the per-iteration samples of each metric (what run.json says about both:
  * compare_facts.c). */
-#define _GNU_SOURCE /* asprintf, vasprintf */
 #include "compare.h"
 
 #include <cjson/cJSON.h>
@@ -15,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "format.h"
 #include "files.h"
 #include "results.h"
 #include "schema.h"
@@ -121,10 +121,9 @@ __attribute__((format(printf, 2, 3))) static int cmp_add_warn(struct mp_cmp *c, 
 {
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
+    char *s = mp_vformat(fmt, ap);
     va_end(ap);
-    if (n < 0) {
+    if (!s) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }

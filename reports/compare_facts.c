@@ -1,6 +1,5 @@
 /* compare_facts.c - what run.json says about the two sides of a comparison: libraries, build,
  * hosts, devices, environment and command line, side by side (compare_facts.h). */
-#define _GNU_SOURCE /* vasprintf */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +9,7 @@
 #include "compare_facts.h"
 #include "error.h"
 #include "files.h"
+#include "format.h"
 #include "sort.h"
 
 char *cmp_strdup(const char *s)
@@ -24,10 +24,9 @@ int cmp_warn(char ***warn, int *nwarn, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
+    char *s = mp_vformat(fmt, ap);
     va_end(ap);
-    char **w = n >= 0 ? realloc(*warn, (size_t)(*nwarn + 1) * sizeof *w) : NULL;
+    char **w = s ? realloc(*warn, (size_t)(*nwarn + 1) * sizeof *w) : NULL;
     if (!w) {
         free(s);
         mp_error("out of memory");
@@ -222,8 +221,7 @@ static char *env_text(const cJSON *run)
             continue;
         if (!comm_setting(v->string))
             continue;
-        if (asprintf(&words[k], "%s=%s", v->string, v->valuestring) < 0) {
-            words[k] = NULL;
+        if (!(words[k] = mp_format("%s=%s", v->string, v->valuestring))) {
             oom = 1;
             break;
         }

@@ -1,6 +1,5 @@
 /* moeperf-compare - says, point by point, whether a run got slower than a base run of the same
  * sweep (e.g. after an NCCL or MPI upgrade): table on stdout, CSV, Markdown, JUnit XML, plot. */
-#define _GNU_SOURCE /* asprintf */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,6 +13,7 @@
 
 #include "compare.h"
 #include "error.h"
+#include "format.h"
 #include "options.h"
 #include "results.h"
 #include "schema.h"
@@ -115,8 +115,8 @@ static char *default_out(const char *new_dir)
     if (strcmp(dir, "/") == 0)
         mp_usage("--out: NEW_DIR is /, which has no directory beside it for the results; "
                  "give --out DIR");
-    else if (asprintf(&out, "%s-compare", dir) < 0)
-        out = NULL;
+    else
+        out = mp_format("%s-compare", dir);
     free(dir);
     return out;
 }
@@ -338,8 +338,8 @@ static int of_open(struct outfile *of, const char *dir, const char *name)
 {
     of->f = NULL;
     of->path = of->tmp = NULL;
-    if (asprintf(&of->path, "%s/%s", dir, name) < 0 ||
-        asprintf(&of->tmp, "%s/.%s.tmp", dir, name) < 0) {
+    if (!(of->path = mp_format("%s/%s", dir, name)) ||
+        !(of->tmp = mp_format("%s/.%s.tmp", dir, name))) {
         mp_error("out of memory");
         return MP_ERR_RUNTIME;
     }
@@ -742,8 +742,8 @@ static int write_plot(const struct mp_cmp *c, const char *dir)
 /* Run gnuplot in `dir`. Returns 1 when compare.svg was drawn, 0 otherwise (a note printed). */
 static int render_svg(const char *dir)
 {
-    char *svg = NULL;
-    if (asprintf(&svg, "%s/compare.svg", dir) < 0)
+    char *svg = mp_format("%s/compare.svg", dir);
+    if (!svg)
         return 0;
     unlink(svg); /* never leave an older plot next to new results */
     fflush(NULL);

@@ -488,14 +488,16 @@ static double thread_cpu_us(void)
 static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
                             double *bytes_per_s)
 {
-    size_t n = PEAK_GEMM_N, nn = n * n;
+    int quick = mp_compute_quick_peak(), runs = quick ? 1 : PEAK_RUNS, copy_runs = quick ? 1 : PEAK_COPY_RUNS;
+    size_t n = quick ? MP_QUICK_PEAK_GEMM_N : PEAK_GEMM_N, nn = n * n;
+    size_t copy = quick ? MP_QUICK_PEAK_COPY_BYTES : PEAK_COPY_BYTES;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
           *d = malloc(nn * sizeof(float));
-    char *src = malloc(PEAK_COPY_BYTES), *dst = malloc(PEAK_COPY_BYTES);
+    char *src = malloc(copy), *dst = malloc(copy);
     int rc = MP_OK;
     if (!a || !b || !d || !src || !dst) {
         mp_error("out of memory for the peak measurement (%zu MiB)",
-                 (3 * nn * sizeof(float) + 2 * PEAK_COPY_BYTES) >> 20);
+                 (3 * nn * sizeof(float) + 2 * copy) >> 20);
         rc = MP_ERR_RUNTIME;
         goto out;
     }
@@ -504,11 +506,11 @@ static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *f
         b[i] = (float)(i % 5) * 0.25f;
         d[i] = 0.0f;
     }
-    memset(src, 1, PEAK_COPY_BYTES);
-    memset(dst, 0, PEAK_COPY_BYTES);
+    memset(src, 1, copy);
+    memset(dst, 0, copy);
 
     double best = 0;
-    for (int r = 0; r < PEAK_RUNS; r++) {
+    for (int r = 0; r < runs; r++) {
         double t0 = thread_cpu_us();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a,
                     (int)n, b, (int)n, 0.0f, d, (int)n);
@@ -520,15 +522,15 @@ static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *f
     *fp8_flops_per_s = *flops_per_s; /* fp8 weights are dequantized into this fp32 GEMM */
 
     best = 0;
-    for (int r = 0; r < PEAK_COPY_RUNS; r++) {
+    for (int r = 0; r < copy_runs; r++) {
         src[r] = (char)r; /* a changed source: nothing to elide */
         double t0 = thread_cpu_us();
-        memcpy(dst, src, PEAK_COPY_BYTES);
+        memcpy(dst, src, copy);
         double us = thread_cpu_us() - t0;
         if (us > 0 && (best == 0 || us < best))
             best = us;
     }
-    *bytes_per_s = best > 0 ? 2.0 * (double)PEAK_COPY_BYTES / (best * 1e-6) : 0;
+    *bytes_per_s = best > 0 ? 2.0 * (double)copy / (best * 1e-6) : 0;
     if (dst[0] != src[0] || d[nn - 1] < 0) { /* uses the results; never true */
         mp_error("the peak measurement's copy or GEMM produced a wrong result");
         rc = MP_ERR_RUNTIME;

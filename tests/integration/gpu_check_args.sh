@@ -2,8 +2,8 @@
 # gpu_check_args.sh - every moeperf-layer and moeperf-ffn command line of ci/gpu-check is accepted
 # and passes its --check, run here on the cpu backend: a GPU session is short and rare, so a
 # refused combination there (a placement that needs more ranks, a mode a flag excludes) must be
-# found before it. Flags only the cuda backend takes (--graph, --gemm) are dropped, batches and
-# iterations shrunk; the GPU-only refusals have their own tests (padded.sh, bad_input.sh).
+# found before it. Flags only the cuda backend takes (--graph, --gemm) are dropped, batches,
+# iterations and FFN widths (--ffn 64) shrunk; the GPU-only refusals have their own tests (padded.sh, bad_input.sh).
 # With MOEPERF_GPU_CHECK_ON=cuda (the gpu suite of a -Dcudaemu=true build) the lines run as they
 # are, on the cuda and nccl backends, with layers shrunk for the CPU stand-in (--hidden 128,
 # --ffn 64), and ci/ffn-table must print the FFN table from what the moeperf-ffn lines wrote; on
@@ -12,7 +12,8 @@
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 on=${MOEPERF_GPU_CHECK_ON:-cpu}
 case $on in
-cpu) shrink='s/--backend cuda/--backend cpu/; s/--comm nccl/--comm mpi/; s/ --graph//; s/--gemm [^ ]+//'
+cpu) shrink='s/--backend cuda/--backend cpu/; s/--comm nccl/--comm mpi/; s/ --graph//; s/--gemm [^ ]+//;
+        s/--ffn [0-9]+/--ffn 64/'
     tol=1e-5 ;;
 cuda) shrink='s/--hidden [0-9]+//; s/--ffn [0-9]+/--ffn 64 --hidden 128/'
     tol=2e-2 ;; # the cuda backend's bf16 tolerance (its check_tolerance)
