@@ -92,12 +92,15 @@ int mp_dir_has_entries(const char *dir)
 
 static char *clear_failed; /* nftw's callback takes no argument: where it names what failed */
 static size_t clear_failed_len;
+static const char *clear_keep; /* and the name it keeps at the top */
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
     (void)flag;
     if (ftw->level == 0) /* the directory itself stays */
+        return 0;
+    if (ftw->level == 1 && clear_keep && !strcmp(path + ftw->base, clear_keep))
         return 0;
     if (remove(path) == 0)
         return 0;
@@ -106,8 +109,9 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return -1;
 }
 
-int mp_remove_contents(const char *dir, char *failed, size_t len)
+int mp_remove_contents(const char *dir, const char *keep, char *failed, size_t len)
 {
+    clear_keep = keep;
     clear_failed = failed;
     clear_failed_len = len;
     if (failed && len)

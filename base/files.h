@@ -22,8 +22,8 @@ int mp_is_regular_file(const char *path);
 int mp_dir_has_entries(const char *dir);
 
 /* Remove everything inside directory `dir` (files, links and folders, depth first, following no
- * symbolic link), leaving `dir` itself. 0, or -1 with errno and the path that failed in `failed`
- * (len bytes). */
-int mp_remove_contents(const char *dir, char *failed, size_t len);
+ * symbolic link), leaving `dir` itself and its entry named `keep` (NULL: none). 0, or -1 with
+ * errno and the path that failed in `failed` (len bytes). */
+int mp_remove_contents(const char *dir, const char *keep, char *failed, size_t len);
 
 #endif

@@ -382,10 +382,9 @@ static int evaluate_placement(const struct mp_plan_req *q, const struct sweep *w
 
 void mp_plan_apply_targets(const struct mp_plan_req *q, struct mp_plan_cand *c)
 {
-    c->dp = q->throughput > 0 && c->replica_tps > 0 ? (int)ceil(q->throughput / c->replica_tps) : 1;
-    if (c->dp < 1)
-        c->dp = 1;
-    c->gpus = c->tp * c->ep * c->dp;
+    double need = q->throughput > 0 && c->replica_tps > 0 ? ceil(q->throughput / c->replica_tps) : 1;
+    c->dp = need < 1 ? 1 : need > MP_PLAN_MAX_REPLICAS ? MP_PLAN_MAX_REPLICAS : (long)need;
+    c->gpus = (long)c->tp * c->ep * c->dp;
     c->tok_s_gpu = c->replica_tps / (c->tp * c->ep);
     /* USD per million output tokens at the replicas' capacity: each GPU's price per second over
      * the tokens per second each GPU yields */

@@ -11,6 +11,10 @@
 #include "routing.h"
 #include "step.h"
 
+/* The most replicas a candidate is counted with: a target throughput that needs more is beyond any
+ * --max-gpus (an int), and the count stays far inside 64 bits when multiplied by TP × EP. */
+#define MP_PLAN_MAX_REPLICAS 1000000000000L
+
 struct mp_plan_req {
     struct mp_model model;
     struct mp_cluster cluster;
@@ -67,7 +71,8 @@ struct mp_plan_cand {
     double tok_s_gpu;              /* replica_tps / (tp · ep) */
     double usd_per_mtok;           /* with a GPU-hour price: USD per million output tokens at the
                                       replicas' capacity; NaN without */
-    int dp, gpus;                  /* replicas for the target throughput, and their GPUs */
+    long dp, gpus; /* replicas for the target throughput, and their GPUs (64 bits: a target far
+                    * beyond the cluster multiplies them past an int; MP_PLAN_MAX_REPLICAS) */
     int slo_ok;                    /* p99 within the SLO (GPUs and memory aside) */
     int meets;                     /* p99 within the SLO, gpus ≤ max_gpus and fits */
     struct mp_gpumem mem;          /* bytes per GPU on the layout's fullest GPU */

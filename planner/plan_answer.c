@@ -31,7 +31,7 @@ static void why_lost(const struct mp_plan_req *q, const struct mp_plan_cand *a,
 {
     if (a->meets) {
         if (a->gpus > b->gpus)
-            snprintf(out, size, "%d more GPUs", a->gpus - b->gpus);
+            snprintf(out, size, "%ld more GPUs", a->gpus - b->gpus);
         else
             snprintf(out, size, "the same GPUs at a higher p99 token time (+%.2f ms)",
                      a->token_p99_ms - b->token_p99_ms);
@@ -42,7 +42,7 @@ static void why_lost(const struct mp_plan_req *q, const struct mp_plan_cand *a,
                  a->mem.total / 1e9, mp_gpumem_usable(&q->cluster, q->mem_reserve) / 1e9,
                  a->over);
     } else {
-        snprintf(out, size, "%d GPUs, more than --max-gpus %d", a->gpus, q->max_gpus);
+        snprintf(out, size, "%ld GPUs, more than --max-gpus %d", a->gpus, q->max_gpus);
     }
 }
 
@@ -204,14 +204,14 @@ int mp_plan_replicas_vs_batch(const struct mp_plan_cand *c, int n, int best, int
         return -1;
     const struct mp_plan_cand *a = &c[i];
     if (twice)
-        snprintf(out, size, "doubling the batch to %ld needs %d replica(s) (%d GPUs), p99 token "
+        snprintf(out, size, "doubling the batch to %ld needs %ld replica(s) (%ld GPUs), p99 token "
                  "%.2f ms, SLO %s: %s", a->batch, a->dp, a->gpus, a->token_p99_ms,
                  a->meets ? "met" : "missed",
                  !a->meets ? "more replicas beat a larger batch"
                  : a->gpus < b->gpus ? "the larger batch is cheaper"
                                      : "the larger batch saves nothing");
     else
-        snprintf(out, size, "halving the batch to %ld needs %d replica(s) (%d GPUs), p99 token "
+        snprintf(out, size, "halving the batch to %ld needs %ld replica(s) (%ld GPUs), p99 token "
                  "%.2f ms: %s", a->batch, a->dp, a->gpus, a->token_p99_ms,
                  a->gpus > b->gpus ? "more replicas at a smaller batch cost more GPUs"
                                    : "more replicas at a smaller batch cost no more");

@@ -28,7 +28,7 @@ static void print_cand(const struct mp_plan_cand *c)
     if (c->cache_slots > 0) /* the experts per layer kept resident with offload */
         snprintf(cache, sizeof cache, "%d", c->cache_slots);
     printf("  %-9s %-16s %3d %-5s %-4s %-4s %6ld %10.1f %10.1f %9.1f %9.1f %6.2f %6.3f %6.2f %9.2f "
-           "%9.0f %4d %6d %7.1f %5s %-7s %s\n",
+           "%9.0f %4ld %6ld %7.1f %5s %-7s %s\n",
            lay, mp_plan_placement(c, pl, sizeof pl), c->overlap, mp_dedup_choices[c->dedup],
            mp_dtype_choices[c->weight_dtype], mp_dtype_choices[c->dispatch_dtype], c->batch,
            c->layer_us, c->layer_p99_us, c->ffn_us, c->comm_us, c->ratio, c->bubble, c->imbalance,
@@ -150,7 +150,7 @@ static void print_dropped(const struct mp_plan_req *q, const struct mp_plan_cand
     for (int i = 0; i < k; i++) {
         const struct mp_plan_cand *a = &c[order[i]];
         char pl[64];
-        printf("  tp%dep%d %s batch %ld: %d GPUs, p99 token %.2f ms, needs %.1f GB per GPU "
+        printf("  tp%dep%d %s batch %ld: %ld GPUs, p99 token %.2f ms, needs %.1f GB per GPU "
                "(routed experts %.1f, shared %.1f, non-expert %.1f, KV cache %.1f): %s overflow\n",
                a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus, a->token_p99_ms,
                a->mem.total / 1e9, a->mem.routed / 1e9, a->mem.shared / 1e9,
@@ -196,7 +196,7 @@ static void print_cheapest(const struct mp_plan_cand *c, int n, int best)
     const struct mp_plan_cand *b = &c[best];
     char pl[64];
     mp_plan_remedy(b, pl, sizeof pl);
-    printf("cheapest plan: tp%dep%d, %s, batch %ld × %d replica(s) = %d GPUs, "
+    printf("cheapest plan: tp%dep%d, %s, batch %ld × %ld replica(s) = %ld GPUs, "
            "p99 token %.2f ms, %.0f tokens/s, %.1f GB per GPU (weights %.1f, KV cache "
            "%.1f)\n",
            b->tp, b->ep, pl, b->batch, b->dp, b->gpus, b->token_p99_ms,
@@ -288,8 +288,8 @@ static void print_closest(const struct mp_plan_req *q, const struct mp_plan_cand
     char pl[64];
     if (cheap >= 0) {
         const struct mp_plan_cand *a = &c[cheap];
-        printf("closest: tp%dep%d %s batch %ld meets the SLO (p99 token %.2f ms) but needs %d GPUs "
-               "(%d replica(s)) for the target throughput, above --max-gpus %d\n",
+        printf("closest: tp%dep%d %s batch %ld meets the SLO (p99 token %.2f ms) but needs %ld GPUs "
+               "(%ld replica(s)) for the target throughput, above --max-gpus %d\n",
                a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->token_p99_ms, a->gpus,
                a->dp, q->max_gpus);
     } else if (near >= 0) {
@@ -298,12 +298,12 @@ static void print_closest(const struct mp_plan_req *q, const struct mp_plan_cand
                                                a->layer_p99_us / q->slo_layer_us >
                                                    a->token_p99_ms / q->slo_token_ms);
         if (by_layer)
-            printf("closest: tp%dep%d %s batch %ld, %d GPUs: p99 layer %.1f µs against "
+            printf("closest: tp%dep%d %s batch %ld, %ld GPUs: p99 layer %.1f µs against "
                    "--slo-layer-us %g (%.2f× over); no candidate within %d GPUs is faster\n",
                    a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus,
                    a->layer_p99_us, q->slo_layer_us, slo_excess(q, a), q->max_gpus);
         else
-            printf("closest: tp%dep%d %s batch %ld, %d GPUs: p99 token %.2f ms against "
+            printf("closest: tp%dep%d %s batch %ld, %ld GPUs: p99 token %.2f ms against "
                    "--slo-token-ms %g (%.2f× over); no candidate within %d GPUs is faster\n",
                    a->tp, a->ep, mp_plan_remedy(a, pl, sizeof pl), a->batch, a->gpus,
                    a->token_p99_ms, q->slo_token_ms, slo_excess(q, a), q->max_gpus);

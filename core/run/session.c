@@ -17,6 +17,8 @@
 #include "locality.h"
 #include "rankmap.h"
 #include "results.h"
+#include "resume_check.h"
+#include "runlock.h"
 #include "vrun.h"
 #include "watchdog.h"
 
@@ -218,6 +220,16 @@ static int check_out_dir(struct mp_session *s, const char *tool)
         mp_usage("--out: '%s': %s", dir, strerror(errno));
         return MP_ERR_USAGE;
     }
+    char holder[256];
+    enum mp_runlock_state lock;
+    if (mp_runlock_take(dir, 0, &lock, &s->lock_fd, holder, sizeof holder) != MP_OK)
+        return MP_ERR_USAGE;
+    if (lock == MP_RUNLOCK_HELD) {
+        mp_usage("--out: '%s' is being written by %s; wait until that run ends, or give another "
+                 "directory", dir, holder);
+        return MP_ERR_USAGE;
+    }
+    s->locked = lock == MP_RUNLOCK_TAKEN;
     if (entries == 0)
         return MP_OK;
     char owner[128];
@@ -238,7 +250,7 @@ static int check_out_dir(struct mp_session *s, const char *tool)
         return MP_ERR_USAGE;
     }
     s->out_replace = s->o.force;
-    return MP_OK;
+    return s->o.resume ? mp_resume_check_settings(s) : MP_OK;
 }
 
 /* The memory kinds of backends, as predicates for the messages that name the built ones. */
@@ -403,6 +415,8 @@ static int note_start(struct mp_session *s)
     cJSON_AddNumberToObject(m, "shared", s->model.shared);
     cJSON_AddNumberToObject(m, "layers", s->model.layers);
     mp_session_note(s, "model", m);
+    if (s->o.gemm) /* what the FFN ran as (resume_check.c compares it) */
+        mp_session_note(s, "gemm", cJSON_CreateString(s->o.gemm));
     if (s->modelled) {
         cJSON *cl = cJSON_CreateObject();
         cJSON_AddStringToObject(cl, "name", s->cluster.name);
@@ -421,19 +435,49 @@ static int note_start(struct mp_session *s)
     return mp_session_save_run(s);
 }
 
+/* Rank 0, as --out is made: the writer lock (check_out_dir took it where the directory had one),
+ * signed with this process's pid and host. MP_OK, or MP_ERR_USAGE when another run writes there. */
+static int take_lock(struct mp_session *s)
+{
+    char holder[256];
+    enum mp_runlock_state lock = MP_RUNLOCK_TAKEN;
+    if (!s->locked && mp_runlock_take(s->o.out, 1, &lock, &s->lock_fd, holder, sizeof holder) !=
+                          MP_OK)
+        return MP_ERR_RUNTIME;
+    if (lock == MP_RUNLOCK_HELD) {
+        mp_usage("--out: '%s' is being written by %s, which made it after this run started; "
+                 "nothing was written: wait until that run ends, or give another directory",
+                 s->o.out, holder);
+        if (s->comm->size > 1) { /* the other ranks are measuring, and would wait for this one
+                                  * in their next collective: the launcher ends them */
+            fflush(stdout);
+            fflush(stderr);
+            if (s->comm->ops->abort)
+                s->comm->ops->abort(s->comm);
+            _exit(MP_ERR_USAGE);
+        }
+        return MP_ERR_USAGE;
+    }
+    s->locked = 1;
+    return mp_runlock_sign(s->lock_fd, s->o.out);
+}
+
 int mp_session_make_out(struct mp_session *s)
 {
     if (!s->o.out || s->out_made || s->comm->rank != 0)
         return MP_OK;
-    if (s->out_replace) { /* --force: the old run goes whole, now that a new one has a row */
+    int rc = mp_mkdir_p(s->o.out, "--out");
+    if (rc == MP_OK)
+        rc = take_lock(s);
+    if (rc == MP_OK && s->out_replace) { /* --force: the old run goes whole, now that a new one
+                                           * has a row (its lock, now this run's, stays) */
         char failed[4096];
-        if (mp_remove_contents(s->o.out, failed, sizeof failed) != 0) {
+        if (mp_remove_contents(s->o.out, MP_RUNLOCK_FILE, failed, sizeof failed) != 0) {
             mp_error("--force: cannot remove '%s' from the old run: %s", failed, strerror(errno));
             return MP_ERR_RUNTIME;
         }
         s->out_replace = 0;
     }
-    int rc = mp_mkdir_p(s->o.out, "--out");
     if (rc == MP_OK && s->run)
         rc = mp_runjson_write(s->run, s->o.out, 0);
     s->out_made = rc == MP_OK;
@@ -710,8 +754,8 @@ static void arm_teardown(struct mp_session *s)
  * queued, nor what it would wait for. */
 static int failing_alone(const struct mp_session *s, int rc)
 {
-    return s->started_comm && rc != MP_OK && rc != MP_HELP && rc != MP_ERR_USAGE && !s->agreed &&
-           s->comm->size > 1;
+    return s->started_comm && rc != MP_OK && rc != MP_HELP &&
+           rc != MP_ERR_USAGE && !s->agreed && s->comm->size > 1;
 }
 
 int mp_session_fail(struct mp_session *s, int rc)

@@ -30,6 +30,7 @@ struct mp_session {
     int out_made; /* --out created and run.json begun (mp_session_make_out) */
     int out_replace; /* --force on a directory holding this tool's run: cleared when made */
     int agreed; /* set when every rank reached the same error (MPI can finalize cleanly) */
+    int locked, lock_fd; /* rank 0: the run directory's writer lock held (runlock.h) */
 };
 
 /* Parse argv with `table`, start the comm and compute backends, resolve the model and check --out

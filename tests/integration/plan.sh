@@ -490,4 +490,13 @@ grep -qE '^closest: tp[0-9]+ep[0-9]+ .* p99 token [0-9.]+ ms against --slo-token
     --quiet >"$TMP/noplan" || fail "a throughput 64 GPUs cannot serve: exit $?"
 grep -qE '^closest: .* meets the SLO .* needs [0-9]+ GPUs .* above --max-gpus 64' "$TMP/noplan" ||
     fail "no plan for the throughput names no candidate: $(grep -A1 '^no candidate' "$TMP/noplan")"
+# a target far past any cluster: the replicas and GPUs counted in 64 bits, GPUs = TP × EP × replicas
+for target in 1e9 1e15; do
+    "$PLAN" --model qwen3-30b-a3b --cluster h100-ndr --throughput $target --slo-token-ms 50 \
+        --quiet >"$TMP/huge" || fail "--throughput $target: exit $?"
+    sed -n 's/^closest: tp\([0-9]*\)ep\([0-9]*\) .* needs \([0-9]*\) GPUs (\([0-9]*\) replica(s)).*/\1 \2 \3 \4/p' \
+        "$TMP/huge" | awk -v t=$target 'NF == 4 && $3 > 0 && $3 == $1 * $2 * $4 { ok = 1 }
+        END { if (!ok) { print "--throughput " t ": no closest candidate with a positive GPU count of TP x EP x replicas"; exit 1 } }' ||
+        fail "$(grep '^closest' "$TMP/huge")"
+done
 echo PASS

@@ -4,7 +4,8 @@
 # first run; --resume adds only what is missing; a directory of other files or another tool's run
 # is refused, with or without --force; nothing is made, or removed, before the first point is
 # measured; a run stopped by an error keeps its rows and says why in run.json; the progress line
-# shows on a terminal only, and never with --quiet.
+# shows on a terminal only, and never with --quiet; a --resume whose settings change what a row
+# means (cluster profile, --gemm) is refused touching nothing; one writer per directory.
 . "$(dirname "$0")/lib.sh"
 
 MODEL="--backend model --cluster h100-ndr --model seed-k3 --layout tp2ep4 --iters 2"
@@ -37,8 +38,8 @@ hashes "$TMP/run" | cmp -s - "$TMP/first.md5" || fail "the refused run changed t
 "$BIN/moeperf-layer" $MODEL --batch 4 --quiet --out "$TMP/run" --force || fail "--force exit $?"
 [ ! -e "$TMP/run/plots" ] || fail "--force left the first run's plots/"
 [ "$(col "$TMP/run/layer.csv" batch)" = 4 ] || fail "--force kept rows of the first run"
-[ "$(find "$TMP/run" -type f | wc -l)" -eq "$(find "$TMP/run" -name '*.csv' -o -name run.json |
-    wc -l)" ] || fail "--force left files that are not the new run's"
+[ "$(find "$TMP/run" -type f | wc -l)" -eq "$(find "$TMP/run" -name '*.csv' -o -name run.json \
+    -o -name .moeperf.lock | wc -l)" ] || fail "--force left files that are not the new run's"
 
 # refused with and without --force, each touching nothing: files that are no run, another tool's
 # run, --resume or --force without --out, both at once
@@ -85,6 +86,54 @@ j = json.load(open(sys.argv[1]))
 assert j["finished"] is False, j["finished"]
 assert "--max-memory" in j.get("error", ""), j.get("error")
 PYEOF
+
+# --resume with a setting that changes what a row means and is no key column: refused before any
+# file is touched, naming the setting and both values (the cluster profile, --gemm)
+"$BIN/moeperf-layer" $MODEL --batch 1,16 --quiet --out "$TMP/settings" || fail "settings run exit $?"
+hashes "$TMP/settings" >"$TMP/settings.md5"
+for change in "--cluster a100-hdr|the cluster profile h100-ndr, this command with a100-hdr" \
+    "--gemm fused|--gemm loop, this command with fused"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$BIN/moeperf-layer" $MODEL ${change%%|*} --batch 1,16,64 --quiet --out "$TMP/settings" \
+        --resume 2>"$TMP/settings.err" || rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/settings.err")" -eq 1 ] &&
+        grep -qF -- "${change#*|}" "$TMP/settings.err" ||
+        fail "--resume with ${change%%|*}: exit $rc, $(cat "$TMP/settings.err")"
+    hashes "$TMP/settings" | cmp -s - "$TMP/settings.md5" ||
+        fail "the refused --resume with ${change%%|*} changed the run's files"
+done
+
+# one writer per run directory: two runs started together on one new --out, and a third while the
+# winner still writes: the others exit 2 naming the writer's pid, the winner's rows complete
+LONG="--backend model --cluster h100-ndr --model deepseek-v3 --world 256 --batch 1:4096:x2 --routing uniform,zipf:1.2 --iters 20 --quiet"
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $LONG --out "$TMP/both" 2>"$TMP/both1.err" &
+first=$!
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $LONG --out "$TMP/both" 2>"$TMP/both2.err" &
+second=$!
+for _ in $(seq 600); do # the third once the winner has written a row
+    [ -s "$TMP/both/layer.csv" ] && [ "$(rows "$TMP/both/layer.csv")" -ge 1 ] && break
+    sleep 0.1
+done
+rc3=0
+# shellcheck disable=SC2086
+"$BIN/moeperf-layer" $LONG --out "$TMP/both" --resume 2>"$TMP/both3.err" || rc3=$?
+rc1=0 rc2=0
+wait "$first" || rc1=$?
+wait "$second" || rc2=$?
+case "$rc1 $rc2" in
+"0 2") winner=$first loser=2 ;;
+"2 0") winner=$second loser=1 ;;
+*) fail "two runs on one new --out exited $rc1 and $rc2, expected one 0 and one 2" ;;
+esac
+grep -q "is being written by pid $winner on host " "$TMP/both$loser.err" ||
+    fail "the refused run does not name the writer (pid $winner): $(cat "$TMP/both$loser.err")"
+[ "$rc3" -eq 2 ] && grep -q "is being written by pid $winner on host " "$TMP/both3.err" ||
+    fail "a --resume while the run writes: exit $rc3, $(cat "$TMP/both3.err")"
+[ "$(rows "$TMP/both/layer.csv")" -eq 26 ] ||
+    fail "the writer's rows are not complete: $(rows "$TMP/both/layer.csv") of 26"
 
 # the progress line: on a terminal (script(1) gives the run one), counting the points; never with
 # --quiet nor when stdout is not a terminal

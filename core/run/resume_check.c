@@ -1,0 +1,106 @@
+/* resume_check.c - --resume is refused, before any file is opened for writing, when the run in
+ * --out was made with a setting that changes what its rows mean (resume_check.h). */
+#include "resume_check.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "files.h"
+#include "results.h"
+#include "session.h"
+
+/* One line naming the setting, what the old run had and what this command has. */
+static int differ(const char *dir, const char *setting, const char *was, const char *now)
+{
+    mp_usage("--resume: the run in '%s' was made with %s %s, this command with %s; its rows "
+             "would mean something else than the new ones: give another --out, or --force to "
+             "replace the run", dir, setting, was, now);
+    return MP_ERR_USAGE;
+}
+
+/* The string at j[a] (j[a][b] with b), or NULL. */
+static const char *str_at(const cJSON *j, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b)
+        v = cJSON_GetObjectItemCaseSensitive(v, b);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Compare the string at old[a][b] with `now` when the old run records it. */
+static int same_str(const char *dir, const cJSON *old, const char *a, const char *b,
+                    const char *setting, const char *now)
+{
+    const char *was = str_at(old, a, b);
+    return !was || !now || !strcmp(was, now) ? MP_OK : differ(dir, setting, was, now);
+}
+
+/* A modelled run's cluster profile (note_start in session.c writes its name and parameters):
+ * present in both runs or in neither, with the same name and every parameter equal. */
+static int same_cluster(const struct mp_session *s, const cJSON *old)
+{
+    const char *dir = s->o.out;
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(old, "cluster");
+    if (!cl != !s->modelled)
+        return differ(dir, "the cluster profile", cl ? str_at(old, "cluster", "name") : "none",
+                      s->modelled ? s->cluster.name : "none (a measured run)");
+    if (!cl)
+        return MP_OK;
+    int rc = same_str(dir, old, "cluster", "name", "the cluster profile", s->cluster.name);
+    for (int i = 0; i < mp_cluster_nparams && rc == MP_OK; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cl, mp_cluster_params[i].key);
+        const double *p = mp_cluster_param_ptr((struct mp_cluster *)&s->cluster, i);
+        double now = p ? *p : (double)s->cluster.gpus_per_node;
+        if (!cJSON_IsNumber(v) || v->valuedouble == now)
+            continue;
+        char setting[96], was[48], is[48];
+        snprintf(setting, sizeof setting, "the cluster profile's %s", mp_cluster_params[i].key);
+        snprintf(was, sizeof was, "%.17g", v->valuedouble);
+        snprintf(is, sizeof is, "%.17g", now);
+        rc = differ(dir, setting, was, is);
+    }
+    return rc;
+}
+
+int mp_resume_check_settings(const struct mp_session *s)
+{
+    const char *dir = s->o.out;
+    char *path = mp_path_join(dir, "run.json");
+    char *text = path ? mp_read_file(path, NULL) : NULL;
+    free(path);
+    cJSON *old = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!old)
+        return MP_OK; /* check_out_dir has refused a run.json it cannot read */
+    cJSON *now = mp_runjson_new(s->tool, 0, NULL);
+    char bytes[24];
+    snprintf(bytes, sizeof bytes, "%d", (int)s->cops->elem_size);
+    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(old, "libraries");
+    const cJSON *eb = cJSON_GetObjectItemCaseSensitive(ob, "compute_elem_bytes");
+    char was_bytes[24];
+    snprintf(was_bytes, sizeof was_bytes, "%d", cJSON_IsNumber(eb) ? (int)eb->valuedouble : 0);
+    int rc = same_str(dir, old, "libraries", "compute", "--backend", s->cops->name);
+    if (rc == MP_OK)
+        rc = same_str(dir, old, "libraries", "comm", "--comm", s->comm->ops->name);
+    if (rc == MP_OK && cJSON_IsNumber(eb) && strcmp(was_bytes, bytes) != 0)
+        rc = differ(dir, "compute elements of bytes:", was_bytes, bytes);
+    if (rc == MP_OK)
+        rc = same_cluster(s, old);
+    if (rc == MP_OK)
+        rc = same_str(dir, old, "gemm", NULL, "--gemm", s->o.gemm);
+    if (rc == MP_OK)
+        rc = same_str(dir, old, "git_revision", NULL, "the moeperf revision",
+                      str_at(now, "git_revision", NULL));
+    static const char *const build[] = {"type", "compiler", "features"};
+    for (int i = 0; i < 3 && rc == MP_OK; i++) {
+        char setting[48];
+        snprintf(setting, sizeof setting, "the build's %s", build[i]);
+        rc = same_str(dir, old, "build", build[i], setting, str_at(now, "build", build[i]));
+    }
+    cJSON_Delete(now);
+    cJSON_Delete(old);
+    return rc;
+}
