@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "dedup.h"
 #include "error.h"
+#include "format.h"
 #include "capacity_plan.h"
 #include "plan_answer.h"
 #include "plan_console.h"
@@ -137,6 +138,8 @@ static int run_calibrate(struct plan_opts *o, char **dirs, int ndirs)
         mp_usage("--calibrate: --out FILE is needed for the fitted profile");
         return MP_ERR_USAGE;
     }
+    if (mp_output_check("--out", o->b.out, (const char *const *)dirs, ndirs, NULL) != MP_OK)
+        return MP_ERR_USAGE;
     if (mp_cluster_resolve(o->b.cluster ? o->b.cluster : default_base(dirs[0]), &base) != MP_OK)
         return MP_ERR_USAGE;
     int rc = mp_calib_load((const char *const *)dirs, ndirs, &base, &set);
@@ -160,9 +163,11 @@ static int run_calibrate(struct plan_opts *o, char **dirs, int ndirs)
                    mp_cluster_params[i].unit,
                    frozen[i] ? "(not fitted: the runs do not exercise it)" : "(fitted)");
         }
-        FILE *f = fopen(o->b.out, "w");
+        /* written beside it, and renamed over it once whole */
+        char *tmp = mp_format("%s.tmp", o->b.out);
+        FILE *f = tmp ? fopen(tmp, "w") : NULL;
         if (!f) {
-            mp_usage("--out: cannot write '%s'", o->b.out);
+            mp_usage("--out: cannot write '%s'", tmp ? tmp : o->b.out);
             rc = MP_ERR_USAGE;
         } else {
             fprintf(f, "# fitted by moeperf-plan --calibrate to %d points of:", set.n);
@@ -176,10 +181,20 @@ static int run_calibrate(struct plan_opts *o, char **dirs, int ndirs)
                         100 * e.median[CAL_LAYER_LAYER], 100 * e.worst[CAL_LAYER_LAYER],
                         e.n[CAL_LAYER_LAYER]);
             rc = mp_cluster_write(&fit, f);
-            if (fclose(f) != 0)
+            if (fclose(f) != 0 && rc == MP_OK) {
+                mp_error("--out: cannot write '%s': %s", tmp, strerror(errno));
                 rc = MP_ERR_RUNTIME;
-            printf("# profile written to %s\n", o->b.out);
+            }
+            if (rc == MP_OK && rename(tmp, o->b.out) != 0) {
+                mp_error("--out: cannot rename '%s' to '%s': %s", tmp, o->b.out, strerror(errno));
+                rc = MP_ERR_RUNTIME;
+            }
+            if (rc != MP_OK)
+                unlink(tmp);
+            else
+                printf("# profile written to %s\n", o->b.out);
         }
+        free(tmp);
     }
     mp_calib_free(&set);
     return rc;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -122,9 +123,12 @@ static int build_lists(const struct plan_opts *o, struct mp_plan_req *q, struct 
 
 int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l)
 {
-    if (o->validation && access(o->validation, R_OK) != 0) {
+    struct stat vst;
+    errno = 0;
+    if (o->validation && (access(o->validation, R_OK) != 0 || stat(o->validation, &vst) != 0 ||
+                          !S_ISREG(vst.st_mode))) {
         mp_usage("--validation '%s': %s (a table of ci/validate --summary)", o->validation,
-                 strerror(errno));
+                 errno ? strerror(errno) : "not a file");
         return MP_ERR_USAGE;
     }
     if (!o->b.cluster) {

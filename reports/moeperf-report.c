@@ -509,8 +509,9 @@ static int make_parent(const char *path, const char *flag)
     return dir[0] ? mp_mkdir_p(dir, flag) : MP_OK;
 }
 
-/* The outputs asked for are usable: at least one RUN_DIR, --out and/or --md, --md ending in .md. */
-static int check_outputs(const struct report_opts *o, int ndirs)
+/* The outputs asked for are usable: at least one RUN_DIR, --out and/or --md, --md ending in .md,
+ * neither of them an input, a file of a run or the other (mp_output_check). */
+static int check_outputs(const struct report_opts *o, char **dirs, int ndirs)
 {
     if (ndirs == 0) {
         mp_usage("no RUN_DIR given; usage: moeperf-report RUN_DIR... --out FILE.html [--md FILE.md]");
@@ -527,6 +528,11 @@ static int check_outputs(const struct report_opts *o, int ndirs)
             return MP_ERR_USAGE;
         }
     }
+    const char *const *in = (const char *const *)dirs;
+    if (o->out && mp_output_check("--out", o->out, in, ndirs, o->md) != MP_OK)
+        return MP_ERR_USAGE;
+    if (o->md && mp_output_check("--md", o->md, in, ndirs, o->out) != MP_OK)
+        return MP_ERR_USAGE;
     return MP_OK;
 }
 
@@ -828,7 +834,7 @@ int main(int argc, char **argv)
     }
     if (rc != MP_OK)
         return MP_ERR_USAGE;
-    rc = check_outputs(&o, ndirs);
+    rc = check_outputs(&o, dirs, ndirs);
     if (rc == MP_OK)
         rc = load_runs(&st, dirs, ndirs);
     if (rc == MP_OK)

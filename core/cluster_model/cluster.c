@@ -209,6 +209,10 @@ static int cluster_file_param(const char *path, int ln, const char *key, const c
         mp_usage("cluster file %s line %d: unknown key '%s' (accepted: %s)", path, ln, key, keys);
         return MP_ERR_USAGE;
     }
+    if (seen[idx]) { /* the last would win without a word */
+        mp_usage("cluster file %s line %d: key '%s' appears twice", path, ln, key);
+        return MP_ERR_USAGE;
+    }
     char *end;
     errno = 0;
     double v = strtod(val, &end);
@@ -227,7 +231,7 @@ static int cluster_file_lines(FILE *f, const char *path, struct mp_cluster *c, i
                               int *has_base, char *name)
 {
     char line[1024];
-    int rc = MP_OK;
+    int rc = MP_OK, dup[2] = {0, 0}; /* base and name seen */
     for (int pass = 0; pass < 2 && rc == MP_OK; pass++) {
         rewind(f);
         for (int ln = 1; fgets(line, sizeof line, f) && rc == MP_OK; ln++) {
@@ -238,6 +242,14 @@ static int cluster_file_lines(FILE *f, const char *path, struct mp_cluster *c, i
             if (kv < 0) {
                 mp_usage("cluster file %s line %d: expected key=value", path, ln);
                 return MP_ERR_USAGE;
+            }
+            if (pass == 0 && (!strcmp(key, "base") || !strcmp(key, "name"))) {
+                int *once = !strcmp(key, "base") ? &dup[0] : &dup[1];
+                if (*once) {
+                    mp_usage("cluster file %s line %d: key '%s' appears twice", path, ln, key);
+                    return MP_ERR_USAGE;
+                }
+                *once = 1;
             }
             if (!strcmp(key, "base")) {
                 if (pass == 0 && !find_preset(val, c)) {

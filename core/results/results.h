@@ -96,6 +96,14 @@ int mp_csv_filter(const char *dir, const char *name, int nkey, const struct mp_k
 /* mkdir -p. Errors name `flag` (e.g. "--out") and the path; returns MP_ERR_USAGE. */
 int mp_mkdir_p(const char *path, const char *flag);
 
+/* An output file `path`, given as `flag`, checked before anything is read or written: refused
+ * (MP_ERR_USAGE after one line) when it is a directory, the same file as one of inputs[0..n)
+ * (each a file or a run directory), a file a run wrote (run.json, a CSV file or the lock of a
+ * directory holding a run.json), or the same file as `other` (another output of the command, or
+ * NULL). "The same" is decided by realpath and by device and inode (hard links included). */
+int mp_output_check(const char *flag, const char *path, const char *const *inputs, int n,
+                    const char *other);
+
 /* A new run.json object: tool, version, git revision, build configuration (features, compiler,
  * build type), argv, start time (ISO 8601 UTC), host name, timer kind, the NCCL_* / UCX_* / OMPI_*
  * / OPENBLAS_* environment, and the hwloc topology summary when built with hwloc. */

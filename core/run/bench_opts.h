@@ -25,12 +25,12 @@ extern const char *const mp_cpu_bind_choices[];
 #define MP_OPT_MODEL(def)                                                                          \
     {"model", MP_OPT_STRING, MP_O(model), def, MP_NOLIMIT, NULL, "NAME|FILE",                      \
      "model preset (listed above) or a key=value model file"}
-#define MP_OPT_EXPERTS {"experts", MP_OPT_INT, MP_O(experts), NULL, 1, 65536, NULL, NULL, "override the expert count E"}
-#define MP_OPT_TOPK {"topk", MP_OPT_INT, MP_O(topk), NULL, 1, 1024, NULL, NULL, "override top-k K"}
-#define MP_OPT_SHARED {"shared", MP_OPT_INT, MP_O(shared), NULL, 0, 64, NULL, NULL, "override the shared-expert count"}
-#define MP_OPT_HIDDEN {"hidden", MP_OPT_INT, MP_O(hidden), NULL, 1, 1 << 20, NULL, NULL, "override the hidden size H"}
-#define MP_OPT_FFN {"ffn", MP_OPT_INT, MP_O(ffn), NULL, 1, 1 << 22, NULL, NULL, "override the expert FFN dimension D"}
-#define MP_OPT_LAYERS {"layers", MP_OPT_INT, MP_O(layers), NULL, 1, 1024, NULL, NULL, "override the MoE layer count"}
+#define MP_OPT_EXPERTS {"experts", MP_OPT_INT, MP_O(experts), NULL, 1, MP_MODEL_EXPERTS_MAX, NULL, NULL, "override the expert count E"}
+#define MP_OPT_TOPK {"topk", MP_OPT_INT, MP_O(topk), NULL, 1, MP_MODEL_TOPK_MAX, NULL, NULL, "override top-k K"}
+#define MP_OPT_SHARED {"shared", MP_OPT_INT, MP_O(shared), NULL, 0, MP_MODEL_SHARED_MAX, NULL, NULL, "override the shared-expert count"}
+#define MP_OPT_HIDDEN {"hidden", MP_OPT_INT, MP_O(hidden), NULL, 1, MP_MODEL_HIDDEN_MAX, NULL, NULL, "override the hidden size H"}
+#define MP_OPT_FFN {"ffn", MP_OPT_INT, MP_O(ffn), NULL, 1, MP_MODEL_FFN_MAX, NULL, NULL, "override the expert FFN dimension D"}
+#define MP_OPT_LAYERS {"layers", MP_OPT_INT, MP_O(layers), NULL, 1, MP_MODEL_LAYERS_MAX, NULL, NULL, "override the MoE layer count"}
 /* Workload: the sweep */
 #define MP_OPT_BATCH(def)                                                                          \
     {"batch", MP_OPT_INT_LIST, MP_O(batch), def, 1, 1 << 24, NULL, "LIST",                         \

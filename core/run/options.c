@@ -231,6 +231,13 @@ int mp_list_parse(const char *text, int with_suffix, const char *what, struct mp
         item = comma + 1;
     }
     free(copy);
+    for (int i = 0; i < out->n && rc == MP_OK; i++) /* a point twice would be two rows, one key */
+        for (int j = 0; j < i && rc == MP_OK; j++)
+            if (out->v[j] == out->v[i]) {
+                mp_usage("%s: '%s' gives %lld twice; give each value once", what, text,
+                         out->v[i]);
+                rc = MP_ERR_USAGE;
+            }
     if (rc != MP_OK)
         mp_list_free(out);
     return rc;
@@ -323,6 +330,11 @@ static int parse_strlist(const struct mp_opt *o, const char *val, const char *wh
             refuse_choice(o, what, w);
             goto fail;
         }
+        for (int j = 0; j < out->n - 1; j++)
+            if (!strcmp(out->v[j], w)) {
+                mp_usage("%s: '%s' gives %s twice; give each value once", what, val, w);
+                goto fail;
+            }
         if (!comma)
             break;
         item = comma + 1;

@@ -10,7 +10,6 @@
 #include "error.h"
 #include "files.h"
 #include "results.h"
-#include "session.h"
 
 /* One line naming the setting, what the old run had and what this command has. */
 static int differ(const char *dir, const char *setting, const char *was, const char *now)
@@ -40,34 +39,35 @@ static int same_str(const char *dir, const cJSON *old, const char *a, const char
 
 /* A modelled run's cluster profile (note_start in session.c writes its name and parameters):
  * present in both runs or in neither, with the same name and every parameter equal. */
-static int same_cluster(const struct mp_session *s, const cJSON *old)
+static int same_cluster(const struct mp_resume_settings *s, const cJSON *old)
 {
-    const char *dir = s->o.out;
+    const char *dir = s->dir;
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(old, "cluster");
-    if (!cl != !s->modelled)
+    if (!cl != !s->cluster)
         return differ(dir, "the cluster profile", cl ? str_at(old, "cluster", "name") : "none",
-                      s->modelled ? s->cluster.name : "none (a measured run)");
+                      s->cluster ? s->cluster->name : "none (a measured run)");
     if (!cl)
         return MP_OK;
-    int rc = same_str(dir, old, "cluster", "name", "the cluster profile", s->cluster.name);
+    struct mp_cluster now = *s->cluster; /* mp_cluster_param_ptr reads a writable profile */
+    int rc = same_str(dir, old, "cluster", "name", "the cluster profile", now.name);
     for (int i = 0; i < mp_cluster_nparams && rc == MP_OK; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cl, mp_cluster_params[i].key);
-        const double *p = mp_cluster_param_ptr((struct mp_cluster *)&s->cluster, i);
-        double now = p ? *p : (double)s->cluster.gpus_per_node;
-        if (!cJSON_IsNumber(v) || v->valuedouble == now)
+        const double *p = mp_cluster_param_ptr(&now, i);
+        double value = p ? *p : (double)now.gpus_per_node;
+        if (!cJSON_IsNumber(v) || v->valuedouble == value)
             continue;
         char setting[96], was[48], is[48];
         snprintf(setting, sizeof setting, "the cluster profile's %s", mp_cluster_params[i].key);
         snprintf(was, sizeof was, "%.17g", v->valuedouble);
-        snprintf(is, sizeof is, "%.17g", now);
+        snprintf(is, sizeof is, "%.17g", value);
         rc = differ(dir, setting, was, is);
     }
     return rc;
 }
 
-int mp_resume_check_settings(const struct mp_session *s)
+int mp_resume_check_settings(const struct mp_resume_settings *s)
 {
-    const char *dir = s->o.out;
+    const char *dir = s->dir;
     char *path = mp_path_join(dir, "run.json");
     char *text = path ? mp_read_file(path, NULL) : NULL;
     free(path);
@@ -77,20 +77,20 @@ int mp_resume_check_settings(const struct mp_session *s)
         return MP_OK; /* check_out_dir has refused a run.json it cannot read */
     cJSON *now = mp_runjson_new(s->tool, 0, NULL);
     char bytes[24];
-    snprintf(bytes, sizeof bytes, "%d", (int)s->cops->elem_size);
+    snprintf(bytes, sizeof bytes, "%d", s->elem_bytes);
     const cJSON *ob = cJSON_GetObjectItemCaseSensitive(old, "libraries");
     const cJSON *eb = cJSON_GetObjectItemCaseSensitive(ob, "compute_elem_bytes");
     char was_bytes[24];
     snprintf(was_bytes, sizeof was_bytes, "%d", cJSON_IsNumber(eb) ? (int)eb->valuedouble : 0);
-    int rc = same_str(dir, old, "libraries", "compute", "--backend", s->cops->name);
+    int rc = same_str(dir, old, "libraries", "compute", "--backend", s->backend);
     if (rc == MP_OK)
-        rc = same_str(dir, old, "libraries", "comm", "--comm", s->comm->ops->name);
+        rc = same_str(dir, old, "libraries", "comm", "--comm", s->comm);
     if (rc == MP_OK && cJSON_IsNumber(eb) && strcmp(was_bytes, bytes) != 0)
         rc = differ(dir, "compute elements of bytes:", was_bytes, bytes);
     if (rc == MP_OK)
         rc = same_cluster(s, old);
     if (rc == MP_OK)
-        rc = same_str(dir, old, "gemm", NULL, "--gemm", s->o.gemm);
+        rc = same_str(dir, old, "gemm", NULL, "--gemm", s->gemm);
     if (rc == MP_OK)
         rc = same_str(dir, old, "git_revision", NULL, "the moeperf revision",
                       str_at(now, "git_revision", NULL));

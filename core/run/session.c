@@ -250,7 +250,14 @@ static int check_out_dir(struct mp_session *s, const char *tool)
         return MP_ERR_USAGE;
     }
     s->out_replace = s->o.force;
-    return s->o.resume ? mp_resume_check_settings(s) : MP_OK;
+    if (!s->o.resume)
+        return MP_OK;
+    struct mp_resume_settings now = {.dir = dir, .tool = tool, .backend = s->cops->name,
+                                     .comm = s->comm->ops->name,
+                                     .elem_bytes = (int)s->cops->elem_size,
+                                     .cluster = s->modelled ? &s->cluster : NULL,
+                                     .gemm = s->o.gemm};
+    return mp_resume_check_settings(&now);
 }
 
 /* The memory kinds of backends, as predicates for the messages that name the built ones. */

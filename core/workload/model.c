@@ -429,6 +429,14 @@ static int model_file_value(struct model_file *mf, int lineno, int k, const char
                      value, min ? "positive" : "non-negative", key);
             return MP_ERR_USAGE;
         }
+        static const long max[K_REQUIRED] = {MP_MODEL_HIDDEN_MAX, MP_MODEL_FFN_MAX,
+                                             MP_MODEL_EXPERTS_MAX, MP_MODEL_TOPK_MAX,
+                                             MP_MODEL_SHARED_MAX, MP_MODEL_LAYERS_MAX};
+        if (k < K_REQUIRED && mf->val[k] > max[k]) { /* the flag's range (--experts ...) */
+            mp_usage("model file %s line %d: '%s' for '%s' is above %ld, the most --%s takes",
+                     path, lineno, value, key, max[k], key);
+            return MP_ERR_USAGE;
+        }
     }
     return MP_OK;
 }

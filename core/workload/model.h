@@ -5,6 +5,16 @@
 
 #include <stddef.h>
 
+/* The largest value of each shape field, one table for the flags (--experts ..., core/run/
+ * bench_opts.h) and model files (key experts ...): beyond them a layer does not fit in memory or
+ * the work grows past a minute on a workstation. The smallest is 1 (shared: 0). */
+#define MP_MODEL_HIDDEN_MAX (1 << 20)
+#define MP_MODEL_FFN_MAX (1 << 22)
+#define MP_MODEL_EXPERTS_MAX 65536
+#define MP_MODEL_TOPK_MAX 1024
+#define MP_MODEL_SHARED_MAX 64
+#define MP_MODEL_LAYERS_MAX 1024
+
 struct mp_model {
     char name[64];
     int hidden;  /* H */

@@ -59,7 +59,8 @@ roof = next(e for k, e in json.load(open(sys.argv[1] + "/run.json")).items() if 
 by = {}
 for r in csv.DictReader(open(sys.argv[1] + "/ffn.csv")):
     want = roof["peak_gflops_fp8"] if r["weight_dtype"] == "fp8" else roof["peak_gflops"]
-    assert abs(float(r["peak_GFLOPs"]) - want) <= 1e-6 * want, (r["weight_dtype"], r["peak_GFLOPs"], want)
+    # the CSV's 6 significant digits (%.6g): within half a unit of the sixth, 5e-6 of the value
+    assert abs(float(r["peak_GFLOPs"]) - want) <= 5e-6 * want, (r["weight_dtype"], r["peak_GFLOPs"], want)
     a = int(r["active_experts"])
     per = 3 * H * D * 2 if r["weight_dtype"] == "bf16" else 3 * H * D + 4 * 3 * math.ceil(H / 128) * math.ceil(D / 128)
     assert int(r["weight_bytes"]) == a * per, (r["weight_dtype"], r["weight_bytes"], a * per)

@@ -499,4 +499,22 @@ for target in 1e9 1e15; do
         END { if (!ok) { print "--throughput " t ": no closest candidate with a positive GPU count of TP x EP x replicas"; exit 1 } }' ||
         fail "$(grep '^closest' "$TMP/huge")"
 done
+# refused with one line, exit 2: a profile key given twice (the last would win), model files beyond
+# the flags' ranges, --validation a directory, a list value given twice
+printf 'base = h100-ndr\nflops_eff = 0.5\nflops_eff = 0.6\n' >"$TMP/twice.ini"
+printf 'base = seed-k3\nexperts = 2000000000\n' >"$TMP/experts.model"
+printf 'base = seed-k3\nlayers = 2000\n' >"$TMP/layers.model"
+printf 'base = seed-k3\ntopk = 100000\n' >"$TMP/topk.model"
+for c in "--cluster $TMP/twice.ini|key 'flops_eff' appears twice" \
+    "--cluster h100-ndr --model $TMP/experts.model|above 65536, the most --experts takes" \
+    "--cluster h100-ndr --model $TMP/layers.model|above 1024, the most --layers takes" \
+    "--cluster h100-ndr --model $TMP/topk.model|above 1024, the most --topk takes" \
+    "--cluster h100-ndr --validation $TMP|--validation '$TMP': not a file" \
+    "--cluster h100-ndr --batch 16,16|--batch: '16,16' gives 16 twice"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$PLAN" ${c%%|*} --quiet >/dev/null 2>"$TMP/refused.err" || rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/refused.err")" -eq 1 ] && grep -qF -- "${c#*|}" "$TMP/refused.err" ||
+        fail "${c%%|*}: exit $rc, expected 2 and one line naming '${c#*|}': $(cat "$TMP/refused.err")"
+done
 echo PASS

@@ -140,7 +140,7 @@ static void test_values(void)
         "--timeout", "2.25",
         "--buf", "64KiB",
         "--backend=cuda",
-        "--batch", "1:128:x2,200,8:32:+8,3:5",
+        "--batch", "1:128:x2,200,12:36:+8,5:7",
         "--bytes", "1K,4K:16K:x2,1M:3M:+1M",
         "--routing", "zipf:1.2,hot:4:15,gate,gate:noise",
         "--world", "8",
@@ -157,8 +157,8 @@ static void test_values(void)
     CHECK_NEAR(o.timeout, 2.25, 0);
     CHECK_INT(o.buf, 65536);
     CHECK_STR(o.backend, "cuda");
-    check_list(&o.batch, (const long long[]){1, 2, 4, 8, 16, 32, 64, 128, 200, 8, 16, 24, 32, 3, 4,
-                                             5},
+    check_list(&o.batch, (const long long[]){1, 2, 4, 8, 16, 32, 64, 128, 200, 12, 20, 28, 36, 5, 6,
+                                             7},
                16);
     check_list(&o.bytes, (const long long[]){1024, 4096, 8192, 16384, 1048576, 2097152, 3145728},
                7);
@@ -200,6 +200,11 @@ static void test_errors(void)
     expect_error((const char *[]){"--foo", NULL}, "unknown flag --foo (see --help)");
     expect_error((const char *[]){"--foo=3", NULL}, "unknown flag --foo (see --help)");
     expect_error((const char *[]){"-x", NULL}, "unknown flag -x (see --help)");
+    /* a value twice would be two points of one key */
+    expect_error((const char *[]){"--batch", "16,1:32:x2", NULL},
+                 "--batch: '16,1:32:x2' gives 16 twice; give each value once");
+    expect_error((const char *[]){"--routing", "gate,zipf:1.2,gate", NULL},
+                 "--routing: 'gate,zipf:1.2,gate' gives gate twice; give each value once");
     expect_error((const char *[]){"--iters", "abc", NULL}, "--iters: 'abc' is not an integer");
     expect_error((const char *[]){"--iters", "12x", NULL}, "--iters: '12x' is not an integer");
     expect_error((const char *[]){"--iters", "", NULL}, "--iters: '' is not an integer");
