@@ -527,6 +527,25 @@ static int check_dedup(const struct mp_session *s, int moe)
     return MP_OK;
 }
 
+/* --routing and --placement with the uniform pattern: their defaults alone (uniform, contiguous),
+ * as it sends --bytes to every peer and routes nothing; any other entry would be ignored without
+ * a word. Refuses with MP_ERR_USAGE. */
+static int check_routing(const struct mp_session *s, int moe)
+{
+    const struct {
+        const char *flag, *only;
+        const struct mp_strlist *l;
+    } f[] = {{"--routing", "uniform", &s->o.routing}, {"--placement", "contiguous", &s->o.placement}};
+    for (int k = 0; k < 2 && !moe; k++)
+        for (int i = 0; i < f[k].l->n; i++)
+            if (strcmp(f[k].l->v[i], f[k].only) != 0) {
+                mp_usage("%s %s: the uniform pattern sends --bytes to every peer and routes "
+                         "nothing; use --pattern moe with it", f[k].flag, f[k].l->v[i]);
+                return MP_ERR_USAGE;
+            }
+    return MP_OK;
+}
+
 /* --dispatch-dtype: bf16 or fp8 with --pattern moe; the uniform pattern sends --bytes per peer as
  * given and has no rows to put in a type, so it takes bf16 (the default) alone. Refuses with
  * MP_ERR_USAGE. */
@@ -679,6 +698,7 @@ int main(int argc, char **argv)
     r.moe = strcmp(s.o.pattern, "moe") == 0;
     MP_CHECK(mp_session_layouts(&s, &layouts, &nlayouts));
     MP_CHECK(check_dedup(&s, r.moe));
+    MP_CHECK(check_routing(&s, r.moe));
     MP_CHECK(check_dispatch_dtype(&s, r.moe));
     MP_CHECK(check_overlap(&s, r.moe));
     MP_CHECK(mp_session_refuse_unsupported(&s));

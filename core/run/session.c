@@ -552,6 +552,11 @@ int mp_session_start(struct mp_session *s, const char *tool, const struct mp_opt
     s->comm->inject_delay_us = s->o.inject_delay_us > 0 ? s->o.inject_delay_us : 0;
     s->comm->timeout_s = s->o.timeout > 0 ? s->o.timeout : 0;
     mp_log_init(tool, s->comm->rank);
+    if (!s->modelled && s->o.world > 0 && s->o.world != s->comm->size) { /* every rank alike */
+        mp_usage("--world %d: sets the virtual ranks of --backend model; this measured run has the "
+                 "%d rank(s) its launcher started (mpirun -np)", s->o.world, s->comm->size);
+        return MP_ERR_USAGE;
+    }
     if (s->o.out) {
         rc = open_out(s, tool, argc, argv);
         if (rc != MP_OK)

@@ -30,6 +30,10 @@ expect --frobnicate --frobnicate 3
 expect --iters $SMALL --iters 0
 expect --batch $SMALL --batch abc
 expect --batch $SMALL --batch 8:2
+expect "gives 16 twice" $SMALL --batch 16,1:16:x2
+expect "--world 8: sets the virtual ranks of --backend model" $SMALL --world 8
+TOOL=moeperf-a2a expect "--routing zipf:1.2: the uniform pattern" --bytes 1K --iters 1 --routing zipf:1.2
+TOOL=moeperf-a2a expect "--placement round-robin: the uniform pattern" --bytes 1K --iters 1 --placement round-robin
 expect --tokens-per-rank $SMALL --tokens-per-rank 4
 expect --tokens-per-rank --hidden 32 --ffn 32 --iters 1 --tokens-per-rank 0
 expect --expert-cache $SMALL --experts 8 --expert-cache 0

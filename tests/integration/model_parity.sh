@@ -120,9 +120,12 @@ check_flag() {
 }
 
 # options ARGS...: the option names ARGS set, a --no-X counted as X, --tokens-per-rank as --batch
-# (they are refused together), one line each
+# and --force as --resume (each pair is refused together), --placement as --layout (eplb:2 has no
+# room on tp2ep1), one line each
 options() {
-    printf '%s\n' "$@" | grep -E '^--' | sed 's/^--no-/--/; s/^--tokens-per-rank$/--batch/' | sort -u
+    printf '%s\n' "$@" | grep -E '^--' |
+        sed 's/^--no-/--/; s/^--tokens-per-rank$/--batch/; s/^--force$/--resume/;
+             s/^--placement$/--layout/' | sort -u
 }
 
 # base_for TBASE ARGS: TBASE without its --batch where ARGS count tokens per rank instead
