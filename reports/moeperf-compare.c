@@ -794,6 +794,15 @@ int main(int argc, char **argv)
         rc = MP_ERR_USAGE;
         goto out;
     }
+    struct stat sb, sn;
+    if (stat(pos[0], &sb) == 0 && stat(pos[1], &sn) == 0 && sb.st_dev == sn.st_dev &&
+        sb.st_ino == sn.st_ino) {
+        mp_usage("BASE_DIR and NEW_DIR are the same directory ('%s'): a run compared with itself "
+                 "shows no change whatever it measured; give the runs before and after the change",
+                 pos[1]);
+        rc = MP_ERR_USAGE;
+        goto out;
+    }
     int gate_all = strcmp(o.gate, "all") == 0;
     struct mp_cmp_opts co = {o.threshold / 100.0, o.alpha,
                              strcmp(o.tool, "auto") == 0 ? NULL : o.tool,

@@ -2,7 +2,7 @@
 # compare.sh - moeperf-compare finds a run slowed on purpose: moeperf-layer on 2 ranks against the
 # same sweep with --inject-delay-us exits 3 with every point's layer_us (and comm_us) marked
 # regression; compare.csv, compare.md, compare.junit.xml (and compare.svg) parse; a run compared
-# with itself is unchanged; too few samples are inconclusive (--strict fails them); usage errors
+# with a copy of itself is unchanged, and with itself refused; too few samples are inconclusive (--strict fails them); usage errors
 # exit 2; without --out the files go beside the new run (NEW_DIR-compare), not into the directory
 # it runs from.
 . "$(dirname "$0")/lib.sh"
@@ -122,8 +122,10 @@ st=0
 [ "$(awk -F, 'NR > 1 && /,layer_us,/ && /,improvement,/' "$TMP/rev/compare.csv" | wc -l)" = "$POINTS" ] ||
     fail "slow vs base: layer_us is not an improvement at every point"
 
-# ---- a run against itself: identical samples, p = 1, exit 0 ----
-"$CMP" "$TMP/base" "$TMP/base" --out "$TMP/self" --no-svg >/dev/null 2>&1 || fail "base vs itself: exit $?"
+# ---- a run against a copy of itself: identical samples, p = 1, exit 0 (the same directory on
+# both sides is refused, below) ----
+cp -r "$TMP/base" "$TMP/base-copy"
+"$CMP" "$TMP/base" "$TMP/base-copy" --out "$TMP/self" --no-svg >/dev/null 2>&1 || fail "base vs itself: exit $?"
 bad=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
                $c["verdict"] != "unchanged" || $c["p_value"] != 1 || $c["change_pct"] != 0' "$TMP/self/compare.csv")
 [ -z "$bad" ] || fail "base vs itself: rows not unchanged with p = 1: $bad"
@@ -168,8 +170,15 @@ mkdir -p "$TMP/cwd"
 [ -z "$(ls -A "$TMP/cwd")" ] || fail "moeperf-compare without --out wrote into its working directory: $(ls -A "$TMP/cwd")"
 [ -f "$TMP/slow-compare/compare.csv" ] || fail "moeperf-compare without --out: no slow-compare/compare.csv beside the new run"
 # a NEW_DIR without a name of its own (".") is resolved to the directory it names
-(cd "$TMP/base" && "$CMP" --quiet --no-svg "$TMP/base" .) >/dev/null || fail "moeperf-compare base . exited $?"
-[ -f "$TMP/base-compare/compare.csv" ] && [ ! -e "$TMP/base/compare.csv" ] ||
-    fail "moeperf-compare with NEW_DIR . did not write base-compare/ beside it"
-echo "default --out: slow-compare/ and base-compare/ beside the new runs, nothing in the working directory"
+(cd "$TMP/base-copy" && "$CMP" --quiet --no-svg "$TMP/base" .) >/dev/null ||
+    fail "moeperf-compare base . exited $?"
+[ -f "$TMP/base-copy-compare/compare.csv" ] && [ ! -e "$TMP/base-copy/compare.csv" ] ||
+    fail "moeperf-compare with NEW_DIR . did not write base-copy-compare/ beside it"
+echo "default --out: slow-compare/ and base-copy-compare/ beside the new runs, nothing in the working directory"
+
+# a run compared with itself (the same directory, by another path too) is refused, writing nothing
+rc=0
+"$CMP" "$TMP/base" "$TMP/base/." --out "$TMP/self-same" 2>"$TMP/self.err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "BASE_DIR and NEW_DIR are the same directory" "$TMP/self.err" &&
+    [ ! -e "$TMP/self-same" ] || fail "a run compared with itself: exit $rc, $(cat "$TMP/self.err")"
 echo PASS
