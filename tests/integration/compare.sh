@@ -11,9 +11,10 @@ CMP=$BUILD/reports/moeperf-compare
 
 ARGS="--experts 8 --topk 2 --shared 0 --hidden 256 --ffn 512 --batch 4,32 --warmup 3 --iters 30 --quiet"
 POINTS=2
-# 2 ms before each of the two all-to-alls of a layer: +4 ms on layers of 0.3-0.7 ms (1-2 ms when
-# other jobs load the host), beyond the 2x that a busy neighbour can cost a whole run
-DELAY=2000
+# 20 ms before each of the two all-to-alls of a layer: +40 ms on layers of 0.3-0.7 ms (9-14 ms,
+# with every sample's spread near 100 %, beside a sanitizer build of the stand-in on two cores,
+# where +4 ms fell within the noise rule), beyond the 2x that a busy neighbour can cost a whole run
+DELAY=20000
 # Waiting ranks yield the core: with spinning ranks a busy neighbour can put both ranks on one core
 # and stretch every exchange to a scheduler time slice (20-40 ms layers seen here), which would
 # swamp any delay. The comparison, not the MPI latency, is under test.
