@@ -53,6 +53,11 @@ static int run_file(const char *real)
     return stat(dir, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static int same_inode(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 /* Whether the file of st is input `in` itself or, when `in` is a directory, one of the files in
  * it (a hard link to a run's file, made elsewhere, is still that file). */
 static int same_file(const struct stat *st, const char *in)
@@ -60,7 +65,7 @@ static int same_file(const struct stat *st, const char *in)
     struct stat is;
     if (stat(in, &is) != 0)
         return 0;
-    if (is.st_dev == st->st_dev && is.st_ino == st->st_ino)
+    if (same_inode(&is, st))
         return 1;
     if (!S_ISDIR(is.st_mode))
         return 0;
@@ -69,8 +74,7 @@ static int same_file(const struct stat *st, const char *in)
     int same = 0;
     while (d && !same && (e = readdir(d)) != NULL) {
         char *p = mp_path_join(in, e->d_name);
-        same = p && stat(p, &is) == 0 && S_ISREG(is.st_mode) && is.st_dev == st->st_dev &&
-               is.st_ino == st->st_ino;
+        same = p && stat(p, &is) == 0 && S_ISREG(is.st_mode) && same_inode(&is, st);
         free(p);
     }
     if (d)
@@ -104,8 +108,7 @@ int mp_output_check(const char *flag, const char *path, const char *const *input
     }
     if (other) {
         resolve(other, in);
-        if (!strcmp(in, real) || (exists && stat(other, &is) == 0 && is.st_dev == st.st_dev &&
-                                  is.st_ino == st.st_ino)) {
+        if (!strcmp(in, real) || (exists && stat(other, &is) == 0 && same_inode(&is, &st))) {
             mp_usage("%s '%s': is also another output of this command ('%s'); give each its own "
                      "file", flag, path, other);
             return MP_ERR_USAGE;

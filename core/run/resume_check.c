@@ -76,17 +76,17 @@ int mp_resume_check_settings(const struct mp_resume_settings *s)
     if (!old)
         return MP_OK; /* check_out_dir has refused a run.json it cannot read */
     cJSON *now = mp_runjson_new(s->tool, 0, NULL);
-    char bytes[24];
-    snprintf(bytes, sizeof bytes, "%d", s->elem_bytes);
-    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(old, "libraries");
-    const cJSON *eb = cJSON_GetObjectItemCaseSensitive(ob, "compute_elem_bytes");
-    char was_bytes[24];
-    snprintf(was_bytes, sizeof was_bytes, "%d", cJSON_IsNumber(eb) ? (int)eb->valuedouble : 0);
+    const cJSON *eb = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(old, "libraries"), "compute_elem_bytes");
     int rc = same_str(dir, old, "libraries", "compute", "--backend", s->backend);
     if (rc == MP_OK)
         rc = same_str(dir, old, "libraries", "comm", "--comm", s->comm);
-    if (rc == MP_OK && cJSON_IsNumber(eb) && strcmp(was_bytes, bytes) != 0)
-        rc = differ(dir, "compute elements of bytes:", was_bytes, bytes);
+    if (rc == MP_OK && cJSON_IsNumber(eb) && (int)eb->valuedouble != s->elem_bytes) {
+        char was[24], is[24];
+        snprintf(was, sizeof was, "%d", (int)eb->valuedouble);
+        snprintf(is, sizeof is, "%d", s->elem_bytes);
+        rc = differ(dir, "the compute element size (bytes)", was, is);
+    }
     if (rc == MP_OK)
         rc = same_cluster(s, old);
     if (rc == MP_OK)

@@ -442,6 +442,19 @@ static int note_start(struct mp_session *s)
     return mp_session_save_run(s);
 }
 
+/* One rank failing alone would leave the others waiting in a collective, and its own device
+ * waiting on collectives they will never join: drop the device communicators before anything
+ * waits for the device (freeing memory does), then end without MPI, with status rc (the launcher
+ * ends the other ranks). */
+static void end_alone(struct mp_session *s, int rc)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (s->comm->ops->abort)
+        s->comm->ops->abort(s->comm);
+    _exit(rc);
+}
+
 /* Rank 0, as --out is made: the writer lock (check_out_dir took it where the directory had one),
  * signed with this process's pid and host. MP_OK, or MP_ERR_USAGE when another run writes there. */
 static int take_lock(struct mp_session *s)
@@ -455,14 +468,8 @@ static int take_lock(struct mp_session *s)
         mp_usage("--out: '%s' is being written by %s, which made it after this run started; "
                  "nothing was written: wait until that run ends, or give another directory",
                  s->o.out, holder);
-        if (s->comm->size > 1) { /* the other ranks are measuring, and would wait for this one
-                                  * in their next collective: the launcher ends them */
-            fflush(stdout);
-            fflush(stderr);
-            if (s->comm->ops->abort)
-                s->comm->ops->abort(s->comm);
-            _exit(MP_ERR_USAGE);
-        }
+        if (s->comm->size > 1) /* the other ranks are measuring: a refusal of this rank alone */
+            end_alone(s, MP_ERR_USAGE);
         return MP_ERR_USAGE;
     }
     s->locked = 1;
@@ -766,8 +773,8 @@ static void arm_teardown(struct mp_session *s)
  * queued, nor what it would wait for. */
 static int failing_alone(const struct mp_session *s, int rc)
 {
-    return s->started_comm && rc != MP_OK && rc != MP_HELP &&
-           rc != MP_ERR_USAGE && !s->agreed && s->comm->size > 1;
+    return s->started_comm && rc != MP_OK && rc != MP_HELP && rc != MP_ERR_USAGE && !s->agreed &&
+           s->comm->size > 1;
 }
 
 int mp_session_fail(struct mp_session *s, int rc)
@@ -797,16 +804,8 @@ int mp_session_end(struct mp_session *s, int rc)
         cJSON_Delete(s->run);
         s->run = NULL;
     }
-    if (failing_alone(s, rc)) {
-        /* one rank failing alone would leave the others waiting in a collective, and its own
-         * device waiting on collectives they will never join: drop the device communicators
-         * before anything waits for the device (freeing memory does), then end without MPI */
-        fflush(stdout);
-        fflush(stderr);
-        if (s->comm->ops->abort)
-            s->comm->ops->abort(s->comm);
-        _exit(rc);
-    }
+    if (failing_alone(s, rc))
+        end_alone(s, rc);
     if (s->dev)
         s->cops->fini(s->dev);
     if (s->started_comm)
