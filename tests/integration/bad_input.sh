@@ -32,6 +32,8 @@ expect --batch $SMALL --batch abc
 expect --batch $SMALL --batch 8:2
 expect "gives 16 twice" $SMALL --batch 16,1:16:x2
 expect "--world 8: sets the virtual ranks of --backend model" $SMALL --world 8
+# a model world's state grows with its square: --world stops where a point still takes seconds
+expect "--world: 4096 is out of range \[1, 2048\]" --backend model --batch 1 --world 4096
 TOOL=moeperf-a2a expect "--routing zipf:1.2: the uniform pattern" --bytes 1K --iters 1 --routing zipf:1.2
 TOOL=moeperf-a2a expect "--placement round-robin: the uniform pattern" --bytes 1K --iters 1 --placement round-robin
 expect --tokens-per-rank $SMALL --tokens-per-rank 4
