@@ -16,6 +16,8 @@
 #include "gpumem.h"
 #include "plan_answer.h"
 #include "plan_keys.h"
+#include "results.h"
+#include "schema.h"
 
 /* The values of an integer list as ints in a heap array (*out; at least one element): MP_OK, or
  * MP_ERR_RUNTIME when out of memory. */
@@ -121,6 +123,25 @@ static int build_lists(const struct plan_opts *o, struct mp_plan_req *q, struct 
     return MP_OK;
 }
 
+/* --validation FILE: a table of ci/validate --summary whatever its name, with the columns the
+ * trust reads, every cell as the schema wants it (docs/CSV.md, validation.csv). */
+static int check_validation(const char *path)
+{
+    struct mp_table t;
+    if (mp_table_read(path, &t) != MP_OK)
+        return MP_ERR_USAGE;
+    int rc = mp_table_validate(&t, &mp_schema_validation);
+    const char *need[] = {MPC_family, MPC_profile, MPC_ratio};
+    for (int i = 0; i < 3 && rc == MP_OK; i++)
+        if (mp_table_col(&t, need[i]) < 0) {
+            mp_usage("--validation '%s': no column %s (a table of ci/validate --summary has "
+                     "family, profile, point, reference, model, unit, ratio)", path, need[i]);
+            rc = MP_ERR_USAGE;
+        }
+    mp_table_free(&t);
+    return rc;
+}
+
 int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l)
 {
     struct stat vst;
@@ -131,6 +152,8 @@ int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan
                  errno ? strerror(errno) : "not a file");
         return MP_ERR_USAGE;
     }
+    if (o->validation && check_validation(o->validation) != MP_OK)
+        return MP_ERR_USAGE;
     if (!o->b.cluster) {
         mp_usage("--cluster: the planner needs a cluster profile (h100-ndr, h200-ndr, h800-ib, "
                  "a100-hdr, b200-xdr or a file from --calibrate)");

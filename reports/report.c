@@ -152,6 +152,11 @@ int rp_run_load(const char *dir, struct rp_run *run)
     int rc = load_json(dir, "run.json", &run->json), found = 0;
     if (rc == MP_OK)
         rc = load_json(dir, MP_PLAN_JSON_FILE, &run->plan_json);
+    if (rc == MP_OK && run->plan_json) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, MP_PLAN_JSON_FILE);
+        rc = mp_plan_json_check(run->plan_json, path);
+    }
     if (rc == MP_OK)
         rc = load_table(dir, mp_schema_layer.file, layer_need, &run->layer, &found);
     if (rc == MP_OK)

@@ -130,13 +130,17 @@ int mp_table_read(const char *path, struct mp_table *t)
         if (t->nrows == cap) {
             long nc = cap ? cap * 2 : 64;
             char ***r = realloc(t->cells, (size_t)nc * sizeof *r);
-            if (!r) {
+            if (r)
+                t->cells = r;
+            long *l = r ? realloc(t->line, (size_t)nc * sizeof *l) : NULL;
+            if (!l) {
                 free_cells(cells, n);
                 goto oom;
             }
-            t->cells = r;
+            t->line = l;
             cap = nc;
         }
+        t->line[t->nrows] = lineno;
         t->cells[t->nrows++] = cells;
     }
     if (!t->cols) {
@@ -145,7 +149,9 @@ int mp_table_read(const char *path, struct mp_table *t)
         goto fail;
     }
     free(text);
-    return MP_OK;
+    if ((rc = mp_table_validate(t, NULL)) != MP_OK)
+        mp_table_free(t);
+    return rc;
 oom:
     mp_error("%s: out of memory", path);
     rc = MP_ERR_RUNTIME;
@@ -160,6 +166,7 @@ void mp_table_free(struct mp_table *t)
     for (long i = 0; i < t->nrows; i++)
         free_cells(t->cells[i], t->ncols);
     free(t->cells);
+    free(t->line);
     free_cells(t->cols, t->ncols);
     free(t->path);
     memset(t, 0, sizeof *t);

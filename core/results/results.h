@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 struct cJSON;
+struct mp_csv_schema;
 
 /* ---- writing ---- */
 
@@ -64,12 +65,24 @@ struct mp_table {
     char **cols;
     long nrows;
     char ***cells; /* [nrows][ncols] */
+    long *line;    /* [nrows]: the file's line number of each row, for messages */
 };
 
 /* Read `path`. A row with a different cell count than the header is an error naming the file and
  * line, except a last line without a newline, which is dropped (a row cut by a kill). Returns
  * MP_OK, MP_ERR_USAGE (missing/unreadable/malformed, message printed). */
 int mp_table_read(const char *path, struct mp_table *t);
+/* What mp_table_read checks of a file the schema names (its basename: layer.csv, a2a_samples.csv,
+ * ...; other files pass), or here of file f of the schema (NULL: by the basename): every number cell empty or a whole, finite number of its column's
+ * format within the column's range (docs/CSV.md, "What a reader refuses"), and no two rows of one
+ * point (its key, iteration and rank). MP_OK, or MP_ERR_USAGE after a message naming the file,
+ * line and column. */
+int mp_table_validate(const struct mp_table *t, const struct mp_csv_schema *f);
+/* What a reader of plan.json (`path`, parsed as j) checks before using it: the question's model,
+ * cluster, constraints and SLO, and each answer's members, each of its type and range, as
+ * moeperf-plan writes them (docs/planning.md, "plan.json"). MP_OK, or MP_ERR_USAGE after a message
+ * naming the file and the member. */
+int mp_plan_json_check(const struct cJSON *j, const char *path);
 void mp_table_free(struct mp_table *t);
 /* Column index by name, or -1. */
 int mp_table_col(const struct mp_table *t, const char *name);

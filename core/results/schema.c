@@ -599,11 +599,27 @@ const struct mp_csv_schema mp_schema_compare = {
     "one per point and metric; the key columns are those of the compared files", &no_key,
     {compare_cols, N(compare_cols)}};
 
+/* ---- ci/validate --summary: the model against published measurements ---- */
+
+static const struct mp_column validation_cols[] = {
+    {MPC_family, "–", T, "the family of published measurements (docs/validation.md)"},
+    {MPC_profile, "–", T, "the shipped cluster profile the family is modelled with"},
+    {MPC_point, "–", T, "the point of the family, in words"},
+    {MPC_reference, "`unit`", R, "the published figure"},
+    {MPC_model, "`unit`", R, "the model's figure with the profile"},
+    {MPC_unit, "–", T, "the unit of `reference` and `model` (`us`, `GB/s`, `tokens/s`, ...)"},
+    {MPC_ratio, "–", R, "`model / reference`"},
+};
+const struct mp_csv_schema mp_schema_validation = {
+    "validation.csv", "ci/validate --summary",
+    "one per point of the judged families; moeperf-plan's trust is read from it", &no_key,
+    {validation_cols, N(validation_cols)}};
+
 const struct mp_csv_schema *const mp_schemas[] = {
     &mp_schema_layer, &mp_schema_layer_samples, &mp_schema_layer_ranks,
     &mp_schema_layer_rank_samples, &mp_schema_a2a,
     &mp_schema_a2a_samples, &mp_schema_ffn, &mp_schema_ffn_samples, &mp_schema_plan,
-    &mp_schema_compare, NULL,
+    &mp_schema_compare, &mp_schema_validation, NULL,
 };
 
 /* ---- lookups ---- */

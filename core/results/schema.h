@@ -35,7 +35,8 @@
     X(cache_policy) X(context) X(micro_batches) X(step_us) X(step_p99_us) X(attn_us)               \
     X(attn_p99_us) X(dense_us) X(dense_p99_us) X(head_us) X(head_p99_us) X(misc_us) X(misc_p99_us) \
     X(host_us) X(host_p99_us) X(moe_us) X(moe_p99_us) X(overlap_us) X(overlap_p99_us)             \
-    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok) X(spread) X(noisy) X(noise_base) X(noise_new)
+    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok) X(spread) X(noisy) X(noise_base) X(noise_new)   \
+    X(family) X(profile) X(point) X(reference) X(ratio)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];
 MP_COLUMN_NAMES(MP_COLUMN_DECLARE)
@@ -74,7 +75,7 @@ extern const struct mp_columns mp_workload_key_columns, mp_a2a_key_columns;
 extern const struct mp_csv_schema mp_schema_layer_rank_samples;
 extern const struct mp_csv_schema mp_schema_layer, mp_schema_layer_samples, mp_schema_layer_ranks,
     mp_schema_a2a, mp_schema_a2a_samples, mp_schema_ffn, mp_schema_ffn_samples, mp_schema_plan,
-    mp_schema_compare;
+    mp_schema_compare, mp_schema_validation;
 
 /* The most columns a file of fixed columns has (tests/unit/test_schema.c checks it): room for a
  * header on the stack. */

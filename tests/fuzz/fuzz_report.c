@@ -1,5 +1,6 @@
-/* fuzz_report.c - the run-directory reader of moeperf-report: run.json, layer.csv and a2a.csv
- * from the fuzzer's bytes (split at NULs), then the curves and findings built from them. */
+/* fuzz_report.c - the run-directory reader of moeperf-report: run.json, layer.csv, a2a.csv and
+ * plan.json from the fuzzer's bytes (split at NULs), then the curves and findings built from them
+ * and the plan's answer rendered. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,8 @@
 
 #include "fuzz_common.h"
 #include "report.h"
+#include "report_doc.h"
+#include "report_plan.h"
 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -17,15 +20,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/moeperf-fuzz-report-%d", (int)getpid());
     mkdir(dir, 0755);
-    static const char *const names[] = {"run.json", "layer.csv", "a2a.csv"};
+    static const char *const names[] = {"run.json", "layer.csv", "a2a.csv", "plan.json"};
     const uint8_t *p = data, *end = data + size;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const uint8_t *nul = memchr(p, 0, (size_t)(end - p));
         size_t n = nul ? (size_t)(nul - p) : (size_t)(end - p);
         char path[300];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         remove(path);
-        if (n > 0 || nul)
+        if (n > 0) /* an empty part: no such file */
             fuzz_put(dir, names[i], p, n);
         p = nul ? nul + 1 : end;
     }
@@ -50,6 +53,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 free(r);
             }
             rp_series_free(s, n);
+        }
+        struct doc d = {fopen("/dev/null", "w"), NULL, 0};
+        if (d.h) {
+            write_answer(&d, &run, 1);
+            fclose(d.h);
         }
         rp_run_free(&run);
     }

@@ -24,7 +24,7 @@ static double elem_bytes_of(const char *run_json)
     fclose(f);
     snprintf(path, sizeof path, "%s/ffn.csv", dir);
     f = fopen(path, "w");
-    fputs("flops,weight_bytes,active_experts,ffn_us,batch\n1e9,1e6,4,100,16\n", f);
+    fputs("flops,weight_bytes,active_experts,ffn_us,batch\n1000000000,1000000,4,100,16\n", f);
     fclose(f);
     struct mp_cluster base;
     memset(&base, 0, sizeof base);
