@@ -419,7 +419,7 @@ static int side_load(struct side *s, const struct tool_spec *ts)
 
 /* The sample values of point `pt` in column `col` (empty cells skipped) into a new array *out
  * (count *n), and the median of each run's values (nearest rank, METRICS.md) into *runmed (count
- * *nruns). pt < 0: nothing. A cell that is not a number is a usage error naming the file. */
+ * *nruns). pt < 0: nothing. */
 static int side_values(const struct side *s, long pt, int col, double **out, long *n,
                        double **runmed, long *nruns)
 {
@@ -455,18 +455,7 @@ static int side_values(const struct side *s, long pt, int col, double **out, lon
         const char *cell = side_cells(s, p->rows[i])[col];
         if (!cell[0])
             continue;
-        char *end;
-        errno = 0;
-        double x = strtod(cell, &end);
-        if (*end || errno || isnan(x)) {
-            mp_usage("%s: data row %ld, column %s: '%s' is not a number",
-                     s->t[p->rows[i].tab].path, p->rows[i].row + 1, s->t[0].cols[col], cell);
-            free(v);
-            free(rm);
-            free(tmp);
-            return MP_ERR_USAGE;
-        }
-        v[k++] = x;
+        v[k++] = strtod(cell, NULL); /* a finite number in range: mp_table_read checked it */
     }
     free(tmp);
     *out = v;
