@@ -139,10 +139,16 @@ static int identity_cmp(long i, long j, const void *arg)
     return (i > j) - (i < j);
 }
 
-static const struct identity *sort_arg;
-static int identity_qsort(const void *a, const void *b)
+/* A row as qsort moves it, with the columns it is compared by. */
+struct row_ref {
+    const struct identity *id;
+    long row;
+};
+
+static int row_ref_cmp(const void *a, const void *b)
 {
-    return identity_cmp(*(const long *)a, *(const long *)b, sort_arg);
+    const struct row_ref *x = a, *y = b;
+    return identity_cmp(x->row, y->row, x->id);
 }
 
 /* A row is one point (its key), one iteration of it (iter), one rank of it (rank), or both: two
@@ -161,19 +167,18 @@ static int check_unique(const struct mp_table *t, const struct mp_csv_schema *f)
     for (int k = 0; k < 2; k++)
         if (mp_schema_index(f, more[k]) >= 0 && mp_table_col(t, more[k]) >= 0)
             cols[n++] = mp_table_col(t, more[k]);
-    long *order = malloc((size_t)t->nrows * sizeof *order);
+    struct row_ref *order = malloc((size_t)t->nrows * sizeof *order);
     if (!order) {
         mp_error("%s: out of memory", t->path);
         return MP_ERR_RUNTIME;
     }
-    for (long i = 0; i < t->nrows; i++)
-        order[i] = i;
     struct identity id = {t, cols, n};
-    sort_arg = &id; /* readers run on one thread */
-    qsort(order, (size_t)t->nrows, sizeof *order, identity_qsort);
+    for (long i = 0; i < t->nrows; i++)
+        order[i] = (struct row_ref){&id, i};
+    qsort(order, (size_t)t->nrows, sizeof *order, row_ref_cmp);
     int rc = MP_OK;
     for (long i = 1; i < t->nrows && rc == MP_OK; i++) {
-        long a = order[i - 1], b = order[i];
+        long a = order[i - 1].row, b = order[i].row;
         int k = 0;
         while (k < n && !strcmp(t->cells[a][cols[k]], t->cells[b][cols[k]]))
             k++;
