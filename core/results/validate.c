@@ -127,16 +127,15 @@ struct identity {
     int n;
 };
 
-/* Rows i and j compared by the identity columns, cell by cell. */
-static int identity_cmp(long i, long j, const void *arg)
+/* Rows i and j compared by the identity columns, cell by cell: 0 when they are one point. */
+static int identity_cmp(const struct identity *id, long i, long j)
 {
-    const struct identity *id = arg;
     for (int k = 0; k < id->n; k++) {
         int c = strcmp(id->t->cells[i][id->cols[k]], id->t->cells[j][id->cols[k]]);
         if (c)
             return c;
     }
-    return (i > j) - (i < j);
+    return 0;
 }
 
 /* A row as qsort moves it, with the columns it is compared by. */
@@ -148,7 +147,8 @@ struct row_ref {
 static int row_ref_cmp(const void *a, const void *b)
 {
     const struct row_ref *x = a, *y = b;
-    return identity_cmp(x->row, y->row, x->id);
+    int c = identity_cmp(x->id, x->row, y->row);
+    return c ? c : (x->row > y->row) - (x->row < y->row); /* alike: in file order */
 }
 
 /* A row is one point (its key), one iteration of it (iter), one rank of it (rank), or both: two
@@ -163,10 +163,13 @@ static int check_unique(const struct mp_table *t, const struct mp_csv_schema *f)
         if (c >= 0)
             cols[n++] = c;
     }
-    const char *more[] = {"iter", "rank"};
-    for (int k = 0; k < 2; k++)
-        if (mp_schema_index(f, more[k]) >= 0 && mp_table_col(t, more[k]) >= 0)
-            cols[n++] = mp_table_col(t, more[k]);
+    /* iteration and rank, where the schema and the file have them */
+    int it = mp_schema_index(f, "iter") >= 0 ? mp_table_col(t, "iter") : -1,
+        rk = mp_schema_index(f, "rank") >= 0 ? mp_table_col(t, "rank") : -1;
+    if (it >= 0)
+        cols[n++] = it;
+    if (rk >= 0)
+        cols[n++] = rk;
     struct row_ref *order = malloc((size_t)t->nrows * sizeof *order);
     if (!order) {
         mp_error("%s: out of memory", t->path);
@@ -179,14 +182,11 @@ static int check_unique(const struct mp_table *t, const struct mp_csv_schema *f)
     int rc = MP_OK;
     for (long i = 1; i < t->nrows && rc == MP_OK; i++) {
         long a = order[i - 1].row, b = order[i].row;
-        int k = 0;
-        while (k < n && !strcmp(t->cells[a][cols[k]], t->cells[b][cols[k]]))
-            k++;
-        if (k == n) {
-            int it = mp_table_col(t, "iter") >= 0, rk = mp_table_col(t, "rank") >= 0;
+        if (identity_cmp(&id, a, b) == 0) {
             mp_usage("%s line %ld repeats line %ld: the same point%s", t->path, t->line[b],
-                     t->line[a], it && rk ? ", iteration and rank" : it ? " and iteration"
-                                                     : rk ? " and rank" : "");
+                     t->line[a], it >= 0 && rk >= 0 ? ", iteration and rank"
+                                 : it >= 0          ? " and iteration"
+                                 : rk >= 0          ? " and rank" : "");
             rc = MP_ERR_USAGE;
         }
     }
