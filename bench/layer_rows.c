@@ -36,7 +36,8 @@ static int variant_shown(const struct mp_session *s)
            strcmp(s->o.dispatch_dtype.v[0], "bf16") != 0 || s->o.weight_dtype.n > 1 ||
            strcmp(s->o.weight_dtype.v[0], "bf16") != 0 || s->o.expert_cache.n > 1 ||
            strcmp(s->o.expert_cache.v[0], "off") != 0 || s->o.micro_batches.n > 1 ||
-           s->o.micro_batches.v[0] != 1 || s->o.context.n > 1;
+           s->o.micro_batches.v[0] != 1 || s->o.context.n > 1 || s->o.phase.n > 1 ||
+           strcmp(s->o.phase.v[0], "decode") != 0;
 }
 
 /* The index of a field of struct mp_rank_iter in doubles; its phase durations are the fields
@@ -57,8 +58,9 @@ struct point_key {
     const struct mp_layout *lay;
     const char *routing, *group_limit, *placement, *dispatch, *dedup, *dispatch_dtype;
     const char *weight_dtype, *expert_cache;
-    int overlap, micro_batches;
-    long batch, context;
+    int overlap;
+    long batch;
+    struct mp_step_key step;
     const struct mp_placement *pl; /* the point's placement: the experts each EP rank holds */
 };
 
@@ -84,7 +86,7 @@ static void put_key(struct mp_row *row, const struct mp_session *s, const struct
 {
     mp_workload_key_row(row, s, k->lay, k->routing, k->group_limit, k->placement, k->overlap,
                         k->dispatch, k->dedup, k->dispatch_dtype, k->weight_dtype,
-                        k->expert_cache, k->batch, k->context, k->micro_batches);
+                        k->expert_cache, k->batch, &k->step);
 }
 
 /* layer_rank_samples.csv: every rank's record of every timed iteration. */
@@ -180,8 +182,9 @@ static const char *const step_cols[MP_STEP_NPARTS][2] = {
 /* Write column `name`'s cell into `row` when it is a step column; 0 when it is not one. */
 static int step_column(const char *name, const struct mp_step_result *st, struct mp_row *row)
 {
-    if (name == MPC_tok_s_gpu) {
-        mp_row_dbl(row, st->valid ? st->tok_s_gpu : NAN);
+    if (name == MPC_tok_s_gpu || name == MPC_input_tok_s_gpu) {
+        mp_row_dbl(row, !st->valid ? NAN : name == MPC_tok_s_gpu ? st->tok_s_gpu
+                                                                  : st->input_tok_s_gpu);
         return 1;
     }
     for (int k = 0; k < MP_STEP_NPARTS; k++)
@@ -263,10 +266,15 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/w%s", k->weight_dtype);
     if (strcmp(k->expert_cache, "off") != 0) /* the cache: "/c" and SLOTS:POLICY */
         snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/c%s", k->expert_cache);
-    if (k->micro_batches > 1) /* two micro-batches: "/mb2" */
-        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/mb%d", k->micro_batches);
+    if (k->step.micro_batches > 1) /* two micro-batches: "/mb2" */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/mb%d",
+                 k->step.micro_batches);
+    if (strcmp(k->step.phase, "decode") != 0) /* a prefill step: "/prefill", its pieces "/chN" */
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/%s", k->step.phase);
+    if (k->step.chunk > 0)
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/ch%ld", k->step.chunk);
     if (s->o.context.n > 1) /* a context sweep: "/kv" and the tokens */
-        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/kv%ld", k->context);
+        snprintf(dedup + strlen(dedup), sizeof dedup - strlen(dedup), "/kv%ld", k->step.context);
     if (k->overlap > 1)
         snprintf(mode, sizeof mode, "%s%s/ovl%d", k->dispatch, dedup, k->overlap);
     else
@@ -279,9 +287,11 @@ static void print_line(const struct mp_session *s, const struct point_key *k,
     printf("%9s %-16s %-16s%s %7ld %8ld", k->lay->name, routing, k->placement, variant, k->batch,
            res->tokens_per_rank);
     mp_console_values(console_cols, NCONSOLE, sm);
-    if (mp_session_profiled(s)) /* the whole decode step of the layer (core/cluster_model/step.h) */
+    if (mp_session_profiled(s)) { /* the whole step of the layer (core/cluster_model/step.h) */
+        int prefill = strcmp(k->step.phase, "prefill") == 0;
         printf(" %9.2f %9.0f", res->step.valid ? res->step.p50[MP_STEP_TOTAL] / 1e3 : NAN,
-               res->step.valid ? res->step.tok_s_gpu : NAN);
+               !res->step.valid ? NAN : prefill ? res->step.input_tok_s_gpu : res->step.tok_s_gpu);
+    }
     printf(" %9s\n", chk);
     fflush(stdout);
 }
@@ -292,14 +302,14 @@ int layer_write_point(struct mp_session *s, struct mp_runfiles *f, const struct 
                       const char *routing, const char *group_limit, const char *placement,
                       int overlap, const char *dispatch, const char *dedup,
                       const char *dispatch_dtype, const char *weight_dtype,
-                      const char *expert_cache, long batch, long context, int micro_batches,
+                      const char *expert_cache, long batch, const struct mp_step_key *step,
                       const struct mp_placement *pl, const struct mp_point_result *res)
 {
     struct point_key k = {.lay = lay, .pl = pl, .routing = routing, .group_limit = group_limit,
                           .placement = placement, .dispatch = dispatch, .dedup = dedup,
                           .dispatch_dtype = dispatch_dtype, .weight_dtype = weight_dtype,
                           .expert_cache = expert_cache, .overlap = overlap, .batch = batch,
-                          .context = context, .micro_batches = micro_batches};
+                          .step = *step};
     int n = res->iters, rc = MP_OK;
     const size_t MN = MP_ITER_METRICS;
     double *scratch = malloc((size_t)(n > 0 ? n : 1) * sizeof *scratch);
@@ -339,12 +349,13 @@ void layer_print_header(const struct mp_session *s)
     printf("# moeperf-layer: %s\n", mp_session_workload(s, workload, sizeof workload));
     printf("# times in µs, medians over %d iterations (p99 for layer); ratio = comm/ffn%s\n",
            s->o.iters,
-           mp_session_profiled(s) ? "; step_ms: the whole decode step per token (every layer), tok/s/gpu its "
-                         "output tokens per second per GPU"
-                       : "");
+           mp_session_profiled(s) ? "; step_ms: the whole step (every layer), tok/s/gpu its output "
+                                    "tokens per second per GPU (prefill: its prompt tokens)"
+                                  : "");
     if (variant_shown(s))
         printf("# variant: dispatch[/dedup][/dispatch dtype][/w weight dtype][/c expert cache]"
-               "[/mb micro-batches][/kv context][/ovl chunks], each left out at its default\n");
+               "[/mb micro-batches][/prefill][/ch chunk][/kv context][/ovl chunks], each left out at "
+               "its default\n");
     printf("%9s %-16s %-16s%s %7s %8s", "layout", "routing", "placement",
            variant_shown(s) ? " variant                       " : "", "batch", "tok/rank");
     mp_console_titles(console_cols, NCONSOLE);

@@ -18,7 +18,7 @@ int layer_write_point(struct mp_session *s, struct mp_runfiles *f, const struct 
                       const char *routing, const char *group_limit, const char *placement,
                       int overlap, const char *dispatch, const char *dedup,
                       const char *dispatch_dtype, const char *weight_dtype,
-                      const char *expert_cache, long batch, long context, int micro_batches,
+                      const char *expert_cache, long batch, const struct mp_step_key *step,
                       const struct mp_placement *pl, const struct mp_point_result *res);
 
 /* The console table's header: the model, ranks and backends, the units and the column titles. */

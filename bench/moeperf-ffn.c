@@ -272,14 +272,14 @@ static int write_point(const struct mp_session *s, struct mp_runfiles *f, const 
     if (mp_runfiles_on(f)) {
         for (int i = 0; i < n && rc == MP_OK; i++) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, cword, batch, 0, 1);
+                                "bf16", wword, cword, batch, NULL);
             mp_row_int(&row, i);
             mp_row_dbl(&row, ffn[i]);
             rc = mp_runfiles_write(f, FILE_SAMPLES, &row);
         }
         if (rc == MP_OK) {
             mp_workload_key_row(&row, s, lay, routing, "off", placement, 1, dispatch, "pair",
-                                "bf16", wword, cword, batch, 0, 1);
+                                "bf16", wword, cword, batch, NULL);
             mp_row_int(&row, w->tokens_per_rank);
             mp_row_int(&row, w->crit_rows);
             mp_row_int(&row, w->crit_active);
@@ -486,7 +486,7 @@ static int ffn_point(struct sweep *sw, const struct mp_layout *lay, struct ffn_w
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, "off", pname, 1,
                         s->o.graph ? "dynamic+graph" : "dynamic", "pair", "bf16", wword, cword, batch,
-                        0, 1);
+                        NULL);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)

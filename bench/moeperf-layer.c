@@ -29,7 +29,7 @@
 static const struct mp_opt options[] = {
     MP_OPT_MODEL("qwen3-30b-a3b"), MP_OPT_EXPERTS, MP_OPT_TOPK, MP_OPT_SHARED, MP_OPT_HIDDEN,
     MP_OPT_FFN, MP_OPT_LAYERS, MP_OPT_BATCH("1:128:x2"), MP_OPT_TOKENS_PER_RANK, MP_OPT_SEQ, MP_OPT_CONTEXT,
-    MP_OPT_MICRO_BATCHES, MP_OPT_LAYOUT(NULL),
+    MP_OPT_MICRO_BATCHES, MP_OPT_PHASE, MP_OPT_CHUNK, MP_OPT_LAYOUT(NULL),
     MP_OPT_ROUTING, MP_OPT_GROUP_LIMIT, MP_OPT_PLACEMENT, MP_OPT_OVERLAP, MP_OPT_DISPATCH,
     MP_OPT_DEDUP, MP_OPT_DISPATCH_DTYPE, MP_OPT_WEIGHT_DTYPE, MP_OPT_EXPERT_CACHE, MP_OPT_GEMM,
     MP_OPT_GRAPH, MP_OPT_SEED, MP_OPT_WARMUP("3"),
@@ -139,6 +139,22 @@ static int refuse_flags(const struct sweep *sw)
             mp_usage("--micro-batches %ld: the %s backend runs a step's batch as one; two "
                      "micro-batches overlapped are modelled only (--backend model), or use "
                      "--micro-batches 1", (long)s->o.micro_batches.v[i], s->o.backend);
+            return MP_ERR_USAGE;
+        }
+    int decode = 0;
+    for (int i = 0; i < s->o.phase.n; i++) {
+        decode |= strcmp(s->o.phase.v[i], "decode") == 0;
+        if (strcmp(s->o.phase.v[i], "prefill") == 0 && !mp_session_profiled(s)) {
+            mp_usage("--phase prefill: the %s backend times the layer alone; the prefill step "
+                     "around it is modelled only (--backend model), or measure prefill-sized "
+                     "layers with --tokens-per-rank", s->o.backend);
+            return MP_ERR_USAGE;
+        }
+    }
+    for (int i = 0; i < s->o.chunk.n && decode; i++)
+        if (s->o.chunk.v[i] > 0) {
+            mp_usage("--chunk %ld: chunks split prompts, which a decode step has none of; give "
+                     "--phase prefill alone, or --chunk 0", (long)s->o.chunk.v[i]);
             return MP_ERR_USAGE;
         }
     for (int di = 0; di < s->o.dispatch.n; di++) {
@@ -272,7 +288,8 @@ static int sweep_has_fp8_weights(const struct mp_bench_opts *o)
 static void point_label(char *label, size_t size, const struct mp_layout *lay, const char *rname,
                         const char *gname, const char *pname, int overlap, const char *dispatch,
                         const char *dedup_word, const char *dtype_word, const char *wtype_word,
-                        const char *cache_word, long batch, long context, int micro)
+                        const char *cache_word, long batch, long context,
+                        const struct mp_step_key *st)
 {
     char extra[160] = "", group[80] = "", step[80] = "";
     size_t n = 0;
@@ -289,8 +306,12 @@ static void point_label(char *label, size_t size, const struct mp_layout *lay, c
     n = 0;
     if (context >= 0)
         n += (size_t)snprintf(step, sizeof step, " context %ld", context);
-    if (micro > 1 && n < sizeof step)
-        snprintf(step + n, sizeof step - n, " micro-batches %d", micro);
+    if (st->micro_batches > 1 && n < sizeof step)
+        n += (size_t)snprintf(step + n, sizeof step - n, " micro-batches %d", st->micro_batches);
+    if (strcmp(st->phase, "decode") != 0 && n < sizeof step)
+        n += (size_t)snprintf(step + n, sizeof step - n, " phase %s", st->phase);
+    if (st->chunk > 0 && n < sizeof step)
+        snprintf(step + n, sizeof step - n, " chunk %ld", st->chunk);
     snprintf(label, size, "layout %s routing %s%s placement %s overlap %d dispatch %s%s batch "
              "%ld%s", lay->name, rname, group, pname, overlap, dispatch, extra, batch, step);
 }
@@ -321,6 +342,19 @@ static int check_point(struct mp_session *s, const char *label, const struct mp_
     return rc;
 }
 
+/* The step cells of sweep index `si`: context slowest, then micro-batches, phase and chunk. */
+static struct mp_step_key step_of(const struct mp_bench_opts *o, int si)
+{
+    struct mp_step_key k;
+    k.chunk = (long)o->chunk.v[si % o->chunk.n];
+    si /= o->chunk.n;
+    k.phase = o->phase.v[si % o->phase.n];
+    si /= o->phase.n;
+    k.micro_batches = (int)o->micro_batches.v[si % o->micro_batches.n];
+    k.context = (long)o->context.v[si / o->micro_batches.n];
+    return k;
+}
+
 /* One point of the sweep: skipped when --resume found it, else measured (or modelled), written
  * and checked. */
 static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_layer *L,
@@ -331,8 +365,9 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_session *s = sw->s;
     struct mp_comm *c = s->comm;
     long batch = mp_sweep_batch(&s->o, bi, lay->ep);
-    long context = (long)s->o.context.v[si / s->o.micro_batches.n];
-    int micro = (int)s->o.micro_batches.v[si % s->o.micro_batches.n];
+    struct mp_step_key step = step_of(&s->o, si);
+    long context = step.context;
+    int micro = step.micro_batches;
     int overlap = (int)s->o.overlap.v[oi], rc;
     const struct mp_dispatch_mode *mode;
     double dispatch_arg;
@@ -359,7 +394,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     struct mp_row key = {0};
     sw->npoint++;
     mp_workload_key_row(&key, s, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                        dtype_word, wtype_word, cache_word, batch, context, micro);
+                        dtype_word, wtype_word, cache_word, batch, &step);
     int skip = mp_runfiles_done(sw->f, s, &key);
     mp_row_free(&key);
     if (skip)
@@ -367,7 +402,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     char label[512];
     point_label(label, sizeof label, lay, rname, gname, pname, overlap, dispatch, dedup_word,
                 dtype_word, wtype_word, cache.slots > 0 ? cache_word : NULL, batch,
-                s->o.context.n > 1 || context != MP_CONTEXT_DEFAULT ? context : -1, micro);
+                s->o.context.n > 1 || context != MP_CONTEXT_DEFAULT ? context : -1, &step);
     if (c->rank == 0)
         mp_progress(sw->npoint, sw->total, label);
     char range[600]; /* the point's NVTX range: its phases' ranges nest in it */
@@ -395,17 +430,23 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
     sw->timed_us += res.timed_us;
     sw->measured++;
     if (rc == MP_OK && mp_session_profiled(s)) { /* the deployment and the step it is part of */
-        model_memory(sw, lay, pl, &cache, batch, context, wtype, label, &res);
+        enum mp_phase phase;
+        mp_phase_parse("--phase", step.phase, &phase); /* validated by the option table */
+        /* a prefill pass holds the KV cache of its prompts: ⌈batch · seq / context⌉ of them */
+        long sequences = phase == MP_PHASE_PREFILL
+                             ? ((long)batch * s->o.seq + context - 1) / context
+                             : batch;
+        model_memory(sw, lay, pl, &cache, sequences, context, wtype, label, &res);
         res.tokens_per_rank = ((long)batch * s->o.seq + lay->ep - 1) / lay->ep;
         struct mp_step_spec spec = {.tp = lay->tp, .ep = lay->ep, .context = (double)context,
                                     .tokens = (double)batch * s->o.seq / lay->ep,
-                                    .micro_batches = micro, .weight_dtype = (int)wtype};
+                                    .micro_batches = micro, .weight_dtype = (int)wtype,
+                                    .phase = (int)phase, .chunk = (double)step.chunk};
         rc = mp_step_of_point(&s->cluster, &s->model, &spec, res.metrics, res.iters, &res.step);
     }
     if (rc == MP_OK && c->rank == 0)
         rc = layer_write_point(s, sw->f, lay, rname, gname, pname, overlap, dispatch, dedup_word,
-                               dtype_word, wtype_word, cache_word, batch, context, micro, pl,
-                               &res);
+                               dtype_word, wtype_word, cache_word, batch, &step, pl, &res);
     if (rc == MP_OK && s->o.check)
         rc = check_point(s, label, &res, dtype, wtype);
     mp_point_result_free(&res);
@@ -426,7 +467,8 @@ static int run_layout(struct sweep *sw, const struct mp_layout *lay)
         rc = mp_session_layer_create(s, &L, mp_sweep_max_batch(&s->o, &lay->ep, 1) * s->o.seq,
                                      sw->max_overlap);
     int nodes = mp_ep_nodes(c, lay->tp, lay->ep), inactive;
-    int nstep = s->o.context.n * s->o.micro_batches.n; /* context × micro-batches, one index */
+    /* context × micro-batches × phase × chunk, one index (step_of) */
+    int nstep = s->o.context.n * s->o.micro_batches.n * s->o.phase.n * s->o.chunk.n;
     for (int ri = 0; ri < s->o.routing.n && rc == MP_OK; ri++)
         for (int gi = 0; gi < s->o.group_limit.n && rc == MP_OK; gi++) {
             struct mp_routing routing; /* validated by mp_group_limits_validate */

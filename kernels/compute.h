@@ -258,6 +258,10 @@ struct mp_compute_ops {
     /* optional: hold this rank for us µs on the backend's own clock (virtual ones); absent, the
      * host spins (mp_compute_delay) */
     int (*delay)(struct mp_compute *c, double us);
+    /* optional: n elements as alloc gives them, but reading zero until written, whose pages a
+     * host backend leaves untouched until then (calloc); absent, mp_layer_alloc_zero allocates
+     * and uploads zeros */
+    void *(*alloc_zeroed)(struct mp_compute *c, size_t n);
 };
 
 /* The timer marks of one layer iteration: its six phase boundaries (start, route, dispatch, FFN,

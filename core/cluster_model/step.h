@@ -1,7 +1,7 @@
-/* step.h - one whole decode step on the cluster model: what a step computes and reads besides its
- * MoE layers (attention, dense layers, embedding and LM head, norms and small kernels, the host's
- * share), and the step's time from its MoE layers' with one micro-batch or two overlapped
- * (docs/planning.md, "What a step includes"). */
+/* step.h - one whole decode or prefill step on the cluster model: what a step computes and reads
+ * besides its MoE layers (attention, dense layers, embedding and LM head, norms and small kernels,
+ * the host's share), and the step's time from its MoE layers' with one micro-batch or two
+ * overlapped (docs/planning.md, "What a step includes" and "A prefill step"). */
 #ifndef MP_STEP_H
 #define MP_STEP_H
 
@@ -11,13 +11,28 @@
 /* The micro-batches a step may be split into: 1, or 2 (two-batch overlap). */
 #define MP_STEP_MAX_MICRO_BATCHES 2
 
+/* What a step does: one token of every sequence from its KV cache (decode), or a forward pass
+ * over prompts that writes their KV cache and yields each prompt's first token (prefill). */
+enum mp_phase { MP_PHASE_DECODE, MP_PHASE_PREFILL };
+
+/* "decode|prefill", NULL-terminated, and the word of each phase. */
+extern const char *const mp_phase_choices[];
+
+/* `word` ("decode" or "prefill") into *phase: MP_OK, or MP_ERR_USAGE naming `flag`. */
+int mp_phase_parse(const char *flag, const char *word, enum mp_phase *phase);
+
 /* One decode step of a deployment: a tp × ep layout whose attention is data-parallel over the EP
  * ranks (each holds its own sequences) and tensor-parallel inside each TP group, as DeepSeek,
  * SGLang and TensorRT-LLM deploy MoE models. */
 struct mp_step_spec {
     int tp, ep;
-    double tokens;     /* decode tokens (sequences) one EP rank holds, all micro-batches */
-    double context;    /* KV-cache tokens per sequence */
+    int phase;         /* enum mp_phase */
+    double tokens;     /* tokens one EP rank computes in the step, all micro-batches: decode, one
+                          per sequence; prefill, the prompt tokens of its forward pass */
+    double context;    /* decode: KV-cache tokens per sequence; prefill: the prompt's length */
+    double chunk;      /* prefill: each prompt runs in pieces of at most `chunk` tokens, a later
+                          piece attending to the earlier ones' KV cache (chunked prefill); 0, or
+                          chunk ≥ context: whole prompts */
     int micro_batches; /* 1, or 2: the tokens split in two, one's exchanges under the other's
                           compute */
     int weight_dtype;  /* enum mp_dtype of the attention and dense GEMMs' weights (fp8: as the
@@ -39,7 +54,10 @@ struct mp_step_parts {
 };
 
 /* The parts of step `s` of model `m` under profile `c` (every formula's source in step.c). A
- * model without attention (m->attn MP_ATTN_NONE) has attention and LM head 0. */
+ * model without attention (m->attn MP_ATTN_NONE) has attention and LM head 0. A prefill step
+ * computes its attention over the prompts causally (MLA in its non-absorbed form), writes their
+ * KV cache, runs the LM head on each prompt's last token only, and counts the MoE blocks' kernels
+ * over their rows that the high-throughput dispatch's contiguous layout adds (misc). */
 void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
                    const struct mp_step_spec *s, struct mp_step_parts *p);
 
@@ -71,25 +89,30 @@ enum { MP_STEP_TOTAL, MP_STEP_ATTN, MP_STEP_DENSE, MP_STEP_HEAD, MP_STEP_MISC, M
 
 /* A modelled point's step over its iterations: the median step and its parts (those of the
  * iteration whose step is the median, nearest rank, so they add up), the p99 step likewise (µs),
- * and the output tokens per second per GPU at the median step; valid 0 for measured points. */
+ * the output tokens per second per GPU at the median step (prefill: each prompt's first token)
+ * and, for a prefill step, the prompt tokens per second per GPU (NAN in decode); valid 0 for
+ * measured points. */
 struct mp_step_result {
     int valid;
     double p50[MP_STEP_NPARTS], p99[MP_STEP_NPARTS];
     double moe_compute; /* of the median step's MoE layers, their route and expert FFN:
                            layers · micro_batches · (layer_us − comm_us) of that iteration */
     double tok_s_gpu;
+    double input_tok_s_gpu;
 };
 
 /* Summarize the step of every one of `iters` iterations of one micro-batch's MoE layer
- * (`metrics`) with parts `p`: `tokens` output tokens per step (batch ·
- * seq) over `gpus` GPUs. MP_OK, or MP_ERR_RUNTIME when out of memory (r->valid stays 0). */
+ * (`metrics`) with parts `p`: `tokens` output tokens per step (batch · seq) and `input` prompt
+ * tokens (0 in decode: input_tok_s_gpu NAN) over `gpus` GPUs. MP_OK, or MP_ERR_RUNTIME when out
+ * of memory (r->valid stays 0). */
 int mp_step_summarize(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
-                      const struct mp_iter_metrics *metrics, int iters, double tokens, int gpus,
-                      struct mp_step_result *r);
+                      const struct mp_iter_metrics *metrics, int iters, double tokens,
+                      double input, int gpus, struct mp_step_result *r);
 
 /* The step of a modelled point `s` from its layer model's `iters` iterations (one micro-batch's
- * tokens each): mp_step_parts, then mp_step_summarize with s->tokens · ep output tokens over
- * tp · ep GPUs. MP_OK or MP_ERR_RUNTIME. */
+ * tokens each): mp_step_parts, then mp_step_summarize over tp · ep GPUs with s->tokens · ep
+ * output tokens (decode), or s->tokens · ep prompt tokens and s->tokens · ep / context first
+ * tokens (prefill). MP_OK or MP_ERR_RUNTIME. */
 int mp_step_of_point(const struct mp_cluster *c, const struct mp_model *m,
                      const struct mp_step_spec *s, const struct mp_iter_metrics *metrics,
                      int iters, struct mp_step_result *r);

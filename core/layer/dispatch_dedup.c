@@ -146,6 +146,27 @@ int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send,
                                      rdispl, at, nin);
 }
 
+/* The most first-hop rows node mode relays through one EP rank: each source on another node sends
+ * a token at most once to its relay on the rank's node (mp_dedup_relay), so the rank relays at most
+ * max_tok_rank tokens from each source whose relay it is (the ranks of its local index on the
+ * other nodes, as the nodes are laid out). −1 out of memory. */
+static long relay_bound(const struct mp_layer *L)
+{
+    int ep = L->ep, *node = malloc((size_t)ep * sizeof *node), most = 0;
+    if (!node)
+        return -1;
+    for (int q = 0; q < ep; q++)
+        node[q] = L->comm->node_of[q * L->tp];
+    for (int r = 0; r < ep; r++) {
+        int sources = 0;
+        for (int e = 0; e < ep; e++)
+            sources += node[e] != node[r] && mp_dedup_relay(node, ep, e, node[r]) == r;
+        most = sources > most ? sources : most;
+    }
+    free(node);
+    return (long)most * L->max_tok_rank;
+}
+
 /* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node
  * mode also its relay buffers and the node of every EP rank: the launcher's host of its first TP
  * rank (core/layer/dedup.h's mp_dedup_node_of), the same for every TP rank, so the TP ranks of an EP
@@ -155,8 +176,12 @@ static int dedup_setup(struct mp_layer *L, const struct mp_point *pt, long token
     (void)tokens_per_rank;
     struct mp_dedup_plan *p = &L->dedup;
     struct mp_comm *c = L->comm;
-    long relayed = pt->dedup == MP_DEDUP_NODE ? pt->batch * pt->seq : 0;
+    long relayed = 0;
     int rc = MP_OK;
+    if (pt->dedup == MP_DEDUP_NODE && (relayed = relay_bound(L)) < 0) {
+        mp_error("out of memory for the --dedup node relay bound");
+        return MP_ERR_RUNTIME;
+    }
     if (!p->send_rows || p->max_local != pt->placement->max_local || p->max_tok < L->max_tok_rank ||
         p->max_exp < L->max_rows || p->max_recv < L->max_rows + relayed) {
         mp_dedup_plan_free(p);

@@ -101,6 +101,8 @@ int mp_layer_check_rows(struct mp_layer *L, long nrecv)
 
 void *mp_layer_alloc_zero(struct mp_layer *L, size_t n)
 {
+    if (L->ops->alloc_zeroed)
+        return L->ops->alloc_zeroed(L->dev, n);
     void *p = L->ops->alloc(L->dev, n);
     float *z = p ? calloc(n, sizeof(float)) : NULL;
     int rc = z ? L->ops->upload(L->dev, p, z, n) : MP_ERR_RUNTIME;

@@ -108,8 +108,7 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
                          const char *routing, const char *group_limit, const char *placement,
                          int overlap, const char *dispatch, const char *dedup,
                          const char *dispatch_dtype, const char *weight_dtype,
-                         const char *expert_cache, long batch, long context,
-                         int micro_batches)
+                         const char *expert_cache, long batch, const struct mp_step_key *step)
 {
     const struct mp_model *m = &s->model;
     mp_row_reset(r);
@@ -137,11 +136,17 @@ void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const str
     mp_row_str(r, expert_cache);
     mp_row_int(r, batch);
     mp_row_int(r, s->o.seq);
-    if (context > 0)
-        mp_row_int(r, context);
-    else
+    if (step) {
+        mp_row_int(r, step->context);
+        mp_row_int(r, step->micro_batches);
+        mp_row_str(r, step->phase);
+        mp_row_int(r, step->chunk);
+    } else {
         mp_row_str(r, "");
-    mp_row_int(r, micro_batches);
+        mp_row_int(r, 1);
+        mp_row_str(r, "");
+        mp_row_str(r, "");
+    }
     mp_row_int(r, s->o.seed);
     mp_row_int(r, mp_flush_cache_active(s));
 }

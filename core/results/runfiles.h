@@ -36,16 +36,25 @@ int mp_runfiles_done(struct mp_runfiles *rf, struct mp_session *s, const struct 
 
 /* The key cells of a layer or FFN point (its workload), in the order of mp_workload_key_columns:
  * source, backend, comm, the model's shape, layout, world, routing, group_limit, placement,
- * overlap, dispatch, dedup, dispatch_dtype, weight_dtype, expert_cache, batch, seq, context (empty
- * when `context` is 0: moeperf-ffn), micro_batches, seed, flush_cache (1 when the caches were
- * evicted before every timed iteration, else 0: warm and cold runs are different points). */
+ * overlap, dispatch, dedup, dispatch_dtype, weight_dtype, expert_cache, batch, seq, the step's
+ * cells (context, micro_batches, phase, chunk; `step` NULL for moeperf-ffn: context, phase and
+ * chunk empty, micro_batches 1), seed, flush_cache (1 when the caches were evicted before every
+ * timed iteration, else 0: warm and cold runs are different points). */
 struct mp_layout;
+
+/* The key cells of the step a layer point is part of. */
+struct mp_step_key {
+    long context;      /* KV-cache tokens per sequence (decode), prompt length (prefill) */
+    int micro_batches; /* 1 or 2 */
+    const char *phase; /* "decode" or "prefill" */
+    long chunk;        /* prefill pieces' tokens, 0: whole prompts */
+};
+
 void mp_workload_key_row(struct mp_row *r, const struct mp_session *s, const struct mp_layout *lay,
                          const char *routing, const char *group_limit, const char *placement,
                          int overlap, const char *dispatch, const char *dedup,
                          const char *dispatch_dtype, const char *weight_dtype,
-                         const char *expert_cache, long batch, long context,
-                         int micro_batches);
+                         const char *expert_cache, long batch, const struct mp_step_key *step);
 
 /* 1 when this run evicts the device's caches before every timed iteration: --flush-cache (on by
  * default) on a measured backend that has a flush_cache op; 0 otherwise (--no-flush-cache, the

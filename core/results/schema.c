@@ -69,6 +69,13 @@ static const struct mp_column workload_key[] = {
      "`--micro-batches` entry: 1, or 2 when a model step splits its batch in two and overlaps one "
      "half's exchanges with the other's compute (the layer columns are then one half's; 1 for "
      "ffn.csv)"},
+    {MPC_phase, "–", T,
+     "`--phase` entry: the modelled step around the layer, `decode` (one token of every sequence "
+     "from its KV cache) or `prefill` (a forward pass over prompts of `context` tokens; "
+     "docs/planning.md, A prefill step); empty for ffn.csv"},
+    {MPC_chunk, "tokens", I,
+     "`--chunk` entry: a prefill step's prompts run in pieces of at most this many tokens, each "
+     "reading the earlier pieces' KV cache; 0: whole prompts (and in decode); empty for ffn.csv"},
     {MPC_seed, "–", I, "`--seed`"},
     {MPC_flush_cache, "–", I,
      "1 when the device's caches were evicted before every timed iteration (`--flush-cache`, the "
@@ -215,7 +222,7 @@ static const struct mp_column layer_cols[] = {
      "empty for measured runs"},
 #define STEP_PART(name, what)                                                                      \
     {MPC_##name##_us, "µs", R,                                                                   \
-     "`--backend model`: the decode step's " what " in its median iteration, the parts adding "   \
+     "`--backend model`: the step's " what " in its median iteration, the parts adding "   \
      "up (docs/planning.md, What a step includes); empty for measured runs, which time the layer"}, \
     {MPC_##name##_p99_us, "µs", R, "the same in the step's p99 iteration"}
     STEP_PART(step, "whole time, every layer: `attn_us + dense_us + head_us + misc_us + host_us "
@@ -232,7 +239,11 @@ static const struct mp_column layer_cols[] = {
 #undef STEP_PART
     {MPC_tok_s_gpu, "tokens/s", R,
      "`--backend model`: output tokens per second per GPU, `batch · seq / (step_us · world)` "
-     "with the median step; empty for measured runs"},
+     "with the median step (prefill: each prompt's first token, `batch · seq / context` a step); "
+     "empty for measured runs"},
+    {MPC_input_tok_s_gpu, "tokens/s", R,
+     "`--phase prefill`: prompt tokens per second per GPU, `batch · seq / (step_us · world)` with "
+     "the median step; empty in decode and for measured runs"},
 };
 
 /* The per-iteration metrics of METRICS.md, in the field order of struct mp_iter_metrics. */

@@ -32,10 +32,10 @@
     X(mem_gb_per_gpu) X(kv_gb_per_gpu) X(fits) X(over) X(local_experts) X(notify_wait_us)           \
     X(dispatch_wait_us) X(tp_reduce_wait_us) X(combine_wait_us) X(wait_us) X(expert_cache)             \
     X(cache_hit_rate) X(fetch_bytes) X(fetch_us) X(cache_hits) X(cache_misses) X(cache_slots)      \
-    X(cache_policy) X(context) X(micro_batches) X(step_us) X(step_p99_us) X(attn_us)               \
+    X(cache_policy) X(context) X(micro_batches) X(phase) X(chunk) X(step_us) X(step_p99_us) X(attn_us)               \
     X(attn_p99_us) X(dense_us) X(dense_p99_us) X(head_us) X(head_p99_us) X(misc_us) X(misc_p99_us) \
     X(host_us) X(host_p99_us) X(moe_us) X(moe_p99_us) X(overlap_us) X(overlap_p99_us)             \
-    X(tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok) X(spread) X(noisy) X(noise_base) X(noise_new)   \
+    X(tok_s_gpu) X(input_tok_s_gpu) X(gpu_hour_usd) X(usd_per_mtok) X(spread) X(noisy) X(noise_base) X(noise_new)   \
     X(family) X(profile) X(point) X(reference) X(ratio)
 
 #define MP_COLUMN_DECLARE(n) extern const char MPC_##n[];

@@ -12,6 +12,7 @@
 #include "dispatch.h" /* mp_dispatch_choices, MP_DISPATCH_HELP */
 #include "model.h"
 #include "options.h"
+#include "step.h"     /* mp_phase_choices */
 
 #define MP_O(field) offsetof(struct mp_bench_opts, field)
 #define MP_NOLIMIT 1.0, 0.0
@@ -48,6 +49,14 @@ extern const char *const mp_cpu_bind_choices[];
     {"micro-batches", MP_OPT_INT_LIST, MP_O(micro_batches), "1", 1, 2, NULL, "LIST",               \
      "--backend model: split a step's batch in 1 or 2 micro-batches, one's dispatch and combine " \
      "under the other's attention and GEMMs (two-batch overlap; a list sweeps)"}
+#define MP_OPT_PHASE                                                                               \
+    {"phase", MP_OPT_STRING_LIST, MP_O(phase), "decode", MP_NOLIMIT, mp_phase_choices, "LIST",     \
+     "--backend model: the step around the layer, decode (a token of every sequence from its KV "  \
+     "cache) or prefill (a forward pass over prompts of --context tokens; a list sweeps)"}
+#define MP_OPT_CHUNK                                                                               \
+    {"chunk", MP_OPT_INT_LIST, MP_O(chunk), "0", 0, 1 << 24, NULL, "LIST",                         \
+     "--phase prefill: run each prompt in pieces of at most TOKENS, a later piece reading the "    \
+     "earlier ones' KV cache (chunked prefill; 0: whole prompts; a list sweeps)"}
 #define MP_OPT_LAYOUT(def)                                                                         \
     {"layout", MP_OPT_STRING_LIST, MP_O(layout), def, MP_NOLIMIT, NULL, "LIST",                    \
      "tpXepY layouts to sweep (tp·ep = ranks); default: ep = ranks"}

@@ -85,6 +85,8 @@ struct mp_bench_opts {
     int seq;
     struct mp_list context;       /* moeperf-layer: KV-cache tokens per sequence; a list sweeps */
     struct mp_list micro_batches; /* moeperf-layer: 1 or 2 (two-batch overlap); a list sweeps */
+    struct mp_strlist phase;      /* moeperf-layer: decode or prefill (the modelled step) */
+    struct mp_list chunk;         /* moeperf-layer: prefill pieces' tokens (0: whole prompts) */
     struct mp_strlist layout, routing, placement;
     struct mp_strlist group_limit; /* --group-limit: off, G:M or M; a list sweeps them */
     long long seed;

@@ -282,5 +282,6 @@ extern "C" const struct mp_compute_ops mp_compute_cuda = {
     .cache_fetch = cuda_cache_fetch,
     .cache_release = cuda_cache_release,
     .cache_exposed_us = cuda_cache_exposed_us,
-    .delay = nullptr, /* the host spins (mp_compute_delay) */
+    .delay = nullptr,        /* the host spins (mp_compute_delay) */
+    .alloc_zeroed = nullptr, /* cudaMalloc, then zeros uploaded */
 };

@@ -83,6 +83,13 @@ static void *rank_alloc(struct mp_compute *c, size_t n)
     return c->data ? malloc(n ? n * sizeof(float) : sizeof(float)) : no_data;
 }
 
+/* As rank_alloc, zeroed by the kernel's untouched pages: a traced rank's buffers are sized for
+ * the most rows a point could bring, its RSS what the rows it does receive touch. */
+static void *rank_alloc_zeroed(struct mp_compute *c, size_t n)
+{
+    return c->data ? calloc(n ? n : 1, sizeof(float)) : no_data;
+}
+
 static void rank_free(struct mp_compute *c, void *p)
 {
     if (c->data)
@@ -345,6 +352,7 @@ void mp_compute_model_rank_take(struct mp_compute *c, struct mp_vffn_seen *out)
         1u << MP_GEMM_LOOP | 1u << MP_GEMM_GROUPED | 1u << MP_GEMM_SKINNY | 1u << MP_GEMM_FUSED,   \
     .check_tolerance = 1, /* never checked: --check is refused on the model */                    \
     .fini = rank_fini, .device_name = rank_device_name, .alloc = rank_alloc, .free = rank_free,    \
+    .alloc_zeroed = rank_alloc_zeroed,                                                             \
     .upload = rank_upload, .download = rank_download, .upload_bytes = rank_copy_bytes,             \
     .download_bytes = rank_copy_bytes, .gate = rank_gate, .permute = rank_permute,                 \
     .copy_rows = rank_copy_rows, .fp8_pack = rank_fp8, .fp8_unpack = rank_fp8,                     \

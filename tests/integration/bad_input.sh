@@ -70,6 +70,11 @@ expect --seq $SMALL --seq -1
 expect --micro-batches $SMALL --micro-batches 1,2
 expect --micro-batches $SMALL --micro-batches 3 --backend model --comm model --cluster cpu-host --world 1
 expect --context $SMALL --context 0
+# a prefill step is modelled only; its word is decode or prefill; chunks split prompts alone
+expect "--phase prefill: the cpu backend" $SMALL --phase prefill
+expect "--phase: 'both'" $SMALL --phase both --backend model --comm model --cluster cpu-host --world 1
+expect "--chunk 512: chunks split prompts" $SMALL --chunk 512 --backend model --comm model --cluster cpu-host --world 1
+expect "--chunk 512: chunks split prompts" $SMALL --chunk 512 --phase decode,prefill --backend model --comm model --cluster cpu-host --world 1
 
 # moeperf-a2a: a per-peer size one MPI datatype cannot hold, a size over the option's range, and a
 # MoE batch whose rows overflow the int counts (and whose buffer size would wrap a size_t) are
@@ -111,6 +116,8 @@ while IFS='|' read -r tool args; do
         fail "$tool $args: exit $rc, --out $([ -e "$TMP/refused" ] && echo made || echo absent): $(cat "$TMP/err")"
 done <<'CASES'
 moeperf-layer|--micro-batches 2
+moeperf-layer|--phase prefill
+moeperf-layer|--backend model --world 1 --chunk 64
 moeperf-layer|--backend model --layout tp3ep5 --world 16
 moeperf-layer|--backend model --world 2 --check
 moeperf-a2a|--pattern moe --dedup node --overlap 2 --batch 8 --backend model --world 2 --dispatch-dtype fp4

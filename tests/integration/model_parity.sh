@@ -40,6 +40,8 @@ sample() {
     --seq) echo "--seq 2" ;;
     --context) echo "--context 4096,1024" ;;
     --micro-batches) echo "--micro-batches 1" ;; # 2: the model only (bad_input.sh)
+    --phase) echo "--phase decode" ;;            # prefill: the model only (bad_input.sh)
+    --chunk) echo "--chunk 0" ;;                 # > 0: prefill only (bad_input.sh)
     --layout) echo "--layout tp2ep1,tp1ep2" ;;
     --routing) echo "--routing zipf:1.2,hot:1:40" ;;
     --group-limit) echo "--group-limit off,2:1" ;;

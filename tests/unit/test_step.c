@@ -72,6 +72,50 @@ static void test_gqa_memory_bound(void)
     CHECK_NEAR(p2.attn, 4 * (qkv2 + o2 + kv / 2) / 1e12 * 1e6, 1e-6);
 }
 
+/* A profile where a kernel costs only its FLOPs at 1e15 FLOP/s: memory, launches and links free. */
+static struct mp_cluster compute_only(void)
+{
+    struct mp_cluster c = memory_only();
+    c.flops = c.flops_fp8 = 1e15;
+    c.hbm_bw = 1e30;
+    return c;
+}
+
+/* A prefill pass: the GEMMs at the pass's tokens, the causal core at (L + 1) / 2 keys a token,
+ * the LM head on each prompt's last token only; chunked prompts keep the FLOPs and read the
+ * earlier pieces' KV cache back. */
+static void test_gqa_prefill(void)
+{
+    struct mp_cluster c = compute_only();
+    struct mp_model m = gqa_model();
+    m.vocab = 32000;
+    double b = 4000, L = 1000, H = 1024, V = 32000;
+    struct mp_step_spec s = {.tp = 1, .ep = 1, .tokens = b, .context = L, .micro_batches = 1,
+                             .weight_dtype = MP_DTYPE_BF16, .phase = MP_PHASE_PREFILL};
+    struct mp_step_parts p;
+    mp_step_parts(&c, &m, &s, &p);
+    double gemms = 2 * b * 12 * 128 * H + 2 * b * H * 1024, core = 4 * b * (L + 1) / 2 * 8 * 128;
+    CHECK_NEAR(p.attn, 4 * (gemms + core) / 1e15 * 1e6, 1e-6);
+    CHECK_NEAR(p.head, 2 * (b / L) * V * H / 1e15 * 1e6, 1e-9);
+    /* chunks of 250: the same FLOPs; on memory alone, 4 pieces read back 0 + 250 + 500 + 750
+     * tokens of K and V (2 heads of 128) a prompt, 1.5 a token */
+    s.chunk = 250;
+    struct mp_step_parts pc;
+    mp_step_parts(&c, &m, &s, &pc);
+    CHECK_NEAR(pc.attn, p.attn, 1e-9);
+    struct mp_cluster mem = memory_only();
+    s.chunk = 0;
+    mp_step_parts(&mem, &m, &s, &p);
+    s.chunk = 250;
+    mp_step_parts(&mem, &m, &s, &pc);
+    CHECK_NEAR(pc.attn - p.attn, 4 * b * 1.5 * 2 * 2 * 128 * 2 / 1e12 * 1e6, 1e-9);
+    /* decode at the same tokens reads L keys of cache a sequence instead */
+    s.phase = MP_PHASE_DECODE;
+    s.chunk = 0;
+    mp_step_parts(&c, &m, &s, &p);
+    CHECK_NEAR(p.attn, 4 * (gemms + 4 * b * L * 8 * 128) / 1e15 * 1e6, 1e-6);
+}
+
 static void test_mla_cache_replicated(void)
 {
     struct mp_cluster c = memory_only();
@@ -186,7 +230,7 @@ static void test_summarize(void)
     it[1].layer_us = 30;
     it[2].layer_us = 20;
     struct mp_step_result r;
-    CHECK_INT(mp_step_summarize(&p, &m, 1, it, 3, 64, 8, &r), 0);
+    CHECK_INT(mp_step_summarize(&p, &m, 1, it, 3, 64, 0, 8, &r), 0);
     CHECK(r.valid);
     CHECK_NEAR(r.p50[MP_STEP_TOTAL], 110 + 4 * 20, 1e-12);
     CHECK_NEAR(r.p50[MP_STEP_MOE], 80, 1e-12);
@@ -200,6 +244,7 @@ int main(void)
 {
     test_gqa_memory_bound();
     test_mla_cache_replicated();
+    test_gqa_prefill();
     test_sliding_window();
     test_dense_and_head();
     test_composition();
