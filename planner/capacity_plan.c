@@ -183,7 +183,8 @@ static int record_times(const struct mp_plan_req *q, int tp, int ep, long batch,
     double tokens = (double)batch * q->seq;
     struct mp_step_spec step = {.tp = tp, .ep = ep, .tokens = tokens / ep,
                                 .context = (double)q->context, .micro_batches = mb,
-                                .weight_dtype = su.weight_dtype};
+                                .weight_dtype = su.weight_dtype, .phase = q->phase,
+                                .chunk = (double)q->chunk};
     struct mp_step_result st;
     double *v = malloc((size_t)n * sizeof *v);
     if (!v || mp_step_of_point(&q->cluster, m, &step, res->metrics, n, &st) != MP_OK) {
@@ -323,8 +324,12 @@ static int evaluate_one(const struct mp_plan_req *q, int tp, int ep, int R, int 
                           .placement = pl,
                           .iters = q->iters, .overlap = su.overlap, .dedup = su.dedup,
                           .weight_dtype = su.weight_dtype, .dispatch_dtype = su.dispatch_dtype};
+    /* a prefill pass holds its prompts' KV cache, ⌈batch · seq / context⌉ of them */
+    long sequences = q->phase == MP_PHASE_PREFILL
+                         ? ((long)batch * q->seq + q->context - 1) / q->context
+                         : batch;
     struct mp_gpumem_layout ml = {.tp = tp, .ep = ep, .max_local = pl->max_local,
-                                  .sequences = batch, .context = q->context,
+                                  .sequences = sequences, .context = q->context,
                                   .weight_bytes = q->weight_bytes, .kv_bytes = q->kv_bytes,
                                   .nonexpert = q->nonexpert,
                                   .expert_dtype = (enum mp_dtype)su.weight_dtype};

@@ -41,7 +41,10 @@ struct mp_plan_req {
     int max_gpus, iters;
     unsigned long long seed;
     /* memory per GPU (docs/planning.md, "Memory per GPU") */
-    long context;            /* tokens of KV cache per sequence: memory and the step's attention */
+    long context;            /* tokens of KV cache per sequence: memory and the step's attention
+                                (prefill: the prompt's length) */
+    int phase;               /* enum mp_phase of the step (docs/planning.md, "A prefill step") */
+    long chunk;              /* prefill: prompts in pieces of at most `chunk` tokens; 0: whole */
     double weight_bytes;     /* bytes per weight element (MP_BF16_BYTES) */
     double kv_bytes;         /* bytes per KV-cache element (MP_BF16_BYTES) */
     double mem_reserve;      /* share of gpu_mem_gb kept outside weights and KV cache */

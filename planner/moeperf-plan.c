@@ -24,6 +24,7 @@
 #include "schema.h"
 #include "routing.h"
 #include "datafiles.h"
+#include "serving_answer.h"
 
 #define PO(f) offsetof(struct plan_opts, f)
 
@@ -82,6 +83,19 @@ static const struct mp_opt options[] = {
      "fit: a candidate whose weights do not fit keeps the largest expert cache per layer that "
      "does (POLICY lru, lfu or static; default lru), the other experts in host memory, its "
      "fetches timed by the model at the profile's pcie_bw"},
+    {"isl", MP_OPT_INT, PO(isl), NULL, 1, 1 << 24, NULL, "TOKENS",
+     "a serving workload: prompt tokens per request; plans a prefill and a decode pool, or one "
+     "co-located pool (with --osl and --rate)"},
+    {"osl", MP_OPT_INT, PO(osl), NULL, 1, 1 << 24, NULL, "TOKENS",
+     "a serving workload: output tokens per request"},
+    {"rate", MP_OPT_DOUBLE, PO(rate), NULL, 1e-9, 1e12, NULL, "REQ/S",
+     "a serving workload: requests per second (Poisson arrivals)"},
+    {"slo-ttft-ms", MP_OPT_DOUBLE, PO(slo_ttft_ms), "0", 0, 1e9, NULL, "MS",
+     "a serving workload: mean time to first token, queueing and KV transfer included (0: none)"},
+    {"prefill-tokens", MP_OPT_INT_LIST, PO(prefill_tokens), "1024:16384:x2", 1, 1 << 22, NULL,
+     "LIST", "a serving workload: prompt tokens per EP rank in one prefill pass, to weigh"},
+    {"chunk", MP_OPT_INT_LIST, PO(chunk), "0", 0, 1 << 24, NULL, "LIST",
+     "a serving workload: prefill prompts in pieces of at most TOKENS (0: whole prompts)"},
     {"validation", MP_OPT_STRING, PO(validation), NULL, MP_NOLIMIT, NULL, "FILE",
      "the model's errors on published measurements (ci/validate --summary), for plan.json's "
      "trust (default: tests/published/validation.csv of the data directory)"},
@@ -353,7 +367,7 @@ static int plan_group_limit(const char *spec, const struct mp_model *m, struct m
  * when j is begun, and its findings printed. MP_OK, or the error of parsing the routing or the
  * limit, or of the evaluation, after its message. */
 static int plan_routing(const struct plan_opts *o, struct mp_plan_req *q, int ri, int gi,
-                        struct mp_csv *csv, struct plan_json *j)
+                        struct mp_csv *csv, struct plan_json *j, const struct mp_serving_req *w)
 {
     const char *name = o->b.routing.v[ri], *limit = o->b.group_limit.v[gi];
     struct mp_routing rt;
@@ -377,13 +391,23 @@ static int plan_routing(const struct plan_opts *o, struct mp_plan_req *q, int ri
         else
             printf("\n## routing %s: %d candidates\n", name, n);
         int best = mp_plan_best(c, n);
+        cJSON *a = NULL;
         if (j->answers) {
-            cJSON *a = mp_plan_answer_json(name, q, c, n, best, j->validation,
-                                           cJSON_GetObjectItem(j->question, "cluster"));
+            a = mp_plan_answer_json(name, q, c, n, best, j->validation,
+                                    cJSON_GetObjectItem(j->question, "cluster"));
             cJSON_AddStringToObject(a, MP_PJ_GROUP_LIMIT, limit);
             cJSON_AddItemToArray(j->answers, a);
         }
         plan_print_findings(q, c, n, best, o->b.quiet);
+        if (w) { /* the workload's pools: this decode plan, and prefill weighed for it */
+            struct mp_serving_answer sa;
+            rc = mp_serving_plan(q, c, n, best, w, &sa);
+            if (rc == MP_OK) {
+                mp_serving_print(q, w, &sa);
+                if (a)
+                    cJSON_AddItemToObject(a, MP_PJ_SERVING, mp_serving_json(q, w, &sa));
+            }
+        }
         free(c);
     }
     q->routing = NULL;
@@ -400,7 +424,12 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     struct plan_req_lists lists = {0};
     struct plan_json pj = {0};
     struct mp_csv csv = {0};
-    int rc = plan_req_build(o, &q, &lists);
+    struct mp_serving_req w;
+    int rc = plan_serving_check(o, argc, argv), serving = 0;
+    if (rc == MP_OK)
+        rc = plan_req_build(o, &q, &lists);
+    if (rc == MP_OK && (serving = plan_serving_build(o, &q, &lists, &w)) < 0)
+        rc = -serving;
     if (rc == MP_OK) /* before anything is written */
         rc = mp_plan_check_layouts(&q);
     if (rc == MP_OK && o->b.out)
@@ -414,7 +443,7 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
         rc = plan_json_start(o, &q, argc, argv, &pj);
     for (int ri = 0; rc == MP_OK && ri < o->b.routing.n; ri++)
         for (int gi = 0; rc == MP_OK && gi < o->b.group_limit.n; gi++)
-            rc = plan_routing(o, &q, ri, gi, &csv, &pj);
+            rc = plan_routing(o, &q, ri, gi, &csv, &pj, serving > 0 ? &w : NULL);
     if (rc == MP_OK && pj.plan)
         rc = mp_json_write(pj.plan, o->b.out, MP_PLAN_JSON_FILE);
     if (rc == MP_OK && o->b.out)

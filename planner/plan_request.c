@@ -18,6 +18,7 @@
 #include "plan_keys.h"
 #include "results.h"
 #include "schema.h"
+#include "serving_plan.h"
 
 /* The values of an integer list as ints in a heap array (*out; at least one element): MP_OK, or
  * MP_ERR_RUNTIME when out of memory. */
@@ -184,7 +185,57 @@ int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan
 void plan_req_free(struct plan_req_lists *l)
 {
     MP_FREE_ALL(l->tps, l->eps, l->reps, l->eplbs, l->overlaps, l->dedups, l->wdtypes, l->micro,
-                l->ddtypes, l->batches);
+                l->ddtypes, l->batches, l->prefill_tokens, l->chunks);
+}
+
+int plan_serving_check(const struct plan_opts *o, int argc, char **argv)
+{
+    static const char *const own[] = {"osl", "rate", "slo-ttft-ms", "prefill-tokens", "chunk"};
+    if (o->isl <= 0) {
+        for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+            if (mp_flag_given(argc, argv, own[i])) {
+                mp_usage("--%s describes a serving workload: give it with --isl N --osl N --rate "
+                         "REQ/S", own[i]);
+                return MP_ERR_USAGE;
+            }
+        return MP_OK;
+    }
+    if (o->osl <= 0 || o->rate <= 0) {
+        mp_usage("--isl: a serving workload needs %s too (requests of --isl prompt and --osl "
+                 "output tokens at --rate per second)", o->osl <= 0 ? "--osl N" : "--rate REQ/S");
+        return MP_ERR_USAGE;
+    }
+    static const char *const set[] = {"context", "throughput"};
+    for (size_t i = 0; i < 2; i++)
+        if (mp_flag_given(argc, argv, set[i])) {
+            mp_usage("--%s: a serving workload sets it (context isl + osl, throughput rate · osl "
+                     "output tokens/s); drop --%s or --isl", set[i], set[i]);
+            return MP_ERR_USAGE;
+        }
+    return MP_OK;
+}
+
+int plan_serving_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l,
+                       struct mp_serving_req *w)
+{
+    memset(w, 0, sizeof *w);
+    if (o->isl <= 0)
+        return 0;
+    l->prefill_tokens = malloc((size_t)o->prefill_tokens.n * sizeof *l->prefill_tokens);
+    l->chunks = malloc((size_t)o->chunk.n * sizeof *l->chunks);
+    if (!l->prefill_tokens || !l->chunks)
+        return -MP_ERR_RUNTIME;
+    for (int i = 0; i < o->prefill_tokens.n; i++)
+        l->prefill_tokens[i] = (long)o->prefill_tokens.v[i];
+    for (int i = 0; i < o->chunk.n; i++)
+        l->chunks[i] = (long)o->chunk.v[i];
+    *w = (struct mp_serving_req){.isl = o->isl, .osl = o->osl, .rate = o->rate,
+                                 .slo_ttft_ms = o->slo_ttft_ms, .tokens = l->prefill_tokens,
+                                 .ntokens = o->prefill_tokens.n, .chunks = l->chunks,
+                                 .nchunk = o->chunk.n};
+    q->context = o->isl + o->osl;
+    q->throughput = o->rate * (double)o->osl;
+    return 1;
 }
 
 /* ---- plan.json's question (docs/planning.md, "plan.json") ---- */
@@ -299,6 +350,15 @@ cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q
     cJSON_AddStringToObject(j, "token_scope", "step"); /* SLO and throughput: the whole step */
     mp_plan_json_bound(j, "gpu_hour_price_usd", q->gpu_hour_price);
     cJSON_AddNumberToObject(j, "context_tokens", (double)q->context);
+    if (o->isl > 0) { /* a serving workload: the decode context and target come from it */
+        cJSON *wl = cJSON_AddObjectToObject(j, MP_PJ_WORKLOAD);
+        cJSON_AddNumberToObject(wl, "isl", (double)o->isl);
+        cJSON_AddNumberToObject(wl, "osl", (double)o->osl);
+        cJSON_AddNumberToObject(wl, "rate_rps", o->rate);
+        mp_plan_json_bound(wl, "slo_ttft_ms", o->slo_ttft_ms);
+        add_ints(wl, "prefill_tokens", &o->prefill_tokens);
+        add_ints(wl, "chunk", &o->chunk);
+    }
     cJSON_AddNumberToObject(j, "seq", q->seq);
     add_strs(j, "routings", &o->b.routing);
     cJSON *c = cJSON_AddObjectToObject(j, MP_PJ_CONSTRAINTS);

@@ -18,12 +18,17 @@ struct plan_opts {
     char *nonexpert;
     char *validation;
     char *expert_cache;
+    /* a serving workload (docs/planning.md, "Serving a workload"): requests of isl prompt and
+     * osl output tokens at `rate` per second; 0: a decode plan alone */
+    int isl, osl;
+    double rate, slo_ttft_ms;
+    struct mp_list prefill_tokens, chunk;
 };
 
 /* The heap arrays a request's candidate lists point into; all NULL before plan_req_build. */
 struct plan_req_lists {
     int *tps, *eps, *reps, *eplbs, *overlaps, *dedups, *wdtypes, *ddtypes, *micro;
-    long *batches;
+    long *batches, *prefill_tokens, *chunks;
 };
 
 /* The request q (zeroed by the caller) of a plan from options o: checks --validation and
@@ -32,6 +37,18 @@ struct plan_req_lists {
  * --expert-cache. Returns MP_OK, MP_ERR_USAGE after a message naming the flag, or MP_ERR_RUNTIME
  * (out of memory). */
 int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l);
+
+struct mp_serving_req;
+/* With a workload (--isl given): its request *w from o, its lists in *l (after plan_req_build),
+ * and q's decode targets from it: context isl + osl, throughput rate · osl. 1 when there is a
+ * workload, 0 when not, or −MP_ERR_RUNTIME (out of memory). */
+int plan_serving_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l,
+                       struct mp_serving_req *w);
+
+/* With --isl, the flags a workload needs (--osl, --rate) and those it sets itself (--context,
+ * --throughput, given on their own): MP_OK, or MP_ERR_USAGE after a message naming the flag;
+ * without --isl, its other flags given alone are refused likewise. */
+int plan_serving_check(const struct plan_opts *o, int argc, char **argv);
 
 /* Frees the arrays of *l (any of them NULL). */
 void plan_req_free(struct plan_req_lists *l);

@@ -18,7 +18,7 @@ const char *const rp_key_names[RP_NKEY] = {
     MPC_source, MPC_backend, MPC_comm, MPC_model, MPC_hidden, MPC_ffn, MPC_experts, MPC_topk,
     MPC_shared, MPC_layout, MPC_routing, MPC_group_limit, MPC_placement, MPC_seq, MPC_seed,
     MPC_overlap, MPC_dispatch, MPC_dedup, MPC_dispatch_dtype, MPC_weight_dtype, MPC_expert_cache,
-    MPC_flush_cache, MPC_context, MPC_micro_batches,
+    MPC_flush_cache, MPC_context, MPC_micro_batches, MPC_phase, MPC_chunk,
 };
 const char *const rp_part_names[RP_NPART] = {MPC_attn_us, MPC_dense_us, MPC_head_us, MPC_misc_us,
                                              MPC_host_us, MPC_moe_us, MPC_overlap_us};
@@ -263,7 +263,8 @@ static int label_series(struct rp_series *s, int n)
                                 RP_K_EXPERTS, RP_K_TOPK,    RP_K_SHARED,     RP_K_SEQ,
                                 RP_K_SEED,    RP_K_GROUP_LIMIT, RP_K_OVERLAP, RP_K_DISPATCH,
                                 RP_K_DEDUP,   RP_K_DTYPE,   RP_K_WDTYPE,     RP_K_CACHE,
-                                RP_K_FLUSH,   RP_K_CONTEXT, RP_K_MICRO};
+                                RP_K_FLUSH,   RP_K_CONTEXT, RP_K_MICRO,      RP_K_PHASE,
+                                RP_K_CHUNK};
     enum { NBARE = 3, NORDER = sizeof order / sizeof order[0] };
     int show[NORDER], nshow = 0;
     for (int e = 0; e < NORDER; e++) {
@@ -318,6 +319,8 @@ static const char *key_cell(const struct mp_table *t, long row, const int *kc, i
            : k == RP_K_DTYPE || k == RP_K_WDTYPE    ? "bf16"
            : k == RP_K_CONTEXT                      ? "4096"
            : k == RP_K_MICRO                        ? "1"
+           : k == RP_K_PHASE                        ? "decode"
+           : k == RP_K_CHUNK                        ? "0"
                                                     : "";
 }
 

@@ -38,14 +38,15 @@ void rp_run_free(struct rp_run *run);
 
 /* The key columns that identify a layer or FFN workload apart from its batch (docs/CSV.md), plus
  * `overlap`, `dispatch`, `dedup`, `dispatch_dtype`, `weight_dtype`, `expert_cache` and
- * `flush_cache`, `context` and `micro_batches` where a file has them; a file without `group_limit` or
- * `expert_cache` (written before those flags) counts as `off`, one without `dispatch_dtype` or
- * `weight_dtype` as `bf16`, one without `context` as 4096 and without `micro_batches` as 1. */
+ * `flush_cache`, `context`, `micro_batches`, `phase` and `chunk` where a file has them; a file
+ * without `group_limit` or `expert_cache` (written before those flags) counts as `off`, one
+ * without `dispatch_dtype` or `weight_dtype` as `bf16`, one without `context` as 4096, without
+ * `micro_batches` as 1, without `phase` as `decode` and without `chunk` as 0. */
 enum {
     RP_K_SOURCE, RP_K_BACKEND, RP_K_COMM, RP_K_MODEL, RP_K_HIDDEN, RP_K_FFN, RP_K_EXPERTS,
     RP_K_TOPK, RP_K_SHARED, RP_K_LAYOUT, RP_K_ROUTING, RP_K_GROUP_LIMIT, RP_K_PLACEMENT, RP_K_SEQ,
     RP_K_SEED, RP_K_OVERLAP, RP_K_DISPATCH, RP_K_DEDUP, RP_K_DTYPE, RP_K_WDTYPE, RP_K_CACHE,
-    RP_K_FLUSH, RP_K_CONTEXT, RP_K_MICRO,
+    RP_K_FLUSH, RP_K_CONTEXT, RP_K_MICRO, RP_K_PHASE, RP_K_CHUNK,
     RP_NKEY
 };
 extern const char *const rp_key_names[RP_NKEY];

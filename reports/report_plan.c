@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "error.h"
 #include "plan_keys.h"
+#include "report_serving.h"
 #include "schema.h"
 
 /* One plan.csv row as table cells: its role, setup, batch, GPUs, p99 token time and memory. */
@@ -502,6 +503,7 @@ void write_answer(struct doc *d, const struct rp_run *runs, int nruns)
                     doc_p(d, "Replicas against batch, routing %s: %s.", routing, jstr(r, MP_PJ_TEXT));
         }
         step_bars(d, answers);
+        write_serving(d, q, answers);
         cJSON_ArrayForEach(a, answers) {
             const char *routing = jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?";
             if (!cJSON_IsTrue(cJSON_GetObjectItem(a, MP_PJ_FOUND)))

@@ -49,6 +49,32 @@ static const struct jfield plan_fields[] = {
     {MP_PJ_MICRO_BATCHES, J_NUM, 0, 1},  {MP_PJ_SLO_HEADROOM, J_NUM, 0, -INFINITY},
     {MP_PJ_MEM_GB_PER_GPU, J_OBJ, 1, 0}, {MP_PJ_STEP_PARTS_MS, J_OBJ, 0, 0}};
 static const struct jfield memory_fields[] = {{MP_PJ_TOTAL, J_NUM, 1, 0}};
+/* a serving workload (docs/planning.md, "Serving a workload"): the question's, each answer's */
+static const struct jfield workload_fields[] = {
+    {MP_PJ_ISL, J_NUM, 1, 1}, {MP_PJ_OSL, J_NUM, 1, 1}, {"rate_rps", J_NUM, 1, 0},
+    {"slo_ttft_ms", J_NUM, 0, 0}};
+static const struct jfield serving_fields[] = {
+    {MP_PJ_CHOICE, J_STR, 1, 0},       {MP_PJ_WHY, J_STR, 0, 0},
+    {MP_PJ_GPUS, J_NUM, 1, 0},         {MP_PJ_TTFT_MS, J_NUM, 0, 0},
+    {MP_PJ_TPOT_MS, J_NUM, 0, 0},      {MP_PJ_OUTPUT_TOK_S_GPU, J_NUM, 0, 0},
+    {MP_PJ_USD_PER_MTOK, J_NUM, 0, 0}, {MP_PJ_PREFILL, J_OBJ, 1, 0},
+    {MP_PJ_DECODE, J_OBJ, 1, 0},       {MP_PJ_COLOCATED, J_OBJ, 1, 0},
+    {MP_PJ_KV_TRANSFER, J_OBJ, 1, 0},  {MP_PJ_SPLIT, J_ARR, 1, 0}};
+/* a pool that was found */
+static const struct jfield pool_fields[] = {
+    {MP_PJ_FOUND, J_BOOL, 1, 0},        {MP_PJ_LAYOUT, J_STR, 1, 0},
+    {MP_PJ_GPUS, J_NUM, 1, 1},          {MP_PJ_MEM_GB_PER_GPU, J_NUM, 1, 0},
+    {MP_PJ_TTFT_MS, J_NUM, 0, 0},       {MP_PJ_TPOT_MS, J_NUM, 0, 0},
+    {MP_PJ_INSTANCES, J_NUM, 0, 1},     {MP_PJ_REPLICAS, J_NUM, 0, 1},
+    {MP_PJ_BATCH, J_NUM, 0, 1},         {"tokens_per_gpu", J_NUM, 0, 1},
+    {"pass_ms", J_NUM, 0, 0},           {"input_tok_s_gpu", J_NUM, 0, 0},
+    {"utilization", J_NUM, 0, 0},       {"prefill_share", J_NUM, 0, 0}};
+static const struct jfield found_fields[] = {{MP_PJ_FOUND, J_BOOL, 1, 0}};
+static const struct jfield kv_fields[] = {
+    {"mb_per_request", J_NUM, 0, 0}, {"ms", J_NUM, 0, 0}, {"gb_per_s", J_NUM, 0, 0}};
+static const struct jfield split_fields[] = {
+    {MP_PJ_ISL, J_NUM, 1, 1}, {MP_PJ_OSL, J_NUM, 1, 1}, {MP_PJ_PREFILL_GPUS, J_NUM, 0, 1},
+    {MP_PJ_DECODE_GPUS, J_NUM, 0, 1}};
 
 static const char *const type_names[] = {"a string", "true or false", "a number", "an object",
                                          "an array"};
@@ -123,6 +149,48 @@ static int check_objects(const char *path, const char *where, const cJSON *o, co
     return MP_OK;
 }
 
+/* An answer's `serving` member, when there: its fields, each pool's (all of them when found),
+ * the KV transfer's and every split point's. */
+static int check_serving(const char *path, const char *where, const cJSON *a)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(a, MP_PJ_SERVING);
+    if (!s || cJSON_IsNull(s))
+        return MP_OK;
+    char at[96];
+    snprintf(at, sizeof at, "%s.%s", where, MP_PJ_SERVING);
+    if (!cJSON_IsObject(s)) {
+        mp_usage("%s: %s is not an object", path, at);
+        return MP_ERR_USAGE;
+    }
+    int rc = check_fields(path, at, s, serving_fields, N(serving_fields));
+    const char *pools[] = {MP_PJ_PREFILL, MP_PJ_DECODE, MP_PJ_COLOCATED};
+    for (int k = 0; k < N(pools) && rc == MP_OK; k++) {
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s.%s", at, pools[k]);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(s, pools[k]);
+        rc = check_fields(path, sub, p, found_fields, N(found_fields));
+        if (rc == MP_OK && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, MP_PJ_FOUND)))
+            rc = check_fields(path, sub, p, pool_fields, N(pool_fields));
+    }
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s.%s", at, MP_PJ_KV_TRANSFER);
+    if (rc == MP_OK)
+        rc = check_fields(path, sub, cJSON_GetObjectItemCaseSensitive(s, MP_PJ_KV_TRANSFER),
+                          kv_fields, N(kv_fields));
+    const cJSON *x;
+    int i = 0;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(s, MP_PJ_SPLIT)) {
+        snprintf(sub, sizeof sub, "%s.%s[%d]", at, MP_PJ_SPLIT, i++);
+        if (rc == MP_OK && !cJSON_IsObject(x)) {
+            mp_usage("%s: %s is not an object", path, sub);
+            rc = MP_ERR_USAGE;
+        }
+        if (rc == MP_OK)
+            rc = check_fields(path, sub, x, split_fields, N(split_fields));
+    }
+    return rc;
+}
+
 static int check_answer(const char *path, const cJSON *a, int i)
 {
     char where[32];
@@ -136,6 +204,8 @@ static int check_answer(const char *path, const cJSON *a, int i)
                             MP_PJ_REPLICAS_VS_BATCH};
     for (int k = 0; k < N(arrays) && rc == MP_OK; k++)
         rc = check_objects(path, where, a, arrays[k]);
+    if (rc == MP_OK)
+        rc = check_serving(path, where, a);
     if (rc != MP_OK || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, MP_PJ_FOUND)))
         return rc;
     rc = check_fields(path, where, a, plan_fields, N(plan_fields));
@@ -169,6 +239,7 @@ int mp_plan_json_check(const struct cJSON *j, const char *path)
         {MP_PJ_CLUSTER, "question.cluster", cluster_fields, N(cluster_fields)},
         {MP_PJ_CONSTRAINTS, "question.constraints", constraint_fields, N(constraint_fields)},
         {MP_PJ_SLO, "question.slo", slo_fields, N(slo_fields)},
+        {MP_PJ_WORKLOAD, "question.workload", workload_fields, N(workload_fields)},
     };
     for (int k = 0; k < N(subs) && rc == MP_OK; k++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(q, subs[k].key);

@@ -55,4 +55,23 @@
 #define MP_PJ_USD_PER_MTOK                       "usd_per_mtok"
 #define MP_PJ_WORST_ERROR                        "worst_error"
 
+/* a serving workload's answer (docs/planning.md, "Serving a workload") */
+#define MP_PJ_WORKLOAD                           "workload"
+#define MP_PJ_SERVING                            "serving"
+#define MP_PJ_CHOICE                             "choice"
+#define MP_PJ_WHY                                "why"
+#define MP_PJ_PREFILL                            "prefill"
+#define MP_PJ_DECODE                             "decode"
+#define MP_PJ_COLOCATED                          "colocated"
+#define MP_PJ_TTFT_MS                            "ttft_ms"
+#define MP_PJ_TPOT_MS                            "tpot_ms"
+#define MP_PJ_KV_TRANSFER                        "kv_transfer"
+#define MP_PJ_SPLIT                              "split"
+#define MP_PJ_ISL                                "isl"
+#define MP_PJ_OSL                                "osl"
+#define MP_PJ_PREFILL_GPUS                       "prefill_gpus"
+#define MP_PJ_DECODE_GPUS                        "decode_gpus"
+#define MP_PJ_OUTPUT_TOK_S_GPU                   "output_tok_s_gpu"
+#define MP_PJ_INSTANCES                          "instances"
+
 #endif

@@ -46,4 +46,106 @@ assert float(d["head_us"]) > 3 * pt[(2048, 0)]["head"], (d["head_us"], pt[(2048,
 print("prefill: step %.1f ms at prompts of 512, %.1f ms at 2048 (%.1f ms in pieces of 512)" %
       (pt[(512, 0)]["step"] / 1e3, pt[(2048, 0)]["step"] / 1e3, pt[(2048, 512)]["step"] / 1e3))
 PY
+
+# moeperf-plan for a workload: Qwen3-30B-A3B on H100s, 30 requests/s of 2000 in and 200 out; the
+# pools' numbers hold to their formulas (docs/planning.md, "Serving a workload")
+PLAN=$BUILD/planner/moeperf-plan
+REPORT=$BUILD/reports/moeperf-report
+serve="--model qwen3-30b-a3b --cluster h100-ndr --tp 1,2 --ep 1,2,4,8 --replicate 0 --weight-dtype fp8
+    --dispatch-dtype fp8 --batch 16:256:x2 --prefill-tokens 2048,8192 --chunk 0,1024 --quiet"
+# shellcheck disable=SC2086
+"$PLAN" $serve --isl 2000 --osl 200 --rate 30 --slo-ttft-ms 2000 --slo-token-ms 50 \
+    --gpu-hour-price 2 --out "$TMP/serve" >"$TMP/serve.out" || fail "moeperf-plan --isl exit $?"
+python3 - "$TMP/serve/plan.json" <<'PY' || fail "the serving answer does not hold"
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+w, s = j["question"]["workload"], j["answers"][0]["serving"]
+isl, osl, rate, slo = w["isl"], w["osl"], w["rate_rps"], w["slo_ttft_ms"]
+assert (isl, osl, rate, slo) == (2000, 200, 30, 2000), w
+assert j["question"]["context_tokens"] == isl + osl
+assert j["question"]["throughput_tokens_per_s"] == rate * osl
+p, d, kv, co = s["prefill"], s["decode"], s["kv_transfer"], s["colocated"]
+assert p["found"] and d["found"], s
+def md1(rho, sv):  # Pollaczek-Khinchine, deterministic service
+    return math.inf if rho >= 1 else rho * sv / (2 * (1 - rho))
+sp = p["pass_ms"] / 1e3 * isl / (p["tokens_per_gpu"] * p["ep"])
+rho = rate * sp / p["instances"]
+assert abs(rho - p["utilization"]) <= 1e-9, (rho, p["utilization"])
+assert abs(md1(rho, sp) * 1e3 - p["queue_ms"]) <= 1e-6 * max(1, p["queue_ms"]), p
+passes = math.ceil(isl / (p["chunk"] if 0 < p["chunk"] < isl else isl))
+assert p["passes"] == passes, p
+ttft = p["queue_ms"] + passes * p["pass_ms"] + kv["ms"]
+assert abs(ttft - p["ttft_ms"]) <= 1e-6 * ttft and ttft <= slo, (ttft, p["ttft_ms"])
+# the fewest instances: one fewer misses the SLO or overflows the queue
+n = p["instances"] - 1
+assert n == 0 or md1(rate * sp / n, sp) * 1e3 + passes * p["pass_ms"] + kv["ms"] > slo, p
+assert p["gpus"] == p["instances"] * p["tp"] * p["ep"], p
+assert abs(p["input_tok_s_gpu"] - p["tokens_per_gpu"] / (p["pass_ms"] / 1e3) / p["tp"]) <= 1e-6 * p["input_tok_s_gpu"], p
+# the KV cache of one request: 2000 tokens, 48 layers, 4 KV heads of 2 x 128, bf16
+assert abs(kv["mb_per_request"] - 2000 * 48 * 4 * 256 * 2 / 1e6) <= 1e-9, kv
+assert abs(kv["gb_per_s"] - kv["mb_per_request"] / 1e3 * rate) <= 1e-9, kv
+assert d["gpus"] == d["replicas"] * d["tp"] * d["ep"] and d["tpot_ms"] <= 50, d
+assert d["context"] == isl + osl, d
+disagg = p["gpus"] + d["gpus"]
+if s["choice"] == "disaggregated":
+    assert s["gpus"] == disagg and (not co["found"] or co["gpus"] >= disagg), s
+    assert s["ttft_ms"] == p["ttft_ms"] and s["tpot_ms"] == d["tpot_ms"], s
+else:
+    assert s["choice"] == "colocated" and s["gpus"] == co["gpus"] < disagg, s
+if co["found"]:
+    assert co["ttft_ms"] <= slo and co["tpot_ms"] <= 50 and co["utilization"] < 1, co
+assert abs(s["output_tok_s_gpu"] - rate * osl / s["gpus"]) <= 1e-9, s
+assert abs(s["usd_per_mtok"] - 2 / 3600 / s["output_tok_s_gpu"] * 1e6) <= 1e-9, s
+# the split: the same total length at other ratios; the decode pool grows with the output
+sp_ = s["split"]
+assert len(sp_) == 5 and all(x["isl"] + x["osl"] == isl + osl for x in sp_), sp_
+dec = [x["decode_gpus"] for x in sp_]
+assert dec == sorted(dec, reverse=True) and dec[0] > dec[-1], dec
+print(f"serving: {s['choice']}, {s['gpus']} GPUs (prefill {p['gpus']} as {p['instances']} x "
+      f"{p['layout']} at {p['tokens_per_gpu']} tokens, decode {d['gpus']}), TTFT "
+      f"{s['ttft_ms']:.1f} ms, p99 token {s['tpot_ms']:.2f} ms; split {dec}")
+PY
+"$REPORT" "$TMP/serve" --out "$TMP/serve.html" --md "$TMP/serve.md" >/dev/null ||
+    fail "moeperf-report on the serving plan exit $?"
+grep -q "^### Serving the workload, routing uniform" "$TMP/serve.md" || fail "no serving section"
+grep -q "^| prefill | " "$TMP/serve.md" && grep -q "^| decode | " "$TMP/serve.md" ||
+    fail "the report has no row per pool"
+grep -q "^### How the P:D split moves with the input/output ratio" "$TMP/serve.md" ||
+    fail "the report has no split figure"
+[ "$(grep -c '<title>prefill GPUs</title>' "$TMP/serve.html")" -eq 5 ] ||
+    fail "the split figure has $(grep -c '<title>prefill GPUs</title>' "$TMP/serve.html") prefill bars, not 5"
+
+# no plan: a TTFT below one pass names the fastest pass; a rate beyond --max-gpus names the GPUs
+# shellcheck disable=SC2086
+"$PLAN" $serve --isl 2000 --osl 200 --rate 30 --slo-ttft-ms 1 --out "$TMP/fast" >"$TMP/fast.out" ||
+    fail "a plan-less answer exit $?"
+grep -q "answer: none: no prefill pass reaches the TTFT SLO of 1 ms: the fastest" "$TMP/fast.out" ||
+    fail "no reason for the TTFT SLO: $(grep answer: "$TMP/fast.out")"
+python3 -c "
+import json; s = json.load(open('$TMP/fast/plan.json'))['answers'][0]['serving']
+assert s['choice'] == 'none' and s['gpus'] == 0 and 'TTFT SLO' in s['why'], s" ||
+    fail "plan.json's plan-less answer"
+# shellcheck disable=SC2086
+"$PLAN" $serve --isl 2000 --osl 200 --rate 100000 --max-gpus 16 --out "$TMP/big" >"$TMP/big.out" ||
+    fail "a plan-less answer exit $?"
+grep -q "answer: none: the prefill pool needs [0-9]* GPUs at the least .*more than --max-gpus 16" \
+    "$TMP/big.out" || fail "no shortfall for the rate: $(grep answer: "$TMP/big.out")"
+"$REPORT" "$TMP/fast" --md "$TMP/fast.md" --out "$TMP/fast.html" >/dev/null || fail "report exit $?"
+grep -q "No pool serves it: no prefill pass reaches the TTFT SLO" "$TMP/fast.md" ||
+    fail "the report does not say why no pool serves it"
+# refused, naming the flag, nothing written
+refuse() {
+    local want=$1 rc=0
+    shift
+    # shellcheck disable=SC2086
+    "$PLAN" $serve "$@" --out "$TMP/refused" >/dev/null 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && grep -q -- "$want" "$TMP/err" && [ ! -e "$TMP/refused" ] ||
+        fail "$* : exit $rc, $(cat "$TMP/err")"
+}
+refuse "--isl" --isl 0 --osl 10 --rate 1
+refuse "--osl" --osl 0 --isl 10 --rate 1
+refuse "--isl: a serving workload needs --rate" --isl 10 --osl 10
+refuse "--context: a serving workload sets it" --isl 10 --osl 10 --rate 1 --context 100
+refuse "--rate describes a serving workload" --rate 3
+echo "serving: refusals and plan-less answers hold"
 echo PASS

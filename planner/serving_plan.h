@@ -1,0 +1,94 @@
+/* serving_plan.h - plans for a serving workload (docs/planning.md, "Serving a workload"): a
+ * prefill pool and a decode pool with the KV cache moved between them, or one co-located pool,
+ * for requests of given input and output lengths at a given rate under a time-to-first-token and
+ * a per-token SLO. */
+#ifndef MP_SERVING_PLAN_H
+#define MP_SERVING_PLAN_H
+
+#include "capacity_plan.h"
+
+/* The workload: requests of `isl` prompt and `osl` output tokens arriving at `rate` per second
+ * (Poisson), and the prefill passes to weigh. */
+struct mp_serving_req {
+    long isl, osl;
+    double rate;        /* requests per second */
+    double slo_ttft_ms; /* mean time to first token, queueing and KV transfer included (0: none) */
+    const long *tokens; /* prefill tokens per EP rank per pass to weigh */
+    int ntokens;
+    const long *chunks; /* prefill chunk sizes to weigh (0: whole prompts) */
+    int nchunk;
+};
+
+/* Most utilization a pool without a TTFT bound is planned to: the queue stays finite. */
+#define MP_SERVING_MAX_UTIL 0.9
+
+/* How one prefill pass serves the workload on `instances` instances of its layout. */
+struct mp_prefill_serve {
+    long instances, gpus;
+    double util;     /* ρ: each instance's busy share */
+    double queue_ms; /* mean wait before a prompt's first pass (M/D/1) */
+    double passes;   /* passes a prompt spans: ⌈isl / piece⌉ */
+    double ttft_ms;  /* queue + passes · pass + KV transfer (disaggregated) */
+};
+
+/* A pool answer: found, the candidate it runs (a prefill candidate's batch is the tokens of its
+ * instance's pass, token_ms the pass; a decode candidate as moeperf-plan weighs it) and how it
+ * serves the workload. */
+struct mp_prefill_pool {
+    int found;
+    struct mp_plan_cand c;
+    long chunk;
+    struct mp_prefill_serve s;
+    double input_tok_s_gpu; /* the pass's prompt tokens per second per GPU */
+};
+
+struct mp_colocated_pool {
+    int found;
+    struct mp_plan_cand d, p; /* the decode step and the prefill pass the instances run */
+    long chunk;
+    struct mp_prefill_serve s;
+    double tpot_ms;           /* the p99 gap between a sequence's tokens (coloc_serves) */
+    double prefill_share;     /* f_p: the instances' time in prefill passes */
+    double mem_gb_per_gpu;    /* the decode batch's and one pass's KV cache beside the weights */
+};
+
+/* A point of the P:D split curve: the GPUs each pool needs at other lengths of the same total. */
+struct mp_split_point {
+    long isl, osl;
+    long prefill_gpus, decode_gpus; /* −1: no plan at these lengths */
+};
+
+#define MP_SERVING_SPLIT 5
+
+struct mp_serving_answer {
+    const char *choice; /* "disaggregated", "colocated", or "none" */
+    char why[512];      /* with "none": the reason and the closest shortfall */
+    struct mp_prefill_pool prefill;
+    int decode_found;
+    struct mp_plan_cand decode;
+    double kv_bytes; /* one request's KV cache, moved from the prefill to the decode pool */
+    double kv_ms;    /* its transfer over the prefill GPUs' NICs */
+    struct mp_colocated_pool coloc;
+    long gpus;            /* of the chosen answer */
+    double ttft_ms, tpot_ms;
+    double out_tok_s_gpu; /* rate · osl over the answer's GPUs */
+    double usd_per_mtok;  /* with a GPU-hour price, else NaN */
+    int nsplit;
+    struct mp_split_point split[MP_SERVING_SPLIT];
+};
+
+/* The serving answer for workload w: decode candidates dc[0..nd) of request dq (its throughput
+ * rate · osl, its context isl + osl) with best `dbest` (−1: none met the SLO), and prefill
+ * candidates weighed here from dq with phase prefill at every token count and chunk of w, each EP
+ * size on its own; the co-located pool from the pairs of each; the KV transfer; the choice (fewest
+ * GPUs); and the P:D split at other input/output ratios of the same total length, on the chosen
+ * pools' layouts. MP_OK, or the error of the model. */
+int mp_serving_plan(const struct mp_plan_req *dq, const struct mp_plan_cand *dc, int nd,
+                    int dbest, const struct mp_serving_req *w, struct mp_serving_answer *a);
+
+/* Mean wait in an M/D/1 queue of utilization `rho` and service time `s` (the Pollaczek–Khinchine
+ * mean for deterministic service, Kleinrock, Queueing Systems Vol. 1, 1975: ρ·s / (2·(1 − ρ)));
+ * +∞ at ρ ≥ 1. */
+double mp_md1_wait(double rho, double s);
+
+#endif
