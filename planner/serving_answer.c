@@ -64,7 +64,7 @@ cJSON *mp_serving_json(const struct mp_plan_req *q, const struct mp_serving_req 
     if (a->prefill.found) {
         const struct mp_plan_cand *c = &a->prefill.c;
         add_setup(p, c);
-        cJSON_AddNumberToObject(p, "tokens_per_gpu", (double)(c->batch * q->seq / c->ep));
+        cJSON_AddNumberToObject(p, "tokens_per_gpu", (double)(c->batch / c->ep));
         cJSON_AddNumberToObject(p, "chunk", (double)a->prefill.chunk);
         cJSON_AddNumberToObject(p, "pass_ms", c->token_ms);
         cJSON_AddNumberToObject(p, "input_tok_s_gpu", a->prefill.input_tok_s_gpu);
@@ -95,7 +95,7 @@ cJSON *mp_serving_json(const struct mp_plan_req *q, const struct mp_serving_req 
                                   cJSON_CreateNumber(a->coloc.mem_gb_per_gpu));
         cJSON_AddNumberToObject(co, MP_PJ_BATCH, (double)a->coloc.d.batch);
         cJSON_AddNumberToObject(co, "tokens_per_gpu",
-                                (double)(a->coloc.p.batch * q->seq / a->coloc.p.ep));
+                                (double)(a->coloc.p.batch / a->coloc.p.ep));
         cJSON_AddNumberToObject(co, "chunk", (double)a->coloc.chunk);
         cJSON_AddNumberToObject(co, "prefill_share", a->coloc.prefill_share);
         cJSON_AddNumberToObject(co, MP_PJ_TPOT_MS, a->coloc.tpot_ms);
@@ -133,7 +133,7 @@ void mp_serving_print(const struct mp_plan_req *q, const struct mp_serving_req *
         printf("prefill pool: %ld GPUs, %ld x tp%dep%d at %ld tokens per GPU%s, pass %.1f ms, "
                "%.0f input tokens/s per GPU, utilization %.2f, TTFT %.1f ms (queue %.1f, %g "
                "pass(es), KV transfer %.2f ms of %.1f MB)\n",
-               a->prefill.s.gpus, a->prefill.s.instances, c->tp, c->ep, c->batch * q->seq / c->ep,
+               a->prefill.s.gpus, a->prefill.s.instances, c->tp, c->ep, c->batch / c->ep,
                chunk, c->token_ms, a->prefill.input_tok_s_gpu, a->prefill.s.util, a->prefill.s.ttft_ms,
                a->prefill.s.queue_ms, a->prefill.s.passes, a->kv_ms, a->kv_bytes / 1e6);
     } else {
@@ -150,7 +150,7 @@ void mp_serving_print(const struct mp_plan_req *q, const struct mp_serving_req *
         printf("co-located: %ld GPUs, %ld x tp%dep%d, decode batch %ld, prefill %ld tokens per "
                "GPU, %.0f%% of the time in prefill, TTFT %.1f ms, p99 token %.2f ms\n",
                a->coloc.s.gpus, a->coloc.s.instances, a->coloc.d.tp, a->coloc.d.ep,
-               a->coloc.d.batch, a->coloc.p.batch * q->seq / a->coloc.p.ep,
+               a->coloc.d.batch, a->coloc.p.batch / a->coloc.p.ep,
                100 * a->coloc.prefill_share, a->coloc.s.ttft_ms, a->coloc.tpot_ms);
     else
         printf("co-located: none serves it\n");

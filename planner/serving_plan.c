@@ -44,11 +44,12 @@ static double prompt_passes(long isl, long chunk, long tokens)
     return tokens < piece ? 0 : ceil((double)isl / piece);
 }
 
-/* Seconds one instance of prefill candidate c spends per prompt of isl tokens when its passes
- * are full: the pass time over the prompts a pass holds. */
-static double prompt_service_s(const struct mp_plan_req *q, const struct mp_plan_cand *c, long isl)
+/* Seconds one instance of prefill candidate c (its batch the prompt tokens of a pass, prefill_req)
+ * spends per prompt of isl tokens when its passes are full: the pass time over the prompts a pass
+ * holds. */
+static double prompt_service_s(const struct mp_plan_cand *c, long isl)
 {
-    return c->token_ms / 1e3 * (double)isl / ((double)c->batch * q->seq);
+    return c->token_ms / 1e3 * (double)isl / (double)c->batch;
 }
 
 /* How prefill candidate c serves workload w on the fewest instances whose mean TTFT (the M/D/1
@@ -59,10 +60,10 @@ static int serve_prefill(const struct mp_plan_req *q, const struct mp_plan_cand 
                          struct mp_prefill_serve *s)
 {
     memset(s, 0, sizeof *s);
-    s->passes = prompt_passes(w->isl, chunk, c->batch * q->seq / c->ep);
+    s->passes = prompt_passes(w->isl, chunk, c->batch / c->ep);
     if (!(s->passes > 0) || !(c->token_ms > 0))
         return 0;
-    double sp = prompt_service_s(q, c, w->isl), floor_ms = s->passes * c->token_ms + extra_ms;
+    double sp = prompt_service_s(c, w->isl), floor_ms = s->passes * c->token_ms + extra_ms;
     s->ttft_ms = floor_ms;
     double rho_max = MP_SERVING_MAX_UTIL;
     if (w->slo_ttft_ms > 0) {
@@ -260,7 +261,7 @@ static int coloc_serves(const struct mp_plan_req *dq, const struct mp_plan_cand 
                         const struct mp_plan_cand *p, long chunk, const struct mp_serving_req *w,
                         long n, struct mp_colocated_pool *out)
 {
-    double lam = w->rate / n, sp = prompt_service_s(dq, p, w->isl);
+    double lam = w->rate / n, sp = prompt_service_s(p, w->isl);
     double fp = lam * sp, fd = lam * w->osl * (d->token_ms / 1e3) / ((double)d->batch * dq->seq);
     double rho = fp + fd, passes = prompt_passes(w->isl, chunk, p->batch / p->ep);
     if (!(passes > 0) || rho >= (w->slo_ttft_ms > 0 ? 1 : MP_SERVING_MAX_UTIL))
