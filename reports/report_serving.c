@@ -98,12 +98,17 @@ void write_serving(struct doc *d, const cJSON *question, const cJSON *answers)
             continue;
         const char *routing = jstr(a, MP_PJ_ROUTING) ? jstr(a, MP_PJ_ROUTING) : "?";
         const char *choice = jstr(s, MP_PJ_CHOICE) ? jstr(s, MP_PJ_CHOICE) : "none";
-        char title[160], budget[96] = "";
+        char title[160], budget[192] = "";
         snprintf(title, sizeof title, "Serving the workload, routing %.60s", routing);
         doc_h(d, 3, title);
+        double token = jnum(cJSON_GetObjectItem(question, MP_PJ_SLO), MP_PJ_TOKEN_P99_MS);
+        int at = 0;
         if (jnum(wl, "slo_ttft_ms") > 0)
-            snprintf(budget, sizeof budget, ", a mean TTFT of at most %g ms",
-                     jnum(wl, "slo_ttft_ms"));
+            at = snprintf(budget, sizeof budget, ", a mean TTFT of at most %g ms",
+                          jnum(wl, "slo_ttft_ms"));
+        if (token > 0 && at >= 0 && at < (int)sizeof budget)
+            snprintf(budget + at, sizeof budget - (size_t)at, ", a p99 of at most %g ms per "
+                     "output token", token);
         doc_p(d, "%g requests/s of %.0f prompt and %.0f output tokens%s.", jnum(wl, "rate_rps"),
               jnum(wl, MP_PJ_ISL), jnum(wl, MP_PJ_OSL), budget);
         if (!jnum(s, MP_PJ_GPUS)) {
