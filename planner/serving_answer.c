@@ -54,6 +54,7 @@ cJSON *mp_serving_json(const struct mp_plan_req *q, const struct mp_serving_req 
         cJSON_AddStringToObject(j, MP_PJ_WHY, a->why);
     else
         cJSON_AddNullToObject(j, MP_PJ_WHY);
+    cJSON_AddStringToObject(j, "ttft_formula", MP_SERVING_TTFT_FORMULA);
     cJSON_AddNumberToObject(j, MP_PJ_GPUS, (double)a->gpus);
     add_num(j, MP_PJ_TTFT_MS, a->gpus > 0 ? a->ttft_ms : NAN);
     add_num(j, MP_PJ_TPOT_MS, a->gpus > 0 ? a->tpot_ms : NAN);

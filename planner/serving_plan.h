@@ -19,6 +19,12 @@ struct mp_serving_req {
     int nchunk;
 };
 
+/* The mean TTFT as plan.json and the report state it (docs/planning.md, "Serving a workload"). */
+#define MP_SERVING_TTFT_FORMULA                                                                    \
+    "W + passes * S + KV transfer; W = rho * s / (2 * (1 - rho)), the M/D/1 mean wait "          \
+    "(Pollaczek-Khinchine for deterministic service, Kleinrock, Queueing Systems Vol. 1, 1975), "  \
+    "s = S * isl / tokens of a pass, rho = rate * s / instances"
+
 /* Most utilization a pool without a TTFT bound is planned to: the queue stays finite. */
 #define MP_SERVING_MAX_UTIL 0.9
 

@@ -156,6 +156,8 @@ void write_serving(struct doc *d, const cJSON *question, const cJSON *answers)
             doc_row(d, 7, cells, 0);
         }
         doc_table(d, 0);
+        if (jstr(s, "ttft_formula"))
+            doc_p(d, "The TTFT is the mean: %s.", jstr(s, "ttft_formula"));
         if (!isnan(jnum(kv, "ms")))
             doc_p(d, "Disaggregated, each request's KV cache (%.1f MB) moves from the prefill to "
                      "the decode pool in %.2f ms over the prefill GPUs' NICs, %.2f GB/s at this "

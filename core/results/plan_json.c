@@ -55,6 +55,7 @@ static const struct jfield workload_fields[] = {
     {"slo_ttft_ms", J_NUM, 0, 0}};
 static const struct jfield serving_fields[] = {
     {MP_PJ_CHOICE, J_STR, 1, 0},       {MP_PJ_WHY, J_STR, 0, 0},
+    {"ttft_formula", J_STR, 0, 0},
     {MP_PJ_GPUS, J_NUM, 1, 0},         {MP_PJ_TTFT_MS, J_NUM, 0, 0},
     {MP_PJ_TPOT_MS, J_NUM, 0, 0},      {MP_PJ_OUTPUT_TOK_S_GPU, J_NUM, 0, 0},
     {MP_PJ_USD_PER_MTOK, J_NUM, 0, 0}, {MP_PJ_PREFILL, J_OBJ, 1, 0},
