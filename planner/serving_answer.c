@@ -135,8 +135,9 @@ void mp_serving_print(const struct mp_plan_req *q, const struct mp_serving_req *
                "%.0f input tokens/s per GPU, utilization %.2f, TTFT %.1f ms (queue %.1f, %g "
                "pass(es), KV transfer %.2f ms of %.1f MB)\n",
                a->prefill.s.gpus, a->prefill.s.instances, c->tp, c->ep, c->batch / c->ep,
-               chunk, c->token_ms, a->prefill.input_tok_s_gpu, a->prefill.s.util, a->prefill.s.ttft_ms,
-               a->prefill.s.queue_ms, a->prefill.s.passes, a->kv_ms, a->kv_bytes / 1e6);
+               chunk, c->token_ms, a->prefill.input_tok_s_gpu, a->prefill.s.util,
+               a->prefill.s.ttft_ms, a->prefill.s.queue_ms, a->prefill.s.passes, a->kv_ms,
+               a->kv_bytes / 1e6);
     } else {
         printf("prefill pool: none\n");
     }

@@ -73,13 +73,14 @@ static void split_figure(struct doc *d, const char *routing, const cJSON *split)
                 y, y + 10, y, y + 10);
     }
     if (d->m) {
-        fputs("\n| input tokens | output tokens | prefill GPUs | decode GPUs |\n|---|---|---|---|\n",
-              d->m);
+        fputs("\n| input tokens | output tokens | prefill GPUs | decode GPUs |\n"
+              "|---|---|---|---|\n", d->m);
         cJSON_ArrayForEach(x, split) {
             char p[CELL], q[CELL];
             f_g(p, jnum(x, MP_PJ_PREFILL_GPUS), "%.0f");
             f_g(q, jnum(x, MP_PJ_DECODE_GPUS), "%.0f");
-            fprintf(d->m, "| %.0f | %.0f | %s | %s |\n", jnum(x, MP_PJ_ISL), jnum(x, MP_PJ_OSL), p, q);
+            fprintf(d->m, "| %.0f | %.0f | %s | %s |\n", jnum(x, MP_PJ_ISL), jnum(x, MP_PJ_OSL), p,
+                    q);
         }
         fputs("\n", d->m);
     }

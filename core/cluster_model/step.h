@@ -15,15 +15,15 @@
  * over prompts that writes their KV cache and yields each prompt's first token (prefill). */
 enum mp_phase { MP_PHASE_DECODE, MP_PHASE_PREFILL };
 
-/* "decode|prefill", NULL-terminated, and the word of each phase. */
+/* The phases' words, indexed by enum mp_phase and NULL-terminated (the option table's choices). */
 extern const char *const mp_phase_choices[];
 
 /* `word` ("decode" or "prefill") into *phase: MP_OK, or MP_ERR_USAGE naming `flag`. */
 int mp_phase_parse(const char *flag, const char *word, enum mp_phase *phase);
 
-/* One decode step of a deployment: a tp × ep layout whose attention is data-parallel over the EP
- * ranks (each holds its own sequences) and tensor-parallel inside each TP group, as DeepSeek,
- * SGLang and TensorRT-LLM deploy MoE models. */
+/* One step (decode or prefill) of a deployment: a tp × ep layout whose attention is
+ * data-parallel over the EP ranks (each holds its own sequences) and tensor-parallel inside each
+ * TP group, as DeepSeek, SGLang and TensorRT-LLM deploy MoE models. */
 struct mp_step_spec {
     int tp, ep;
     int phase;         /* enum mp_phase */
