@@ -88,6 +88,9 @@ static const struct mp_opt options[] = {
      "co-located pool (with --osl and --rate)"},
     {"osl", MP_OPT_INT, PO(osl), NULL, 1, 1 << 24, NULL, "TOKENS",
      "a serving workload: output tokens per request"},
+    {"lengths", MP_OPT_STRING, PO(lengths), NULL, MP_NOLIMIT, NULL, "FILE",
+     "a serving workload's request lengths instead of --isl and --osl: a CSV with a header "
+     "isl,osl[,weight] and a line per class (the weights' shares of the requests)"},
     {"rate", MP_OPT_DOUBLE, PO(rate), NULL, 1e-9, 1e12, NULL, "REQ/S",
      "a serving workload: requests per second (Poisson arrivals)"},
     {"slo-ttft-ms", MP_OPT_DOUBLE, PO(slo_ttft_ms), "0", 0, 1e9, NULL, "MS",
@@ -441,6 +444,8 @@ static int run_plan(struct plan_opts *o, int argc, char **argv)
     }
     if (rc == MP_OK && o->b.out)
         rc = plan_json_start(o, &q, argc, argv, &pj);
+    if (rc == MP_OK && pj.plan && serving > 0)
+        plan_workload_json(pj.question, o, &w);
     for (int ri = 0; rc == MP_OK && ri < o->b.routing.n; ri++)
         for (int gi = 0; rc == MP_OK && gi < o->b.group_limit.n; gi++)
             rc = plan_routing(o, &q, ri, gi, &csv, &pj, serving > 0 ? &w : NULL);

@@ -2,6 +2,7 @@
 #include "plan_request.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,24 +186,141 @@ int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan
 void plan_req_free(struct plan_req_lists *l)
 {
     MP_FREE_ALL(l->tps, l->eps, l->reps, l->eplbs, l->overlaps, l->dedups, l->wdtypes, l->micro,
-                l->ddtypes, l->batches, l->prefill_tokens, l->chunks);
+                l->ddtypes, l->batches, l->prefill_tokens, l->chunks, l->isls, l->osls, l->p);
+}
+
+/* The most length classes a --lengths file may hold. */
+#define MAX_LENGTH_CLASSES 100000
+
+/* One whole number of [1, 2^24] or, for `weight`, a finite number above 0 from cell `text` of
+ * --lengths FILE line `line`, column `name`: MP_OK or MP_ERR_USAGE after a message naming them. */
+static int length_cell(const char *path, long line, const char *name, const char *text,
+                       int weight, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(text, &end);
+    while (*end == ' ')
+        end++;
+    int ok = end != text && !*end && !errno && isfinite(*v) && *v > 0 &&
+             (weight || (*v == floor(*v) && *v <= 1 << 24));
+    if (!ok)
+        mp_usage("--lengths %s line %ld, column %s: '%s' is not %s", path, line, name, text,
+                 weight ? "a number above 0" : "a whole number of tokens in [1, 16777216]");
+    return ok ? MP_OK : MP_ERR_USAGE;
+}
+
+/* --lengths FILE: a header naming isl and osl (and weight, optional, default 1) in any order,
+ * then one class a line (`#` lines are comments), into l's isls, osls and p (normalized); *n the
+ * classes. MP_OK, MP_ERR_USAGE after a message naming the file and line, or MP_ERR_RUNTIME. */
+static int read_lengths(const char *path, struct plan_req_lists *l, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mp_usage("--lengths %s: %s (a CSV of isl,osl[,weight] per request class)", path,
+                 strerror(errno));
+        return MP_ERR_USAGE;
+    }
+    char buf[4096];
+    int col[3] = {-1, -1, -1}, ncols = 0, rc = MP_OK, header = 0;
+    long line = 0;
+    double sum = 0;
+    *n = 0;
+    while (rc == MP_OK && fgets(buf, sizeof buf, f)) {
+        line++;
+        buf[strcspn(buf, "\r\n")] = '\0';
+        if (buf[0] == '#' || buf[strspn(buf, " ")] == '\0')
+            continue;
+        char *cells[8], *save = NULL;
+        int nc = 0;
+        for (char *t = strtok_r(buf, ",", &save); t && nc < 8; t = strtok_r(NULL, ",", &save))
+            cells[nc++] = t + strspn(t, " ");
+        if (!header) {
+            static const char *const names[3] = {"isl", "osl", "weight"};
+            for (int c = 0; c < nc; c++)
+                for (int k = 0; k < 3; k++)
+                    if (!strncmp(cells[c], names[k], strlen(names[k])) &&
+                        cells[c][strlen(names[k]) + strspn(cells[c] + strlen(names[k]), " ")] ==
+                            '\0')
+                        col[k] = c;
+            if (col[0] < 0 || col[1] < 0) {
+                mp_usage("--lengths %s line %ld: the header names no %s column (accepted: isl, "
+                         "osl and weight, comma-separated)", path, line,
+                         col[0] < 0 ? "isl" : "osl");
+                rc = MP_ERR_USAGE;
+            }
+            ncols = nc;
+            header = 1;
+            continue;
+        }
+        if (nc != ncols) {
+            mp_usage("--lengths %s line %ld: %d cells, the header has %d", path, line, nc, ncols);
+            rc = MP_ERR_USAGE;
+            break;
+        }
+        if (*n >= MAX_LENGTH_CLASSES) {
+            mp_usage("--lengths %s: more than %d classes", path, MAX_LENGTH_CLASSES);
+            rc = MP_ERR_USAGE;
+            break;
+        }
+        double isl, osl, w = 1;
+        if ((rc = length_cell(path, line, "isl", cells[col[0]], 0, &isl)) != MP_OK ||
+            (rc = length_cell(path, line, "osl", cells[col[1]], 0, &osl)) != MP_OK ||
+            (col[2] >= 0 &&
+             (rc = length_cell(path, line, "weight", cells[col[2]], 1, &w)) != MP_OK))
+            break;
+        long *ni = realloc(l->isls, (size_t)(*n + 1) * sizeof *ni);
+        if (ni)
+            l->isls = ni;
+        long *no = realloc(l->osls, (size_t)(*n + 1) * sizeof *no);
+        if (no)
+            l->osls = no;
+        double *np = realloc(l->p, (size_t)(*n + 1) * sizeof *np);
+        if (np)
+            l->p = np;
+        if (!ni || !no || !np) {
+            rc = MP_ERR_RUNTIME;
+            break;
+        }
+        l->isls[*n] = (long)isl;
+        l->osls[*n] = (long)osl;
+        l->p[*n] = w;
+        sum += w;
+        (*n)++;
+    }
+    fclose(f);
+    if (rc == MP_OK && *n == 0) {
+        mp_usage("--lengths %s: no request class (a header isl,osl[,weight] and a line per class)",
+                 path);
+        rc = MP_ERR_USAGE;
+    }
+    for (int i = 0; rc == MP_OK && i < *n; i++)
+        l->p[i] /= sum;
+    return rc;
 }
 
 int plan_serving_check(const struct plan_opts *o, int argc, char **argv)
 {
     static const char *const own[] = {"osl", "rate", "slo-ttft-ms", "prefill-tokens", "chunk"};
-    if (o->isl <= 0) {
+    if (o->lengths && (o->isl > 0 || o->osl > 0)) {
+        mp_usage("--lengths and --%s: the file gives every request's lengths; drop --isl and "
+                 "--osl", o->isl > 0 ? "isl" : "osl");
+        return MP_ERR_USAGE;
+    }
+    if (o->isl <= 0 && !o->lengths) {
         for (size_t i = 0; i < sizeof own / sizeof *own; i++)
             if (mp_flag_given(argc, argv, own[i])) {
-                mp_usage("--%s describes a serving workload: give it with --isl N --osl N --rate "
-                         "REQ/S", own[i]);
+                mp_usage("--%s describes a serving workload: give it with --isl N --osl N (or "
+                         "--lengths FILE) --rate REQ/S", own[i]);
                 return MP_ERR_USAGE;
             }
         return MP_OK;
     }
-    if (o->osl <= 0 || o->rate <= 0) {
-        mp_usage("--isl: a serving workload needs %s too (requests of --isl prompt and --osl "
-                 "output tokens at --rate per second)", o->osl <= 0 ? "--osl N" : "--rate REQ/S");
+    if ((!o->lengths && o->osl <= 0) || o->rate <= 0) {
+        mp_usage("--%s: a serving workload needs %s too (requests of --isl prompt and --osl "
+                 "output tokens, or the classes of --lengths, at --rate per second)",
+                 o->lengths ? "lengths" : "isl",
+                 !o->lengths && o->osl <= 0 ? "--osl N" : "--rate REQ/S");
         return MP_ERR_USAGE;
     }
     static const char *const set[] = {"context", "throughput"};
@@ -219,8 +337,23 @@ int plan_serving_build(const struct plan_opts *o, struct mp_plan_req *q, struct 
                        struct mp_serving_req *w)
 {
     memset(w, 0, sizeof *w);
-    if (o->isl <= 0)
+    if (o->isl <= 0 && !o->lengths)
         return 0;
+    int nlen = 1;
+    if (o->lengths) {
+        int rc = read_lengths(o->lengths, l, &nlen);
+        if (rc != MP_OK)
+            return -rc;
+    } else {
+        l->isls = malloc(sizeof *l->isls);
+        l->osls = malloc(sizeof *l->osls);
+        l->p = malloc(sizeof *l->p);
+        if (!l->isls || !l->osls || !l->p)
+            return -MP_ERR_RUNTIME;
+        l->isls[0] = o->isl;
+        l->osls[0] = o->osl;
+        l->p[0] = 1;
+    }
     l->prefill_tokens = malloc((size_t)o->prefill_tokens.n * sizeof *l->prefill_tokens);
     l->chunks = malloc((size_t)o->chunk.n * sizeof *l->chunks);
     if (!l->prefill_tokens || !l->chunks)
@@ -229,12 +362,13 @@ int plan_serving_build(const struct plan_opts *o, struct mp_plan_req *q, struct 
         l->prefill_tokens[i] = (long)o->prefill_tokens.v[i];
     for (int i = 0; i < o->chunk.n; i++)
         l->chunks[i] = (long)o->chunk.v[i];
-    *w = (struct mp_serving_req){.isl = o->isl, .osl = o->osl, .rate = o->rate,
-                                 .slo_ttft_ms = o->slo_ttft_ms, .tokens = l->prefill_tokens,
-                                 .ntokens = o->prefill_tokens.n, .chunks = l->chunks,
-                                 .nchunk = o->chunk.n};
-    q->context = o->isl + o->osl;
-    q->throughput = o->rate * (double)o->osl;
+    *w = (struct mp_serving_req){.isls = l->isls, .osls = l->osls, .p = l->p, .nlen = nlen,
+                                 .rate = o->rate, .slo_ttft_ms = o->slo_ttft_ms,
+                                 .tokens = l->prefill_tokens, .ntokens = o->prefill_tokens.n,
+                                 .chunks = l->chunks, .nchunk = o->chunk.n};
+    mp_serving_moments(w);
+    q->context = lround(mp_serving_decode_context(w));
+    q->throughput = o->rate * w->osl_mean;
     return 1;
 }
 
@@ -350,15 +484,6 @@ cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q
     cJSON_AddStringToObject(j, "token_scope", "step"); /* SLO and throughput: the whole step */
     mp_plan_json_bound(j, "gpu_hour_price_usd", q->gpu_hour_price);
     cJSON_AddNumberToObject(j, "context_tokens", (double)q->context);
-    if (o->isl > 0) { /* a serving workload: the decode context and target come from it */
-        cJSON *wl = cJSON_AddObjectToObject(j, MP_PJ_WORKLOAD);
-        cJSON_AddNumberToObject(wl, "isl", (double)o->isl);
-        cJSON_AddNumberToObject(wl, "osl", (double)o->osl);
-        cJSON_AddNumberToObject(wl, "rate_rps", o->rate);
-        mp_plan_json_bound(wl, "slo_ttft_ms", o->slo_ttft_ms);
-        add_ints(wl, "prefill_tokens", &o->prefill_tokens);
-        add_ints(wl, "chunk", &o->chunk);
-    }
     cJSON_AddNumberToObject(j, "seq", q->seq);
     add_strs(j, "routings", &o->b.routing);
     cJSON *c = cJSON_AddObjectToObject(j, MP_PJ_CONSTRAINTS);
@@ -377,4 +502,21 @@ cJSON *plan_question_json(const struct plan_opts *o, const struct mp_plan_req *q
     cJSON_AddStringToObject(c, "nonexpert_split", o->nonexpert);
     cJSON_AddNumberToObject(c, "weight_bytes", q->weight_bytes);
     return j;
+}
+
+void plan_workload_json(cJSON *question, const struct plan_opts *o, const struct mp_serving_req *w)
+{
+    cJSON *wl = cJSON_AddObjectToObject(question, MP_PJ_WORKLOAD);
+    cJSON_AddNumberToObject(wl, MP_PJ_ISL, w->isl_mean);
+    cJSON_AddNumberToObject(wl, MP_PJ_OSL, w->osl_mean);
+    cJSON_AddNumberToObject(wl, "isl_max", (double)w->isl_max);
+    cJSON_AddNumberToObject(wl, "classes", w->nlen);
+    if (o->lengths)
+        cJSON_AddStringToObject(wl, "lengths_file", o->lengths);
+    else
+        cJSON_AddNullToObject(wl, "lengths_file");
+    cJSON_AddNumberToObject(wl, "rate_rps", w->rate);
+    mp_plan_json_bound(wl, "slo_ttft_ms", w->slo_ttft_ms);
+    add_ints(wl, "prefill_tokens", &o->prefill_tokens);
+    add_ints(wl, "chunk", &o->chunk);
 }

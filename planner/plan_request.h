@@ -21,6 +21,7 @@ struct plan_opts {
     /* a serving workload (docs/planning.md, "Serving a workload"): requests of isl prompt and
      * osl output tokens at `rate` per second; 0: a decode plan alone */
     int isl, osl;
+    char *lengths; /* instead of --isl and --osl: a file of request lengths */
     double rate, slo_ttft_ms;
     struct mp_list prefill_tokens, chunk;
 };
@@ -29,6 +30,8 @@ struct plan_opts {
 struct plan_req_lists {
     int *tps, *eps, *reps, *eplbs, *overlaps, *dedups, *wdtypes, *ddtypes, *micro;
     long *batches, *prefill_tokens, *chunks;
+    long *isls, *osls; /* the workload's length classes */
+    double *p;
 };
 
 /* The request q (zeroed by the caller) of a plan from options o: checks --validation and
@@ -39,15 +42,23 @@ struct plan_req_lists {
 int plan_req_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l);
 
 struct mp_serving_req;
-/* With a workload (--isl given): its request *w from o, its lists in *l (after plan_req_build),
- * and q's decode targets from it: context isl + osl, throughput rate · osl. 1 when there is a
- * workload, 0 when not, or −MP_ERR_RUNTIME (out of memory). */
+/* With a workload (--isl, or --lengths FILE): its request *w from o, its lists in *l (after
+ * plan_req_build), and q's decode targets from it: the decode context (isl + osl, or its mean
+ * over the output tokens), throughput rate · E[osl]. 1 when there is a workload, 0 when not,
+ * −MP_ERR_USAGE after a message naming the file, line and column of a bad --lengths, or
+ * −MP_ERR_RUNTIME (out of memory). */
 int plan_serving_build(const struct plan_opts *o, struct mp_plan_req *q, struct plan_req_lists *l,
                        struct mp_serving_req *w);
 
-/* With --isl, the flags a workload needs (--osl, --rate) and those it sets itself (--context,
- * --throughput, given on their own): MP_OK, or MP_ERR_USAGE after a message naming the flag;
- * without --isl, its other flags given alone are refused likewise. */
+/* plan.json's question's `workload` of w (the mean lengths, the longest prompt, the classes and
+ * the file they came from, the rate, the TTFT bound and the prefill lists). */
+void plan_workload_json(cJSON *question, const struct plan_opts *o,
+                        const struct mp_serving_req *w);
+
+/* With --isl or --lengths, the flags a workload needs (--osl with --isl, --rate) and those it
+ * sets itself (--context, --throughput, given on their own), and --lengths with --isl or --osl:
+ * MP_OK, or MP_ERR_USAGE after a message naming the flag; without a workload, its other flags
+ * given alone are refused likewise. */
 int plan_serving_check(const struct plan_opts *o, int argc, char **argv);
 
 /* Frees the arrays of *l (any of them NULL). */

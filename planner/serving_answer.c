@@ -119,8 +119,13 @@ cJSON *mp_serving_json(const struct mp_plan_req *q, const struct mp_serving_req 
 void mp_serving_print(const struct mp_plan_req *q, const struct mp_serving_req *w,
                       const struct mp_serving_answer *a)
 {
-    printf("\n### serving %g requests/s of %ld prompt and %ld output tokens", w->rate, w->isl,
-           w->osl);
+    if (w->nlen > 1)
+        printf("\n### serving %g requests/s of %d length classes, %.0f prompt and %.0f output "
+               "tokens on average (the longest prompt %ld)", w->rate, w->nlen, w->isl_mean,
+               w->osl_mean, w->isl_max);
+    else
+        printf("\n### serving %g requests/s of %ld prompt and %ld output tokens", w->rate, w->isl,
+               w->osl);
     if (w->slo_ttft_ms > 0)
         printf(", mean TTFT <= %g ms", w->slo_ttft_ms);
     if (q->slo_token_ms > 0)

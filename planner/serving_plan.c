@@ -18,38 +18,82 @@
  * prefill candidate's cost. */
 #define PREFILL_ITERS 2
 
-double mp_md1_wait(double rho, double s)
+double mp_mg1_wait(double lambda, double m1, double m2)
 {
-    return rho >= 1 ? INFINITY : rho <= 0 ? 0 : rho * s / (2 * (1 - rho));
+    double rho = lambda * m1;
+    return rho >= 1 ? INFINITY : rho <= 0 ? 0 : lambda * m2 / (2 * (1 - rho));
 }
 
-/* One request's KV cache (isl tokens, every attention layer, one copy: the KV heads of the model,
- * kv_bytes an element) into *bytes, and its transfer from the prefill pool's tp GPUs of the
- * request's EP rank, each sending its share over its own NIC at inter_bw · inter_eff after one
- * inter-node latency (SGLang and DeepSeek move it by RDMA, layer by layer), into *ms. */
-static void kv_transfer(const struct mp_plan_req *q, int tp, long isl, double *bytes, double *ms)
+void mp_serving_moments(struct mp_serving_req *w)
+{
+    double e = 0, o = 0, e2 = 0;
+    w->isl_max = 0;
+    for (int i = 0; i < w->nlen; i++) {
+        e += w->p[i] * w->isls[i];
+        o += w->p[i] * w->osls[i];
+        e2 += w->p[i] * (double)w->isls[i] * w->isls[i];
+        w->isl_max = w->isls[i] > w->isl_max ? w->isls[i] : w->isl_max;
+    }
+    w->isl_mean = e;
+    w->osl_mean = o;
+    w->isl_sq_mean = e2;
+    w->isl = lround(e);
+    w->osl = lround(o);
+}
+
+double mp_serving_decode_context(const struct mp_serving_req *w)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < w->nlen; i++) {
+        num += w->p[i] * w->osls[i] * (double)(w->isls[i] + w->osls[i]);
+        den += w->p[i] * w->osls[i];
+    }
+    return den > 0 ? num / den : 0;
+}
+
+double mp_serving_prefill_context(const struct mp_serving_req *w)
+{
+    return w->isl_mean > 0 ? w->isl_sq_mean / w->isl_mean : 0;
+}
+
+/* The KV cache of a request of `isl` tokens (the mean: every attention layer, one copy: the KV
+ * heads of the model, kv_bytes an element) into *bytes, and its transfer from the prefill pool's
+ * tp GPUs of the request's EP rank, each sending its share over its own NIC at inter_bw ·
+ * inter_eff after one inter-node latency (SGLang and DeepSeek move it by RDMA, layer by layer),
+ * into *ms; both linear in isl, so the mean's are the means. */
+static void kv_transfer(const struct mp_plan_req *q, int tp, double isl, double *bytes, double *ms)
 {
     const struct mp_model *m = &q->model;
     const struct mp_cluster *c = &q->cluster;
-    *bytes = (double)isl * m->attn_layers * m->kv_heads * m->kv_head_dim * q->kv_bytes;
+    *bytes = isl * m->attn_layers * m->kv_heads * m->kv_head_dim * q->kv_bytes;
     double bw = c->inter_bw * c->inter_eff * (tp > 0 ? tp : 1);
     *ms = bw > 0 ? (*bytes / bw * 1e6 + c->inter_lat_us) / 1e3 : INFINITY;
 }
 
-/* The pieces a prompt of isl tokens runs in at `chunk` (0: whole), and whether a pass of `tokens`
- * per EP rank holds one: 0 when it does not (the candidate is not weighed). */
-static double prompt_passes(long isl, long chunk, long tokens)
+/* The passes a prompt spans on average at `chunk` (0: whole prompts): ⌈isl / piece⌉, piece the
+ * chunk or the prompt; 0 when a pass of `tokens` per EP rank does not hold every class's piece
+ * (the candidate is not weighed). */
+static double prompt_passes(const struct mp_serving_req *w, long chunk, long tokens)
 {
-    long piece = chunk > 0 && chunk < isl ? chunk : isl;
-    return tokens < piece ? 0 : ceil((double)isl / piece);
+    double passes = 0;
+    for (int i = 0; i < w->nlen; i++) {
+        long isl = w->isls[i], piece = chunk > 0 && chunk < isl ? chunk : isl;
+        if (tokens < piece)
+            return 0;
+        passes += w->p[i] * ceil((double)isl / piece);
+    }
+    return passes;
 }
 
-/* Seconds one instance of prefill candidate c (its batch the prompt tokens of a pass, prefill_req)
- * spends per prompt of isl tokens when its passes are full: the pass time over the prompts a pass
- * holds. */
-static double prompt_service_s(const struct mp_plan_cand *c, long isl)
+/* The first two moments (s, s²) of the seconds one instance of prefill candidate c (its batch the
+ * prompt tokens of a pass, prefill_req) spends per prompt when its passes are full: the pass
+ * time over the prompts a pass holds, S·isl / batch. */
+static void prompt_service(const struct mp_plan_cand *c, const struct mp_serving_req *w,
+                           double *m1, double *m2)
 {
-    return c->token_ms / 1e3 * (double)isl / (double)c->batch;
+    double per = c->token_ms / 1e3 / (double)c->batch;
+    *m1 = per * w->isl_mean;
+    *m2 = per * per * w->isl_sq_mean;
 }
 
 /* How prefill candidate c serves workload w on the fewest instances whose mean TTFT (the M/D/1
@@ -60,25 +104,28 @@ static int serve_prefill(const struct mp_plan_req *q, const struct mp_plan_cand 
                          struct mp_prefill_serve *s)
 {
     memset(s, 0, sizeof *s);
-    s->passes = prompt_passes(w->isl, chunk, c->batch / c->ep);
+    s->passes = prompt_passes(w, chunk, c->batch / c->ep);
     if (!(s->passes > 0) || !(c->token_ms > 0))
         return 0;
-    double sp = prompt_service_s(c, w->isl), floor_ms = s->passes * c->token_ms + extra_ms;
+    double m1, m2, floor_ms = s->passes * c->token_ms + extra_ms;
+    prompt_service(c, w, &m1, &m2);
     s->ttft_ms = floor_ms;
-    double rho_max = MP_SERVING_MAX_UTIL;
+    double need;
     if (w->slo_ttft_ms > 0) {
         if (floor_ms >= w->slo_ttft_ms)
             return 0;
-        double x = 2 * (w->slo_ttft_ms - floor_ms) / 1e3 / sp; /* W ≤ slack ⇔ ρ/(1 − ρ) ≤ x */
-        rho_max = x / (1 + x);
+        /* W ≤ X ⇔ (r/I)·m2 ≤ 2X·(1 − r·m1/I) ⇔ I ≥ r·(m1 + m2 / (2X)), r the rate */
+        double slack = (w->slo_ttft_ms - floor_ms) / 1e3;
+        need = ceil(w->rate * (m1 + m2 / (2 * slack)));
+    } else {
+        need = ceil(w->rate * m1 / MP_SERVING_MAX_UTIL);
     }
-    double need = ceil(w->rate * sp / rho_max);
     if (!(need >= 1))
         need = 1;
     s->instances = need > MP_PLAN_MAX_REPLICAS ? MP_PLAN_MAX_REPLICAS : (long)need;
     s->gpus = s->instances * c->tp * c->ep;
-    s->util = w->rate * sp / s->instances;
-    s->queue_ms = mp_md1_wait(s->util, sp) * 1e3;
+    s->util = w->rate * m1 / s->instances;
+    s->queue_ms = mp_mg1_wait(w->rate / s->instances, m1, m2) * 1e3;
     s->ttft_ms = s->queue_ms + floor_ms;
     return 1;
 }
@@ -90,7 +137,7 @@ static struct mp_plan_req prefill_req(const struct mp_plan_req *dq, const struct
 {
     struct mp_plan_req pq = *dq;
     pq.phase = MP_PHASE_PREFILL;
-    pq.context = w->isl;
+    pq.context = lround(mp_serving_prefill_context(w));
     pq.chunk = chunk;
     pq.eps = ep;
     pq.nep = 1;
@@ -211,7 +258,7 @@ static void pick_prefill(const struct mp_plan_req *dq, const struct pcand *pc, i
         if (!c->fits)
             continue;
         double kv_bytes, kv_ms;
-        kv_transfer(dq, c->tp, w->isl, &kv_bytes, &kv_ms);
+        kv_transfer(dq, c->tp, w->isl_mean, &kv_bytes, &kv_ms);
         struct mp_prefill_serve s;
         int ok = serve_prefill(dq, c, w, pc[i].chunk, kv_ms, &s);
         if (!ok) {
@@ -250,7 +297,7 @@ static void pick_prefill(const struct mp_plan_req *dq, const struct pcand *pc, i
                  floor_at->c.batch / floor_at->c.ep, best_floor, best_floor / w->slo_ttft_ms);
     else
         snprintf(why, wlen, "no prefill candidate fits in memory and holds a prompt of %ld tokens "
-                 "(--prefill-tokens below the prompt need --chunk)", w->isl);
+                 "(--prefill-tokens below the prompt need --chunk)", w->isl_max);
 }
 
 /* Whether n co-located instances of decode step d and prefill pass p serve w: each instance
@@ -261,9 +308,11 @@ static int coloc_serves(const struct mp_plan_req *dq, const struct mp_plan_cand 
                         const struct mp_plan_cand *p, long chunk, const struct mp_serving_req *w,
                         long n, struct mp_colocated_pool *out)
 {
-    double lam = w->rate / n, sp = prompt_service_s(p, w->isl);
-    double fp = lam * sp, fd = lam * w->osl * (d->token_ms / 1e3) / ((double)d->batch * dq->seq);
-    double rho = fp + fd, passes = prompt_passes(w->isl, chunk, p->batch / p->ep);
+    double lam = w->rate / n, m1, m2;
+    prompt_service(p, w, &m1, &m2);
+    double fp = lam * m1,
+           fd = lam * w->osl_mean * (d->token_ms / 1e3) / ((double)d->batch * dq->seq);
+    double rho = fp + fd, passes = prompt_passes(w, chunk, p->batch / p->ep);
     if (!(passes > 0) || rho >= (w->slo_ttft_ms > 0 ? 1 : MP_SERVING_MAX_UTIL))
         return 0;
     /* a pass between two of a sequence's steps holds its next token back a whole pass: the p99
@@ -272,7 +321,9 @@ static int coloc_serves(const struct mp_plan_req *dq, const struct mp_plan_cand 
     double pass_s = p->token_ms / 1e3, step_s = d->token_ms / 1e3;
     double held = pass_s > 0 ? fp * step_s / (pass_s * (1 - fp)) : 0;
     double tpot = held > 0.01 ? d->token_p99_ms + p->token_ms : d->token_p99_ms / (1 - fp);
-    double queue = mp_md1_wait(rho, sp) * 1e3, ttft = queue + passes * p->token_ms;
+    /* the decode steps are load the prompts queue behind: the wait at ρ, the prompts' moments */
+    double queue = rho >= 1 ? INFINITY : lam * m2 / (2 * (1 - rho)) * 1e3;
+    double ttft = queue + passes * p->token_ms;
     if ((dq->slo_token_ms > 0 && tpot > dq->slo_token_ms) ||
         (w->slo_ttft_ms > 0 && ttft > w->slo_ttft_ms))
         return 0;
@@ -359,8 +410,9 @@ static struct mp_plan_req narrowed(const struct mp_plan_req *q, const struct mp_
     return n;
 }
 
-/* The GPUs each pool needs at isl + osl = the asked total split at input/output ratios 1/4, 1,
- * 4, 16 and 64, on the chosen pools' layouts and setups (every token count and batch again). */
+/* The GPUs each pool needs at isl + osl = the asked total (the mean lengths') split at
+ * input/output ratios 1/4, 1, 4, 16 and 64, every request alike, on the chosen pools' layouts and
+ * setups (every token count and batch again). */
 static int split_curve(const struct mp_plan_req *dq, const struct mp_serving_req *w,
                        struct mp_serving_answer *a)
 {
@@ -376,9 +428,13 @@ static int split_curve(const struct mp_plan_req *dq, const struct mp_serving_req
         sp->isl = sp->isl < 1 ? 1 : sp->isl >= total ? total - 1 : sp->isl;
         sp->osl = total - sp->isl;
         sp->prefill_gpus = sp->decode_gpus = -1;
+        static const double one = 1;
         struct mp_serving_req w2 = *w;
-        w2.isl = sp->isl;
-        w2.osl = sp->osl;
+        w2.isls = &sp->isl;
+        w2.osls = &sp->osl;
+        w2.p = &one;
+        w2.nlen = 1;
+        mp_serving_moments(&w2);
         w2.chunks = &a->prefill.chunk;
         w2.nchunk = 1;
         struct mp_plan_req pq = narrowed(dq, &a->prefill.c, pl);
@@ -432,7 +488,7 @@ int mp_serving_plan(const struct mp_plan_req *dq, const struct mp_plan_cand *dc,
     if (a->decode_found)
         a->decode = dc[dbest];
     if (a->prefill.found)
-        kv_transfer(dq, a->prefill.c.tp, w->isl, &a->kv_bytes, &a->kv_ms);
+        kv_transfer(dq, a->prefill.c.tp, w->isl_mean, &a->kv_bytes, &a->kv_ms);
     pick_colocated(dq, dc, nd, pc, npc, w, &a->coloc);
     free(pc);
     long disagg = a->prefill.found && a->decode_found ? a->prefill.s.gpus + a->decode.gpus : 0;
@@ -454,7 +510,7 @@ int mp_serving_plan(const struct mp_plan_req *dq, const struct mp_plan_cand *dc,
                  "closest); and no co-located pool serves it", dq->max_gpus, dq->throughput);
     }
     if (a->gpus > 0) {
-        a->out_tok_s_gpu = w->rate * w->osl / a->gpus;
+        a->out_tok_s_gpu = w->rate * w->osl_mean / a->gpus;
         a->usd_per_mtok = dq->gpu_hour_price > 0 && a->out_tok_s_gpu > 0
                               ? dq->gpu_hour_price / 3600.0 / a->out_tok_s_gpu * 1e6
                               : NAN;

@@ -7,10 +7,16 @@
 
 #include "capacity_plan.h"
 
-/* The workload: requests of `isl` prompt and `osl` output tokens arriving at `rate` per second
- * (Poisson), and the prefill passes to weigh. */
+/* The workload: requests arriving at `rate` per second (Poisson) whose prompt and output lengths
+ * are `nlen` classes (isls[i], osls[i]) of probability p[i] (one class: every request alike), and
+ * the prefill passes to weigh. mp_serving_moments fills the means. */
 struct mp_serving_req {
-    long isl, osl;
+    const long *isls, *osls;
+    const double *p;
+    int nlen;
+    long isl, osl;         /* the mean lengths, rounded: messages and the split curve */
+    double isl_mean, osl_mean, isl_sq_mean; /* E[isl], E[osl], E[isl²] */
+    long isl_max;
     double rate;        /* requests per second */
     double slo_ttft_ms; /* mean time to first token, queueing and KV transfer included (0: none) */
     const long *tokens; /* prefill tokens per EP rank per pass to weigh */
@@ -21,9 +27,22 @@ struct mp_serving_req {
 
 /* The mean TTFT as plan.json and the report state it (docs/planning.md, "Serving a workload"). */
 #define MP_SERVING_TTFT_FORMULA                                                                    \
-    "W + passes * S + KV transfer; W = rho * s / (2 * (1 - rho)), the M/D/1 mean wait "          \
-    "(Pollaczek-Khinchine for deterministic service, Kleinrock, Queueing Systems Vol. 1, 1975), "  \
-    "s = S * isl / tokens of a pass, rho = rate * s / instances"
+    "W + E[passes] * S + KV transfer; W = lambda * E[s^2] / (2 * (1 - rho)), the M/G/1 mean "    \
+    "wait (Pollaczek-Khinchine, Kleinrock, Queueing Systems Vol. 1, 1975; rho * s / (2 * (1 - "   \
+    "rho)), M/D/1, for one prompt length), s = S * isl / tokens of a pass, lambda = rate / "      \
+    "instances, rho = lambda * E[s]"
+
+/* The means of w's classes into w: E[isl], E[osl], E[isl²], the largest prompt and the rounded
+ * means. */
+void mp_serving_moments(struct mp_serving_req *w);
+
+/* The decode pool's context: the KV length a request reaches, averaged over the output tokens
+ * (Σ p·osl·(isl + osl) / Σ p·osl; isl + osl for one class). */
+double mp_serving_decode_context(const struct mp_serving_req *w);
+
+/* The prefill step's prompt length: the token-weighted E[isl²] / E[isl], whose causal keys per
+ * token are the mix's mean (isl for one class). */
+double mp_serving_prefill_context(const struct mp_serving_req *w);
 
 /* Most utilization a pool without a TTFT bound is planned to: the queue stays finite. */
 #define MP_SERVING_MAX_UTIL 0.9
@@ -92,9 +111,10 @@ struct mp_serving_answer {
 int mp_serving_plan(const struct mp_plan_req *dq, const struct mp_plan_cand *dc, int nd,
                     int dbest, const struct mp_serving_req *w, struct mp_serving_answer *a);
 
-/* Mean wait in an M/D/1 queue of utilization `rho` and service time `s` (the Pollaczek–Khinchine
- * mean for deterministic service, Kleinrock, Queueing Systems Vol. 1, 1975: ρ·s / (2·(1 − ρ)));
- * +∞ at ρ ≥ 1. */
-double mp_md1_wait(double rho, double s);
+/* Mean wait in an M/G/1 queue of arrival rate `lambda`, service times of mean `m1` and second
+ * moment `m2` (the Pollaczek–Khinchine mean, Kleinrock, Queueing Systems Vol. 1, 1975:
+ * λ·E[s²] / (2·(1 − ρ)), ρ = λ·E[s]; for one service time s, ρ·s / (2·(1 − ρ)), M/D/1); +∞ at
+ * ρ ≥ 1. */
+double mp_mg1_wait(double lambda, double m1, double m2);
 
 #endif

@@ -110,8 +110,14 @@ void write_serving(struct doc *d, const cJSON *question, const cJSON *answers)
         if (token > 0 && at >= 0 && at < (int)sizeof budget)
             snprintf(budget + at, sizeof budget - (size_t)at, ", a p99 of at most %g ms per "
                      "output token", token);
-        doc_p(d, "%g requests/s of %.0f prompt and %.0f output tokens%s.", jnum(wl, "rate_rps"),
-              jnum(wl, MP_PJ_ISL), jnum(wl, MP_PJ_OSL), budget);
+        if (jnum(wl, "classes") > 1)
+            doc_p(d, "%g requests/s in %.0f length classes (%s), of %.0f prompt and %.0f output "
+                     "tokens on average, the longest prompt %.0f%s.", jnum(wl, "rate_rps"),
+                  jnum(wl, "classes"), jstr(wl, "lengths_file") ? jstr(wl, "lengths_file") : "?",
+                  jnum(wl, MP_PJ_ISL), jnum(wl, MP_PJ_OSL), jnum(wl, "isl_max"), budget);
+        else
+            doc_p(d, "%g requests/s of %.0f prompt and %.0f output tokens%s.", jnum(wl, "rate_rps"),
+                  jnum(wl, MP_PJ_ISL), jnum(wl, MP_PJ_OSL), budget);
         if (!jnum(s, MP_PJ_GPUS)) {
             doc_p(d, "No pool serves it: %s.", jstr(s, MP_PJ_WHY) ? jstr(s, MP_PJ_WHY) : "?");
             continue;

@@ -115,6 +115,56 @@ grep -q "^### How the P:D split moves with the input/output ratio" "$TMP/serve.m
 [ "$(grep -c '<title>prefill GPUs</title>' "$TMP/serve.html")" -eq 5 ] ||
     fail "the split figure has $(grep -c '<title>prefill GPUs</title>' "$TMP/serve.html") prefill bars, not 5"
 
+# a mix of request lengths (--lengths): the decode context is the KV length averaged over the
+# output tokens, the prefill wait the M/G/1 mean over the classes' service times
+printf '# two classes\nisl,osl,weight\n1000,100,3\n4000,300,1\n' >"$TMP/lengths.csv"
+# shellcheck disable=SC2086
+"$PLAN" $serve --lengths "$TMP/lengths.csv" --rate 30 --slo-ttft-ms 2000 --slo-token-ms 50 \
+    --out "$TMP/mix" >"$TMP/mix.out" || fail "moeperf-plan --lengths exit $?"
+python3 - "$TMP/mix/plan.json" <<'PY' || fail "the mixed workload's answer does not hold"
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+q, s = j["question"], j["answers"][0]["serving"]
+w = q["workload"]
+cls = [(1000, 100, 0.75), (4000, 300, 0.25)]
+ei = sum(p * i for i, o, p in cls); eo = sum(p * o for i, o, p in cls)
+ei2 = sum(p * i * i for i, o, p in cls)
+assert (w["isl"], w["osl"], w["isl_max"], w["classes"]) == (ei, eo, 4000, 2), w
+ctx = sum(p * o * (i + o) for i, o, p in cls) / sum(p * o for i, o, p in cls)
+assert q["context_tokens"] == round(ctx) == 2700 and q["throughput_tokens_per_s"] == 30 * eo, q
+p, kv = s["prefill"], s["kv_transfer"]
+assert p["found"], s
+per = p["pass_ms"] / 1e3 / (p["tokens_per_gpu"] * p["ep"])
+m1, m2 = per * ei, per * per * ei2
+lam = 30 / p["instances"]
+wait = lam * m2 / (2 * (1 - lam * m1)) * 1e3
+assert abs(wait - p["queue_ms"]) <= 1e-6 * max(1, wait) and abs(lam * m1 - p["utilization"]) <= 1e-9, p
+piece = lambda i: p["chunk"] if 0 < p["chunk"] < i else i
+passes = sum(pp * math.ceil(i / piece(i)) for i, o, pp in cls)
+assert abs(p["passes"] - passes) <= 1e-12, p
+assert abs(p["ttft_ms"] - (wait + passes * p["pass_ms"] + kv["ms"])) <= 1e-6 * p["ttft_ms"], p
+lam1 = 30 / (p["instances"] - 1) if p["instances"] > 1 else None
+assert lam1 is None or lam1 * m1 >= 1 or \
+    lam1 * m2 / (2 * (1 - lam1 * m1)) * 1e3 + passes * p["pass_ms"] + kv["ms"] > 2000, p
+assert abs(kv["mb_per_request"] - ei * 48 * 4 * 256 * 2 / 1e6) <= 1e-9, kv
+assert abs(s["output_tok_s_gpu"] - 30 * eo / s["gpus"]) <= 1e-9, s
+print(f"mix: {s['choice']}, {s['gpus']} GPUs, TTFT {s['ttft_ms']:.1f} ms (queue {p['queue_ms']:.1f} "
+      f"ms, M/G/1), context {q['context_tokens']}")
+PY
+printf 'isl,osl\n1000,100\n2000,-5\n' >"$TMP/bad-lengths.csv"
+refuse_out() { # exit 2 naming $1, nothing written
+    local want=$1 rc=0
+    shift
+    # shellcheck disable=SC2086
+    "$PLAN" $serve "$@" --out "$TMP/refused" >/dev/null 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && grep -q -- "$want" "$TMP/err" && [ ! -e "$TMP/refused" ] ||
+        fail "$* : exit $rc, $(cat "$TMP/err")"
+}
+refuse_out "bad-lengths.csv line 3, column osl: '-5'" --lengths "$TMP/bad-lengths.csv" --rate 1
+printf 'prompt,osl\n1,1\n' >"$TMP/nohead.csv"
+refuse_out "the header names no isl column" --lengths "$TMP/nohead.csv" --rate 1
+refuse_out "--lengths and --isl" --lengths "$TMP/lengths.csv" --isl 10 --rate 1
+
 # no plan: a TTFT below one pass names the fastest pass; a rate beyond --max-gpus names the GPUs
 # shellcheck disable=SC2086
 "$PLAN" $serve --isl 2000 --osl 200 --rate 30 --slo-ttft-ms 1 --out "$TMP/fast" >"$TMP/fast.out" ||
