@@ -96,12 +96,11 @@ static void prompt_service(const struct mp_plan_cand *c, const struct mp_serving
     *m2 = per * per * w->isl_sq_mean;
 }
 
-/* How prefill candidate c serves workload w on the fewest instances whose mean TTFT (the M/D/1
+/* How prefill candidate c serves workload w on the fewest instances whose mean TTFT (the M/G/1
  * wait, the prompt's passes and `extra_ms`, the KV transfer) stays within the SLO, or at most
  * MP_SERVING_MAX_UTIL busy without one: 0 when none does (ttft_ms then the floor with no queue). */
-static int serve_prefill(const struct mp_plan_req *q, const struct mp_plan_cand *c,
-                         const struct mp_serving_req *w, long chunk, double extra_ms,
-                         struct mp_prefill_serve *s)
+static int serve_prefill(const struct mp_plan_cand *c, const struct mp_serving_req *w, long chunk,
+                         double extra_ms, struct mp_prefill_serve *s)
 {
     memset(s, 0, sizeof *s);
     s->passes = prompt_passes(w, chunk, c->batch / c->ep);
@@ -260,7 +259,7 @@ static void pick_prefill(const struct mp_plan_req *dq, const struct pcand *pc, i
         double kv_bytes, kv_ms;
         kv_transfer(dq, c->tp, w->isl_mean, &kv_bytes, &kv_ms);
         struct mp_prefill_serve s;
-        int ok = serve_prefill(dq, c, w, pc[i].chunk, kv_ms, &s);
+        int ok = serve_prefill(c, w, pc[i].chunk, kv_ms, &s);
         if (!ok) {
             if (s.passes > 0 && s.ttft_ms < best_floor) {
                 best_floor = s.ttft_ms;

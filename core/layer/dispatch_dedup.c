@@ -147,24 +147,33 @@ int mp_dedup_meta_exchange(struct mp_layer *L, const struct mp_dedup_meta *send,
 }
 
 /* The most first-hop rows node mode relays through one EP rank: each source on another node sends
- * a token at most once to its relay on the rank's node (mp_dedup_relay), so the rank relays at most
- * max_tok_rank tokens from each source whose relay it is (the ranks of its local index on the
- * other nodes, as the nodes are laid out). −1 out of memory. */
+ * a token at most once to its relay on the rank's node, so the rank relays at most max_tok_rank
+ * tokens from each source whose relay it is. mp_dedup_relay sends source e (index i_e among the
+ * ranks of its node) to the (i_e mod c_n)-th of the c_n ranks of node n, so the rank of index j
+ * there relays for ⌊(c_m − 1 − j) / c_n⌋ + 1 of a node m's c_m ranks (none when j ≥ c_m); index
+ * 0 relays the most, Σ over the other nodes of ⌊(c_m − 1) / c_n⌋ + 1. O(ep + nodes²); −1 out of
+ * memory. */
 static long relay_bound(const struct mp_layer *L)
 {
-    int ep = L->ep, *node = malloc((size_t)ep * sizeof *node), most = 0;
-    if (!node)
+    int ep = L->ep, world = L->comm->size, nodes = 0;
+    int *ranks = calloc((size_t)world, sizeof *ranks); /* node indices lie below the world's size */
+    long most = 0;
+    if (!ranks)
         return -1;
-    for (int q = 0; q < ep; q++)
-        node[q] = L->comm->node_of[q * L->tp];
-    for (int r = 0; r < ep; r++) {
-        int sources = 0;
-        for (int e = 0; e < ep; e++)
-            sources += node[e] != node[r] && mp_dedup_relay(node, ep, e, node[r]) == r;
+    for (int q = 0; q < ep; q++) {
+        int n = L->comm->node_of[q * L->tp];
+        nodes = n + 1 > nodes ? n + 1 : nodes;
+        ranks[n]++;
+    }
+    for (int n = 0; n < nodes; n++) {
+        long sources = 0;
+        for (int m = 0; m < nodes && ranks[n] > 0; m++)
+            if (m != n && ranks[m] > 0)
+                sources += (ranks[m] - 1) / ranks[n] + 1;
         most = sources > most ? sources : most;
     }
-    free(node);
-    return (long)most * L->max_tok_rank;
+    free(ranks);
+    return most * L->max_tok_rank;
 }
 
 /* The host plan, sized for the placement, this layout's tokens and the routed-row buffers; node

@@ -135,19 +135,32 @@ static int check_parts(const char *path, const char *where, const cJSON *o)
     return MP_OK;
 }
 
-/* Every element of array `key` of o (when there) an object. */
-static int check_objects(const char *path, const char *where, const cJSON *o, const char *key)
+/* Every element of array `key` of o (when there) an object, with fields[0..n) (n 0: any). */
+static int check_objects(const char *path, const char *where, const cJSON *o, const char *key,
+                         const struct jfield *fields, int n)
 {
     const cJSON *v;
-    int i = 0;
+    int i = 0, rc = MP_OK;
     cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(o, key)) {
+        char at[160];
+        snprintf(at, sizeof at, "%s.%s[%d]", where, key, i++);
         if (!cJSON_IsObject(v)) {
-            mp_usage("%s: %s.%s[%d] is not an object", path, where, key, i);
+            mp_usage("%s: %s is not an object", path, at);
             return MP_ERR_USAGE;
         }
-        i++;
+        if ((rc = check_fields(path, at, v, fields, n)) != MP_OK)
+            return rc;
     }
     return MP_OK;
+}
+
+/* Member `key` of o (at `where`) against fields[0..n), as check_fields checks it. */
+static int check_member(const char *path, const char *where, const cJSON *o, const char *key,
+                        const struct jfield *fields, int n)
+{
+    char at[160];
+    snprintf(at, sizeof at, "%s.%s", where, key);
+    return check_fields(path, at, cJSON_GetObjectItemCaseSensitive(o, key), fields, n);
 }
 
 /* An answer's `serving` member, when there: its fields, each pool's (all of them when found),
@@ -166,29 +179,15 @@ static int check_serving(const char *path, const char *where, const cJSON *a)
     int rc = check_fields(path, at, s, serving_fields, N(serving_fields));
     const char *pools[] = {MP_PJ_PREFILL, MP_PJ_DECODE, MP_PJ_COLOCATED};
     for (int k = 0; k < N(pools) && rc == MP_OK; k++) {
-        char sub[128];
-        snprintf(sub, sizeof sub, "%s.%s", at, pools[k]);
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(s, pools[k]);
-        rc = check_fields(path, sub, p, found_fields, N(found_fields));
+        rc = check_member(path, at, s, pools[k], found_fields, N(found_fields));
         if (rc == MP_OK && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, MP_PJ_FOUND)))
-            rc = check_fields(path, sub, p, pool_fields, N(pool_fields));
+            rc = check_member(path, at, s, pools[k], pool_fields, N(pool_fields));
     }
-    char sub[128];
-    snprintf(sub, sizeof sub, "%s.%s", at, MP_PJ_KV_TRANSFER);
     if (rc == MP_OK)
-        rc = check_fields(path, sub, cJSON_GetObjectItemCaseSensitive(s, MP_PJ_KV_TRANSFER),
-                          kv_fields, N(kv_fields));
-    const cJSON *x;
-    int i = 0;
-    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(s, MP_PJ_SPLIT)) {
-        snprintf(sub, sizeof sub, "%s.%s[%d]", at, MP_PJ_SPLIT, i++);
-        if (rc == MP_OK && !cJSON_IsObject(x)) {
-            mp_usage("%s: %s is not an object", path, sub);
-            rc = MP_ERR_USAGE;
-        }
-        if (rc == MP_OK)
-            rc = check_fields(path, sub, x, split_fields, N(split_fields));
-    }
+        rc = check_member(path, at, s, MP_PJ_KV_TRANSFER, kv_fields, N(kv_fields));
+    if (rc == MP_OK)
+        rc = check_objects(path, at, s, MP_PJ_SPLIT, split_fields, N(split_fields));
     return rc;
 }
 
@@ -204,17 +203,15 @@ static int check_answer(const char *path, const cJSON *a, int i)
     const char *arrays[] = {MP_PJ_ALTERNATIVES, MP_PJ_SENSITIVITY, MP_PJ_BY_REMEDIES, MP_PJ_TRUST,
                             MP_PJ_REPLICAS_VS_BATCH};
     for (int k = 0; k < N(arrays) && rc == MP_OK; k++)
-        rc = check_objects(path, where, a, arrays[k]);
+        rc = check_objects(path, where, a, arrays[k], NULL, 0);
     if (rc == MP_OK)
         rc = check_serving(path, where, a);
     if (rc != MP_OK || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, MP_PJ_FOUND)))
         return rc;
     rc = check_fields(path, where, a, plan_fields, N(plan_fields));
-    char sub[64];
-    snprintf(sub, sizeof sub, "%s.%s", where, MP_PJ_MEM_GB_PER_GPU);
     if (rc == MP_OK)
-        rc = check_fields(path, sub, cJSON_GetObjectItemCaseSensitive(a, MP_PJ_MEM_GB_PER_GPU),
-                          memory_fields, N(memory_fields));
+        rc = check_member(path, where, a, MP_PJ_MEM_GB_PER_GPU, memory_fields, N(memory_fields));
+    char sub[64];
     snprintf(sub, sizeof sub, "%s.%s", where, MP_PJ_STEP_PARTS_MS);
     if (rc == MP_OK)
         rc = check_parts(path, sub, cJSON_GetObjectItemCaseSensitive(a, MP_PJ_STEP_PARTS_MS));

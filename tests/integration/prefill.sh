@@ -165,6 +165,28 @@ printf 'prompt,osl\n1,1\n' >"$TMP/nohead.csv"
 refuse_out "the header names no isl column" --lengths "$TMP/nohead.csv" --rate 1
 refuse_out "--lengths and --isl" --lengths "$TMP/lengths.csv" --isl 10 --rate 1
 
+# a spoiled serving answer: moeperf-report refuses it naming the member, and writes nothing
+python3 - "$TMP/serve" "$TMP" <<'PY'
+import json, shutil, sys
+src, tmp = sys.argv[1], sys.argv[2]
+def spoiled(name, fn):
+    shutil.copytree(src, f"{tmp}/{name}")
+    j = json.load(open(f"{src}/plan.json"))
+    fn(j["answers"][0]["serving"])
+    json.dump(j, open(f"{tmp}/{name}/plan.json", "w"))
+spoiled("split-word", lambda s: s["split"][1].__setitem__("isl", "x"))
+spoiled("pool-bare", lambda s: s["prefill"].pop("layout"))
+spoiled("kv-negative", lambda s: s["kv_transfer"].__setitem__("ms", -1))
+PY
+for c in "split-word|answers\[0\].serving.split\[1\].isl is not a number" \
+    "pool-bare|answers\[0\].serving.prefill.layout is missing" \
+    "kv-negative|answers\[0\].serving.kv_transfer.ms is -1, not a number of at least 0"; do
+    rc=0
+    "$REPORT" "$TMP/${c%%|*}" --out "$TMP/spoiled.html" >/dev/null 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq 2 ] && grep -q "${c#*|}" "$TMP/err" && [ ! -e "$TMP/spoiled.html" ] ||
+        fail "a spoiled serving answer (${c%%|*}): exit $rc, $(cat "$TMP/err")"
+done
+
 # no plan: a TTFT below one pass names the fastest pass; a rate beyond --max-gpus names the GPUs
 # shellcheck disable=SC2086
 "$PLAN" $serve --isl 2000 --osl 200 --rate 30 --slo-ttft-ms 1 --out "$TMP/fast" >"$TMP/fast.out" ||
