@@ -146,8 +146,8 @@ const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops),
     return buf;
 }
 
-int mp_compute_quick_peak(void)
+int mp_compute_quick(void)
 {
-    const char *v = getenv("MOEPERF_TEST_QUICK_PEAK");
+    const char *v = getenv("MOEPERF_TEST_QUICK");
     return v && !strcmp(v, "1");
 }

@@ -206,7 +206,7 @@ struct mp_compute_ops {
      * copy (bytes/s, read + written) */
     int (*measure_peak)(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
                         double *bytes_per_s);
-    /* (a backend's measure_peak sizes its runs by mp_compute_quick_peak) */
+    /* (a backend's measure_peak sizes its runs by mp_compute_quick) */
 
     /* optional: evict this device's last-level cache (the CPU's LLC, a GPU's L2) so the next
      * timed iteration reads its weights from memory, as a layer does whose weights exceed the
@@ -359,12 +359,15 @@ int mp_compute_expert_ffn(const struct mp_compute_ops *ops, struct mp_compute *d
 const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops), char *buf,
                                    size_t len);
 
-/* 1 under MOEPERF_TEST_QUICK_PEAK=1, a test hook for tests that check what a run writes and not
- * the roofline's figures: measure_peak then times one small GEMM (MP_QUICK_PEAK_GEMM_N³) and one
- * small copy (MP_QUICK_PEAK_COPY_BYTES), milliseconds instead of seconds per rank, its figures
- * not to be trusted. */
+/* 1 under MOEPERF_TEST_QUICK=1, a test hook for tests that check what a run writes and not its
+ * figures: measure_peak then times one small GEMM (MP_QUICK_PEAK_GEMM_N³) and one small copy
+ * (MP_QUICK_PEAK_COPY_BYTES), milliseconds instead of seconds per rank, and the cpu backend's
+ * --flush-cache sweeps MP_QUICK_FLUSH_BYTES instead of twice the last-level cache (a host that
+ * reports hundreds of MiB of it would sweep that much before every iteration of every rank); the
+ * roofline and cold-cache figures are then not to be trusted. */
 #define MP_QUICK_PEAK_GEMM_N 256
 #define MP_QUICK_PEAK_COPY_BYTES ((size_t)8 << 20)
-int mp_compute_quick_peak(void);
+#define MP_QUICK_FLUSH_BYTES ((size_t)8 << 20)
+int mp_compute_quick(void);
 
 #endif

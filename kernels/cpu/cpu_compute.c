@@ -427,7 +427,8 @@ static size_t llc_bytes(void)
 }
 
 /* The sweep's size: twice the largest cache (an LRU-like cache then holds none of what was there
- * before), 64 MiB when no size is known, at most 2 GiB. */
+ * before), 64 MiB when no size is known, at most 2 GiB; MP_QUICK_FLUSH_BYTES under the test hook
+ * mp_compute_quick. */
 #define FLUSH_UNKNOWN_LLC ((size_t)32 << 20)
 #define FLUSH_MAX_BYTES ((size_t)2 << 30)
 
@@ -442,6 +443,8 @@ static int cpu_flush_cache(struct mp_compute *c)
         size_t llc = llc_bytes(), bytes = 2 * (llc > 0 ? llc : FLUSH_UNKNOWN_LLC);
         if (bytes > FLUSH_MAX_BYTES)
             bytes = FLUSH_MAX_BYTES;
+        if (mp_compute_quick()) /* the test hook (compute.h) */
+            bytes = MP_QUICK_FLUSH_BYTES;
         void *p = NULL;
         if (posix_memalign(&p, 64, bytes) != 0) {
             mp_error("--flush-cache: out of memory for a %zu MiB buffer to sweep the cache",
@@ -488,7 +491,7 @@ static double thread_cpu_us(void)
 static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
                             double *bytes_per_s)
 {
-    int quick = mp_compute_quick_peak(), runs = quick ? 1 : PEAK_RUNS, copy_runs = quick ? 1 : PEAK_COPY_RUNS;
+    int quick = mp_compute_quick(), runs = quick ? 1 : PEAK_RUNS, copy_runs = quick ? 1 : PEAK_COPY_RUNS;
     size_t n = quick ? MP_QUICK_PEAK_GEMM_N : PEAK_GEMM_N, nn = n * n;
     size_t copy = quick ? MP_QUICK_PEAK_COPY_BYTES : PEAK_COPY_BYTES;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),

@@ -58,7 +58,7 @@ __global__ void fill_random_kernel(bf16 *x, size_t n, uint32_t seed)
 }
 
 /* Best of 5: an 8192³ bf16 GEMM on random operands (2·8192³ FLOPs) and a 1 GiB device copy (read + written);
- * under the test hook mp_compute_quick_peak, MP_QUICK_PEAK_GEMM_N³ and MP_QUICK_PEAK_COPY_BYTES. */
+ * under the test hook mp_compute_quick, MP_QUICK_PEAK_GEMM_N³ and MP_QUICK_PEAK_COPY_BYTES. */
 /* The FP8 GEMM rate: the best of a few cuBLASLt block-scaled FP8 GEMMs of n×n×n (as --gemm loop
  * runs fp8 weights: the image's BLK128x128 scales, the rows' VEC128 ones), on random codes of
  * magnitude up to 2 (no NaN) with unit scales. */
@@ -118,7 +118,7 @@ out:
 int cuda_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
                       double *bytes_per_s)
 {
-    const int quick = mp_compute_quick_peak(), n = quick ? MP_QUICK_PEAK_GEMM_N : 8192;
+    const int quick = mp_compute_quick(), n = quick ? MP_QUICK_PEAK_GEMM_N : 8192;
     const size_t bytes = quick ? MP_QUICK_PEAK_COPY_BYTES : (size_t)1 << 30;
     void *a = NULL, *b = NULL, *d = NULL;
     int rc = MP_ERR_RUNTIME;
