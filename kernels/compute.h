@@ -361,10 +361,10 @@ const char *mp_compute_names_where(int (*has)(const struct mp_compute_ops *ops),
 
 /* 1 under MOEPERF_TEST_QUICK=1, a test hook for tests that check what a run writes and not its
  * figures: measure_peak then times one small GEMM (MP_QUICK_PEAK_GEMM_N³) and one small copy
- * (MP_QUICK_PEAK_COPY_BYTES), milliseconds instead of seconds per rank, and the cpu backend's
- * --flush-cache sweeps MP_QUICK_FLUSH_BYTES instead of twice the last-level cache (a host that
- * reports hundreds of MiB of it would sweep that much before every iteration of every rank); the
- * roofline and cold-cache figures are then not to be trusted. */
+ * (MP_QUICK_PEAK_COPY_BYTES), milliseconds instead of seconds per rank, and --flush-cache sweeps
+ * MP_QUICK_FLUSH_BYTES instead of twice the last-level cache or L2 (a host that reports hundreds
+ * of MiB of cache would sweep that much before every iteration of every rank); the roofline and
+ * cold-cache figures are then not to be trusted. */
 #define MP_QUICK_PEAK_GEMM_N 256
 #define MP_QUICK_PEAK_COPY_BYTES ((size_t)8 << 20)
 #define MP_QUICK_FLUSH_BYTES ((size_t)8 << 20)

@@ -93,10 +93,10 @@ case $TIER in
 fast | perf | all) ;;
 *) fail "MOEPERF_TEST_TIER=$TIER: expected fast, perf or all" ;;
 esac
-# the fast tier judges no roofline and no cold-cache time: the cpu backend measures a small
+# the fast tier judges no roofline and no cold-cache time: the compute backends measure a small
 # roofline (milliseconds instead of seconds in every rank of every measured run) and --flush-cache
-# sweeps 8 MiB instead of twice the last-level cache, which some hosts report as hundreds of MiB
-# (kernels/compute.h, mp_compute_quick)
+# sweeps 8 MiB instead of twice the last-level cache or L2, which some hosts report as hundreds of
+# MiB (kernels/compute.h, mp_compute_quick)
 [ "$TIER" != fast ] || export MOEPERF_TEST_QUICK=${MOEPERF_TEST_QUICK:-1}
 
 # timing_study WHAT: whether this run judges the timing study WHAT. Not in the fast tier (it says so
