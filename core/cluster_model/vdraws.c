@@ -17,22 +17,26 @@ struct entry {
     double *prob, *cdf; /* copies of the routing's, NULL where it has none */
     uint64_t seed;
     long tokens;
-    /* the draws */
-    unsigned char drawn[MP_ROUTING_POOL_DRAWS];
-    int32_t *ids; /* [MP_ROUTING_POOL_DRAWS · tokens · topk] */
-    float *w;
+    /* the draws, each allocated when first drawn: [tokens · topk] */
+    int32_t *ids[MP_ROUTING_POOL_DRAWS];
+    float *w[MP_ROUTING_POOL_DRAWS];
+    size_t bytes; /* of the draws held */
 };
 
 static struct entry cache[ENTRIES];
 static unsigned long clock_now;
+static size_t cache_bytes; /* the draws held by every entry, at most MP_VDRAWS_BUDGET_BYTES */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER; /* the planner's threads share it */
 
 static void entry_free(struct entry *e)
 {
     free(e->prob);
     free(e->cdf);
-    free(e->ids);
-    free(e->w);
+    for (int d = 0; d < MP_ROUTING_POOL_DRAWS; d++) {
+        free(e->ids[d]);
+        free(e->w[d]);
+    }
+    cache_bytes -= e->bytes;
     memset(e, 0, sizeof *e);
 }
 
@@ -87,13 +91,10 @@ static struct entry *entry_for(const struct mp_routing *r, uint64_t seed, long t
     }
     struct entry *e = oldest;
     entry_free(e);
-    size_t pairs = (size_t)MP_ROUTING_POOL_DRAWS * tokens * r->topk;
     int ok = 1;
     e->prob = copy_array(r->prob, (size_t)r->experts, &ok);
     e->cdf = copy_array(r->cdf, (size_t)r->experts + 1, &ok);
-    e->ids = malloc(pairs * sizeof *e->ids);
-    e->w = malloc(pairs * sizeof *e->w);
-    if (!ok || !e->ids || !e->w) {
+    if (!ok) {
         entry_free(e);
         return NULL;
     }
@@ -108,16 +109,51 @@ static struct entry *entry_for(const struct mp_routing *r, uint64_t seed, long t
     return e;
 }
 
+/* Room for `need` more bytes of draws beside entry `keep`: the least recently used other entries
+ * emptied until the draws held and `need` fit MP_VDRAWS_BUDGET_BYTES; 0 when they cannot. */
+static int make_room(const struct entry *keep, size_t need)
+{
+    while (cache_bytes + need > MP_VDRAWS_BUDGET_BYTES) {
+        struct entry *lru = NULL;
+        for (int i = 0; i < ENTRIES; i++)
+            if (&cache[i] != keep && cache[i].used && cache[i].bytes > 0 &&
+                (!lru || cache[i].stamp < lru->stamp))
+                lru = &cache[i];
+        if (!lru)
+            return 0;
+        entry_free(lru);
+    }
+    return 1;
+}
+
 void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tokens, int32_t *ids,
                    float *w)
 {
-    long pairs = tokens * r->topk;
+    size_t pairs = (size_t)tokens * (size_t)r->topk;
+    size_t need = pairs * (sizeof *ids + sizeof *w);
     struct entry *e = NULL;
     int kept = r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS &&
-               pairs <= MP_VDRAWS_MAX_PAIRS;
+               need <= MP_VDRAWS_BUDGET_BYTES / 2;
     if (kept) {
         pthread_mutex_lock(&cache_lock);
         e = entry_for(r, seed, tokens);
+        if (e && !e->ids[draw]) { /* its first request: room for it, then drawn once */
+            if (make_room(e, need)) {
+                e->ids[draw] = malloc(pairs * sizeof *ids);
+                e->w[draw] = malloc(pairs * sizeof *w);
+            }
+            if (e->ids[draw] && e->w[draw]) {
+                mp_routing_draw(r, seed, draw, tokens, 0, tokens, e->ids[draw], e->w[draw]);
+                e->bytes += need;
+                cache_bytes += need;
+            } else {
+                free(e->ids[draw]);
+                free(e->w[draw]);
+                e->ids[draw] = NULL;
+                e->w[draw] = NULL;
+                e = NULL;
+            }
+        }
         if (!e)
             pthread_mutex_unlock(&cache_lock);
     }
@@ -126,13 +162,7 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
         return;
     }
     e->stamp = ++clock_now;
-    int32_t *eids = e->ids + (size_t)draw * pairs;
-    float *ew = e->w + (size_t)draw * pairs;
-    if (!e->drawn[draw]) {
-        mp_routing_draw(r, seed, draw, tokens, 0, tokens, eids, ew);
-        e->drawn[draw] = 1;
-    }
-    memcpy(ids, eids, (size_t)pairs * sizeof *ids);
-    memcpy(w, ew, (size_t)pairs * sizeof *w);
+    memcpy(ids, e->ids[draw], pairs * sizeof *ids);
+    memcpy(w, e->w[draw], pairs * sizeof *w);
     pthread_mutex_unlock(&cache_lock);
 }

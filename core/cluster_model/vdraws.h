@@ -10,13 +10,16 @@
  * w ([tokens·topk]): exactly what mp_routing_draw(r, seed, draw, tokens, 0, tokens, ids, w)
  * writes. A draw of the first MP_ROUTING_POOL_DRAWS whose routing (kind, experts, top-k, group
  * limit, the contents of prob and cdf), seed and tokens match one drawn before is copied from a
- * process-wide cache of a few recent batches instead of drawn again; per-token traces and batches
- * of more than MP_VDRAWS_MAX_PAIRS pairs are always drawn. Not thread-safe. */
+ * process-wide cache of recent batches instead of drawn again: a prefill pass's batch is drawn once
+ * for every layout, placement, dtype and dedup form weighed at it. The cache holds at most
+ * MP_VDRAWS_BUDGET_BYTES of draws (the least recently used batches make room); per-token traces
+ * and draws of more than half of it are always drawn. Thread-safe: one lock, held while a kept
+ * draw is made, so two threads asking for it draw it once. */
 void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tokens, int32_t *ids,
                    float *w);
 
-/* The most token-expert pairs one cached batch holds. */
-#define MP_VDRAWS_MAX_PAIRS (1L << 16)
+/* The bytes of draws (8 a token-expert pair: its expert and weight) the cache holds at most. */
+#define MP_VDRAWS_BUDGET_BYTES ((size_t)1 << 30)
 
 /* Empty the cache (its memory returned). */
 void mp_vdraws_forget(void);
