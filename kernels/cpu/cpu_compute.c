@@ -440,11 +440,13 @@ static size_t llc_bytes(void)
 static int cpu_flush_cache(struct mp_compute *c)
 {
     if (!c->flush_buf) {
-        size_t llc = llc_bytes(), bytes = 2 * (llc > 0 ? llc : FLUSH_UNKNOWN_LLC);
-        if (bytes > FLUSH_MAX_BYTES)
-            bytes = FLUSH_MAX_BYTES;
-        if (mp_compute_quick()) /* the test hook (compute.h) */
-            bytes = MP_QUICK_FLUSH_BYTES;
+        size_t bytes = MP_QUICK_FLUSH_BYTES; /* the test hook (compute.h): no cache looked up */
+        if (!mp_compute_quick()) {
+            size_t llc = llc_bytes();
+            bytes = 2 * (llc > 0 ? llc : FLUSH_UNKNOWN_LLC);
+            if (bytes > FLUSH_MAX_BYTES)
+                bytes = FLUSH_MAX_BYTES;
+        }
         void *p = NULL;
         if (posix_memalign(&p, 64, bytes) != 0) {
             mp_error("--flush-cache: out of memory for a %zu MiB buffer to sweep the cache",
@@ -491,7 +493,8 @@ static double thread_cpu_us(void)
 static int cpu_measure_peak(struct mp_compute *c, double *flops_per_s, double *fp8_flops_per_s,
                             double *bytes_per_s)
 {
-    int quick = mp_compute_quick(), runs = quick ? 1 : PEAK_RUNS, copy_runs = quick ? 1 : PEAK_COPY_RUNS;
+    int quick = mp_compute_quick(), runs = quick ? 1 : PEAK_RUNS;
+    int copy_runs = quick ? 1 : PEAK_COPY_RUNS;
     size_t n = quick ? MP_QUICK_PEAK_GEMM_N : PEAK_GEMM_N, nn = n * n;
     size_t copy = quick ? MP_QUICK_PEAK_COPY_BYTES : PEAK_COPY_BYTES;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),

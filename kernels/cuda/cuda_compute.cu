@@ -82,11 +82,12 @@ static int cuda_init(struct mp_compute **out, int local_rank)
     /* --flush-cache's buffer, 2 × L2 (MP_QUICK_FLUSH_BYTES under the test hook mp_compute_quick),
      * taken now: the memory checks then see it as used, and a device too small for it fails here
      * at start-up, not at a point's first flush */
-    int l2 = 0;
-    CUDACHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
-    c->flush_bytes = 2 * (l2 > 0 ? (size_t)l2 : (size_t)64 << 20);
-    if (mp_compute_quick())
-        c->flush_bytes = MP_QUICK_FLUSH_BYTES;
+    c->flush_bytes = MP_QUICK_FLUSH_BYTES;
+    if (!mp_compute_quick()) {
+        int l2 = 0;
+        CUDACHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
+        c->flush_bytes = 2 * (l2 > 0 ? (size_t)l2 : (size_t)64 << 20);
+    }
     CUDACHECK(cudaMalloc(&c->flush_buf, c->flush_bytes));
     for (int i = 0; i < MP_TIMER_SLOTS; i++)
         CUDACHECK(cudaEventCreate(&c->ev[i]));
