@@ -51,6 +51,8 @@ const struct mp_cluster_param mp_cluster_params[] = {
      "as a CUDA graph (optional: 0)", 0},
     {"step_host_us", P(step_host_us), "µs", "host cost per step not hidden under the GPU: "
      "scheduling, sampling, the graph's launch (optional: 0)", 0},
+    {"exchange_sm_share", P(exchange_sm_share), "fraction", "share of the SMs the high-throughput "
+     "exchange kernels hold while two micro-batches overlap them with compute (optional: 0)", 0},
 };
 const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluster_params[0]);
 
@@ -70,7 +72,15 @@ const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluste
  * serving loop does not hide (scheduling and sampling overlapped with the previous step, as
  * SGLang's and vLLM's overlap schedulers run them): starting assumptions, checked by the step
  * breakdown's launch part and the whole-step family (docs/validation.md). */
-#define STEP_BEHAVIOUR .attn_eff = 0.59, .kernel_gap_us = 1, .step_host_us = 300
+/* The high-throughput exchange kernels (--dedup rank|node, DeepEP's normal kernels) hold 24 of
+ * H800's 132 SMs while they run, the compute stream the other 108 (the figure of DeepSeek's prefill
+ * profile, deepseek-ai/profile-data README at 44960242, assets/prefill.jpg: "Computation 108
+ * SMs", "Communication 24 SMs"); the low-latency kind frees its SMs while its data is in flight
+ * (the same README). Taken as the share for every GPU preset: docs/planning.md, "Two
+ * micro-batches". */
+#define EXCHANGE_SM_SHARE (24.0 / 132)
+#define STEP_BEHAVIOUR .attn_eff = 0.59, .kernel_gap_us = 1, .step_host_us = 300,                  \
+                       .exchange_sm_share = EXCHANGE_SM_SHARE
 /* the behaviour of the GPU presets but their network's: the FFN fitted to vLLM's fused-MoE kernel
  * on H100 (docs/validation.md), whose Triton w8a8 kernel runs fp8 weights at 0.1 of the fp8 peak
  * (fused_fp8_eff; the slope from 1024 to 4096 tokens, every expert active at both, is that rate,
@@ -117,7 +127,7 @@ const struct mp_cluster mp_cluster_presets[] = {
      .inter_eff = 0.8, .intra_lat_us = 5, .inter_lat_us = 50, .launch_us = 1, .congestion = 0.1,
      .mem_reserve = MP_MEM_RESERVE_DEFAULT, .flops_fp8 = 100e9, .flops_fp8_eff = 0.8,
      .pcie_bw = 10e9, .copy_engine = 0, .fused_fp8_eff = 0.8, .attn_eff = 0.8,
-     .kernel_gap_us = 0, .step_host_us = 0},
+     .kernel_gap_us = 0, .step_host_us = 0, .exchange_sm_share = 0},
 };
 const int mp_cluster_npresets = (int)(sizeof mp_cluster_presets / sizeof mp_cluster_presets[0]);
 
@@ -161,7 +171,7 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
             ok = ok && (v == 0 || v == 1);
         else if (!strcmp(k, "ffn_blend"))
             ok = ok && v >= 0 && v <= 1;
-        else if (!strcmp(k, "mem_reserve"))
+        else if (!strcmp(k, "mem_reserve") || !strcmp(k, "exchange_sm_share"))
             ok = ok && v >= 0 && v < 1;
         else if (zero_ok)
             ok = ok && v >= 0;
@@ -171,7 +181,8 @@ int mp_cluster_validate(const struct mp_cluster *c, const char *what)
             mp_usage("%s: %s = %g is out of range (%s)", what, k, v,
                      strstr(k, "_eff")              ? "a fraction in (0, 1]"
                      : !strcmp(k, "ffn_blend")      ? "a fraction in [0, 1]"
-                     : !strcmp(k, "mem_reserve") ? "a fraction in [0, 1)"
+                     : !strcmp(k, "mem_reserve") || !strcmp(k, "exchange_sm_share")
+                         ? "a fraction in [0, 1)"
                      : !strcmp(k, "copy_engine")    ? "0 or 1"
                      : zero_ok                      ? ">= 0"
                                                     : "> 0");
@@ -281,7 +292,7 @@ static int cluster_optional(struct mp_cluster *c, int i)
     else if (off == P(flops_fp8))
         c->flops_fp8 = c->flops;
     else if (off == P(ffn_call_us) || off == P(ffn_blend) || off == P(pcie_bw) ||
-             off == P(kernel_gap_us) || off == P(step_host_us))
+             off == P(kernel_gap_us) || off == P(step_host_us) || off == P(exchange_sm_share))
         *(double *)((char *)c + off) = 0;
     else if (off == P(copy_engine))
         c->copy_engine = 1;

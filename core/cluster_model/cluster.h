@@ -51,6 +51,10 @@ struct mp_cluster {
      * step that a serving loop does not hide under the GPU (scheduling, sampling, the graph's
      * launch; default 0) */
     double attn_eff, kernel_gap_us, step_host_us;
+    /* A step of two micro-batches, optional in a file (default 0): the share of the SMs the
+     * high-throughput exchange kernels (--dedup rank|node, as DeepEP's normal kernels) hold while
+     * they run, which the other micro-batch's compute then runs without (step.h, mp_step_time) */
+    double exchange_sm_share;
 };
 
 /* The parameters calibration may fit, by name, with their place in the struct. */

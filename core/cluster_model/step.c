@@ -286,6 +286,7 @@ void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
     kernels += (double)mb * m->layers * MOE_BLOCK_KERNELS;
     p->kernels = kernels;
     p->host = c->step_host_us + kernels * c->kernel_gap_us;
+    p->sm_share = s->exchange_holds_sms ? c->exchange_sm_share : 0;
 }
 
 void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
@@ -298,7 +299,9 @@ void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int m
         double a = p->moe_side / mb, f = it->layer_us - it->comm_us;
         double out = it->notify_us + it->dispatch_us, back = it->tp_reduce_us + it->combine_us;
         double d = out + back > 0 ? it->comm_us * out / (out + back) : 0, c = it->comm_us - d;
-        t->overlap = m->layers * (fmin(a, c) + fmin(a, d) + fmin(f, d) + fmin(f, c));
+        double spare = 1 - p->sm_share; /* of the SMs, what the exchanges leave the compute */
+        t->overlap = m->layers * (fmin(a, spare * c) + fmin(a, spare * d) + fmin(f, spare * d) +
+                                  fmin(f, spare * c));
     }
     t->step = p->attn + p->dense + p->head + p->misc + p->host + t->moe - t->overlap;
 }

@@ -38,6 +38,10 @@ struct mp_step_spec {
     int weight_dtype;  /* enum mp_dtype of the attention and dense GEMMs' weights (fp8: as the
                           block-scaled fp8 checkpoints store them; the embedding and LM head stay
                           bf16, as those checkpoints keep them) */
+    int exchange_holds_sms; /* 1: the MoE exchanges are the high-throughput kind (--dedup
+                               rank|node, as DeepEP's normal kernels), which hold the profile's
+                               exchange_sm_share of the SMs while they run; 0: the low-latency
+                               kind (a pair per message), which frees them while data flies */
 };
 
 /* µs of one step on one GPU, every layer and micro-batch: the parts besides the MoE blocks. */
@@ -51,6 +55,8 @@ struct mp_step_parts {
     double moe_side; /* the compute of one MoE layer's attention and small kernels (both
                         micro-batches): what two micro-batches overlap its exchanges with */
     double kernels;  /* kernels a step launches, the MoE blocks' included */
+    double sm_share; /* σ: the SMs the exchanges hold while they run (exchange_sm_share where
+                        the spec's exchanges hold them, else 0) */
 };
 
 /* The parts of step `s` of model `m` under profile `c` (every formula's source in step.c). A
@@ -77,9 +83,10 @@ struct mp_step_time {
  * experts with B's dispatch, B's experts with A's combine; a slot lasts the longer of its two.
  * Per micro-batch a = moe_side / 2 (attention and small kernels), f = layer_us − comm_us (route
  * and expert FFN), and comm_us split into dispatch d (notify and dispatch) and combine c (TP
- * reduce and combine) in the shares of their phases; the layer then takes
- * max(a, c) + max(a, d) + max(f, d) + max(f, c), and overlap = layers · (min(a, c) + min(a, d) +
- * min(f, d) + min(f, c)). */
+ * reduce and combine) in the shares of their phases. While an exchange of y runs, its kernels
+ * hold σ = p->sm_share of the SMs and the compute x beside it runs on the rest, so the slot lasts
+ * max(y, x + σ·y) and hides min(x, (1 − σ)·y); overlap = layers · (min(a, (1 − σ)c) +
+ * min(a, (1 − σ)d) + min(f, (1 − σ)d) + min(f, (1 − σ)c)), with σ = 0 the longer of each pair. */
 void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,
                   const struct mp_iter_metrics *it, struct mp_step_time *t);
 

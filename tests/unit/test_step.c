@@ -1,6 +1,7 @@
 /* test_step.c - unit test of the whole decode step's model (core/cluster_model/step.c): each part against its
  * closed form on a profile where only memory (or only compute) costs time, the KV cache's split
- * over the TP group, sliding windows, and the step's composition with one and two micro-batches. */
+ * over the TP group, sliding windows, and the step's composition with one and two micro-batches
+ * (the exchanges' share of the SMs included). */
 #include <math.h>
 #include <string.h>
 
@@ -220,6 +221,34 @@ static void test_composition(void)
     CHECK_NEAR(t.overlap, 4 * 8, 1e-12);
 }
 
+/* Exchanges that hold a share σ of the SMs (the high-throughput kind) leave the compute beside
+ * them the rest: a slot of compute x and exchange y hides min(x, (1 − σ)·y); the spec's kind
+ * decides whether the profile's share applies. */
+static void test_exchange_sm_share(void)
+{
+    struct mp_cluster c = compute_only();
+    c.exchange_sm_share = 0.25;
+    struct mp_model m = gqa_model(); /* 4 MoE layers */
+    struct mp_step_spec s = {.tp = 1, .ep = 1, .tokens = 16, .context = 10, .micro_batches = 2,
+                             .weight_dtype = MP_DTYPE_BF16};
+    struct mp_step_parts p;
+    mp_step_parts(&c, &m, &s, &p);
+    CHECK(p.sm_share == 0); /* the low-latency kind frees the SMs */
+    s.exchange_holds_sms = 1;
+    mp_step_parts(&c, &m, &s, &p);
+    CHECK_NEAR(p.sm_share, 0.25, 1e-15);
+    p = (struct mp_step_parts){.attn = 100, .moe_side = 30, .sm_share = 0.25};
+    struct mp_step_time t;
+    struct mp_iter_metrics it = layer_50(40);
+    /* a = 15, f = 10, d = 10 (7.5 free), c = 30 (22.5 free): 15 + 7.5 + 7.5 + 10 per layer */
+    mp_step_time(&p, &m, 2, &it, &t);
+    CHECK_NEAR(t.overlap, 4 * 40, 1e-12);
+    CHECK_NEAR(t.step, 100 + 400 - 160, 1e-12);
+    /* one micro-batch runs its exchanges alone: nothing to share */
+    mp_step_time(&p, &m, 1, &it, &t);
+    CHECK(t.overlap == 0);
+}
+
 static void test_summarize(void)
 {
     struct mp_step_parts p = {.attn = 100, .host = 10};
@@ -248,6 +277,7 @@ int main(void)
     test_sliding_window();
     test_dense_and_head();
     test_composition();
+    test_exchange_sm_share();
     test_summarize();
     return check_failures;
 }
