@@ -25,7 +25,8 @@ struct entry {
 
 static struct entry cache[ENTRIES];
 static unsigned long clock_now;
-static size_t cache_bytes; /* the draws held by every entry, at most MP_VDRAWS_BUDGET_BYTES */
+static size_t cache_bytes; /* the draws held by every entry, at most budget */
+static size_t budget = MP_VDRAWS_BUDGET_BYTES;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER; /* the planner's threads share it */
 
 static void entry_free(struct entry *e)
@@ -46,6 +47,25 @@ void mp_vdraws_forget(void)
     for (int i = 0; i < ENTRIES; i++)
         entry_free(&cache[i]);
     pthread_mutex_unlock(&cache_lock);
+}
+
+size_t mp_vdraws_set_budget(size_t bytes)
+{
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < ENTRIES; i++)
+        entry_free(&cache[i]);
+    size_t was = budget;
+    budget = bytes ? bytes : MP_VDRAWS_BUDGET_BYTES;
+    pthread_mutex_unlock(&cache_lock);
+    return was;
+}
+
+size_t mp_vdraws_held(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    size_t held = cache_bytes;
+    pthread_mutex_unlock(&cache_lock);
+    return held;
 }
 
 /* 1 when both arrays of n doubles are NULL or hold the same bytes. */
@@ -110,10 +130,10 @@ static struct entry *entry_for(const struct mp_routing *r, uint64_t seed, long t
 }
 
 /* Room for `need` more bytes of draws beside entry `keep`: the least recently used other entries
- * emptied until the draws held and `need` fit MP_VDRAWS_BUDGET_BYTES; 0 when they cannot. */
+ * emptied until the draws held and `need` fit the budget; 0 when they cannot. */
 static int make_room(const struct entry *keep, size_t need)
 {
-    while (cache_bytes + need > MP_VDRAWS_BUDGET_BYTES) {
+    while (cache_bytes + need > budget) {
         struct entry *lru = NULL;
         for (int i = 0; i < ENTRIES; i++)
             if (&cache[i] != keep && cache[i].used && cache[i].bytes > 0 &&
@@ -133,7 +153,7 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
     size_t need = pairs * (sizeof *ids + sizeof *w);
     struct entry *e = NULL;
     int kept = r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS &&
-               need <= MP_VDRAWS_BUDGET_BYTES / 2;
+               need <= budget / 2;
     if (kept) {
         pthread_mutex_lock(&cache_lock);
         e = entry_for(r, seed, tokens);

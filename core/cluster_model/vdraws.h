@@ -2,6 +2,7 @@
 #ifndef MP_VDRAWS_H
 #define MP_VDRAWS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "routing.h"
@@ -23,5 +24,13 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
 
 /* Empty the cache (its memory returned). */
 void mp_vdraws_forget(void);
+
+/* Set the cache's budget to `bytes` (0: MP_VDRAWS_BUDGET_BYTES again), emptying it first; the
+ * previous budget is returned. For tests, which reach the eviction with small batches; not while
+ * other threads draw. */
+size_t mp_vdraws_set_budget(size_t bytes);
+
+/* The bytes of draws the cache holds now (at most its budget). */
+size_t mp_vdraws_held(void);
 
 #endif
