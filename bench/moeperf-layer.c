@@ -442,7 +442,7 @@ static int run_point(struct sweep *sw, const struct mp_layout *lay, struct mp_la
                                     .tokens = (double)batch * s->o.seq / lay->ep,
                                     .micro_batches = micro, .weight_dtype = (int)wtype,
                                     .phase = (int)phase, .chunk = (double)step.chunk,
-                                    .exchange_holds_sms = dedup != MP_DEDUP_PAIR};
+                                    .pair_dispatch = dedup == MP_DEDUP_PAIR};
         rc = mp_step_of_point(&s->cluster, &s->model, &spec, res.metrics, res.iters, &res.step);
     }
     if (rc == MP_OK && c->rank == 0)

@@ -185,7 +185,7 @@ static int record_times(const struct mp_plan_req *q, int tp, int ep, long batch,
                                 .context = (double)q->context, .micro_batches = mb,
                                 .weight_dtype = su.weight_dtype, .phase = q->phase,
                                 .chunk = (double)q->chunk,
-                                .exchange_holds_sms = su.dedup != MP_DEDUP_PAIR};
+                                .pair_dispatch = su.dedup == MP_DEDUP_PAIR};
     struct mp_step_result st;
     double *v = malloc((size_t)n * sizeof *v);
     if (!v || mp_step_of_point(&q->cluster, m, &step, res->metrics, n, &st) != MP_OK) {

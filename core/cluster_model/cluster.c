@@ -72,7 +72,7 @@ const int mp_cluster_nparams = (int)(sizeof mp_cluster_params / sizeof mp_cluste
  * serving loop does not hide (scheduling and sampling overlapped with the previous step, as
  * SGLang's and vLLM's overlap schedulers run them): starting assumptions, checked by the step
  * breakdown's launch part and the whole-step family (docs/validation.md). */
-/* The high-throughput exchange kernels (--dedup rank|node, DeepEP's normal kernels) hold 24 of
+/* The high-throughput exchange kernels (DeepEP's normal kernels: step.h) hold 24 of
  * H800's 132 SMs while they run, the compute stream the other 108 (the figure of DeepSeek's prefill
  * profile, deepseek-ai/profile-data README at 44960242, assets/prefill.jpg: "Computation 108
  * SMs", "Communication 24 SMs"); the low-latency kind frees its SMs while its data is in flight

@@ -52,8 +52,9 @@ struct mp_cluster {
      * launch; default 0) */
     double attn_eff, kernel_gap_us, step_host_us;
     /* A step of two micro-batches, optional in a file (default 0): the share of the SMs the
-     * high-throughput exchange kernels (--dedup rank|node, as DeepEP's normal kernels) hold while
-     * they run, which the other micro-batch's compute then runs without (step.h, mp_step_time) */
+     * high-throughput exchange kernels (as DeepEP's normal kernels: every exchange but a decode
+     * step's pair dispatch) hold while they run, which the other micro-batch's compute then runs
+     * without (step.h, mp_step_time) */
     double exchange_sm_share;
 };
 

@@ -286,7 +286,11 @@ void mp_step_parts(const struct mp_cluster *c, const struct mp_model *m,
     kernels += (double)mb * m->layers * MOE_BLOCK_KERNELS;
     p->kernels = kernels;
     p->host = c->step_host_us + kernels * c->kernel_gap_us;
-    p->sm_share = s->exchange_holds_sms ? c->exchange_sm_share : 0;
+    /* DeepEP's low-latency kernels, which a decode step's pair dispatch stands for, free their SMs
+     * once their RDMA messages are issued (deepseek-ai/profile-data README); its normal kernels
+     * hold theirs, and prefill runs those whatever the form (the low-latency kernels' buffers take
+     * a decode batch, not a prompt's thousands of tokens per rank) */
+    p->sm_share = s->pair_dispatch && s->phase == MP_PHASE_DECODE ? 0 : c->exchange_sm_share;
 }
 
 void mp_step_time(const struct mp_step_parts *p, const struct mp_model *m, int micro_batches,

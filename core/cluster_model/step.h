@@ -38,10 +38,10 @@ struct mp_step_spec {
     int weight_dtype;  /* enum mp_dtype of the attention and dense GEMMs' weights (fp8: as the
                           block-scaled fp8 checkpoints store them; the embedding and LM head stay
                           bf16, as those checkpoints keep them) */
-    int exchange_holds_sms; /* 1: the MoE exchanges are the high-throughput kind (--dedup
-                               rank|node, as DeepEP's normal kernels), which hold the profile's
-                               exchange_sm_share of the SMs while they run; 0: the low-latency
-                               kind (a pair per message), which frees them while data flies */
+    int pair_dispatch; /* 1: the MoE exchanges send each token-expert pair (--dedup pair), in
+                          decode the low-latency kind, which frees its SMs while data flies; 0,
+                          or any prefill: the high-throughput kind, which holds the profile's
+                          exchange_sm_share of them while it runs */
 };
 
 /* µs of one step on one GPU, every layer and micro-batch: the parts besides the MoE blocks. */
@@ -55,8 +55,8 @@ struct mp_step_parts {
     double moe_side; /* the compute of one MoE layer's attention and small kernels (both
                         micro-batches): what two micro-batches overlap its exchanges with */
     double kernels;  /* kernels a step launches, the MoE blocks' included */
-    double sm_share; /* σ: the SMs the exchanges hold while they run (exchange_sm_share where
-                        the spec's exchanges hold them, else 0) */
+    double sm_share; /* σ: the SMs the exchanges hold while they run (exchange_sm_share, 0 for
+                        a decode step's pair dispatch) */
 };
 
 /* The parts of step `s` of model `m` under profile `c` (every formula's source in step.c). A

@@ -222,8 +222,8 @@ static void test_composition(void)
 }
 
 /* Exchanges that hold a share σ of the SMs (the high-throughput kind) leave the compute beside
- * them the rest: a slot of compute x and exchange y hides min(x, (1 − σ)·y); the spec's kind
- * decides whether the profile's share applies. */
+ * them the rest: a slot of compute x and exchange y hides min(x, (1 − σ)·y); only a decode step's
+ * pair dispatch (the low-latency kind) has σ = 0. */
 static void test_exchange_sm_share(void)
 {
     struct mp_cluster c = compute_only();
@@ -232,9 +232,12 @@ static void test_exchange_sm_share(void)
     struct mp_step_spec s = {.tp = 1, .ep = 1, .tokens = 16, .context = 10, .micro_batches = 2,
                              .weight_dtype = MP_DTYPE_BF16};
     struct mp_step_parts p;
+    mp_step_parts(&c, &m, &s, &p); /* a decode step's deduplicated dispatch holds them */
+    CHECK_NEAR(p.sm_share, 0.25, 1e-15);
+    s.pair_dispatch = 1; /* its pair dispatch, the low-latency kind, frees them */
     mp_step_parts(&c, &m, &s, &p);
-    CHECK(p.sm_share == 0); /* the low-latency kind frees the SMs */
-    s.exchange_holds_sms = 1;
+    CHECK(p.sm_share == 0);
+    s.phase = MP_PHASE_PREFILL; /* a prefill pass runs the high-throughput kind whatever the form */
     mp_step_parts(&c, &m, &s, &p);
     CHECK_NEAR(p.sm_share, 0.25, 1e-15);
     p = (struct mp_step_parts){.attn = 100, .moe_side = 30, .sm_share = 0.25};
