@@ -41,19 +41,24 @@ static void entry_free(struct entry *e)
     memset(e, 0, sizeof *e);
 }
 
+/* Every entry emptied; the caller holds cache_lock. */
+static void forget_locked(void)
+{
+    for (int i = 0; i < ENTRIES; i++)
+        entry_free(&cache[i]);
+}
+
 void mp_vdraws_forget(void)
 {
     pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < ENTRIES; i++)
-        entry_free(&cache[i]);
+    forget_locked();
     pthread_mutex_unlock(&cache_lock);
 }
 
 size_t mp_vdraws_set_budget(size_t bytes)
 {
     pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < ENTRIES; i++)
-        entry_free(&cache[i]);
+    forget_locked();
     size_t was = budget;
     budget = bytes ? bytes : MP_VDRAWS_BUDGET_BYTES;
     pthread_mutex_unlock(&cache_lock);
@@ -152,11 +157,10 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
     size_t pairs = (size_t)tokens * (size_t)r->topk;
     size_t need = pairs * (sizeof *ids + sizeof *w);
     struct entry *e = NULL;
-    int kept = r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS &&
-               need <= budget / 2;
-    if (kept) {
+    if (r->kind != MP_ROUTE_TRACE_TOKENS && draw >= 0 && draw < MP_ROUTING_POOL_DRAWS) {
         pthread_mutex_lock(&cache_lock);
-        e = entry_for(r, seed, tokens);
+        if (need <= budget / 2) /* a larger draw is never kept */
+            e = entry_for(r, seed, tokens);
         if (e && !e->ids[draw]) { /* its first request: room for it, then drawn once */
             if (make_room(e, need)) {
                 e->ids[draw] = malloc(pairs * sizeof *ids);

@@ -26,8 +26,7 @@ void mp_vdraws_get(const struct mp_routing *r, uint64_t seed, int draw, long tok
 void mp_vdraws_forget(void);
 
 /* Set the cache's budget to `bytes` (0: MP_VDRAWS_BUDGET_BYTES again), emptying it first; the
- * previous budget is returned. For tests, which reach the eviction with small batches; not while
- * other threads draw. */
+ * previous budget is returned. For tests, which reach the eviction with small batches. */
 size_t mp_vdraws_set_budget(size_t bytes);
 
 /* The bytes of draws the cache holds now (at most its budget). */
