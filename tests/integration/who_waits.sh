@@ -5,7 +5,8 @@
 # in at least two thirds of the iterations, and in the image the outlined bar has the longest busy
 # part (phase colours, not the wait's grey) in both panels;
 # moeperf-report names the straggler as a slow rank, not routing, and the hot experts' rank as
-# routing, with its experts, and includes a timeline per curve.
+# routing, with its experts, and includes a timeline per curve. Who is busiest is measured time:
+# a failed attempt is measured again, three attempts in all.
 . "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 RENDER=$SRC/plots/render
@@ -14,18 +15,19 @@ command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed"; exit 7
 command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
 
 TL=(--experts 8 --topk 2 --shared 0 --warmup 1 --iters 9 --quiet)
-for np in 2 4; do
-    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 64 --ffn 64 --batch 64 --straggle 1:20000 \
-        --out "$TMP/st$np" || fail "moeperf-layer --straggle ($np ranks) exit $?"
-    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 1024 --ffn 1024 --batch 256 --routing hot:2:15 \
-        --out "$TMP/hot$np" || fail "moeperf-layer hot:2:15 ($np ranks) exit $?"
-done
 
 # timeline_critical PNG: the critical rank's bar is the longest (tests/integration/timeline_check.py)
 timeline_critical() { PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/timeline_check.py" "$1"; }
 
-host=$(col "$TMP/st2/layer_rank_samples.csv" host | head -1)
-for np in 2 4; do
+# attempt NP: measure both runs on NP ranks and check them (a subshell: fail ends the attempt)
+attempt() {
+    local np=$1
+    rm -rf "$TMP/st$np" "$TMP/hot$np" "$TMP/tl-st$np" "$TMP/tl-hot$np" "$TMP/r${np}"*
+    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 64 --ffn 64 --batch 64 --straggle 1:20000 \
+        --out "$TMP/st$np" || fail "moeperf-layer --straggle ($np ranks) exit $?"
+    mpi $np "$BIN/moeperf-layer" "${TL[@]}" --hidden 1024 --ffn 1024 --batch 256 --routing hot:2:15 \
+        --out "$TMP/hot$np" || fail "moeperf-layer hot:2:15 ($np ranks) exit $?"
+    host=$(col "$TMP/st$np/layer_rank_samples.csv" host | head -1)
     for run in st$np:1 hot$np:0; do
         d=${run%:*} want=${run#*:}
         "$RENDER" --out "$TMP/tl-$d" "$TMP/$d" >/dev/null || fail "render $d exit $?"
@@ -75,6 +77,17 @@ PY
     for k in 1 2; do
         [ -s "$TMP/r${np}_plots/timeline-$k.svg" ] || fail "the report has no timeline-$k.svg"
         grep -qF "(r${np}_plots/timeline-$k.svg)" "$TMP/r$np.md" || fail "the report does not show timeline-$k"
+    done
+}
+
+# Who is busiest is measured time: on 2 shared cores beside other suites a rank descheduled for
+# long can outlast the straggler or the hot rank in several iterations. A failed attempt is
+# measured again, up to three times in all; a fault fails every attempt.
+for np in 2 4; do
+    for try in 1 2 3; do
+        ( attempt $np ) && break
+        [ $try -lt 3 ] || fail "$np ranks: every attempt failed (the last attempt's reason above)"
+        echo "$np ranks: attempt $try failed; measuring again"
     done
 done
 echo PASS
