@@ -80,13 +80,15 @@ refuses "(bubble_ratio): 7 is outside" "$PLAN" --calibrate --out "$TMP/out.ini" 
 refuses "(batch): 0 is outside" "$BIN/moeperf-layer" "${RUN[@]}" --batch 1,16,64,256 --resume \
     --out "$TMP/batch0"
 # a validation table (--validation) with a ratio that is not a number is refused before any plan
-sed '5s/,[^,]*$/,fast/' "$(dirname "$0")/../published/validation.csv" >"$TMP/validation.csv"
+# (its first data row: the line after the header, below the comment lines)
+row=$(grep -n -v '^#' "$(dirname "$0")/../published/validation.csv" | sed -n 2p | cut -d: -f1)
+sed "${row}s/,[^,]*\$/,fast/" "$(dirname "$0")/../published/validation.csv" >"$TMP/validation.csv"
 cp "$TMP/validation.csv" "$TMP/summary.csv"
 hashes "$TMP" >"$TMP.before"
-refuses "validation.csv line 5, column 7 (ratio): \"fast\" is not a number" "$PLAN" --model seed-k3 \
-    --cluster h100-ndr --throughput 2000 --slo-token-ms 50 --validation "$TMP/validation.csv" \
-    --out "$TMP/out.plan"
-refuses "summary.csv line 5, column 7 (ratio)" "$PLAN" --model seed-k3 --cluster h100-ndr \
+refuses "validation.csv line $row, column 7 (ratio): \"fast\" is not a number" "$PLAN" \
+    --model seed-k3 --cluster h100-ndr --throughput 2000 --slo-token-ms 50 \
+    --validation "$TMP/validation.csv" --out "$TMP/out.plan"
+refuses "summary.csv line $row, column 7 (ratio)" "$PLAN" --model seed-k3 --cluster h100-ndr \
     --throughput 2000 --slo-token-ms 50 --validation "$TMP/summary.csv" --out "$TMP/out.plan"
 unchanged
 
